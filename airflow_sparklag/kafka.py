@@ -1,0 +1,436 @@
+"""Kafka side of the lag: log start, log end and last stable offsets, in a few batched requests.
+
+`confluent_kafka` is imported inside the methods only, so DAG files that import this module stay
+fast to parse.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_sparklag.errors import KafkaError, KafkaUnavailable
+
+log = logging.getLogger(__name__)
+
+# Error codes that mean "the cluster did not answer", as opposed to "it answered with an error".
+_UNAVAILABLE_CODES = frozenset(
+    {"_TRANSPORT", "_TIMED_OUT", "_ALL_BROKERS_DOWN", "_RESOLVE", "_TIMED_OUT_QUEUE", "_DESTROY"}
+)
+_MISSING_TOPIC_CODES = frozenset({"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "UNKNOWN_TOPIC_ID"})
+_AUTH_CODES = frozenset(
+    {
+        "TOPIC_AUTHORIZATION_FAILED",
+        "CLUSTER_AUTHORIZATION_FAILED",
+        "SASL_AUTHENTICATION_FAILED",
+        "_AUTHENTICATION",
+        "_SSL",
+    }
+)
+_SECRET_MARKERS = ("password", "secret", "key", "token", "credential")
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """Offsets of one partition at `KafkaSnapshot.fetched_at`."""
+
+    log_start: int
+    log_end: int  # high watermark
+    last_stable: int | None  # LSO, only when read_committed was asked
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "log_start": self.log_start,
+            "log_end": self.log_end,
+            "last_stable": self.last_stable,
+        }
+
+
+@dataclass(frozen=True)
+class KafkaSnapshot:
+    """Offsets of every partition of some topics, fetched at one moment.
+
+    >>> snap = KafkaSnapshot({"t": {0: PartitionOffsets(0, 10, None)}}, frozenset(), 1.0, None)
+    >>> snap.partitions["t"][0].log_end
+    10
+    """
+
+    partitions: Mapping[str, Mapping[int, PartitionOffsets]]  # topic -> partition -> offsets
+    missing_topics: frozenset[str]
+    fetched_at: float  # epoch seconds
+    cluster_id: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "partitions": {
+                topic: {str(p): po.to_dict() for p, po in sorted(parts.items())}
+                for topic, parts in sorted(self.partitions.items())
+            },
+            "missing_topics": sorted(self.missing_topics),
+            "fetched_at": self.fetched_at,
+            "cluster_id": self.cluster_id,
+        }
+
+
+def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config with every secret-looking value replaced, safe to log or show."""
+    return {
+        k: ("***" if any(m in k.lower() for m in _SECRET_MARKERS) else v) for k, v in config.items()
+    }
+
+
+def _error_code(exc: BaseException) -> str:
+    """librdkafka's error name (e.g. "_TRANSPORT") of a KafkaException, or "" if none."""
+    if exc.args and hasattr(exc.args[0], "name"):
+        try:
+            return str(exc.args[0].name())
+        except Exception:  # a malformed error object must not hide the real error
+            return ""
+    return ""
+
+
+def _error_text(exc: BaseException) -> str:
+    if exc.args and hasattr(exc.args[0], "str"):
+        try:
+            return str(exc.args[0].str())
+        except Exception:
+            pass
+    return str(exc)
+
+
+class KafkaOffsetsClient:
+    """Reads partition offsets with a confluent-kafka AdminClient, every call bounded in time.
+
+    `config` is plain librdkafka configuration (the `extra` of Airflow's `kafka` connection).
+
+    >>> client = KafkaOffsetsClient({"bootstrap.servers": "127.0.0.1:9092"}, timeout=5.0)
+    >>> snap = client.snapshot(["orders"], read_committed=True)      # doctest: +SKIP
+    >>> snap.partitions["orders"][0].last_stable                        # doctest: +SKIP
+    1042
+    >>> client.close()
+    """
+
+    def __init__(self, config: Mapping[str, Any], timeout: float = 10.0) -> None:
+        if not config.get("bootstrap.servers"):
+            raise KafkaError("Kafka config has no 'bootstrap.servers': give host:port of a broker.")
+        if timeout <= 0:
+            raise ValueError("timeout must be > 0 seconds")
+        self._config = dict(config)
+        self._timeout = float(timeout)
+        self._admin: Any = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return str(self._config["bootstrap.servers"])
+
+    def _client_config(self) -> dict[str, Any]:
+        timeout_ms = max(1000, int(self._timeout * 1000))
+        # The user's settings win, except that no request may outlive our own timeout: without
+        # these an unreachable broker makes librdkafka retry for its defaults (60 s and more).
+        base: dict[str, Any] = {
+            "socket.timeout.ms": timeout_ms,
+            "socket.connection.setup.timeout.ms": timeout_ms,
+            # Admin handles are producers in librdkafka, which default to auto-creating topics
+            # on metadata requests; a monitor must never create the topic it looks for.
+            "allow.auto.create.topics": False,
+            # librdkafka's own log lines go to Python logging instead of raw stderr.
+            "logger": logging.getLogger(f"{__name__}.librdkafka"),
+        }
+        base.update(self._config)
+        base["socket.timeout.ms"] = min(int(base["socket.timeout.ms"]), timeout_ms)
+        base["socket.connection.setup.timeout.ms"] = min(
+            int(base["socket.connection.setup.timeout.ms"]), timeout_ms
+        )
+        return base
+
+    def _get_admin(self) -> Any:
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            try:
+                self._admin = AdminClient(self._client_config())
+            except Exception as exc:  # bad config values: say which, never echo the secrets
+                raise KafkaError(
+                    f"Cannot create a Kafka client for {self.bootstrap_servers}: "
+                    f"{_error_text(exc)} (config: {redact_config(self._config)})"
+                ) from exc
+        return self._admin
+
+    def close(self) -> None:
+        """Drop the admin client (librdkafka closes its sockets when the handle is freed)."""
+        self._admin = None
+
+    def __enter__(self) -> KafkaOffsetsClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- errors -------------------------------------------------------------------------------
+
+    def _unavailable(self, what: str, detail: str = "") -> KafkaUnavailable:
+        extra = f" ({detail})" if detail else ""
+        return KafkaUnavailable(
+            f"Kafka bootstrap servers {self.bootstrap_servers} did not answer {what} within "
+            f"{self._timeout:g} s{extra}. Check that the brokers are up and reachable from "
+            f"this host, and the security settings of the connection."
+        )
+
+    def _translate(self, exc: BaseException, what: str, topic: str | None = None) -> Exception:
+        code = _error_code(exc)
+        text = _error_text(exc)
+        if isinstance(exc, concurrent.futures.TimeoutError) or code in _UNAVAILABLE_CODES:
+            return self._unavailable(what, text if code else "")
+        where = f" for topic '{topic}'" if topic else ""
+        if code in _AUTH_CODES:
+            return KafkaError(
+                f"Kafka refused {what}{where} on {self.bootstrap_servers}: {text}. Grant the "
+                f"principal Describe on the topic (and Read for exact time lag) or fix the "
+                f"credentials."
+            )
+        if code in _MISSING_TOPIC_CODES:
+            return KafkaError(
+                f"Topic '{topic}' does not exist on {self.bootstrap_servers} ({text}). Was it "
+                f"deleted or renamed?"
+            )
+        return KafkaError(f"Kafka error during {what}{where} on {self.bootstrap_servers}: {text}")
+
+    def _wait(self, futures: Mapping[Any, concurrent.futures.Future], what: str) -> dict:
+        """Results of all futures, bounded by the client timeout; errors translated."""
+        _done, not_done = concurrent.futures.wait(list(futures.values()), timeout=self._timeout)
+        if not_done:
+            raise self._unavailable(what)
+        results = {}
+        for key, fut in futures.items():
+            try:
+                results[key] = fut.result(timeout=0)
+            except Exception as exc:
+                topic = getattr(key, "topic", None)
+                if isinstance(key, tuple) and len(key) == 2:
+                    topic = getattr(key[1], "topic", topic)
+                raise self._translate(exc, what, topic) from exc
+        return results
+
+    # -- metadata -----------------------------------------------------------------------------
+
+    def _metadata(self, topics: Iterable[str]) -> tuple[dict[str, list[int]], set[str], str | None]:
+        """Current partitions of each topic, the missing topics and the cluster id."""
+        admin = self._get_admin()
+        wanted = sorted(set(topics))
+        try:
+            # All-topics metadata: one request, and it never auto-creates anything.
+            md = admin.list_topics(timeout=self._timeout)
+        except Exception as exc:
+            raise self._translate(exc, "a metadata request") from exc
+        partitions: dict[str, list[int]] = {}
+        missing: set[str] = set()
+        for topic in wanted:
+            tmd = md.topics.get(topic)
+            if tmd is None:
+                # Not listed can mean "does not exist" or "not authorized to see it"; ask about
+                # that one topic to tell the two apart.
+                tmd = self._topic_metadata(admin, topic)
+                if tmd is None:
+                    missing.add(topic)
+                    continue
+            if tmd.error is not None:
+                err_code = str(tmd.error.name())
+                if err_code in _MISSING_TOPIC_CODES:
+                    missing.add(topic)
+                    continue
+                raise self._translate(Exception(tmd.error), "a metadata request", topic)
+            partitions[topic] = sorted(tmd.partitions)
+        cluster_id = getattr(md, "cluster_id", None)
+        return partitions, missing, (str(cluster_id) if cluster_id else None)
+
+    def _topic_metadata(self, admin: Any, topic: str) -> Any:
+        try:
+            md = admin.list_topics(topic=topic, timeout=self._timeout)
+        except Exception as exc:
+            if _error_code(exc) in _MISSING_TOPIC_CODES:
+                return None
+            raise self._translate(exc, "a metadata request", topic) from exc
+        tmd = md.topics.get(topic)
+        if tmd is not None and tmd.error is not None:
+            if str(tmd.error.name()) in _MISSING_TOPIC_CODES:
+                return None
+            raise self._translate(Exception(tmd.error), "a metadata request", topic)
+        return tmd
+
+    def _list_offsets(
+        self,
+        requests: Mapping[str, tuple[Any, Any]],
+        partitions: Mapping[str, list[int]],
+        what: str,
+    ) -> dict[str, dict[tuple[str, int], int]]:
+        """Send one ListOffsets per named request (spec, isolation) at once; wait for all."""
+        from confluent_kafka import TopicPartition
+
+        admin = self._get_admin()
+        futures: dict[tuple[str, Any], concurrent.futures.Future] = {}
+        for name, (spec, isolation) in requests.items():
+            query = {TopicPartition(t, p): spec for t, ps in partitions.items() for p in ps}
+            if not query:
+                continue
+            kwargs: dict[str, Any] = {"request_timeout": self._timeout}
+            if isolation is not None:
+                kwargs["isolation_level"] = isolation
+            try:
+                for tp, fut in admin.list_offsets(query, **kwargs).items():
+                    futures[(name, tp)] = fut
+            except Exception as exc:
+                raise self._translate(exc, what) from exc
+        results = self._wait(futures, what)
+        out: dict[str, dict[tuple[str, int], int]] = {name: {} for name in requests}
+        for (name, tp), info in results.items():
+            out[name][(tp.topic, tp.partition)] = int(info.offset)
+        return out
+
+    # -- public calls -------------------------------------------------------------------------
+
+    def snapshot(self, topics: Iterable[str], *, read_committed: bool = False) -> KafkaSnapshot:
+        """Log start, log end (and LSO when `read_committed`) of every partition of `topics`.
+
+        One metadata request, then one batched ListOffsets per kind of offset (earliest, latest,
+        and latest under READ_COMMITTED, which is the last stable offset), all in flight at once.
+        """
+        from confluent_kafka import IsolationLevel
+        from confluent_kafka.admin import OffsetSpec
+
+        partitions, missing, cluster_id = self._metadata(topics)
+        requests: dict[str, tuple[Any, Any]] = {
+            "earliest": (OffsetSpec.earliest(), None),
+            "latest": (OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED),
+        }
+        if read_committed:
+            requests["stable"] = (OffsetSpec.latest(), IsolationLevel.READ_COMMITTED)
+        offsets = self._list_offsets(requests, partitions, "a ListOffsets request")
+        fetched_at = time.time()
+        result: dict[str, dict[int, PartitionOffsets]] = {}
+        for topic, ps in partitions.items():
+            result[topic] = {}
+            for p in ps:
+                key = (topic, p)
+                stable = offsets.get("stable", {}).get(key) if read_committed else None
+                result[topic][p] = PartitionOffsets(
+                    log_start=offsets["earliest"][key],
+                    log_end=offsets["latest"][key],
+                    last_stable=stable,
+                )
+        return KafkaSnapshot(
+            partitions=result,
+            missing_topics=frozenset(missing),
+            fetched_at=fetched_at,
+            cluster_id=cluster_id,
+        )
+
+    def offsets_for_time(
+        self, topics: Iterable[str], timestamp_ms: int
+    ) -> dict[str, dict[int, int]]:
+        """For each partition, the first offset whose record timestamp is >= `timestamp_ms`.
+
+        When every record is older, Kafka answers -1 ("after the end"): the log end is returned
+        instead, so "committed >= result" reads "everything produced before T was processed".
+        Raises KafkaError when a topic does not exist.
+        """
+        from confluent_kafka.admin import OffsetSpec
+
+        partitions, missing, _ = self._metadata(topics)
+        if missing:
+            names = ", ".join(sorted(missing))
+            raise KafkaError(f"Topic(s) {names} do not exist on {self.bootstrap_servers}.")
+        offsets = self._list_offsets(
+            {
+                "time": (OffsetSpec.for_timestamp(int(timestamp_ms)), None),
+                "latest": (OffsetSpec.latest(), None),
+            },
+            partitions,
+            "a ListOffsets-for-time request",
+        )
+        result: dict[str, dict[int, int]] = {}
+        for topic, ps in partitions.items():
+            result[topic] = {}
+            for p in ps:
+                found = offsets["time"][(topic, p)]
+                result[topic][p] = offsets["latest"][(topic, p)] if found < 0 else found
+        return result
+
+    def record_timestamps(
+        self, offsets: Mapping[tuple[str, int], int]
+    ) -> dict[tuple[str, int], int | None]:
+        """Timestamp (ms) of the record at each (topic, partition) offset.
+
+        None when the offset is at or past the log end, out of range, or the record could not be
+        read before the deadline (the client timeout, for all partitions together). A transaction
+        marker or a compacted-away offset yields the first record after it.
+        """
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, TopicPartition
+
+        result: dict[tuple[str, int], int | None] = dict.fromkeys(offsets)
+        pending = {key for key, off in offsets.items() if off >= 0}
+        if not pending:
+            return result
+        conf = self._client_config()
+        conf.pop("allow.auto.create.topics", None)
+        conf.update(
+            {
+                # assign() never joins the group; the id only satisfies the client.
+                "group.id": f"airflow-sparklag-peek-{uuid.uuid4().hex[:12]}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "error",  # out of range -> an error event, not a jump
+                # Uncommitted records have a time too, and read_committed would block on an
+                # open transaction until the deadline.
+                "isolation.level": "read_uncommitted",
+                # We read one record per partition: keep the fetches small.
+                "max.partition.fetch.bytes": 65536,
+                "fetch.max.bytes": 1048576,
+            }
+        )
+        try:
+            consumer = Consumer(conf)
+        except Exception as exc:
+            raise KafkaError(
+                f"Cannot create a Kafka consumer for {self.bootstrap_servers}: {_error_text(exc)}"
+            ) from exc
+        deadline = time.monotonic() + self._timeout
+        try:
+            consumer.assign([TopicPartition(t, p, offsets[(t, p)]) for t, p in sorted(pending)])
+            while pending:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                for msg in consumer.consume(num_messages=500, timeout=min(remaining, 1.0)):
+                    key = (msg.topic(), msg.partition())
+                    if key not in pending:
+                        continue
+                    err = msg.error()
+                    if err is not None:
+                        code = str(err.name())
+                        if code in ("_PARTITION_EOF", "_AUTO_OFFSET_RESET", "OFFSET_OUT_OF_RANGE"):
+                            pending.discard(key)  # past the end or gone: no record to time
+                        elif code in _AUTH_CODES or code in _MISSING_TOPIC_CODES:
+                            raise self._translate(Exception(err), "a fetch", key[0])
+                        continue
+                    offset = msg.offset()
+                    if offset is None or offset < offsets[key]:
+                        continue
+                    ts_type, ts = msg.timestamp()
+                    result[key] = None if ts_type == TIMESTAMP_NOT_AVAILABLE else int(ts)
+                    pending.discard(key)
+            if pending:
+                log.info(
+                    "No record read within %.1f s for %d partition(s) from %s; time unknown",
+                    self._timeout,
+                    len(pending),
+                    self.bootstrap_servers,
+                )
+        finally:
+            consumer.close()
+        return result
