@@ -23,6 +23,10 @@ class StorageNotFound(StorageError):
     """An object that was expected at a path is not there."""
 
 
+class StorageAlreadyExists(StorageError):
+    """A write with ``overwrite=False`` found an object already at the path."""
+
+
 class CheckpointNotFound(SparkLagError):
     """No Spark checkpoint at the location (no offsets/ and no commits/)."""
 

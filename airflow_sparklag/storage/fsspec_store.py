@@ -1,0 +1,133 @@
+"""Any other URL scheme (``gs://``, ``abfs://``, ``oss://``, ...) through fsspec."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from airflow_sparklag.errors import (
+    StorageAccessDenied,
+    StorageAlreadyExists,
+    StorageError,
+    StorageNotFound,
+    UnsupportedStorageURL,
+)
+from airflow_sparklag.storage import ObjectInfo, RequestCounter, scheme_of
+
+# Where the fsspec implementation of common schemes lives, for the install hint.
+_IMPLEMENTATIONS = {
+    "gs": "gcsfs",
+    "gcs": "gcsfs",
+    "abfs": "adlfs",
+    "abfss": "adlfs",
+    "az": "adlfs",
+    "wasb": "adlfs",
+    "wasbs": "adlfs",
+    "oss": "ossfs",
+}
+
+
+@contextlib.contextmanager
+def _fs_errors(path: str, action: str) -> Iterator[None]:
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise StorageNotFound(f"{path}: no such object ({action})") from exc
+    except PermissionError as exc:
+        raise StorageAccessDenied(f"{path}: access denied ({action}): {exc}") from exc
+    except (StorageError, UnsupportedStorageURL):
+        raise
+    except Exception as exc:  # each fsspec implementation raises its own errors
+        raise StorageError(f"{path}: {action} failed: {type(exc).__name__}: {exc}") from exc
+
+
+class FsspecStorage:
+    """A store reached through an fsspec filesystem.
+
+    Example::
+
+        storage = FsspecStorage.for_url("gs://bucket/ck", token="/secrets/sa.json")
+        storage.list_dir("gs://bucket/ck/offsets")
+
+    ``fsspec_options`` are passed to ``fsspec.filesystem(scheme, **options)``; put timeouts
+    there in the implementation's own terms. Object stores write a whole object in one PUT,
+    which is atomic; ``overwrite=False`` checks first (not race-free on every store).
+    """
+
+    def __init__(self, filesystem: Any) -> None:
+        self.filesystem = filesystem
+        self.requests = RequestCounter()
+
+    @classmethod
+    def for_url(cls, location: str, /, **options: Any) -> FsspecStorage:
+        scheme = scheme_of(location)
+        package = _IMPLEMENTATIONS.get(scheme, f"the fsspec implementation for {scheme}://")
+        try:
+            import fsspec
+        except ImportError as exc:
+            raise UnsupportedStorageURL(
+                f"{location!r}: {scheme}:// URLs need fsspec and {package}; install "
+                f"'airflow-provider-sparklag[fsspec]' and {package}"
+            ) from exc
+        try:
+            filesystem = fsspec.filesystem(scheme, **options)
+        except (ImportError, ValueError) as exc:
+            raise UnsupportedStorageURL(
+                f"{location!r}: no storage backend for {scheme}:// ({exc}); install {package}"
+            ) from exc
+        return cls(filesystem)
+
+    def list_dir(self, path: str) -> list[ObjectInfo]:
+        self.requests.add("list")
+        try:
+            with _fs_errors(path, "list directory"):
+                entries = self.filesystem.ls(path, detail=True)
+        except StorageNotFound:
+            return []
+        own_name = path.rstrip("/").split("://", 1)[-1]
+        found: list[ObjectInfo] = []
+        for entry in entries:
+            if entry.get("type") != "file":
+                continue
+            full_name = str(entry["name"]).rstrip("/")
+            # Some implementations list the directory's own marker object; skip it.
+            if full_name.split("://", 1)[-1] == own_name:
+                continue
+            name = full_name.rsplit("/", 1)[-1]
+            found.append(ObjectInfo(name, int(entry.get("size") or 0), _modified(entry)))
+        return found
+
+    def read(self, path: str) -> bytes:
+        self.requests.add("read")
+        with _fs_errors(path, "read"):
+            return bytes(self.filesystem.cat_file(path))
+
+    def exists(self, path: str) -> bool:
+        self.requests.add("exists")
+        with _fs_errors(path, "exists"):
+            return bool(self.filesystem.exists(path))
+
+    def write_atomic(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
+        if not overwrite and self.exists(path):
+            raise StorageAlreadyExists(f"{path}: already exists; pass overwrite=True to replace it")
+        self.requests.add("write")
+        with _fs_errors(path, "write"):
+            self.filesystem.pipe_file(path, data)
+
+
+def _modified(entry: dict[str, Any]) -> float:
+    """fsspec implementations name and type the modification time differently."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modificationTime", "created"):
+        value = entry.get(key)
+        if value is None:
+            continue
+        if isinstance(value, datetime):
+            return value.timestamp()
+        if isinstance(value, (int, float)):
+            return float(value) / 1000.0 if value > 1e11 else float(value)
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return 0.0

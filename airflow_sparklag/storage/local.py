@@ -1,0 +1,142 @@
+"""Local filesystem backend: plain paths and ``file://`` URLs."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import uuid
+from collections.abc import Iterator
+from urllib.parse import unquote, urlsplit
+
+from airflow_sparklag.errors import (
+    StorageAccessDenied,
+    StorageAlreadyExists,
+    StorageError,
+    StorageNotFound,
+)
+from airflow_sparklag.storage import ObjectInfo, RequestCounter
+
+
+def local_path(path: str) -> str:
+    """``/a/b``, ``file:/a/b`` (Hadoop's form) and ``file:///a/b`` all give ``/a/b``."""
+    if path.startswith("file:"):
+        return unquote(urlsplit(path).path)
+    return path
+
+
+@contextlib.contextmanager
+def _os_errors(path: str, action: str) -> Iterator[None]:
+    """Turn OSError into the package's typed storage errors, naming the path."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise StorageNotFound(f"{path}: no such file ({action})") from exc
+    except PermissionError as exc:
+        raise StorageAccessDenied(
+            f"{path}: permission denied ({action}); check the file's owner and mode"
+        ) from exc
+    except OSError as exc:
+        raise StorageError(f"{path}: {action} failed: {exc.strerror or exc}") from exc
+
+
+class LocalStorage:
+    """Files on a local (or locally mounted) filesystem.
+
+    Example::
+
+        storage = LocalStorage()
+        storage.write_atomic("/tmp/ck/metadata", b'{"id":"q"}')
+        assert storage.read("file:///tmp/ck/metadata") == b'{"id":"q"}'
+    """
+
+    def __init__(self) -> None:
+        self.requests = RequestCounter()
+
+    def list_dir(self, path: str) -> list[ObjectInfo]:
+        self.requests.add("list")
+        directory = local_path(path)
+        entries: list[ObjectInfo] = []
+        try:
+            with os.scandir(directory) as scan:
+                for entry in scan:
+                    # An entry purged between scandir and stat must not fail the whole list.
+                    try:
+                        if not entry.is_file():
+                            continue
+                        stat = entry.stat()
+                    except FileNotFoundError:
+                        continue
+                    entries.append(ObjectInfo(entry.name, stat.st_size, stat.st_mtime))
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            return []
+        except PermissionError as exc:
+            raise StorageAccessDenied(f"{path}: permission denied (list directory)") from exc
+        except OSError as exc:
+            raise StorageError(f"{path}: list directory failed: {exc.strerror or exc}") from exc
+        return entries
+
+    def read(self, path: str) -> bytes:
+        self.requests.add("read")
+        with _os_errors(path, "read"), open(local_path(path), "rb") as handle:
+            return handle.read()
+
+    def exists(self, path: str) -> bool:
+        self.requests.add("exists")
+        return os.path.exists(local_path(path))
+
+    def write_atomic(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
+        self.requests.add("write")
+        target = local_path(path)
+        directory, name = os.path.split(target)
+        # Same directory as the target, so the final rename never crosses filesystems; the
+        # dot prefix keeps the temp file out of every batch listing.
+        temp = os.path.join(directory or ".", f".{name}.{uuid.uuid4().hex}.tmp")
+        with _os_errors(path, "write"):
+            if directory:
+                os.makedirs(directory, exist_ok=True)
+            try:
+                with open(temp, "xb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    # fsync before the rename: otherwise a crash can leave a renamed empty file.
+                    os.fsync(handle.fileno())
+                if overwrite:
+                    os.replace(temp, target)
+                else:
+                    # link() fails when the target exists: no window between check and rename.
+                    try:
+                        os.link(temp, target)
+                    except FileExistsError as exc:
+                        raise StorageAlreadyExists(
+                            f"{path}: already exists; pass overwrite=True to replace it"
+                        ) from exc
+                    except OSError as exc:
+                        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV):
+                            raise
+                        # Filesystems without hard links: check, then rename.
+                        if os.path.exists(target):
+                            raise StorageAlreadyExists(
+                                f"{path}: already exists; pass overwrite=True to replace it"
+                            ) from exc
+                        os.replace(temp, target)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp)
+            _fsync_directory(directory or ".")
+
+
+def _fsync_directory(directory: str) -> None:
+    """Persist the rename itself (POSIX); not possible on every OS, hence best effort."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,245 @@
+"""S3 backend (``s3://``, ``s3a://``, ``s3n://``: same bucket and key) over boto3.
+
+boto3 is imported when the first request is made, never at module import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from airflow_sparklag.errors import (
+    StorageAccessDenied,
+    StorageAlreadyExists,
+    StorageError,
+    StorageNotFound,
+    UnsupportedStorageURL,
+)
+from airflow_sparklag.storage import S3_SCHEMES, ObjectInfo, RequestCounter
+
+_ACCESS_DENIED_CODES = frozenset(
+    {
+        "AccessDenied",
+        "403",
+        "Forbidden",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "AllAccessDisabled",
+        "ExpiredToken",
+        "InvalidToken",
+    }
+)
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+# Servers that do not know conditional writes answer one of these to If-None-Match.
+_CONDITIONAL_WRITE_UNSUPPORTED = frozenset({"NotImplemented", "501", "InvalidArgument"})
+
+
+def split_s3_url(url: str) -> tuple[str, str]:
+    """``s3a://bucket/a/b`` -> ``("bucket", "a/b")``."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in S3_SCHEMES or not parts.netloc:
+        raise UnsupportedStorageURL(
+            f"{url!r} is not an S3 URL; expected s3://bucket/key (also s3a:// or s3n://)"
+        )
+    return parts.netloc, parts.path.lstrip("/")
+
+
+class S3Storage:
+    """Objects in S3 or an S3-compatible store (MinIO, Ceph, ...).
+
+    Example::
+
+        storage = S3Storage(endpoint_url="http://minio:9000", region_name="us-east-1",
+                            aws_access_key_id="...", aws_secret_access_key="...")
+        storage.list_dir("s3a://bucket/checkpoints/orders/offsets")
+
+    Credentials, region and endpoint come from the caller; anything left out falls back to
+    boto3's usual chain (environment, instance profile). A ready ``client`` may be passed
+    instead. Every call has connect/read timeouts and a small retry budget so that a health
+    check never hangs on a dead endpoint.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: Any = None,
+        endpoint_url: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_session_token: str | None = None,
+        region_name: str | None = None,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 20.0,
+        max_attempts: int = 3,
+    ) -> None:
+        self.requests = RequestCounter()
+        self._client = client
+        self._client_options = {
+            "endpoint_url": endpoint_url,
+            "aws_access_key_id": aws_access_key_id,
+            "aws_secret_access_key": aws_secret_access_key,
+            "aws_session_token": aws_session_token,
+            "region_name": region_name,
+        }
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._max_attempts = max_attempts
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            config = Config(
+                connect_timeout=self._connect_timeout,
+                read_timeout=self._read_timeout,
+                retries={"max_attempts": self._max_attempts, "mode": "standard"},
+            )
+            options = self._client_options
+            # A session of our own: boto3's default session is shared and not thread-safe.
+            self._client = boto3.session.Session().client(
+                "s3",
+                config=config,
+                endpoint_url=options["endpoint_url"],
+                aws_access_key_id=options["aws_access_key_id"],
+                aws_secret_access_key=options["aws_secret_access_key"],
+                aws_session_token=options["aws_session_token"],
+                region_name=options["region_name"],
+            )
+        return self._client
+
+    def list_dir(self, path: str) -> list[ObjectInfo]:
+        bucket, key = split_s3_url(path)
+        prefix = key.rstrip("/") + "/" if key.rstrip("/") else ""
+        entries: list[ObjectInfo] = []
+        token: str | None = None
+        while True:
+            # Delimiter="/" returns only direct children: a checkpoint's state/ can hold
+            # 100k objects and must never be walked.
+            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+            if token:
+                kwargs["ContinuationToken"] = token
+            self.requests.add("list")
+            response = self._call(path, "list", self.client.list_objects_v2, **kwargs)
+            for item in response.get("Contents", []):
+                name = item["Key"][len(prefix) :]
+                if not name or "/" in name:  # directory marker objects
+                    continue
+                modified = item.get("LastModified")
+                entries.append(
+                    ObjectInfo(
+                        name=name,
+                        size=int(item.get("Size", 0)),
+                        modified=modified.timestamp() if modified is not None else 0.0,
+                    )
+                )
+            if not response.get("IsTruncated"):
+                return entries
+            token = response.get("NextContinuationToken")
+            if not token:
+                return entries
+
+    def read(self, path: str) -> bytes:
+        bucket, key = split_s3_url(path)
+        self.requests.add("read")
+        response = self._call(path, "read", self.client.get_object, Bucket=bucket, Key=key)
+        body = response["Body"]
+        try:
+            return bytes(body.read())
+        except Exception as exc:  # a reset connection while streaming the body
+            raise StorageError(f"{path}: reading the object body failed: {exc}") from exc
+        finally:
+            body.close()
+
+    def exists(self, path: str) -> bool:
+        bucket, key = split_s3_url(path)
+        self.requests.add("exists")
+        try:
+            self._call(path, "exists", self.client.head_object, Bucket=bucket, Key=key)
+        except _NoSuchBucket:
+            raise
+        except StorageNotFound:
+            return False
+        return True
+
+    def write_atomic(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
+        # A single PUT is atomic on S3: readers see the old object or the new one.
+        bucket, key = split_s3_url(path)
+        if overwrite:
+            self.requests.add("write")
+            self._call(path, "write", self.client.put_object, Bucket=bucket, Key=key, Body=data)
+            return
+        # Check first (some S3-compatible servers ignore If-None-Match), then let the server
+        # enforce it with IfNoneMatch="*" to close the race where the server supports it.
+        if self.exists(path):
+            raise StorageAlreadyExists(f"{path}: already exists; pass overwrite=True to replace it")
+        self.requests.add("write")
+        try:
+            self._call(
+                path,
+                "write",
+                self.client.put_object,
+                Bucket=bucket,
+                Key=key,
+                Body=data,
+                IfNoneMatch="*",
+            )
+        except _ConditionalWriteUnsupported:
+            self.requests.add("write")
+            self._call(path, "write", self.client.put_object, Bucket=bucket, Key=key, Body=data)
+
+    def _call(self, path: str, action: str, method: Any, **kwargs: Any) -> Any:
+        """Run one boto3 call and turn its errors into the package's typed errors."""
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+        try:
+            return method(**kwargs)
+        except ClientError as exc:
+            raise _map_client_error(exc, path, action, kwargs) from exc
+        except NoCredentialsError as exc:
+            raise StorageAccessDenied(
+                f"{path}: no AWS credentials found ({action}); pass aws_access_key_id and "
+                "aws_secret_access_key in s3_options or configure the default credential chain"
+            ) from exc
+        except BotoCoreError as exc:  # connection refused, timeouts, bad endpoint
+            endpoint = self._client_options.get("endpoint_url") or "the S3 endpoint"
+            raise StorageError(
+                f"{path}: {action} failed, could not talk to {endpoint}: {exc}"
+            ) from exc
+
+
+class _NoSuchBucket(StorageNotFound):
+    """The bucket itself is missing: not the same as a missing key for exists()."""
+
+
+class _ConditionalWriteUnsupported(StorageError):
+    """The server rejected If-None-Match; the caller already checked existence."""
+
+
+def _map_client_error(exc: Any, path: str, action: str, kwargs: dict[str, Any]) -> StorageError:
+    error = exc.response.get("Error", {})
+    code = str(error.get("Code", ""))
+    status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+    message = error.get("Message") or code or status
+    bucket = kwargs.get("Bucket", "")
+    if code == "NoSuchBucket":
+        return _NoSuchBucket(
+            f"{path}: bucket {bucket!r} does not exist; check the bucket name and the endpoint"
+        )
+    if code in ("PreconditionFailed", "412") or status == "412":
+        return StorageAlreadyExists(f"{path}: already exists; pass overwrite=True to replace it")
+    if "IfNoneMatch" in kwargs and (code in _CONDITIONAL_WRITE_UNSUPPORTED or status == "501"):
+        return _ConditionalWriteUnsupported(f"{path}: server does not support If-None-Match")
+    if code in _ACCESS_DENIED_CODES or status == "403":
+        hint = ""
+        if action == "exists":
+            # S3 answers 403 rather than 404 for a missing key without s3:ListBucket.
+            hint = " (S3 also answers 403 for a missing key when s3:ListBucket is not granted)"
+        return StorageAccessDenied(
+            f"{path}: access denied ({action}): {message}{hint}; check the credentials and "
+            f"the bucket/IAM policy for s3:GetObject and s3:ListBucket on {bucket!r}"
+        )
+    if code in _NOT_FOUND_CODES or status == "404":
+        return StorageNotFound(f"{path}: no such object ({action})")
+    return StorageError(f"{path}: {action} failed: {code or status}: {message}")

@@ -1,0 +1,296 @@
+"""HDFS backend over the WebHDFS REST API (``hdfs://`` and ``webhdfs://`` URLs).
+
+Uses ``requests`` directly (imported on first use) so that there is no JVM or libhdfs to install;
+every call has a timeout. Simple authentication only (``user.name``); Kerberos/SPNEGO is not
+supported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+from airflow_sparklag.errors import (
+    StorageAccessDenied,
+    StorageAlreadyExists,
+    StorageError,
+    StorageNotFound,
+    UnsupportedStorageURL,
+)
+from airflow_sparklag.storage import HDFS_SCHEMES, ObjectInfo, RequestCounter
+
+DEFAULT_HTTP_PORT = 9870  # dfs.namenode.http-address since Hadoop 3
+# Exceptions a NameNode returns when another NameNode should be asked instead.
+_TRY_NEXT_NAMENODE = frozenset({"StandbyException", "RetriableException", "ObserverRetryOnActive"})
+_NOT_FOUND = frozenset({"FileNotFoundException"})
+_ACCESS_DENIED = frozenset({"AccessControlException", "SecurityException"})
+_ALREADY_EXISTS = frozenset({"FileAlreadyExistsException"})
+
+
+def hdfs_path(url: str) -> str:
+    """``hdfs://nn:8020/a/b`` -> ``/a/b``; a bare ``/a/b`` is returned as is."""
+    if "://" not in url:
+        return url
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in HDFS_SCHEMES:
+        raise UnsupportedStorageURL(f"{url!r} is not an hdfs:// or webhdfs:// URL")
+    return parts.path or "/"
+
+
+def namenode_url_for(location: str) -> str:
+    """The WebHDFS HTTP URL implied by a checkpoint URL.
+
+    ``webhdfs://host:port`` already names the HTTP port; ``hdfs://host:port`` names the RPC
+    port, so the HTTP URL is ``http://host:9870``.
+    """
+    parts = urlsplit(location)
+    if not parts.hostname:
+        raise UnsupportedStorageURL(
+            f"{location!r} has no NameNode host; pass webhdfs_options={{'url': "
+            "'http://namenode:9870'}} (or a list of NameNode URLs for HA)"
+        )
+    if parts.scheme.lower() == "webhdfs":
+        return f"http://{parts.hostname}:{parts.port or DEFAULT_HTTP_PORT}"
+    return f"http://{parts.hostname}:{DEFAULT_HTTP_PORT}"
+
+
+class _TryNextNameNode(Exception):
+    """This NameNode is down or standby."""
+
+
+class WebHDFSStorage:
+    """Files in HDFS through WebHDFS, with NameNode HA fail-over.
+
+    Example::
+
+        storage = WebHDFSStorage(["http://nn1:9870", "http://nn2:9870"], user="spark")
+        storage.list_dir("hdfs://cluster/checkpoints/orders/offsets")
+
+    With several NameNode URLs, a connection error or a ``StandbyException`` moves on to the
+    next one; the NameNode that answered is tried first next time.
+    """
+
+    def __init__(
+        self,
+        namenode_urls: str | list[str],
+        *,
+        user: str | None = None,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 30.0,
+    ) -> None:
+        urls = [namenode_urls] if isinstance(namenode_urls, str) else list(namenode_urls)
+        if not urls:
+            raise UnsupportedStorageURL("WebHDFS needs at least one NameNode URL")
+        self.namenode_urls = [url.rstrip("/") for url in urls]
+        self.user = user
+        self.timeout = (connect_timeout, read_timeout)
+        self.requests = RequestCounter()
+        self._active = 0
+        self._session: Any = None
+
+    @classmethod
+    def for_url(
+        cls,
+        location: str,
+        /,
+        *,
+        url: str | list[str] | None = None,
+        user: str | None = None,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 30.0,
+    ) -> WebHDFSStorage:
+        """Backend for a checkpoint URL; ``url`` (NameNode HTTP URL or list) overrides the host."""
+        return cls(
+            url if url else namenode_url_for(location),
+            user=user,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+        )
+
+    # -- Storage interface -------------------------------------------------------------------
+
+    def list_dir(self, path: str) -> list[ObjectInfo]:
+        self.requests.add("list")
+        try:
+            response = self._namenode("GET", path, "LISTSTATUS")
+        except StorageNotFound:
+            return []
+        statuses = response.json().get("FileStatuses", {}).get("FileStatus", [])
+        return [
+            ObjectInfo(
+                name=status["pathSuffix"],
+                size=int(status.get("length", 0)),
+                modified=int(status.get("modificationTime", 0)) / 1000.0,
+            )
+            for status in statuses
+            if status.get("type") == "FILE" and status.get("pathSuffix")
+        ]
+
+    def read(self, path: str) -> bytes:
+        self.requests.add("read")
+        # OPEN answers with a redirect to a DataNode; follow it ourselves so that a DataNode
+        # failure is reported as such and not mistaken for a dead NameNode.
+        response = self._namenode("GET", path, "OPEN", allow_redirects=False)
+        location = _redirect_target(response)
+        if location is None:
+            return bytes(response.content)
+        data_response = self._datanode("GET", location, path, "read")
+        return bytes(data_response.content)
+
+    def exists(self, path: str) -> bool:
+        self.requests.add("exists")
+        try:
+            self._namenode("GET", path, "GETFILESTATUS")
+        except StorageNotFound:
+            return False
+        return True
+
+    def write_atomic(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
+        self.requests.add("write")
+        target = hdfs_path(path)
+        directory, _, name = target.rpartition("/")
+        temp = f"{directory}/.{name}.{uuid.uuid4().hex}.tmp"
+        response = self._namenode(
+            "PUT", temp, "CREATE", {"overwrite": "false"}, allow_redirects=False
+        )
+        location = _redirect_target(response)
+        if location is not None:
+            self._datanode("PUT", location, path, "write", data=data)
+        try:
+            # rename2 (any renameoptions value) is atomic and, without OVERWRITE, fails with
+            # FileAlreadyExistsException instead of returning false like plain RENAME.
+            self._namenode(
+                "PUT",
+                temp,
+                "RENAME",
+                {"destination": target, "renameoptions": "OVERWRITE" if overwrite else "NONE"},
+            )
+        except StorageAlreadyExists:
+            self._delete_quietly(temp)
+            raise StorageAlreadyExists(
+                f"{path}: already exists; pass overwrite=True to replace it"
+            ) from None
+        except StorageError:
+            self._delete_quietly(temp)
+            raise
+
+    # -- HTTP plumbing -----------------------------------------------------------------------
+
+    @property
+    def session(self) -> Any:
+        if self._session is None:
+            import requests
+
+            self._session = requests.Session()
+        return self._session
+
+    def _namenode(
+        self,
+        method: str,
+        path: str,
+        op: str,
+        params: dict[str, str] | None = None,
+        *,
+        allow_redirects: bool = True,
+    ) -> Any:
+        """Send one operation to the active NameNode, failing over to the others."""
+        query = {"op": op, **(params or {})}
+        if self.user:
+            query["user.name"] = self.user
+        hdfs_file = hdfs_path(path)
+        failures: list[str] = []
+        count = len(self.namenode_urls)
+        for attempt in range(count):
+            index = (self._active + attempt) % count
+            base = self.namenode_urls[index]
+            try:
+                url = f"{base}/webhdfs/v1{hdfs_file}"
+                response = self._send(method, url, query, allow_redirects)
+                _raise_for_status(response, path, op)
+            except _TryNextNameNode as exc:
+                failures.append(f"{base}: {exc}")
+                continue
+            self._active = index
+            return response
+        raise StorageError(
+            f"{path}: {op} failed on every NameNode ({'; '.join(failures)}); check that HDFS "
+            "is up and webhdfs_options['url'] lists the NameNodes' HTTP addresses"
+        )
+
+    def _datanode(self, method: str, url: str, path: str, action: str, data: bytes = b"") -> Any:
+        try:
+            response = self._send(method, url, None, True, data=data if method == "PUT" else None)
+        except _TryNextNameNode as exc:
+            raise StorageError(f"{path}: {action} failed at DataNode {url}: {exc}") from exc
+        try:
+            _raise_for_status(response, path, action)
+        except _TryNextNameNode as exc:
+            raise StorageError(f"{path}: {action} failed at DataNode {url}: {exc}") from exc
+        return response
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        params: dict[str, str] | None,
+        allow_redirects: bool,
+        data: bytes | None = None,
+    ) -> Any:
+        import requests
+
+        headers = {"Content-Type": "application/octet-stream"} if data is not None else None
+        try:
+            return self.session.request(
+                method,
+                url,
+                params=params,
+                data=data,
+                headers=headers,
+                timeout=self.timeout,
+                allow_redirects=allow_redirects,
+            )
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            raise _TryNextNameNode(f"{type(exc).__name__}: {exc}") from exc
+        except requests.RequestException as exc:
+            raise StorageError(f"{url}: request failed: {exc}") from exc
+
+    def _delete_quietly(self, path: str) -> None:
+        # A leftover dot-file temp is ignored by every reader, so a failed cleanup is harmless.
+        with contextlib.suppress(StorageError):
+            self._namenode("DELETE", path, "DELETE")
+
+
+def _redirect_target(response: Any) -> str | None:
+    if response.status_code in (301, 302, 303, 307, 308):
+        return str(response.headers["Location"])
+    if response.status_code == 200 and "json" in response.headers.get("Content-Type", ""):
+        location = response.json().get("Location")  # the noredirect=true form
+        return str(location) if location else None
+    return None
+
+
+def _raise_for_status(response: Any, path: str, op: str) -> None:
+    """Map WebHDFS's RemoteException JSON to typed errors."""
+    if response.status_code < 400:
+        return
+    try:
+        remote = response.json().get("RemoteException", {})
+    except ValueError:
+        remote = {}
+    exception = str(remote.get("exception", ""))
+    message = str(remote.get("message", "")).splitlines()[0] if remote.get("message") else ""
+    detail = f"{exception}: {message}" if exception else f"HTTP {response.status_code}"
+    if exception in _TRY_NEXT_NAMENODE:
+        raise _TryNextNameNode(detail)
+    if exception in _NOT_FOUND or response.status_code == 404:
+        raise StorageNotFound(f"{path}: no such file ({op}: {detail})")
+    if exception in _ACCESS_DENIED or response.status_code in (401, 403):
+        raise StorageAccessDenied(
+            f"{path}: access denied ({op}: {detail}); check webhdfs_options['user'] and the "
+            "HDFS permissions of the checkpoint directory"
+        )
+    if exception in _ALREADY_EXISTS:
+        raise StorageAlreadyExists(f"{path}: already exists ({op})")
+    raise StorageError(f"{path}: {op} failed: {detail}")
