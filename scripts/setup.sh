@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh machine: Python virtualenv with the package and its dev extras,
+# and the test bed's jars (Kafka, Spark's Kafka connector, s3a, HDFS MiniCluster) from Maven
+# Central into a cache. A second run downloads nothing and takes a few seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+CACHE="${SPARKLAG_CACHE:-$HOME/.cache/sparklag}"
+VENV="${SPARKLAG_VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+
+need() { command -v "$1" >/dev/null 2>&1 || { echo "setup: '$1' is required ($2)" >&2; exit 1; }; }
+need "$PYTHON" "Python >= 3.10"
+need java "Java 17: apt-get update && apt-get install -y openjdk-17-jdk-headless"
+need mvn "Maven: apt-get update && apt-get install -y maven"
+
+# --- Python ------------------------------------------------------------------------------------
+stamp_py="$VENV/.sparklag-installed"
+want_py=$(cat pyproject.toml constraints.txt 2>/dev/null | sha256sum | cut -c1-16)
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating virtualenv $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+if [ "$(cat "$stamp_py" 2>/dev/null)" != "$want_py" ]; then
+  echo "setup: installing Python packages (pip cache makes repeats fast)"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q -c constraints.txt -e '.[dev]'
+  echo "$want_py" > "$stamp_py"
+fi
+
+# --- jars ----------------------------------------------------------------------------------------
+for component in kafka spark-kafka s3a hdfs; do
+  pom="testbed/jars/$component/pom.xml"
+  dir="$CACHE/jars/$component"
+  want=$(sha256sum "$pom" | cut -c1-16)
+  if [ "$(cat "$dir/.complete" 2>/dev/null)" != "$want" ]; then
+    echo "setup: fetching $component jars into $dir"
+    rm -rf "$dir.partial"
+    mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
+      -DoutputDirectory="$dir.partial" >"$CACHE/mvn-$component.log" 2>&1 || {
+        echo "setup: Maven could not fetch $component jars; log $CACHE/mvn-$component.log:" >&2
+        tail -n 20 "$CACHE/mvn-$component.log" >&2; exit 1; }
+    echo "$want" > "$dir.partial/.complete"
+    rm -rf "$dir" && mv "$dir.partial" "$dir"
+  fi
+done
+echo "setup: ready in $(( $(date +%s) - start ))s (venv $VENV, jars $CACHE/jars)"

@@ -1,0 +1,85 @@
+"""A real S3 HTTP API on 127.0.0.1: moto's server, run as its own process."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from testbed.process import Process, free_port
+
+ACCESS_KEY = "testbed-access-key"
+SECRET_KEY = "testbed-secret-key"
+REGION = "us-east-1"
+
+
+class S3Server:
+    """moto_server on an ephemeral port; `endpoint` is its URL, `client()` a boto3 client.
+
+    >>> s3 = S3Server(Path("/tmp/s3")).start()
+    >>> s3.client().create_bucket(Bucket="checkpoints")
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.process: Process | None = None
+
+    def start(self, timeout: float = 60.0) -> S3Server:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.process = Process(
+            "moto-s3",
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            self.workdir / "moto.log",
+        )
+        self.process.wait_ready(self._answers, timeout, f"S3 ListBuckets on {self.endpoint}")
+        return self
+
+    def _answers(self) -> bool:
+        self.client().list_buckets()
+        return True
+
+    @property
+    def options(self) -> dict:
+        """The `s3_options` our storage layer takes."""
+        return {
+            "endpoint_url": self.endpoint,
+            "aws_access_key_id": ACCESS_KEY,
+            "aws_secret_access_key": SECRET_KEY,
+            "region_name": REGION,
+        }
+
+    def client(self):  # type: ignore[no-untyped-def]
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            config=Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 2}),
+            **self.options,
+        )
+
+    def spark_conf(self) -> dict[str, str]:
+        """Hadoop s3a settings for Spark (prefix them with spark.hadoop.)."""
+        return {
+            "fs.s3a.endpoint": self.endpoint,
+            "fs.s3a.endpoint.region": REGION,
+            "fs.s3a.path.style.access": "true",
+            "fs.s3a.connection.ssl.enabled": "false",
+            "fs.s3a.access.key": ACCESS_KEY,
+            "fs.s3a.secret.key": SECRET_KEY,
+            "fs.s3a.aws.credentials.provider": (
+                "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+            ),
+            "fs.s3a.change.detection.mode": "none",
+            "fs.s3a.change.detection.version.required": "false",
+            "fs.s3a.multiobjectdelete.enable": "false",
+            "fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+            "fs.s3a.attempts.maximum": "3",
+            "fs.s3a.retry.limit": "3",
+            "fs.s3a.connection.timeout": "10000",
+        }
+
+    def stop(self) -> None:
+        if self.process:
+            self.process.stop()
