@@ -1,0 +1,414 @@
+"""Lag of a Spark query: its last committed Kafka offsets against the live log, per partition.
+
+`compute_lag()` is pure: a `CheckpointState` (what the job processed and planned) plus a
+`KafkaSnapshot` (what the log holds) give a `LagReport`. Every report class is a frozen dataclass
+whose `to_dict()` survives `json.dumps` (XCom, `--json`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow_sparklag.timelag import tables_from_history
+
+if TYPE_CHECKING:
+    from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
+    from airflow_sparklag.kafka import KafkaSnapshot
+
+
+def json_safe(value: Any) -> Any:
+    """`value` turned into JSON types: dataclasses and mappings become dicts with string keys,
+    tuples/sets become lists (sets sorted), NaN and infinities become None."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: json_safe(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return [json_safe(v) for v in sorted(value, key=str)]
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "value") and hasattr(value, "name") and not isinstance(value, type):
+        return json_safe(value.value)  # enums
+    return value
+
+
+class _ToDict:
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict of every field (`json.dumps(obj.to_dict())` always works)."""
+        result = json_safe(self)
+        assert isinstance(result, dict)
+        return result
+
+
+@dataclass(frozen=True)
+class PartitionLag(_ToDict):
+    """Lag of one partition for one source.
+
+    `lag` counts records still to read: reference offset - committed offset, where the reference
+    is the last stable offset under read_committed and the log end otherwise; never negative
+    (`ahead_of_log` flags a committed offset beyond the log end instead). For a partition that
+    Kafka has and the checkpoint lacks (`new_partition`) Spark will read from the log start, so
+    the lag is counted from there.
+
+    >>> p = PartitionLag("orders", 0, committed_offset=90, planned_offset=None,
+    ...                  log_start_offset=0, log_end_offset=100, last_stable_offset=None,
+    ...                  lag=10, lag_seconds=4.5)
+    >>> p.to_dict()["lag"]
+    10
+    """
+
+    topic: str
+    partition: int
+    committed_offset: int | None
+    planned_offset: int | None  # offset the in-flight batch will reach, if one is running
+    log_start_offset: int | None
+    log_end_offset: int | None
+    last_stable_offset: int | None
+    lag: int
+    lag_seconds: float | None  # None = unknown
+    new_partition: bool = False
+    removed_partition: bool = False
+    data_loss: bool = False
+    records_lost: int = 0
+    ahead_of_log: bool = False
+    # Committed offset at each batch of LagReport.history (oldest first); None where absent.
+    offset_history: tuple[int | None, ...] = ()
+
+
+@dataclass(frozen=True)
+class TopicLag(_ToDict):
+    """Totals of one topic of one source. `missing` = the topic is gone from the cluster.
+
+    >>> TopicLag("orders", missing=True, partitions=()).lag
+    0
+    """
+
+    topic: str
+    missing: bool
+    partitions: tuple[PartitionLag, ...]
+    lag: int = 0
+    max_lag: int = 0
+    max_lag_partition: int | None = None
+    max_lag_seconds: float | None = None  # largest KNOWN lag_seconds; None when none is known
+
+
+@dataclass(frozen=True)
+class SourceLag(_ToDict):
+    """One source of the query. Non-Kafka sources are listed with `is_kafka=False` and no topics.
+
+    >>> SourceLag("0", "other", is_kafka=False, topics=()).lag
+    0
+    """
+
+    source_id: str
+    kind: str  # "kafka" | "other" | "none" (no offset yet)
+    is_kafka: bool
+    topics: tuple[TopicLag, ...]
+    lag: int = 0
+
+
+@dataclass(frozen=True)
+class InFlightBatch(_ToDict):
+    """A planned batch (offsets/L with L > C) whose commit is not written yet.
+
+    >>> InFlightBatch(8, started_at=100.0, age_seconds=3.0, planned_records=50).batch_id
+    8
+    """
+
+    batch_id: int
+    started_at: float | None  # epoch seconds (offsets/L modified time, else its batchTimestampMs)
+    age_seconds: float | None
+    planned_records: int  # records between the committed and the planned offsets
+    # source id -> topic -> partition -> planned offset
+    planned_offsets: Mapping[str, Mapping[str, Mapping[int, int]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HistoryBatch(_ToDict):
+    """A retained committed batch: the x-axis of PartitionLag.offset_history."""
+
+    batch_id: int
+    timestamp_ms: int | None
+
+
+@dataclass(frozen=True)
+class LagReport(_ToDict):
+    """Everything known about a query's lag at `generated_at`.
+
+    Rates are records per second summed over all Kafka partitions of all sources.
+    `production_rate` is an UPPER bound (the log end at the oldest retained batch is only known
+    to be at least that batch's offset), so `catch_up_seconds` errs on the long side.
+
+    >>> report = compute_lag(state, snapshot)                 # doctest: +SKIP
+    >>> report.total_lag, report.max_lag_seconds              # doctest: +SKIP
+    (1200, 35.2)
+    """
+
+    location: str
+    query_id: str | None
+    committed_batch_id: int | None
+    committed_at: float | None  # epoch seconds
+    commit_age_seconds: float | None
+    in_flight: InFlightBatch | None
+    sources: tuple[SourceLag, ...]
+    history: tuple[HistoryBatch, ...]
+    consumption_rate: float | None
+    production_rate: float | None
+    catch_up_seconds: float | None
+    time_lag_mode: str  # "estimate" (interpolated from history) | "exact" (record timestamps)
+    read_committed: bool
+    kafka_fetched_at: float
+    kafka_cluster_id: str | None
+    missing_topics: tuple[str, ...]
+    generated_at: float
+    continuous: bool
+    total_lag: int
+    max_lag: int
+    max_lag_topic: str | None
+    max_lag_partition: int | None
+    max_lag_seconds: float | None
+
+    @property
+    def kafka_sources(self) -> tuple[SourceLag, ...]:
+        return tuple(s for s in self.sources if s.is_kafka)
+
+    def partitions(self) -> Iterator[PartitionLag]:
+        """Every partition of every Kafka source."""
+        for source in self.sources:
+            for topic in source.topics:
+                yield from topic.partitions
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _kafka_offsets(batch: BatchOffsets | None) -> dict[str, Mapping[str, Mapping[int, int]]]:
+    """source id -> topic -> partition -> offset, Kafka sources only."""
+    if batch is None:
+        return {}
+    return {
+        s.source_id: s.kafka for s in batch.sources if s.kind == "kafka" and s.kafka is not None
+    }
+
+
+def _rates(
+    series: list[BatchOffsets],
+    ref_ends: Mapping[str, Mapping[int, int]],
+    fetched_at: float,
+) -> tuple[float | None, float | None]:
+    """(consumption rate, production-rate upper bound) over the retained history."""
+    timed = [b for b in series if b.batch_timestamp_ms is not None]
+    if not timed:
+        return None, None
+    first, last = timed[0], timed[-1]
+    first_offsets, last_offsets = _kafka_offsets(first), _kafka_offsets(last)
+    t_first = (first.batch_timestamp_ms or 0) / 1000.0
+    t_last = (last.batch_timestamp_ms or 0) / 1000.0
+    consumed = produced = 0
+    for source_id, topics in first_offsets.items():
+        for topic, parts in topics.items():
+            for partition, start in parts.items():
+                end = last_offsets.get(source_id, {}).get(topic, {}).get(partition)
+                if end is not None:
+                    consumed += end - start
+                now_end = ref_ends.get(topic, {}).get(partition)
+                if now_end is not None and now_end >= start:
+                    produced += now_end - start
+    consumption = consumed / (t_last - t_first) if t_last > t_first and consumed >= 0 else None
+    production = produced / (fetched_at - t_first) if fetched_at > t_first else None
+    return _finite(consumption), _finite(production)
+
+
+def compute_lag(
+    state: CheckpointState,
+    snapshot: KafkaSnapshot,
+    *,
+    now: float | None = None,
+    read_committed: bool = False,
+    record_timestamps: Mapping[tuple[str, int], int | None] | None = None,
+) -> LagReport:
+    """Lag of the query in `state` against the log in `snapshot`.
+
+    `record_timestamps` (exact time-lag mode) maps (topic, partition) to the timestamp in ms of
+    the record at the committed offset (at the log start for a new partition); without it
+    `lag_seconds` is interpolated from the checkpoint's history (`timelag.OffsetTimeTable`).
+
+    >>> report = compute_lag(state, snapshot, read_committed=True)   # doctest: +SKIP
+    >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
+    """
+    now = time.time() if now is None else now
+    now_ms = now * 1000.0
+    committed = state.committed
+    exact = record_timestamps is not None
+
+    ref_ends: dict[str, dict[int, int]] = {}
+    for topic, kafka_parts in snapshot.partitions.items():
+        ref_ends[topic] = {}
+        for partition, po in kafka_parts.items():
+            # Under read_committed Spark stops at the LSO: measuring against the high watermark
+            # would show a permanent lag on transactional topics.
+            lso = po.last_stable
+            ref_ends[topic][partition] = lso if read_committed and lso is not None else po.log_end
+
+    # Retained committed batches, oldest first, ending at offsets/C.
+    series = sorted(
+        (b for b in state.history if committed is None or b.batch_id <= committed.batch_id),
+        key=lambda b: b.batch_id,
+    )
+    if committed is not None and (not series or series[-1].batch_id != committed.batch_id):
+        series.append(committed)
+    tables = tables_from_history(series, ref_ends, snapshot.fetched_at * 1000.0)
+    planned = _kafka_offsets(state.in_flight)
+    series_offsets = [_kafka_offsets(b) for b in series]
+
+    def partition_lag(
+        source_id: str, topic: str, partition: int, committed_offset: int | None
+    ) -> PartitionLag:
+        po = snapshot.partitions.get(topic, {}).get(partition)
+        planned_offset = planned.get(source_id, {}).get(topic, {}).get(partition)
+        history = tuple(
+            offs.get(source_id, {}).get(topic, {}).get(partition) for offs in series_offsets
+        )
+        if po is None:
+            return PartitionLag(
+                topic, partition, committed_offset, planned_offset, None, None, None, 0, None,
+                removed_partition=topic not in snapshot.missing_topics,
+                offset_history=history,
+            )  # fmt: skip
+        ref = ref_ends[topic][partition]
+        last_stable = po.last_stable if read_committed else None
+        new = committed_offset is None
+        position = po.log_start if new else committed_offset
+        assert position is not None
+        lag = max(0, ref - position)
+        lag_seconds: float | None
+        if lag == 0:
+            lag_seconds = 0.0
+        elif exact:
+            assert record_timestamps is not None
+            ts = record_timestamps.get((topic, partition))
+            lag_seconds = None if ts is None else max(0.0, (now_ms - ts) / 1000.0)
+        else:
+            lag_seconds = tables[topic][partition].lag_seconds(position, now_ms)
+        data_loss = not new and position < po.log_start
+        return PartitionLag(
+            topic=topic,
+            partition=partition,
+            committed_offset=committed_offset,
+            planned_offset=planned_offset,
+            log_start_offset=po.log_start,
+            log_end_offset=po.log_end,
+            last_stable_offset=last_stable,
+            lag=lag,
+            lag_seconds=_finite(lag_seconds),
+            new_partition=new,
+            data_loss=data_loss,
+            records_lost=po.log_start - position if data_loss else 0,
+            ahead_of_log=not new and position > po.log_end,
+            offset_history=history,
+        )
+
+    sources: list[SourceLag] = []
+    for source in committed.sources if committed is not None else ():
+        if source.kind != "kafka" or source.kafka is None:
+            sources.append(SourceLag(source.source_id, source.kind, False, ()))
+            continue
+        topics: list[TopicLag] = []
+        for topic in sorted(source.kafka):
+            stored = source.kafka[topic]
+            missing = topic in snapshot.missing_topics or topic not in snapshot.partitions
+            in_kafka = set() if missing else set(snapshot.partitions[topic])
+            lags = tuple(
+                partition_lag(source.source_id, topic, p, stored.get(p))
+                for p in sorted(set(stored) | in_kafka)
+            )
+            worst = max(lags, key=lambda pl: pl.lag, default=None)
+            known_seconds = [pl.lag_seconds for pl in lags if pl.lag_seconds is not None]
+            topics.append(
+                TopicLag(
+                    topic=topic,
+                    missing=missing,
+                    partitions=lags,
+                    lag=sum(pl.lag for pl in lags),
+                    max_lag=worst.lag if worst else 0,
+                    max_lag_partition=worst.partition if worst and worst.lag > 0 else None,
+                    max_lag_seconds=max(known_seconds) if known_seconds else None,
+                )
+            )
+        sources.append(
+            SourceLag(source.source_id, "kafka", True, tuple(topics), sum(t.lag for t in topics))
+        )
+
+    all_parts = [p for s in sources for t in s.topics for p in t.partitions]
+    worst_part = max(all_parts, key=lambda pl: pl.lag, default=None)
+    known = [p.lag_seconds for p in all_parts if p.lag_seconds is not None]
+    total_lag = sum(s.lag for s in sources)
+
+    committed_at = state.commit_modified
+    if committed_at is None and committed is not None and committed.batch_timestamp_ms:
+        committed_at = committed.batch_timestamp_ms / 1000.0
+
+    in_flight = None
+    if state.in_flight is not None:
+        batch = state.in_flight
+        started = batch.modified
+        if started is None and batch.batch_timestamp_ms is not None:
+            started = batch.batch_timestamp_ms / 1000.0
+        committed_offsets = _kafka_offsets(committed)
+        planned_records = 0
+        for source_id, topic_parts in planned.items():
+            for topic, planned_parts in topic_parts.items():
+                for partition, offset in planned_parts.items():
+                    base = committed_offsets.get(source_id, {}).get(topic, {}).get(partition)
+                    if base is not None and offset > base:
+                        planned_records += offset - base
+        in_flight = InFlightBatch(
+            batch_id=batch.batch_id,
+            started_at=started,
+            age_seconds=None if started is None else max(0.0, now - started),
+            planned_records=planned_records,
+            planned_offsets={
+                sid: {t: dict(ps) for t, ps in tps.items()} for sid, tps in planned.items()
+            },
+        )
+
+    consumption, production = _rates(series, ref_ends, snapshot.fetched_at)
+    catch_up: float | None = None
+    if total_lag == 0 and sources:
+        catch_up = 0.0
+    elif consumption is not None and production is not None and consumption > production:
+        catch_up = total_lag / (consumption - production)
+
+    return LagReport(
+        location=state.location,
+        query_id=state.query_id,
+        committed_batch_id=state.committed_batch_id,
+        committed_at=committed_at,
+        commit_age_seconds=None if committed_at is None else max(0.0, now - committed_at),
+        in_flight=in_flight,
+        sources=tuple(sources),
+        history=tuple(HistoryBatch(b.batch_id, b.batch_timestamp_ms) for b in series),
+        consumption_rate=consumption,
+        production_rate=production,
+        catch_up_seconds=_finite(catch_up),
+        time_lag_mode="exact" if exact else "estimate",
+        read_committed=read_committed,
+        kafka_fetched_at=snapshot.fetched_at,
+        kafka_cluster_id=snapshot.cluster_id,
+        missing_topics=tuple(sorted({t.topic for s in sources for t in s.topics if t.missing})),
+        generated_at=now,
+        continuous=bool(state.continuous),
+        total_lag=total_lag,
+        max_lag=worst_part.lag if worst_part else 0,
+        max_lag_topic=worst_part.topic if worst_part and worst_part.lag > 0 else None,
+        max_lag_partition=worst_part.partition if worst_part and worst_part.lag > 0 else None,
+        max_lag_seconds=max(known) if known else None,
+    )

@@ -1,0 +1,373 @@
+"""compute_lag(): per-partition lag, flags, in-flight batch, rates and JSON safety."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
+from airflow_sparklag.lag import LagReport, compute_lag
+
+try:
+    from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
+except ImportError:  # checkpoint.py is written in parallel; same fields as the contract
+
+    @dataclass(frozen=True)
+    class SourceOffset:  # type: ignore[no-redef]
+        source_id: str
+        kind: str
+        kafka: Mapping[str, Mapping[int, int]] | None
+        raw: str
+
+    @dataclass(frozen=True)
+    class BatchOffsets:  # type: ignore[no-redef]
+        batch_id: int
+        version: int
+        batch_timestamp_ms: int | None
+        watermark_ms: int | None
+        conf: Mapping[str, str]
+        sources: tuple[SourceOffset, ...]
+        modified: float | None
+
+    @dataclass(frozen=True)
+    class CheckpointState:  # type: ignore[no-redef]
+        location: str
+        query_id: str | None
+        committed_batch_id: int | None
+        committed: BatchOffsets | None
+        commit_modified: float | None
+        in_flight: BatchOffsets | None
+        history: tuple[BatchOffsets, ...]
+        offsets_ids: tuple[int, ...]
+        commit_ids: tuple[int, ...]
+        continuous: bool
+
+
+NOW = 1_700_000_100.0  # epoch seconds
+
+
+def kafka_source(offsets: dict[str, dict[int, int]], source_id: str = "0") -> SourceOffset:
+    return SourceOffset(source_id, "kafka", offsets, json.dumps(offsets))
+
+
+def batch(
+    batch_id: int,
+    offsets: dict[str, dict[int, int]] | None,
+    ts: float | None,
+    *,
+    extra: tuple[SourceOffset, ...] = (),
+    modified: float | None = None,
+) -> BatchOffsets:
+    sources = (kafka_source(offsets),) if offsets is not None else ()
+    ts_ms = None if ts is None else int(ts * 1000)
+    return BatchOffsets(batch_id, 1, ts_ms, 0, {}, sources + extra, modified)
+
+
+def state(
+    history: list[BatchOffsets],
+    *,
+    in_flight: BatchOffsets | None = None,
+    commit_modified: float | None = None,
+    continuous: bool = False,
+) -> CheckpointState:
+    committed = history[-1] if history else None
+    ids = [b.batch_id for b in history]
+    return CheckpointState(
+        location="s3://bucket/ckpt",
+        query_id="q-1",
+        committed_batch_id=committed.batch_id if committed else None,
+        committed=committed,
+        commit_modified=commit_modified,
+        in_flight=in_flight,
+        history=tuple(history),
+        offsets_ids=tuple(ids + ([in_flight.batch_id] if in_flight else [])),
+        commit_ids=tuple(ids),
+        continuous=continuous,
+    )
+
+
+def snapshot(
+    parts: dict[str, dict[int, tuple[int, int] | tuple[int, int, int]]],
+    *,
+    missing: frozenset[str] = frozenset(),
+    fetched_at: float = NOW,
+) -> KafkaSnapshot:
+    return KafkaSnapshot(
+        partitions={
+            topic: {
+                p: PartitionOffsets(v[0], v[1], v[2] if len(v) == 3 else None)  # type: ignore[misc]
+                for p, v in ps.items()
+            }
+            for topic, ps in parts.items()
+        },
+        missing_topics=missing,
+        fetched_at=fetched_at,
+        cluster_id="cluster-1",
+    )
+
+
+def only_partition(report: LagReport, topic: str = "t", partition: int = 0) -> Any:
+    return next(p for p in report.partitions() if (p.topic, p.partition) == (topic, partition))
+
+
+def assert_json_safe(report: LagReport) -> dict[str, Any]:
+    text = json.dumps(report.to_dict(), allow_nan=False)
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+# -- records -----------------------------------------------------------------------------------
+
+
+def test_lag_is_log_end_minus_committed() -> None:
+    st = state([batch(0, {"t": {0: 90, 1: 40}}, NOW - 10)])
+    report = compute_lag(st, snapshot({"t": {0: (0, 100), 1: (0, 40)}}), now=NOW)
+    assert only_partition(report, "t", 0).lag == 10
+    assert only_partition(report, "t", 1).lag == 0
+    assert report.total_lag == 10
+    assert (report.max_lag, report.max_lag_topic, report.max_lag_partition) == (10, "t", 0)
+    topic = report.sources[0].topics[0]
+    assert (topic.lag, topic.max_lag, topic.max_lag_partition) == (10, 10, 0)
+
+
+def test_read_committed_measures_against_last_stable_offset() -> None:
+    st = state([batch(0, {"t": {0: 95}}, NOW - 10)])
+    snap = snapshot({"t": {0: (0, 100, 95)}})  # open transaction: LSO 95, HWM 100
+    assert compute_lag(st, snap, now=NOW, read_committed=True).total_lag == 0
+    assert compute_lag(st, snap, now=NOW, read_committed=False).total_lag == 5
+    p = only_partition(compute_lag(st, snap, now=NOW, read_committed=True))
+    assert (p.last_stable_offset, p.log_end_offset) == (95, 100)
+
+
+def test_ahead_of_log_is_flagged_not_negative() -> None:
+    st = state([batch(0, {"t": {0: 500}}, NOW - 10)])
+    report = compute_lag(st, snapshot({"t": {0: (0, 30)}}), now=NOW)
+    p = only_partition(report)
+    assert p.ahead_of_log and p.lag == 0
+    assert report.total_lag == 0
+
+
+def test_data_loss_counts_records_lost() -> None:
+    st = state([batch(0, {"t": {0: 10}}, NOW - 10)])
+    p = only_partition(compute_lag(st, snapshot({"t": {0: (25, 100)}}), now=NOW))
+    assert p.data_loss and p.records_lost == 15
+    assert p.lag == 90
+
+
+def test_committed_equal_to_log_start_is_not_data_loss() -> None:
+    st = state([batch(0, {"t": {0: 25}}, NOW - 10)])
+    p = only_partition(compute_lag(st, snapshot({"t": {0: (25, 100)}}), now=NOW))
+    assert not p.data_loss and p.records_lost == 0
+
+
+def test_new_partition_lag_counts_from_log_start() -> None:
+    st = state([batch(0, {"t": {0: 100}}, NOW - 10)])
+    report = compute_lag(st, snapshot({"t": {0: (0, 100), 1: (20, 70)}}), now=NOW)
+    p = only_partition(report, "t", 1)
+    assert p.new_partition and p.committed_offset is None
+    assert p.lag == 50
+    assert report.total_lag == 50
+
+
+def test_removed_partition_is_flagged_with_zero_lag() -> None:
+    st = state([batch(0, {"t": {0: 100, 5: 7}}, NOW - 10)])
+    p = only_partition(compute_lag(st, snapshot({"t": {0: (0, 100)}}), now=NOW), "t", 5)
+    assert p.removed_partition and p.lag == 0 and p.log_end_offset is None
+
+
+def test_missing_topic() -> None:
+    st = state([batch(0, {"t": {0: 100}, "gone": {0: 3}}, NOW - 10)])
+    snap = snapshot({"t": {0: (0, 100)}}, missing=frozenset({"gone"}))
+    report = compute_lag(st, snap, now=NOW)
+    assert report.missing_topics == ("gone",)
+    gone = next(t for t in report.sources[0].topics if t.topic == "gone")
+    assert gone.missing
+    assert not gone.partitions[0].removed_partition
+    assert_json_safe(report)
+
+
+def test_non_kafka_sources_are_reported_and_skipped() -> None:
+    other = SourceOffset("1", "other", None, '{"logOffset":3}')
+    st = state([batch(0, {"t": {0: 90}}, NOW - 10, extra=(other,))])
+    report = compute_lag(st, snapshot({"t": {0: (0, 100)}}), now=NOW)
+    assert [(s.source_id, s.is_kafka) for s in report.sources] == [("0", True), ("1", False)]
+    assert len(report.kafka_sources) == 1
+    assert report.total_lag == 10
+
+
+def test_two_sources_reading_the_same_topic_both_count() -> None:
+    second = kafka_source({"t": {0: 50}}, source_id="1")
+    st = state([batch(0, {"t": {0: 90}}, NOW - 10, extra=(second,))])
+    report = compute_lag(st, snapshot({"t": {0: (0, 100)}}), now=NOW)
+    assert [s.lag for s in report.sources] == [10, 50]
+    assert report.total_lag == 60
+
+
+def test_no_committed_batch() -> None:
+    report = compute_lag(state([]), snapshot({}), now=NOW)
+    assert report.committed_batch_id is None
+    assert report.sources == () and report.total_lag == 0
+    assert report.commit_age_seconds is None
+    assert report.catch_up_seconds is None
+    assert_json_safe(report)
+
+
+# -- time --------------------------------------------------------------------------------------
+
+
+def test_lag_seconds_interpolated_from_history() -> None:
+    history = [
+        batch(0, {"t": {0: 100}}, NOW - 100),
+        batch(1, {"t": {0: 200}}, NOW - 50),
+    ]
+    report = compute_lag(state(history), snapshot({"t": {0: (0, 300)}}), now=NOW)
+    # committed 200 was the log end at NOW-50
+    assert only_partition(report).lag_seconds == pytest.approx(50.0)
+    assert report.time_lag_mode == "estimate"
+    assert report.max_lag_seconds == pytest.approx(50.0)
+
+
+def test_lag_seconds_zero_when_no_lag_even_if_log_end_is_old() -> None:
+    history = [batch(0, {"t": {0: 100}}, NOW - 3600)]
+    report = compute_lag(state(history), snapshot({"t": {0: (0, 100)}}), now=NOW)
+    assert only_partition(report).lag_seconds == 0.0
+
+
+def test_lag_seconds_unknown_for_offset_older_than_history() -> None:
+    # New partition: log start 0 predates every point we have.
+    history = [batch(0, {"t": {0: 100}}, NOW - 100)]
+    report = compute_lag(state(history), snapshot({"t": {0: (0, 100), 1: (0, 10)}}), now=NOW)
+    assert only_partition(report, "t", 1).lag_seconds is None
+    assert report.max_lag_seconds == 0.0  # the known one
+
+
+def test_exact_mode_uses_record_timestamps() -> None:
+    history = [batch(0, {"t": {0: 100, 1: 5}}, NOW - 100)]
+    stamps = {("t", 0): int((NOW - 42) * 1000), ("t", 1): None}
+    report = compute_lag(
+        state(history),
+        snapshot({"t": {0: (0, 300), 1: (0, 9)}}),
+        now=NOW,
+        record_timestamps=stamps,
+    )
+    assert report.time_lag_mode == "exact"
+    assert only_partition(report, "t", 0).lag_seconds == pytest.approx(42.0)
+    assert only_partition(report, "t", 1).lag_seconds is None
+
+
+def test_commit_age_prefers_commit_file_time() -> None:
+    history = [batch(0, {"t": {0: 1}}, NOW - 100)]
+    snap = snapshot({"t": {0: (0, 1)}})
+    with_commit = compute_lag(state(history, commit_modified=NOW - 30), snap, now=NOW)
+    without = compute_lag(state(history), snap, now=NOW)
+    assert with_commit.commit_age_seconds == pytest.approx(30.0)
+    assert without.commit_age_seconds == pytest.approx(100.0)
+
+
+def test_in_flight_batch() -> None:
+    history = [batch(4, {"t": {0: 100, 1: 10}}, NOW - 100)]
+    running = batch(5, {"t": {0: 150, 1: 12}}, NOW - 20, modified=NOW - 19)
+    report = compute_lag(
+        state(history, in_flight=running), snapshot({"t": {0: (0, 160), 1: (0, 12)}}), now=NOW
+    )
+    assert report.in_flight is not None
+    assert report.in_flight.batch_id == 5
+    assert report.in_flight.age_seconds == pytest.approx(19.0)
+    assert report.in_flight.planned_records == 52
+    assert only_partition(report, "t", 0).planned_offset == 150
+    assert only_partition(report, "t", 0).committed_offset == 100  # lag from the COMMITTED batch
+    data = assert_json_safe(report)
+    assert data["in_flight"]["planned_offsets"] == {"0": {"t": {"0": 150, "1": 12}}}
+
+
+# -- rates and history -------------------------------------------------------------------------
+
+
+def test_consumption_and_production_rates_and_catch_up() -> None:
+    history = [
+        batch(0, {"t": {0: 0}}, NOW - 100),
+        batch(1, {"t": {0: 1000}}, NOW - 50),
+        batch(2, {"t": {0: 2000}}, NOW),
+    ]
+    report = compute_lag(state(history), snapshot({"t": {0: (0, 2500)}}), now=NOW)
+    assert report.consumption_rate == pytest.approx(20.0)
+    assert report.production_rate == pytest.approx(25.0)
+    assert report.catch_up_seconds is None  # producing faster than consuming
+
+    faster = [batch(0, {"t": {0: 0}}, NOW - 100), batch(1, {"t": {0: 4000}}, NOW)]
+    report = compute_lag(state(faster), snapshot({"t": {0: (0, 4500)}}), now=NOW)
+    assert report.consumption_rate == pytest.approx(40.0)
+    assert report.production_rate == pytest.approx(45.0)
+    assert report.catch_up_seconds is None
+
+    catching = [batch(0, {"t": {0: 0}}, NOW - 100), batch(1, {"t": {0: 4000}}, NOW - 50)]
+    report = compute_lag(state(catching), snapshot({"t": {0: (0, 5000)}}), now=NOW)
+    assert report.consumption_rate == pytest.approx(80.0)
+    assert report.production_rate == pytest.approx(50.0)
+    assert report.catch_up_seconds == pytest.approx(1000 / 30)
+
+
+def test_single_batch_has_no_consumption_rate() -> None:
+    report = compute_lag(
+        state([batch(0, {"t": {0: 5}}, NOW - 10)]), snapshot({"t": {0: (0, 9)}}), now=NOW
+    )
+    assert report.consumption_rate is None and report.catch_up_seconds is None
+
+
+def test_caught_up_catch_up_is_zero() -> None:
+    report = compute_lag(
+        state([batch(0, {"t": {0: 9}}, NOW - 10)]), snapshot({"t": {0: (0, 9)}}), now=NOW
+    )
+    assert report.catch_up_seconds == 0.0
+
+
+def test_offset_history_is_aligned_with_report_history() -> None:
+    history = [
+        batch(3, {"t": {0: 10}}, NOW - 30),
+        batch(7, {"t": {0: 20, 1: 1}}, NOW - 20),
+        batch(9, {"t": {0: 30, 1: 2}}, NOW - 10),
+    ]
+    report = compute_lag(state(history), snapshot({"t": {0: (0, 30), 1: (0, 2)}}), now=NOW)
+    assert [h.batch_id for h in report.history] == [3, 7, 9]
+    assert only_partition(report, "t", 0).offset_history == (10, 20, 30)
+    assert only_partition(report, "t", 1).offset_history == (None, 1, 2)
+
+
+def test_committed_batch_is_appended_to_history_when_missing() -> None:
+    committed = batch(9, {"t": {0: 30}}, NOW - 10)
+    st = CheckpointState(
+        "loc", None, 9, committed, None, None, (batch(8, {"t": {0: 20}}, NOW - 20),), (8, 9),
+        (8, 9), False,
+    )  # fmt: skip
+    report = compute_lag(st, snapshot({"t": {0: (0, 30)}}), now=NOW)
+    assert [h.batch_id for h in report.history] == [8, 9]
+
+
+def test_continuous_mode_without_timestamps() -> None:
+    history = [batch(0, {"t": {0: 5}}, None), batch(1, {"t": {0: 8}}, None)]
+    report = compute_lag(
+        state(history, continuous=True, commit_modified=NOW - 1),
+        snapshot({"t": {0: (0, 9)}}),
+        now=NOW,
+    )
+    assert report.continuous
+    assert only_partition(report).lag_seconds is None
+    assert report.consumption_rate is None
+    assert_json_safe(report)
+
+
+def test_to_dict_is_json_safe_and_complete() -> None:
+    history = [batch(0, {"t": {0: 90}}, NOW - 10)]
+    report = compute_lag(
+        state(history, in_flight=batch(1, {"t": {0: 95}}, NOW - 5)),
+        snapshot({"t": {0: (0, 100, 100)}}),
+        now=NOW,
+        read_committed=True,
+    )
+    data = assert_json_safe(report)
+    assert data["sources"][0]["topics"][0]["partitions"][0]["lag"] == 10
+    assert data["read_committed"] is True
+    assert data["kafka_cluster_id"] == "cluster-1"
