@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# README command 1: set up (idempotent), then run the main job end to end on this machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec "${SPARKLAG_VENV:-.venv}/bin/python" scripts/demo.py "$@"
