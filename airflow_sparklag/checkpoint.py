@@ -1,0 +1,511 @@
+"""Read a Spark Structured Streaming checkpoint: what was committed, what is in flight.
+
+The parsers are pure (bytes + path -> dataclass) and raise
+:class:`~airflow_sparklag.errors.CheckpointCorrupt` or
+:class:`~airflow_sparklag.errors.UnsupportedCheckpointVersion` naming the file and the problem.
+:class:`CheckpointReader` lists only ``offsets/`` and ``commits/`` (never ``state/``, which can
+hold 100k objects) and caches the immutable offsets files between reads.
+
+Format details are in ``docs/`` and follow Spark's ``OffsetSeqLog``, ``CommitLog`` and
+``KafkaSourceInitialOffsetWriter``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from airflow_sparklag.errors import (
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    StorageNotFound,
+    UnsupportedCheckpointVersion,
+)
+from airflow_sparklag.storage import ObjectInfo, Storage, join
+
+__all__ = [
+    "BatchOffsets",
+    "CheckpointReader",
+    "CheckpointState",
+    "SourceOffset",
+    "parse_batch_id",
+    "parse_commit",
+    "parse_metadata",
+    "parse_offsets",
+    "parse_source_start",
+]
+
+OFFSETS_VERSIONS = (1, 2)
+COMMITS_VERSIONS = (1, 2, 3)
+SOURCE_START_VERSIONS = (1,)
+NO_OFFSET = "-"  # a source that has no offset yet
+
+_BATCH_NAME = re.compile(r"[0-9]+")
+_VERSION_LINE = re.compile(r"v([0-9]+)")
+
+
+@dataclass(frozen=True)
+class SourceOffset:
+    """One source's offset in a batch. ``kafka`` maps topic -> partition -> NEXT offset to read."""
+
+    source_id: str  # "0", "1", ... or the name given with DataStreamReader.name()
+    kind: str  # "kafka" | "other" | "none" ("-": no offset yet)
+    kafka: Mapping[str, Mapping[int, int]] | None
+    raw: str  # the offset JSON as written
+
+
+@dataclass(frozen=True)
+class BatchOffsets:
+    """The content of ``offsets/<batch_id>``: the end offsets batch ``batch_id`` reads up to.
+
+    Example::
+
+        batch = parse_offsets(data, "s3://b/ck/offsets/12", batch_id=12)
+        for source in batch.sources:
+            if source.kind == "kafka":
+                print(source.source_id, dict(source.kafka))
+    """
+
+    batch_id: int
+    version: int  # 1 or 2
+    batch_timestamp_ms: int | None  # None for continuous mode (empty metadata line)
+    watermark_ms: int | None
+    conf: Mapping[str, str]
+    sources: tuple[SourceOffset, ...]
+    modified: float | None  # storage LastModified of offsets/N
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """A snapshot of a checkpoint: the last committed batch and the one in flight.
+
+    Example::
+
+        state = CheckpointReader(open_storage(url), url).read(history=5)
+        if state.committed is None:
+            print("no batch committed yet")
+        elif state.in_flight is not None:
+            print(f"batch {state.in_flight.batch_id} planned, {state.committed_batch_id} done")
+    """
+
+    location: str
+    query_id: str | None
+    committed_batch_id: int | None  # C = newest commits/N, which must have offsets/N
+    committed: BatchOffsets | None  # offsets/C: what the job has PROCESSED
+    commit_modified: float | None  # commits/C LastModified
+    in_flight: BatchOffsets | None  # offsets/L when L > C (planned, not committed)
+    history: tuple[BatchOffsets, ...]  # retained committed batches, oldest first, ends with C
+    offsets_ids: tuple[int, ...]  # ids on disk (sorted numerically)
+    commit_ids: tuple[int, ...]
+    continuous: bool
+
+
+# -- parsers ---------------------------------------------------------------------------------
+
+
+def parse_batch_id(name: str) -> int | None:
+    """The batch id of a log file name, or None for ``.0.crc``, ``.1.abc.tmp``, ``x``, ``-1``."""
+    return int(name) if _BATCH_NAME.fullmatch(name) else None
+
+
+def parse_offsets(
+    data: bytes, path: str, *, batch_id: int | None = None, modified: float | None = None
+) -> BatchOffsets:
+    """Parse ``offsets/N`` (v1 or v2). ``batch_id`` defaults to the file's name."""
+    if batch_id is None:
+        batch_id = parse_batch_id(path.rstrip("/").rsplit("/", 1)[-1])
+        if batch_id is None:
+            raise CheckpointCorrupt(f"{path}: not an offsets log file (name is not a batch id)")
+    text = _decode(data, path)
+    lines = text.split("\n")
+    version = _version(lines[0], path, "offsets log", OFFSETS_VERSIONS)
+    # Spark writes no trailing newline; tolerate one (or more) from hand-edited files, but keep
+    # line 2 even when blank: continuous mode writes an empty metadata line.
+    while len(lines) > 2 and lines[-1] == "":
+        lines.pop()
+    if len(lines) < 2:
+        raise CheckpointCorrupt(
+            f"{path}: truncated offsets file: no metadata line after 'v{version}'"
+        )
+    timestamp_ms, watermark_ms, conf = _offsets_metadata(lines[1], path)
+    source_lines = lines[2:]
+    if not source_lines:
+        raise CheckpointCorrupt(f"{path}: truncated offsets file: no source offset lines")
+    if version == 1:
+        sources = tuple(
+            _source_offset(str(index), line, path) for index, line in enumerate(source_lines)
+        )
+    else:
+        sources = _v2_sources(source_lines, path)
+    return BatchOffsets(
+        batch_id=batch_id,
+        version=version,
+        batch_timestamp_ms=timestamp_ms,
+        watermark_ms=watermark_ms,
+        conf=MappingProxyType(conf),
+        sources=sources,
+        modified=modified,
+    )
+
+
+def parse_commit(data: bytes, path: str) -> int:
+    """Validate ``commits/N`` (v1, v2 or v3) and return its version.
+
+    Only the file's existence matters for lag; this catches a file that is not a commit log entry.
+    """
+    text = _decode(data, path)
+    lines = text.split("\n")
+    version = _version(lines[0], path, "commit log", COMMITS_VERSIONS)
+    # Like Spark's CommitLog, a missing metadata line means "{}".
+    if len(lines) > 1 and lines[1].strip():
+        _json_object(lines[1], path, "commit metadata")
+    return version
+
+
+def parse_metadata(data: bytes, path: str) -> str:
+    """The query id from the checkpoint's ``metadata`` file (``{"id": "<uuid>"}``)."""
+    text = _decode(data, path).strip()
+    document = _json_object(text, path, "metadata")
+    query_id = document.get("id")
+    if not isinstance(query_id, str) or not query_id:
+        raise CheckpointCorrupt(f'{path}: metadata has no "id" string (found {text[:80]!r})')
+    return query_id
+
+
+def parse_source_start(data: bytes, path: str, source_id: str) -> SourceOffset:
+    """Parse ``sources/<id>/0``: the offsets the source started from.
+
+    Kafka writes a 0x00 byte, then ``v1\\n``, then the JSON; Spark 2.1 files have no version;
+    other sources (rate, files) write ``v1\\n<offset>`` without the 0x00 byte.
+    """
+    if data[:1] == b"\x00":
+        data = data[1:]
+    text = _decode(data, path)
+    if text.startswith("v"):
+        header, _, body = text.partition("\n")
+        _version(header, path, "source start offsets", SOURCE_START_VERSIONS)
+    else:
+        body = text
+    if not body.strip():
+        raise CheckpointCorrupt(f"{path}: truncated source start file: no offset after the header")
+    return _source_offset(source_id, body.strip(), path)
+
+
+# -- parser helpers --------------------------------------------------------------------------
+
+
+def _decode(data: bytes, path: str) -> str:
+    if not data:
+        raise CheckpointCorrupt(f"{path}: empty file (a crashed write or a truncated copy)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CheckpointCorrupt(
+            f"{path}: not UTF-8 text (byte {exc.start}): not a Spark log"
+        ) from exc
+
+
+def _version(line: str, path: str, what: str, supported: tuple[int, ...]) -> int:
+    match = _VERSION_LINE.fullmatch(line.strip())
+    if match is None:
+        raise CheckpointCorrupt(
+            f"{path}: missing version header: {what} files start with a line like "
+            f"'v{supported[0]}', found {line[:40]!r}"
+        )
+    version = int(match.group(1))
+    if version not in supported:
+        known = ", ".join(f"v{v}" for v in supported)
+        raise UnsupportedCheckpointVersion(
+            f"{path}: {what} version v{version} is not supported (known: {known}); it was "
+            "written by a newer Spark: upgrade airflow-provider-sparklag"
+        )
+    return version
+
+
+def _json_object(text: str, path: str, what: str) -> dict[str, Any]:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CheckpointCorrupt(
+            f"{path}: {what} is not valid JSON ({exc.msg}): {text[:80]!r}"
+        ) from exc
+    if not isinstance(document, dict):
+        raise CheckpointCorrupt(f"{path}: {what} is not a JSON object: {text[:80]!r}")
+    return document
+
+
+def _offsets_metadata(line: str, path: str) -> tuple[int | None, int | None, dict[str, str]]:
+    if not line.strip():
+        return None, None, {}  # continuous trigger
+    document = _json_object(line, path, "offsets metadata")
+    timestamp_ms = _optional_int(document, "batchTimestampMs", path)
+    watermark_ms = _optional_int(document, "batchWatermarkMs", path)
+    raw_conf = document.get("conf", {})
+    if not isinstance(raw_conf, dict):
+        raise CheckpointCorrupt(f'{path}: offsets metadata "conf" is not a JSON object')
+    # The key set grows with each Spark release; keep everything, interpret nothing here.
+    conf = {
+        str(key): value if isinstance(value, str) else json.dumps(value)
+        for key, value in raw_conf.items()
+    }
+    return timestamp_ms, watermark_ms, conf
+
+
+def _optional_int(document: Mapping[str, Any], key: str, path: str) -> int | None:
+    value = document.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CheckpointCorrupt(f"{path}: offsets metadata {key!r} is not an integer: {value!r}")
+    return value
+
+
+def _v2_sources(lines: list[str], path: str) -> tuple[SourceOffset, ...]:
+    sources: dict[str, SourceOffset] = {}
+    for number, line in enumerate(lines, start=3):
+        # Split on the FIRST colon: the offset JSON itself contains colons.
+        source_id, colon, raw = line.partition(":")
+        if not colon or not source_id:
+            raise CheckpointCorrupt(
+                f"{path}: line {number} is not '<sourceId>:<offset>' (offsets v2): {line[:80]!r}"
+            )
+        if source_id in sources:
+            raise CheckpointCorrupt(f"{path}: source {source_id!r} appears twice")
+        sources[source_id] = _source_offset(source_id, raw, path)
+    # Lines are not sorted on disk; numeric ids in number order, then names.
+    ordered = sorted(sources, key=lambda sid: (0, int(sid), "") if sid.isdigit() else (1, 0, sid))
+    return tuple(sources[sid] for sid in ordered)
+
+
+def _source_offset(source_id: str, raw: str, path: str) -> SourceOffset:
+    if raw.strip() == NO_OFFSET:
+        return SourceOffset(source_id=source_id, kind="none", kafka=None, raw=raw)
+    try:
+        document = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise CheckpointCorrupt(
+            f"{path}: offset of source {source_id!r} is not valid JSON ({exc.msg}): {raw[:80]!r}"
+        ) from exc
+    kafka = _kafka_offsets(document, source_id, path)
+    if kafka is None:
+        return SourceOffset(source_id=source_id, kind="other", kafka=None, raw=raw)
+    return SourceOffset(source_id=source_id, kind="kafka", kafka=kafka, raw=raw)
+
+
+def _kafka_offsets(
+    document: Any, source_id: str, path: str
+) -> Mapping[str, Mapping[int, int]] | None:
+    """Kafka offsets are recognised by shape: ``{topic: {"<partition>": <offset>}}``.
+
+    Any other shape (rate ``50``, rate-continuous ``{"0": {"value": ..}}``, file sources, an
+    empty ``{}``) is another kind of source. A Kafka-shaped document with a non-integer or
+    negative offset is corrupt: Spark stores only resolved offsets (-1/-2 never appear).
+    """
+    if not isinstance(document, dict) or not document:
+        return None
+    for partitions in document.values():
+        if not isinstance(partitions, dict) or not all(
+            isinstance(key, str) and _BATCH_NAME.fullmatch(key) for key in partitions
+        ):
+            return None
+    topics: dict[str, Mapping[int, int]] = {}
+    for topic, partitions in document.items():
+        offsets: dict[int, int] = {}
+        for partition, offset in partitions.items():
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                raise CheckpointCorrupt(
+                    f"{path}: source {source_id!r} topic {topic!r} partition {partition}: offset "
+                    f"{offset!r} is not an integer"
+                )
+            if offset < 0:
+                raise CheckpointCorrupt(
+                    f"{path}: source {source_id!r} topic {topic!r} partition {partition}: "
+                    f"negative offset {offset} (a checkpoint stores only resolved offsets)"
+                )
+            offsets[int(partition)] = offset
+        topics[topic] = MappingProxyType(offsets)
+    return MappingProxyType(topics)
+
+
+# -- reader ----------------------------------------------------------------------------------
+
+
+class _Vanished(Exception):
+    """A listed file was gone when read (purge, or the checkpoint is being replaced)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+
+class CheckpointReader:
+    """Reads a checkpoint's state, caching the offsets files it has already parsed.
+
+    Example::
+
+        reader = CheckpointReader(open_storage("s3a://bucket/ck/orders"), "s3a://bucket/ck/orders")
+        state = reader.read(history=10)   # first call: LIST offsets/, LIST commits/, GET ...
+        state = reader.read(history=10)   # later calls GET only the new offsets files
+
+    Rules (see ``docs/``):
+
+    - a batch file's whole name is a non-negative integer; ids compare numerically and may have
+      gaps (async progress tracking);
+    - committed batch C is the newest ``commits/N``; ``offsets/C`` must exist, otherwise the
+      checkpoint is damaged (commits ahead of offsets: the committed offsets are unknown) and
+      :class:`~airflow_sparklag.errors.CheckpointCorrupt` is raised;
+    - in flight is ``offsets/L`` for the newest L > C;
+    - a checkpoint whose directories exist (or whose ``metadata`` exists) but hold no batch yet
+      gives a state with ``committed=None``: the query has not completed a batch;
+    - no ``offsets/``, ``commits/`` or ``metadata`` at all:
+      :class:`~airflow_sparklag.errors.CheckpointNotFound`.
+
+    Request budget of a first ``read(history=1)``: LIST commits/, LIST offsets/, GET offsets/C,
+    GET metadata (once per reader), and GET offsets/L when a batch is in flight. Each extra
+    history batch costs one GET, once.
+    """
+
+    def __init__(self, storage: Storage, location: str) -> None:
+        self.storage = storage
+        self.location = location.rstrip("/") or location
+        self._offsets_cache: dict[int, tuple[ObjectInfo, BatchOffsets]] = {}
+        self._metadata_read = False
+        self._query_id: str | None = None
+
+    def read(self, history: int = 10) -> CheckpointState:
+        """A fresh snapshot; ``history`` bounds how many committed batches are returned."""
+        try:
+            return self._read_once(history)
+        except _Vanished:
+            pass
+        # A file we just listed vanished: the listing is stale (checkpoint deleted/replaced while
+        # we read it). One fresh listing settles it; a second miss means it really is broken.
+        try:
+            return self._read_once(history)
+        except _Vanished as vanished:
+            raise CheckpointCorrupt(
+                f"{vanished.path}: listed but gone when read, twice; the checkpoint at "
+                f"{self.location} is being deleted or rewritten"
+            ) from None
+
+    def _read_once(self, history: int) -> CheckpointState:
+        # commits/ first: offsets/N is written before commits/N, so any commit we see has its
+        # offsets file in the listing that follows (no false "commits ahead of offsets").
+        commits = self._list_batches("commits")
+        offsets = self._list_batches("offsets")
+        query_id = self._read_query_id()
+        commit_ids = tuple(sorted(commits))
+        offsets_ids = tuple(sorted(offsets))
+
+        if not commits and not offsets and not self._exists():
+            raise CheckpointNotFound(
+                f"{self.location}: no Spark checkpoint here (no offsets/, commits/ or metadata); "
+                "check the path and that the query has started with this checkpointLocation"
+            )
+
+        committed_id = commit_ids[-1] if commit_ids else None
+        committed: BatchOffsets | None = None
+        if committed_id is not None:
+            if committed_id not in offsets:
+                newest = f"newest is offsets/{offsets_ids[-1]}" if offsets_ids else "it is empty"
+                raise CheckpointCorrupt(
+                    f"{join(self.location, 'offsets', str(committed_id))}: missing although "
+                    f"commits/{committed_id} exists ({newest}); offsets/ was deleted or purged by "
+                    "hand, so the committed offsets are unknown: restore offsets/ or restart the "
+                    "query on a new checkpoint"
+                )
+            committed = self._offsets(committed_id, offsets[committed_id])
+
+        latest_id = offsets_ids[-1] if offsets_ids else None
+        in_flight: BatchOffsets | None = None
+        if latest_id is not None and (committed_id is None or latest_id > committed_id):
+            in_flight = self._offsets(latest_id, offsets[latest_id])
+
+        past = self._history(commit_ids, offsets, committed_id, history)
+        current = committed or in_flight
+        return CheckpointState(
+            location=self.location,
+            query_id=query_id,
+            committed_batch_id=committed_id,
+            committed=committed,
+            commit_modified=commits[committed_id].modified if committed_id is not None else None,
+            in_flight=in_flight,
+            history=past + ((committed,) if committed is not None and history > 0 else ()),
+            offsets_ids=offsets_ids,
+            commit_ids=commit_ids,
+            continuous=current is not None and _is_continuous(current),
+        )
+
+    def _history(
+        self,
+        commit_ids: tuple[int, ...],
+        offsets: Mapping[int, ObjectInfo],
+        committed_id: int | None,
+        history: int,
+    ) -> tuple[BatchOffsets, ...]:
+        """Older committed batches (not C itself), oldest first."""
+        if committed_id is None or history <= 1:
+            return ()
+        older = [bid for bid in commit_ids if bid < committed_id and bid in offsets]
+        wanted = older[-(history - 1) :]
+        found: list[BatchOffsets] = []
+        for batch_id in wanted:
+            try:
+                found.append(self._offsets(batch_id, offsets[batch_id]))
+            except _Vanished:
+                continue  # purged by Spark (minBatchesToRetain) since the listing: expected
+        return tuple(found)
+
+    def _list_batches(self, directory: str) -> dict[int, ObjectInfo]:
+        batches: dict[int, ObjectInfo] = {}
+        for info in self.storage.list_dir(join(self.location, directory)):
+            batch_id = parse_batch_id(info.name)
+            if batch_id is not None:
+                batches[batch_id] = info
+        return batches
+
+    def _offsets(self, batch_id: int, info: ObjectInfo) -> BatchOffsets:
+        cached = self._offsets_cache.get(batch_id)
+        # Offsets files are immutable; a different size/time means the checkpoint was replaced.
+        if cached is not None and (cached[0].size, cached[0].modified) == (
+            info.size,
+            info.modified,
+        ):
+            return cached[1]
+        path = join(self.location, "offsets", info.name)
+        try:
+            data = self.storage.read(path)
+        except StorageNotFound:
+            raise _Vanished(path) from None
+        batch = parse_offsets(data, path, batch_id=batch_id, modified=info.modified)
+        self._offsets_cache[batch_id] = (info, batch)
+        return batch
+
+    def _read_query_id(self) -> str | None:
+        if not self._metadata_read:
+            path = join(self.location, "metadata")
+            try:
+                self._query_id = parse_metadata(self.storage.read(path), path)
+            except StorageNotFound:
+                self._query_id = None  # Spark < 4.2 runs without it (ckm4.3.0 sample lacks it too)
+            self._metadata_read = True
+        return self._query_id
+
+    def _exists(self) -> bool:
+        """Is there a checkpoint with no batch yet? Only asked when both listings are empty."""
+        if self._query_id is not None:
+            return True
+        # Local and HDFS keep empty directories; object stores have none, but metadata is
+        # written before the first batch there.
+        return self.storage.exists(join(self.location, "offsets")) or self.storage.exists(
+            join(self.location, "commits")
+        )
+
+
+def _is_continuous(batch: BatchOffsets) -> bool:
+    # Continuous mode writes an empty metadata line; micro-batch always writes the JSON.
+    return batch.batch_timestamp_ms is None and batch.watermark_ms is None and not batch.conf
