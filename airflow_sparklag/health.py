@@ -1,0 +1,402 @@
+"""Health of a Spark query from one `LagReport`: Burrow-style rules, no daemon, no warm-up.
+
+The retained offsets files are the history window (offset + batchTimestampMs per batch), so a
+single check can judge trends. Each rule is a small pure function
+`(report, thresholds, now) -> RuleResult | None`. They are tried in this fixed order, which is
+also the order of severity, and the first one that fires is the verdict:
+
+1. DATA_LOSS - a committed offset is below the log start (records deleted before being read).
+2. REWIND    - committed offsets went backwards in the window and did not recover, or a
+               committed offset is beyond the log end (topic recreated or truncated?).
+3. STOPPED   - lag above `allowed_lag` and no commit for longer than `max_commit_age_seconds`,
+               or (with at least `min_window` batches) idle for longer than the window spans.
+4. STALLED   - the in-flight batch is older than `max_in_flight_seconds`, or batches keep
+               committing while a lagging partition's offset does not move.
+5. LAGGING   - a lag threshold is breached, or a partition's lag grew at every batch of the
+               window.
+
+None fired: OK, unless a topic is missing (UNKNOWN). No committed batch or no Kafka source:
+UNKNOWN, no rule is run.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any
+
+from airflow_sparklag.lag import LagReport, PartitionLag, json_safe
+
+
+class Health(str, Enum):
+    """Verdicts, from healthy to worst; UNKNOWN means "cannot tell"."""
+
+    OK = "OK"
+    LAGGING = "LAGGING"
+    STALLED = "STALLED"
+    STOPPED = "STOPPED"
+    REWIND = "REWIND"
+    DATA_LOSS = "DATA_LOSS"
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Named limits of the health rules. A None limit turns its check off.
+
+    Defaults: every absolute limit is off (they depend on the job), `allowed_lag` is 0 records,
+    the window is the last 10 batches and history-based checks need at least 3 of them (so a
+    lone old commit never decides STOPPED by itself; Burrow's minimum-complete).
+
+    >>> t = Thresholds.from_dict({"max_lag_seconds": 300, "allowed_lag": 1})
+    >>> t.max_lag_seconds, t.window
+    (300, 10)
+    """
+
+    max_lag_records_per_partition: int | None = None
+    max_lag_records_total: int | None = None
+    max_lag_seconds: float | None = None
+    max_commit_age_seconds: float | None = None
+    max_in_flight_seconds: float | None = None
+    # Lag (records per partition) that still counts as caught up: transactional topics keep
+    # a commit marker after the last record, and some sources trail by a record or two.
+    allowed_lag: int = 0
+    window: int = 10  # batches of history the trend rules look at
+    min_window: int = 3  # fewer batches than this: trend rules stay silent
+
+    def __post_init__(self) -> None:
+        if self.allowed_lag < 0:
+            raise ValueError("allowed_lag must be >= 0")
+        if self.window < 2 or self.min_window < 2:
+            raise ValueError("window and min_window must be >= 2 batches")
+        if self.min_window > self.window:
+            raise ValueError("min_window must not exceed window")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None and value < 0:
+                raise ValueError(f"threshold {f.name} must be >= 0, got {value}")
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None) -> Thresholds:
+        """Build from a plain dict (DAG params, JSON); unknown names are an error."""
+        values = dict(values or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown threshold(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class PartitionRef:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}:{self.partition}"
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """What one rule found."""
+
+    health: Health
+    rule: str
+    reason: str
+    partitions: tuple[PartitionRef, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        result = json_safe(self)
+        assert isinstance(result, dict)
+        return result
+
+
+@dataclass(frozen=True)
+class HealthVerdict:
+    """The verdict: worst rule that fired, a short reason and the partitions to look at.
+
+    `findings` lists every rule that fired, worst first.
+
+    >>> verdict = evaluate(report, Thresholds(max_lag_seconds=600))   # doctest: +SKIP
+    >>> verdict.health, verdict.reason                                  # doctest: +SKIP
+    (<Health.LAGGING: 'LAGGING'>, 'lag 912 s > 600 s on orders:3')
+    """
+
+    health: Health
+    reason: str
+    rule: str
+    partitions: tuple[PartitionRef, ...] = ()
+    findings: tuple[RuleResult, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        result = json_safe(self)
+        assert isinstance(result, dict)
+        return result
+
+
+Rule = Callable[[LagReport, Thresholds, float], "RuleResult | None"]
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _refs(parts: Iterable[PartitionLag]) -> tuple[PartitionRef, ...]:
+    return tuple(sorted({PartitionRef(p.topic, p.partition) for p in parts}, key=str))
+
+
+def _names(refs: tuple[PartitionRef, ...], limit: int = 5) -> str:
+    shown = ", ".join(str(r) for r in refs[:limit])
+    return shown + (f" (+{len(refs) - limit} more)" if len(refs) > limit else "")
+
+
+def _lagging(report: LagReport, thresholds: Thresholds) -> list[PartitionLag]:
+    return [p for p in report.partitions() if p.lag > thresholds.allowed_lag]
+
+
+def _window_offsets(p: PartitionLag, thresholds: Thresholds) -> list[int]:
+    return [o for o in p.offset_history[-thresholds.window :] if o is not None]
+
+
+def _window_times(report: LagReport, thresholds: Thresholds) -> list[float]:
+    return [
+        h.timestamp_ms / 1000.0
+        for h in report.history[-thresholds.window :]
+        if h.timestamp_ms is not None
+    ]
+
+
+def _commit_age(report: LagReport, now: float) -> float | None:
+    if report.committed_at is not None:
+        return max(0.0, now - report.committed_at)
+    return report.commit_age_seconds
+
+
+# -- rules, in order -----------------------------------------------------------------------------
+
+
+def rule_data_loss(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
+    """Committed offset below the log start: those records were deleted unread."""
+    lost = [p for p in report.partitions() if p.data_loss]
+    if not lost:
+        return None
+    refs = _refs(lost)
+    total = sum(p.records_lost for p in lost)
+    return RuleResult(
+        Health.DATA_LOSS,
+        "data_loss",
+        f"{total} record(s) deleted before being read (committed < log start) on {_names(refs)}",
+        refs,
+    )
+
+
+def rule_rewind(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
+    """Offsets went backwards and stayed below their earlier maximum, or passed the log end."""
+    ahead = [p for p in report.partitions() if p.ahead_of_log]
+    rewound = []
+    for p in report.partitions():
+        offsets = _window_offsets(p, thresholds)
+        if len(offsets) >= 2 and offsets[-1] < max(offsets[:-1]):
+            rewound.append(p)
+    if not ahead and not rewound:
+        return None
+    refs = _refs(ahead + rewound)
+    if ahead:
+        reason = f"committed offset beyond the log end (topic recreated?) on {_names(_refs(ahead))}"
+    else:
+        reason = f"committed offsets went backwards and did not recover on {_names(refs)}"
+    return RuleResult(Health.REWIND, "rewind", reason, refs)
+
+
+def rule_stopped(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
+    """Lag above allowed_lag and the query stopped committing.
+
+    Either the explicit `max_commit_age_seconds` is exceeded, or, with at least `min_window`
+    batches, the time since the last activity (batch start, commit or in-flight plan) is longer
+    than the window spans (Burrow's rule). A lone old commit never decides by the ratio.
+    """
+    lagging = _lagging(report, thresholds)
+    if not lagging:
+        return None
+    refs = _refs(lagging)
+    age = _commit_age(report, now)
+    limit = thresholds.max_commit_age_seconds
+    if limit is not None and age is not None and age > limit:
+        return RuleResult(
+            Health.STOPPED,
+            "stopped",
+            f"no commit for {age:.0f} s (> {limit:g} s) while {report.total_lag} record(s) wait",
+            refs,
+        )
+    times = _window_times(report, thresholds)
+    if len(times) < thresholds.min_window:
+        return None
+    span = times[-1] - times[0]
+    last_activity = max(
+        t
+        for t in (
+            times[-1],
+            report.committed_at,
+            report.in_flight.started_at if report.in_flight else None,
+        )
+        if t is not None
+    )
+    idle = now - last_activity
+    if span > 0 and idle > span:
+        return RuleResult(
+            Health.STOPPED,
+            "stopped",
+            f"idle for {idle:.0f} s, longer than the last {len(times)} batches took "
+            f"({span:.0f} s), while {report.total_lag} record(s) wait",
+            refs,
+        )
+    return None
+
+
+def rule_stalled(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
+    """A batch runs too long, or batches commit while a lagging partition does not move.
+
+    The second check needs `min_window` batches with the same offset. In exact time-lag mode it
+    also needs the first unread record to be older than the newest batch (else the data may
+    simply have arrived after it).
+    """
+    flight = report.in_flight
+    limit = thresholds.max_in_flight_seconds
+    if flight is not None and limit is not None and flight.started_at is not None:
+        age = max(0.0, now - flight.started_at)
+        if age > limit:
+            return RuleResult(
+                Health.STALLED,
+                "stalled",
+                f"batch {flight.batch_id} running for {age:.0f} s (> {limit:g} s) without a commit",
+            )
+    times = _window_times(report, thresholds)
+    newest = times[-1] if times else None
+    stuck = []
+    for p in _lagging(report, thresholds):
+        offsets = _window_offsets(p, thresholds)
+        if len(offsets) < thresholds.min_window or len(set(offsets)) != 1:
+            continue
+        if (
+            report.time_lag_mode == "exact"
+            and newest is not None
+            and (p.lag_seconds is None or p.lag_seconds <= now - newest)
+        ):
+            continue  # the unread records may be younger than the newest batch
+        stuck.append(p)
+    if not stuck:
+        return None
+    refs = _refs(stuck)
+    return RuleResult(
+        Health.STALLED,
+        "stalled",
+        f"batches commit but the offset did not move for {thresholds.min_window}+ batches "
+        f"while records wait on {_names(refs)}",
+        refs,
+    )
+
+
+def _lag_samples(p: PartitionLag, thresholds: Thresholds) -> list[int]:
+    """Lag at the planning of each batch in the window, then the live lag.
+
+    Without maxOffsetsPerTrigger Spark plans up to the log end, so offsets/N - offsets/N-1 is
+    exactly the backlog when batch N started; with a rate limit it is a lower bound.
+    """
+    history = p.offset_history[-(thresholds.window + 1) :]
+    samples = [b - a for a, b in itertools.pairwise(history) if a is not None and b is not None]
+    return [*samples, p.lag]
+
+
+def rule_lagging(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
+    """A lag threshold is breached, or a partition's lag grew at every batch of the window."""
+    parts = list(report.partitions())
+    per_partition = thresholds.max_lag_records_per_partition
+    if per_partition is not None:
+        over = [p for p in parts if p.lag > per_partition]
+        if over:
+            refs = _refs(over)
+            worst = max(p.lag for p in over)
+            return RuleResult(
+                Health.LAGGING,
+                "lagging",
+                f"lag {worst} records > {per_partition} on {_names(refs)}",
+                refs,
+            )
+    total_limit = thresholds.max_lag_records_total
+    if total_limit is not None and report.total_lag > total_limit:
+        refs = _refs(p for p in parts if p.lag > 0)
+        return RuleResult(
+            Health.LAGGING,
+            "lagging",
+            f"total lag {report.total_lag} records > {total_limit}",
+            refs,
+        )
+    seconds_limit = thresholds.max_lag_seconds
+    if seconds_limit is not None:
+        late = [p for p in parts if p.lag_seconds is not None and p.lag_seconds > seconds_limit]
+        if late:
+            refs = _refs(late)
+            worst_s = max(p.lag_seconds or 0.0 for p in late)
+            return RuleResult(
+                Health.LAGGING,
+                "lagging",
+                f"lag {worst_s:.0f} s > {seconds_limit:g} s on {_names(refs)}",
+                refs,
+            )
+    growing = []
+    for p in _lagging(report, thresholds):
+        samples = _lag_samples(p, thresholds)
+        # min_window batches give min_window - 1 backlog samples, plus the live one.
+        if len(samples) < thresholds.min_window:
+            continue
+        if all(b > a for a, b in itertools.pairwise(samples)):
+            growing.append(p)
+    if growing:
+        refs = _refs(growing)
+        return RuleResult(
+            Health.LAGGING,
+            "lagging",
+            f"lag grew at every batch of the window on {_names(refs)}",
+            refs,
+        )
+    return None
+
+
+RULES: tuple[Rule, ...] = (rule_data_loss, rule_rewind, rule_stopped, rule_stalled, rule_lagging)
+
+
+def evaluate(
+    report: LagReport, thresholds: Thresholds | None = None, *, now: float | None = None
+) -> HealthVerdict:
+    """Run the rules in order; the first (worst) that fires is the verdict.
+
+    `now` defaults to the report's own `generated_at`, so a stored report gives the same
+    verdict when evaluated again.
+
+    >>> verdict = evaluate(report, Thresholds(max_commit_age_seconds=900))  # doctest: +SKIP
+    >>> verdict.to_dict()["health"]                                           # doctest: +SKIP
+    'OK'
+    """
+    thresholds = thresholds or Thresholds()
+    now = report.generated_at if now is None else now
+    if report.committed_batch_id is None:
+        return HealthVerdict(Health.UNKNOWN, "no committed batch yet", "no_commit")
+    if not report.kafka_sources:
+        return HealthVerdict(Health.UNKNOWN, "the query has no Kafka source", "no_kafka_source")
+    findings = tuple(r for r in (rule(report, thresholds, now) for rule in RULES) if r)
+    if findings:
+        first = findings[0]
+        return HealthVerdict(first.health, first.reason, first.rule, first.partitions, findings)
+    if report.missing_topics:
+        return HealthVerdict(
+            Health.UNKNOWN,
+            f"topic(s) {', '.join(report.missing_topics)} not found in the cluster",
+            "topic_missing",
+        )
+    return HealthVerdict(Health.OK, f"lag {report.total_lag} record(s)", "ok")
