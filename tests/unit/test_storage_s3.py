@@ -1,0 +1,289 @@
+"""S3Storage against a real (moto) S3 server over HTTP, and CheckpointReader on top of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparklag.checkpoint import CheckpointReader
+from airflow_sparklag.errors import (
+    StorageAccessDenied,
+    StorageAlreadyExists,
+    StorageError,
+    StorageNotFound,
+)
+from airflow_sparklag.storage import open_storage
+from airflow_sparklag.storage.s3 import S3Storage
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+BUCKET = "checkpoints"
+CREDENTIALS = {
+    "aws_access_key_id": "testing",
+    "aws_secret_access_key": "testing",
+    "region_name": "us-east-1",
+}
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    admin = _boto_client(url)
+    admin.create_bucket(Bucket=BUCKET)
+    for sample in ("ck43", "ck35"):
+        _upload(admin, DATA / sample, f"{sample}/")
+    # state/ can hold 100k objects in real life: the reader must never list it.
+    keys = [f"ck43/state/0/{index % 200}/{index}.delta" for index in range(1000)]
+    # More than one ListObjectsV2 page (1,000 keys) of direct children.
+    keys += [f"wide/offsets/{index}" for index in range(1005)] + ["wide/offsets/sub/deeper"]
+    with ThreadPoolExecutor(max_workers=16) as pool:  # boto3 clients are thread-safe
+        list(pool.map(lambda key: admin.put_object(Bucket=BUCKET, Key=key, Body=b"s"), keys))
+    yield url
+    server.stop()
+
+
+def _boto_client(url: str) -> Any:
+    import boto3
+
+    return boto3.session.Session().client("s3", endpoint_url=url, **CREDENTIALS)
+
+
+def _upload(client: Any, root: Path, prefix: str) -> None:
+    for path in root.rglob("*"):
+        if path.is_file():
+            client.put_object(
+                Bucket=BUCKET,
+                Key=prefix + path.relative_to(root).as_posix(),
+                Body=path.read_bytes(),
+            )
+
+
+class SentRequests:
+    """Every HTTP request botocore actually sends (retries and pages included)."""
+
+    def __init__(self, storage: S3Storage) -> None:
+        self.urls: list[str] = []
+        storage.client.meta.events.register("before-send.s3", self._record)
+
+    def _record(self, request: Any, **_: Any) -> None:
+        self.urls.append(f"{request.method} {request.url}")
+
+
+def _storage(endpoint: str, **options: Any) -> S3Storage:
+    storage = open_storage(
+        f"s3://{BUCKET}/x", s3_options={"endpoint_url": endpoint, **CREDENTIALS, **options}
+    )
+    assert isinstance(storage, S3Storage)
+    return storage
+
+
+def test_list_dir_returns_direct_children_only(endpoint: str) -> None:
+    storage = _storage(endpoint)
+    names = sorted(o.name for o in storage.list_dir(f"s3a://{BUCKET}/ck43/offsets"))
+    assert names == [".0.crc", ".1.crc", "0", "1"]
+    info = {o.name: o for o in storage.list_dir(f"s3a://{BUCKET}/ck43/offsets/")}["1"]
+    assert info.size == (DATA / "ck43" / "offsets" / "1").stat().st_size
+    assert abs(info.modified - time.time()) < 600
+
+
+def test_list_dir_paginates_and_skips_subdirectories(endpoint: str) -> None:
+    storage = _storage(endpoint)
+    sent = SentRequests(storage)
+    names = {o.name for o in storage.list_dir(f"s3://{BUCKET}/wide/offsets")}
+    assert names == {str(i) for i in range(1005)}  # not "sub" nor "sub/deeper"
+    assert storage.requests["list"] == 2
+    assert len(sent.urls) == 2
+    assert all("delimiter=%2F" in url for url in sent.urls)
+
+
+def test_list_dir_of_missing_prefix_is_empty(endpoint: str) -> None:
+    assert _storage(endpoint).list_dir(f"s3://{BUCKET}/nothing/here") == []
+
+
+@pytest.mark.parametrize("scheme", ["s3", "s3a", "s3n"])
+def test_all_s3_schemes_address_the_same_objects(endpoint: str, scheme: str) -> None:
+    data = _storage(endpoint).read(f"{scheme}://{BUCKET}/ck43/metadata")
+    assert data == (DATA / "ck43" / "metadata").read_bytes()
+
+
+def test_read_missing_key_is_not_found(endpoint: str) -> None:
+    with pytest.raises(StorageNotFound, match=rf"s3://{BUCKET}/ck43/offsets/77: no such object"):
+        _storage(endpoint).read(f"s3://{BUCKET}/ck43/offsets/77")
+
+
+def test_missing_bucket_is_not_found_with_clear_message(endpoint: str) -> None:
+    storage = _storage(endpoint)
+    with pytest.raises(StorageNotFound, match="bucket 'no-such-bucket' does not exist"):
+        storage.list_dir("s3://no-such-bucket/ck/offsets")
+    with pytest.raises(StorageNotFound, match="bucket 'no-such-bucket' does not exist"):
+        storage.read("s3://no-such-bucket/ck/metadata")
+
+
+def test_exists(endpoint: str) -> None:
+    storage = _storage(endpoint)
+    assert storage.exists(f"s3://{BUCKET}/ck43/metadata")
+    assert not storage.exists(f"s3://{BUCKET}/ck43/nope")
+
+
+def test_write_atomic_creates_refuses_and_overwrites(endpoint: str) -> None:
+    storage = _storage(endpoint)
+    path = f"s3a://{BUCKET}/written/metadata"
+    storage.write_atomic(path, b'{"id":"one"}')
+    assert storage.read(path) == b'{"id":"one"}'
+    with pytest.raises(StorageAlreadyExists, match=f"{path}: already exists"):
+        storage.write_atomic(path, b'{"id":"two"}')
+    assert storage.read(path) == b'{"id":"one"}'
+    storage.write_atomic(path, b'{"id":"two"}', overwrite=True)
+    assert storage.read(path) == b'{"id":"two"}'
+
+
+def test_write_atomic_lets_the_server_refuse_a_racing_writer(endpoint: str) -> None:
+    """Between our existence check and our PUT another writer creates the object."""
+    path = f"s3://{BUCKET}/race/offsets/3"
+
+    class RacingStorage(S3Storage):
+        def exists(self, path: str) -> bool:
+            found = super().exists(path)
+            _boto_client(endpoint).put_object(Bucket=BUCKET, Key="race/offsets/3", Body=b"other")
+            return found
+
+    storage = RacingStorage(endpoint_url=endpoint, **CREDENTIALS)
+    with pytest.raises(StorageAlreadyExists):
+        storage.write_atomic(path, b"mine")
+    assert storage.read(path) == b"other"
+
+
+def test_unreachable_endpoint_is_a_storage_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    storage = S3Storage(
+        endpoint_url=f"http://127.0.0.1:{port}",
+        connect_timeout=1,
+        read_timeout=1,
+        max_attempts=1,
+        **CREDENTIALS,
+    )
+    with pytest.raises(
+        StorageError, match=rf"s3://{BUCKET}/ck/offsets: list failed, could not talk to"
+    ):
+        storage.list_dir(f"s3://{BUCKET}/ck/offsets")
+
+
+# -- the checkpoint reader on S3 -------------------------------------------------------------
+
+
+def test_reader_first_check_budget_and_never_lists_state(endpoint: str) -> None:
+    storage = _storage(endpoint)
+    sent = SentRequests(storage)
+    location = f"s3a://{BUCKET}/ck43"
+    state = CheckpointReader(storage, location).read(history=1)
+    assert state.committed_batch_id == 0
+    assert state.in_flight is not None and state.in_flight.batch_id == 1
+    assert state.query_id == "e4ef413e-8c79-4ddd-8f2b-d512ec59fd61"
+    # LIST commits/, LIST offsets/, GET metadata, GET offsets/0, GET offsets/1 (in flight).
+    assert storage.requests.by_operation == {"list": 2, "read": 3}
+    assert len(sent.urls) == 5, sent.urls
+    assert not any("state" in url for url in sent.urls)
+
+
+def test_reader_second_check_only_lists(endpoint: str) -> None:
+    storage = _storage(endpoint)
+    sent = SentRequests(storage)
+    reader = CheckpointReader(storage, f"s3://{BUCKET}/ck35")
+    first = reader.read(history=3)
+    assert [b.batch_id for b in first.history] == [4, 5, 6]
+    assert len(sent.urls) == 2 + 1 + 3
+    sent.urls.clear()
+    reader.read(history=3)
+    assert len(sent.urls) == 2
+
+
+# -- access denied, for real: a moto server enforcing IAM policies ----------------------------
+
+
+@pytest.fixture(scope="module")
+def iam_enforcing_endpoint() -> Iterator[str]:
+    """A separate moto process: IAM enforcement is process-wide, so keep it out of this one."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # The first 5 requests (setup below) are not authenticated; every later one is.
+    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="5")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("moto server with IAM enforcement did not start") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_access_denied_is_typed_and_names_the_path(iam_enforcing_endpoint: str) -> None:
+    import boto3
+
+    url = iam_enforcing_endpoint
+    session = boto3.session.Session()
+    admin_s3 = session.client("s3", endpoint_url=url, **CREDENTIALS)
+    admin_iam = session.client("iam", endpoint_url=url, **CREDENTIALS)
+    admin_s3.create_bucket(Bucket=BUCKET)
+    admin_s3.put_object(Bucket=BUCKET, Key="ck/offsets/0", Body=b"v1")
+    admin_iam.create_user(UserName="lister")
+    key = admin_iam.create_access_key(UserName="lister")["AccessKey"]
+    admin_iam.put_user_policy(
+        UserName="lister",
+        PolicyName="list-only",
+        PolicyDocument=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "*"}],
+            }
+        ),
+    )
+    storage = S3Storage(
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id=key["AccessKeyId"],
+        aws_secret_access_key=key["SecretAccessKey"],
+    )
+    assert [o.name for o in storage.list_dir(f"s3://{BUCKET}/ck/offsets")] == ["0"]
+    with pytest.raises(StorageAccessDenied) as raised:
+        storage.read(f"s3://{BUCKET}/ck/offsets/0")
+    assert f"s3://{BUCKET}/ck/offsets/0: access denied (read)" in str(raised.value)
+    assert "s3:GetObject" in str(raised.value)
+
+    wrong_key = S3Storage(
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="AKIAWRONG",
+        aws_secret_access_key="x",
+    )
+    with pytest.raises(StorageAccessDenied, match=f"s3://{BUCKET}/ck/offsets: access denied"):
+        wrong_key.list_dir(f"s3://{BUCKET}/ck/offsets")
