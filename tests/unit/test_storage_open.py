@@ -1,0 +1,222 @@
+"""open_storage dispatch, join, lazy imports, fsspec and WebHDFS pieces that need no cluster."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from airflow_sparklag.checkpoint import CheckpointReader
+from airflow_sparklag.errors import StorageAlreadyExists, StorageError, UnsupportedStorageURL
+from airflow_sparklag.storage import join, open_storage
+from airflow_sparklag.storage.fsspec_store import FsspecStorage
+from airflow_sparklag.storage.local import LocalStorage
+from airflow_sparklag.storage.s3 import S3Storage, split_s3_url
+from airflow_sparklag.storage.webhdfs import WebHDFSStorage, hdfs_path, namenode_url_for
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+
+
+@pytest.mark.parametrize(
+    ("root", "parts", "expected"),
+    [
+        ("s3a://bucket/ck/", ("offsets", "12"), "s3a://bucket/ck/offsets/12"),
+        ("s3a://bucket/ck", ("/offsets/",), "s3a://bucket/ck/offsets"),
+        ("/tmp/ck", ("metadata",), "/tmp/ck/metadata"),
+        ("/", ("ck",), "/ck"),
+        ("hdfs://nn:8020/ck", (), "hdfs://nn:8020/ck"),
+    ],
+)
+def test_join(root: str, parts: tuple[str, ...], expected: str) -> None:
+    assert join(root, *parts) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "backend"),
+    [
+        ("/tmp/ck", LocalStorage),
+        ("relative/ck", LocalStorage),
+        ("file:///tmp/ck", LocalStorage),
+        ("file:/tmp/ck", LocalStorage),
+        ("s3://b/ck", S3Storage),
+        ("S3A://b/ck", S3Storage),
+        ("s3n://b/ck", S3Storage),
+        ("hdfs://nn:8020/ck", WebHDFSStorage),
+        ("webhdfs://nn:9870/ck", WebHDFSStorage),
+        ("memory://ck", FsspecStorage),
+    ],
+)
+def test_open_storage_dispatches_on_scheme(url: str, backend: type) -> None:
+    assert isinstance(open_storage(url), backend)
+
+
+def test_s3_url_split() -> None:
+    assert split_s3_url("s3a://bucket/a/b") == ("bucket", "a/b")
+    assert split_s3_url("s3n://bucket") == ("bucket", "")
+    with pytest.raises(UnsupportedStorageURL, match="'gs://b/k' is not an S3 URL"):
+        split_s3_url("gs://b/k")
+
+
+def test_unknown_scheme_names_the_scheme() -> None:
+    with pytest.raises(UnsupportedStorageURL, match=r"nosuchfs://"):
+        open_storage("nosuchfs://bucket/ck")
+
+
+def test_scheme_without_installed_implementation_names_the_package() -> None:
+    pytest.importorskip("fsspec")
+    try:
+        import gcsfs  # noqa: F401
+    except ImportError:
+        with pytest.raises(UnsupportedStorageURL, match=r"gs://.*install gcsfs"):
+            open_storage("gs://bucket/ck")
+    else:
+        pytest.skip("gcsfs is installed here")
+
+
+def test_storage_modules_do_not_import_clients_at_import_time() -> None:
+    code = (
+        "import sys, airflow_sparklag.storage, airflow_sparklag.checkpoint, "
+        "airflow_sparklag.storage.s3, airflow_sparklag.storage.webhdfs, "
+        "airflow_sparklag.storage.fsspec_store, airflow_sparklag.storage.local\n"
+        "from airflow_sparklag.storage import open_storage\n"
+        "open_storage('s3a://b/ck'); open_storage('hdfs://nn:8020/ck')\n"
+        "heavy = {'boto3', 'botocore', 'requests', 'fsspec', 'hdfs', 'pyspark'}\n"
+        "print(sorted(heavy & set(sys.modules)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+# -- fsspec (memory:// is built into fsspec) ---------------------------------------------------
+
+
+def _memory_checkpoint(sample: str) -> str:
+    storage = FsspecStorage.for_url("memory://")
+    root = f"memory://ck-{sample}"
+    for path in (DATA / sample).rglob("*"):
+        if path.is_file() and "state" not in path.parts:
+            storage.write_atomic(
+                f"{root}/{path.relative_to(DATA / sample).as_posix()}", path.read_bytes()
+            )
+    return root
+
+
+def test_fsspec_backend_reads_a_checkpoint() -> None:
+    root = _memory_checkpoint("ckn4.2.1")
+    storage = open_storage(root)
+    state = CheckpointReader(storage, root).read(history=2)
+    assert state.committed_batch_id == 4
+    assert state.in_flight is not None and state.in_flight.batch_id == 5
+    assert [s.source_id for s in state.in_flight.sources] == ["alpha", "beta_1"]
+    assert storage.requests.by_operation == {"list": 2, "read": 4}
+
+
+def test_fsspec_list_read_write_errors() -> None:
+    root = _memory_checkpoint("cka")
+    storage = FsspecStorage.for_url(root)
+    assert sorted(o.name for o in storage.list_dir(f"{root}/offsets")) == [
+        ".0.crc",
+        ".3.crc",
+        ".6.crc",
+        "0",
+        "3",
+        "6",
+    ]
+    assert storage.list_dir(f"{root}/missing") == []
+    with pytest.raises(StorageAlreadyExists, match=f"{root}/metadata: already exists"):
+        storage.write_atomic(f"{root}/metadata", b"{}")
+    storage.write_atomic(f"{root}/metadata", b'{"id":"x"}', overwrite=True)
+    assert storage.read(f"{root}/metadata") == b'{"id":"x"}'
+    assert not storage.exists(f"{root}/nope")
+
+
+# -- WebHDFS pieces that need no cluster (the rest: tests/integration/test_storage_hdfs.py) ----
+
+
+@pytest.mark.parametrize(
+    ("location", "expected"),
+    [
+        ("hdfs://nn1.example:8020/ck", "http://nn1.example:9870"),
+        ("hdfs://nn1.example/ck", "http://nn1.example:9870"),
+        ("webhdfs://nn1.example:50070/ck", "http://nn1.example:50070"),
+        ("webhdfs://nn1.example/ck", "http://nn1.example:9870"),
+    ],
+)
+def test_namenode_url_derived_from_location(location: str, expected: str) -> None:
+    assert namenode_url_for(location) == expected
+
+
+def test_hdfs_url_without_host_needs_explicit_namenode() -> None:
+    with pytest.raises(UnsupportedStorageURL, match="has no NameNode host; pass webhdfs_options"):
+        open_storage("hdfs:///ck")
+    storage = open_storage(
+        "hdfs:///ck", webhdfs_options={"url": ["http://a:9870", "http://b:9870"]}
+    )
+    assert isinstance(storage, WebHDFSStorage)
+    assert storage.namenode_urls == ["http://a:9870", "http://b:9870"]
+
+
+def test_hdfs_path() -> None:
+    assert hdfs_path("hdfs://nn:8020/a/b") == "/a/b"
+    assert hdfs_path("webhdfs://nn/a") == "/a"
+    assert hdfs_path("/a") == "/a"
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def standby_namenode() -> Iterator[str]:
+    """An HTTP server answering every WebHDFS call like a standby NameNode does."""
+
+    class Standby(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(
+                {
+                    "RemoteException": {
+                        "exception": "StandbyException",
+                        "javaClassName": "org.apache.hadoop.ipc.StandbyException",
+                        "message": "Operation category READ is not supported in state standby",
+                    }
+                }
+            ).encode()
+            self.send_response(403)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Standby)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_every_namenode_down_or_standby_is_a_storage_error(standby_namenode: str) -> None:
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    storage = WebHDFSStorage(
+        [dead, standby_namenode], user="spark", connect_timeout=1, read_timeout=2
+    )
+    with pytest.raises(StorageError) as raised:
+        storage.read("hdfs://cluster/ck/offsets/3")
+    message = str(raised.value)
+    assert message.startswith("hdfs://cluster/ck/offsets/3: OPEN failed on every NameNode")
+    assert dead in message and "ConnectionError" in message
+    assert standby_namenode in message and "StandbyException" in message
