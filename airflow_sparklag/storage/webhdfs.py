@@ -284,6 +284,9 @@ def _raise_for_status(response: Any, path: str, op: str) -> None:
     detail = f"{exception}: {message}" if exception else f"HTTP {response.status_code}"
     if exception in _TRY_NEXT_NAMENODE:
         raise _TryNextNameNode(detail)
+    # Match the Java exception first: HDFS answers 403 for FileAlreadyExistsException too.
+    if exception in _ALREADY_EXISTS:
+        raise StorageAlreadyExists(f"{path}: already exists ({op})")
     if exception in _NOT_FOUND or response.status_code == 404:
         raise StorageNotFound(f"{path}: no such file ({op}: {detail})")
     if exception in _ACCESS_DENIED or response.status_code in (401, 403):
@@ -291,6 +294,4 @@ def _raise_for_status(response: Any, path: str, op: str) -> None:
             f"{path}: access denied ({op}: {detail}); check webhdfs_options['user'] and the "
             "HDFS permissions of the checkpoint directory"
         )
-    if exception in _ALREADY_EXISTS:
-        raise StorageAlreadyExists(f"{path}: already exists ({op})")
     raise StorageError(f"{path}: {op} failed: {detail}")

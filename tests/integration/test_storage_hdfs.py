@@ -1,0 +1,97 @@
+"""WebHDFSStorage and CheckpointReader against a real HDFS MiniCluster (fixture ``hdfs``)."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparklag.checkpoint import CheckpointReader
+from airflow_sparklag.errors import StorageAlreadyExists, StorageNotFound
+from airflow_sparklag.storage import open_storage
+from airflow_sparklag.storage.webhdfs import WebHDFSStorage
+
+pytestmark = pytest.mark.testbed
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+
+
+def _storage(hdfs: Any, **options: Any) -> WebHDFSStorage:
+    storage = open_storage(
+        hdfs.namenode_uri + "/x",
+        webhdfs_options={"url": hdfs.webhdfs_url, "user": "root", **options},
+    )
+    assert isinstance(storage, WebHDFSStorage)
+    return storage
+
+
+def _upload(storage: WebHDFSStorage, sample: str, root: str) -> None:
+    for path in (DATA / sample).rglob("*"):
+        if path.is_file():
+            relative = path.relative_to(DATA / sample).as_posix()
+            storage.write_atomic(f"{root}/{relative}", path.read_bytes())
+
+
+@pytest.fixture
+def root(hdfs: Any) -> str:
+    return f"{hdfs.namenode_uri}/checkpoints/{uuid.uuid4().hex[:8]}"
+
+
+def test_write_list_read_exists(hdfs: Any, root: str) -> None:
+    storage = _storage(hdfs)
+    storage.write_atomic(f"{root}/offsets/0", b"v1\nx")
+    storage.write_atomic(f"{root}/offsets/1", b"v1\ny")
+    storage.write_atomic(f"{root}/offsets/sub/2", b"nested")
+    listed = {o.name: o for o in storage.list_dir(f"{root}/offsets")}
+    assert set(listed) == {"0", "1"}  # files only, no temp files left behind
+    assert listed["1"].size == 4 and listed["1"].modified > 0
+    assert storage.read(f"{root}/offsets/1") == b"v1\ny"
+    assert storage.exists(f"{root}/offsets/0")
+    assert storage.exists(f"{root}/offsets")
+    assert not storage.exists(f"{root}/offsets/9")
+    assert storage.list_dir(f"{root}/missing") == []
+    with pytest.raises(StorageNotFound, match=f"{root}/offsets/9: no such file"):
+        storage.read(f"{root}/offsets/9")
+
+
+def test_write_atomic_refuses_then_overwrites(hdfs: Any, root: str) -> None:
+    storage = _storage(hdfs)
+    path = f"{root}/metadata"
+    storage.write_atomic(path, b'{"id":"one"}')
+    with pytest.raises(StorageAlreadyExists, match=f"{path}: already exists"):
+        storage.write_atomic(path, b'{"id":"two"}')
+    assert storage.read(path) == b'{"id":"one"}'
+    storage.write_atomic(path, b'{"id":"two"}', overwrite=True)
+    assert storage.read(path) == b'{"id":"two"}'
+    assert hdfs.list_names(path.split(hdfs.namenode_uri, 1)[1].rsplit("/", 1)[0]) == ["metadata"]
+
+
+def test_namenode_url_derived_from_webhdfs_scheme(hdfs: Any, root: str) -> None:
+    port = hdfs.webhdfs_url.rsplit(":", 1)[1]
+    location = root.replace(hdfs.namenode_uri, f"webhdfs://127.0.0.1:{port}")
+    storage = open_storage(location, webhdfs_options={"user": "root"})
+    storage.write_atomic(f"{location}/metadata", b'{"id":"q"}')
+    assert storage.read(f"{location}/metadata") == b'{"id":"q"}'
+
+
+def test_reader_on_hdfs_checkpoint(hdfs: Any, root: str) -> None:
+    _upload(_storage(hdfs), "ckn4.2.1", root)
+    storage = _storage(hdfs)
+    state = CheckpointReader(storage, root).read(history=1)
+    assert state.query_id == "e892574b-ef70-494e-b4f5-ec9fdf4106de"
+    assert state.committed_batch_id == 4
+    assert state.in_flight is not None and state.in_flight.batch_id == 5
+    assert storage.requests.by_operation == {"list": 2, "read": 3}
+
+
+def test_ha_fails_over_past_a_dead_namenode(hdfs: Any, root: str) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    storage = _storage(hdfs, url=[dead, hdfs.webhdfs_url], connect_timeout=1)
+    storage.write_atomic(f"{root}/metadata", b'{"id":"ha"}')
+    assert storage.read(f"{root}/metadata") == b'{"id":"ha"}'
+    assert storage.namenode_urls[storage._active] == hdfs.webhdfs_url
