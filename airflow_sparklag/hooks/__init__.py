@@ -1,0 +1,1 @@
+"""Airflow hooks: connections in, the core's results out."""

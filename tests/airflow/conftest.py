@@ -1,0 +1,133 @@
+"""Fixtures for the Airflow adapters: connections pointing at the test bed, real checkpoints.
+
+Connections are ``AIRFLOW_CONN_<ID>`` environment variables (JSON form), exactly what a
+deployment would set; the checkpoints are written by real Spark queries reading real topics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed import jobs
+
+KAFKA_CONN_ID = "sparklag_kafka"
+AWS_CONN_ID = "sparklag_aws"
+WEBHDFS_CONN_ID = "sparklag_webhdfs"
+
+
+def conn_env(conn_id: str) -> str:
+    return f"AIRFLOW_CONN_{conn_id.upper()}"
+
+
+def kafka_connection(bootstrap: str, **extra: Any) -> str:
+    return json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap, **extra}})
+
+
+@pytest.fixture(scope="session")
+def kafka_conn(kafka) -> str:  # type: ignore[no-untyped-def]
+    os.environ[conn_env(KAFKA_CONN_ID)] = kafka_connection(kafka.bootstrap)
+    return KAFKA_CONN_ID
+
+
+@pytest.fixture(scope="session")
+def aws_conn(s3) -> str:  # type: ignore[no-untyped-def]
+    options = s3.options
+    os.environ[conn_env(AWS_CONN_ID)] = json.dumps(
+        {
+            "conn_type": "aws",
+            "login": options["aws_access_key_id"],
+            "password": options["aws_secret_access_key"],
+            "extra": {
+                "endpoint_url": options["endpoint_url"],
+                "region_name": options.get("region_name", "us-east-1"),
+            },
+        }
+    )
+    return AWS_CONN_ID
+
+
+@pytest.fixture(scope="session")
+def webhdfs_conn(hdfs) -> str:  # type: ignore[no-untyped-def]
+    host_port = hdfs.webhdfs_url.split("://", 1)[1]
+    host, port = host_port.rsplit(":", 1)
+    os.environ[conn_env(WEBHDFS_CONN_ID)] = json.dumps(
+        {"conn_type": "webhdfs", "host": host, "port": int(port), "login": "root"}
+    )
+    return WEBHDFS_CONN_ID
+
+
+@dataclass
+class Job:
+    """A topic and the checkpoint of a Spark query that consumed part of it."""
+
+    topic: str
+    location: str
+    committed: dict[int, int]  # Kafka end offsets when the query stopped
+
+
+@pytest.fixture(scope="session")
+def consume(spark, kafka) -> Callable[..., Job]:  # type: ignore[no-untyped-def]
+    """consume(topic, location): a real availableNow query reads all of `topic` into `location`."""
+
+    def run(topic: str, location: str) -> Job:
+        df = jobs.select_value(jobs.kafka_stream(spark, kafka.bootstrap, topics=[topic]))
+        jobs.run_available_now(df, location)
+        return Job(topic, location, kafka.end_offsets(topic))
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def lagging_job(kafka, consume, tmp_path_factory) -> Job:  # type: ignore[no-untyped-def]
+    """A local checkpoint that processed 60 records; 45 more wait (15 per partition)."""
+    topic = kafka.create_topic(f"af-lagging-{uuid.uuid4().hex[:6]}", partitions=3)
+    kafka.produce(topic, 60)
+    job = consume(topic, str(tmp_path_factory.mktemp("af") / "lagging"))
+    for partition in range(3):
+        kafka.produce(topic, 15, partition=partition, start=1000 + partition * 100)
+    return job
+
+
+@pytest.fixture(scope="session")
+def healthy_job(kafka, consume, tmp_path_factory) -> Job:  # type: ignore[no-untyped-def]
+    """A local checkpoint that processed everything in its topic (lag 0)."""
+    topic = kafka.create_topic(f"af-healthy-{uuid.uuid4().hex[:6]}", partitions=3)
+    kafka.produce(topic, 30)
+    return consume(topic, str(tmp_path_factory.mktemp("af") / "healthy"))
+
+
+@pytest.fixture(scope="session")
+def data_loss_job(kafka, consume, tmp_path_factory) -> Job:  # type: ignore[no-untyped-def]
+    """A checkpoint whose committed offsets retention has deleted (DeleteRecords past them)."""
+    from confluent_kafka import TopicPartition
+
+    topic = kafka.create_topic(f"af-loss-{uuid.uuid4().hex[:6]}", partitions=3)
+    kafka.produce(topic, 30)
+    job = consume(topic, str(tmp_path_factory.mktemp("af") / "loss"))
+    kafka.produce(topic, 30)
+    ends = kafka.end_offsets(topic)
+    futures = kafka.admin().delete_records(
+        [TopicPartition(topic, p, o) for p, o in ends.items()], request_timeout=20
+    )
+    for future in futures.values():
+        future.result(timeout=30)
+    return job
+
+
+def testbed_env(tmp_path: Path) -> dict[str, str]:
+    """Environment for an ``airflow`` subprocess: this session's AIRFLOW_HOME and connections."""
+    env = os.environ.copy()
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")) if p
+    )
+    env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    env.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(Path(__file__).resolve().parents[2] / "dags"))
+    return env
