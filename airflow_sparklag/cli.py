@@ -1,0 +1,177 @@
+"""`sparklag`: lag and health of Spark streaming jobs from the command line.
+
+    sparklag status /data/checkpoints/orders --bootstrap-servers broker:9092
+    sparklag status s3a://bucket/ck/orders --bootstrap-servers b:9092 --json
+
+Exit codes: 0 healthy, 1 lagging, 2 stalled / stopped / rewound / data lost, 3 unknown,
+4 the check itself failed (bad checkpoint, unreachable storage or Kafka; the message says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_CODES = {
+    "OK": 0,
+    "LAGGING": 1,
+    "STALLED": 2,
+    "STOPPED": 2,
+    "REWIND": 2,
+    "DATA_LOSS": 2,
+    "UNKNOWN": 3,
+}
+EXIT_FAILED = 4
+
+# CLI flag -> Thresholds field
+THRESHOLD_FLAGS = {
+    "max_lag": "max_lag_records_per_partition",
+    "max_total_lag": "max_lag_records_total",
+    "max_lag_seconds": "max_lag_seconds",
+    "max_commit_age": "max_commit_age_seconds",
+    "max_in_flight": "max_in_flight_seconds",
+    "allowed_lag": "allowed_lag",
+    "window": "window",
+}
+
+
+def load_kafka_config(path: str | None, bootstrap_servers: str | None) -> dict[str, Any]:
+    """librdkafka settings from a JSON object or a .properties file, plus --bootstrap-servers."""
+    config: dict[str, Any] = {}
+    if path:
+        text = Path(path).read_text()
+        if text.lstrip().startswith("{"):
+            config = json.loads(text)
+        else:
+            for raw in text.splitlines():
+                line = raw.strip()
+                if not line or line.startswith(("#", "!")):
+                    continue
+                key, sep, value = line.partition("=")
+                if not sep:
+                    key, _, value = line.partition(":")
+                config[key.strip()] = value.strip()
+    if bootstrap_servers:
+        config["bootstrap.servers"] = bootstrap_servers
+    if not config.get("bootstrap.servers"):
+        raise SystemExit(
+            "sparklag: give --bootstrap-servers or bootstrap.servers in --kafka-config"
+        )
+    return config
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sparklag", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    status = sub.add_parser("status", help="lag and health of one or more checkpoints")
+    status.add_argument(
+        "checkpoints", nargs="+", help="checkpoint locations (path, s3a://, hdfs://)"
+    )
+    status.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
+    status.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.add_argument("--history", type=int, default=10, help="batches of history to evaluate")
+    status.add_argument(
+        "--exact",
+        action="store_true",
+        help="time lag from the record timestamp at the committed offset",
+    )
+    status.add_argument(
+        "--read-committed",
+        action="store_true",
+        default=None,
+        help="measure against the last stable offset (transactional topics)",
+    )
+    status.add_argument(
+        "--s3-endpoint-url", help="S3 endpoint (credentials: the AWS default chain)"
+    )
+    status.add_argument("--s3-region", help="S3 region")
+    status.add_argument(
+        "--webhdfs-url",
+        action="append",
+        help="WebHDFS URL http://namenode:9870 (repeat for NameNode HA)",
+    )
+    status.add_argument("--hdfs-user", help="user name for WebHDFS")
+    for flag, field in THRESHOLD_FLAGS.items():
+        status.add_argument(
+            f"--{flag.replace('_', '-')}", type=float, dest=flag, help=f"threshold {field}"
+        )
+    return parser
+
+
+def _thresholds(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from airflow_sparklag.health import Thresholds
+
+    given = {
+        field: getattr(args, flag)
+        for flag, field in THRESHOLD_FLAGS.items()
+        if getattr(args, flag) is not None
+    }
+    return Thresholds.from_dict(given) if given else None
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from airflow_sparklag.errors import SparkLagError
+    from airflow_sparklag.monitor import check_checkpoints
+    from airflow_sparklag.render import render
+
+    kafka_config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
+    s3_options = {
+        key: value
+        for key, value in (("endpoint_url", args.s3_endpoint_url), ("region_name", args.s3_region))
+        if value
+    }
+    webhdfs_options: dict[str, Any] = {}
+    if args.webhdfs_url:
+        webhdfs_options["url"] = (
+            args.webhdfs_url if len(args.webhdfs_url) > 1 else args.webhdfs_url[0]
+        )
+    if args.hdfs_user:
+        webhdfs_options["user"] = args.hdfs_user
+    try:
+        results = check_checkpoints(
+            args.checkpoints,
+            kafka_config=kafka_config,
+            s3_options=s3_options or None,
+            webhdfs_options=webhdfs_options or None,
+            thresholds=_thresholds(args),
+            history=args.history,
+            exact_time_lag=args.exact,
+            read_committed=args.read_committed,
+        )
+    except SparkLagError as exc:
+        print(f"sparklag: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    worst = 0
+    if args.json:
+        payload = [r.to_dict() for r in results]
+        print(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
+    for i, result in enumerate(results):
+        if not args.json:
+            if i:
+                print("\n" + "-" * 80 + "\n")
+            if result.error is not None or result.report is None:
+                print(f"checkpoint  {result.location}\nerror       {result.error}")
+            else:
+                print(render(result.report, result.verdict))
+        code = (
+            EXIT_FAILED
+            if result.error is not None
+            else EXIT_CODES.get(result.verdict.health.value, 3)
+        )
+        worst = max(worst, code)
+    return worst
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "status":
+        return run_status(args)
+    return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
