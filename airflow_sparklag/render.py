@@ -23,6 +23,15 @@ def _secs(value: float | None) -> str:
     return f"{value / 3600:.1f}h"
 
 
+def _time_lag(value: float | None, mode: str) -> str:
+    # In estimate mode a checkpoint offset is only known to have been produced BY its batch's
+    # time, so the estimate is a lower bound (tight when each batch reads all that is available,
+    # loose under maxOffsetsPerTrigger); exact mode reads the record's own timestamp.
+    if value is None or mode != "estimate" or value == 0:
+        return _secs(value)
+    return f">={_secs(value)}"
+
+
 def flags(partition: PartitionLag) -> str:
     names = []
     if partition.new_partition:
@@ -95,7 +104,7 @@ def summary_lines(report: LagReport) -> list[str]:
     lines.append(
         f"lag         {report.total_lag} records (max {report.max_lag} on "
         f"{report.max_lag_topic or '-'}/{_num(report.max_lag_partition)}), time lag "
-        f"{_secs(report.max_lag_seconds)} ({report.time_lag_mode})"
+        f"{_time_lag(report.max_lag_seconds, report.time_lag_mode)} ({report.time_lag_mode})"
     )
     if report.consumption_rate is not None:
         catch_up = (
