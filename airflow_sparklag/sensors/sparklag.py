@@ -1,0 +1,315 @@
+"""Sensors on a Spark query's checkpoint: healthy, progressing, caught up.
+
+All three run deferrable (the default comes from ``[operators] default_deferrable``), or as
+classic sensors in ``poke`` / ``reschedule`` mode. Deferrable sensors check once in the worker
+first and only defer when the condition does not hold yet. ``timeout`` and ``soft_fail`` behave
+as for any sensor in every mode; the value pushed to XCom is the last probe's payload.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+)
+
+from airflow_sparklag.hooks.sparklag import DEFAULT_ACCEPT, Probe, SparkLagHook, epoch_seconds
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from airflow.triggers.base import BaseTrigger
+
+
+def _optional_int(value: Any) -> int | None:
+    """Rendered templates arrive as text: "", "None" and None all mean "not given"."""
+    if value is None or (isinstance(value, str) and value.strip() in {"", "None", "null"}):
+        return None
+    return int(value)
+
+
+class _CheckpointSensor(BaseSensorOperator):
+    """Shared plumbing: one hook, one probe per poke, one trigger when deferred."""
+
+    template_fields: Sequence[str] = ("location",)
+    ui_color = "#f4e3c1"
+
+    def __init__(
+        self,
+        *,
+        location: str,
+        kafka_config_id: str = "kafka_default",
+        aws_conn_id: str | None = None,
+        webhdfs_conn_id: str | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poke_interval: float = 30,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(poke_interval=poke_interval, **kwargs)
+        self.location = location
+        self.kafka_config_id = kafka_config_id
+        self.aws_conn_id = aws_conn_id
+        self.webhdfs_conn_id = webhdfs_conn_id
+        self.deferrable = deferrable
+        self._hook: SparkLagHook | None = None
+
+    @property
+    def hook(self) -> SparkLagHook:
+        if self._hook is None:
+            self._hook = SparkLagHook(
+                kafka_config_id=self.kafka_config_id,
+                aws_conn_id=self.aws_conn_id,
+                webhdfs_conn_id=self.webhdfs_conn_id,
+            )
+        return self._hook
+
+    def _probe(self) -> Probe:
+        raise NotImplementedError
+
+    def _trigger(self, deadline: float) -> BaseTrigger:
+        raise NotImplementedError
+
+    def _trigger_kwargs(self, deadline: float) -> dict[str, Any]:
+        return {
+            "kafka_config_id": self.kafka_config_id,
+            "aws_conn_id": self.aws_conn_id,
+            "webhdfs_conn_id": self.webhdfs_conn_id,
+            "poll_interval": self.poke_interval,
+            "deadline": deadline,
+        }
+
+    def _fail(self, message: str) -> None:
+        if self.soft_fail:
+            raise AirflowSkipException(message)
+        raise AirflowFailException(message)
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        probe = self._probe()
+        if probe.failed:
+            raise AirflowFailException(probe.message)  # soft_fail turns it into a skip
+        self.log.info("%s", probe.message)
+        return PokeReturnValue(is_done=probe.done, xcom_value=probe.payload if probe.done else None)
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        probe = self._probe()
+        if probe.failed:
+            self._fail(probe.message)
+        if probe.done:
+            self.log.info("%s", probe.message)
+            return probe.payload
+        self.log.info("%s; deferring", probe.message)
+        self.defer(
+            trigger=self._trigger(time.time() + self.timeout),
+            method_name="execute_complete",
+            timeout=datetime.timedelta(seconds=self.timeout),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        status = event.get("status")
+        message = str(event.get("message", ""))
+        if status == "success":
+            self.log.info("%s", message)
+            return event.get("payload")
+        if status == "failed":
+            self._fail(message)
+        if status == "timeout":
+            if self.soft_fail:
+                raise AirflowSkipException(message)
+            raise AirflowSensorTimeout(message)
+        raise AirflowException(message or f"unexpected trigger event {event!r}")
+
+
+class SparkLagSensor(_CheckpointSensor):
+    """Waits until a Spark query is healthy: its verdict is one of ``accept`` (default ``OK``).
+
+    Fails at once (``AirflowFailException``, a skip with ``soft_fail``) on ``DATA_LOSS``: the
+    query read past records that retention already deleted, and waiting will not bring them
+    back. Pushes the last ``CheckResult.to_dict()`` to XCom.
+
+    Example::
+
+        SparkLagSensor(
+            task_id="wait_healthy",
+            location="s3a://lake/checkpoints/orders",
+            kafka_config_id="kafka_prod",
+            aws_conn_id="aws_lake",
+            thresholds={"max_lag_records_total": 10_000, "max_lag_seconds": 300},
+            poke_interval=60,
+            timeout=3600,
+        )
+    """
+
+    template_fields: Sequence[str] = ("location", "thresholds", "accept")
+    template_fields_renderers = {"thresholds": "json"}
+
+    def __init__(
+        self,
+        *,
+        thresholds: dict[str, Any] | None = None,
+        accept: Sequence[str] = DEFAULT_ACCEPT,
+        fail_on_data_loss: bool = True,
+        history: int = 10,
+        exact_time_lag: bool = False,
+        read_committed: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.thresholds = thresholds
+        self.accept = accept
+        self.fail_on_data_loss = fail_on_data_loss
+        self.history = history
+        self.exact_time_lag = exact_time_lag
+        self.read_committed = read_committed
+
+    def _accept(self) -> list[str]:
+        return [self.accept] if isinstance(self.accept, str) else list(self.accept)
+
+    def _probe(self) -> Probe:
+        return self.hook.probe_health(
+            self.location,
+            thresholds=self.thresholds,
+            accept=self._accept(),
+            fail_on_data_loss=self.fail_on_data_loss,
+            history=self.history,
+            exact_time_lag=self.exact_time_lag,
+            read_committed=self.read_committed,
+        )
+
+    def _trigger(self, deadline: float) -> BaseTrigger:
+        from airflow_sparklag.triggers.sparklag import SparkLagTrigger
+
+        return SparkLagTrigger(
+            self.location,
+            thresholds=self.thresholds,
+            accept=self._accept(),
+            fail_on_data_loss=self.fail_on_data_loss,
+            history=self.history,
+            exact_time_lag=self.exact_time_lag,
+            read_committed=self.read_committed,
+            **self._trigger_kwargs(deadline),
+        )
+
+
+class SparkCheckpointProgressSensor(_CheckpointSensor):
+    """Waits until the query commits a batch newer than ``after_batch_id`` and/or later than
+    ``after_commit_time`` (datetime, ISO text, epoch seconds or ms); with neither, until any
+    batch is committed. A checkpoint that does not exist yet counts as "not yet".
+
+    Use it after (re)starting a job: "the new version has processed at least one batch".
+    Pushes ``{"committed_batch_id", "committed_at", "offsets", ...}`` to XCom.
+
+    Example::
+
+        SparkCheckpointProgressSensor(
+            task_id="new_version_progressing",
+            location="hdfs://nn:8020/checkpoints/orders",
+            webhdfs_conn_id="webhdfs_default",
+            after_batch_id="{{ ti.xcom_pull('record_offsets')['committed_batch_id'] }}",
+            timeout=900,
+        )
+    """
+
+    template_fields: Sequence[str] = ("location", "after_batch_id", "after_commit_time")
+
+    def __init__(
+        self,
+        *,
+        after_batch_id: int | str | None = None,
+        after_commit_time: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.after_batch_id = after_batch_id
+        self.after_commit_time = after_commit_time
+
+    def _probe(self) -> Probe:
+        return self.hook.probe_progress(
+            self.location,
+            after_batch_id=_optional_int(self.after_batch_id),
+            after_commit_time=epoch_seconds(self._commit_time()),
+        )
+
+    def _commit_time(self) -> Any:
+        value = self.after_commit_time
+        return None if isinstance(value, str) and value.strip() in {"", "None"} else value
+
+    def _trigger(self, deadline: float) -> BaseTrigger:
+        from airflow_sparklag.triggers.sparklag import SparkCheckpointProgressTrigger
+
+        return SparkCheckpointProgressTrigger(
+            self.location,
+            after_batch_id=_optional_int(self.after_batch_id),
+            after_commit_time=epoch_seconds(self._commit_time()),
+            **self._trigger_kwargs(deadline),
+        )
+
+
+class SparkKafkaCatchUpSensor(_CheckpointSensor):
+    """Waits until the query has processed everything produced to Kafka before ``target_time``:
+    on every partition, committed offset >= ListOffsets(forTimestamp ``target_time``).
+
+    ``target_time`` is a datetime, ISO text or epoch seconds/ms; it defaults to the end of the
+    run's data interval, so a daily DAG waits until the stream has covered "yesterday".
+    ``topics`` limits the check (default: every topic in the checkpoint).
+
+    Example::
+
+        SparkKafkaCatchUpSensor(
+            task_id="orders_complete_until_midnight",
+            location="/data/checkpoints/orders",
+            target_time="{{ data_interval_end }}",
+            deferrable=True,
+        )
+    """
+
+    template_fields: Sequence[str] = ("location", "target_time", "topics")
+
+    def __init__(
+        self,
+        *,
+        target_time: Any = "{{ data_interval_end }}",
+        topics: Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.target_time = target_time
+        self.topics = topics
+
+    def _target_ms(self) -> int:
+        seconds = epoch_seconds(self.target_time)
+        if seconds is None:
+            raise AirflowFailException(
+                f"{self.task_id}: target_time rendered to nothing; give a datetime, ISO text or "
+                "epoch seconds"
+            )
+        return int(seconds * 1000)
+
+    def _topics(self) -> list[str] | None:
+        if not self.topics:
+            return None
+        return [self.topics] if isinstance(self.topics, str) else list(self.topics)
+
+    def _probe(self) -> Probe:
+        return self.hook.probe_catch_up(
+            self.location, target_time=self._target_ms(), topics=self._topics()
+        )
+
+    def _trigger(self, deadline: float) -> BaseTrigger:
+        from airflow_sparklag.triggers.sparklag import SparkKafkaCatchUpTrigger
+
+        return SparkKafkaCatchUpTrigger(
+            self.location,
+            target_time_ms=self._target_ms(),
+            topics=self._topics(),
+            **self._trigger_kwargs(deadline),
+        )

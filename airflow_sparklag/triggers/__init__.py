@@ -1,0 +1,1 @@
+"""Deferrable triggers: async, serializable, bounded polls of a checkpoint."""

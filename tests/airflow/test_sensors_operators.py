@@ -1,0 +1,323 @@
+"""Sensors and operators on real checkpoints: poke, deferral round trip, failures, templating.
+
+Tasks are executed directly with a small context; the whole-DAG runs in ``test_dags.py`` cover
+the same classes inside Airflow's own task runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import (
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+    TaskDeferred,
+)
+
+from airflow_sparklag.operators.sparklag import SparkLagBranchOperator, SparkLagCheckOperator
+from airflow_sparklag.sensors.sparklag import (
+    SparkCheckpointProgressSensor,
+    SparkKafkaCatchUpSensor,
+    SparkLagSensor,
+)
+from airflow_sparklag.triggers.sparklag import (
+    SparkCheckpointProgressTrigger,
+    SparkKafkaCatchUpTrigger,
+    SparkLagTrigger,
+)
+
+pytestmark = pytest.mark.testbed
+
+
+class XComRecorder:
+    """Stands in for the task instance in ``context["ti"]``: keeps what the task pushes."""
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+def context() -> dict[str, Any]:
+    return {"ti": XComRecorder()}
+
+
+def run_deferred(sensor, ctx) -> Any:
+    """execute() -> TaskDeferred -> trigger.run() -> execute_complete(event), like the runner."""
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(ctx)
+    assert deferred.value.method_name == "execute_complete"
+
+    async def first_event():
+        async for event in deferred.value.trigger.run():
+            return event.payload
+
+    event = asyncio.run(asyncio.wait_for(first_event(), 60))
+    return deferred.value.trigger, sensor.execute_complete(ctx, event)
+
+
+# -- SparkLagSensor ----------------------------------------------------------------------------
+
+
+def test_lag_sensor_poke_mode_returns_the_report(kafka_conn, healthy_job):
+    sensor = SparkLagSensor(
+        task_id="s", location=healthy_job.location, kafka_config_id=kafka_conn, deferrable=False
+    )
+    payload = sensor.execute(context())
+    assert payload["verdict"]["health"] == "OK"
+    assert payload["report"]["total_lag"] == 0
+
+
+def test_lag_sensor_deferrable_round_trip(kafka_conn, lagging_job):
+    sensor = SparkLagSensor(
+        task_id="s",
+        location=lagging_job.location,
+        kafka_config_id=kafka_conn,
+        thresholds={"max_lag_records_total": 10},
+        accept=["OK"],
+        deferrable=True,
+        poke_interval=1,
+        timeout=2,
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(context())
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, SparkLagTrigger)
+    assert trigger.thresholds == {"max_lag_records_total": 10}
+    assert deferred.value.timeout == datetime.timedelta(seconds=2)
+    # The lag does not go away: the trigger gives up at the deadline -> sensor timeout.
+    with pytest.raises(AirflowSensorTimeout, match="LAGGING"):
+        run_deferred(sensor, context())
+    sensor.soft_fail = True
+    with pytest.raises(AirflowSkipException):
+        run_deferred(sensor, context())
+    # Accepting LAGGING: done at once in the worker, no deferral.
+    sensor.accept = ["OK", "LAGGING"]
+    assert sensor.execute(context())["verdict"]["health"] == "LAGGING"
+
+
+def test_lag_sensor_fails_fast_on_data_loss(kafka_conn, data_loss_job):
+    for deferrable in (False, True):
+        sensor = SparkLagSensor(
+            task_id="s",
+            location=data_loss_job.location,
+            kafka_config_id=kafka_conn,
+            deferrable=deferrable,
+            timeout=600,
+        )
+        with pytest.raises(AirflowFailException, match="DATA_LOSS"):
+            sensor.execute(context())
+        sensor.soft_fail = True
+        with pytest.raises(AirflowSkipException):
+            sensor.execute(context())
+
+
+def test_execute_complete_raises_on_error_events(kafka_conn):
+    sensor = SparkLagSensor(task_id="s", location="/x", kafka_config_id=kafka_conn)
+    with pytest.raises(Exception, match="CheckpointNotFound"):
+        sensor.execute_complete(context(), {"status": "error", "message": "CheckpointNotFound: /x"})
+    with pytest.raises(AirflowFailException):
+        sensor.execute_complete(context(), {"status": "failed", "message": "DATA_LOSS"})
+
+
+# -- progress and catch-up sensors ---------------------------------------------------------------
+
+
+def test_progress_sensor(kafka_conn, lagging_job):
+    from airflow_sparklag.hooks.sparklag import SparkLagHook
+
+    batch = SparkLagHook(kafka_conn).committed_offsets(lagging_job.location)["committed_batch_id"]
+    poke = SparkCheckpointProgressSensor(
+        task_id="p",
+        location=lagging_job.location,
+        kafka_config_id=kafka_conn,
+        after_batch_id=str(batch - 1),  # rendered templates are text
+        deferrable=False,
+    )
+    assert poke.execute(context())["committed_batch_id"] == batch
+
+    waiting = SparkCheckpointProgressSensor(
+        task_id="p",
+        location=lagging_job.location,
+        kafka_config_id=kafka_conn,
+        after_batch_id=batch,
+        deferrable=True,
+        poke_interval=0.5,
+        timeout=1.5,
+    )
+    with pytest.raises(AirflowSensorTimeout):
+        run_deferred(waiting, context())
+    poke_timeout = SparkCheckpointProgressSensor(
+        task_id="p",
+        location=lagging_job.location,
+        kafka_config_id=kafka_conn,
+        after_commit_time="None",
+        after_batch_id=batch,
+        deferrable=False,
+        poke_interval=0.2,
+        timeout=0.5,
+    )
+    with pytest.raises(AirflowSensorTimeout):
+        poke_timeout.execute(context())
+
+
+def test_progress_sensor_defers_with_a_serializable_trigger(kafka_conn, tmp_path):
+    sensor = SparkCheckpointProgressSensor(
+        task_id="p",
+        location=str(tmp_path / "not-started-yet"),
+        kafka_config_id=kafka_conn,
+        after_commit_time="2024-01-01T00:00:00+00:00",
+        deferrable=True,
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(context())
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, SparkCheckpointProgressTrigger)
+    assert trigger.after_commit_time == 1704067200.0
+
+
+def test_catch_up_sensor(kafka_conn, lagging_job):
+    from airflow_sparklag.hooks.sparklag import SparkLagHook
+
+    committed_at = SparkLagHook(kafka_conn).committed_offsets(lagging_job.location)["committed_at"]
+    done = SparkKafkaCatchUpSensor(
+        task_id="c",
+        location=lagging_job.location,
+        kafka_config_id=kafka_conn,
+        target_time=datetime.datetime.fromtimestamp(committed_at, tz=datetime.timezone.utc),
+        deferrable=True,
+    )
+    assert done.execute(context())["records_behind"] == 0
+    behind = SparkKafkaCatchUpSensor(
+        task_id="c",
+        location=lagging_job.location,
+        kafka_config_id=kafka_conn,
+        target_time=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1),
+        topics=[lagging_job.topic],
+        deferrable=True,
+        poke_interval=0.5,
+        timeout=1.5,
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        behind.execute(context())
+    assert isinstance(deferred.value.trigger, SparkKafkaCatchUpTrigger)
+    assert deferred.value.trigger.topics == [lagging_job.topic]
+    with pytest.raises(AirflowSensorTimeout, match="45 records"):
+        run_deferred(behind, context())
+
+
+# -- operators -----------------------------------------------------------------------------------
+
+
+def test_check_operator_passes_and_emits_gauges(kafka_conn, healthy_job, monkeypatch):
+    from airflow_sparklag.operators import sparklag as operators
+
+    gauges: dict[str, float] = {}
+
+    class GaugeRecorder:
+        @staticmethod
+        def gauge(stat: str, value: float, *, tags: dict | None = None) -> None:
+            gauges[stat] = value
+
+    monkeypatch.setattr(operators, "_stats", lambda: GaugeRecorder)
+    op = SparkLagCheckOperator(
+        task_id="orders-lag", location=healthy_job.location, kafka_config_id=kafka_conn
+    )
+    payload = op.execute(context())
+    assert payload["verdict"]["health"] == "OK"
+    assert gauges["sparklag.orders_lag.total_lag"] == 0
+    assert gauges["sparklag.orders_lag.health"] == 0
+    # The real Stats object accepts the same calls (a no-op unless metrics are configured).
+    monkeypatch.undo()
+    assert op.execute(context())["report"]["total_lag"] == 0
+
+
+def test_check_operator_fails_with_a_partition_summary(kafka_conn, lagging_job):
+    op = SparkLagCheckOperator(
+        task_id="orders_lag",
+        location=lagging_job.location,
+        kafka_config_id=kafka_conn,
+        thresholds={"max_lag_records_per_partition": 5},
+    )
+    ctx = context()
+    with pytest.raises(AirflowFailException) as failure:
+        op.execute(ctx)
+    message = str(failure.value)
+    assert "LAGGING" in message
+    for partition in range(3):
+        assert f"{lagging_job.topic}[{partition}] lag=15" in message
+    assert ctx["ti"].pushed["return_value"]["report"]["total_lag"] == 45
+    # Not a breach when LAGGING is not in fail_on.
+    op.fail_on = ["DATA_LOSS"]
+    assert op.execute(context())["verdict"]["health"] == "LAGGING"
+
+
+@pytest.mark.parametrize(
+    ("thresholds", "expected"),
+    [({}, "deploy"), ({"max_lag_records_total": 10}, "wait")],
+)
+def test_branch_operator(kafka_conn, lagging_job, thresholds, expected):
+    op = SparkLagBranchOperator(
+        task_id="decide",
+        location=lagging_job.location,
+        kafka_config_id=kafka_conn,
+        thresholds=thresholds,
+        healthy_task_id="deploy",
+        lagging_task_id="wait",
+        default_task_id="abort",
+    )
+    ctx = context()
+    assert op.choose_branch(ctx) == expected
+    assert ctx["ti"].pushed["report"]["location"] == lagging_job.location
+
+
+def test_branch_operator_default_and_data_loss(kafka_conn, data_loss_job):
+    op = SparkLagBranchOperator(
+        task_id="decide",
+        location=data_loss_job.location,
+        kafka_config_id=kafka_conn,
+        healthy_task_id="deploy",
+        default_task_id=["abort", "page"],
+    )
+    assert op.choose_branch(context()) == ["abort", "page"]
+    with pytest.raises(ValueError, match="task_id"):
+        SparkLagBranchOperator(task_id="d", location="/x")
+
+
+def test_template_fields_render(tmp_path):
+    from airflow.sdk import DAG
+
+    with DAG("templating", schedule=None, params={"ck": "/data/ck"}) as dag:
+        sensor = SparkLagSensor(
+            task_id="s",
+            location="{{ params.ck }}/orders",
+            thresholds={"max_lag_seconds": "{{ params.limit }}"},
+            accept=["{{ params.ok }}"],
+        )
+        progress = SparkCheckpointProgressSensor(
+            task_id="p", location="{{ params.ck }}", after_batch_id="{{ params.batch }}"
+        )
+        catch_up = SparkKafkaCatchUpSensor(
+            task_id="c", location="{{ params.ck }}", topics=["{{ params.topic }}"]
+        )
+        check = SparkLagCheckOperator(
+            task_id="k", location="{{ params.ck }}", fail_on=["{{ params.bad }}"]
+        )
+    ctx = {
+        "params": {"ck": "/data/ck", "limit": 60, "ok": "OK", "batch": 7, "topic": "t", "bad": "X"},
+        "data_interval_end": datetime.datetime(2024, 5, 1, tzinfo=datetime.timezone.utc),
+    }
+    for task in dag.tasks:
+        task.render_template_fields(ctx)
+    assert sensor.location == "/data/ck/orders"
+    assert sensor.thresholds == {"max_lag_seconds": "60"}
+    assert sensor.accept == ["OK"]
+    assert progress.after_batch_id == "7"
+    assert catch_up.topics == ["t"]
+    assert catch_up._target_ms() == 1714521600000  # the default: the data interval's end
+    assert check.fail_on == ["X"]
