@@ -1,0 +1,199 @@
+"""fleet.py on the sample checkpoints (local storage): discovery, request budgets, reader reuse."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparklag import fleet
+from airflow_sparklag.fleet import FleetChecker, StoragePool, discover_checkpoints
+from airflow_sparklag.health import Health
+from airflow_sparklag.storage.local import LocalStorage
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+KAFKA = {"bootstrap.servers": "127.0.0.1:1"}  # never contacted: the samples have no Kafka source
+
+
+def _copy(sample: str, target: Path) -> Path:
+    shutil.copytree(DATA / sample, target)
+    return target
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """team-a/{orders,clicks}, team-b/nested/payments, and directories that are not checkpoints."""
+    _copy("cka4.1.4", tmp_path / "team-a" / "orders")
+    _copy("ckm3.5.9", tmp_path / "team-a" / "clicks")
+    _copy("ck43v2", tmp_path / "team-b" / "nested" / "payments")
+    (tmp_path / "team-b" / "_spark_metadata" / "offsets").mkdir(parents=True)
+    (tmp_path / "team-b" / ".hidden" / "commits").mkdir(parents=True)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "README").write_text("not a checkpoint")
+    return tmp_path
+
+
+def _record_listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    listed: list[str] = []
+    original = fleet._local_children
+
+    def recording(storage: Any, path: str) -> fleet.Children:
+        listed.append(path)
+        return original(storage, path)
+
+    monkeypatch.setattr(fleet, "_local_children", recording)
+    return listed
+
+
+def test_discover_finds_checkpoints_without_entering_them(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listed = _record_listings(monkeypatch)
+    found = discover_checkpoints(str(tree))
+    assert found == [
+        str(tree / "team-a" / "clicks"),
+        str(tree / "team-a" / "orders"),
+        str(tree / "team-b" / "nested" / "payments"),
+    ]
+    # one listing per directory visited; nothing inside a checkpoint, no hidden/underscore dirs
+    assert sorted(listed) == sorted(
+        [
+            str(tree),
+            str(tree / "empty"),
+            str(tree / "team-a"),
+            str(tree / "team-b"),
+            str(tree / "team-b" / "nested"),
+            *found,
+        ]
+    )
+    assert not any("state" in path or "_spark_metadata" in path for path in listed)
+
+
+def test_discover_request_count_is_one_per_directory(tree: Path) -> None:
+    storage = LocalStorage()
+    discover_checkpoints(str(tree), storage=storage)
+    assert storage.requests["list"] == 8 and storage.requests.total == 8
+
+
+def test_discover_max_depth(tree: Path) -> None:
+    assert discover_checkpoints(str(tree), max_depth=1) == []
+    assert len(discover_checkpoints(str(tree), max_depth=2)) == 2
+    assert len(discover_checkpoints(str(tree), max_depth=3)) == 3
+
+
+def test_discover_root_is_a_checkpoint(tree: Path) -> None:
+    root = tree / "team-a" / "orders"
+    assert discover_checkpoints(str(root) + "/") == [str(root)]
+    assert discover_checkpoints(f"file://{root}") == [f"file://{root}"]
+
+
+def test_discover_metadata_only_checkpoint_and_missing_prefix(tmp_path: Path) -> None:
+    job = tmp_path / "new-job"
+    job.mkdir()
+    (job / "metadata").write_text('{"id":"q"}')
+    assert discover_checkpoints(str(tmp_path)) == [str(job)]
+    assert discover_checkpoints(str(tmp_path / "missing")) == []
+
+
+def test_storage_pool_shares_one_backend_per_scheme_and_host() -> None:
+    pool = StoragePool(s3_options={"region_name": "us-east-1"})
+    assert pool.for_location("s3a://b/ck/a") is pool.for_location("s3://other/ck/b")
+    assert pool.for_location("/tmp/a") is pool.for_location("file:///tmp/b")
+    assert pool.for_location("hdfs://nn1:8020/a") is not pool.for_location("hdfs://nn2:8020/a")
+    assert len(pool.backends) == 4
+
+
+def _add_batch(root: Path, batch_id: int) -> None:
+    """What Spark does for a new batch: offsets/N first, then commits/N (contents copied)."""
+    offsets = sorted((p for p in (root / "offsets").iterdir() if p.name.isdigit()), key=_num)
+    commits = sorted((p for p in (root / "commits").iterdir() if p.name.isdigit()), key=_num)
+    shutil.copy(offsets[-1], root / "offsets" / str(batch_id))
+    shutil.copy(commits[-1], root / "commits" / str(batch_id))
+
+
+def _num(path: Path) -> int:
+    return int(path.name)
+
+
+def test_checker_request_budget_first_and_repeated_polls(tree: Path) -> None:
+    with FleetChecker(prefix=str(tree), kafka_config=KAFKA, history=1) as checker:
+        results = checker.check()
+        assert [r.location for r in results] == checker.locations
+        assert all(r.error is None and r.report is not None for r in results)
+        discovery = 8
+        # first poll: LIST commits/, LIST offsets/, GET offsets/C, GET metadata, per checkpoint
+        assert checker.storage_requests == discovery + 3 * 4
+        before = checker.storage_requests
+        checker.check()
+        # nothing new: the two listings only
+        assert checker.storage_requests - before == 3 * 2
+        orders = tree / "team-a" / "orders"
+        _add_batch(orders, 8)
+        before = checker.storage_requests
+        results = checker.check()
+        assert checker.storage_requests - before == 3 * 2 + 1  # + GET offsets/8
+        by_location = {r.location: r for r in results}
+        assert by_location[str(orders)].report.committed_batch_id == 8  # type: ignore[union-attr]
+        assert checker.polls == 3
+
+
+def test_history_costs_extra_reads_once(tmp_path: Path) -> None:
+    root = _copy("cka4.1.4", tmp_path / "job")
+    with FleetChecker([str(root)], kafka_config=KAFKA, history=5) as checker:
+        checker.check()
+        assert checker.storage_requests == 4 + 4  # budget + 4 older batches of the window
+        before = checker.storage_requests
+        checker.check()
+        assert checker.storage_requests - before == 2
+
+
+def test_reader_cache_stays_bounded_over_many_batches(tmp_path: Path) -> None:
+    root = _copy("cka4.1.4", tmp_path / "job")
+    with FleetChecker([str(root)], kafka_config=KAFKA, history=3) as checker:
+        for batch_id in range(8, 40):
+            _add_batch(root, batch_id)
+            checker.check()
+        reader = checker._readers[str(root)]
+        assert sorted(reader._offsets_cache) == [37, 38, 39]
+
+
+def test_unreadable_checkpoint_gives_unknown_result_and_others_still_checked(
+    tmp_path: Path,
+) -> None:
+    good = _copy("ckm3.5.9", tmp_path / "good")
+    broken = _copy("ckr3.5.9", tmp_path / "broken")  # commits ahead of offsets
+    missing = tmp_path / "missing"
+    locations = [str(broken), str(good), str(missing)]
+    with FleetChecker(locations, kafka_config=KAFKA) as checker:
+        results = checker.check()
+    assert [r.location for r in results] == locations
+    assert results[0].error is not None and results[0].error.startswith("CheckpointCorrupt")
+    assert results[0].verdict.health is Health.UNKNOWN and results[0].report is None
+    assert results[1].error is None and results[1].report is not None
+    assert results[2].error is not None and results[2].error.startswith("CheckpointNotFound")
+
+
+def test_progress_called_once_per_checkpoint(tree: Path) -> None:
+    seen: list[tuple[int, int]] = []
+    fleet.check_fleet(
+        prefix=str(tree), kafka_config=KAFKA, progress=lambda d, t: seen.append((d, t))
+    )
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_rediscovery_picks_up_new_and_drops_deleted_jobs(tree: Path) -> None:
+    with FleetChecker(prefix=str(tree), kafka_config=KAFKA, rediscover_seconds=0) as checker:
+        assert len(checker.check()) == 3
+        _copy("ckn4.3.0", tree / "team-c" / "new")
+        shutil.rmtree(tree / "team-a" / "clicks")
+        locations = [r.location for r in checker.check()]
+        assert str(tree / "team-c" / "new") in locations
+        assert str(tree / "team-a" / "clicks") not in locations
+        assert str(tree / "team-a" / "clicks") not in checker._readers
+
+
+def test_needs_locations_or_prefix() -> None:
+    with pytest.raises(ValueError, match="locations or a prefix"):
+        FleetChecker(kafka_config=KAFKA)
