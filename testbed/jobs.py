@@ -106,3 +106,140 @@ def select_value(df: DataFrame) -> DataFrame:
     return df.selectExpr(
         "topic", "partition", "offset", "CAST(value AS STRING) AS value", "timestamp"
     )
+
+
+# --- helpers for the lag scenario tests (appended) -----------------------------------------------
+
+
+def count_from(
+    bootstrap: str,
+    positions: dict[str, dict[int, int]],
+    *,
+    read_committed: bool = False,
+    timeout: float = 30.0,
+) -> dict[tuple[str, int], int]:
+    """Records a plain consumer reads from `positions` (topic -> partition -> offset) to the end.
+
+    Independent ground truth for lag: assign() at each offset (an offset below the log start
+    resets to the earliest record, like a consumer after retention), read until end of
+    partition, count data records. Under `read_committed` transaction markers and aborted or
+    open transactions are not delivered, exactly as Spark's read_committed source sees them.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"sparklag-truth-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+        }
+    )
+    counts = {(t, p): 0 for t, parts in positions.items() for p in parts}
+    pending = set(counts)
+    try:
+        consumer.assign(
+            [TopicPartition(t, p, o) for t, parts in positions.items() for p, o in parts.items()]
+        )
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for message in consumer.consume(num_messages=500, timeout=0.5):
+                key = (message.topic(), message.partition())
+                err = message.error()
+                if err is not None:
+                    if err.name() == "_PARTITION_EOF":
+                        pending.discard(key)
+                        continue
+                    raise RuntimeError(f"consumer error on {key}: {err}")
+                counts[key] += 1
+    finally:
+        consumer.close()
+    if pending:
+        raise TimeoutError(f"no end of partition within {timeout}s for {sorted(pending)}")
+    return counts
+
+
+def transactional_producer(bootstrap: str, transactional_id: str):  # type: ignore[no-untyped-def]
+    """A confluent_kafka Producer with transactions initialised (begin/commit/abort are yours)."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            "linger.ms": 5,
+            "transaction.timeout.ms": 120000,
+        }
+    )
+    producer.init_transactions(30)
+    return producer
+
+
+def produce_in_transaction(
+    producer: Any, topic: str, n: int, *, partition: int, commit: bool | None = True
+) -> None:
+    """n records to one partition in one transaction; commit=None leaves it OPEN."""
+    producer.begin_transaction()
+    for i in range(n):
+        producer.produce(topic, value=f"tx-{i}".encode(), partition=partition)
+    producer.flush(30)
+    if commit is True:
+        producer.commit_transaction(30)
+    elif commit is False:
+        producer.abort_transaction(30)
+
+
+def delete_records(admin: Any, topic: str, before: dict[int, int]) -> None:
+    """AdminClient.delete_records: move each partition's log start up to `before[partition]`."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    deadline = time.monotonic() + 20
+    while True:
+        admin.list_topics(topic, timeout=10)  # refreshes the client's leader cache
+        futures = admin.delete_records(
+            [TopicPartition(topic, p, off) for p, off in before.items()], request_timeout=20
+        )
+        try:
+            for future in futures.values():
+                future.result(timeout=30)
+            return
+        except KafkaException:
+            # Right after create_partitions the admin client's metadata may not know the new
+            # partition's leader yet ("No leaders found"): retry until it does.
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def stream_rows(query: StreamingQuery) -> int:
+    """Input rows over the query's retained progress reports."""
+    return sum(int(p.get("numInputRows", 0)) for p in query.recentProgress)
+
+
+def run_available_now_rows(df: DataFrame, checkpoint: str, timeout: float = 180.0) -> int:
+    """Like `run_available_now` (noop sink), but returns how many rows the run read."""
+    query = start_query(df, checkpoint, trigger={"availableNow": True})
+    try:
+        if not query.awaitTermination(timeout):
+            raise TimeoutError(f"availableNow query on {checkpoint} did not finish in {timeout}s")
+        if query.exception() is not None:
+            raise RuntimeError(f"query on {checkpoint} failed: {query.exception()}")
+        return stream_rows(query)
+    finally:
+        query.stop()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise TimeoutError(f"not reached within {timeout}s: {what}")
+
+
+def stop_quietly(query: StreamingQuery | None) -> None:
+    if query is not None and query.isActive:
+        query.stop()
