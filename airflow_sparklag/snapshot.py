@@ -1,0 +1,649 @@
+"""Checkpoint snapshots: a verified JSON record of what a Spark query has COMMITTED.
+
+A snapshot is what lets a query restart on a new checkpoint without losing or re-reading data::
+
+    from airflow_sparklag.snapshot import snapshot_checkpoint
+
+    result = snapshot_checkpoint(
+        "s3a://bucket/ck/orders",
+        "s3a://bucket/snapshots",
+        kafka_config={"bootstrap.servers": "broker:9092"},
+        s3_options={"region_name": "eu-west-1"},
+    )
+    print(result.path)                       # s3a://bucket/snapshots/<query id>/<batch>-<UTC>.json
+    print(result.starting_offsets_json())    # {"orders":{"0":1042,"1":998,"2":1011}}
+
+Rules (see ``docs/snapshots.md``):
+
+- the offsets carried over are those of ``offsets/C``, the last COMMITTED batch; an in-flight
+  batch is recorded (its range is what a restart replays) but never used as the start;
+- the document holds a sha256 of its canonical content (sorted keys, no whitespace, without the
+  checksum itself); it is written once (never overwritten), read back and verified;
+- ``startingOffsets`` names every partition Kafka has: a partition the checkpoint lacks (added
+  since) starts from earliest (-2), as Spark itself would read it.
+
+No Airflow import; ``confluent_kafka`` and storage clients are imported only when used.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from airflow_sparklag.errors import SparkLagError, StorageNotFound
+from airflow_sparklag.storage import Storage, join, open_storage
+
+if TYPE_CHECKING:
+    from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
+    from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+
+__all__ = [
+    "EARLIEST",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "NothingCommitted",
+    "Snapshot",
+    "SnapshotBatch",
+    "SnapshotCorrupt",
+    "SnapshotError",
+    "SnapshotResult",
+    "SnapshotSource",
+    "SnapshotVerificationFailed",
+    "build_snapshot",
+    "canonical_bytes",
+    "load_snapshot",
+    "save_snapshot",
+    "snapshot_checkpoint",
+    "snapshot_path",
+    "strip_credentials",
+    "utc_iso",
+]
+
+FORMAT_NAME = "sparklag-checkpoint-snapshot"
+FORMAT_VERSION = 1
+EARLIEST = -2  # Spark's startingOffsets value for "from the log start"
+_TOOL = "airflow-provider-sparklag"
+
+
+class SnapshotError(SparkLagError):
+    """A snapshot could not be taken, written or read."""
+
+
+class NothingCommitted(SnapshotError):
+    """The checkpoint has no committed batch, so there are no offsets to carry over."""
+
+
+class SnapshotCorrupt(SnapshotError):
+    """A snapshot document is not valid JSON, has an unknown format or a wrong checksum."""
+
+
+class SnapshotVerificationFailed(SnapshotError):
+    """A written snapshot, read back, differs from what was written."""
+
+
+# -- the document ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SnapshotSource:
+    """One source of a batch. ``kafka`` maps topic -> partition -> NEXT offset to read."""
+
+    source_id: str
+    kind: str  # "kafka" | "other" | "none"
+    kafka: Mapping[str, Mapping[int, int]] | None
+    raw: str | None = None  # the offset as Spark wrote it, for non-Kafka sources
+
+    def to_dict(self) -> dict[str, Any]:
+        offsets = None
+        if self.kafka is not None:
+            offsets = {
+                topic: {str(p): int(o) for p, o in sorted(parts.items())}
+                for topic, parts in sorted(self.kafka.items())
+            }
+        return {
+            "source_id": self.source_id,
+            "kind": self.kind,
+            "offsets": offsets,
+            "raw": self.raw if self.kind == "other" else None,
+        }
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> SnapshotSource:
+        offsets = document.get("offsets")
+        kafka = None
+        if offsets is not None:
+            kafka = {
+                str(topic): {int(p): int(o) for p, o in parts.items()}
+                for topic, parts in offsets.items()
+            }
+        return cls(
+            source_id=str(document["source_id"]),
+            kind=str(document["kind"]),
+            kafka=kafka,
+            raw=document.get("raw"),
+        )
+
+
+@dataclass(frozen=True)
+class SnapshotBatch:
+    """A batch as recorded in a snapshot (the committed one, or the one in flight)."""
+
+    batch_id: int
+    batch_timestamp_ms: int | None
+    watermark_ms: int | None
+    file_time: str | None  # commits/C (committed) or offsets/L (in flight) modification, UTC ISO
+    sources: tuple[SnapshotSource, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch_id": self.batch_id,
+            "batch_timestamp_ms": self.batch_timestamp_ms,
+            "watermark_ms": self.watermark_ms,
+            "file_time": self.file_time,
+            "sources": [source.to_dict() for source in self.sources],
+        }
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> SnapshotBatch:
+        return cls(
+            batch_id=int(document["batch_id"]),
+            batch_timestamp_ms=document.get("batch_timestamp_ms"),
+            watermark_ms=document.get("watermark_ms"),
+            file_time=document.get("file_time"),
+            sources=tuple(SnapshotSource.from_dict(s) for s in document["sources"]),
+        )
+
+    def kafka_sources(self) -> dict[str, Mapping[str, Mapping[int, int]]]:
+        return {s.source_id: s.kafka for s in self.sources if s.kind == "kafka" and s.kafka}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a query has committed, at one moment. Immutable; ``to_dict()`` is the document.
+
+    Example::
+
+        snapshot = build_snapshot(state, cluster_id="abc")
+        snapshot.starting_offsets()            # {"orders": {"0": 1042, "1": 998}}
+        document = snapshot.to_dict()          # includes {"checksum": {"sha256": ...}}
+    """
+
+    query_id: str | None
+    checkpoint_location: str
+    committed: SnapshotBatch
+    in_flight: SnapshotBatch | None
+    kafka_cluster_id: str | None
+    snapshot_time: str  # UTC ISO
+    tool_version: str
+    # source id -> topic -> partition -> timestamp (ms) of the record at the committed offset;
+    # None where there was no record yet (committed == log end).
+    record_timestamps_ms: Mapping[str, Mapping[str, Mapping[int, int | None]]] | None = None
+    kafka_fetched_at: str | None = None  # when the cluster id / timestamps were read, UTC ISO
+    format_version: int = FORMAT_VERSION
+    checksum: str = field(default="", compare=False)
+
+    # -- document ------------------------------------------------------------------------
+
+    def content(self) -> dict[str, Any]:
+        """The document without its checksum: what the checksum covers."""
+        timestamps = None
+        if self.record_timestamps_ms is not None:
+            timestamps = {
+                source: {
+                    topic: {str(p): ts for p, ts in sorted(parts.items())}
+                    for topic, parts in sorted(topics.items())
+                }
+                for source, topics in sorted(self.record_timestamps_ms.items())
+            }
+        return {
+            "format": FORMAT_NAME,
+            "format_version": self.format_version,
+            "query_id": self.query_id,
+            "checkpoint_location": self.checkpoint_location,
+            "committed_batch": self.committed.to_dict(),
+            "in_flight_batch": self.in_flight.to_dict() if self.in_flight else None,
+            "kafka_cluster_id": self.kafka_cluster_id,
+            "kafka_fetched_at": self.kafka_fetched_at,
+            "commit_time": self.committed.file_time,
+            "snapshot_time": self.snapshot_time,
+            "tool": {"name": _TOOL, "version": self.tool_version},
+            "record_timestamps_ms": timestamps,
+        }
+
+    def computed_checksum(self) -> str:
+        return hashlib.sha256(canonical_bytes(self.content())).hexdigest()
+
+    def sealed(self) -> Snapshot:
+        """This snapshot with its checksum filled in."""
+        return replace(self, checksum=self.computed_checksum())
+
+    def to_dict(self) -> dict[str, Any]:
+        document = self.content()
+        document["checksum"] = {"algorithm": "sha256", "value": self.checksum}
+        return document
+
+    def to_json(self) -> bytes:
+        return (json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any], *, where: str = "snapshot") -> Snapshot:
+        """Parse and verify a document (format, version, checksum)."""
+        if document.get("format") != FORMAT_NAME:
+            raise SnapshotCorrupt(
+                f"{where}: not a {FORMAT_NAME} document (format={document.get('format')!r})"
+            )
+        version = document.get("format_version")
+        if version != FORMAT_VERSION:
+            raise SnapshotCorrupt(
+                f"{where}: snapshot format version {version!r} is not supported (this tool "
+                f"reads version {FORMAT_VERSION}); use the tool version that wrote it"
+            )
+        try:
+            timestamps = document.get("record_timestamps_ms")
+            snapshot = cls(
+                query_id=document.get("query_id"),
+                checkpoint_location=str(document["checkpoint_location"]),
+                committed=SnapshotBatch.from_dict(document["committed_batch"]),
+                in_flight=(
+                    SnapshotBatch.from_dict(document["in_flight_batch"])
+                    if document.get("in_flight_batch")
+                    else None
+                ),
+                kafka_cluster_id=document.get("kafka_cluster_id"),
+                snapshot_time=str(document["snapshot_time"]),
+                tool_version=str(document["tool"]["version"]),
+                record_timestamps_ms=(
+                    {
+                        source: {
+                            topic: {int(p): ts for p, ts in parts.items()}
+                            for topic, parts in topics.items()
+                        }
+                        for source, topics in timestamps.items()
+                    }
+                    if timestamps is not None
+                    else None
+                ),
+                kafka_fetched_at=document.get("kafka_fetched_at"),
+                format_version=int(version),
+                checksum=str(document["checksum"]["value"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SnapshotCorrupt(f"{where}: malformed snapshot document ({exc!r})") from exc
+        expected = snapshot.computed_checksum()
+        if snapshot.checksum != expected:
+            raise SnapshotCorrupt(
+                f"{where}: checksum mismatch (document says {snapshot.checksum[:12]}..., content "
+                f"hashes to {expected[:12]}...): the file was edited or damaged; do not use it"
+            )
+        return snapshot
+
+    @classmethod
+    def from_json(cls, data: bytes, *, where: str = "snapshot") -> Snapshot:
+        try:
+            document = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SnapshotCorrupt(f"{where}: not a JSON snapshot document ({exc})") from exc
+        if not isinstance(document, dict):
+            raise SnapshotCorrupt(f"{where}: not a JSON object")
+        return cls.from_dict(document, where=where)
+
+    # -- starting offsets ----------------------------------------------------------------
+
+    def kafka_source_id(self, source_id: str | None = None) -> str:
+        """The one Kafka source's id (or check ``source_id``); several need an explicit one."""
+        kafka_ids = list(self.committed.kafka_sources())
+        if source_id is not None:
+            if source_id not in kafka_ids:
+                raise SnapshotError(
+                    f"snapshot of {self.checkpoint_location} has no Kafka source {source_id!r} "
+                    f"(Kafka sources: {kafka_ids})"
+                )
+            return source_id
+        if not kafka_ids:
+            raise SnapshotError(
+                f"snapshot of {self.checkpoint_location}: batch {self.committed.batch_id} has "
+                "no Kafka source offsets"
+            )
+        if len(kafka_ids) > 1:
+            raise SnapshotError(
+                f"snapshot of {self.checkpoint_location} has {len(kafka_ids)} Kafka sources "
+                f"{kafka_ids}: say which one (source_id)"
+            )
+        return kafka_ids[0]
+
+    def starting_offsets(
+        self, kafka: KafkaSnapshot | None = None, *, source_id: str | None = None
+    ) -> dict[str, dict[str, int]]:
+        """Spark's ``startingOffsets`` for a new checkpoint: topic -> "partition" -> offset.
+
+        With ``kafka``, every partition Kafka has is named: partitions the checkpoint lacks are
+        read from earliest (-2), exactly what the old query would have done.
+        """
+        committed = self.committed.kafka_sources()[self.kafka_source_id(source_id)]
+        result: dict[str, dict[str, int]] = {}
+        for topic, parts in committed.items():
+            offsets = {p: int(o) for p, o in parts.items()}
+            if kafka is not None:
+                for partition in kafka.partitions.get(topic, {}):
+                    offsets.setdefault(partition, EARLIEST)
+            result[topic] = {str(p): o for p, o in sorted(offsets.items())}
+        return dict(sorted(result.items()))
+
+    def starting_offsets_by_timestamp(
+        self, *, source_id: str | None = None
+    ) -> dict[str, dict[str, int]]:
+        """Spark's ``startingOffsetsByTimestamp``: the record time at each committed offset.
+
+        Approximate by nature (it trusts record timestamps to grow with offsets); the exact form
+        is :meth:`starting_offsets`. A partition with no record at its committed offset yet gets
+        the time Kafka was read: use ``startingOffsetsByTimestampStrategy=latest`` with it.
+        """
+        sid = self.kafka_source_id(source_id)
+        if self.record_timestamps_ms is None or sid not in self.record_timestamps_ms:
+            raise SnapshotError(
+                f"snapshot of {self.checkpoint_location} holds no record timestamps; take it "
+                "with record timestamps to get startingOffsetsByTimestamp"
+            )
+        fallback = _iso_to_ms(self.kafka_fetched_at or self.snapshot_time)
+        return {
+            topic: {str(p): ts if ts is not None else fallback for p, ts in sorted(parts.items())}
+            for topic, parts in sorted(self.record_timestamps_ms[sid].items())
+        }
+
+    def replay_ranges(self) -> dict[str, dict[str, dict[str, dict[str, int]]]]:
+        """What a restart from this snapshot may read twice: the in-flight batch's range.
+
+        source id -> topic -> partition -> {"from": committed, "to": in-flight end}; only
+        partitions where the in-flight batch planned to read something.
+        """
+        if self.in_flight is None:
+            return {}
+        planned = self.in_flight.kafka_sources()
+        result: dict[str, dict[str, dict[str, dict[str, int]]]] = {}
+        for sid, topics in self.committed.kafka_sources().items():
+            for topic, parts in planned.get(sid, {}).items():
+                for partition, end in parts.items():
+                    start = topics.get(topic, {}).get(partition, 0)
+                    if end > start:
+                        result.setdefault(sid, {}).setdefault(topic, {})[str(partition)] = {
+                            "from": int(start),
+                            "to": int(end),
+                        }
+        return result
+
+
+def canonical_bytes(document: Mapping[str, Any]) -> bytes:
+    """Sorted keys, no whitespace, UTF-8: the bytes the checksum is computed over."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8"
+    )
+
+
+def utc_iso(epoch_seconds: float) -> str:
+    moment = datetime.datetime.fromtimestamp(epoch_seconds, tz=datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _iso_to_ms(text: str) -> int:
+    moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return int(moment.timestamp() * 1000)
+
+
+def strip_credentials(location: str) -> str:
+    """A location without any ``user:password@`` part: snapshots and logs never hold secrets."""
+    if "://" not in location:
+        return location
+    parts = urlsplit(location)
+    if "@" not in parts.netloc:
+        return location
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def _batch(batch: BatchOffsets, file_time: float | None) -> SnapshotBatch:
+    return SnapshotBatch(
+        batch_id=batch.batch_id,
+        batch_timestamp_ms=batch.batch_timestamp_ms,
+        watermark_ms=batch.watermark_ms,
+        file_time=utc_iso(file_time) if file_time is not None else None,
+        sources=tuple(
+            SnapshotSource(
+                source_id=s.source_id,
+                kind=s.kind,
+                kafka=(
+                    {t: dict(parts) for t, parts in s.kafka.items()}
+                    if s.kafka is not None
+                    else None
+                ),
+                raw=s.raw if s.kind == "other" else None,
+            )
+            for s in batch.sources
+        ),
+    )
+
+
+def build_snapshot(
+    state: CheckpointState,
+    *,
+    cluster_id: str | None = None,
+    record_timestamps: Mapping[tuple[str, int], int | None] | None = None,
+    kafka_fetched_at: float | None = None,
+    now: float | None = None,
+) -> Snapshot:
+    """A sealed snapshot of ``state``'s COMMITTED batch (pure: no I/O).
+
+    ``record_timestamps`` ({(topic, partition): ms | None}, the record at each committed offset)
+    makes :meth:`Snapshot.starting_offsets_by_timestamp` available.
+    """
+    from airflow_sparklag import __version__
+
+    if state.committed is None or state.committed_batch_id is None:
+        planned = (
+            f" (batch {state.in_flight.batch_id} is planned but not committed)"
+            if state.in_flight
+            else ""
+        )
+        raise NothingCommitted(
+            f"{strip_credentials(state.location)}: no committed batch{planned}: there are no "
+            "processed offsets to carry over; let the query commit a batch first, or start the "
+            "new query from earliest"
+        )
+    committed = _batch(state.committed, state.commit_modified)
+    timestamps: dict[str, dict[str, dict[int, int | None]]] | None = None
+    if record_timestamps is not None:
+        timestamps = {}
+        for sid, topics in committed.kafka_sources().items():
+            timestamps[sid] = {
+                topic: {p: record_timestamps.get((topic, p)) for p in parts}
+                for topic, parts in topics.items()
+            }
+    in_flight = None
+    if state.in_flight is not None:
+        in_flight = _batch(state.in_flight, state.in_flight.modified)
+    moment = now if now is not None else datetime.datetime.now(datetime.timezone.utc).timestamp()
+    return Snapshot(
+        query_id=state.query_id,
+        checkpoint_location=strip_credentials(state.location),
+        committed=committed,
+        in_flight=in_flight,
+        kafka_cluster_id=cluster_id,
+        snapshot_time=utc_iso(moment),
+        tool_version=__version__,
+        record_timestamps_ms=timestamps,
+        kafka_fetched_at=utc_iso(kafka_fetched_at) if kafka_fetched_at is not None else None,
+    ).sealed()
+
+
+# -- storage ---------------------------------------------------------------------------------
+
+
+def snapshot_path(root: str, snapshot: Snapshot) -> str:
+    """``<root>/<query id>/<batch id>-<UTC time>.json``."""
+    moment = datetime.datetime.fromisoformat(snapshot.snapshot_time.replace("Z", "+00:00"))
+    stamp = moment.strftime("%Y%m%dT%H%M%S.%fZ")
+    query = snapshot.query_id or "unknown-query"
+    return join(root, query, f"{snapshot.committed.batch_id}-{stamp}.json")
+
+
+def save_snapshot(snapshot: Snapshot, storage: Storage, path: str) -> str:
+    """Write once (never overwrite), read back and verify; returns ``path``.
+
+    Raises :class:`~airflow_sparklag.errors.StorageAlreadyExists` if ``path`` exists and
+    :class:`SnapshotVerificationFailed` when what is read back differs.
+    """
+    if snapshot.checksum != snapshot.computed_checksum():
+        raise SnapshotCorrupt("refusing to write a snapshot whose checksum does not match")
+    storage.write_atomic(path, snapshot.to_json(), overwrite=False)
+    verify_written(snapshot, storage, path)
+    return path
+
+
+def verify_written(snapshot: Snapshot, storage: Storage, path: str) -> Snapshot:
+    """Read ``path`` back: checksum valid, and the same checksum and offsets as ``snapshot``."""
+    try:
+        stored = load_snapshot(storage, path)
+    except (SnapshotCorrupt, StorageNotFound) as exc:
+        raise SnapshotVerificationFailed(
+            f"{path}: written snapshot does not read back: {exc}"
+        ) from exc
+    if stored.checksum != snapshot.checksum or stored.committed != snapshot.committed:
+        raise SnapshotVerificationFailed(
+            f"{path}: the snapshot read back differs from the one written (checksum "
+            f"{stored.checksum[:12]} vs {snapshot.checksum[:12]}); do not use it"
+        )
+    return stored
+
+
+def load_snapshot(storage: Storage, path: str) -> Snapshot:
+    """Read and verify a snapshot document."""
+    return Snapshot.from_json(storage.read(path), where=path)
+
+
+# -- one call: checkpoint -> verified snapshot -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    """A written, verified snapshot plus the Kafka view it was taken with."""
+
+    snapshot: Snapshot
+    path: str | None  # None when not written (dry run)
+    kafka: KafkaSnapshot | None
+
+    def starting_offsets(self, source_id: str | None = None) -> dict[str, dict[str, int]]:
+        return self.snapshot.starting_offsets(self.kafka, source_id=source_id)
+
+    def starting_offsets_json(self, source_id: str | None = None) -> str:
+        return json.dumps(self.starting_offsets(source_id), separators=(",", ":"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe (XCom, ``--json``)."""
+        starting: dict[str, Any] = {}
+        by_time: dict[str, Any] = {}
+        for sid in self.snapshot.committed.kafka_sources():
+            starting[sid] = self.snapshot.starting_offsets(self.kafka, source_id=sid)
+            if self.snapshot.record_timestamps_ms is not None:
+                by_time[sid] = self.snapshot.starting_offsets_by_timestamp(source_id=sid)
+        return {
+            "path": self.path,
+            "query_id": self.snapshot.query_id,
+            "checkpoint_location": self.snapshot.checkpoint_location,
+            "committed_batch_id": self.snapshot.committed.batch_id,
+            "in_flight_batch_id": (
+                self.snapshot.in_flight.batch_id if self.snapshot.in_flight else None
+            ),
+            "replay_ranges": self.snapshot.replay_ranges(),
+            "checksum": self.snapshot.checksum,
+            "starting_offsets": starting,
+            "starting_offsets_by_timestamp": by_time,
+            "kafka_cluster_id": self.snapshot.kafka_cluster_id,
+        }
+
+
+def kafka_topics(snapshot: Snapshot) -> set[str]:
+    return {t for topics in snapshot.committed.kafka_sources().values() for t in topics}
+
+
+def take_snapshot(
+    state: CheckpointState,
+    client: KafkaOffsetsClient | None,
+    *,
+    now: float | None = None,
+    record_timestamps: bool = True,
+) -> tuple[Snapshot, KafkaSnapshot | None]:
+    """Build a snapshot of ``state`` with the cluster id (and record times) from ``client``."""
+    draft = build_snapshot(state, now=now)
+    if client is None:
+        return draft, None
+    topics = kafka_topics(draft)
+    kafka = client.snapshot(sorted(topics))
+    timestamps = None
+    if record_timestamps:
+        wanted = {
+            (topic, p): o
+            for parts_by_topic in draft.committed.kafka_sources().values()
+            for topic, parts in parts_by_topic.items()
+            if topic not in kafka.missing_topics
+            for p, o in parts.items()
+        }
+        timestamps = client.record_timestamps(wanted) if wanted else {}
+    snapshot = build_snapshot(
+        state,
+        cluster_id=kafka.cluster_id,
+        record_timestamps=timestamps,
+        kafka_fetched_at=kafka.fetched_at,
+        now=now,
+    )
+    return snapshot, kafka
+
+
+def snapshot_checkpoint(
+    location: str,
+    snapshot_root: str,
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
+    kafka_client: KafkaOffsetsClient | None = None,
+    s3_options: dict[str, Any] | None = None,
+    webhdfs_options: dict[str, Any] | None = None,
+    fsspec_options: dict[str, Any] | None = None,
+    kafka_timeout: float = 10.0,
+    record_timestamps: bool = True,
+    write: bool = True,
+    now: float | None = None,
+) -> SnapshotResult:
+    """Read ``location``'s checkpoint, snapshot its committed batch, write it under
+    ``snapshot_root`` and verify it. Without Kafka config the cluster id and the
+    partitions added since are unknown (the snapshot is still valid)."""
+    from airflow_sparklag.checkpoint import CheckpointReader
+
+    storage_options = {
+        "s3_options": s3_options,
+        "webhdfs_options": webhdfs_options,
+        "fsspec_options": fsspec_options,
+    }
+    state = CheckpointReader(open_storage(location, **storage_options), location).read(history=1)
+    client = kafka_client
+    owned = False
+    if client is None and kafka_config:
+        from airflow_sparklag.kafka import KafkaOffsetsClient
+
+        client = KafkaOffsetsClient(kafka_config, kafka_timeout)
+        owned = True
+    try:
+        snapshot, kafka = take_snapshot(state, client, now=now, record_timestamps=record_timestamps)
+    finally:
+        if owned and client is not None:
+            client.close()
+    path = None
+    if write:
+        path = save_snapshot(
+            snapshot,
+            open_storage(snapshot_root, **storage_options),
+            snapshot_path(snapshot_root, snapshot),
+        )
+    return SnapshotResult(snapshot=snapshot, path=path, kafka=kafka)
