@@ -1,0 +1,470 @@
+"""Fleet scan on Spark: lag and health of thousands of streaming jobs in one Spark job.
+
+    spark-submit --py-files airflow_sparklag.zip -m airflow_sparklag.spark_scan \\
+        --prefix s3a://bucket/checkpoints --bootstrap-servers broker:9092 \\
+        --output s3a://bucket/sparklag/scan-2025-01-01 [--format parquet]
+
+    python -m airflow_sparklag.spark_scan --checkpoints hdfs://nn:8020/ck/a hdfs://nn:8020/ck/b \\
+        --bootstrap-servers broker:9092 --webhdfs-url http://nn:9870 --output /tmp/scan
+
+How it runs:
+
+1. the driver lists the checkpoints (``--checkpoints``, ``--checkpoints-file`` or discovery
+   under ``--prefix``);
+2. executors read them in parallel (``mapPartitions`` over the locations; each task shares one
+   storage client and reads with a few threads, using the core ``CheckpointReader``; storage
+   options travel as JSON in the closure). The parsed states stay cached on the executors;
+3. the driver takes ONE Kafka snapshot (batched ListOffsets) for every topic of every job and
+   broadcasts it;
+4. executors compute the per-partition lag and the per-job health from the cached states;
+5. two tables are written: ``<output>/partitions`` (one row per job, topic and partition) and
+   ``<output>/jobs`` (one row per job with its health), Parquet by default or any
+   ``DataFrameWriter`` format.
+
+From Python, :func:`scan` takes an existing SparkSession and returns the two DataFrames.
+pyspark is imported only inside the functions: importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copyreg
+import io
+import json
+import pickle
+import sys
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from airflow_sparklag.checkpoint import CheckpointState
+    from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+
+__all__ = ["JOB_COLUMNS", "PARTITION_COLUMNS", "ScanResult", "main", "scan", "write_scan"]
+
+THREADS_PER_TASK = 8  # checkpoints one task reads at once (latency-bound small requests)
+
+# (name, Spark SQL type) of the two output tables.
+PARTITION_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("location", "string"),
+    ("query_id", "string"),
+    ("committed_batch_id", "bigint"),
+    ("source_id", "string"),
+    ("topic", "string"),
+    ("partition", "int"),
+    ("committed_offset", "bigint"),
+    ("planned_offset", "bigint"),
+    ("log_start_offset", "bigint"),
+    ("log_end_offset", "bigint"),
+    ("last_stable_offset", "bigint"),
+    ("lag", "bigint"),
+    ("lag_seconds", "double"),
+    ("new_partition", "boolean"),
+    ("removed_partition", "boolean"),
+    ("data_loss", "boolean"),
+    ("records_lost", "bigint"),
+    ("ahead_of_log", "boolean"),
+    ("scanned_at", "timestamp"),
+)
+JOB_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("location", "string"),
+    ("query_id", "string"),
+    ("health", "string"),
+    ("rule", "string"),
+    ("reason", "string"),
+    ("error", "string"),
+    ("committed_batch_id", "bigint"),
+    ("committed_at", "timestamp"),
+    ("commit_age_seconds", "double"),
+    ("in_flight_batch_id", "bigint"),
+    ("in_flight_age_seconds", "double"),
+    ("total_lag", "bigint"),
+    ("max_lag", "bigint"),
+    ("max_lag_topic", "string"),
+    ("max_lag_partition", "int"),
+    ("max_lag_seconds", "double"),
+    ("consumption_rate", "double"),
+    ("production_rate", "double"),
+    ("catch_up_seconds", "double"),
+    ("topics", "array<string>"),
+    ("partitions", "int"),
+    ("missing_topics", "array<string>"),
+    ("scanned_at", "timestamp"),
+)
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """The two tables of a scan (DataFrames over data cached on the executors), the Kafka
+    snapshot they were measured against, and the storage requests the executors sent."""
+
+    partitions: DataFrame
+    jobs: DataFrame
+    snapshot: KafkaSnapshot
+    locations: tuple[str, ...]
+    storage_requests: int  # reading the checkpoints; discovery on the driver not included
+    cached: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+
+    def unpersist(self) -> None:
+        """Free the executors' cached states and results."""
+        for rdd in self.cached:
+            rdd.unpersist()
+
+
+# -- executor side ---------------------------------------------------------------------------
+
+
+def _dump_state(state: CheckpointState) -> bytes:
+    """Pickle a state; its read-only mappings (mappingproxy) are pickled as plain dicts and
+    rebuilt as mappingproxy on load. A private dispatch table: no process-wide side effect."""
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = {
+        **copyreg.dispatch_table,
+        MappingProxyType: lambda proxy: (_read_only, (dict(proxy),)),
+    }
+    pickler.dump(state)
+    return buffer.getvalue()
+
+
+def _read_only(mapping: dict) -> Mapping:
+    # A module-level function: mappingproxy itself cannot be pickled by reference.
+    return MappingProxyType(mapping)
+
+
+def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tuple]:
+    """One Spark task: read its checkpoints with the core reader, a few at once.
+
+    Yields ``(location, pickled state | None, error | None, topics, storage requests)``.
+    """
+    from airflow_sparklag.checkpoint import CheckpointReader
+    from airflow_sparklag.errors import SparkLagError
+    from airflow_sparklag.fleet import StoragePool
+    from airflow_sparklag.monitor import _topics
+
+    options = json.loads(options_json)
+    pool = StoragePool(**options["storage"])
+    history = int(options["history"])
+
+    def read(location: str) -> tuple:
+        storage = pool.for_location(location)
+        try:
+            state = CheckpointReader(storage, location).read(history=history)
+        except SparkLagError as exc:
+            return location, None, f"{type(exc).__name__}: {exc}", []
+        return location, _dump_state(state), None, sorted(_topics(state))
+
+    batch = list(locations)
+    with ThreadPoolExecutor(max_workers=max(1, int(options["threads"]))) as executor:
+        rows = list(executor.map(read, batch))
+    requests = pool.requests_total
+    for i, row in enumerate(rows):
+        # The task's storage requests ride on its first row (summed on the driver).
+        yield (*row, requests if i == 0 else 0)
+
+
+def _timestamp(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, tz=timezone.utc)
+
+
+def _judge_row(row: tuple, snapshot: KafkaSnapshot, options_json: str) -> tuple[tuple, list]:
+    """Lag and health of one job from its cached state: (job row, partition rows)."""
+    from airflow_sparklag.health import Thresholds, evaluate
+    from airflow_sparklag.lag import compute_lag
+
+    options = json.loads(options_json)
+    now = float(options["now"])
+    scanned_at = _timestamp(now)
+    location, blob, error = row[0], row[1], row[2]
+    if blob is None:
+        unreadable: tuple = (location, None, "UNKNOWN", "unreadable", error, error)
+        return (*unreadable, *(None,) * 16, scanned_at), []
+    state = pickle.loads(blob)
+    report = compute_lag(state, snapshot, now=now, read_committed=bool(options["read_committed"]))
+    verdict = evaluate(report, Thresholds.from_dict(options["thresholds"]), now=now)
+    partitions: list[tuple] = []
+    topics: set[str] = set()
+    for source in report.sources:
+        for topic in source.topics:
+            topics.add(topic.topic)
+            for p in topic.partitions:
+                partitions.append(
+                    (
+                        location,
+                        report.query_id,
+                        report.committed_batch_id,
+                        source.source_id,
+                        p.topic,
+                        p.partition,
+                        p.committed_offset,
+                        p.planned_offset,
+                        p.log_start_offset,
+                        p.log_end_offset,
+                        p.last_stable_offset,
+                        p.lag,
+                        p.lag_seconds,
+                        p.new_partition,
+                        p.removed_partition,
+                        p.data_loss,
+                        p.records_lost,
+                        p.ahead_of_log,
+                        scanned_at,
+                    )
+                )
+    in_flight = report.in_flight
+    job: tuple = (
+        location,
+        report.query_id,
+        verdict.health.value,
+        verdict.rule,
+        verdict.reason,
+        None,
+        report.committed_batch_id,
+        _timestamp(report.committed_at),
+        report.commit_age_seconds,
+        in_flight.batch_id if in_flight is not None else None,
+        in_flight.age_seconds if in_flight is not None else None,
+        report.total_lag,
+        report.max_lag,
+        report.max_lag_topic,
+        report.max_lag_partition,
+        report.max_lag_seconds,
+        report.consumption_rate,
+        report.production_rate,
+        report.catch_up_seconds,
+        sorted(topics),
+        len(partitions),
+        list(report.missing_topics),
+        scanned_at,
+    )
+    return job, partitions
+
+
+# -- driver side -----------------------------------------------------------------------------
+
+
+def _schema(columns: Sequence[tuple[str, str]]) -> str:
+    return ", ".join(f"`{name}` {kind}" for name, kind in columns)
+
+
+def scan(
+    spark: SparkSession,
+    locations: Sequence[str] = (),
+    *,
+    kafka_config: Mapping[str, Any],
+    prefix: str | Sequence[str] | None = None,
+    s3_options: dict[str, Any] | None = None,
+    webhdfs_options: dict[str, Any] | None = None,
+    fsspec_options: dict[str, Any] | None = None,
+    thresholds: Mapping[str, Any] | None = None,
+    history: int = 10,
+    read_committed: bool = False,
+    num_slices: int | None = None,
+    threads_per_task: int = THREADS_PER_TASK,
+    max_depth: int = 4,
+    kafka_client: KafkaOffsetsClient | None = None,
+    kafka_timeout: float = 30.0,
+    now: float | None = None,
+) -> ScanResult:
+    """Scan checkpoints on the executors of ``spark``; see the module docstring.
+
+    >>> result = scan(spark, prefix="s3a://bucket/checkpoints",
+    ...               kafka_config={"bootstrap.servers": "broker:9092"})   # doctest: +SKIP
+    >>> result.jobs.groupBy("health").count().show()                        # doctest: +SKIP
+
+    Call ``result.unpersist()`` when done with the DataFrames.
+    """
+    from airflow_sparklag.fleet import StoragePool, discover_checkpoints
+    from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+
+    storage = {
+        "s3_options": s3_options,
+        "webhdfs_options": webhdfs_options,
+        "fsspec_options": fsspec_options,
+    }
+    found = [loc.rstrip("/") or loc for loc in locations]
+    prefixes = [prefix] if isinstance(prefix, str) else list(prefix or ())
+    if prefixes:
+        pool = StoragePool(**storage)
+        for root in prefixes:
+            found.extend(
+                discover_checkpoints(root, storage=pool.for_location(root), max_depth=max_depth)
+            )
+    unique = list(dict.fromkeys(found))
+    sc = spark.sparkContext
+    slices = num_slices or max(1, min(len(unique), sc.defaultParallelism * 4))
+    read_options = json.dumps({"storage": storage, "history": history, "threads": threads_per_task})
+    states = (
+        sc.parallelize(unique, slices)
+        .mapPartitions(lambda part: _read_partition(part, read_options))
+        .cache()
+    )
+    # One pass over the checkpoints gives the topics (and the request count); the states stay
+    # cached on the executors for the lag pass.
+    topics_and_requests = states.map(lambda row: (row[3], row[4])).collect()
+    topics = sorted({topic for row_topics, _ in topics_and_requests for topic in row_topics})
+    requests = sum(count for _, count in topics_and_requests)
+    client = kafka_client or KafkaOffsetsClient(dict(kafka_config), timeout=kafka_timeout)
+    try:
+        if topics:
+            snapshot = client.snapshot(topics, read_committed=read_committed)
+        else:
+            snapshot = KafkaSnapshot({}, frozenset(), time.time(), None)
+    finally:
+        if kafka_client is None:
+            client.close()
+    snapshot_bc = sc.broadcast(snapshot)
+    judge_options = json.dumps(
+        {
+            "now": snapshot.fetched_at if now is None else now,
+            "read_committed": read_committed,
+            "thresholds": dict(thresholds or {}),
+        }
+    )
+    judged = states.map(lambda row: _judge_row(row, snapshot_bc.value, judge_options)).cache()
+    jobs = spark.createDataFrame(judged.map(lambda pair: pair[0]), _schema(JOB_COLUMNS))
+    partitions = spark.createDataFrame(
+        judged.flatMap(lambda pair: pair[1]), _schema(PARTITION_COLUMNS)
+    )
+    return ScanResult(partitions, jobs, snapshot, tuple(unique), requests, (states, judged))
+
+
+def write_scan(
+    result: ScanResult,
+    output: str,
+    *,
+    fmt: str = "parquet",
+    mode: str = "overwrite",
+    options: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Write ``<output>/partitions`` and ``<output>/jobs``; returns the two paths."""
+    paths = {"partitions": f"{output.rstrip('/')}/partitions", "jobs": f"{output.rstrip('/')}/jobs"}
+    for name, frame in (("partitions", result.partitions), ("jobs", result.jobs)):
+        writer = frame.write.format(fmt).mode(mode)
+        for key, value in (options or {}).items():
+            writer = writer.option(key, value)
+        writer.save(paths[name])
+    return paths
+
+
+# -- command line ----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_sparklag.spark_scan",
+        description="Lag and health of many Spark streaming jobs, computed on Spark.",
+    )
+    where = parser.add_argument_group("checkpoints (at least one of)")
+    where.add_argument("--checkpoints", nargs="+", default=[], help="checkpoint locations")
+    where.add_argument("--checkpoints-file", help="a file with one checkpoint location per line")
+    where.add_argument(
+        "--prefix", action="append", default=[], help="discover checkpoints under this prefix"
+    )
+    parser.add_argument("--max-depth", type=int, default=4, help="discovery depth under --prefix")
+    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
+    parser.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
+    parser.add_argument("--read-committed", action="store_true", help="lag against the LSO")
+    parser.add_argument("--s3-endpoint-url", help="S3 endpoint (credentials: AWS default chain)")
+    parser.add_argument("--s3-region", help="S3 region")
+    parser.add_argument("--webhdfs-url", action="append", help="WebHDFS URL (repeat for HA)")
+    parser.add_argument("--hdfs-user", help="user name for WebHDFS")
+    parser.add_argument(
+        "--storage-options",
+        help='JSON {"s3_options": {...}, "webhdfs_options": {...}, "fsspec_options": {...}}',
+    )
+    parser.add_argument("--thresholds", help="JSON object of health thresholds")
+    parser.add_argument("--history", type=int, default=10, help="batches of history per job")
+    parser.add_argument("--output", required=True, help="directory for partitions/ and jobs/")
+    parser.add_argument("--format", default="parquet", help="Spark writer format (parquet)")
+    parser.add_argument("--mode", default="overwrite", help="Spark save mode (overwrite)")
+    parser.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE", help="writer option"
+    )
+    parser.add_argument("--slices", type=int, help="Spark partitions of the checkpoint list")
+    parser.add_argument(
+        "--threads-per-task", type=int, default=THREADS_PER_TASK, help="reads at once per task"
+    )
+    return parser
+
+
+def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = json.loads(args.storage_options) if args.storage_options else {}
+    s3 = dict(options.get("s3_options") or {})
+    if args.s3_endpoint_url:
+        s3["endpoint_url"] = args.s3_endpoint_url
+    if args.s3_region:
+        s3["region_name"] = args.s3_region
+    webhdfs = dict(options.get("webhdfs_options") or {})
+    if args.webhdfs_url:
+        webhdfs["url"] = args.webhdfs_url if len(args.webhdfs_url) > 1 else args.webhdfs_url[0]
+    if args.hdfs_user:
+        webhdfs["user"] = args.hdfs_user
+    return {
+        "s3_options": s3 or None,
+        "webhdfs_options": webhdfs or None,
+        "fsspec_options": options.get("fsspec_options"),
+    }
+
+
+def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> int:
+    """Run a scan from the command line; prints a JSON summary. ``spark`` reuses a session."""
+    from airflow_sparklag.cli import load_kafka_config
+
+    args = build_parser().parse_args(argv)
+    locations = list(args.checkpoints)
+    if args.checkpoints_file:
+        with open(args.checkpoints_file) as handle:
+            locations.extend(line.strip() for line in handle if line.strip())
+    if not locations and not args.prefix:
+        raise SystemExit("spark_scan: give --checkpoints, --checkpoints-file or --prefix")
+    kafka_config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
+    writer_options = dict(option.split("=", 1) for option in args.option)
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName("sparklag-fleet-scan").getOrCreate()
+    started = time.monotonic()
+    result = scan(
+        spark,
+        locations,
+        prefix=args.prefix,
+        kafka_config=kafka_config,
+        thresholds=json.loads(args.thresholds) if args.thresholds else None,
+        history=args.history,
+        read_committed=args.read_committed,
+        num_slices=args.slices,
+        threads_per_task=args.threads_per_task,
+        max_depth=args.max_depth,
+        **_storage_options(args),
+    )
+    try:
+        paths = write_scan(
+            result, args.output, fmt=args.format, mode=args.mode, options=writer_options
+        )
+        health = {
+            row["health"]: row["count"] for row in result.jobs.groupBy("health").count().collect()
+        }
+    finally:
+        result.unpersist()
+    summary = {
+        "jobs": len(result.locations),
+        "health": health,
+        "topics": len(result.snapshot.partitions),
+        "storage_requests": result.storage_requests,
+        "seconds": round(time.monotonic() - started, 3),
+        "output": paths,
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
