@@ -14,6 +14,8 @@ from airflow_sparklag.hooks.sparklag import SparkLagHook, breach_message, health
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+# Connection ids are templated too, so that one DAG can serve several clusters via params.
+CONN_FIELDS = ("kafka_config_id", "aws_conn_id", "webhdfs_conn_id")
 # Verdicts that fail a SparkLagCheckOperator unless told otherwise. UNKNOWN (no batch committed
 # yet, no Kafka source) is not a breach by default: there is nothing to measure.
 DEFAULT_FAIL_ON = ("LAGGING", "STALLED", "STOPPED", "REWIND", "DATA_LOSS")
@@ -118,7 +120,13 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
     ``/ck/orders: LAGGING: total lag 61200 > 50000. Total lag 61200. orders[2] lag=40100 ...``.
     """
 
-    template_fields: Sequence[str] = ("location", "thresholds", "fail_on", "metric_name")
+    template_fields: Sequence[str] = (
+        *CONN_FIELDS,
+        "location",
+        "thresholds",
+        "fail_on",
+        "metric_name",
+    )
     template_fields_renderers = {"thresholds": "json"}
     ui_color = "#f4e3c1"
 
@@ -212,7 +220,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
         )
     """
 
-    template_fields: Sequence[str] = ("location", "thresholds")
+    template_fields: Sequence[str] = (*CONN_FIELDS, "location", "thresholds")
     template_fields_renderers = {"thresholds": "json"}
     ui_color = "#f4e3c1"
 

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
 
+CONN_FIELDS = ("kafka_config_id", "aws_conn_id", "webhdfs_conn_id")
+
+
 def _optional_int(value: Any) -> int | None:
     """Rendered templates arrive as text: "", "None" and None all mean "not given"."""
     if value is None or (isinstance(value, str) and value.strip() in {"", "None", "null"}):
@@ -39,7 +42,7 @@ def _optional_int(value: Any) -> int | None:
 class _CheckpointSensor(BaseSensorOperator):
     """Shared plumbing: one hook, one probe per poke, one trigger when deferred."""
 
-    template_fields: Sequence[str] = ("location",)
+    template_fields: Sequence[str] = (*CONN_FIELDS, "location")
     ui_color = "#f4e3c1"
 
     def __init__(
@@ -149,7 +152,7 @@ class SparkLagSensor(_CheckpointSensor):
         )
     """
 
-    template_fields: Sequence[str] = ("location", "thresholds", "accept")
+    template_fields: Sequence[str] = (*CONN_FIELDS, "location", "thresholds", "accept")
     template_fields_renderers = {"thresholds": "json"}
 
     def __init__(
@@ -219,7 +222,12 @@ class SparkCheckpointProgressSensor(_CheckpointSensor):
         )
     """
 
-    template_fields: Sequence[str] = ("location", "after_batch_id", "after_commit_time")
+    template_fields: Sequence[str] = (
+        *CONN_FIELDS,
+        "location",
+        "after_batch_id",
+        "after_commit_time",
+    )
 
     def __init__(
         self,
@@ -272,7 +280,7 @@ class SparkKafkaCatchUpSensor(_CheckpointSensor):
         )
     """
 
-    template_fields: Sequence[str] = ("location", "target_time", "topics")
+    template_fields: Sequence[str] = (*CONN_FIELDS, "location", "target_time", "topics")
 
     def __init__(
         self,

@@ -1,0 +1,217 @@
+"""The example DAGs: integrity and parse time, import cost, and real runs with `airflow dags test`.
+
+Each `airflow dags test` costs ~15-20 s, so there is exactly one run per DAG; the gated deploy
+run covers the deferred path (its sensors defer, and `dags test` runs the triggers inline).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.airflow.conftest import testbed_env
+
+REPO = Path(__file__).resolve().parents[2]
+DAGS = REPO / "dags"
+HEAVY = ("pyspark", "boto3", "botocore", "confluent_kafka", "hdfs", "fsspec", "requests")
+
+
+def test_dag_integrity_and_parse_time():
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(str(DAGS))
+    assert bag.import_errors == {}
+    assert set(bag.dag_ids) == {
+        "sparklag_sla_check",
+        "sparklag_gated_deploy",
+        "sparklag_checkpoint_migration",
+    }
+    for stat in bag.dagbag_stats:
+        assert stat.duration.total_seconds() < 1.0, stat
+    for dag in bag.dags.values():
+        # DagBag refuses cycles; check the ordering explicitly anyway.
+        assert len(dag.topological_sort()) == len(dag.tasks)
+        assert dag.tags and "sparklag" in dag.tags
+
+
+def test_dag_modules_import_nothing_heavy():
+    """DAG files import these modules; the heavy clients must wait until a task runs."""
+    code = f"""
+import sys, json
+import airflow.sdk  # Airflow's own imports (it pulls fsspec itself) are the baseline
+baseline = set(sys.modules)
+import airflow_sparklag.hooks.sparklag, airflow_sparklag.sensors.sparklag
+import airflow_sparklag.operators.sparklag, airflow_sparklag.triggers.sparklag
+import airflow_sparklag.monitor
+new = set(sys.modules) - baseline
+heavy = {HEAVY!r}
+print(json.dumps({{
+    "new_heavy": sorted(m for m in new if m.split(".")[0] in heavy),
+    "loaded": sorted(m for m in heavy[:5] if m in sys.modules and m != "botocore"),
+}}))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["new_heavy"] == []
+    assert result["loaded"] == [], result
+
+
+def dags_test(dag_id: str, conf: dict, env: dict, timeout: float = 600) -> str:
+    airflow = Path(sys.executable).parent / "airflow"
+    started = time.monotonic()
+    out = subprocess.run(
+        [str(airflow), "dags", "test", dag_id, "--conf", json.dumps(conf)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=REPO,
+    )
+    text = out.stdout + out.stderr
+    print(f"airflow dags test {dag_id}: {time.monotonic() - started:.1f}s rc={out.returncode}")
+    return text
+
+
+def run_state(output: str) -> str | None:
+    """The DAG run's final state, from the 'DagRun Finished: ... state=<s>,' log line."""
+    import re
+
+    match = re.search(r"DagRun Finished: dag_id=.*? state=(\w+),", output)
+    return match.group(1) if match else None
+
+
+def _last_batch(location: str) -> int:
+    return max(int(p.name) for p in (Path(location) / "commits").iterdir() if p.name.isdigit())
+
+
+@pytest.mark.testbed
+def test_checkpoint_migration_dag(airflow_db, kafka, kafka_conn, consume, topic, tmp_path):
+    kafka.produce(topic, 24)
+    job = consume(topic, str(tmp_path / "ck"))
+    output = dags_test(
+        "sparklag_checkpoint_migration",
+        {"checkpoint": job.location, "kafka_config_id": kafka_conn},
+        testbed_env(tmp_path),
+    )
+    assert run_state(output) == "success", output[-4000:]
+    assert f"'committed_batch_id': {_last_batch(job.location)}" in output
+
+
+@pytest.mark.testbed
+def test_sla_check_dag_fails_the_breaching_job_only(
+    airflow_db, kafka, kafka_conn, aws_conn, consume, topic, tmp_path
+):
+    kafka.produce(topic, 30)
+    healthy = consume(topic, f"s3a://checkpoints/sla-{uuid.uuid4().hex[:8]}")
+    other = kafka.create_topic(f"sla-lag-{uuid.uuid4().hex[:6]}", partitions=3)
+    kafka.produce(other, 30)
+    lagging = consume(other, str(tmp_path / "lagging"))
+    kafka.produce(other, 300)
+    jobs_file = tmp_path / "jobs.json"
+    jobs_file.write_text(
+        json.dumps(
+            {
+                "kafka_config_id": kafka_conn,
+                "jobs": [
+                    {
+                        "name": "healthy-s3",
+                        "location": healthy.location,
+                        "aws_conn_id": aws_conn,
+                        "thresholds": {"max_lag_records_total": 100},
+                    },
+                    {
+                        "name": "lagging-local",
+                        "location": lagging.location,
+                        "thresholds": {"max_lag_records_total": 100},
+                    },
+                ],
+            }
+        )
+    )
+    alerts = tmp_path / "alerts.jsonl"
+    output = dags_test(
+        "sparklag_sla_check",
+        {"jobs_file": str(jobs_file), "alert_file": str(alerts)},
+        testbed_env(tmp_path),
+    )
+    assert run_state(output) == "failed", output[-4000:]
+    assert "1 of 2 job(s) breach their SLA: lagging-local LAGGING" in output
+    assert alerts.exists(), output[-4000:]
+    (alert,) = [json.loads(line) for line in alerts.read_text().splitlines()]
+    assert alert["health"] == "LAGGING"
+    assert alert["job"] == lagging.location
+    assert alert["total_lag"] == 300
+    assert "testbed-secret-key" not in output
+
+
+@pytest.mark.testbed
+def test_gated_deploy_dag_restarts_the_job(airflow_db, kafka, kafka_conn, topic, tmp_path):
+    from testbed.paths import jars
+
+    sys.path.insert(0, str(DAGS))
+    try:
+        from jobs.process_control import start_job, stop_job
+    finally:
+        sys.path.remove(str(DAGS))
+
+    run_dir = str(tmp_path / "run")
+    checkpoint = str(tmp_path / "ck")
+    classpath = ":".join(jars("spark-kafka"))
+    kafka.produce(topic, 60)
+    stop_producing = threading.Event()
+
+    def produce_continuously() -> None:  # a live topic: the new version has data to process
+        i = 0
+        while not stop_producing.is_set():
+            kafka.produce(topic, 6, start=10_000 + i)
+            i += 6
+            stop_producing.wait(0.5)
+
+    producer = threading.Thread(target=produce_continuously, daemon=True)
+    args = ["--bootstrap", kafka.bootstrap, "--topics", topic, "--checkpoint", checkpoint]
+    start_job(run_dir, "orders", "v1", [*args, "--classpath", classpath])
+    try:
+        from airflow_sparklag.hooks.sparklag import SparkLagHook
+
+        hook = SparkLagHook(kafka_conn)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # the old version has committed something
+            probe = hook.probe_progress(checkpoint)
+            if probe.done:
+                break
+            time.sleep(1)
+        assert probe.done, probe.message
+        producer.start()
+        output = dags_test(
+            "sparklag_gated_deploy",
+            {
+                "checkpoint": checkpoint,
+                "topics": topic,
+                "job_name": "orders",
+                "new_version": "v2",
+                "run_dir": run_dir,
+                "spark_classpath": classpath,
+                "kafka_config_id": kafka_conn,
+                "thresholds": {"max_lag_records_total": 100000},
+            },
+            testbed_env(tmp_path),
+        )
+        assert run_state(output) == "success", output[-6000:]
+        # The sensors deferred and their triggers ran inline.
+        assert "deferring" in output.lower() or "defer" in output.lower(), output[-6000:]
+        log_v2 = Path(run_dir) / "orders-v2.log"
+        assert "QUERY_STARTED" in log_v2.read_text()
+        assert "QUERY_STOPPED" in (Path(run_dir) / "orders-v1.log").read_text()
+    finally:
+        stop_producing.set()
+        stop_job(run_dir, "orders", timeout=60)
