@@ -23,5 +23,28 @@ def provider_info() -> dict[str, Any]:
                 "tags": ["apache"],
             }
         ],
+        "hooks": [
+            {"integration-name": INTEGRATION, "python-modules": ["airflow_sparklag.hooks.sparklag"]}
+        ],
+        "triggers": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_sparklag.triggers.sparklag"],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_sparklag.sensors.sparklag"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_sparklag.operators.sparklag"],
+            }
+        ],
+        # No connection type of our own: the hook reuses the ecosystem's `kafka`, `aws` and
+        # `webhdfs` connections (see docs/connections.md).
     }
     return info

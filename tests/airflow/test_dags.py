@@ -215,3 +215,16 @@ def test_gated_deploy_dag_restarts_the_job(airflow_db, kafka, kafka_conn, topic,
     finally:
         stop_producing.set()
         stop_job(run_dir, "orders", timeout=60)
+
+
+def test_provider_info_lists_importable_modules():
+    import importlib
+
+    from airflow_sparklag import get_provider_info
+
+    info = get_provider_info()
+    for kind in ("hooks", "triggers", "sensors", "operators"):
+        modules = [m for entry in info[kind] for m in entry["python-modules"]]
+        assert modules, kind
+        for module in modules:
+            importlib.import_module(module)
