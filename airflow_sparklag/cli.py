@@ -68,7 +68,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     status = sub.add_parser("status", help="lag and health of one or more checkpoints")
     status.add_argument(
-        "checkpoints", nargs="+", help="checkpoint locations (path, s3a://, hdfs://)"
+        "checkpoints", nargs="*", help="checkpoint locations (path, s3a://, hdfs://)"
+    )
+    status.add_argument(
+        "--prefix",
+        action="append",
+        default=[],
+        help="also check every checkpoint found under this prefix (repeatable)",
+    )
+    status.add_argument(
+        "--max-depth", type=int, default=4, help="directory levels searched under --prefix"
+    )
+    status.add_argument(
+        "--no-progress", action="store_true", help="no progress line on stderr for many checks"
     )
     status.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
     status.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
@@ -113,6 +125,18 @@ def _thresholds(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return Thresholds.from_dict(given) if given else None
 
 
+PROGRESS_MIN = 10  # checkpoints from which `status` shows a progress line
+
+
+def _progress_line(done: int, total: int) -> None:
+    """`read 120/1000 checkpoints` on stderr, rewritten in place; stdout stays clean."""
+    if total < PROGRESS_MIN:
+        return
+    if done == total or done % max(1, total // 100) == 0:
+        end = "\n" if done == total else ""
+        print(f"\rsparklag: read {done}/{total} checkpoints", end=end, file=sys.stderr, flush=True)
+
+
 def run_status(args: argparse.Namespace) -> int:
     from airflow_sparklag.errors import SparkLagError
     from airflow_sparklag.monitor import check_checkpoints
@@ -131,17 +155,35 @@ def run_status(args: argparse.Namespace) -> int:
         )
     if args.hdfs_user:
         webhdfs_options["user"] = args.hdfs_user
+    if not args.checkpoints and not args.prefix:
+        print("sparklag: give checkpoint locations or --prefix", file=sys.stderr)
+        return EXIT_FAILED
+    options: dict[str, Any] = {
+        "kafka_config": kafka_config,
+        "s3_options": s3_options or None,
+        "webhdfs_options": webhdfs_options or None,
+        "thresholds": _thresholds(args),
+        "history": args.history,
+        "exact_time_lag": args.exact,
+        "read_committed": args.read_committed,
+    }
     try:
-        results = check_checkpoints(
-            args.checkpoints,
-            kafka_config=kafka_config,
-            s3_options=s3_options or None,
-            webhdfs_options=webhdfs_options or None,
-            thresholds=_thresholds(args),
-            history=args.history,
-            exact_time_lag=args.exact,
-            read_committed=args.read_committed,
-        )
+        if args.prefix or len(args.checkpoints) > 1:
+            from airflow_sparklag.fleet import check_fleet
+
+            progress = None if args.no_progress else _progress_line
+            results = check_fleet(
+                args.checkpoints,
+                prefix=args.prefix,
+                max_depth=args.max_depth,
+                progress=progress,
+                **options,
+            )
+        else:
+            results = check_checkpoints(args.checkpoints, **options)
+        if args.prefix and not results:
+            print(f"sparklag: no checkpoint found under {', '.join(args.prefix)}", file=sys.stderr)
+            return EXIT_FAILED
     except SparkLagError as exc:
         print(f"sparklag: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED

@@ -299,7 +299,9 @@ def scan(
             )
     unique = list(dict.fromkeys(found))
     sc = spark.sparkContext
-    slices = num_slices or max(1, min(len(unique), sc.defaultParallelism * 4))
+    # A task reads its checkpoints with several threads, so two tasks per core are enough;
+    # more tasks only add Python worker start-up.
+    slices = num_slices or max(1, min(len(unique), sc.defaultParallelism * 2))
     read_options = json.dumps({"storage": storage, "history": history, "threads": threads_per_task})
     states = (
         sc.parallelize(unique, slices)

@@ -1,0 +1,41 @@
+"""`sparklag status --prefix`: discovery, JSON for every checkpoint found, progress on stderr."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from airflow_sparklag import cli
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+KAFKA = ["--bootstrap-servers", "127.0.0.1:1"]  # never contacted: no Kafka source in the samples
+
+
+def test_status_prefix_checks_every_checkpoint_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for i in range(12):
+        shutil.copytree(DATA / "ckm3.5.9", tmp_path / f"team-{i % 3}" / f"job-{i:02d}")
+    code = cli.main(["status", "--prefix", str(tmp_path), "--json", *KAFKA])
+    captured = capsys.readouterr()
+    results = json.loads(captured.out)
+    assert len(results) == 12
+    assert [r["location"] for r in results] == sorted(r["location"] for r in results)
+    assert code == cli.EXIT_CODES["UNKNOWN"]  # no Kafka source: UNKNOWN, not a failure
+    assert captured.err.strip().endswith("sparklag: read 12/12 checkpoints")
+
+
+def test_status_no_progress_and_nothing_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.main(["status", "--prefix", str(tmp_path), "--no-progress", *KAFKA])
+    assert code == cli.EXIT_FAILED
+    assert "no checkpoint found under" in capsys.readouterr().err
+
+
+def test_status_needs_locations_or_prefix(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["status", *KAFKA]) == cli.EXIT_FAILED
+    assert "give checkpoint locations or --prefix" in capsys.readouterr().err
