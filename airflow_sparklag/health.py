@@ -42,6 +42,15 @@ class Health(str, Enum):
     UNKNOWN = "UNKNOWN"
 
 
+_COUNT_FIELDS = (
+    "max_lag_records_per_partition",
+    "max_lag_records_total",
+    "allowed_lag",
+    "window",
+    "min_window",
+)
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """Named limits of the health rules. A None limit turns its check off.
@@ -67,6 +76,14 @@ class Thresholds:
     min_window: int = 3  # fewer batches than this: trend rules stay silent
 
     def __post_init__(self) -> None:
+        # Counts arrive as floats from CLI flags and JSON ("--window 5" -> 5.0); the window is a
+        # slice bound, so keep them whole ints (a float crashed every rule with a TypeError).
+        for name in _COUNT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, float):
+                if not value.is_integer():
+                    raise ValueError(f"threshold {name} must be a whole number, got {value}")
+                object.__setattr__(self, name, int(value))
         if self.allowed_lag < 0:
             raise ValueError("allowed_lag must be >= 0")
         if self.window < 2 or self.min_window < 2:
