@@ -122,7 +122,7 @@ def data_loss_job(kafka, consume, tmp_path_factory) -> Job:  # type: ignore[no-u
     return job
 
 
-def testbed_env(tmp_path: Path) -> dict[str, str]:
+def airflow_env(tmp_path: Path) -> dict[str, str]:
     """Environment for an ``airflow`` subprocess: this session's AIRFLOW_HOME and connections."""
     env = os.environ.copy()
     env["PYTHONPATH"] = os.pathsep.join(

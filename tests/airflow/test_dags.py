@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.airflow.conftest import testbed_env
+from tests.airflow.conftest import airflow_env
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
@@ -101,7 +101,7 @@ def test_checkpoint_migration_dag(airflow_db, kafka, kafka_conn, consume, topic,
     output = dags_test(
         "sparklag_checkpoint_migration",
         {"checkpoint": job.location, "kafka_config_id": kafka_conn},
-        testbed_env(tmp_path),
+        airflow_env(tmp_path),
     )
     assert run_state(output) == "success", output[-4000:]
     assert f"'committed_batch_id': {_last_batch(job.location)}" in output
@@ -142,7 +142,7 @@ def test_sla_check_dag_fails_the_breaching_job_only(
     output = dags_test(
         "sparklag_sla_check",
         {"jobs_file": str(jobs_file), "alert_file": str(alerts)},
-        testbed_env(tmp_path),
+        airflow_env(tmp_path),
     )
     assert run_state(output) == "failed", output[-4000:]
     assert "1 of 2 job(s) breach their SLA: lagging-local LAGGING" in output
@@ -204,7 +204,7 @@ def test_gated_deploy_dag_restarts_the_job(airflow_db, kafka, kafka_conn, topic,
                 "kafka_config_id": kafka_conn,
                 "thresholds": {"max_lag_records_total": 100000},
             },
-            testbed_env(tmp_path),
+            airflow_env(tmp_path),
         )
         assert run_state(output) == "success", output[-6000:]
         # The sensors deferred and their triggers ran inline.
