@@ -86,7 +86,9 @@ def _kind(storage: Storage) -> str:
 
 
 def _under(root: str, relative: str) -> str:
-    return root.rstrip("/") + "/" + relative if relative else root.rstrip("/")
+    # On S3 the relative path "" is the directory marker "<root>/" (s3a writes them) and
+    # "offsets/" a marker inside: both are objects and are archived like any other.
+    return root.rstrip("/") + "/" + relative
 
 
 def list_tree(storage: Storage, root: str) -> dict[str, int]:

@@ -2,9 +2,13 @@
 
     sparklag status /data/checkpoints/orders --bootstrap-servers broker:9092
     sparklag status s3a://bucket/ck/orders --bootstrap-servers b:9092 --json
+    sparklag snapshot /data/checkpoints/orders --to s3a://bucket/snaps --bootstrap-servers b:9092
+    sparklag migrate /data/checkpoints/orders --archive /data/archive --bootstrap-servers b:9092 \\
+        --dry-run
 
 Exit codes: 0 healthy, 1 lagging, 2 stalled / stopped / rewound / data lost, 3 unknown,
 4 the check itself failed (bad checkpoint, unreachable storage or Kafka; the message says which).
+`migrate` exits 5 when the migration is refused (nothing was changed).
 """
 
 from __future__ import annotations
@@ -111,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         status.add_argument(
             f"--{flag.replace('_', '-')}", type=float, dest=flag, help=f"threshold {field}"
         )
+    add_snapshot_commands(sub)
     return parser
 
 
@@ -208,10 +213,192 @@ def run_status(args: argparse.Namespace) -> int:
     return worst
 
 
+# -- snapshot / migrate ------------------------------------------------------------------------
+
+EXIT_REFUSED = 5  # migrate: refused (or, with --dry-run, would be refused); nothing changed
+
+
+def _storage_flags(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
+    command.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
+    command.add_argument("--s3-endpoint-url", help="S3 endpoint (credentials: AWS default chain)")
+    command.add_argument("--s3-region", help="S3 region")
+    command.add_argument(
+        "--webhdfs-url", action="append", help="WebHDFS URL (repeat for NameNode HA)"
+    )
+    command.add_argument("--hdfs-user", help="user name for WebHDFS")
+    command.add_argument("--json", action="store_true", help="print JSON")
+
+
+def add_snapshot_commands(sub: Any) -> None:
+    snapshot = sub.add_parser(
+        "snapshot", help="write a verified snapshot of a checkpoint's committed offsets"
+    )
+    snapshot.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
+    snapshot.add_argument("--to", required=True, help="snapshot root (path, s3a://, hdfs://)")
+    snapshot.add_argument(
+        "--consumer-group", help="also commit the offsets to this (idle) Kafka consumer group"
+    )
+    _storage_flags(snapshot)
+
+    migrate = sub.add_parser(
+        "migrate", help="snapshot, validate and archive a checkpoint for a new query"
+    )
+    migrate.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
+    migrate.add_argument("--archive", required=True, help="archive root for the old checkpoint")
+    migrate.add_argument("--snapshot-to", help="snapshot root (default: the archive directory)")
+    migrate.add_argument("--snapshot", help="use this existing snapshot instead of taking one")
+    migrate.add_argument(
+        "--file-sink-path", action="append", default=[], help="output path of a file sink"
+    )
+    migrate.add_argument(
+        "--move-sink-log", action="store_true", help="move the file sinks' logs aside"
+    )
+    migrate.add_argument(
+        "--quiet-period", type=float, default=60.0, help="seconds without commits (default 60)"
+    )
+    migrate.add_argument("--force", action="store_true", help="migrate even if it looks alive")
+    migrate.add_argument(
+        "--allow-data-loss", action="store_true", help="start from the log start on data loss"
+    )
+    migrate.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    _storage_flags(migrate)
+
+
+def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    s3_options = {
+        key: value
+        for key, value in (("endpoint_url", args.s3_endpoint_url), ("region_name", args.s3_region))
+        if value
+    }
+    webhdfs_options: dict[str, Any] = {}
+    if args.webhdfs_url:
+        webhdfs_options["url"] = (
+            args.webhdfs_url if len(args.webhdfs_url) > 1 else args.webhdfs_url[0]
+        )
+    if args.hdfs_user:
+        webhdfs_options["user"] = args.hdfs_user
+    return {"s3_options": s3_options or None, "webhdfs_options": webhdfs_options or None}
+
+
+def run_snapshot(args: argparse.Namespace) -> int:
+    from airflow_sparklag.errors import SparkLagError
+    from airflow_sparklag.snapshot import snapshot_checkpoint
+
+    kafka_config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
+    try:
+        result = snapshot_checkpoint(
+            args.checkpoint, args.to, kafka_config=kafka_config, **_storage_options(args)
+        )
+        payload = result.to_dict()
+        if args.consumer_group:
+            from airflow_sparklag.consumer_group import export_offsets
+
+            offsets = {
+                t: {int(p): o for p, o in ps.items()}
+                for t, ps in result.snapshot.starting_offsets(source_id=None).items()
+            }
+            ends = (
+                {
+                    t: {p: po.log_end for p, po in ps.items()}
+                    for t, ps in result.kafka.partitions.items()
+                }
+                if result.kafka
+                else None
+            )
+            payload["consumer_group"] = export_offsets(
+                kafka_config, args.consumer_group, offsets, log_ends=ends
+            ).to_dict()
+    except SparkLagError as exc:
+        print(f"sparklag: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print(json.dumps(payload, indent=2))
+    else:
+        print(f"snapshot    {payload['path']}")
+        print(f"batch       {payload['committed_batch_id']} (committed)")
+        if payload["in_flight_batch_id"] is not None:
+            print(f"in flight   {payload['in_flight_batch_id']} (not used as the start)")
+        for sid, offsets in payload["starting_offsets"].items():
+            print(f"source {sid}    startingOffsets {json.dumps(offsets, separators=(',', ':'))}")
+        if "consumer_group" in payload:
+            group = payload["consumer_group"]
+            print(f"group       {group['group_id']} (lag {group['total_lag']})")
+    return 0
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    from airflow_sparklag.errors import SparkLagError
+    from airflow_sparklag.migration import MigrationRefused, migrate_checkpoint
+
+    kafka_config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
+    try:
+        result = migrate_checkpoint(
+            args.checkpoint,
+            args.archive,
+            kafka_config=kafka_config,
+            snapshot_root=args.snapshot_to,
+            snapshot=args.snapshot,
+            quiet_period=args.quiet_period,
+            force=args.force,
+            allow_data_loss=args.allow_data_loss,
+            file_sink_paths=args.file_sink_path,
+            move_sink_log=args.move_sink_log,
+            dry_run=args.dry_run,
+            **_storage_options(args),
+        )
+    except MigrationRefused as exc:
+        print(f"sparklag: refused: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except SparkLagError as exc:
+        print(f"sparklag: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    payload = result.to_dict()
+    if args.json:
+        print(json.dumps(payload, indent=2))
+    else:
+        print(_render_migration(payload))
+    return EXIT_REFUSED if result.refusals else 0
+
+
+def _render_migration(payload: dict[str, Any]) -> str:
+    lines = [
+        f"checkpoint  {payload['checkpoint']}",
+        f"status      {payload['status']}",
+        f"snapshot    {payload['snapshot_path']}",
+        f"archive to  {payload['archive_location']}",
+        f"journal     {payload['journal_path']}",
+        f"batch       {payload['committed_batch_id']} (committed; in flight: "
+        f"{payload['in_flight_batch_id']})",
+    ]
+    for sid, offsets in payload["starting_offsets"].items():
+        lines.append(
+            f"source {sid}    startingOffsets {json.dumps(offsets, separators=(',', ':'))}"
+        )
+    if payload["partitions_added"]:
+        lines.append(f"added       {payload['partitions_added']} (from earliest)")
+    if payload["records_lost"]:
+        lines.append(f"LOST        {payload['records_lost']}")
+    if payload["replay_ranges"]:
+        lines.append(f"replayed    {payload['replay_ranges']} (possible duplicates)")
+    for sink in payload["sink_logs"]:
+        lines.append(
+            f"sink log    {sink['log']}: latest batch {sink['latest_batch_id']}: "
+            f"{sink.get('action')}"
+        )
+    lines += [f"warning     {w}" for w in payload["warnings"]]
+    lines += [f"REFUSED     {r}" for r in payload["refusals"]]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "status":
         return run_status(args)
+    if args.command == "snapshot":
+        return run_snapshot(args)
+    if args.command == "migrate":
+        return run_migrate(args)
     return EXIT_FAILED
 
 
