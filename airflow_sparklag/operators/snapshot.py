@@ -1,0 +1,283 @@
+"""Operators: snapshot a checkpoint, export its offsets to a consumer group, migrate it.
+
+Thin adapters: :class:`~airflow_sparklag.hooks.sparklag.SparkLagHook` turns the connections into
+Kafka config and storage options, the core (``snapshot``, ``consumer_group``, ``migration``)
+does the work. Every operator returns a JSON-safe dict (XCom); errors are the core's typed
+errors with any connection secret scrubbed from the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_sparklag.hooks.sparklag import SparkLagHook
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+_CONN_FIELDS = ("kafka_config_id", "aws_conn_id", "webhdfs_conn_id")
+
+
+class _SparkLagConnections(BaseOperator):
+    """Connection arguments shared by the three operators."""
+
+    def __init__(
+        self,
+        *,
+        kafka_config_id: str = "kafka_default",
+        aws_conn_id: str | None = None,
+        webhdfs_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.kafka_config_id = kafka_config_id
+        self.aws_conn_id = aws_conn_id
+        self.webhdfs_conn_id = webhdfs_conn_id
+
+    def get_hook(self) -> SparkLagHook:
+        return SparkLagHook(
+            kafka_config_id=self.kafka_config_id,
+            aws_conn_id=self.aws_conn_id,
+            webhdfs_conn_id=self.webhdfs_conn_id,
+        )
+
+    def _run(self, hook: SparkLagHook, work: Any) -> Any:
+        from airflow_sparklag.errors import SparkLagError
+        from airflow_sparklag.migration import MigrationRefused
+
+        try:
+            return work()
+        except MigrationRefused as exc:
+            # A refusal is final: retrying cannot make data reappear or a job stop.
+            raise AirflowFailException(hook.scrub(f"{type(exc).__name__}: {exc}")) from None
+        except SparkLagError as exc:
+            raise AirflowException(hook.scrub(f"{type(exc).__name__}: {exc}")) from None
+
+
+class CheckpointSnapshotOperator(_SparkLagConnections):
+    """Write a verified snapshot of a checkpoint's committed offsets; optionally export them.
+
+    Example::
+
+        CheckpointSnapshotOperator(
+            task_id="snapshot_orders",
+            checkpoint_location="s3a://bucket/ck/orders",
+            snapshot_root="s3a://bucket/snapshots",
+            consumer_group="spark-orders",      # optional: make Burrow & co see the job
+            aws_conn_id="aws_default",
+        )
+
+    Returns ``SnapshotResult.to_dict()`` (path, checksum, committed batch, startingOffsets).
+    """
+
+    template_fields: Sequence[str] = (
+        "checkpoint_location",
+        "snapshot_root",
+        "consumer_group",
+        *_CONN_FIELDS,
+    )
+
+    def __init__(
+        self,
+        *,
+        checkpoint_location: str,
+        snapshot_root: str,
+        consumer_group: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.checkpoint_location = checkpoint_location
+        self.snapshot_root = snapshot_root
+        self.consumer_group = consumer_group
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_sparklag.snapshot import snapshot_checkpoint
+
+        hook = self.get_hook()
+        conns = hook.get_conn()
+
+        def work() -> dict[str, Any]:
+            result = snapshot_checkpoint(
+                self.checkpoint_location,
+                self.snapshot_root,
+                kafka_config=conns.kafka_config,
+                kafka_client=hook.kafka_client(),
+                s3_options=conns.s3_options,
+                webhdfs_options=conns.webhdfs_options,
+            )
+            payload = result.to_dict()
+            if self.consumer_group:
+                payload["consumer_group"] = _export(
+                    conns.kafka_config, self.consumer_group, result.snapshot, result.kafka
+                )
+            return payload
+
+        payload = self._run(hook, work)
+        self.log.info(
+            "Snapshot of %s batch %s written to %s",
+            payload["checkpoint_location"],
+            payload["committed_batch_id"],
+            payload["path"],
+        )
+        return payload
+
+
+class ConsumerGroupExportOperator(_SparkLagConnections):
+    """Commit a checkpoint's committed offsets to an idle Kafka consumer group, on a schedule.
+
+    Example::
+
+        ConsumerGroupExportOperator(
+            task_id="export_orders",
+            checkpoint_location="hdfs://nn:8020/ck/orders",
+            group_id="spark-orders",
+            webhdfs_conn_id="webhdfs_default",
+        )
+
+    A group with active members is refused. Returns ``{"group_id", "offsets", "lag",
+    "total_lag", "committed_batch_id"}``.
+    """
+
+    template_fields: Sequence[str] = ("checkpoint_location", "group_id", *_CONN_FIELDS)
+
+    def __init__(self, *, checkpoint_location: str, group_id: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.checkpoint_location = checkpoint_location
+        self.group_id = group_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_sparklag.snapshot import snapshot_checkpoint
+
+        hook = self.get_hook()
+        conns = hook.get_conn()
+
+        def work() -> dict[str, Any]:
+            result = snapshot_checkpoint(
+                self.checkpoint_location,
+                "",
+                kafka_client=hook.kafka_client(),
+                s3_options=conns.s3_options,
+                webhdfs_options=conns.webhdfs_options,
+                record_timestamps=False,
+                write=False,
+            )
+            payload = _export(conns.kafka_config, self.group_id, result.snapshot, result.kafka)
+            payload["committed_batch_id"] = result.snapshot.committed.batch_id
+            return payload
+
+        payload = self._run(hook, work)
+        self.log.info("Group %s: total lag %s", self.group_id, payload["total_lag"])
+        return payload
+
+
+class CheckpointMigrationOperator(_SparkLagConnections):
+    """Snapshot, validate and archive a checkpoint; return the new query's startingOffsets.
+
+    Example::
+
+        migrate = CheckpointMigrationOperator(
+            task_id="migrate_orders",
+            checkpoint_location="s3a://bucket/ck/orders",
+            archive_root="s3a://bucket/archive",
+            file_sink_paths=["s3a://bucket/out/orders"],   # file sinks the new query writes to
+            aws_conn_id="aws_default",
+        )
+        # downstream startingOffsets:
+        #   "{{ ti.xcom_pull('migrate_orders')['starting_offsets_json'] }}"
+
+    Refusals (job alive, data loss, topic gone, file-sink log) fail the task without retries;
+    a re-run after a crash resumes from the migration journal.
+    """
+
+    template_fields: Sequence[str] = (
+        "checkpoint_location",
+        "archive_root",
+        "snapshot_root",
+        "snapshot",
+        "file_sink_paths",
+        *_CONN_FIELDS,
+    )
+
+    def __init__(
+        self,
+        *,
+        checkpoint_location: str,
+        archive_root: str,
+        snapshot_root: str | None = None,
+        snapshot: str | None = None,
+        quiet_period: float = 60.0,
+        force: bool = False,
+        allow_data_loss: bool = False,
+        file_sink_paths: Sequence[str] = (),
+        move_sink_log: bool = False,
+        dry_run: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.checkpoint_location = checkpoint_location
+        self.archive_root = archive_root
+        self.snapshot_root = snapshot_root
+        self.snapshot = snapshot
+        self.quiet_period = quiet_period
+        self.force = force
+        self.allow_data_loss = allow_data_loss
+        self.file_sink_paths = list(file_sink_paths)
+        self.move_sink_log = move_sink_log
+        self.dry_run = dry_run
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_sparklag.migration import migrate_checkpoint
+
+        hook = self.get_hook()
+        conns = hook.get_conn()
+
+        def work() -> dict[str, Any]:
+            result = migrate_checkpoint(
+                self.checkpoint_location,
+                self.archive_root,
+                kafka_client=hook.kafka_client(),
+                s3_options=conns.s3_options,
+                webhdfs_options=conns.webhdfs_options,
+                snapshot_root=self.snapshot_root,
+                snapshot=self.snapshot,
+                quiet_period=self.quiet_period,
+                force=self.force,
+                allow_data_loss=self.allow_data_loss,
+                file_sink_paths=self.file_sink_paths,
+                move_sink_log=self.move_sink_log,
+                dry_run=self.dry_run,
+            )
+            payload = result.to_dict()
+            payload["starting_offsets_json"] = (
+                result.starting_offsets_json() if len(result.starting_offsets) == 1 else None
+            )
+            return payload
+
+        payload = self._run(hook, work)
+        for warning in payload["warnings"]:
+            self.log.warning("%s", hook.scrub(warning))
+        self.log.info(
+            "Migration of %s: %s (journal %s)",
+            payload["checkpoint"],
+            payload["status"],
+            payload["journal_path"],
+        )
+        if payload["refusals"]:
+            # Dry run: the plan is the result, but a refused plan must not look green.
+            raise AirflowFailException(hook.scrub("; ".join(payload["refusals"])))
+        return payload
+
+
+def _export(kafka_config: dict[str, Any], group_id: str, snapshot: Any, kafka: Any) -> dict:
+    from airflow_sparklag.consumer_group import export_offsets
+
+    committed = snapshot.committed.kafka_sources()[snapshot.kafka_source_id()]
+    offsets = {t: {int(p): int(o) for p, o in ps.items()} for t, ps in committed.items()}
+    ends = None
+    if kafka is not None:
+        ends = {t: {p: po.log_end for p, po in ps.items()} for t, ps in kafka.partitions.items()}
+    return export_offsets(kafka_config, group_id, offsets, log_ends=ends).to_dict()
