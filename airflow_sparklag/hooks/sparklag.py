@@ -409,13 +409,13 @@ class SparkLagHook(BaseHook):
         behind: list[dict[str, Any]] = []
         for topic in wanted:
             for partition, target in sorted(targets.get(topic, {}).items()):
-                offset = committed.get(topic, {}).get(partition)
-                if (offset if offset is not None else 0) < target:
+                position = committed.get(topic, {}).get(partition)
+                if (position if position is not None else 0) < target:
                     behind.append(
                         {
                             "topic": topic,
                             "partition": partition,
-                            "committed_offset": offset,
+                            "committed_offset": position,
                             "target_offset": target,
                         }
                     )
