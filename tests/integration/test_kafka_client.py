@@ -63,7 +63,13 @@ def test_last_stable_offset_stays_below_open_transaction(kafka, client) -> None:
         assert client.snapshot([topic]).partitions[topic][0].last_stable is None
     finally:
         producer.commit_transaction(30)
-    committed = client.snapshot([topic], read_committed=True).partitions[topic][0]
+    # The coordinator writes the commit marker after commit_transaction() returns: poll for it.
+    deadline = time.monotonic() + 20
+    while True:
+        committed = client.snapshot([topic], read_committed=True).partitions[topic][0]
+        if committed.log_end == 8 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert committed.log_end == 8  # 3 + 4 records + the commit marker
     assert committed.last_stable == committed.log_end
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,13 +54,37 @@ def test_read_and_not_found(tmp_path: Path) -> None:
         storage.read(str(tmp_path / "nope"))
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
 def test_permission_denied_is_typed(tmp_path: Path) -> None:
     secret = tmp_path / "secret"
     secret.write_bytes(b"x")
     secret.chmod(0)
-    with pytest.raises(StorageAccessDenied, match=f"{secret}: permission denied"):
-        LocalStorage().read(str(secret))
+    if os.geteuid() != 0:
+        with pytest.raises(StorageAccessDenied, match=f"{secret}: permission denied"):
+            LocalStorage().read(str(secret))
+        return
+    # Root ignores file modes: read as an unprivileged user in a child process instead.
+    tmp_path.chmod(0o755)
+    code = (
+        "import os, sys\n"
+        "from airflow_sparklag.errors import StorageAccessDenied\n"
+        "from airflow_sparklag.storage.local import LocalStorage\n"
+        "os.setgid(65534); os.setuid(65534)\n"
+        "try:\n"
+        f"    LocalStorage().read({str(secret)!r})\n"
+        "except StorageAccessDenied as exc:\n"
+        f"    sys.exit(0 if {str(secret)!r} + ': permission denied' in str(exc) else 3)\n"
+        "sys.exit(2)\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )
+    assert result.returncode == 0, result.stderr
 
 
 def test_write_atomic_create_refuse_overwrite(tmp_path: Path) -> None:
