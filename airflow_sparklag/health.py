@@ -76,6 +76,20 @@ class Thresholds:
     min_window: int = 3  # fewer batches than this: trend rules stay silent
 
     def __post_init__(self) -> None:
+        # Templated fields render to text unless the DAG renders native objects ("60" -> 60.0).
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, str):
+                text = value.strip()
+                if text.lower() in ("", "none", "null"):
+                    object.__setattr__(self, f.name, None if f.default is None else f.default)
+                    continue
+                try:
+                    object.__setattr__(self, f.name, float(text))
+                except ValueError:
+                    raise ValueError(
+                        f"threshold {f.name} must be a number, got {value!r}"
+                    ) from None
         # Counts arrive as floats from CLI flags and JSON ("--window 5" -> 5.0); the window is a
         # slice bound, so keep them whole ints (a float crashed every rule with a TypeError).
         for name in _COUNT_FIELDS:

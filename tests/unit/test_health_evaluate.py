@@ -112,3 +112,15 @@ def test_thresholds_round_trip() -> None:
 def test_thresholds_reject_bad_values(values: dict) -> None:
     with pytest.raises(ValueError):
         Thresholds.from_dict(values)
+
+
+def test_thresholds_accept_rendered_template_text() -> None:
+    from airflow_sparklag.health import Thresholds
+
+    t = Thresholds.from_dict({"max_lag_seconds": "60", "window": "5", "max_lag_records_total": ""})
+    assert (t.max_lag_seconds, t.window, t.max_lag_records_total) == (60.0, 5, None)
+    assert isinstance(t.window, int)
+    import pytest
+
+    with pytest.raises(ValueError, match="max_lag_seconds must be a number, got 'soon'"):
+        Thresholds.from_dict({"max_lag_seconds": "soon"})
