@@ -469,4 +469,8 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as a file (spark-submit .../spark_scan.py): use the importable module's functions, so
+    # that what executors unpickle is airflow_sparklag.spark_scan, not this __main__.
+    from airflow_sparklag.spark_scan import main as module_main
+
+    sys.exit(module_main())
