@@ -632,7 +632,8 @@ def _run(
     if dry_run:
         result.steps_done = list(journal.document["steps"])
         return result
-    journal.record("validated", starting_offsets=starting)
+    if not journal.done("validated"):
+        journal.record("validated", starting_offsets=starting)
     hit("validated")
 
     # 4. archive the checkpoint (and the sink logs when asked).
