@@ -41,7 +41,10 @@ def provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["airflow_sparklag.operators.sparklag"],
+                "python-modules": [
+                    "airflow_sparklag.operators.sparklag",
+                    "airflow_sparklag.operators.snapshot",
+                ],
             }
         ],
         # No connection type of our own: the hook reuses the ecosystem's `kafka`, `aws` and
