@@ -1,0 +1,164 @@
+"""`sparklag status` (the installed console script) on checkpoints written by real PySpark queries.
+
+Checks the table (one row per partition, numbers as Kafka says), `--json` (parses, same numbers
+as `check_checkpoint`), and the exit codes: 0 healthy, 1 lagging, 2 stopped, 4 the check failed
+(closed broker port: within the timeout, a clear message, no traceback; missing checkpoint: the
+typed error naming the path).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparklag.monitor import check_checkpoint
+from testbed import jobs
+
+pytestmark = pytest.mark.testbed
+
+SPARKLAG = Path(sys.executable).parent / "sparklag"
+
+
+def sparklag(*args: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SPARKLAG), "status", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def checkpoints(spark, kafka, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """`lagging`: consumed 30 records, then 9 more produced; `caught_up`: consumed all 39."""
+    topic = kafka.create_topic(f"cli-{uuid.uuid4().hex[:8]}", partitions=3)
+    for p in range(3):
+        kafka.produce(topic, 10, partition=p, start=p * 100)
+    base = tmp_path_factory.mktemp("cli")
+    lagging, caught_up = base / "lagging", base / "caught-up"
+    jobs.run_available_now(jobs.kafka_stream(spark, kafka.bootstrap, topics=[topic]), str(lagging))
+    kafka.produce(topic, 2, partition=0, start=1000)
+    kafka.produce(topic, 7, partition=2, start=1000)
+    df = jobs.kafka_stream(spark, kafka.bootstrap, topics=[topic])
+    jobs.run_available_now(df, str(caught_up))
+    return {"topic": topic, "lagging": str(lagging), "caught_up": str(caught_up)}
+
+
+def table_rows(stdout: str, topic: str) -> dict[int, dict[str, str]]:
+    """The partition table as {partition: {column: cell}} for rows of `topic`."""
+    lines = stdout.splitlines()
+    header_at = next(
+        i for i, line in enumerate(lines) if line.split()[:3] == ["source", "topic", "part"]
+    )
+    header = lines[header_at].split()
+    rows: dict[int, dict[str, str]] = {}
+    for line in lines[header_at + 1 :]:
+        cells = line.split()
+        if len(cells) < 8 or cells[1] != topic:
+            continue
+        rows[int(cells[2])] = dict(zip(header, cells, strict=False))
+    return rows
+
+
+def test_table_shows_every_partition(checkpoints, kafka):
+    topic = checkpoints["topic"]
+    proc = sparklag(checkpoints["lagging"], "--bootstrap-servers", kafka.bootstrap)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ends = kafka.end_offsets(topic)
+    assert ends == {0: 12, 1: 10, 2: 17}
+    rows = table_rows(proc.stdout, topic)
+    assert sorted(rows) == [0, 1, 2], proc.stdout
+    for p, row in rows.items():
+        assert row["committed"] == "10", row
+        assert row["log_end"] == str(ends[p]), row
+        assert row["log_start"] == "0", row
+        assert row["lag"] == str(ends[p] - 10), row
+    assert checkpoints["lagging"] in proc.stdout
+    assert "9 records" in proc.stdout  # the summary's total
+    assert "health      OK" in proc.stdout
+
+
+def test_json_parses_and_matches(checkpoints, kafka):
+    location = checkpoints["lagging"]
+    proc = sparklag(location, "--bootstrap-servers", kafka.bootstrap, "--json")
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)
+    direct = check_checkpoint(location, kafka_config={"bootstrap.servers": kafka.bootstrap})
+    assert payload["location"] == location and payload["error"] is None
+    assert payload["verdict"]["health"] == "OK" == direct.verdict.health.value
+    report = payload["report"]
+    assert report["total_lag"] == 9 == direct.report.total_lag
+    rows = [
+        (p["topic"], p["partition"], p["committed_offset"], p["log_end_offset"], p["lag"])
+        for s in report["sources"]
+        for t in s["topics"]
+        for p in t["partitions"]
+    ]
+    assert rows == [
+        (p.topic, p.partition, p.committed_offset, p.log_end_offset, p.lag)
+        for p in direct.report.partitions()
+    ]
+    assert [r[4] for r in rows] == [2, 0, 7]
+
+
+@pytest.mark.parametrize(
+    ("which", "flags", "code", "health"),
+    [
+        ("caught_up", [], 0, "OK"),
+        ("caught_up", ["--max-commit-age", "0.001", "--max-lag", "0"], 0, "OK"),
+        ("lagging", ["--max-lag", "5"], 1, "LAGGING"),
+        ("lagging", ["--max-total-lag", "8"], 1, "LAGGING"),
+        ("lagging", ["--max-commit-age", "0.001"], 2, "STOPPED"),
+        ("lagging", ["--window", "5", "--allowed-lag", "1"], 0, "OK"),
+    ],
+)
+def test_exit_codes(checkpoints, kafka, which, flags, code, health):
+    proc = sparklag(checkpoints[which], "--bootstrap-servers", kafka.bootstrap, *flags)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert f"health      {health}" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_unreachable_broker_exit_4_fast(checkpoints):
+    port = closed_port()
+    start = time.monotonic()
+    proc = sparklag(checkpoints["lagging"], "--bootstrap-servers", f"127.0.0.1:{port}")
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert elapsed < 30, elapsed  # the Kafka timeout is 10 s
+    assert "Traceback" not in proc.stderr
+    assert "KafkaUnavailable" in proc.stderr and f"127.0.0.1:{port}" in proc.stderr
+    assert proc.stderr.startswith("sparklag: KafkaUnavailable:"), proc.stderr
+    assert "|FAIL|" not in proc.stderr  # no raw librdkafka log lines
+
+
+def test_missing_checkpoint_exit_4(kafka, tmp_path):
+    missing = str(tmp_path / "nowhere" / "ck")
+    proc = sparklag(missing, "--bootstrap-servers", kafka.bootstrap)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    output = proc.stdout + proc.stderr
+    assert "CheckpointNotFound" in output and missing in output
+    assert "Traceback" not in proc.stderr
+
+
+def test_several_checkpoints_worst_exit_code(checkpoints, kafka, tmp_path):
+    missing = str(tmp_path / "gone")
+    proc = sparklag(
+        checkpoints["caught_up"], missing, "--bootstrap-servers", kafka.bootstrap, "--json"
+    )
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    payload: list[dict[str, Any]] = json.loads(proc.stdout)
+    assert [r["location"] for r in payload] == [checkpoints["caught_up"], missing]
+    assert payload[0]["report"]["total_lag"] == 0 and payload[0]["error"] is None
+    assert "CheckpointNotFound" in payload[1]["error"] and missing in payload[1]["error"]
