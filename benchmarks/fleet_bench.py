@@ -52,6 +52,16 @@ JOBS_PER_BUCKET = 100
 THREADS = 16
 
 
+def _peak_rss_mb() -> float:
+    """VmHWM: peak RSS of this process image. (ru_maxrss survives exec on Linux, so a child
+    started from a big parent would report the parent's peak.)"""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def _rss_kb() -> int:
     with open("/proc/self/statm") as handle:
         return int(handle.read().split()[1]) * resource.getpagesize() // 1024
@@ -116,8 +126,8 @@ def measure_ours(manifest: dict[str, Any], locations: list[str], history: int) -
         "repeat_seconds": repeat,
         "repeat_s3_requests": s3_calls() - first_s3,
         "repeat_kafka_requests": sum(kafka_calls.values()) - first_kafka,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "rss_growth_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024,
+        "peak_rss_mb": _peak_rss_mb(),
+        "rss_growth_mb": _peak_rss_mb() - rss_before / 1024,
         "total_lag": sum(r.report.total_lag for r in results if r.report),
         "errors": len(errors),
         "first_error": errors[0] if errors else None,
@@ -178,8 +188,8 @@ def measure_baseline(manifest: dict[str, Any], locations: list[str]) -> dict[str
         # each get_watermark_offsets sends ListOffsets for the low and the high watermark
         "kafka_requests": 2 * kafka_calls["get_watermark_offsets"],
         "kafka_consumers": kafka_calls["consumers"],
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "rss_growth_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024,
+        "peak_rss_mb": _peak_rss_mb(),
+        "rss_growth_mb": _peak_rss_mb() - rss_before / 1024,
         "total_lag": sum(lags),
     }
 
