@@ -24,12 +24,12 @@ def _secs(value: float | None) -> str:
 
 
 def _time_lag(value: float | None, mode: str) -> str:
-    # In estimate mode a checkpoint offset is only known to have been produced BY its batch's
-    # time, so the estimate is a lower bound (tight when each batch reads all that is available,
-    # loose under maxOffsetsPerTrigger); exact mode reads the record's own timestamp.
+    # An estimate interpolates the checkpoint's own (offset, batch time) points and the live log
+    # end: it assumes steady production between them, so bursts and rate-limited jobs make it
+    # approximate either way. Exact mode reads the record's own timestamp.
     if value is None or mode != "estimate" or value == 0:
         return _secs(value)
-    return f">={_secs(value)}"
+    return f"~{_secs(value)}"
 
 
 def flags(partition: PartitionLag) -> str:
@@ -75,7 +75,7 @@ def partition_table(report: LagReport) -> str:
                         _num(p.last_stable_offset if report.read_committed else p.log_end_offset),
                         _num(p.log_start_offset),
                         str(p.lag),
-                        _secs(p.lag_seconds),
+                        _time_lag(p.lag_seconds, report.time_lag_mode),
                         flags(p),
                     )
                 )
