@@ -243,3 +243,36 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str =
 def stop_quietly(query: StreamingQuery | None) -> None:
     if query is not None and query.isActive:
         query.stop()
+
+
+def timestamps_at(
+    bootstrap: str, positions: dict[str, dict[int, int]], timeout: float = 30.0
+) -> dict[tuple[str, int], int]:
+    """Timestamp (ms) of the record at each exact (topic, partition, offset) given."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"sparklag-truth-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+        }
+    )
+    wanted = {(t, p): o for t, parts in positions.items() for p, o in parts.items()}
+    found: dict[tuple[str, int], int] = {}
+    try:
+        consumer.assign([TopicPartition(t, p, o) for (t, p), o in wanted.items()])
+        deadline = time.monotonic() + timeout
+        while len(found) < len(wanted) and time.monotonic() < deadline:
+            for message in consumer.consume(num_messages=100, timeout=0.5):
+                if message.error() is not None:
+                    raise RuntimeError(f"consumer error: {message.error()}")
+                key = (message.topic(), message.partition())
+                if key not in found and message.offset() == wanted[key]:
+                    found[key] = message.timestamp()[1]
+    finally:
+        consumer.close()
+    if len(found) < len(wanted):
+        raise TimeoutError(f"records not read: {sorted(set(wanted) - set(found))}")
+    return found

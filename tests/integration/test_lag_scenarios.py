@@ -189,6 +189,25 @@ def test_many_partitions_exact(many, kafka):
     assert state.committed.sources[0].kafka == many["at_stop"]
 
 
+def test_exact_time_lag_is_the_age_of_the_first_unread_record(many, kafka):
+    result = check(kafka, many["ck"], exact_time_lag=True)
+    report = result.report
+    assert report.time_lag_mode == "exact"
+    lagging = {(p.topic, p.partition): p.committed_offset for p in report.partitions() if p.lag > 0}
+    assert lagging
+    positions: Offsets = {}
+    for (topic, partition), offset in lagging.items():
+        positions.setdefault(topic, {})[partition] = offset
+    truth = jobs.timestamps_at(kafka.bootstrap, positions)
+    for p in report.partitions():
+        if p.lag == 0:
+            assert p.lag_seconds == 0.0
+        else:
+            expected = report.generated_at - truth[(p.topic, p.partition)] / 1000.0
+            assert p.lag_seconds == pytest.approx(expected, abs=1e-3)
+    assert report.max_lag_seconds == max(p.lag_seconds for p in report.partitions())
+
+
 def test_stopped_query_is_stopped_past_commit_age(many, kafka):
     time.sleep(1.1)
     result = check(kafka, many["ck"], thresholds={"max_commit_age_seconds": 1})
@@ -372,15 +391,23 @@ def test_async_progress_tracking_gaps(spark, kafka, tmp_path):
         .trigger(processingTime="100 milliseconds")
         .start()
     )
+
+    def gaps() -> bool:
+        commits = _ids(ck / "commits")
+        return len(commits) >= 3 and any(b - a > 1 for a, b in itertools.pairwise(commits))
+
     try:
-        for i in range(16):
-            kafka.produce(topic, 3, start=i * 3)
-            time.sleep(0.4)
-        jobs.wait_until(lambda: len(_ids(ck / "commits")) >= 3, 60, "three durable commits")
+        # Keep data coming (batches every 100 ms, progress on disk at most once a second) until
+        # the commit log shows gaps; adapts to a slow machine where batches take longer.
+        deadline = time.monotonic() + 90
+        produced = 0
+        while not gaps() and time.monotonic() < deadline:
+            produced += kafka.produce(topic, 3, start=produced)
+            time.sleep(0.3)
     finally:
         query.stop()
     commits = _ids(ck / "commits")
-    assert any(b - a > 1 for a, b in itertools.pairwise(commits)), commits
+    assert gaps(), commits
     _, on_disk = disk_committed(ck)
     kafka.produce(topic, 4, start=100)
     result = check(kafka, ck)
@@ -392,6 +419,15 @@ def test_async_progress_tracking_gaps(spark, kafka, tmp_path):
     ][-10:]
     assert_exact(result, kafka, merged(on_disk))
     assert result.report.total_lag >= 4
+    # A batch planned but not durably committed when the query stopped is reported in flight.
+    newest = _ids(ck / "offsets")[-1]
+    if newest > commits[-1]:
+        flight = result.report.in_flight
+        assert flight is not None and flight.batch_id == newest
+        planned = {sid: o for sid, o in disk_offsets(ck, newest).items() if o is not None}
+        assert flight.planned_offsets == planned
+    else:
+        assert result.report.in_flight is None
 
 
 # -- offsets v2 with named sources ----------------------------------------------------------------
@@ -456,10 +492,14 @@ def test_tiny_min_batches_to_retain(spark, kafka, tmp_path):
         query.stop()
     kafka.produce(topic, 7, start=100)
     offsets_ids = _ids(ck / "offsets")
-    assert offsets_ids[0] > 0 and len(offsets_ids) <= 4, offsets_ids  # purged
-    _, on_disk = disk_committed(ck)
+    newest_commit, on_disk = disk_committed(ck)
+    # At least 6 batches ran; Spark purged all but the last few (purge is asynchronous, so a
+    # strict count would race).
+    assert newest_commit >= 5 and offsets_ids[0] > 0, offsets_ids
+    assert len(offsets_ids) < newest_commit + 1, offsets_ids
     result = check(kafka, ck, history=10)
-    assert len(result.report.history) <= 4
+    retained = [b for b in _ids(ck / "commits") if b in offsets_ids]
+    assert [h.batch_id for h in result.report.history] == retained
     assert result.report.history[-1].batch_id == result.report.committed_batch_id
     assert_exact(result, kafka, merged(on_disk))
     assert result.report.total_lag == 7
@@ -473,9 +513,9 @@ def test_partitions_added_while_running(spark, kafka, tmp_path):
     kafka.produce(topic, 10)
     ck = tmp_path / "ck"
     # A long trigger: batch 0 runs at once, the next planning (which would discover the new
-    # partition) is 30 s away.
+    # partition) is 120 s away.
     df = jobs.kafka_stream(spark, kafka.bootstrap, topics=[topic])
-    query = jobs.start_query(df, str(ck), trigger={"processingTime": "30 seconds"})
+    query = jobs.start_query(df, str(ck), trigger={"processingTime": "120 seconds"})
     try:
         jobs.wait_for_batches(query, 1)
         kafka.add_partitions(topic, 3)
