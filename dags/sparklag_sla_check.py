@@ -104,6 +104,8 @@ with DAG(
 
         jobs = ti.xcom_pull(task_ids="load_jobs") or []
         results = ti.xcom_pull(task_ids="check_sla") or []
+        if isinstance(results, dict):  # a single mapped instance comes back unwrapped
+            results = [results]
         by_location = {r["location"]: r for r in results if r}
         lines, breaches = [], []
         for job in jobs:
