@@ -8,9 +8,10 @@ whose `to_dict()` survives `json.dumps` (XCom, `--json`).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -174,6 +175,10 @@ class LagReport(_ToDict):
     max_lag_topic: str | None
     max_lag_partition: int | None
     max_lag_seconds: float | None
+    # The retained batches look capped by a rate limit (maxOffsetsPerTrigger): the checkpoint's
+    # offsets then trail the log end at each batch time and cannot date records, so estimate
+    # mode reports lag_seconds as unknown. Exact mode is unaffected.
+    rate_limited: bool = False
 
     @property
     def kafka_sources(self) -> tuple[SourceLag, ...]:
@@ -227,6 +232,40 @@ def _rates(
     return _finite(consumption), _finite(production)
 
 
+def _looks_rate_limited(
+    series_offsets: Sequence[Mapping[str, Mapping[str, Mapping[int, int]]]],
+    planned: Mapping[str, Mapping[str, Mapping[int, int]]],
+    ref_ends: Mapping[str, Mapping[int, int]],
+) -> bool:
+    """True when every observed batch read the same number of records while a backlog remained.
+
+    maxOffsetsPerTrigger caps each batch at exactly N records as long as more are waiting;
+    free-running batches of an organic stream practically never match to the record. Needs at
+    least two batches (retained history plus the in-flight one) to say so.
+    """
+    positions = [*series_offsets, planned] if planned else list(series_offsets)
+    totals: list[int] = []
+    for before, after in itertools.pairwise(positions):
+        total = 0
+        for source_id, topics in after.items():
+            for topic, parts in topics.items():
+                for partition, offset in parts.items():
+                    base = before.get(source_id, {}).get(topic, {}).get(partition)
+                    if base is not None:
+                        total += max(0, offset - base)
+        totals.append(total)
+    if len(totals) < 2 or totals[0] <= 0 or any(t != totals[0] for t in totals):
+        return False
+    last = positions[-1]
+    backlog = sum(
+        max(0, ref_ends.get(topic, {}).get(partition, offset) - offset)
+        for topics in last.values()
+        for topic, parts in topics.items()
+        for partition, offset in parts.items()
+    )
+    return backlog > totals[0]
+
+
 def compute_lag(
     state: CheckpointState,
     snapshot: KafkaSnapshot,
@@ -268,6 +307,7 @@ def compute_lag(
     tables = tables_from_history(series, ref_ends, snapshot.fetched_at * 1000.0)
     planned = _kafka_offsets(state.in_flight)
     series_offsets = [_kafka_offsets(b) for b in series]
+    rate_limited = _looks_rate_limited(series_offsets, planned, ref_ends)
 
     def partition_lag(
         source_id: str, topic: str, partition: int, committed_offset: int | None
@@ -296,6 +336,8 @@ def compute_lag(
             assert record_timestamps is not None
             ts = record_timestamps.get((topic, partition))
             lag_seconds = None if ts is None else max(0.0, (now_ms - ts) / 1000.0)
+        elif rate_limited:
+            lag_seconds = None  # the history cannot date records under a rate limit
         else:
             lag_seconds = tables[topic][partition].lag_seconds(position, now_ms)
         data_loss = not new and position < po.log_start
@@ -411,4 +453,5 @@ def compute_lag(
         max_lag_topic=worst_part.topic if worst_part and worst_part.lag > 0 else None,
         max_lag_partition=worst_part.partition if worst_part and worst_part.lag > 0 else None,
         max_lag_seconds=max(known) if known else None,
+        rate_limited=rate_limited,
     )

@@ -106,6 +106,11 @@ def summary_lines(report: LagReport) -> list[str]:
         f"{report.max_lag_topic or '-'}/{_num(report.max_lag_partition)}), time lag "
         f"{_time_lag(report.max_lag_seconds, report.time_lag_mode)} ({report.time_lag_mode})"
     )
+    if report.rate_limited and report.time_lag_mode == "estimate":
+        lines.append(
+            "note        batches look capped by a rate limit (maxOffsetsPerTrigger): the "
+            "checkpoint cannot date the waiting records; --exact reads their timestamps"
+        )
     if report.consumption_rate is not None:
         catch_up = (
             _secs(report.catch_up_seconds) if report.catch_up_seconds is not None else "unknown"

@@ -371,3 +371,48 @@ def test_to_dict_is_json_safe_and_complete() -> None:
     assert data["sources"][0]["topics"][0]["partitions"][0]["lag"] == 10
     assert data["read_committed"] is True
     assert data["kafka_cluster_id"] == "cluster-1"
+
+
+# -- rate-limited jobs (maxOffsetsPerTrigger) ---------------------------------------------------
+
+
+def test_rate_limited_history_makes_estimate_unknown() -> None:
+    # Every batch read exactly 100 records while thousands waited: the offsets trail the log end
+    # and say nothing about when records were produced.
+    history = [
+        batch(0, {"t": {0: 50, 1: 50}}, NOW - 3),
+        batch(1, {"t": {0: 100, 1: 100}}, NOW - 2),
+        batch(2, {"t": {0: 150, 1: 150}}, NOW - 1),
+    ]
+    snap = snapshot({"t": {0: (0, 2000), 1: (0, 2000)}})
+    report = compute_lag(state(history), snap, now=NOW)
+    assert report.rate_limited
+    assert only_partition(report).lag_seconds is None
+    assert report.max_lag_seconds is None
+    # Exact mode still answers.
+    exact = compute_lag(state(history), snap, now=NOW, record_timestamps={("t", 0): 0, ("t", 1): 0})
+    assert only_partition(exact).lag_seconds == pytest.approx(NOW)
+
+
+def test_in_flight_batch_counts_as_an_observed_batch() -> None:
+    history = [batch(0, {"t": {0: 50}}, NOW - 2), batch(1, {"t": {0: 100}}, NOW - 1)]
+    in_flight = batch(2, {"t": {0: 150}}, NOW)
+    report = compute_lag(
+        state(history, in_flight=in_flight), snapshot({"t": {0: (0, 900)}}), now=NOW
+    )
+    assert report.rate_limited
+
+
+@pytest.mark.parametrize(
+    ("offsets", "log_end"),
+    [
+        ([50, 100], 2000),  # a single batch delta: cannot tell
+        ([50, 100, 160], 2000),  # batches of different sizes: free-running
+        ([50, 100, 150], 180),  # equal batches but no backlog beyond one batch
+    ],
+)
+def test_not_rate_limited(offsets: list[int], log_end: int) -> None:
+    history = [batch(i, {"t": {0: o}}, NOW - 10 + i) for i, o in enumerate(offsets)]
+    report = compute_lag(state(history), snapshot({"t": {0: (0, log_end)}}), now=NOW)
+    assert not report.rate_limited
+    assert only_partition(report).lag_seconds is not None
