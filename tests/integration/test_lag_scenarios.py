@@ -714,3 +714,41 @@ def test_check_checkpoints_many_at_once(many, multi, pattern, two_sources, kafka
     failed = results[-1]
     assert failed.report is None and failed.verdict.health is Health.UNKNOWN
     assert "CheckpointNotFound" in failed.error and missing in failed.error
+
+
+# -- topic deleted, then recreated ----------------------------------------------------------------
+
+
+def test_topic_deleted_then_recreated(spark, kafka, tmp_path):
+    topic = kafka.create_topic(f"gone-{uid()}", partitions=2)
+    kafka.produce(topic, 10, partition=0)
+    kafka.produce(topic, 10, partition=1)
+    ck = tmp_path / "ck"
+    jobs.run_available_now(jobs.kafka_stream(spark, kafka.bootstrap, topics=[topic]), str(ck))
+    assert merged(disk_committed(ck)[1]) == {topic: {0: 10, 1: 10}}
+
+    kafka.admin().delete_topics([topic], operation_timeout=20)[topic].result(timeout=30)
+    jobs.wait_until(
+        lambda: topic not in kafka.admin().list_topics(timeout=5).topics, 30, "topic deleted"
+    )
+    gone = check(kafka, ck)
+    assert gone.report.missing_topics == (topic,)
+    (topic_lag,) = gone.report.sources[0].topics
+    assert topic_lag.missing and topic_lag.lag == 0
+    assert gone.verdict.health is Health.UNKNOWN and topic in gone.verdict.reason
+
+    def recreate() -> bool:
+        try:
+            kafka.create_topic(topic, partitions=2)
+            return True
+        except Exception:  # still being deleted
+            return False
+
+    jobs.wait_until(recreate, 60, "topic recreated")
+    kafka.produce(topic, 3, partition=0)
+    again = check(kafka, ck)
+    parts = by_partition(again)
+    assert parts[(topic, 0)].ahead_of_log and parts[(topic, 0)].lag == 0
+    assert (parts[(topic, 0)].committed_offset, parts[(topic, 0)].log_end_offset) == (10, 3)
+    assert parts[(topic, 1)].ahead_of_log and parts[(topic, 1)].log_end_offset == 0
+    assert again.verdict.health is Health.REWIND, again.verdict
