@@ -162,3 +162,71 @@ def test_several_checkpoints_worst_exit_code(checkpoints, kafka, tmp_path):
     assert [r["location"] for r in payload] == [checkpoints["caught_up"], missing]
     assert payload[0]["report"]["total_lag"] == 0 and payload[0]["error"] is None
     assert "CheckpointNotFound" in payload[1]["error"] and missing in payload[1]["error"]
+
+
+def test_two_checkpoints_of_one_topic(checkpoints, kafka):
+    proc = sparklag(
+        checkpoints["lagging"], checkpoints["caught_up"], "--bootstrap-servers", kafka.bootstrap
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first, second = proc.stdout.split("-" * 80)
+    assert checkpoints["lagging"] in first and "lag         9 records" in first
+    assert checkpoints["caught_up"] in second and "lag         0 records" in second
+
+
+@pytest.fixture(scope="module")
+def remote(spark, kafka, s3, hdfs):  # type: ignore[no-untyped-def]
+    """The same query on S3 and on HDFS; 4 records produced after both stopped."""
+    topic = kafka.create_topic(f"cli-remote-{uuid.uuid4().hex[:8]}", partitions=2)
+    kafka.produce(topic, 6, partition=0)
+    kafka.produce(topic, 6, partition=1)
+    tag = uuid.uuid4().hex[:8]
+    urls = {
+        "s3": f"s3a://checkpoints/cli/{tag}",
+        "hdfs": f"{hdfs.namenode_uri}/checkpoints/cli/{tag}",
+    }
+    for url in urls.values():
+        jobs.run_available_now(jobs.kafka_stream(spark, kafka.bootstrap, topics=[topic]), url)
+    kafka.produce(topic, 4, partition=1, start=100)
+    return {"topic": topic, "urls": urls}
+
+
+def test_status_on_s3_and_hdfs(remote, kafka, s3, hdfs, monkeypatch):
+    options = s3.options
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["aws_access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["aws_secret_access_key"])
+    proc = subprocess.run(
+        [
+            str(SPARKLAG),
+            "status",
+            remote["urls"]["s3"],
+            remote["urls"]["hdfs"],
+            "--bootstrap-servers",
+            kafka.bootstrap,
+            "--s3-endpoint-url",
+            options["endpoint_url"],
+            "--s3-region",
+            options["region_name"],
+            "--webhdfs-url",
+            hdfs.webhdfs_url,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    payload = json.loads(proc.stdout)
+    topic = remote["topic"]
+    assert [r["location"] for r in payload] == [remote["urls"]["s3"], remote["urls"]["hdfs"]]
+    for result in payload:
+        assert result["error"] is None
+        parts = [
+            (p["partition"], p["committed_offset"], p["log_end_offset"], p["lag"])
+            for s in result["report"]["sources"]
+            for t in s["topics"]
+            if t["topic"] == topic
+            for p in t["partitions"]
+        ]
+        assert parts == [(0, 6, 6, 0), (1, 6, 10, 4)]
+        assert result["report"]["total_lag"] == 4
