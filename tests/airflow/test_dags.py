@@ -32,6 +32,7 @@ def test_dag_integrity_and_parse_time():
         "sparklag_sla_check",
         "sparklag_gated_deploy",
         "sparklag_checkpoint_migration",
+        "sparklag_fleet_scan",
     }
     for stat in bag.dagbag_stats:
         assert stat.duration.total_seconds() < 1.0, stat
