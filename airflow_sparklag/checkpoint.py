@@ -366,7 +366,9 @@ class CheckpointReader:
 
     Request budget of a first ``read(history=1)``: LIST commits/, LIST offsets/, GET offsets/C,
     GET metadata (once per reader), and GET offsets/L when a batch is in flight. Each extra
-    history batch costs one GET, once.
+    history batch costs one GET, once. On S3 (a backend with ``list_checkpoint``) the two
+    LISTs are one (a page per ~1,000 log files), and ``metadata`` is only read when listed:
+    a first check is LIST + GET offsets/C + GET metadata = 3, a repeated one LIST + new GETs.
     """
 
     def __init__(self, storage: Storage, location: str) -> None:
@@ -374,6 +376,7 @@ class CheckpointReader:
         self.location = location.rstrip("/") or location
         self._offsets_cache: dict[int, tuple[ObjectInfo, BatchOffsets]] = {}
         self._metadata_read = False
+        self._listed_keys: int | None = None  # keys of the last single listing (S3)
         self._query_id: str | None = None
 
     def read(self, history: int = 10) -> CheckpointState:
@@ -395,9 +398,8 @@ class CheckpointReader:
     def _read_once(self, history: int) -> CheckpointState:
         # commits/ first: offsets/N is written before commits/N, so any commit we see has its
         # offsets file in the listing that follows (no false "commits ahead of offsets").
-        commits = self._list_batches("commits")
-        offsets = self._list_batches("offsets")
-        query_id = self._read_query_id()
+        commits, offsets, metadata_listed = self._list_logs()
+        query_id = self._read_query_id(metadata_listed)
         commit_ids = tuple(sorted(commits))
         offsets_ids = tuple(sorted(offsets))
 
@@ -460,13 +462,32 @@ class CheckpointReader:
                 continue  # purged by Spark (minBatchesToRetain) since the listing: expected
         return tuple(found)
 
-    def _list_batches(self, directory: str) -> dict[int, ObjectInfo]:
-        batches: dict[int, ObjectInfo] = {}
-        for info in self.storage.list_dir(join(self.location, directory)):
-            batch_id = parse_batch_id(info.name)
-            if batch_id is not None:
-                batches[batch_id] = info
-        return batches
+    def _list_logs(self) -> tuple[dict[int, ObjectInfo], dict[int, ObjectInfo], bool | None]:
+        """commits/ and offsets/ batches, and whether ``metadata`` was seen (None: not asked).
+
+        A backend with ``list_checkpoint`` (S3) lists both logs and ``metadata`` in one
+        request; the others list commits/ then offsets/. Either way commits/ is listed first
+        (S3 returns keys in order, and commits/ sorts before offsets/).
+        """
+        list_checkpoint = getattr(self.storage, "list_checkpoint", None)
+        if callable(list_checkpoint):
+            if self._listed_keys is None:
+                listing = list_checkpoint(self.location)
+            else:
+                # Size the first page from the last listing (room for new batches), so a page
+                # does not run deep into state/: every listed key costs client CPU.
+                listing = list_checkpoint(
+                    self.location, first_page=min(1000, 2 * self._listed_keys + 64)
+                )
+            self._listed_keys = sum(len(entries) for entries in listing.values())
+            return (
+                _batches(listing["commits"]),
+                _batches(listing["offsets"]),
+                bool(listing.get("metadata")),
+            )
+        commits = _batches(self.storage.list_dir(join(self.location, "commits")))
+        offsets = _batches(self.storage.list_dir(join(self.location, "offsets")))
+        return commits, offsets, None
 
     def _offsets(self, batch_id: int, info: ObjectInfo) -> BatchOffsets:
         cached = self._offsets_cache.get(batch_id)
@@ -485,7 +506,10 @@ class CheckpointReader:
         self._offsets_cache[batch_id] = (info, batch)
         return batch
 
-    def _read_query_id(self) -> str | None:
+    def _read_query_id(self, listed: bool | None = None) -> str | None:
+        if listed is False and self._query_id is None:
+            # The listing shows no metadata: no GET (asked again once it appears).
+            return None
         if not self._metadata_read:
             path = join(self.location, "metadata")
             try:
@@ -504,6 +528,15 @@ class CheckpointReader:
         return self.storage.exists(join(self.location, "offsets")) or self.storage.exists(
             join(self.location, "commits")
         )
+
+
+def _batches(entries: list[ObjectInfo]) -> dict[int, ObjectInfo]:
+    batches: dict[int, ObjectInfo] = {}
+    for info in entries:
+        batch_id = parse_batch_id(info.name)
+        if batch_id is not None:
+            batches[batch_id] = info
+    return batches
 
 
 def _is_continuous(batch: BatchOffsets) -> bool:

@@ -30,6 +30,9 @@ _ACCESS_DENIED_CODES = frozenset(
     }
 )
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+# First page of list_checkpoint: Spark's default retention (minBatchesToRetain=100) keeps
+# ~101 offsets + ~101 commits files + metadata; the rest is margin for a lagging async purge.
+FIRST_PAGE_KEYS = 320
 # Servers that do not know conditional writes answer one of these to If-None-Match.
 _CONDITIONAL_WRITE_UNSUPPORTED = frozenset({"NotImplemented", "501", "InvalidArgument"})
 
@@ -139,6 +142,70 @@ class S3Storage:
             token = response.get("NextContinuationToken")
             if not token:
                 return entries
+
+    def list_checkpoint(
+        self, location: str, *, first_page: int = FIRST_PAGE_KEYS
+    ) -> dict[str, list[ObjectInfo]]:
+        """``commits/``, ``offsets/`` and ``metadata`` of a checkpoint in ONE listing.
+
+        S3 lists keys in lexicographic order, and a checkpoint's top level sorts as
+        ``commits/`` < ``metadata`` < ``offsets/`` < ``sources/`` < ``state/``. So one
+        ListObjectsV2 without a delimiter, starting after ``<ck>/commits``, returns the two logs
+        and ``metadata`` first; paging stops at the first key past ``offsets/``, so ``state/``
+        (which can hold 100k objects) is never paged through. With fewer than ~1,000 log files
+        (Spark retains 100 batches by default) this is one request.
+
+        The first page asks for ``first_page`` keys (1..1000), later pages for 1,000: a page
+        that runs into ``state/`` costs client CPU per key (botocore parses every entry), so
+        the first page is sized for Spark's default retention (100 batches: ~203 keys) and a
+        caller that knows the checkpoint's size can ask for less.
+
+        Returns ``{"commits": [...], "offsets": [...], "metadata": [...]}``: direct children of
+        the two log directories, and ``metadata`` as a list of zero or one entry.
+        """
+        bucket, key = split_s3_url(location)
+        root = key.rstrip("/") + "/" if key.rstrip("/") else ""
+        # "offsets0" is the first key after every "offsets/..." key ("0" follows "/").
+        end = root + "offsets0"
+        found: dict[str, list[ObjectInfo]] = {"commits": [], "offsets": [], "metadata": []}
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": root}
+            if token:
+                kwargs["ContinuationToken"] = token
+            else:
+                kwargs["StartAfter"] = root + "commits"
+                kwargs["MaxKeys"] = max(1, min(1000, first_page))
+            self.requests.add("list")
+            response = self._call(location, "list", self.client.list_objects_v2, **kwargs)
+            past_end = False
+            for item in response.get("Contents", []):
+                full = item["Key"]
+                if full >= end:
+                    past_end = True
+                    break
+                directory, slash, name = full[len(root) :].partition("/")
+                if slash:
+                    if directory not in ("commits", "offsets") or not name or "/" in name:
+                        continue  # other directories, markers ("offsets/"), nested keys
+                elif directory == "metadata":
+                    name = directory
+                    directory = "metadata"
+                else:
+                    continue  # "metadata.crc" and other top-level files
+                modified = item.get("LastModified")
+                found[directory].append(
+                    ObjectInfo(
+                        name=name,
+                        size=int(item.get("Size", 0)),
+                        modified=modified.timestamp() if modified is not None else 0.0,
+                    )
+                )
+            if past_end or not response.get("IsTruncated"):
+                return found
+            token = response.get("NextContinuationToken")
+            if not token:
+                return found
 
     def read(self, path: str) -> bytes:
         bucket, key = split_s3_url(path)

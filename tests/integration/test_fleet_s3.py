@@ -92,9 +92,10 @@ def test_polls_cost_the_same_with_and_without_a_large_state(
         assert [r.location for r in results] == fleet["locations"]
         assert all(r.error is None and r.report is not None for r in results)
         assert {r.report.total_lag for r in results if r.report} == {8}
-        # discovery (6 LISTs), then per checkpoint: 2 LISTs, GET offsets/C, GET metadata
-        assert calls == Counter({"ListObjectsV2": 6 + 3 * 2, "GetObject": 3 * 2})
+        # discovery (6 LISTs), then per checkpoint: ONE LIST (commits/, metadata, offsets/),
+        # GET offsets/C, GET metadata
+        assert calls == Counter({"ListObjectsV2": 6 + 3 * 1, "GetObject": 3 * 2})
         assert checker.storage_requests == sum(calls.values())
         calls.clear()
         checker.check()
-        assert calls == Counter({"ListObjectsV2": 3 * 2})  # nothing new: listings only
+        assert calls == Counter({"ListObjectsV2": 3 * 1})  # nothing new: one listing each

@@ -195,9 +195,10 @@ def test_reader_first_check_budget_and_never_lists_state(endpoint: str) -> None:
     assert state.committed_batch_id == 0
     assert state.in_flight is not None and state.in_flight.batch_id == 1
     assert state.query_id == "e4ef413e-8c79-4ddd-8f2b-d512ec59fd61"
-    # LIST commits/, LIST offsets/, GET metadata, GET offsets/0, GET offsets/1 (in flight).
-    assert storage.requests.by_operation == {"list": 2, "read": 3}
-    assert len(sent.urls) == 5, sent.urls
+    # ONE LIST (commits/, metadata, offsets/), GET metadata, GET offsets/0, GET offsets/1
+    # (in flight).
+    assert storage.requests.by_operation == {"list": 1, "read": 3}
+    assert len(sent.urls) == 4, sent.urls
     assert not any("state" in url for url in sent.urls)
 
 
@@ -207,10 +208,10 @@ def test_reader_second_check_only_lists(endpoint: str) -> None:
     reader = CheckpointReader(storage, f"s3://{BUCKET}/ck35")
     first = reader.read(history=3)
     assert [b.batch_id for b in first.history] == [4, 5, 6]
-    assert len(sent.urls) == 2 + 1 + 3
+    assert len(sent.urls) == 1 + 1 + 3
     sent.urls.clear()
     reader.read(history=3)
-    assert len(sent.urls) == 2
+    assert len(sent.urls) == 1
 
 
 # -- access denied, for real: a moto server enforcing IAM policies ----------------------------
@@ -287,3 +288,146 @@ def test_access_denied_is_typed_and_names_the_path(iam_enforcing_endpoint: str) 
     )
     with pytest.raises(StorageAccessDenied, match=f"s3://{BUCKET}/ck/offsets: access denied"):
         wrong_key.list_dir(f"s3://{BUCKET}/ck/offsets")
+
+
+# -- one LIST per check: list_checkpoint ------------------------------------------------------
+
+LISTING_BUCKET = "listing"  # its own bucket: moto's LIST cost grows with the bucket's keys
+MANY_STATE = 2000
+MANY_BATCHES = 600  # 600 offsets + 600 commits: more than one 1,000-key page
+
+
+def _checkpoint_files(batches: range, *, metadata: bool = True) -> dict[str, bytes]:
+    offsets = (DATA / "ck35" / "offsets" / "6").read_bytes()
+    commit = (DATA / "ck35" / "commits" / "6").read_bytes()
+    files = {"sources/0/0": (DATA / "ck35" / "sources" / "0" / "0").read_bytes()}
+    if metadata:
+        files["metadata"] = (DATA / "ck35" / "metadata").read_bytes()
+    for batch in batches:
+        files[f"offsets/{batch}"] = offsets
+        files[f"commits/{batch}"] = commit
+    return files
+
+
+@pytest.fixture(scope="module")
+def listing_endpoint(endpoint: str) -> str:
+    """Checkpoints with 0 and 2,000 state objects, one with 1,200 log files, and names that
+    share prefixes (ck1, ck10, ck1-old)."""
+    admin = _boto_client(endpoint)
+    admin.create_bucket(Bucket=LISTING_BUCKET)
+    objects: dict[str, bytes] = {}
+    layouts = {
+        "plain": _checkpoint_files(range(4, 7)),
+        "stateful": _checkpoint_files(range(4, 7)),
+        "long": _checkpoint_files(range(MANY_BATCHES)),
+        "ck1": _checkpoint_files(range(3), metadata=False),
+        "ck10": _checkpoint_files(range(10)),
+        "ck1-old": _checkpoint_files(range(20)),
+    }
+    for name, files in layouts.items():
+        objects.update({f"{name}/{rel}": body for rel, body in files.items()})
+    for index in range(MANY_STATE):
+        objects[f"stateful/state/0/{index % 200}/{index}.delta"] = b"s"
+    for index in range(300):
+        objects[f"long/state/0/{index % 200}/{index}.delta"] = b"s"
+    # S3A-style directory markers and stray keys must not count as batches.
+    objects["ck10/offsets/"] = b""
+    objects["ck10/offsets/sub/3"] = b"x"
+    objects["ck10/commits.crc"] = b"x"
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(
+            pool.map(
+                lambda item: admin.put_object(Bucket=LISTING_BUCKET, Key=item[0], Body=item[1]),
+                objects.items(),
+            )
+        )
+    return endpoint
+
+
+def _listing_storage(endpoint: str) -> tuple[S3Storage, SentRequests]:
+    storage = _storage(endpoint)
+    return storage, SentRequests(storage)
+
+
+@pytest.mark.parametrize("name", ["plain", "stateful"])
+def test_first_check_is_three_requests_whatever_the_state_size(
+    listing_endpoint: str, name: str
+) -> None:
+    storage, sent = _listing_storage(listing_endpoint)
+    reader = CheckpointReader(storage, f"s3a://{LISTING_BUCKET}/{name}")
+    state = reader.read(history=1)
+    assert state.committed_batch_id == 6 and state.query_id is not None
+    # LIST (commits/, metadata, offsets/ in one), GET offsets/6, GET metadata.
+    assert storage.requests.by_operation == {"list": 1, "read": 2}
+    assert len(sent.urls) == 3, sent.urls
+    listing = sent.urls[0]
+    assert "start-after=" in listing and "delimiter" not in listing, listing
+    assert not any("/state/" in url for url in sent.urls)
+    sent.urls.clear()
+    storage.requests.reset()
+    reader.read(history=1)
+    assert storage.requests.by_operation == {"list": 1}  # nothing new: the listing only
+    assert len(sent.urls) == 1
+
+
+def test_repeated_check_gets_only_the_new_batch(listing_endpoint: str) -> None:
+    admin = _boto_client(listing_endpoint)
+    for directory in ("offsets", "commits"):
+        for batch in range(3):
+            body = (DATA / "ck35" / directory / "6").read_bytes()
+            admin.put_object(Bucket=LISTING_BUCKET, Key=f"grow/{directory}/{batch}", Body=body)
+    admin.put_object(
+        Bucket=LISTING_BUCKET, Key="grow/metadata", Body=(DATA / "ck35" / "metadata").read_bytes()
+    )
+    storage, _ = _listing_storage(listing_endpoint)
+    reader = CheckpointReader(storage, f"s3://{LISTING_BUCKET}/grow")
+    assert reader.read(history=1).committed_batch_id == 2
+    storage.requests.reset()
+    for directory in ("offsets", "commits"):
+        body = (DATA / "ck35" / directory / "6").read_bytes()
+        admin.put_object(Bucket=LISTING_BUCKET, Key=f"grow/{directory}/3", Body=body)
+    state = reader.read(history=1)
+    assert state.committed_batch_id == 3
+    assert storage.requests.by_operation == {"list": 1, "read": 1}  # LIST + GET offsets/3
+
+
+def test_more_than_a_page_of_log_files_pages_but_never_into_state(listing_endpoint: str) -> None:
+    storage, sent = _listing_storage(listing_endpoint)
+    listing = storage.list_checkpoint(f"s3a://{LISTING_BUCKET}/long")
+    assert len(listing["offsets"]) == len(listing["commits"]) == MANY_BATCHES
+    assert [o.name for o in listing["metadata"]] == ["metadata"]
+    # 1,201 keys before sources/: a 320-key first page, then one 1,000-key page.
+    assert storage.requests["list"] == 2 and len(sent.urls) == 2
+    assert "continuation-token=" in sent.urls[1]
+    storage.requests.reset()
+    state = CheckpointReader(storage, f"s3a://{LISTING_BUCKET}/long").read(history=1)
+    assert state.committed_batch_id == MANY_BATCHES - 1
+    assert len(state.offsets_ids) == MANY_BATCHES
+    assert storage.requests.by_operation == {"list": 2, "read": 2}
+
+
+def test_checkpoints_whose_names_share_a_prefix_are_kept_apart(listing_endpoint: str) -> None:
+    storage, _ = _listing_storage(listing_endpoint)
+    ck1 = CheckpointReader(storage, f"s3a://{LISTING_BUCKET}/ck1/").read(history=1)
+    assert ck1.offsets_ids == ck1.commit_ids == (0, 1, 2)
+    assert ck1.query_id is None  # no metadata listed: not read either
+    assert storage.requests.by_operation == {"list": 1, "read": 1}
+    ck10 = storage.list_checkpoint(f"s3a://{LISTING_BUCKET}/ck10")
+    # the "offsets/" marker, "offsets/sub/3" and "commits.crc" are not log files
+    assert sorted(int(o.name) for o in ck10["offsets"]) == list(range(10))
+    assert sorted(int(o.name) for o in ck10["commits"]) == list(range(10))
+    old = CheckpointReader(storage, f"s3a://{LISTING_BUCKET}/ck1-old").read(history=1)
+    assert old.committed_batch_id == 19
+
+
+def test_missing_checkpoint_on_s3_is_not_found(listing_endpoint: str) -> None:
+    from airflow_sparklag.errors import CheckpointNotFound
+
+    storage, _ = _listing_storage(listing_endpoint)
+    assert storage.list_checkpoint(f"s3://{LISTING_BUCKET}/ck") == {
+        "commits": [],
+        "offsets": [],
+        "metadata": [],
+    }
+    with pytest.raises(CheckpointNotFound):
+        CheckpointReader(storage, f"s3://{LISTING_BUCKET}/ck").read()
