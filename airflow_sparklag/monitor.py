@@ -210,8 +210,9 @@ def check_checkpoint(
     """Lag and health of the Spark query whose checkpoint is at `location`.
 
     Raises the typed errors (`CheckpointNotFound`, `CheckpointCorrupt`, `StorageError`,
-    `KafkaUnavailable`, `KafkaError`). `read_committed=None` takes the isolation level from the
-    job when the checkpoint shows it, else read_uncommitted. `kafka_client` lets a caller reuse
+    `KafkaUnavailable`, `KafkaError`). `read_committed=None` means read_uncommitted: Spark
+    does not record the Kafka source's isolation level in the checkpoint, so pass True for jobs
+    that read with `kafka.isolation.level=read_committed`. `kafka_client` lets a caller reuse
     one client (it is then not closed here).
 
     >>> result = check_checkpoint("/data/ck/orders",

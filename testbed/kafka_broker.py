@@ -220,4 +220,9 @@ def str_uuid_base64() -> str:
     """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # Like Kafka's own Uuid.randomUuid(): never start with "-", which the format tool's argument
+    # parser would take for an option.
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
