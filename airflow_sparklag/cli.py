@@ -148,25 +148,12 @@ def run_status(args: argparse.Namespace) -> int:
     from airflow_sparklag.render import render
 
     kafka_config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
-    s3_options = {
-        key: value
-        for key, value in (("endpoint_url", args.s3_endpoint_url), ("region_name", args.s3_region))
-        if value
-    }
-    webhdfs_options: dict[str, Any] = {}
-    if args.webhdfs_url:
-        webhdfs_options["url"] = (
-            args.webhdfs_url if len(args.webhdfs_url) > 1 else args.webhdfs_url[0]
-        )
-    if args.hdfs_user:
-        webhdfs_options["user"] = args.hdfs_user
     if not args.checkpoints and not args.prefix:
         print("sparklag: give checkpoint locations or --prefix", file=sys.stderr)
         return EXIT_FAILED
     options: dict[str, Any] = {
         "kafka_config": kafka_config,
-        "s3_options": s3_options or None,
-        "webhdfs_options": webhdfs_options or None,
+        **_storage_options(args),
         "thresholds": _thresholds(args),
         "history": args.history,
         "exact_time_lag": args.exact,
