@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparklag.timelag import tables_from_history
+from airflow_sparklag.timelag import OffsetTimeTable, history_points, table_for
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
@@ -288,15 +288,6 @@ def compute_lag(
     committed = state.committed
     exact = record_timestamps is not None
 
-    ref_ends: dict[str, dict[int, int]] = {}
-    for topic, kafka_parts in snapshot.partitions.items():
-        ref_ends[topic] = {}
-        for partition, po in kafka_parts.items():
-            # Under read_committed Spark stops at the LSO: measuring against the high watermark
-            # would show a permanent lag on transactional topics.
-            lso = po.last_stable
-            ref_ends[topic][partition] = lso if read_committed and lso is not None else po.log_end
-
     # Retained committed batches, oldest first, ending at offsets/C.
     series = sorted(
         (b for b in state.history if committed is None or b.batch_id <= committed.batch_id),
@@ -304,19 +295,59 @@ def compute_lag(
     )
     if committed is not None and (not series or series[-1].batch_id != committed.batch_id):
         series.append(committed)
-    tables = tables_from_history(series, ref_ends, snapshot.fetched_at * 1000.0)
     planned = _kafka_offsets(state.in_flight)
     series_offsets = [_kafka_offsets(b) for b in series]
+
+    # Reference offsets of THIS job's topics only: a fleet shares one snapshot of every topic
+    # of every job, and walking all of it per job cost more than the job itself.
+    job_topics = {
+        topic
+        for offsets in (*series_offsets, planned, _kafka_offsets(committed))
+        for topics in offsets.values()
+        for topic in topics
+    }
+    ref_ends: dict[str, dict[int, int]] = {}
+    for topic in job_topics:
+        kafka_parts = snapshot.partitions.get(topic)
+        if kafka_parts is None:
+            continue
+        # Under read_committed Spark stops at the LSO: measuring against the high watermark
+        # would show a permanent lag on transactional topics.
+        ref_ends[topic] = {
+            partition: po.last_stable
+            if read_committed and po.last_stable is not None
+            else po.log_end
+            for partition, po in kafka_parts.items()
+        }
     rate_limited = _looks_rate_limited(series_offsets, planned, ref_ends)
 
+    # Offset -> time tables are built only for partitions that lag (a caught-up partition
+    # needs none), from history points collected once per job.
+    fetched_at_ms = snapshot.fetched_at * 1000.0
+    points: dict[tuple[str, int], list[tuple[int, float]]] | None = None
+    tables: dict[tuple[str, int], OffsetTimeTable] = {}
+
+    def time_table(topic: str, partition: int) -> OffsetTimeTable:
+        nonlocal points
+        table = tables.get((topic, partition))
+        if table is None:
+            if points is None:
+                points = history_points(series)
+            live = ref_ends.get(topic, {}).get(partition)
+            table = table_for(points.get((topic, partition), ()), live, fetched_at_ms)
+            tables[(topic, partition)] = table
+        return table
+
     def partition_lag(
-        source_id: str, topic: str, partition: int, committed_offset: int | None
+        topic: str,
+        partition: int,
+        committed_offset: int | None,
+        planned_parts: Mapping[int, int],
+        topic_series: Sequence[Mapping[int, int]],
     ) -> PartitionLag:
         po = snapshot.partitions.get(topic, {}).get(partition)
-        planned_offset = planned.get(source_id, {}).get(topic, {}).get(partition)
-        history = tuple(
-            offs.get(source_id, {}).get(topic, {}).get(partition) for offs in series_offsets
-        )
+        planned_offset = planned_parts.get(partition)
+        history = tuple(offsets.get(partition) for offsets in topic_series)
         if po is None:
             return PartitionLag(
                 topic, partition, committed_offset, planned_offset, None, None, None, 0, None,
@@ -339,7 +370,7 @@ def compute_lag(
         elif rate_limited:
             lag_seconds = None  # the history cannot date records under a rate limit
         else:
-            lag_seconds = tables[topic][partition].lag_seconds(position, now_ms)
+            lag_seconds = time_table(topic, partition).lag_seconds(position, now_ms)
         data_loss = not new and position < po.log_start
         return PartitionLag(
             topic=topic,
@@ -368,8 +399,13 @@ def compute_lag(
             stored = source.kafka[topic]
             missing = topic in snapshot.missing_topics or topic not in snapshot.partitions
             in_kafka = set() if missing else set(snapshot.partitions[topic])
+            # This source's offsets of this topic at each retained batch, looked up once.
+            topic_series = [
+                offsets.get(source.source_id, {}).get(topic, {}) for offsets in series_offsets
+            ]
+            planned_parts = planned.get(source.source_id, {}).get(topic, {})
             lags = tuple(
-                partition_lag(source.source_id, topic, p, stored.get(p))
+                partition_lag(topic, p, stored.get(p), planned_parts, topic_series)
                 for p in sorted(set(stored) | in_kafka)
             )
             worst = max(lags, key=lambda pl: pl.lag, default=None)

@@ -134,26 +134,49 @@ def tables_from_history(
     >>> tables["t"][0].lookup(10)
     5000.0
     """
-    points: dict[str, dict[int, list[tuple[int, float]]]] = {}
+    points = history_points(history)
+    keys = set(points) | {(t, p) for t, parts in log_ends.items() for p in parts}
+    tables: dict[str, dict[int, OffsetTimeTable]] = {}
+    for topic, partition in keys:
+        live = log_ends.get(topic, {}).get(partition)
+        table = table_for(points.get((topic, partition), ()), live, fetched_at_ms)
+        tables.setdefault(topic, {})[partition] = table
+    return tables
+
+
+def history_points(
+    history: Sequence[BatchOffsets],
+) -> dict[tuple[str, int], list[tuple[int, float]]]:
+    """(topic, partition) -> [(offset, batch time ms), ...] over the timed batches, in order."""
+    points: dict[tuple[str, int], list[tuple[int, float]]] = {}
     for batch in history:
         if batch.batch_timestamp_ms is None:
             continue  # continuous mode: no time for this batch
+        time_ms = float(batch.batch_timestamp_ms)
         for source in batch.sources:
             if source.kafka is None:
                 continue
             for topic, parts in source.kafka.items():
                 for partition, offset in parts.items():
-                    points.setdefault(topic, {}).setdefault(int(partition), []).append(
-                        (int(offset), float(batch.batch_timestamp_ms))
-                    )
-    tables: dict[str, dict[int, OffsetTimeTable]] = {}
-    for topic in set(points) | set(log_ends):
-        for partition in set(points.get(topic, {})) | set(log_ends.get(topic, {})):
-            hist = points.get(topic, {}).get(partition, [])
-            live = log_ends.get(topic, {}).get(partition)
-            if live is not None:
-                if any(off > live for off, _ in hist):
-                    hist = []
-                hist = [*hist, (live, fetched_at_ms)]
-            tables.setdefault(topic, {})[partition] = OffsetTimeTable(hist)
-    return tables
+                    key = (topic, int(partition))
+                    found = points.get(key)
+                    if found is None:
+                        points[key] = [(int(offset), time_ms)]
+                    else:
+                        found.append((int(offset), time_ms))
+    return points
+
+
+def table_for(
+    points: Sequence[tuple[int, float]], live: int | None, fetched_at_ms: float
+) -> OffsetTimeTable:
+    """The table of one partition: its history points plus the live (log end, fetch time).
+
+    History above the live log end (recreated or truncated topic) is dropped.
+    """
+    hist = list(points)
+    if live is not None:
+        if any(off > live for off, _ in hist):
+            hist = []
+        hist.append((live, fetched_at_ms))
+    return OffsetTimeTable(hist)
