@@ -5,8 +5,8 @@
     s3 = {"region_name": "eu-west-1"}
     roots = discover_checkpoints("s3a://bucket/checkpoints", s3_options=s3)
     fleet = FleetChecker(roots, kafka_config={"bootstrap.servers": "broker:9092"}, s3_options=s3)
-    results = fleet.check()      # first poll: ~4 storage requests per checkpoint
-    results = fleet.check()      # next polls: 2 LISTs + one GET per new batch
+    results = fleet.check()      # first poll: 3 storage requests per checkpoint on S3 (4 on HDFS)
+    results = fleet.check()      # next polls: 1 LIST on S3 (2 on HDFS) + one GET per new batch
 
 A checkpoint is a directory that holds ``offsets/``, ``commits/`` or ``metadata``. Discovery lists
 one directory per request and never descends into a checkpoint, so ``state/`` (which can hold
@@ -272,7 +272,7 @@ class FleetChecker:
     """Checks a fixed (or discovered) set of checkpoints repeatedly, e.g. from a sensor loop.
 
     It keeps one :class:`~airflow_sparklag.checkpoint.CheckpointReader` per location across
-    polls, so a poll re-reads only what is new: LIST commits/, LIST offsets/, and one GET per
+    polls, so a poll re-reads only what is new: the listing(s), and one GET per
     new batch (and per new in-flight batch). Each poll takes ONE Kafka snapshot for every topic
     of every checkpoint. Readers forget batches that fell out of the history window, so memory
     stays flat however long the checker lives.
@@ -282,7 +282,7 @@ class FleetChecker:
     >>> for result in fleet.check():                                        # doctest: +SKIP
     ...     print(result.location, result.verdict.health.value)
     >>> fleet.storage_requests                                              # doctest: +SKIP
-    4000
+    3000
 
     ``rediscover_seconds`` (with ``prefix``) lists the prefix again when that much time has
     passed since the last discovery, to pick up new jobs and drop deleted ones.
