@@ -29,6 +29,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--trigger-seconds", type=float, default=1.0)
     parser.add_argument("--max-offsets-per-trigger", type=int)
     parser.add_argument(
+        "--starting-offsets",
+        default="earliest",
+        help="Spark startingOffsets for a NEW checkpoint: earliest, latest or a JSON "
+        '{"topic":{"0":42}} (e.g. a migration\'s result); ignored when the checkpoint has batches',
+    )
+    parser.add_argument(
         "--classpath", default="", help="extra driver classpath (connector jars), local runs"
     )
     parser.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[1]"))
@@ -63,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", args.bootstrap)
         .option("subscribe", args.topics)
-        .option("startingOffsets", "earliest")
+        .option("startingOffsets", args.starting_offsets)
     )
     if args.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
