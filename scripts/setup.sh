@@ -29,6 +29,7 @@ if [ "$(cat "$stamp_py" 2>/dev/null)" != "$want_py" ]; then
 fi
 
 # --- jars ----------------------------------------------------------------------------------------
+mkdir -p "$CACHE/jars"
 for component in kafka spark-kafka s3a hdfs; do
   pom="testbed/jars/$component/pom.xml"
   dir="$CACHE/jars/$component"
