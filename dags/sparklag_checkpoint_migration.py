@@ -25,7 +25,6 @@ Connections come from params by id (``kafka_config_id``, ``aws_conn_id``, ``webh
 from __future__ import annotations
 
 import datetime
-from typing import Any
 
 from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
@@ -44,30 +43,6 @@ CONNECTIONS = {
 }
 CHECKPOINT = "{{ params.checkpoint }}"
 NEW_CHECKPOINT = "{{ params.new_checkpoint or params.checkpoint }}"
-
-
-class _TemplatedMigration(CheckpointMigrationOperator):
-    """The migration operator with its switches templated too, so params can set them."""
-
-    template_fields = (
-        *CheckpointMigrationOperator.template_fields,
-        "quiet_period",
-        "allow_data_loss",
-        "move_sink_log",
-    )
-
-    def execute(self, context: Any) -> dict[str, Any]:
-        self.file_sink_paths = [p for p in self.file_sink_paths if p]  # "" = no file sink
-        self.quiet_period = float(self.quiet_period)
-        self.allow_data_loss = _flag(self.allow_data_loss)
-        self.move_sink_log = _flag(self.move_sink_log)
-        return super().execute(context)
-
-
-def _flag(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in {"true", "1", "yes"}
-    return bool(value)
 
 
 def _hook(params: dict):  # type: ignore[no-untyped-def]
@@ -132,7 +107,7 @@ with DAG(
         trigger_rule="none_failed",  # stop_old_job may be skipped
         **CONNECTIONS,
     )
-    migrate = _TemplatedMigration(
+    migrate = CheckpointMigrationOperator(
         task_id="migrate",
         checkpoint_location=CHECKPOINT,
         archive_root="{{ params.archive_root }}",

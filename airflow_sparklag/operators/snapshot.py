@@ -199,6 +199,11 @@ class CheckpointMigrationOperator(_SparkLagConnections):
         "snapshot_root",
         "snapshot",
         "file_sink_paths",
+        "quiet_period",
+        "force",
+        "allow_data_loss",
+        "move_sink_log",
+        "dry_run",
         *_CONN_FIELDS,
     )
 
@@ -235,6 +240,13 @@ class CheckpointMigrationOperator(_SparkLagConnections):
         hook = self.get_hook()
         conns = hook.get_conn()
 
+        # Switches may arrive as rendered template text ("True", "60"); "" = no file sink.
+        quiet_period = float(self.quiet_period)
+        force, allow_data_loss, move_sink_log, dry_run = (
+            _flag(v) for v in (self.force, self.allow_data_loss, self.move_sink_log, self.dry_run)
+        )
+        file_sink_paths = [p for p in self.file_sink_paths if p]
+
         def work() -> dict[str, Any]:
             result = migrate_checkpoint(
                 self.checkpoint_location,
@@ -244,12 +256,12 @@ class CheckpointMigrationOperator(_SparkLagConnections):
                 webhdfs_options=conns.webhdfs_options,
                 snapshot_root=self.snapshot_root,
                 snapshot=self.snapshot,
-                quiet_period=self.quiet_period,
-                force=self.force,
-                allow_data_loss=self.allow_data_loss,
-                file_sink_paths=self.file_sink_paths,
-                move_sink_log=self.move_sink_log,
-                dry_run=self.dry_run,
+                quiet_period=quiet_period,
+                force=force,
+                allow_data_loss=allow_data_loss,
+                file_sink_paths=file_sink_paths,
+                move_sink_log=move_sink_log,
+                dry_run=dry_run,
             )
             payload = result.to_dict()
             payload["starting_offsets_json"] = (
@@ -281,3 +293,10 @@ def _export(kafka_config: dict[str, Any], group_id: str, snapshot: Any, kafka: A
     if kafka is not None:
         ends = {t: {p: po.log_end for p, po in ps.items()} for t, ps in kafka.partitions.items()}
     return export_offsets(kafka_config, group_id, offsets, log_ends=ends).to_dict()
+
+
+def _flag(value: Any) -> bool:
+    """A switch that may be rendered template text."""
+    if isinstance(value, str):
+        return value.strip().lower() in {"true", "1", "yes", "on"}
+    return bool(value)
