@@ -4,8 +4,12 @@ Connections are the ecosystem's own, nothing new to configure:
 
 - ``kafka_config_id``: the apache-kafka provider's ``kafka`` connection; its ``extra`` is plain
   librdkafka configuration (``{"bootstrap.servers": "broker:9092", ...}``).
-- ``aws_conn_id`` (S3 checkpoints): an ``aws`` connection; login/password = access key id and
-  secret, extra ``region_name``, ``endpoint_url`` (MinIO, Ceph), ``aws_session_token``.
+- ``aws_conn_id`` (S3 checkpoints): an ``aws`` connection. With the amazon provider installed,
+  its ``AwsBaseHook`` builds the S3 client, so everything that connection type supports works
+  (``role_arn`` assume-role, ``profile_name``, session tokens, ``region_name``, ``endpoint_url``,
+  ``service_config``, ``config_kwargs``, ``verify``). Without it the connection is read directly:
+  login/password = access key id and secret, extra ``region_name``, ``endpoint_url`` (MinIO,
+  Ceph), ``aws_session_token``.
 - ``webhdfs_conn_id`` (HDFS checkpoints): a ``webhdfs`` connection; host (comma-separated
   NameNodes for HA), port (default 9870), login = HDFS user, extra ``use_ssl``.
 
@@ -30,6 +34,15 @@ if TYPE_CHECKING:
 
 _SECRET_MARKERS = ("password", "secret", "token", "credential", "key")
 _AWS_EXTRA_OPTIONS = ("region_name", "endpoint_url", "aws_session_token")
+# Settings of an ``aws`` connection that only the amazon provider's AwsBaseHook understands.
+_AMAZON_PROVIDER_ONLY = ("role_arn", "assume_role_method", "profile_name")
+# S3Storage's own timeouts and retry budget, for the clients the amazon provider builds; the
+# connection's ``config_kwargs`` override them.
+_S3_CLIENT_CONFIG = {
+    "connect_timeout": 5.0,
+    "read_timeout": 20.0,
+    "retries": {"max_attempts": 3, "mode": "standard"},
+}
 DEFAULT_WEBHDFS_PORT = 9870
 # Health names (``Health.value``) a sensor waits for unless told otherwise.
 DEFAULT_ACCEPT = ("OK",)
@@ -42,6 +55,8 @@ class ResolvedConnections:
     kafka_config: dict[str, Any] = field(repr=False)
     s3_options: dict[str, Any] | None = field(default=None, repr=False)
     webhdfs_options: dict[str, Any] | None = field(default=None, repr=False)
+    # Extras of the aws connection that need the amazon provider (e.g. "role_arn").
+    aws_provider_only: tuple[str, ...] = ()
 
     @property
     def secrets(self) -> list[str]:
@@ -101,6 +116,35 @@ def s3_options_from(conn: Connection) -> dict[str, Any]:
     if service_endpoint and "endpoint_url" not in options:
         options["endpoint_url"] = service_endpoint
     return options
+
+
+def amazon_provider_only_settings(conn: Connection) -> tuple[str, ...]:
+    """The extras of an ``aws`` connection that only the amazon provider can honour."""
+    extra = dict(conn.extra_dejson or {})
+    return tuple(name for name in _AMAZON_PROVIDER_ONLY if extra.get(name))
+
+
+def amazon_s3_options(aws_conn_id: str) -> dict[str, Any] | None:
+    """S3 options from the amazon provider: a ready client built by its ``AwsBaseHook``.
+
+    The client carries whatever the ``aws`` connection configures (assume-role with refreshing
+    credentials, profiles, session tokens, region, ``endpoint_url``/``service_config``,
+    ``config_kwargs``, ``verify``). Returns ``None`` when the provider is not installed. The
+    provider is imported here, never at module import.
+    """
+    try:
+        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith("airflow.providers.amazon"):
+            return None
+        raise
+    from botocore.config import Config
+
+    hook = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
+    config = Config(**_S3_CLIENT_CONFIG).merge(hook.config)
+    client = hook.get_client_type(region_name=hook.region_name, config=config)
+    # endpoint_url only names the endpoint in S3Storage's error messages; the client is used.
+    return {"client": client, "endpoint_url": client.meta.endpoint_url}
 
 
 def webhdfs_options_from(conn: Connection) -> dict[str, Any]:
@@ -185,24 +229,36 @@ class SparkLagHook(BaseHook):
         self.webhdfs_conn_id = webhdfs_conn_id
         self.kafka_timeout = kafka_timeout
         self._connections: ResolvedConnections | None = None
+        self._s3_storage_options: dict[str, Any] | None = None
         self._readers: dict[str, CheckpointReader] = {}
         self._kafka_client: KafkaOffsetsClient | None = None
 
     # -- connections ---------------------------------------------------------------------
 
-    def _resolve(self, get: Any) -> ResolvedConnections:
+    @staticmethod
+    def _resolved(
+        kafka: Connection, aws: Connection | None, hdfs: Connection | None
+    ) -> ResolvedConnections:
         return ResolvedConnections(
-            kafka_config=kafka_config_from(get(self.kafka_config_id)),
-            s3_options=s3_options_from(get(self.aws_conn_id)) if self.aws_conn_id else None,
-            webhdfs_options=(
-                webhdfs_options_from(get(self.webhdfs_conn_id)) if self.webhdfs_conn_id else None
-            ),
+            kafka_config=kafka_config_from(kafka),
+            s3_options=s3_options_from(aws) if aws is not None else None,
+            webhdfs_options=webhdfs_options_from(hdfs) if hdfs is not None else None,
+            aws_provider_only=amazon_provider_only_settings(aws) if aws is not None else (),
         )
 
     def get_conn(self) -> ResolvedConnections:
-        """The Kafka config and storage options (read once per hook)."""
+        """The Kafka config and storage options (read once per hook).
+
+        ``s3_options`` is what the ``aws`` connection holds, read directly; the options S3 is
+        actually opened with are :meth:`s3_storage_options`.
+        """
         if self._connections is None:
-            self._connections = self._resolve(self.get_connection)
+            get = self.get_connection
+            self._connections = self._resolved(
+                get(self.kafka_config_id),
+                get(self.aws_conn_id) if self.aws_conn_id else None,
+                get(self.webhdfs_conn_id) if self.webhdfs_conn_id else None,
+            )
         return self._connections
 
     async def aget_conn(self) -> ResolvedConnections:
@@ -213,16 +269,37 @@ class SparkLagHook(BaseHook):
             hdfs = (
                 await self.aget_connection(self.webhdfs_conn_id) if self.webhdfs_conn_id else None
             )
-            self._connections = ResolvedConnections(
-                kafka_config=kafka_config_from(kafka),
-                s3_options=s3_options_from(aws) if aws is not None else None,
-                webhdfs_options=webhdfs_options_from(hdfs) if hdfs is not None else None,
-            )
+            self._connections = self._resolved(kafka, aws, hdfs)
         return self._connections
+
+    def s3_storage_options(self) -> dict[str, Any] | None:
+        """The options S3 checkpoints are opened with (built once per hook, on first use).
+
+        With the amazon provider installed: ``{"client": ...}``, a client built by its
+        ``AwsBaseHook`` from ``aws_conn_id`` (assume-role, profiles, ... all work). Without it:
+        the connection's keys, region and endpoint read directly (:func:`s3_options_from`).
+        ``None`` without ``aws_conn_id``: boto3's default credential chain.
+        """
+        conns = self.get_conn()
+        if self.aws_conn_id is None or conns.s3_options is None:
+            return None
+        if self._s3_storage_options is None:
+            options = amazon_s3_options(self.aws_conn_id)
+            if options is None:
+                if conns.aws_provider_only:
+                    raise ValueError(
+                        f"AWS connection {self.aws_conn_id!r} sets "
+                        f"{', '.join(conns.aws_provider_only)} in its extra, which needs the "
+                        "amazon provider: pip install apache-airflow-providers-amazon "
+                        "(or airflow-provider-sparklag[amazon])"
+                    )
+                options = conns.s3_options
+            self._s3_storage_options = options
+        return self._s3_storage_options
 
     def _storage_kwargs(self) -> dict[str, Any]:
         conns = self.get_conn()
-        return {"s3_options": conns.s3_options, "webhdfs_options": conns.webhdfs_options}
+        return {"s3_options": self.s3_storage_options(), "webhdfs_options": conns.webhdfs_options}
 
     def scrub(self, message: str) -> str:
         """``message`` without any secret of the connections (for logs, XCom, events)."""
@@ -445,8 +522,9 @@ class SparkLagHook(BaseHook):
         try:
             conns = self.get_conn()
             checked = [self._test_kafka(conns.kafka_config)]
-            if conns.s3_options is not None:
-                checked.append(self._test_s3(conns.s3_options))
+            s3_options = self.s3_storage_options()
+            if s3_options is not None:
+                checked.append(self._test_s3(s3_options))
             if conns.webhdfs_options is not None:
                 checked.append(self._test_webhdfs(conns.webhdfs_options))
         except Exception as exc:
@@ -470,7 +548,8 @@ class SparkLagHook(BaseHook):
         from airflow_sparklag.storage.s3 import S3Storage
 
         buckets = S3Storage(**options).client.list_buckets().get("Buckets", [])
-        return f"S3 answered ({len(buckets)} buckets visible)"
+        source = "amazon provider's AwsBaseHook" if "client" in options else "connection"
+        return f"S3 answered ({len(buckets)} buckets visible; client from the {source})"
 
     def _test_webhdfs(self, options: dict[str, Any]) -> str:
         from airflow_sparklag.storage.webhdfs import WebHDFSStorage
