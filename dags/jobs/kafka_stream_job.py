@@ -29,6 +29,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--trigger-seconds", type=float, default=1.0)
     parser.add_argument("--max-offsets-per-trigger", type=int)
     parser.add_argument(
+        "--batch-sleep",
+        type=float,
+        default=0.0,
+        help="tests: every task of a batch pauses SECONDS before its first row, so a batch stays "
+        "in flight (offsets/N written, commits/N not yet) at least that long; 0 (default): off",
+    )
+    parser.add_argument(
         "--starting-offsets",
         default="earliest",
         help="Spark startingOffsets for a NEW checkpoint: earliest, latest or a JSON "
@@ -39,6 +46,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[1]"))
     return parser.parse_args(argv)
+
+
+def _pause_once_per_task(seconds: float):  # type: ignore[no-untyped-def]
+    """A filter that keeps every row; its first call in each task sleeps ``seconds``."""
+    from pyspark.sql.functions import udf
+
+    def pause(_value: object) -> bool:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None  # always set inside a task
+        task = (context.stageId(), context.partitionId(), context.attemptNumber())
+        seen = pause.__dict__.setdefault("tasks", set())  # per Python worker (reused)
+        if task not in seen:
+            seen.add(task)
+            time.sleep(seconds)
+        return True
+
+    return udf(pause, "boolean", useArrow=False).asNondeterministic()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         if key.startswith("SPARK_HADOOP_"):
             name = key[len("SPARK_HADOOP_") :].lower().replace("__", "-").replace("_", ".")
             builder = builder.config(f"spark.hadoop.{name}", value)
+    if args.batch_sleep > 0:  # the pause is a Python UDF: its workers need this interpreter
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
 
@@ -76,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = reader.load().selectExpr(
         "topic", "partition", "offset", "CAST(value AS STRING) AS value", "timestamp"
     )
+    if args.batch_sleep > 0:
+        rows = rows.filter(_pause_once_per_task(args.batch_sleep)("partition"))
     writer = (
         rows.writeStream.option("checkpointLocation", args.checkpoint)
         .queryName(f"kafka_stream_{args.version}")
