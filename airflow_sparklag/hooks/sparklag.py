@@ -36,8 +36,8 @@ _SECRET_MARKERS = ("password", "secret", "token", "credential", "key")
 _AWS_EXTRA_OPTIONS = ("region_name", "endpoint_url", "aws_session_token")
 # Settings of an ``aws`` connection that only the amazon provider's AwsBaseHook understands.
 _AMAZON_PROVIDER_ONLY = ("role_arn", "assume_role_method", "profile_name")
-# S3Storage's own timeouts and retry budget, for the clients the amazon provider builds; the
-# connection's ``config_kwargs`` override them.
+# S3Storage's own timeouts and retry budget (and its connection pool), for the clients the
+# amazon provider builds; the connection's ``config_kwargs`` override them.
 _S3_CLIENT_CONFIG = {
     "connect_timeout": 5.0,
     "read_timeout": 20.0,
@@ -140,8 +140,11 @@ def amazon_s3_options(aws_conn_id: str) -> dict[str, Any] | None:
         raise
     from botocore.config import Config
 
+    from airflow_sparklag.storage.s3 import MAX_POOL_CONNECTIONS
+
     hook = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
-    config = Config(**_S3_CLIENT_CONFIG).merge(hook.config)
+    ours = Config(**_S3_CLIENT_CONFIG, max_pool_connections=MAX_POOL_CONNECTIONS)
+    config = ours.merge(hook.config)
     client = hook.get_client_type(region_name=hook.region_name, config=config)
     # endpoint_url only names the endpoint in S3Storage's error messages; the client is used.
     return {"client": client, "endpoint_url": client.meta.endpoint_url}

@@ -121,6 +121,7 @@ def test_aws_base_hook_builds_the_client_from_the_connection(monkeypatch):
     assert config.read_timeout == 7  # the connection's config_kwargs win ...
     assert config.connect_timeout == 5.0  # ... over S3Storage's defaults, which fill the rest
     assert config.retries["mode"] == "standard"
+    assert config.max_pool_connections == 32  # S3Storage's pool size (a fleet reads 16 at once)
     assert config.s3 == {"addressing_style": "path"}
     creds = frozen_credentials(client)
     assert (creds.access_key, creds.secret_key) == ("AKIAAMAZONUNIT", "amazon-unit-secret")
