@@ -120,7 +120,7 @@ def list_tree(storage: Storage, root: str) -> dict[str, int]:
             kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
             if token:
                 kwargs["ContinuationToken"] = token
-            response = storage._call(root, "list", storage.client.list_objects_v2, **kwargs)  # type: ignore[attr-defined]
+            response = storage.call(root, "list", storage.client.list_objects_v2, **kwargs)  # type: ignore[attr-defined]
             for item in response.get("Contents", []):
                 found[item["Key"][len(prefix) :]] = int(item.get("Size", 0))
             token = response.get("NextContinuationToken")
@@ -131,7 +131,7 @@ def list_tree(storage: Storage, root: str) -> dict[str, int]:
 
 def _hdfs_walk(storage: Any, root: str, relative: str) -> dict[str, int]:
     try:
-        response = storage._namenode("GET", _under(root, relative), "LISTSTATUS")
+        response = storage.namenode("GET", _under(root, relative), "LISTSTATUS")
     except StorageNotFound:
         return {}
     found: dict[str, int] = {}
@@ -160,7 +160,7 @@ def _copy(source: Storage, src: str, target: Storage, dst: str) -> None:
         src_bucket, src_key = split_s3_url(src)
         dst_bucket, dst_key = split_s3_url(dst)
         source.requests.add("copy")
-        source._call(  # type: ignore[attr-defined]
+        source.call(  # type: ignore[attr-defined]
             dst,
             "copy",
             source.client.copy_object,  # type: ignore[attr-defined]
@@ -185,10 +185,10 @@ def _delete(storage: Storage, path: str) -> None:
         from airflow_sparklag.storage.s3 import split_s3_url
 
         bucket, key = split_s3_url(path)
-        storage._call(path, "delete", storage.client.delete_object, Bucket=bucket, Key=key)  # type: ignore[attr-defined]
+        storage.call(path, "delete", storage.client.delete_object, Bucket=bucket, Key=key)  # type: ignore[attr-defined]
         return
     with contextlib.suppress(StorageNotFound):
-        storage._namenode("DELETE", path, "DELETE", {"recursive": "false"})  # type: ignore[attr-defined]
+        storage.namenode("DELETE", path, "DELETE", {"recursive": "false"})  # type: ignore[attr-defined]
 
 
 def _remove_empty_directories(storage: Storage, root: str) -> None:
@@ -206,7 +206,7 @@ def _remove_empty_directories(storage: Storage, root: str) -> None:
         if list_tree(storage, root):
             raise ArchiveError(f"{root}: still holds files; not removing it")
         with contextlib.suppress(StorageNotFound):
-            storage._namenode("DELETE", root, "DELETE", {"recursive": "true"})  # type: ignore[attr-defined]
+            storage.namenode("DELETE", root, "DELETE", {"recursive": "true"})  # type: ignore[attr-defined]
 
 
 def _rename(source: Storage, src: str, target: Storage, dst: str) -> bool:
@@ -234,8 +234,8 @@ def _rename(source: Storage, src: str, target: Storage, dst: str) -> bool:
         if source.exists(dst):
             raise ArchiveError(f"{dst}: archive target already exists; not renaming over it")
         parent = hdfs_path(dst).rsplit("/", 1)[0] or "/"
-        source._namenode("PUT", parent, "MKDIRS")  # type: ignore[attr-defined]
-        response = source._namenode(  # type: ignore[attr-defined]
+        source.namenode("PUT", parent, "MKDIRS")  # type: ignore[attr-defined]
+        response = source.namenode(  # type: ignore[attr-defined]
             "PUT", src, "RENAME", {"destination": hdfs_path(dst)}
         )
         if not response.json().get("boolean"):

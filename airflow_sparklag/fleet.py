@@ -170,7 +170,7 @@ def _s3_children(storage: Any, path: str) -> Children:
         if token:
             kwargs["ContinuationToken"] = token
         storage.requests.add("list")
-        response = storage._call(path, "list", storage.client.list_objects_v2, **kwargs)
+        response = storage.call(path, "list", storage.client.list_objects_v2, **kwargs)
         for item in response.get("Contents", []):
             name = item["Key"][len(prefix) :]
             if name and "/" not in name:
@@ -189,7 +189,7 @@ def _webhdfs_children(storage: Any, path: str) -> Children:
 
     storage.requests.add("list")
     try:
-        response = storage._namenode("GET", path, "LISTSTATUS")
+        response = storage.namenode("GET", path, "LISTSTATUS")
     except StorageNotFound:
         return Children(frozenset(), frozenset())
     statuses = response.json().get("FileStatuses", {}).get("FileStatus", [])

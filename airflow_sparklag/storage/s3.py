@@ -134,7 +134,7 @@ class S3Storage:
             if token:
                 kwargs["ContinuationToken"] = token
             self.requests.add("list")
-            response = self._call(path, "list", self.client.list_objects_v2, **kwargs)
+            response = self.call(path, "list", self.client.list_objects_v2, **kwargs)
             for item in response.get("Contents", []):
                 name = item["Key"][len(prefix) :]
                 if not name or "/" in name:  # directory marker objects
@@ -187,7 +187,7 @@ class S3Storage:
                 kwargs["StartAfter"] = root + "commits"
                 kwargs["MaxKeys"] = max(1, min(1000, first_page))
             self.requests.add("list")
-            response = self._call(location, "list", self.client.list_objects_v2, **kwargs)
+            response = self.call(location, "list", self.client.list_objects_v2, **kwargs)
             past_end = False
             for item in response.get("Contents", []):
                 full = item["Key"]
@@ -220,7 +220,7 @@ class S3Storage:
     def read(self, path: str) -> bytes:
         bucket, key = split_s3_url(path)
         self.requests.add("read")
-        response = self._call(path, "read", self.client.get_object, Bucket=bucket, Key=key)
+        response = self.call(path, "read", self.client.get_object, Bucket=bucket, Key=key)
         body = response["Body"]
         try:
             return bytes(body.read())
@@ -233,7 +233,7 @@ class S3Storage:
         bucket, key = split_s3_url(path)
         self.requests.add("exists")
         try:
-            self._call(path, "exists", self.client.head_object, Bucket=bucket, Key=key)
+            self.call(path, "exists", self.client.head_object, Bucket=bucket, Key=key)
         except _NoSuchBucket:
             raise
         except StorageNotFound:
@@ -245,7 +245,7 @@ class S3Storage:
         bucket, key = split_s3_url(path)
         if overwrite:
             self.requests.add("write")
-            self._call(path, "write", self.client.put_object, Bucket=bucket, Key=key, Body=data)
+            self.call(path, "write", self.client.put_object, Bucket=bucket, Key=key, Body=data)
             return
         # Check first (some S3-compatible servers ignore If-None-Match), then let the server
         # enforce it with IfNoneMatch="*" to close the race where the server supports it.
@@ -253,7 +253,7 @@ class S3Storage:
             raise StorageAlreadyExists(f"{path}: already exists; pass overwrite=True to replace it")
         self.requests.add("write")
         try:
-            self._call(
+            self.call(
                 path,
                 "write",
                 self.client.put_object,
@@ -264,10 +264,14 @@ class S3Storage:
             )
         except _ConditionalWriteUnsupported:
             self.requests.add("write")
-            self._call(path, "write", self.client.put_object, Bucket=bucket, Key=key, Body=data)
+            self.call(path, "write", self.client.put_object, Bucket=bucket, Key=key, Body=data)
 
-    def _call(self, path: str, action: str, method: Any, **kwargs: Any) -> Any:
-        """Run one boto3 call and turn its errors into the package's typed errors."""
+    def call(self, path: str, action: str, method: Any, **kwargs: Any) -> Any:
+        """Run one boto3 call and turn its errors into the package's typed errors.
+
+        Public so that modules needing more than the Storage interface (archive: copy/delete,
+        fleet: prefix listing) share this backend's error mapping instead of their own.
+        """
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         try:

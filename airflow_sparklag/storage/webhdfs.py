@@ -114,7 +114,7 @@ class WebHDFSStorage:
     def list_dir(self, path: str) -> list[ObjectInfo]:
         self.requests.add("list")
         try:
-            response = self._namenode("GET", path, "LISTSTATUS")
+            response = self.namenode("GET", path, "LISTSTATUS")
         except StorageNotFound:
             return []
         statuses = response.json().get("FileStatuses", {}).get("FileStatus", [])
@@ -132,7 +132,7 @@ class WebHDFSStorage:
         self.requests.add("read")
         # OPEN answers with a redirect to a DataNode; follow it ourselves so that a DataNode
         # failure is reported as such and not mistaken for a dead NameNode.
-        response = self._namenode("GET", path, "OPEN", allow_redirects=False)
+        response = self.namenode("GET", path, "OPEN", allow_redirects=False)
         location = _redirect_target(response)
         if location is None:
             return bytes(response.content)
@@ -142,7 +142,7 @@ class WebHDFSStorage:
     def exists(self, path: str) -> bool:
         self.requests.add("exists")
         try:
-            self._namenode("GET", path, "GETFILESTATUS")
+            self.namenode("GET", path, "GETFILESTATUS")
         except StorageNotFound:
             return False
         return True
@@ -152,7 +152,7 @@ class WebHDFSStorage:
         target = hdfs_path(path)
         directory, _, name = target.rpartition("/")
         temp = f"{directory}/.{name}.{uuid.uuid4().hex}.tmp"
-        response = self._namenode(
+        response = self.namenode(
             "PUT", temp, "CREATE", {"overwrite": "false"}, allow_redirects=False
         )
         location = _redirect_target(response)
@@ -161,7 +161,7 @@ class WebHDFSStorage:
         try:
             # rename2 (any renameoptions value) is atomic and, without OVERWRITE, fails with
             # FileAlreadyExistsException instead of returning false like plain RENAME.
-            self._namenode(
+            self.namenode(
                 "PUT",
                 temp,
                 "RENAME",
@@ -186,7 +186,7 @@ class WebHDFSStorage:
             self._session = requests.Session()
         return self._session
 
-    def _namenode(
+    def namenode(
         self,
         method: str,
         path: str,
@@ -195,7 +195,11 @@ class WebHDFSStorage:
         *,
         allow_redirects: bool = True,
     ) -> Any:
-        """Send one operation to the active NameNode, failing over to the others."""
+        """Send one operation to the active NameNode, failing over to the others.
+
+        Public so that archive (MKDIRS, RENAME, DELETE) and fleet discovery share the HA
+        fail-over and error mapping.
+        """
         query = {"op": op, **(params or {})}
         if self.user:
             query["user.name"] = self.user
@@ -259,7 +263,7 @@ class WebHDFSStorage:
     def _delete_quietly(self, path: str) -> None:
         # A leftover dot-file temp is ignored by every reader, so a failed cleanup is harmless.
         with contextlib.suppress(StorageError):
-            self._namenode("DELETE", path, "DELETE")
+            self.namenode("DELETE", path, "DELETE")
 
 
 def _redirect_target(response: Any) -> str | None:
