@@ -429,6 +429,12 @@ class CheckpointReader:
 
         past = self._history(commit_ids, offsets, committed_id, history)
         current = committed or in_flight
+        # Keep only what the next read can ask for again: a reader that polls for days (sensors,
+        # FleetChecker) must not grow with every batch the job ever ran.
+        keep = {b.batch_id for b in past}
+        keep.update(b.batch_id for b in (committed, in_flight) if b is not None)
+        for stale in [i for i in self._offsets_cache if i not in keep]:
+            del self._offsets_cache[stale]
         return CheckpointState(
             location=self.location,
             query_id=query_id,

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 from airflow_sparklag.errors import SparkLagError, StorageError
 from airflow_sparklag.health import Health, HealthVerdict, Thresholds
 from airflow_sparklag.kafka import KafkaOffsetsClient
-from airflow_sparklag.monitor import CheckResult, _judge, _thresholds
+from airflow_sparklag.monitor import CheckResult, as_thresholds, judge_states
 from airflow_sparklag.storage import LOCAL_SCHEMES, S3_SCHEMES, join, open_storage, scheme_of
 
 if TYPE_CHECKING:
@@ -314,7 +314,7 @@ class FleetChecker:
             s3_options=s3_options, webhdfs_options=webhdfs_options, fsspec_options=fsspec_options
         )
         self.prefixes = [prefix] if isinstance(prefix, str) else list(prefix or ())
-        self.thresholds = _thresholds(thresholds)
+        self.thresholds = as_thresholds(thresholds)
         self.history = history
         self.exact_time_lag = exact_time_lag
         self.read_committed = read_committed
@@ -399,7 +399,6 @@ class FleetChecker:
                 state = reader.read(history=self.history)
             except SparkLagError as exc:
                 return location, exc
-            _forget_old_batches(reader, state)
             return location, state
 
         done = 0
@@ -427,7 +426,7 @@ class FleetChecker:
         states, failures = self.read_states(progress)
         judged: dict[str, CheckResult] = {}
         if states:
-            judged = _judge(
+            judged = judge_states(
                 states,
                 kafka_config=self.kafka_config,
                 kafka_client=self._kafka_client(),
@@ -478,23 +477,3 @@ def _failed(location: str, error: SparkLagError) -> CheckResult:
     return CheckResult(
         None, HealthVerdict(Health.UNKNOWN, message, "unreadable"), location, message
     )
-
-
-def _forget_old_batches(reader: CheckpointReader, state: CheckpointState) -> None:
-    """Drop parsed offsets files the reader will not ask for again.
-
-    The reader caches every offsets file it ever parsed; a checker that lives for days would
-    grow without bound. Only the batches of the current history window (and the in-flight one)
-    can be asked for again.
-    """
-    cache = getattr(reader, "_offsets_cache", None)
-    if not isinstance(cache, dict):
-        return
-    keep = {batch.batch_id for batch in state.history}
-    if state.committed is not None:
-        keep.add(state.committed.batch_id)
-    if state.in_flight is not None:
-        keep.add(state.in_flight.batch_id)
-    if len(cache) > len(keep):
-        for batch_id in [b for b in cache if b not in keep]:
-            cache.pop(batch_id, None)

@@ -51,7 +51,7 @@ class CheckResult:
         }
 
 
-def _thresholds(value: Thresholds | Mapping[str, Any] | None) -> Thresholds:
+def as_thresholds(value: Thresholds | Mapping[str, Any] | None) -> Thresholds:
     if isinstance(value, Thresholds):
         return value
     return Thresholds.from_dict(value)
@@ -143,7 +143,7 @@ def _read_state(
     return CheckpointReader(storage, location).read(history=history)
 
 
-def _judge(
+def judge_states(
     states: Mapping[str, CheckpointState],
     *,
     kafka_config: Mapping[str, Any],
@@ -227,12 +227,12 @@ def check_checkpoint(
         "fsspec_options": fsspec_options,
     }
     state = _read_state(location, history, storage_options)
-    return _judge(
+    return judge_states(
         {location: state},
         kafka_config=kafka_config,
         kafka_client=kafka_client,
         kafka_timeout=kafka_timeout,
-        thresholds=_thresholds(thresholds),
+        thresholds=as_thresholds(thresholds),
         exact_time_lag=exact_time_lag,
         read_committed=read_committed,
         now=now,
@@ -292,12 +292,12 @@ def check_checkpoints(
                 else:
                     states[location] = outcome
     judged = (
-        _judge(
+        judge_states(
             states,
             kafka_config=kafka_config,
             kafka_client=kafka_client,
             kafka_timeout=kafka_timeout,
-            thresholds=_thresholds(thresholds),
+            thresholds=as_thresholds(thresholds),
             exact_time_lag=exact_time_lag,
             read_committed=read_committed,
             now=now,

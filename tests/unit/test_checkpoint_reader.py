@@ -316,3 +316,17 @@ def test_file_url_location_works() -> None:
     state = _reader((DATA / "cka").as_uri())[0].read()
     assert state.committed_batch_id == 6
     assert state.location == (DATA / "cka").as_uri()
+
+
+def test_reader_cache_keeps_only_the_window(tmp_path: Path) -> None:
+    """A reader that polls for days holds the current window, not every batch it ever saw."""
+    root = tmp_path / "ck35"
+    shutil.copytree(DATA / "ck35", root)
+    reader = CheckpointReader(LocalStorage(), str(root))
+    state = reader.read(history=7)
+    assert [b.batch_id for b in state.history] == [0, 1, 2, 3, 4, 5, 6]
+    state = reader.read(history=2)
+    assert [b.batch_id for b in state.history] == [5, 6]
+    assert sorted(reader._offsets_cache) == [5, 6]
+    # Asking for a longer window again re-reads what was dropped, with the same result.
+    assert [b.batch_id for b in reader.read(history=7).history] == [0, 1, 2, 3, 4, 5, 6]
