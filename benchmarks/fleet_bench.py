@@ -15,7 +15,8 @@ What it does, in one run:
    - baseline, the naive way, with the same 16 threads: list EVERY object under the
      checkpoint prefix, pick the newest offsets file by modification time, read its last line,
      one Kafka consumer per job with get_watermark_offsets per partition;
-5. state size: one job with 0 and one with 50,000 state objects, requests of both methods;
+5. state size: jobs with 0, 5,000 and 50,000 state objects (--state-sizes, --state-jobs
+   checkpoints each), requests of both methods;
 6. --spark-sizes: spark_scan at local[2] on lighter fleets (3 batches per job, no state).
 
 Prints one JSON line per measurement and a summary table. Not part of the test suite.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import statistics
@@ -44,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fleet_common import (
     counting_s3_client,
     job_files,
+    load_template,
     real_template,
     upload_s3,
 )
@@ -60,6 +63,47 @@ def _peak_rss_mb() -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+def _client_cpu() -> float:
+    """User + system CPU seconds of this (measuring) process, from getrusage."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _group_cpu(pgid: int | None) -> float:
+    """User + system CPU seconds of every process in process group ``pgid`` (a test-bed
+    server: moto, or the Kafka broker's JVM), from /proc; 0 when unknown."""
+    if not pgid:
+        return 0.0
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid:  # fields after the name: state ppid pgrp ... utime stime
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+class _Meter:
+    """Wall, client CPU and the servers' CPU between start() and stop()."""
+
+    def __init__(self, manifest: dict[str, Any]) -> None:
+        self.pids = {"s3": manifest.get("s3_pid"), "kafka": manifest.get("kafka_pid")}
+
+    def start(self) -> None:
+        self._wall = time.perf_counter()
+        self._cpu = _client_cpu()
+        self._servers = {name: _group_cpu(pid) for name, pid in self.pids.items()}
+
+    def stop(self, prefix: str = "") -> dict[str, float]:
+        wall = time.perf_counter() - self._wall
+        result = {f"{prefix}seconds": wall, f"{prefix}cpu_seconds": _client_cpu() - self._cpu}
+        for name, pid in self.pids.items():
+            result[f"{prefix}{name}_server_cpu_seconds"] = _group_cpu(pid) - self._servers[name]
+        return result
 
 
 def _rss_kb() -> int:
@@ -93,7 +137,6 @@ def measure_ours(manifest: dict[str, Any], locations: list[str], history: int) -
     from airflow_sparklag.fleet import FleetChecker
     from airflow_sparklag.kafka import KafkaOffsetsClient
 
-    client, s3_calls = counting_s3_client(manifest["s3_options"])
     kafka_calls: dict[str, int] = {}
     kafka = KafkaOffsetsClient({"bootstrap.servers": manifest["bootstrap"]}, timeout=30)
     real_admin = kafka._get_admin()
@@ -101,29 +144,38 @@ def measure_ours(manifest: dict[str, Any], locations: list[str], history: int) -
     checker = FleetChecker(
         locations,
         kafka_config={"bootstrap.servers": manifest["bootstrap"]},
-        s3_options={"client": client},
+        s3_options=manifest["s3_options"],
         kafka_client=kafka,
         history=history,
         max_workers=THREADS,
     )
+    # The package's own S3 client (its configuration is part of what is measured), with the
+    # same botocore before-call counter as the baseline's client.
+    s3_calls = count_calls(checker.storages.for_location(locations[0]).client)
+    meter = _Meter(manifest)
+    read_done: list[float] = []
+
+    def progress(done: int, total: int) -> None:
+        if done == total:
+            read_done.append(time.perf_counter())
+
     rss_before = _rss_kb()
-    cpu = time.process_time()
+    meter.start()
     start = time.perf_counter()
-    results = checker.check()
-    first = time.perf_counter() - start
-    first_cpu = time.process_time() - cpu
+    results = checker.check(progress=progress)
+    first = meter.stop()
+    first["read_seconds"] = read_done[0] - start if read_done else 0.0
     first_s3 = s3_calls()
     first_kafka = sum(kafka_calls.values())
-    start = time.perf_counter()
+    meter.start()
     checker.check()
-    repeat = time.perf_counter() - start
+    repeat = meter.stop("repeat_")
     errors = [r.error for r in results if r.error]
     return {
-        "seconds": first,
-        "cpu_seconds": first_cpu,
+        **first,
+        **repeat,
         "s3_requests": first_s3,
         "kafka_requests": first_kafka,
-        "repeat_seconds": repeat,
         "repeat_s3_requests": s3_calls() - first_s3,
         "repeat_kafka_requests": sum(kafka_calls.values()) - first_kafka,
         "peak_rss_mb": _peak_rss_mb(),
@@ -132,6 +184,19 @@ def measure_ours(manifest: dict[str, Any], locations: list[str], history: int) -
         "errors": len(errors),
         "first_error": errors[0] if errors else None,
     }
+
+
+def count_calls(client: Any) -> Any:
+    """A function returning how many API calls ``client`` has made (botocore before-call)."""
+    lock = threading.Lock()
+    count = [0]
+
+    def on_call(**_: Any) -> None:
+        with lock:
+            count[0] += 1
+
+    client.meta.events.register("before-call.s3", on_call)
+    return lambda: count[0]
 
 
 def measure_baseline(manifest: dict[str, Any], locations: list[str]) -> dict[str, Any]:
@@ -176,14 +241,13 @@ def measure_baseline(manifest: dict[str, Any], locations: list[str]) -> dict[str
         return lag
 
     rss_before = _rss_kb()
-    cpu = time.process_time()
-    start = time.perf_counter()
+    meter = _Meter(manifest)
+    meter.start()
     with ThreadPoolExecutor(max_workers=THREADS) as pool:
         lags = list(pool.map(one, locations))
-    seconds = time.perf_counter() - start
+    measured = meter.stop()
     return {
-        "seconds": seconds,
-        "cpu_seconds": time.process_time() - cpu,
+        **measured,
         "s3_requests": s3_calls(),
         # each get_watermark_offsets sends ListOffsets for the low and the high watermark
         "kafka_requests": 2 * kafka_calls["get_watermark_offsets"],
@@ -199,7 +263,9 @@ def measure_spark(manifest: dict[str, Any], locations: list[str], workdir: Path)
     from testbed.spark import spark_session
 
     spark = spark_session(workdir / "spark-measure", memory="2g")
+    meter = _Meter(manifest)
     try:
+        meter.start()
         start = time.perf_counter()
         result = spark_scan.scan(
             spark,
@@ -211,6 +277,7 @@ def measure_spark(manifest: dict[str, Any], locations: list[str], workdir: Path)
         jobs = result.jobs.count()
         partitions = result.partitions.count()
         read_and_judge = time.perf_counter() - start
+        servers = meter.stop()  # moto's CPU during the read + judge pass
         output = workdir / f"scan-{uuid.uuid4().hex[:6]}"
         spark_scan.write_scan(result, str(output))
         seconds = time.perf_counter() - start
@@ -220,6 +287,7 @@ def measure_spark(manifest: dict[str, Any], locations: list[str], workdir: Path)
     return {
         "seconds": seconds,
         "seconds_without_write": read_and_judge,
+        "s3_server_cpu_seconds": servers["s3_server_cpu_seconds"],
         "s3_requests": result.storage_requests,
         "kafka_requests": 3,  # one snapshot on the driver: metadata + 2 batched ListOffsets
         "jobs": jobs,
@@ -321,8 +389,12 @@ def setup(args: argparse.Namespace, workdir: Path) -> tuple[Path, list[Any]]:
     for topic in topics:
         kafka.produce(topic, args.partitions * 20)
     start = time.monotonic()
-    template = real_template(workdir, kafka, topics[0])
-    print(f"# real Spark template checkpoint: {time.monotonic() - start:.0f} s", file=sys.stderr)
+    if args.template_checkpoint:
+        # a checkpoint an earlier run of real_template() left behind (a real stateful query)
+        template = load_template(Path(args.template_checkpoint))
+    else:
+        template = real_template(workdir, kafka, topics[0])
+    print(f"# template checkpoint: {time.monotonic() - start:.0f} s", file=sys.stderr)
     ends = {topic: kafka.end_offsets(topic) for topic in topics}
     client = s3.client()
     fleets: dict[str, list[str]] = {}
@@ -340,7 +412,8 @@ def setup(args: argparse.Namespace, workdir: Path) -> tuple[Path, list[Any]]:
         seed=1,
     )
     print(f"# main fleet: {count} objects in {time.monotonic() - start:.0f} s", file=sys.stderr)
-    for label, objects in (("state0", 0), ("state50k", args.big_state)):
+    for objects in args.state_sizes:
+        label = f"state{objects}"
         start = time.monotonic()
         fleets[label], count = build_fleet(
             client,
@@ -348,7 +421,7 @@ def setup(args: argparse.Namespace, workdir: Path) -> tuple[Path, list[Any]]:
             topics,
             ends,
             name=label.lower(),
-            size=1,
+            size=args.state_jobs,
             batches=args.batches,
             stateful_every=1,
             state_objects=objects,
@@ -375,6 +448,8 @@ def setup(args: argparse.Namespace, workdir: Path) -> tuple[Path, list[Any]]:
     manifest = {
         "bootstrap": kafka.bootstrap,
         "s3_options": s3.options,
+        "s3_pid": s3.process.pid if s3.process else None,
+        "kafka_pid": kafka.process.pid if kafka.process else None,
         "fleets": fleets,
         "topics": len(topics),
         "partitions": args.partitions,
@@ -409,9 +484,10 @@ def run_benchmark(args: argparse.Namespace) -> None:
                 }
                 for method, method_rows in rows.items()
             }
-        for label in ("state0", "state50k"):
+        for objects in args.state_sizes:
+            label = f"state{objects}"
             summary["state"][label] = {
-                method: subprocess_measure(manifest, method, label, 1)
+                method: subprocess_measure(manifest, method, label, args.state_jobs)
                 for method in ("ours", "baseline")
             }
             print(json.dumps({label: summary["state"][label]}))
@@ -460,7 +536,17 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=20, help="retained batches per job")
     parser.add_argument("--stateful-every", type=int, default=10, help="every k-th job stateful")
     parser.add_argument("--state-objects", type=int, default=1000)
-    parser.add_argument("--big-state", type=int, default=50_000)
+    parser.add_argument(
+        "--state-sizes",
+        type=int,
+        nargs="*",
+        default=[0, 5_000, 50_000],
+        help="state/ objects of the extra state-size fleets (one fleet per size)",
+    )
+    parser.add_argument(
+        "--state-jobs", type=int, default=1, help="checkpoints in each state-size fleet"
+    )
+    parser.add_argument("--template-checkpoint", help="reuse a real checkpoint as the template")
     parser.add_argument("--spark-sizes", type=int, nargs="*", default=[])
     parser.add_argument("--spark-runs", type=int, default=1)
     args = parser.parse_args()
