@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -64,6 +65,17 @@ def log_tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text[-lines:])
 
 
+_RUNNING: list[Process] = []
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    # A script that dies between start() and stop() must not leave brokers or JVMs behind
+    # (the children run in their own session, so they would outlive it).
+    for process in list(_RUNNING):
+        process.stop(timeout=5)
+
+
 class Process:
     """A child process with its log file; `stop()` ends it (and its group) by pid."""
 
@@ -88,6 +100,7 @@ class Process:
             cwd=cwd,
             start_new_session=True,
         )
+        _RUNNING.append(self)
 
     @property
     def pid(self) -> int:
@@ -127,3 +140,5 @@ class Process:
                 os.killpg(self.popen.pid, signal.SIGKILL)
                 self.popen.wait(10)
         self._log_handle.close()
+        if self in _RUNNING:
+            _RUNNING.remove(self)
