@@ -6,6 +6,7 @@ start fails every test that needs it with the component's log tail: nothing is s
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -35,6 +36,9 @@ os.environ.setdefault(
 from testbed.hdfs_cluster import HdfsCluster  # noqa: E402
 from testbed.kafka_broker import KafkaBroker  # noqa: E402
 from testbed.s3_server import S3Server  # noqa: E402
+
+# py4j logs from __del__ at interpreter shutdown, after pytest closed the streams.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 _TIMINGS: dict[str, float] = {}
 
