@@ -154,40 +154,58 @@ def judge_states(
     read_committed: bool | None,
     now: float | None,
 ) -> dict[str, CheckResult]:
-    """One Kafka snapshot for all topics of all states, then a report and verdict each."""
+    """One Kafka snapshot for all topics of all states, then a report and verdict each.
+
+    A `max_lag_seconds` threshold is never skipped silently: when the estimate cannot date a
+    lagging job's records (history too short, rate-limited batches), that job's time lag is
+    read exactly (one bounded fetch per lagging partition) before it is judged.
+    """
     isolation = {loc: _read_committed(st, read_committed) for loc, st in states.items()}
     topics = sorted(set().union(*(_topics(st) for st in states.values())))
     client = kafka_client or KafkaOffsetsClient(kafka_config, timeout=kafka_timeout)
+    results: dict[str, CheckResult] = {}
     try:
         if topics:
             snapshot = client.snapshot(topics, read_committed=any(isolation.values()))
         else:  # no Kafka source anywhere: nothing to ask the cluster
             snapshot = KafkaSnapshot({}, frozenset(), time.time(), None)
-        stamps: dict[tuple[str, int, int], int | None] | None = None
-        positions: dict[str, dict[tuple[str, int], int]] = {}
-        if exact_time_lag and topics:
+
+        def exact_stamps(locations: Sequence[str]) -> dict[str, dict[tuple[str, int], Any]]:
             positions = {
-                loc: _record_positions(st, snapshot, isolation[loc]) for loc, st in states.items()
+                loc: _record_positions(states[loc], snapshot, isolation[loc]) for loc in locations
             }
             stamps = _exact_timestamps(client, list(positions.values()))
+            return {
+                loc: {key: stamps.get((*key, offset)) for key, offset in wanted.items()}
+                for loc, wanted in positions.items()
+            }
+
+        def report_for(loc: str, job_stamps: Mapping[tuple[str, int], Any] | None) -> LagReport:
+            return compute_lag(
+                states[loc],
+                snapshot,
+                now=now,
+                read_committed=isolation[loc],
+                record_timestamps=job_stamps,
+            )
+
+        by_location = exact_stamps(list(states)) if exact_time_lag and topics else {}
+        reports = {
+            loc: report_for(loc, by_location.get(loc) if exact_time_lag else None) for loc in states
+        }
+        if thresholds.max_lag_seconds is not None and not exact_time_lag and topics:
+            undated = [
+                loc
+                for loc, rep in reports.items()
+                if any(p.lag > 0 and p.lag_seconds is None for p in rep.partitions())
+            ]
+            if undated:
+                for loc, job_stamps in exact_stamps(undated).items():
+                    reports[loc] = report_for(loc, job_stamps)
     finally:
         if kafka_client is None:
             client.close()
-    results: dict[str, CheckResult] = {}
-    for loc, state in states.items():
-        job_stamps = None
-        if exact_time_lag:
-            job_stamps = {
-                key: (stamps or {}).get((*key, offset))
-                for key, offset in positions.get(loc, {}).items()
-            }
-        report = compute_lag(
-            state,
-            snapshot,
-            now=now,
-            read_committed=isolation[loc],
-            record_timestamps=job_stamps,
-        )
+    for loc, report in reports.items():
         results[loc] = CheckResult(report, evaluate(report, thresholds, now=now), loc)
     return results
 
