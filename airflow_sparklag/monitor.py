@@ -8,7 +8,7 @@ Nothing heavy is imported at module level: DAG files may import this.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,6 +21,8 @@ from airflow_sparklag.lag import LagReport, compute_lag
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
 
+# (location, history) -> state: how a caller that polls supplies its own cached readers.
+StateSource = Callable[[str, int], "CheckpointState"]
 MAX_READERS = 8  # checkpoints read at once; each read is a few small storage requests
 
 
@@ -224,6 +226,7 @@ def check_checkpoint(
     now: float | None = None,
     kafka_timeout: float = 10.0,
     kafka_client: KafkaOffsetsClient | None = None,
+    read_state: StateSource | None = None,
 ) -> CheckResult:
     """Lag and health of the Spark query whose checkpoint is at `location`.
 
@@ -231,7 +234,8 @@ def check_checkpoint(
     `KafkaUnavailable`, `KafkaError`). `read_committed=None` means read_uncommitted: Spark
     does not record the Kafka source's isolation level in the checkpoint, so pass True for jobs
     that read with `kafka.isolation.level=read_committed`. `kafka_client` lets a caller reuse
-    one client (it is then not closed here).
+    one client (it is then not closed here). `read_state(location, history)` lets a caller
+    that polls keep its `CheckpointReader`s (immutable offsets files are then read once).
 
     >>> result = check_checkpoint("/data/ck/orders",
     ...                           kafka_config={"bootstrap.servers": "127.0.0.1:9092"},
@@ -244,7 +248,10 @@ def check_checkpoint(
         "webhdfs_options": webhdfs_options,
         "fsspec_options": fsspec_options,
     }
-    state = _read_state(location, history, storage_options)
+    if read_state is not None:
+        state = read_state(location, history)
+    else:
+        state = _read_state(location, history, storage_options)
     return judge_states(
         {location: state},
         kafka_config=kafka_config,
@@ -272,6 +279,7 @@ def check_checkpoints(
     kafka_timeout: float = 10.0,
     kafka_client: KafkaOffsetsClient | None = None,
     max_workers: int = MAX_READERS,
+    read_state: StateSource | None = None,
 ) -> list[CheckResult]:
     """`check_checkpoint` for many queries: checkpoints read in parallel (at most
     `max_workers` at once), ONE Kafka snapshot for all their topics.
@@ -296,6 +304,8 @@ def check_checkpoints(
 
     def read(location: str) -> tuple[str, CheckpointState | SparkLagError]:
         try:
+            if read_state is not None:
+                return location, read_state(location, history)
             return location, _read_state(location, history, storage_options)
         except SparkLagError as exc:
             return location, exc

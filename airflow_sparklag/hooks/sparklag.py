@@ -330,7 +330,7 @@ class SparkLagHook(BaseHook):
             exact_time_lag=exact_time_lag,
             read_committed=read_committed,
             kafka_client=self.kafka_client(),
-            **self._storage_kwargs(),
+            read_state=self._cached_read,
         )
 
     def check_many(
@@ -354,9 +354,14 @@ class SparkLagHook(BaseHook):
                 exact_time_lag=exact_time_lag,
                 read_committed=read_committed,
                 kafka_client=self.kafka_client(),
-                **self._storage_kwargs(),
+                read_state=self._cached_read,
             )
         )
+
+    def _cached_read(self, location: str, history: int) -> CheckpointState:
+        # Sensors and triggers poll through one hook: keeping the readers means a poke reads
+        # only the offsets files that appeared since the last one.
+        return self.read_checkpoint(location, history=history)
 
     def read_checkpoint(self, location: str, *, history: int = 1) -> CheckpointState:
         """The checkpoint's state (committed batch, offsets); readers are cached per location."""

@@ -137,6 +137,16 @@ def test_s3_and_hdfs_checkpoints_through_connections(
     assert hdfs_result.report.total_lag == 9
     assert hook.check(s3_job.location).report.committed_batch_id is not None
 
+    # Polls through one hook (sensors, triggers) keep their readers: with no new batch, a
+    # repeated check on S3 is one LIST and no GET, and check_many reads nothing twice either.
+    storage = hook._readers[s3_job.location].storage
+    storage.requests.reset()
+    assert hook.check(s3_job.location).report.total_lag == 9
+    assert (storage.requests.total, storage.requests["read"]) == (1, 0)
+    storage.requests.reset()
+    hook.check_many([s3_job.location, hdfs_job.location])
+    assert storage.requests["read"] == 0
+
 
 @pytest.mark.testbed
 def test_test_connection_checks_every_side(kafka_conn, aws_conn, webhdfs_conn, monkeypatch):
