@@ -37,7 +37,12 @@ def test_seconds_threshold_falls_back_to_exact_time_lag(spark, kafka, topic, tmp
     assert estimate.report.total_lag > 0
     assert estimate.report.max_lag_seconds is None  # the estimate says it cannot tell
 
-    judged = check_checkpoint(checkpoint, kafka_config=config, thresholds={"max_lag_seconds": 1})
+    # A window longer than the retained history keeps the trend rules (STOPPED after idling)
+    # silent, so the verdict is the seconds rule's alone.
+    quiet = {"window": 50, "min_window": 50}
+    judged = check_checkpoint(
+        checkpoint, kafka_config=config, thresholds={"max_lag_seconds": 1, **quiet}
+    )
     report = judged.report
     assert report.time_lag_mode == "exact"
     age = time.time() - produced_at
@@ -47,8 +52,7 @@ def test_seconds_threshold_falls_back_to_exact_time_lag(spark, kafka, topic, tmp
     assert "s > 1 s" in judged.verdict.reason
 
     relaxed = check_checkpoint(
-        checkpoint, kafka_config=config, thresholds={"max_lag_seconds": age + 600}
+        checkpoint, kafka_config=config, thresholds={"max_lag_seconds": age + 600, **quiet}
     )
-    # Within the seconds SLA; the stopped job may still be judged STOPPED by the window rule.
-    assert relaxed.verdict.health.value in ("OK", "STOPPED"), relaxed.verdict.reason
+    assert relaxed.verdict.health.value == "OK", relaxed.verdict.reason
     assert relaxed.report.time_lag_mode == "exact"
