@@ -325,7 +325,7 @@ class SparkLagHook(BaseHook):
         return check_checkpoint(
             location,
             kafka_config=self.get_conn().kafka_config,
-            thresholds=_thresholds(thresholds),
+            thresholds=thresholds,
             history=history,
             exact_time_lag=exact_time_lag,
             read_committed=read_committed,
@@ -349,7 +349,7 @@ class SparkLagHook(BaseHook):
             check_checkpoints(
                 list(locations),
                 kafka_config=self.get_conn().kafka_config,
-                thresholds=_thresholds(thresholds),
+                thresholds=thresholds,
                 history=history,
                 exact_time_lag=exact_time_lag,
                 read_committed=read_committed,
@@ -580,11 +580,3 @@ def breach_message(result: Any, limit: int = 5) -> str:
     if result.report is None:  # unreadable checkpoint in a multi-checkpoint check
         return f"{result.location}: {result.error}"
     return breach_summary(result.report, result.verdict, limit=limit)
-
-
-def _thresholds(thresholds: Mapping[str, Any] | Any | None) -> Any:
-    if thresholds is None or not isinstance(thresholds, Mapping):
-        return thresholds
-    from airflow_sparklag.health import Thresholds
-
-    return Thresholds.from_dict(dict(thresholds))
