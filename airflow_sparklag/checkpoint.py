@@ -369,11 +369,15 @@ class CheckpointReader:
     history batch costs one GET, once. On S3 (a backend with ``list_checkpoint``) the two
     LISTs are one (a page per ~1,000 log files), and ``metadata`` is only read when listed:
     a first check is LIST + GET offsets/C + GET metadata = 3, a repeated one LIST + new GETs.
+
+    ``query_id=False`` never reads ``metadata`` (the state's ``query_id`` is then ``None``): lag
+    and health do not need it, so a fleet check is LIST + GET offsets/C = 2 requests on S3.
     """
 
-    def __init__(self, storage: Storage, location: str) -> None:
+    def __init__(self, storage: Storage, location: str, *, query_id: bool = True) -> None:
         self.storage = storage
         self.location = location.rstrip("/") or location
+        self.wants_query_id = query_id
         self._offsets_cache: dict[int, tuple[ObjectInfo, BatchOffsets]] = {}
         self._metadata_read = False
         self._listed_keys: int | None = None  # keys of the last single listing (S3)
@@ -399,11 +403,11 @@ class CheckpointReader:
         # commits/ first: offsets/N is written before commits/N, so any commit we see has its
         # offsets file in the listing that follows (no false "commits ahead of offsets").
         commits, offsets, metadata_listed = self._list_logs()
-        query_id = self._read_query_id(metadata_listed)
+        query_id = self._read_query_id(metadata_listed) if self.wants_query_id else None
         commit_ids = tuple(sorted(commits))
         offsets_ids = tuple(sorted(offsets))
 
-        if not commits and not offsets and not self._exists():
+        if not commits and not offsets and not metadata_listed and not self._exists():
             raise CheckpointNotFound(
                 f"{self.location}: no Spark checkpoint here (no offsets/, commits/ or metadata); "
                 "check the path and that the query has started with this checkpointLocation"
@@ -531,9 +535,10 @@ class CheckpointReader:
             return True
         # Local and HDFS keep empty directories; object stores have none, but metadata is
         # written before the first batch there.
-        return self.storage.exists(join(self.location, "offsets")) or self.storage.exists(
-            join(self.location, "commits")
-        )
+        names = ["offsets", "commits"]
+        if not self.wants_query_id:
+            names.append("metadata")  # not read by this reader, but proof of a checkpoint
+        return any(self.storage.exists(join(self.location, name)) for name in names)
 
 
 def _batches(entries: list[ObjectInfo]) -> dict[int, ObjectInfo]:

@@ -86,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--no-progress", action="store_true", help="no progress line on stderr for many checks"
     )
+    status.add_argument(
+        "--query-ids",
+        action="store_true",
+        help="with several checkpoints or --prefix, also read each query id (+1 GET per job)",
+    )
     status.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
     status.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -169,6 +174,7 @@ def run_status(args: argparse.Namespace) -> int:
                 prefix=args.prefix,
                 max_depth=args.max_depth,
                 progress=progress,
+                query_ids=args.query_ids,
                 **options,
             )
         else:

@@ -282,10 +282,14 @@ class FleetChecker:
     >>> for result in fleet.check():                                        # doctest: +SKIP
     ...     print(result.location, result.verdict.health.value)
     >>> fleet.storage_requests                                              # doctest: +SKIP
-    3000
+    2000
 
     ``rediscover_seconds`` (with ``prefix``) lists the prefix again when that much time has
     passed since the last discovery, to pick up new jobs and drop deleted ones.
+
+    ``query_ids=True`` also reads each checkpoint's ``metadata`` (once per reader) so reports
+    carry the query id; by default they do not (``query_id`` is ``None``): lag and health do
+    not need it, and it would cost a third request per job on a first check.
     """
 
     def __init__(
@@ -306,6 +310,7 @@ class FleetChecker:
         max_workers: int = MAX_READERS,
         max_depth: int = 4,
         rediscover_seconds: float | None = None,
+        query_ids: bool = False,
     ) -> None:
         if not locations and not prefix:
             raise ValueError("FleetChecker needs checkpoint locations or a prefix to discover")
@@ -322,6 +327,7 @@ class FleetChecker:
         self.max_workers = max_workers
         self.max_depth = max_depth
         self.rediscover_seconds = rediscover_seconds
+        self.query_ids = query_ids
         self._given = list(dict.fromkeys(loc.rstrip("/") or loc for loc in locations))
         self._locations: list[str] = list(self._given)
         self._discovered_at: float | None = None
@@ -380,7 +386,9 @@ class FleetChecker:
 
         reader = self._readers.get(location)
         if reader is None:
-            reader = CheckpointReader(self.storages.for_location(location), location)
+            reader = CheckpointReader(
+                self.storages.for_location(location), location, query_id=self.query_ids
+            )
             self._readers[location] = reader
         return reader
 

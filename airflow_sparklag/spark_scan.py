@@ -152,11 +152,12 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
     options = json.loads(options_json)
     pool = StoragePool(**options["storage"])
     history = int(options["history"])
+    query_ids = bool(options.get("query_ids", False))
 
     def read(location: str) -> tuple:
         storage = pool.for_location(location)
         try:
-            state = CheckpointReader(storage, location).read(history=history)
+            state = CheckpointReader(storage, location, query_id=query_ids).read(history=history)
         except SparkLagError as exc:
             return location, None, f"{type(exc).__name__}: {exc}", []
         return location, _dump_state(state), None, sorted(_topics(state))
@@ -272,6 +273,7 @@ def scan(
     kafka_client: KafkaOffsetsClient | None = None,
     kafka_timeout: float = 30.0,
     now: float | None = None,
+    query_ids: bool = False,
 ) -> ScanResult:
     """Scan checkpoints on the executors of ``spark``; see the module docstring.
 
@@ -279,7 +281,8 @@ def scan(
     ...               kafka_config={"bootstrap.servers": "broker:9092"})   # doctest: +SKIP
     >>> result.jobs.groupBy("health").count().show()                        # doctest: +SKIP
 
-    Call ``result.unpersist()`` when done with the DataFrames.
+    Call ``result.unpersist()`` when done with the DataFrames. ``query_ids=True`` also reads
+    each checkpoint's ``metadata`` to fill the ``query_id`` columns (+1 GET per job).
     """
     from airflow_sparklag.fleet import StoragePool, discover_checkpoints
     from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
@@ -302,7 +305,14 @@ def scan(
     # A task reads its checkpoints with several threads, so two tasks per core are enough;
     # more tasks only add Python worker start-up.
     slices = num_slices or max(1, min(len(unique), sc.defaultParallelism * 2))
-    read_options = json.dumps({"storage": storage, "history": history, "threads": threads_per_task})
+    read_options = json.dumps(
+        {
+            "storage": storage,
+            "history": history,
+            "threads": threads_per_task,
+            "query_ids": query_ids,
+        }
+    )
     states = (
         sc.parallelize(unique, slices)
         .mapPartitions(lambda part: _read_partition(part, read_options))
@@ -384,6 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--thresholds", help="JSON object of health thresholds")
     parser.add_argument("--history", type=int, default=10, help="batches of history per job")
+    parser.add_argument(
+        "--query-ids", action="store_true", help="fill query_id from metadata (+1 GET per job)"
+    )
     parser.add_argument("--output", required=True, help="directory for partitions/ and jobs/")
     parser.add_argument("--format", default="parquet", help="Spark writer format (parquet)")
     parser.add_argument("--mode", default="overwrite", help="Spark save mode (overwrite)")
@@ -445,6 +458,7 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         num_slices=args.slices,
         threads_per_task=args.threads_per_task,
         max_depth=args.max_depth,
+        query_ids=args.query_ids,
         **_storage_options(args),
     )
     try:

@@ -36,6 +36,6 @@ def test_discover_and_poll_on_hdfs(hdfs: Any) -> None:
     ) as checker:
         results = checker.check()
         assert all(r.error is None for r in results)
-        assert checker.storage_requests == 2 * 4
+        assert checker.storage_requests == 2 * 3  # 2 LISTs + GET offsets/C, no metadata
         checker.check()
-        assert checker.storage_requests == 2 * 4 + 2 * 2
+        assert checker.storage_requests == 2 * 3 + 2 * 2

@@ -74,7 +74,7 @@ def test_scan_reads_s3_and_hdfs_checkpoints_on_executors(spark: Any, fleet: dict
     broken = jobs_by_location[missing]
     assert broken["health"] == "UNKNOWN" and broken["error"].startswith("CheckpointNotFound")
     assert list(result.snapshot.partitions) == [fleet["topic"]]  # one snapshot, one topic
-    # first read of each checkpoint: LIST commits/, LIST offsets/, GET offsets/C, GET metadata,
+    # first read of each checkpoint: LIST commits/, LIST offsets/, GET offsets/C,
     # plus two older batches at most (history=3); the missing one costs its probes only
     assert 0 < result.storage_requests <= 2 * 6 + 5
 
@@ -91,8 +91,23 @@ def test_scan_discovers_under_a_prefix(spark: Any, fleet: dict) -> None:
         assert result.locations == (fleet["locations"]["s3"],)
         [job] = result.jobs.collect()
         assert job["total_lag"] == 12
-        # history=1: at most 4 requests for a first check
-        assert result.storage_requests <= 4
+        assert job["query_id"] is None  # metadata is not read unless asked for
+        # history=1 on S3: ONE LIST (commits/, metadata, offsets/) + GET offsets/C
+        assert result.storage_requests == 2
+    finally:
+        result.unpersist()
+    result = spark_scan.scan(
+        spark,
+        [fleet["locations"]["s3"]],
+        kafka_config=fleet["kafka_config"],
+        history=1,
+        query_ids=True,
+        **fleet["storage"],
+    )
+    try:
+        [job] = result.jobs.collect()
+        assert job["query_id"] and len(job["query_id"]) == 36  # the uuid from metadata
+        assert result.storage_requests == 3  # + GET metadata
     finally:
         result.unpersist()
 

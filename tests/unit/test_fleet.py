@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -123,8 +124,9 @@ def test_checker_request_budget_first_and_repeated_polls(tree: Path) -> None:
         assert [r.location for r in results] == checker.locations
         assert all(r.error is None and r.report is not None for r in results)
         discovery = 8
-        # first poll: LIST commits/, LIST offsets/, GET offsets/C, GET metadata, per checkpoint
-        assert checker.storage_requests == discovery + 3 * 4
+        # first poll: LIST commits/, LIST offsets/, GET offsets/C per checkpoint (no metadata)
+        assert checker.storage_requests == discovery + 3 * 3
+        assert {r.report.query_id for r in results if r.report} == {None}
         before = checker.storage_requests
         checker.check()
         # nothing new: the two listings only
@@ -143,10 +145,23 @@ def test_history_costs_extra_reads_once(tmp_path: Path) -> None:
     root = _copy("cka4.1.4", tmp_path / "job")
     with FleetChecker([str(root)], kafka_config=KAFKA, history=5) as checker:
         checker.check()
-        assert checker.storage_requests == 4 + 4  # budget + 4 older batches of the window
+        assert checker.storage_requests == 3 + 4  # budget + 4 older batches of the window
         before = checker.storage_requests
         checker.check()
         assert checker.storage_requests - before == 2
+
+
+def test_query_ids_cost_one_read_once(tmp_path: Path) -> None:
+    root = _copy("cka4.1.4", tmp_path / "job")
+    expected = json.loads((root / "metadata").read_text())["id"]
+    with FleetChecker([str(root)], kafka_config=KAFKA, history=1, query_ids=True) as checker:
+        (result,) = checker.check()
+        assert result.report is not None and result.report.query_id == expected
+        assert checker.storage_requests == 3 + 1  # + GET metadata
+        before = checker.storage_requests
+        (again,) = checker.check()
+        assert again.report is not None and again.report.query_id == expected
+        assert checker.storage_requests - before == 2  # the two listings; metadata kept
 
 
 def test_reader_cache_stays_bounded_over_many_batches(tmp_path: Path) -> None:
