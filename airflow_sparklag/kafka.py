@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -108,6 +109,11 @@ class KafkaOffsetsClient:
 
     `config` is plain librdkafka configuration (the `extra` of Airflow's `kafka` connection).
 
+    Thread-safe: one client may serve many threads at once (the hook shares one per connection
+    in a process): librdkafka handles are thread-safe, the one admin handle is created under a
+    lock, and the rest of each call's state is local (`record_timestamps` uses a consumer of
+    its own).
+
     >>> client = KafkaOffsetsClient({"bootstrap.servers": "127.0.0.1:9092"}, timeout=5.0)
     >>> snap = client.snapshot(["orders"], read_committed=True)      # doctest: +SKIP
     >>> snap.partitions["orders"][0].last_stable                        # doctest: +SKIP
@@ -123,6 +129,7 @@ class KafkaOffsetsClient:
         self._config = dict(config)
         self._timeout = float(timeout)
         self._admin: Any = None
+        self._admin_lock = threading.Lock()
 
     @property
     def bootstrap_servers(self) -> str:
@@ -149,21 +156,29 @@ class KafkaOffsetsClient:
         return base
 
     def _get_admin(self) -> Any:
-        if self._admin is None:
-            from confluent_kafka.admin import AdminClient
+        admin = self._admin
+        if admin is not None:
+            return admin
+        from confluent_kafka.admin import AdminClient
 
-            try:
-                self._admin = AdminClient(self._client_config())
-            except Exception as exc:  # bad config values: say which, never echo the secrets
-                raise KafkaError(
-                    f"Cannot create a Kafka client for {self.bootstrap_servers}: "
-                    f"{_error_text(exc)} (config: {redact_config(self._config)})"
-                ) from exc
-        return self._admin
+        with self._admin_lock:  # threads arriving together must not each build a handle
+            if self._admin is None:
+                try:
+                    self._admin = AdminClient(self._client_config())
+                except Exception as exc:  # bad config values: say which, never echo secrets
+                    raise KafkaError(
+                        f"Cannot create a Kafka client for {self.bootstrap_servers}: "
+                        f"{_error_text(exc)} (config: {redact_config(self._config)})"
+                    ) from exc
+            return self._admin
 
     def close(self) -> None:
-        """Drop the admin client (librdkafka closes its sockets when the handle is freed)."""
-        self._admin = None
+        """Drop the admin client (librdkafka closes its sockets when the handle is freed).
+
+        Calls in flight in other threads finish with the handle they hold; the next call makes
+        a new one."""
+        with self._admin_lock:
+            self._admin = None
 
     def __enter__(self) -> KafkaOffsetsClient:
         return self
