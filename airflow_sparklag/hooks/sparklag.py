@@ -13,6 +13,11 @@ Connections are the ecosystem's own, nothing new to configure:
 - ``webhdfs_conn_id`` (HDFS checkpoints): a ``webhdfs`` connection; host (comma-separated
   NameNodes for HA), port (default 9870), login = HDFS user, extra ``use_ssl``.
 
+Clients are shared by every hook of a process (:data:`SHARED_CLIENTS`): a triggerer running
+100 deferred sensors on one ``aws`` and one ``kafka`` connection holds one S3 client and one
+Kafka client, not 100 of each. They are keyed on the connection id and a fingerprint of the
+connection's fields, so an edited connection gets new clients.
+
 Nothing heavy (confluent_kafka, boto3, requests) is imported until a check runs, and no secret
 from a connection is ever put in a log line, an XCom value or an error message.
 """
@@ -20,7 +25,13 @@ from a connection is ever put in a log line, an XCom value or an error message.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping, Sequence
+import hashlib
+import hmac
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +55,7 @@ _S3_CLIENT_CONFIG = {
     "retries": {"max_attempts": 3, "mode": "standard"},
 }
 DEFAULT_WEBHDFS_PORT = 9870
+SHARED_CLIENTS_MAX = 32  # connections (S3 and Kafka together) whose clients a process keeps
 # Health names (``Health.value``) a sensor waits for unless told otherwise.
 DEFAULT_ACCEPT = ("OK",)
 
@@ -57,6 +69,9 @@ class ResolvedConnections:
     webhdfs_options: dict[str, Any] | None = field(default=None, repr=False)
     # Extras of the aws connection that need the amazon provider (e.g. "role_arn").
     aws_provider_only: tuple[str, ...] = ()
+    # connection_fingerprint() of each connection; "" means: do not share its clients.
+    kafka_fingerprint: str = field(default="", repr=False)
+    aws_fingerprint: str = field(default="", repr=False)
 
     @property
     def secrets(self) -> list[str]:
@@ -87,6 +102,112 @@ class Probe:
     message: str
     payload: dict[str, Any]
     failed: bool = False  # the condition can no longer be met (e.g. data loss): stop waiting
+
+
+# Fingerprints are keyed with a secret of this process only: they tell connections apart within
+# the process, and a fingerprint seen anywhere else cannot be checked against guessed passwords.
+_FINGERPRINT_KEY = os.urandom(32)
+
+
+def connection_fingerprint(conn: Connection) -> str:
+    """HMAC-SHA256 of every field of ``conn`` that shapes a client (the fields are not kept)."""
+    fields = {
+        "conn_type": conn.conn_type,
+        "host": conn.host,
+        "schema": conn.schema,
+        "login": conn.login,
+        "password": conn.password,
+        "port": conn.port,
+        "extra": conn.extra_dejson,
+    }
+    data = json.dumps(fields, sort_keys=True, default=str).encode()
+    return hmac.new(_FINGERPRINT_KEY, data, hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class SharedClientKey:
+    """What a shared client is cached under. Holds no secret: the fingerprint is a keyed hash."""
+
+    kind: str  # "s3" or "kafka"
+    conn_id: str
+    fingerprint: str  # connection_fingerprint() of the connection the client was built from
+    settings: tuple[Any, ...] = ()  # hook settings that shape the client too (Kafka timeout)
+
+
+class SharedClients:
+    """The clients of a process, shared by all its hooks: thread-safe, least recently used
+    first out beyond ``maxsize`` connections.
+
+    The cache owns its references; a hook only borrows a client and drops it on ``close()``.
+    Nothing is closed explicitly: a client dropped from the cache while hooks still use it
+    keeps working for them, and is freed with the last reference. A client is built once per
+    key even when many hooks ask at the same time (the others wait for it); a build that fails
+    caches nothing.
+    """
+
+    def __init__(self, maxsize: int = SHARED_CLIENTS_MAX) -> None:
+        self.maxsize = maxsize
+        self._lock = threading.Lock()
+        self._clients: OrderedDict[SharedClientKey, Any] = OrderedDict()
+        self._building: dict[SharedClientKey, threading.Lock] = {}
+        self._forked_away: list[Any] = []
+
+    def get(self, key: SharedClientKey, build: Callable[[], Any]) -> Any:
+        """The client cached under ``key``, built with ``build()`` on first use."""
+        with self._lock:
+            client = self._hit(key)
+            if client is not None:
+                return client
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            try:
+                with self._lock:
+                    client = self._hit(key)
+                if client is not None:  # another hook built it while this one waited
+                    return client
+                client = build()
+                with self._lock:
+                    self._clients[key] = client
+                    while len(self._clients) > self.maxsize:
+                        self._clients.popitem(last=False)
+                return client
+            finally:
+                with self._lock:
+                    if self._building.get(key) is building:
+                        del self._building[key]
+
+    def _hit(self, key: SharedClientKey) -> Any:
+        client = self._clients.get(key)
+        if client is not None:
+            self._clients.move_to_end(key)
+        return client
+
+    def cached_keys(self) -> list[SharedClientKey]:
+        """The keys, least recently used first."""
+        with self._lock:
+            return list(self._clients)
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._clients.clear()
+
+    def _after_fork_in_child(self) -> None:
+        # A forked child must not use its parent's clients (their sockets are the parent's and
+        # librdkafka's threads are not copied), nor free them (freeing a librdkafka handle whose
+        # threads are gone can hang): keep them unreachable, start empty, with a new lock (the
+        # old one may have been held by a thread that does not exist in the child).
+        self._forked_away.append(self._clients)
+        self._clients = OrderedDict()
+        self._building = {}
+        self._lock = threading.Lock()
+
+
+SHARED_CLIENTS = SharedClients()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=SHARED_CLIENTS._after_fork_in_child)
 
 
 def kafka_config_from(conn: Connection) -> dict[str, Any]:
@@ -150,6 +271,33 @@ def amazon_s3_options(aws_conn_id: str) -> dict[str, Any] | None:
     return {"client": client, "endpoint_url": client.meta.endpoint_url}
 
 
+@dataclass(frozen=True)
+class S3Client:
+    """A ready S3 client for an ``aws`` connection, and how it was built."""
+
+    options: dict[str, Any] = field(repr=False)  # {"client": ..., "endpoint_url": ...}
+    from_provider: bool  # built by the amazon provider's AwsBaseHook (else read directly)
+
+
+def build_s3_client(aws_conn_id: str, conns: ResolvedConnections) -> S3Client:
+    """The S3 client for ``aws_conn_id``: the amazon provider's when installed, else one built
+    from the connection read directly (keys, region, endpoint; no role_arn or profile)."""
+    options = amazon_s3_options(aws_conn_id)
+    if options is not None:
+        return S3Client(options, from_provider=True)
+    if conns.aws_provider_only:
+        raise ValueError(
+            f"AWS connection {aws_conn_id!r} sets {', '.join(conns.aws_provider_only)} in its "
+            "extra, which needs the amazon provider: pip install "
+            "apache-airflow-providers-amazon (or airflow-provider-sparklag[amazon])"
+        )
+    from airflow_sparklag.storage.s3 import S3Storage
+
+    direct = conns.s3_options or {}
+    client = S3Storage(**direct).client
+    return S3Client({"client": client, "endpoint_url": direct.get("endpoint_url")}, False)
+
+
 def webhdfs_options_from(conn: Connection) -> dict[str, Any]:
     extra = dict(conn.extra_dejson or {})
     if not conn.host:
@@ -209,8 +357,9 @@ class SparkLagHook(BaseHook):
                             thresholds={"max_lag_records_total": 10_000})
         print(result.verdict.health.value, result.report.total_lag)
 
-    One hook keeps its checkpoint readers and Kafka client between calls, so a trigger that
-    polls with the same hook only fetches new batch files.
+    One hook keeps its checkpoint readers between calls, so a trigger that polls with the same
+    hook only fetches new batch files. Its S3 and Kafka clients are the process's shared ones
+    (:data:`SHARED_CLIENTS`); :meth:`close` drops the hook's hold on them and never closes them.
     """
 
     conn_name_attr = "kafka_config_id"
@@ -232,9 +381,10 @@ class SparkLagHook(BaseHook):
         self.webhdfs_conn_id = webhdfs_conn_id
         self.kafka_timeout = kafka_timeout
         self._connections: ResolvedConnections | None = None
-        self._s3_storage_options: dict[str, Any] | None = None
+        self._s3_client: S3Client | None = None
         self._readers: dict[str, CheckpointReader] = {}
         self._kafka_client: KafkaOffsetsClient | None = None
+        self._owns_kafka_client = False  # True only for a client that could not be shared
 
     # -- connections ---------------------------------------------------------------------
 
@@ -247,6 +397,8 @@ class SparkLagHook(BaseHook):
             s3_options=s3_options_from(aws) if aws is not None else None,
             webhdfs_options=webhdfs_options_from(hdfs) if hdfs is not None else None,
             aws_provider_only=amazon_provider_only_settings(aws) if aws is not None else (),
+            kafka_fingerprint=connection_fingerprint(kafka),
+            aws_fingerprint=connection_fingerprint(aws) if aws is not None else "",
         )
 
     def get_conn(self) -> ResolvedConnections:
@@ -276,33 +428,44 @@ class SparkLagHook(BaseHook):
         return self._connections
 
     def s3_storage_options(self) -> dict[str, Any] | None:
-        """The options S3 checkpoints are opened with (built once per hook, on first use).
+        """How ``aws_conn_id`` opens S3 (resolved once per hook, on first use).
 
-        With the amazon provider installed: ``{"client": ...}``, a client built by its
-        ``AwsBaseHook`` from ``aws_conn_id`` (assume-role, profiles, ... all work). Without it:
-        the connection's keys, region and endpoint read directly (:func:`s3_options_from`).
-        ``None`` without ``aws_conn_id``: boto3's default credential chain.
+        With the amazon provider installed: ``{"client": ..., "endpoint_url": ...}``, a client
+        built by its ``AwsBaseHook`` (assume-role, profiles, ... all work), the one shared by
+        every hook of the process on this connection. Without it: the connection's keys,
+        region and endpoint read directly (:func:`s3_options_from`); checkpoints are then read
+        through one shared client built from them. ``None`` without ``aws_conn_id``: boto3's
+        default credential chain.
         """
+        s3 = self._shared_s3_client()
+        if s3 is None:
+            return None
+        return s3.options if s3.from_provider else self.get_conn().s3_options
+
+    def _shared_s3_client(self) -> S3Client | None:
         conns = self.get_conn()
         if self.aws_conn_id is None or conns.s3_options is None:
             return None
-        if self._s3_storage_options is None:
-            options = amazon_s3_options(self.aws_conn_id)
-            if options is None:
-                if conns.aws_provider_only:
-                    raise ValueError(
-                        f"AWS connection {self.aws_conn_id!r} sets "
-                        f"{', '.join(conns.aws_provider_only)} in its extra, which needs the "
-                        "amazon provider: pip install apache-airflow-providers-amazon "
-                        "(or airflow-provider-sparklag[amazon])"
-                    )
-                options = conns.s3_options
-            self._s3_storage_options = options
-        return self._s3_storage_options
+        if self._s3_client is None:
+            aws_conn_id = self.aws_conn_id
+
+            def build() -> S3Client:
+                return build_s3_client(aws_conn_id, conns)
+
+            if conns.aws_fingerprint:
+                key = SharedClientKey("s3", aws_conn_id, conns.aws_fingerprint)
+                self._s3_client = SHARED_CLIENTS.get(key, build)
+            else:  # connections not read from Airflow: a client of this hook's own
+                self._s3_client = build()
+        return self._s3_client
 
     def _storage_kwargs(self) -> dict[str, Any]:
         conns = self.get_conn()
-        return {"s3_options": self.s3_storage_options(), "webhdfs_options": conns.webhdfs_options}
+        s3 = self._shared_s3_client()
+        return {
+            "s3_options": s3.options if s3 is not None else None,
+            "webhdfs_options": conns.webhdfs_options,
+        }
 
     def scrub(self, message: str) -> str:
         """``message`` without any secret of the connections (for logs, XCom, events)."""
@@ -393,17 +556,35 @@ class SparkLagHook(BaseHook):
         }
 
     def kafka_client(self) -> KafkaOffsetsClient:
+        """The Kafka client of ``kafka_config_id``, shared by every hook of the process that
+        uses the same connection and timeout (it is thread-safe); do not close it."""
         from airflow_sparklag.kafka import KafkaOffsetsClient
 
         if self._kafka_client is None:
-            config = self.get_conn().kafka_config
-            self._kafka_client = KafkaOffsetsClient(config, self.kafka_timeout)
+            conns = self.get_conn()
+
+            def build() -> KafkaOffsetsClient:
+                return KafkaOffsetsClient(conns.kafka_config, self.kafka_timeout)
+
+            if conns.kafka_fingerprint:
+                settings = (self.kafka_timeout,)
+                key = SharedClientKey(
+                    "kafka", self.kafka_config_id, conns.kafka_fingerprint, settings
+                )
+                self._kafka_client = SHARED_CLIENTS.get(key, build)
+            else:  # connections not read from Airflow: a client of this hook's own
+                self._kafka_client = build()
+                self._owns_kafka_client = True
         return self._kafka_client
 
     def close(self) -> None:
-        if self._kafka_client is not None:
+        """Drop the readers and this hook's hold on its clients. Shared clients stay open for
+        the other hooks (and the next use of this one); a client of the hook's own is closed."""
+        if self._kafka_client is not None and self._owns_kafka_client:
             self._kafka_client.close()
-            self._kafka_client = None
+        self._kafka_client = None
+        self._owns_kafka_client = False
+        self._s3_client = None
         self._readers.clear()
 
     # -- wait conditions (shared by sensors in poke mode and by triggers) ----------------
@@ -541,13 +722,14 @@ class SparkLagHook(BaseHook):
 
     def _test_kafka(self, config: dict[str, Any]) -> str:
         from airflow_sparklag.errors import KafkaUnavailable
+        from airflow_sparklag.kafka import KafkaOffsetsClient
 
-        client = self.kafka_client()
+        # A fresh client, not the shared one: the test is that a new connection succeeds.
+        client = KafkaOffsetsClient(config, self.kafka_timeout)
         try:
             snapshot = client.snapshot([])
         finally:
             client.close()
-            self._kafka_client = None
         if snapshot is None:  # pragma: no cover - the client raises instead
             raise KafkaUnavailable(f"no answer from {config['bootstrap.servers']}")
         return f"Kafka {config['bootstrap.servers']} answered (cluster {snapshot.cluster_id})"
