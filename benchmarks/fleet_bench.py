@@ -1,10 +1,13 @@
 """Fleet benchmark: checking many checkpoints on S3 (moto server) against a real Kafka broker.
 
     .venv/bin/python benchmarks/fleet_bench.py --sizes 100 1000 --runs 3 [--spark-sizes 1000 10000]
+        [--s3-server s3rver|moto] [--batches 100]
 
 What it does, in one run:
 
-1. starts the test bed's Kafka broker and moto S3 server (separate processes);
+1. starts the test bed's Kafka broker and an S3 server (separate processes): s3rver
+   (testbed/s3rver_server.py, the default: about half moto's CPU per request, and its LIST
+   cost grows with the keys returned, as S3's latency does, not with the bucket) or moto;
 2. creates topics with 32 partitions and runs ONE real stateful Spark query over Kafka to get a
    real checkpoint, used as a template;
 3. clones the template into a fleet of jobs on S3 (varied offsets, 20 retained batches each,
@@ -374,14 +377,18 @@ def build_fleet(
 
 def setup(args: argparse.Namespace, workdir: Path) -> tuple[Path, list[Any]]:
     from testbed.kafka_broker import KafkaBroker
-    from testbed.s3_server import S3Server
+
+    if args.s3_server == "s3rver":
+        from testbed.s3rver_server import S3rverServer as S3Server
+    else:
+        from testbed.s3_server import S3Server
 
     started: list[Any] = []
     kafka = KafkaBroker(workdir / "kafka", heap="768m").start()
     started.append(kafka)
     s3 = S3Server(workdir / "s3").start()
     started.append(s3)
-    print(f"# kafka {kafka.bootstrap}, s3 {s3.endpoint}", file=sys.stderr)
+    print(f"# kafka {kafka.bootstrap}, {args.s3_server} {s3.endpoint}", file=sys.stderr)
     topics = [
         kafka.create_topic(f"bench-{t:02d}-{uuid.uuid4().hex[:4]}", partitions=args.partitions)
         for t in range(args.topics)
@@ -451,6 +458,7 @@ def setup(args: argparse.Namespace, workdir: Path) -> tuple[Path, list[Any]]:
         "s3_pid": s3.process.pid if s3.process else None,
         "kafka_pid": kafka.process.pid if kafka.process else None,
         "fleets": fleets,
+        "s3_server": args.s3_server,
         "topics": len(topics),
         "partitions": args.partitions,
     }
@@ -549,6 +557,13 @@ def main() -> None:
     parser.add_argument("--template-checkpoint", help="reuse a real checkpoint as the template")
     parser.add_argument("--spark-sizes", type=int, nargs="*", default=[])
     parser.add_argument("--spark-runs", type=int, default=1)
+    parser.add_argument(
+        "--s3-server",
+        choices=["s3rver", "moto"],
+        default="s3rver",
+        help="S3 API to serve the fleet: s3rver (npm, ~half moto's CPU per request; its "
+        "listings are exact under a checkpoint root) or moto (the tests' server)",
+    )
     args = parser.parse_args()
     if args.command == "measure":
         run_measure(args)
