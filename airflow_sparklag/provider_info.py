@@ -44,6 +44,7 @@ def provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_sparklag.operators.sparklag",
                     "airflow_sparklag.operators.snapshot",
+                    "airflow_sparklag.operators.fleet",
                 ],
             }
         ],

@@ -51,6 +51,7 @@ import airflow.sdk  # Airflow's own imports (it pulls fsspec itself) are the bas
 baseline = set(sys.modules)
 import airflow_sparklag.hooks.sparklag, airflow_sparklag.sensors.sparklag
 import airflow_sparklag.operators.sparklag, airflow_sparklag.triggers.sparklag
+import airflow_sparklag.operators.fleet, airflow_sparklag.operators.snapshot
 import airflow_sparklag.monitor
 new = set(sys.modules) - baseline
 heavy = {HEAVY!r}

@@ -1,0 +1,189 @@
+"""One task that checks many Spark queries: given checkpoints and/or every one under a prefix."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_sparklag.hooks.sparklag import SparkLagHook, health_name
+from airflow_sparklag.operators.sparklag import CONN_FIELDS, DEFAULT_FAIL_ON
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+XCOM_RESULTS = ("summary", "failing", "all")
+# How many failing jobs the failure message names (the XCom has all of them).
+MESSAGE_JOBS = 10
+
+
+class SparkLagFleetCheckOperator(BaseOperator):
+    """Checks every given checkpoint (``locations``) and every one found under ``prefix``.
+
+    One task, one Kafka snapshot for all topics, checkpoints read in parallel (at most
+    ``max_workers`` at once) with 2 storage requests per checkpoint on S3 (see docs/fleet.md).
+    A job *fails* when its verdict is in ``fail_on`` or, with ``fail_on_error``, when its
+    checkpoint cannot be read; the task fails when more than ``max_failing`` jobs fail.
+
+    Example::
+
+        SparkLagFleetCheckOperator(
+            task_id="fleet_lag",
+            prefix="s3a://lake/checkpoints",
+            kafka_config_id="kafka_prod",
+            aws_conn_id="aws_lake",
+            thresholds={"max_lag_seconds": 300},
+            max_failing=0,
+        )
+
+    XCom (return value, pushed on failure too), JSON-safe: ``{"jobs", "health": {verdict:
+    count}, "failing": [{"location", "health", "reason", "total_lag", "max_lag_seconds",
+    "error"}], "storage_requests"}``; ``xcom_results="all"`` adds every job's full result
+    (``results``), ``"summary"`` leaves out ``failing``. A fleet's full results can be large:
+    the default keeps XCom to the failing jobs.
+    """
+
+    template_fields: Sequence[str] = (*CONN_FIELDS, "locations", "prefix", "thresholds", "fail_on")
+    template_fields_renderers = {"thresholds": "json", "locations": "json"}
+    ui_color = "#f4e3c1"
+
+    def __init__(
+        self,
+        *,
+        locations: Sequence[str] | str = (),
+        prefix: str | Sequence[str] | None = None,
+        kafka_config_id: str = "kafka_default",
+        aws_conn_id: str | None = None,
+        webhdfs_conn_id: str | None = None,
+        thresholds: dict[str, Any] | None = None,
+        fail_on: Iterable[str] = DEFAULT_FAIL_ON,
+        fail_on_error: bool = True,
+        max_failing: int = 0,
+        history: int = 10,
+        exact_time_lag: bool = False,
+        read_committed: bool | None = None,
+        max_depth: int = 4,
+        max_workers: int = 16,
+        xcom_results: str = "failing",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if xcom_results not in XCOM_RESULTS:
+            raise ValueError(f"xcom_results must be one of {XCOM_RESULTS}, not {xcom_results!r}")
+        self.locations = locations
+        self.prefix = prefix
+        self.kafka_config_id = kafka_config_id
+        self.aws_conn_id = aws_conn_id
+        self.webhdfs_conn_id = webhdfs_conn_id
+        self.thresholds = thresholds
+        self.fail_on = fail_on
+        self.fail_on_error = fail_on_error
+        self.max_failing = max_failing
+        self.history = history
+        self.exact_time_lag = exact_time_lag
+        self.read_committed = read_committed
+        self.max_depth = max_depth
+        self.max_workers = max_workers
+        self.xcom_results = xcom_results
+
+    def _location_list(self) -> list[str]:
+        # A rendered template can give one location as a string.
+        if isinstance(self.locations, str):
+            return [self.locations] if self.locations else []
+        return [str(location) for location in self.locations]
+
+    def _prefixes(self) -> list[str]:
+        if not self.prefix:
+            return []
+        return [self.prefix] if isinstance(self.prefix, str) else [str(p) for p in self.prefix]
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_sparklag.fleet import FleetChecker
+
+        locations, prefixes = self._location_list(), self._prefixes()
+        if not locations and not prefixes:
+            raise AirflowFailException(f"{self.task_id}: give locations and/or a prefix")
+        hook = SparkLagHook(
+            kafka_config_id=self.kafka_config_id,
+            aws_conn_id=self.aws_conn_id,
+            webhdfs_conn_id=self.webhdfs_conn_id,
+        )
+        try:
+            storage = hook._storage_kwargs()
+            with FleetChecker(
+                locations,
+                prefix=prefixes or None,
+                kafka_config=hook.get_conn().kafka_config,
+                kafka_client=hook.kafka_client(),
+                s3_options=storage["s3_options"],
+                webhdfs_options=storage["webhdfs_options"],
+                thresholds=self.thresholds,
+                history=self.history,
+                exact_time_lag=self.exact_time_lag,
+                read_committed=self.read_committed,
+                max_depth=self.max_depth,
+                max_workers=self.max_workers,
+            ) as checker:
+                results = checker.check()
+                requests = checker.storage_requests
+        except Exception as exc:
+            scrubbed = hook.scrub(f"{type(exc).__name__}: {exc}")
+            raise AirflowException(f"{self.task_id}: the fleet check failed: {scrubbed}") from None
+        finally:
+            hook.close()
+        if prefixes and not results:
+            raise AirflowFailException(f"no checkpoint found under {', '.join(prefixes)}")
+
+        if isinstance(self.fail_on, str):
+            fail_on = {self.fail_on.upper()}
+        else:
+            fail_on = {str(f).upper() for f in self.fail_on}
+        counts: Counter[str] = Counter()
+        failing: list[dict[str, Any]] = []
+        for result in results:
+            health = health_name(result.verdict.health)
+            counts[health] += 1
+            errored = result.error is not None
+            if health in fail_on or (errored and self.fail_on_error):
+                report = result.report
+                failing.append(
+                    {
+                        "location": result.location,
+                        "health": health,
+                        "reason": hook.scrub(result.verdict.reason),
+                        "total_lag": report.total_lag if report else None,
+                        "max_lag_seconds": report.max_lag_seconds if report else None,
+                        "error": hook.scrub(result.error) if errored else None,
+                    }
+                )
+        payload: dict[str, Any] = {
+            "jobs": len(results),
+            "health": dict(sorted(counts.items())),
+            "storage_requests": requests,
+        }
+        if self.xcom_results != "summary":
+            payload["failing"] = failing
+        if self.xcom_results == "all":
+            payload["results"] = [result.to_dict() for result in results]
+        self.log.info(
+            "%d jobs checked (%s); %d failing; %d storage requests",
+            len(results),
+            ", ".join(f"{h} {n}" for h, n in sorted(counts.items())),
+            len(failing),
+            requests,
+        )
+        if len(failing) > self.max_failing:
+            context["ti"].xcom_push(key="return_value", value=payload)
+            named = "; ".join(
+                f"{f['location']}: {f['health']} ({f['error'] or f['reason']})"
+                for f in failing[:MESSAGE_JOBS]
+            )
+            more = f" and {len(failing) - MESSAGE_JOBS} more" if len(failing) > MESSAGE_JOBS else ""
+            raise AirflowFailException(
+                f"{len(failing)} of {len(results)} jobs failing (at most {self.max_failing} "
+                f"allowed): {named}{more}"
+            )
+        return payload
