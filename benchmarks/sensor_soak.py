@@ -20,7 +20,9 @@ Modes:
 - ``check-many``: one ``SparkLagHook.check_many`` over all jobs per poll (a sensor of many jobs).
 
 Every ``--every`` polls, ``--advancing`` random jobs commit a new batch (offsets/N, then
-commits/N; same offsets as N-1) and Spark's retention is imitated (batch N-100 deleted).
+commits/N; same offsets as N-1) and Spark's retention is imitated (batch N-100 deleted; with
+``--retain R``, batch N-R: ``--retain`` equal to ``--batches`` keeps every listing the same
+length, so that CPU per poll does not grow with the checkpoints).
 
 Prints, every ``--sample`` polls: RSS (VmRSS), tracemalloc current and peak since the last
 sample, CPU seconds per poll of this process (getrusage) and of the moto server (/proc),
@@ -112,6 +114,7 @@ class Fleet:
 
     def __init__(self, args: argparse.Namespace, s3: Any, template: Any, kafka: Any) -> None:
         self.template = template
+        self.retain = args.retain
         self.client, self.own_requests = counting_s3_client(s3.options)
         topics = [
             kafka.create_topic(f"soak-{t}", partitions=args.partitions) for t in range(args.topics)
@@ -144,15 +147,15 @@ class Fleet:
         self.objects = len(objects)
 
     def advance(self, count: int) -> None:
-        """`count` random jobs commit one new batch; retention deletes batch N - RETAINED."""
+        """`count` random jobs commit one new batch; retention deletes batch N - retain."""
         for i in self.rng.sample(range(len(self.locations)), count):
             (bucket, prefix), batch = self.keys[i], self.next_batch[i]
             put = self.client.put_object
             put(Bucket=bucket, Key=f"{prefix}/offsets/{batch}", Body=self.last_offsets[i])
             put(Bucket=bucket, Key=f"{prefix}/commits/{batch}", Body=self.template.commit)
-            if batch - RETAINED >= 0:
+            if batch - self.retain >= 0:
                 for directory in ("offsets", "commits"):
-                    key = f"{prefix}/{directory}/{batch - RETAINED}"
+                    key = f"{prefix}/{directory}/{batch - self.retain}"
                     self.client.delete_object(Bucket=bucket, Key=key)
             self.next_batch[i] += 1
 
@@ -302,6 +305,9 @@ def main() -> None:
     parser.add_argument("--advancing", type=int, default=10, help="jobs with a new batch")
     parser.add_argument("--history", type=int, default=10, help="the sensor's history")
     parser.add_argument("--batches", type=int, default=20, help="retained batches per clone")
+    parser.add_argument(
+        "--retain", type=int, default=RETAINED, help="batches kept as new ones come (Spark: 100)"
+    )
     parser.add_argument("--topics", type=int, default=5)
     parser.add_argument("--partitions", type=int, default=32)
     parser.add_argument("--jobs-per-bucket", type=int, default=10)
