@@ -32,6 +32,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -513,6 +514,9 @@ def run_benchmark(args: argparse.Namespace) -> None:
     finally:
         for component in reversed(started):
             component.stop()
+        if not args.keep_workdir:
+            # s3rver keeps every object as 3 files: a 400k-object fleet is ~1.2M inodes.
+            shutil.rmtree(workdir, ignore_errors=True)
     print("\n# summary (medians)")
     print(json.dumps(summary, indent=2, default=str))
     for size, methods in summary["sizes"].items():
@@ -563,6 +567,9 @@ def main() -> None:
         default="s3rver",
         help="S3 API to serve the fleet: s3rver (npm, ~half moto's CPU per request; its "
         "listings are exact under a checkpoint root) or moto (the tests' server)",
+    )
+    parser.add_argument(
+        "--keep-workdir", action="store_true", help="keep the servers' data and logs afterwards"
     )
     args = parser.parse_args()
     if args.command == "measure":
