@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fleet_common import (
+    count_calls,
     counting_s3_client,
     job_files,
     load_template,
@@ -188,19 +189,6 @@ def measure_ours(manifest: dict[str, Any], locations: list[str], history: int) -
         "errors": len(errors),
         "first_error": errors[0] if errors else None,
     }
-
-
-def count_calls(client: Any) -> Any:
-    """A function returning how many API calls ``client`` has made (botocore before-call)."""
-    lock = threading.Lock()
-    count = [0]
-
-    def on_call(**_: Any) -> None:
-        with lock:
-            count[0] += 1
-
-    client.meta.events.register("before-call.s3", on_call)
-    return lambda: count[0]
 
 
 def measure_baseline(manifest: dict[str, Any], locations: list[str]) -> dict[str, Any]:

@@ -140,8 +140,6 @@ def counting_s3_client(
     options: dict[str, Any], max_pool: int = 64
 ) -> tuple[Any, Callable[[], int]]:
     """A boto3 S3 client whose API calls are counted by botocore's before-call event."""
-    import threading
-
     import boto3
     from botocore.config import Config
 
@@ -150,6 +148,13 @@ def counting_s3_client(
         config=Config(max_pool_connections=max_pool, retries={"max_attempts": 3}),
         **options,
     )
+    return client, count_calls(client)
+
+
+def count_calls(client: Any) -> Callable[[], int]:
+    """A function returning how many API calls ``client`` has made (botocore before-call)."""
+    import threading
+
     lock = threading.Lock()
     count = [0]
 
@@ -158,4 +163,4 @@ def counting_s3_client(
             count[0] += 1
 
     client.meta.events.register("before-call.s3", on_call)
-    return client, lambda: count[0]
+    return lambda: count[0]

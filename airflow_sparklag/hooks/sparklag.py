@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Connection
 
     from airflow_sparklag.checkpoint import CheckpointReader, CheckpointState
+    from airflow_sparklag.fleet import FleetChecker
     from airflow_sparklag.kafka import KafkaOffsetsClient
 
 _SECRET_MARKERS = ("password", "secret", "token", "credential", "key")
@@ -519,6 +520,27 @@ class SparkLagHook(BaseHook):
                 kafka_client=self.kafka_client(),
                 read_state=self._cached_read,
             )
+        )
+
+    def fleet_checker(
+        self,
+        locations: Sequence[str] = (),
+        *,
+        prefix: str | Sequence[str] | None = None,
+        **options: Any,
+    ) -> FleetChecker:
+        """A :class:`~airflow_sparklag.fleet.FleetChecker` over this hook's connections (its
+        shared Kafka and S3 clients); ``options`` are FleetChecker's (thresholds, history, ...).
+        Closing the checker leaves the shared Kafka client open."""
+        from airflow_sparklag.fleet import FleetChecker
+
+        return FleetChecker(
+            list(locations),
+            prefix=prefix,
+            kafka_config=self.get_conn().kafka_config,
+            kafka_client=self.kafka_client(),
+            **self._storage_kwargs(),
+            **options,
         )
 
     def _cached_read(self, location: str, history: int) -> CheckpointState:

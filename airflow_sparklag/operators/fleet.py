@@ -10,7 +10,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_sparklag.hooks.sparklag import SparkLagHook, health_name
-from airflow_sparklag.operators.sparklag import CONN_FIELDS, DEFAULT_FAIL_ON
+from airflow_sparklag.operators.sparklag import CONN_FIELDS, DEFAULT_FAIL_ON, fail_on_names
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -101,8 +101,6 @@ class SparkLagFleetCheckOperator(BaseOperator):
         return [self.prefix] if isinstance(self.prefix, str) else [str(p) for p in self.prefix]
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_sparklag.fleet import FleetChecker
-
         locations, prefixes = self._location_list(), self._prefixes()
         if not locations and not prefixes:
             raise AirflowFailException(f"{self.task_id}: give locations and/or a prefix")
@@ -112,14 +110,9 @@ class SparkLagFleetCheckOperator(BaseOperator):
             webhdfs_conn_id=self.webhdfs_conn_id,
         )
         try:
-            storage = hook._storage_kwargs()
-            with FleetChecker(
+            with hook.fleet_checker(
                 locations,
                 prefix=prefixes or None,
-                kafka_config=hook.get_conn().kafka_config,
-                kafka_client=hook.kafka_client(),
-                s3_options=storage["s3_options"],
-                webhdfs_options=storage["webhdfs_options"],
                 thresholds=self.thresholds,
                 history=self.history,
                 exact_time_lag=self.exact_time_lag,
@@ -137,10 +130,7 @@ class SparkLagFleetCheckOperator(BaseOperator):
         if prefixes and not results:
             raise AirflowFailException(f"no checkpoint found under {', '.join(prefixes)}")
 
-        if isinstance(self.fail_on, str):
-            fail_on = {self.fail_on.upper()}
-        else:
-            fail_on = {str(f).upper() for f in self.fail_on}
+        fail_on = fail_on_names(self.fail_on)
         counts: Counter[str] = Counter()
         failing: list[dict[str, Any]] = []
         for result in results:

@@ -39,6 +39,12 @@ def _stats() -> Any:
     return Stats
 
 
+def fail_on_names(fail_on: Iterable[str] | str) -> set[str]:
+    """Upper-case verdict names from ``fail_on`` (a rendered template may give one string)."""
+    values = [fail_on] if isinstance(fail_on, str) else list(fail_on)
+    return {str(value).upper() for value in values}
+
+
 def metric_safe(name: str) -> str:
     """StatsD-safe metric segment: ``orders-v2/eu`` -> ``orders_v2_eu``."""
     return re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "job"
@@ -177,8 +183,7 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
         )
         if self.emit_metrics:
             self._emit(result, health)
-        fail_on = [self.fail_on] if isinstance(self.fail_on, str) else list(self.fail_on)
-        if health in {f.upper() for f in fail_on}:
+        if health in fail_on_names(self.fail_on):
             context["ti"].xcom_push(key="return_value", value=payload)
             raise AirflowFailException(breach_message(result))
         return payload
