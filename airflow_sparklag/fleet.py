@@ -18,215 +18,46 @@ checkpoint. Nothing heavy is imported at module level.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
-from airflow_sparklag.errors import SparkLagError, StorageError
-from airflow_sparklag.health import Health, HealthVerdict, Thresholds
-from airflow_sparklag.kafka import KafkaOffsetsClient
-from airflow_sparklag.monitor import CheckResult, as_thresholds, judge_states
-from airflow_sparklag.storage import LOCAL_SCHEMES, S3_SCHEMES, join, open_storage, scheme_of
+from airflow_sparklag.monitor import (
+    CheckOptions,
+    CheckResult,
+    Progress,
+    judge_states,
+    read_states,
+)
+from airflow_sparklag.session import Session
+from airflow_sparklag.storage import Children, join
 
 if TYPE_CHECKING:
-    from airflow_sparklag.checkpoint import CheckpointReader, CheckpointState
+    from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.storage import Storage
 
 __all__ = [
     "MAX_READERS",
     "FleetChecker",
-    "StoragePool",
     "check_fleet",
     "discover_checkpoints",
     "list_children",
 ]
 
 MAX_READERS = 16  # checkpoints read at once: each read is a few small, latency-bound requests
-CHECKPOINT_MARKERS = frozenset({"offsets", "commits"})  # directories that make a checkpoint
-Progress = Callable[[int, int], None]  # (checkpoints read so far, total)
-
-
-@dataclass(frozen=True)
-class Children:
-    """What one directory listing shows: the names of files and of subdirectories."""
-
-    files: frozenset[str]
-    directories: frozenset[str]
-
-    @property
-    def is_checkpoint(self) -> bool:
-        return "metadata" in self.files or bool(CHECKPOINT_MARKERS & self.directories)
-
-
-class StoragePool:
-    """One storage backend per (scheme, host), shared by every checkpoint of a fleet.
-
-    A boto3 client costs tens of milliseconds and a few MB to build; one per checkpoint would
-    dominate a 1,000-checkpoint check. The backends are thread-safe for reads.
-
-    >>> pool = StoragePool(s3_options={"region_name": "eu-west-1"})
-    >>> pool.for_location("s3a://b/ck/a") is pool.for_location("s3a://b/ck/b")
-    True
-    """
-
-    def __init__(
-        self,
-        *,
-        s3_options: dict[str, Any] | None = None,
-        webhdfs_options: dict[str, Any] | None = None,
-        fsspec_options: dict[str, Any] | None = None,
-    ) -> None:
-        self.options = {
-            "s3_options": s3_options,
-            "webhdfs_options": webhdfs_options,
-            "fsspec_options": fsspec_options,
-        }
-        self._backends: dict[tuple[str, str], Storage] = {}
-        self._lock = threading.Lock()
-
-    def for_location(self, location: str) -> Storage:
-        scheme = scheme_of(location)
-        # One S3 client serves every bucket and one local backend every path; WebHDFS and
-        # fsspec backends are bound to a host.
-        if scheme in S3_SCHEMES:
-            key = ("s3", "")
-        elif scheme in LOCAL_SCHEMES:
-            key = ("", "")
-        else:
-            key = (scheme, urlsplit(location).netloc)
-        with self._lock:
-            backend = self._backends.get(key)
-            if backend is None:
-                backend = open_storage(location, **self.options)
-                self._backends[key] = backend
-            return backend
-
-    @property
-    def backends(self) -> list[Storage]:
-        with self._lock:
-            return list(self._backends.values())
-
-    @property
-    def requests_total(self) -> int:
-        """Storage requests sent by every backend of the pool so far."""
-        return sum(backend.requests.total for backend in self.backends)
 
 
 def list_children(storage: Storage, path: str) -> Children:
-    """Files and subdirectories directly under ``path``, in one listing (paginated on S3).
-
-    The ``Storage`` interface lists files only; discovery also needs subdirectories, so this
-    asks each known backend in its own terms. Missing directory: no children.
-    """
-    from airflow_sparklag.storage.local import LocalStorage
-    from airflow_sparklag.storage.s3 import S3Storage
-    from airflow_sparklag.storage.webhdfs import WebHDFSStorage
-
-    if isinstance(storage, LocalStorage):
-        return _local_children(storage, path)
-    if isinstance(storage, S3Storage):
-        return _s3_children(storage, path)
-    if isinstance(storage, WebHDFSStorage):
-        return _webhdfs_children(storage, path)
-    return _fsspec_children(storage, path)
-
-
-def _local_children(storage: Any, path: str) -> Children:
-    import os
-
-    from airflow_sparklag.storage.local import local_path
-
-    storage.requests.add("list")
-    files: set[str] = set()
-    directories: set[str] = set()
-    try:
-        with os.scandir(local_path(path)) as scan:
-            for entry in scan:
-                try:
-                    (directories if entry.is_dir() else files).add(entry.name)
-                except FileNotFoundError:
-                    continue
-    except (FileNotFoundError, NotADirectoryError):
-        pass
-    except OSError as exc:
-        raise StorageError(f"{path}: list directory failed: {exc.strerror or exc}") from exc
-    return Children(frozenset(files), frozenset(directories))
-
-
-def _s3_children(storage: Any, path: str) -> Children:
-    from airflow_sparklag.storage.s3 import split_s3_url
-
-    bucket, key = split_s3_url(path)
-    prefix = key.rstrip("/") + "/" if key.rstrip("/") else ""
-    files: set[str] = set()
-    directories: set[str] = set()
-    token: str | None = None
-    while True:
-        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
-        if token:
-            kwargs["ContinuationToken"] = token
-        storage.requests.add("list")
-        response = storage.call(path, "list", storage.client.list_objects_v2, **kwargs)
-        for item in response.get("Contents", []):
-            name = item["Key"][len(prefix) :]
-            if name and "/" not in name:
-                files.add(name)
-        for common in response.get("CommonPrefixes", []):
-            name = common["Prefix"][len(prefix) :].rstrip("/")
-            if name:
-                directories.add(name)
-        token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
-        if not token:
-            return Children(frozenset(files), frozenset(directories))
-
-
-def _webhdfs_children(storage: Any, path: str) -> Children:
-    from airflow_sparklag.errors import StorageNotFound
-
-    storage.requests.add("list")
-    try:
-        response = storage.namenode("GET", path, "LISTSTATUS")
-    except StorageNotFound:
-        return Children(frozenset(), frozenset())
-    statuses = response.json().get("FileStatuses", {}).get("FileStatus", [])
-    files = {s["pathSuffix"] for s in statuses if s.get("type") == "FILE" and s.get("pathSuffix")}
-    directories = {
-        s["pathSuffix"] for s in statuses if s.get("type") == "DIRECTORY" and s.get("pathSuffix")
-    }
-    return Children(frozenset(files), frozenset(directories))
-
-
-def _fsspec_children(storage: Any, path: str) -> Children:
-    storage.requests.add("list")
-    try:
-        entries = storage.filesystem.ls(path, detail=True)
-    except FileNotFoundError:
-        return Children(frozenset(), frozenset())
-    except Exception as exc:  # each fsspec implementation raises its own errors
-        raise StorageError(f"{path}: list directory failed: {type(exc).__name__}: {exc}") from exc
-    own = path.rstrip("/").split("://", 1)[-1]
-    files: set[str] = set()
-    directories: set[str] = set()
-    for entry in entries:
-        full = str(entry["name"]).rstrip("/")
-        if full.split("://", 1)[-1] == own:
-            continue
-        name = full.rsplit("/", 1)[-1]
-        (directories if entry.get("type") == "directory" else files).add(name)
-    return Children(frozenset(files), frozenset(directories))
+    """Files and subdirectories directly under ``path``: ``storage.list_children(path)``."""
+    return storage.list_children(path)
 
 
 def discover_checkpoints(
     prefix: str,
     *,
+    session: Session | None = None,
     storage: Storage | None = None,
-    s3_options: dict[str, Any] | None = None,
-    webhdfs_options: dict[str, Any] | None = None,
-    fsspec_options: dict[str, Any] | None = None,
     max_depth: int = 4,
     max_workers: int = MAX_READERS,
 ) -> list[str]:
@@ -234,17 +65,15 @@ def discover_checkpoints(
 
     Costs one listing per directory visited (level by level, ``max_workers`` at once). A
     checkpoint's own subdirectories are never listed, and directories whose name starts with
-    ``.`` or ``_`` (``_spark_metadata``, ``_temporary``, hidden ones) are skipped.
+    ``.`` or ``_`` (``_spark_metadata``, ``_temporary``, hidden ones) are skipped. The listings
+    go through ``storage``, else ``session``'s backend for the prefix, else a local session's.
 
-    >>> discover_checkpoints("s3a://bucket/checkpoints")          # doctest: +SKIP
+    >>> discover_checkpoints("s3a://bucket/checkpoints", session=session)   # doctest: +SKIP
     ['s3a://bucket/checkpoints/team-a/orders', 's3a://bucket/checkpoints/team-b/clicks']
     """
-    backend = storage or open_storage(
-        prefix,
-        s3_options=s3_options,
-        webhdfs_options=webhdfs_options,
-        fsspec_options=fsspec_options,
-    )
+    if storage is None:
+        storage = (session or Session()).storage(prefix)
+    backend = storage
     root = prefix.rstrip("/") or prefix
     found: list[str] = []
     level = [root]
@@ -271,18 +100,20 @@ def discover_checkpoints(
 class FleetChecker:
     """Checks a fixed (or discovered) set of checkpoints repeatedly, e.g. from a sensor loop.
 
-    It keeps one :class:`~airflow_sparklag.checkpoint.CheckpointReader` per location across
-    polls, so a poll re-reads only what is new: the listing(s), and one GET per
-    new batch (and per new in-flight batch). Each poll takes ONE Kafka snapshot for every topic
-    of every checkpoint. Readers forget batches that fell out of the history window, so memory
-    stays flat however long the checker lives.
+    Everything goes through one :class:`~airflow_sparklag.session.Session`: one storage client
+    per store for the whole fleet, one :class:`~airflow_sparklag.checkpoint.CheckpointReader`
+    per location kept across polls (a poll re-reads only the listing(s) and one GET per new
+    batch), one Kafka snapshot per poll for every topic of every checkpoint. Readers forget
+    batches that fell out of the history window, so memory stays flat however long it lives.
 
-    >>> fleet = FleetChecker(prefix="s3a://bucket/checkpoints",
-    ...                      kafka_config={"bootstrap.servers": "broker:9092"})  # doctest: +SKIP
-    >>> for result in fleet.check():                                        # doctest: +SKIP
-    ...     print(result.location, result.verdict.health.value)
-    >>> fleet.storage_requests                                              # doctest: +SKIP
-    2000
+    >>> with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
+    ...     fleet = FleetChecker(session=session, prefix="s3a://bucket/checkpoints")
+    ...     for result in fleet.check():                                   # doctest: +SKIP
+    ...         print(result.location, result.verdict.health.value)
+
+    Without ``session`` the checker opens one of its own from ``kafka_config`` and the storage
+    options, and closes it on :meth:`close`. ``options`` (a ``CheckOptions``) or the separate
+    ``thresholds``/``history``/``exact_time_lag``/``read_committed`` say how to judge.
 
     ``rediscover_seconds`` (with ``prefix``) lists the prefix again when that much time has
     passed since the last discovery, to pick up new jobs and drop deleted ones.
@@ -296,34 +127,20 @@ class FleetChecker:
         self,
         locations: Sequence[str] = (),
         *,
-        kafka_config: Mapping[str, Any],
+        session: Session | None = None,
         prefix: str | Sequence[str] | None = None,
-        s3_options: dict[str, Any] | None = None,
-        webhdfs_options: dict[str, Any] | None = None,
-        fsspec_options: dict[str, Any] | None = None,
-        thresholds: Thresholds | Mapping[str, Any] | None = None,
-        history: int = 10,
-        exact_time_lag: bool = False,
-        read_committed: bool | None = None,
-        kafka_timeout: float = 10.0,
-        kafka_client: KafkaOffsetsClient | None = None,
+        options: CheckOptions | None = None,
         max_workers: int = MAX_READERS,
         max_depth: int = 4,
         rediscover_seconds: float | None = None,
         query_ids: bool = False,
+        **session_and_check: Any,
     ) -> None:
         if not locations and not prefix:
             raise ValueError("FleetChecker needs checkpoint locations or a prefix to discover")
-        self.kafka_config = dict(kafka_config)
-        self.storages = StoragePool(
-            s3_options=s3_options, webhdfs_options=webhdfs_options, fsspec_options=fsspec_options
-        )
+        self.session, self._owns_session = _session_of(session, session_and_check)
+        self.options = options or CheckOptions.build(**session_and_check)
         self.prefixes = [prefix] if isinstance(prefix, str) else list(prefix or ())
-        self.thresholds = as_thresholds(thresholds)
-        self.history = history
-        self.exact_time_lag = exact_time_lag
-        self.read_committed = read_committed
-        self.kafka_timeout = kafka_timeout
         self.max_workers = max_workers
         self.max_depth = max_depth
         self.rediscover_seconds = rediscover_seconds
@@ -331,9 +148,6 @@ class FleetChecker:
         self._given = list(dict.fromkeys(loc.rstrip("/") or loc for loc in locations))
         self._locations: list[str] = list(self._given)
         self._discovered_at: float | None = None
-        self._readers: dict[str, CheckpointReader] = {}
-        self._kafka = kafka_client
-        self._own_kafka = kafka_client is None
         self.polls = 0
 
     # -- locations ------------------------------------------------------------------------------
@@ -351,17 +165,14 @@ class FleetChecker:
             found.extend(
                 discover_checkpoints(
                     prefix,
-                    storage=self.storages.for_location(prefix),
+                    session=self.session,
                     max_depth=self.max_depth,
                     max_workers=self.max_workers,
                 )
             )
         self._locations = list(dict.fromkeys([*self._given, *found]))
         self._discovered_at = time.monotonic()
-        keep = set(self._locations)
-        for location in list(self._readers):
-            if location not in keep:
-                del self._readers[location]
+        self.session.forget(self._locations)
         return list(self._locations)
 
     def _maybe_discover(self) -> None:
@@ -379,49 +190,20 @@ class FleetChecker:
     @property
     def storage_requests(self) -> int:
         """Storage requests sent so far (discovery included), over every backend."""
-        return self.storages.requests_total
-
-    def _reader(self, location: str) -> CheckpointReader:
-        from airflow_sparklag.checkpoint import CheckpointReader
-
-        reader = self._readers.get(location)
-        if reader is None:
-            reader = CheckpointReader(
-                self.storages.for_location(location), location, query_id=self.query_ids
-            )
-            self._readers[location] = reader
-        return reader
+        return self.session.storage_requests
 
     def read_states(
         self, progress: Progress | None = None
     ) -> tuple[dict[str, CheckpointState], dict[str, CheckResult]]:
         """Read every checkpoint (in parallel): states, and a failed result per unreadable one."""
-        locations = self.locations
-        readers = {loc: self._reader(loc) for loc in locations}
-        states: dict[str, CheckpointState] = {}
-        failures: dict[str, CheckResult] = {}
-
-        def read(location: str) -> tuple[str, CheckpointState | SparkLagError]:
-            reader = readers[location]
-            try:
-                state = reader.read(history=self.history)
-            except SparkLagError as exc:
-                return location, exc
-            return location, state
-
-        done = 0
-        if locations:
-            workers = max(1, min(self.max_workers, len(locations)))
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                for location, outcome in pool.map(read, locations):
-                    if isinstance(outcome, SparkLagError):
-                        failures[location] = _failed(location, outcome)
-                    else:
-                        states[location] = outcome
-                    done += 1
-                    if progress is not None:
-                        progress(done, len(locations))
-        return states, failures
+        return read_states(
+            self.session,
+            self.locations,
+            history=self.options.history,
+            query_id=self.query_ids,
+            max_workers=self.max_workers,
+            progress=progress,
+        )
 
     def check(
         self, *, now: float | None = None, progress: Progress | None = None
@@ -432,31 +214,13 @@ class FleetChecker:
         every job and are raised. ``progress(done, total)`` is called as checkpoints are read.
         """
         states, failures = self.read_states(progress)
-        judged: dict[str, CheckResult] = {}
-        if states:
-            judged = judge_states(
-                states,
-                kafka_config=self.kafka_config,
-                kafka_client=self._kafka_client(),
-                kafka_timeout=self.kafka_timeout,
-                thresholds=self.thresholds,
-                exact_time_lag=self.exact_time_lag,
-                read_committed=self.read_committed,
-                now=now,
-            )
+        judged = judge_states(self.session, states, self.options, now=now) if states else {}
         self.polls += 1
         return [judged.get(loc) or failures[loc] for loc in self._locations]
 
-    def _kafka_client(self) -> KafkaOffsetsClient:
-        # One client for the checker's life: its connections are reused from poll to poll.
-        if self._kafka is None:
-            self._kafka = KafkaOffsetsClient(self.kafka_config, timeout=self.kafka_timeout)
-        return self._kafka
-
     def close(self) -> None:
-        if self._own_kafka and self._kafka is not None:
-            self._kafka.close()
-            self._kafka = None
+        if self._owns_session:
+            self.session.close()
 
     def __enter__(self) -> FleetChecker:
         return self
@@ -465,23 +229,27 @@ class FleetChecker:
         self.close()
 
 
+_SESSION_ARGS = ("kafka_config", "s3_options", "webhdfs_options", "fsspec_options", "kafka_timeout")
+
+
+def _session_of(session: Session | None, kwargs: dict[str, Any]) -> tuple[Session, bool]:
+    """The given session, or one of the checker's own from the session keyword arguments
+    (which are taken out of ``kwargs``; what remains must be check options)."""
+    own = {name: kwargs.pop(name) for name in _SESSION_ARGS if name in kwargs}
+    if session is not None:
+        if own:
+            raise TypeError(f"give either session or {', '.join(sorted(own))}, not both")
+        return session, False
+    return Session(**own), True
+
+
 def check_fleet(
     locations: Iterable[str] = (),
     *,
-    kafka_config: Mapping[str, Any],
     prefix: str | Sequence[str] | None = None,
     progress: Progress | None = None,
     **options: Any,
 ) -> list[CheckResult]:
     """One check of many checkpoints (and/or those found under ``prefix``); see FleetChecker."""
-    with FleetChecker(
-        list(locations), kafka_config=kafka_config, prefix=prefix, **options
-    ) as fleet:
+    with FleetChecker(list(locations), prefix=prefix, **options) as fleet:
         return fleet.check(progress=progress)
-
-
-def _failed(location: str, error: SparkLagError) -> CheckResult:
-    message = f"{type(error).__name__}: {error}"
-    return CheckResult(
-        None, HealthVerdict(Health.UNKNOWN, message, "unreadable"), location, message
-    )

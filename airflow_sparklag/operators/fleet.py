@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_sparklag.hooks.sparklag import SparkLagHook, health_name
-from airflow_sparklag.operators.sparklag import CONN_FIELDS, DEFAULT_FAIL_ON, fail_on_names
+from airflow_sparklag import params
+from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
+from airflow_sparklag.operators.sparklag import DEFAULT_FAIL_ON, fail_on_names, health_name
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -20,7 +21,7 @@ XCOM_RESULTS = ("summary", "failing", "all")
 MESSAGE_JOBS = 10
 
 
-class SparkLagFleetCheckOperator(BaseOperator):
+class SparkLagFleetCheckOperator(SparkLagHookMixin, BaseOperator):
     """Checks every given checkpoint (``locations``) and every one found under ``prefix``.
 
     One task, one Kafka snapshot for all topics, checkpoints read in parallel (at most
@@ -46,7 +47,18 @@ class SparkLagFleetCheckOperator(BaseOperator):
     the default keeps XCom to the failing jobs.
     """
 
-    template_fields: Sequence[str] = (*CONN_FIELDS, "locations", "prefix", "thresholds", "fail_on")
+    template_fields: Sequence[str] = (
+        *CONN_FIELDS,
+        "locations",
+        "prefix",
+        "thresholds",
+        "fail_on",
+        "fail_on_error",
+        "max_failing",
+        "history",
+        "exact_time_lag",
+        "read_committed",
+    )
     template_fields_renderers = {"thresholds": "json", "locations": "json"}
     ui_color = "#f4e3c1"
 
@@ -55,16 +67,13 @@ class SparkLagFleetCheckOperator(BaseOperator):
         *,
         locations: Sequence[str] | str = (),
         prefix: str | Sequence[str] | None = None,
-        kafka_config_id: str = "kafka_default",
-        aws_conn_id: str | None = None,
-        webhdfs_conn_id: str | None = None,
-        thresholds: dict[str, Any] | None = None,
-        fail_on: Iterable[str] = DEFAULT_FAIL_ON,
-        fail_on_error: bool = True,
-        max_failing: int = 0,
-        history: int = 10,
-        exact_time_lag: bool = False,
-        read_committed: bool | None = None,
+        thresholds: dict[str, Any] | str | None = None,
+        fail_on: Iterable[str] | str = DEFAULT_FAIL_ON,
+        fail_on_error: bool | str = True,
+        max_failing: int | str = 0,
+        history: int | str = 10,
+        exact_time_lag: bool | str = False,
+        read_committed: bool | str | None = None,
         max_depth: int = 4,
         max_workers: int = 16,
         xcom_results: str = "failing",
@@ -75,9 +84,6 @@ class SparkLagFleetCheckOperator(BaseOperator):
             raise ValueError(f"xcom_results must be one of {XCOM_RESULTS}, not {xcom_results!r}")
         self.locations = locations
         self.prefix = prefix
-        self.kafka_config_id = kafka_config_id
-        self.aws_conn_id = aws_conn_id
-        self.webhdfs_conn_id = webhdfs_conn_id
         self.thresholds = thresholds
         self.fail_on = fail_on
         self.fail_on_error = fail_on_error
@@ -89,34 +95,32 @@ class SparkLagFleetCheckOperator(BaseOperator):
         self.max_workers = max_workers
         self.xcom_results = xcom_results
 
-    def _location_list(self) -> list[str]:
-        # A rendered template can give one location as a string.
-        if isinstance(self.locations, str):
-            return [self.locations] if self.locations else []
-        return [str(location) for location in self.locations]
-
-    def _prefixes(self) -> list[str]:
-        if not self.prefix:
-            return []
-        return [self.prefix] if isinstance(self.prefix, str) else [str(p) for p in self.prefix]
+    def _read(self) -> dict[str, Any]:
+        return {
+            "locations": params.locations("locations", self.locations),
+            "prefixes": params.locations("prefix", self.prefix),
+            "options": params.check_options(
+                thresholds_value=self.thresholds,
+                history=self.history,
+                exact_time_lag=self.exact_time_lag,
+                read_committed=self.read_committed,
+            ),
+            "fail_on": fail_on_names(self.fail_on),
+            "fail_on_error": params.boolean("fail_on_error", self.fail_on_error),
+            "max_failing": params.count("max_failing", self.max_failing),
+        }
 
     def execute(self, context: Context) -> dict[str, Any]:
-        locations, prefixes = self._location_list(), self._prefixes()
+        given = self.read_params(self._read)
+        locations, prefixes = given["locations"], given["prefixes"]
         if not locations and not prefixes:
             raise AirflowFailException(f"{self.task_id}: give locations and/or a prefix")
-        hook = SparkLagHook(
-            kafka_config_id=self.kafka_config_id,
-            aws_conn_id=self.aws_conn_id,
-            webhdfs_conn_id=self.webhdfs_conn_id,
-        )
+        hook = self.hook
         try:
             with hook.fleet_checker(
                 locations,
                 prefix=prefixes or None,
-                thresholds=self.thresholds,
-                history=self.history,
-                exact_time_lag=self.exact_time_lag,
-                read_committed=self.read_committed,
+                options=given["options"],
                 max_depth=self.max_depth,
                 max_workers=self.max_workers,
             ) as checker:
@@ -126,18 +130,18 @@ class SparkLagFleetCheckOperator(BaseOperator):
             scrubbed = hook.scrub(f"{type(exc).__name__}: {exc}")
             raise AirflowException(f"{self.task_id}: the fleet check failed: {scrubbed}") from None
         finally:
-            hook.close()
+            self.close_hook()
         if prefixes and not results:
             raise AirflowFailException(f"no checkpoint found under {', '.join(prefixes)}")
 
-        fail_on = fail_on_names(self.fail_on)
+        fail_on, max_failing = given["fail_on"], given["max_failing"]
         counts: Counter[str] = Counter()
         failing: list[dict[str, Any]] = []
         for result in results:
             health = health_name(result.verdict.health)
             counts[health] += 1
             errored = result.error is not None
-            if health in fail_on or (errored and self.fail_on_error):
+            if health in fail_on or (errored and given["fail_on_error"]):
                 report = result.report
                 failing.append(
                     {
@@ -165,7 +169,7 @@ class SparkLagFleetCheckOperator(BaseOperator):
             len(failing),
             requests,
         )
-        if len(failing) > self.max_failing:
+        if len(failing) > max_failing:
             context["ti"].xcom_push(key="return_value", value=payload)
             named = "; ".join(
                 f"{f['location']}: {f['health']} ({f['error'] or f['reason']})"
@@ -173,7 +177,7 @@ class SparkLagFleetCheckOperator(BaseOperator):
             )
             more = f" and {len(failing) - MESSAGE_JOBS} more" if len(failing) > MESSAGE_JOBS else ""
             raise AirflowFailException(
-                f"{len(failing)} of {len(results)} jobs failing (at most {self.max_failing} "
+                f"{len(failing)} of {len(results)} jobs failing (at most {max_failing} "
                 f"allowed): {named}{more}"
             )
         return payload

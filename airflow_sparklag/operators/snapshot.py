@@ -12,50 +12,25 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_sparklag.hooks.sparklag import SparkLagHook
+from airflow_sparklag import params
+from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-_CONN_FIELDS = ("kafka_config_id", "aws_conn_id", "webhdfs_conn_id")
+_CONN_FIELDS = CONN_FIELDS
 
 
-class _SparkLagConnections(BaseOperator):
-    """Connection arguments shared by the three operators."""
+class _SparkLagConnections(SparkLagHookMixin, BaseOperator):
+    """Connections (one hook, one session) shared by the three operators."""
 
-    def __init__(
-        self,
-        *,
-        kafka_config_id: str = "kafka_default",
-        aws_conn_id: str | None = None,
-        webhdfs_conn_id: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.kafka_config_id = kafka_config_id
-        self.aws_conn_id = aws_conn_id
-        self.webhdfs_conn_id = webhdfs_conn_id
-
-    def get_hook(self) -> SparkLagHook:
-        return SparkLagHook(
-            kafka_config_id=self.kafka_config_id,
-            aws_conn_id=self.aws_conn_id,
-            webhdfs_conn_id=self.webhdfs_conn_id,
-        )
-
-    def _run(self, hook: SparkLagHook, work: Any) -> Any:
-        from airflow_sparklag.errors import SparkLagError
-        from airflow_sparklag.migration import MigrationRefused
-
+    def _run(self, work: Any) -> Any:
         try:
-            return work()
-        except MigrationRefused as exc:
-            # A refusal is final: retrying cannot make data reappear or a job stop.
-            raise AirflowFailException(hook.scrub(f"{type(exc).__name__}: {exc}")) from None
-        except SparkLagError as exc:
-            raise AirflowException(hook.scrub(f"{type(exc).__name__}: {exc}")) from None
+            return self.run_core(work)
+        finally:
+            self.close_hook()
 
 
 class CheckpointSnapshotOperator(_SparkLagConnections):
@@ -97,26 +72,27 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_sparklag.snapshot import snapshot_checkpoint
 
-        hook = self.get_hook()
-        conns = hook.get_conn()
+        location, root, group = self.read_params(
+            lambda: (
+                params.location("checkpoint_location", self.checkpoint_location),
+                params.location("snapshot_root", self.snapshot_root),
+                None
+                if params.is_none(self.consumer_group)
+                else params.text("consumer_group", self.consumer_group),
+            )
+        )
+        hook = self.hook
 
         def work() -> dict[str, Any]:
-            result = snapshot_checkpoint(
-                self.checkpoint_location,
-                self.snapshot_root,
-                kafka_config=conns.kafka_config,
-                kafka_client=hook.kafka_client(),
-                s3_options=conns.s3_options,
-                webhdfs_options=conns.webhdfs_options,
-            )
+            result = snapshot_checkpoint(location, root, session=hook.session)
             payload = result.to_dict()
-            if self.consumer_group:
+            if group:
                 payload["consumer_group"] = _export(
-                    conns.kafka_config, self.consumer_group, result.snapshot, result.kafka
+                    hook.get_conn().kafka_config, group, result.snapshot, result.kafka
                 )
             return payload
 
-        payload = self._run(hook, work)
+        payload = self._run(work)
         self.log.info(
             "Snapshot of %s batch %s written to %s",
             payload["checkpoint_location"],
@@ -152,25 +128,23 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_sparklag.snapshot import snapshot_checkpoint
 
-        hook = self.get_hook()
-        conns = hook.get_conn()
+        location = self.read_params(
+            lambda: params.location("checkpoint_location", self.checkpoint_location)
+        )
+        group_id = self.read_params(lambda: params.text("group_id", self.group_id))
+        hook = self.hook
 
         def work() -> dict[str, Any]:
             result = snapshot_checkpoint(
-                self.checkpoint_location,
-                "",
-                kafka_client=hook.kafka_client(),
-                s3_options=conns.s3_options,
-                webhdfs_options=conns.webhdfs_options,
-                record_timestamps=False,
-                write=False,
+                location, "", session=hook.session, record_timestamps=False, write=False
             )
-            payload = _export(conns.kafka_config, self.group_id, result.snapshot, result.kafka)
+            config = hook.get_conn().kafka_config
+            payload = _export(config, group_id, result.snapshot, result.kafka)
             payload["committed_batch_id"] = result.snapshot.committed.batch_id
             return payload
 
-        payload = self._run(hook, work)
-        self.log.info("Group %s: total lag %s", self.group_id, payload["total_lag"])
+        payload = self._run(work)
+        self.log.info("Group %s: total lag %s", group_id, payload["total_lag"])
         return payload
 
 
@@ -230,46 +204,46 @@ class CheckpointMigrationOperator(_SparkLagConnections):
         self.quiet_period = quiet_period
         self.force = force
         self.allow_data_loss = allow_data_loss
-        self.file_sink_paths = list(file_sink_paths)
+        self.file_sink_paths = file_sink_paths
         self.move_sink_log = move_sink_log
         self.dry_run = dry_run
+
+    def _read(self) -> dict[str, Any]:
+        """Every parameter, read before anything is touched: a value that cannot be read
+        (``dry_run="Ture"``, ``quiet_period="nan"``) fails the task and moves nothing."""
+        snapshot_root, snapshot = (
+            None if params.is_none(v) else params.location(n, v)
+            for n, v in (("snapshot_root", self.snapshot_root), ("snapshot", self.snapshot))
+        )
+        return {
+            "location": params.location("checkpoint_location", self.checkpoint_location),
+            "archive_root": params.location("archive_root", self.archive_root),
+            "snapshot_root": snapshot_root,
+            "snapshot": snapshot,
+            "quiet_period": params.duration("quiet_period", self.quiet_period),
+            "force": params.boolean("force", self.force),
+            "allow_data_loss": params.boolean("allow_data_loss", self.allow_data_loss),
+            "file_sink_paths": params.locations("file_sink_paths", self.file_sink_paths),
+            "move_sink_log": params.boolean("move_sink_log", self.move_sink_log),
+            "dry_run": params.boolean("dry_run", self.dry_run),
+        }
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_sparklag.migration import migrate_checkpoint
 
-        hook = self.get_hook()
-        conns = hook.get_conn()
-
-        # Switches may arrive as rendered template text ("True", "60"); "" = no file sink.
-        quiet_period = float(self.quiet_period)
-        force, allow_data_loss, move_sink_log, dry_run = (
-            _flag(v) for v in (self.force, self.allow_data_loss, self.move_sink_log, self.dry_run)
-        )
-        file_sink_paths = [p for p in self.file_sink_paths if p]
+        given = self.read_params(self._read)
+        hook = self.hook
 
         def work() -> dict[str, Any]:
-            result = migrate_checkpoint(
-                self.checkpoint_location,
-                self.archive_root,
-                kafka_client=hook.kafka_client(),
-                s3_options=conns.s3_options,
-                webhdfs_options=conns.webhdfs_options,
-                snapshot_root=self.snapshot_root,
-                snapshot=self.snapshot,
-                quiet_period=quiet_period,
-                force=force,
-                allow_data_loss=allow_data_loss,
-                file_sink_paths=file_sink_paths,
-                move_sink_log=move_sink_log,
-                dry_run=dry_run,
-            )
+            location, archive_root = given.pop("location"), given.pop("archive_root")
+            result = migrate_checkpoint(location, archive_root, session=hook.session, **given)
             payload = result.to_dict()
             payload["starting_offsets_json"] = (
                 result.starting_offsets_json() if len(result.starting_offsets) == 1 else None
             )
             return payload
 
-        payload = self._run(hook, work)
+        payload = self._run(work)
         for warning in payload["warnings"]:
             self.log.warning("%s", hook.scrub(warning))
         self.log.info(
@@ -293,10 +267,3 @@ def _export(kafka_config: dict[str, Any], group_id: str, snapshot: Any, kafka: A
     if kafka is not None:
         ends = {t: {p: po.log_end for p, po in ps.items()} for t, ps in kafka.partitions.items()}
     return export_offsets(kafka_config, group_id, offsets, log_ends=ends).to_dict()
-
-
-def _flag(value: Any) -> bool:
-    """A switch that may be rendered template text."""
-    if isinstance(value, str):
-        return value.strip().lower() in {"true", "1", "yes", "on"}
-    return bool(value)

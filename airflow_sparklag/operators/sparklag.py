@@ -7,28 +7,25 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseBranchOperator, BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_sparklag.hooks.sparklag import SparkLagHook, breach_message, health_name
+from airflow_sparklag import params
+from airflow_sparklag.conditions import breach_message
+from airflow_sparklag.health import DEFAULT_FAIL_ON as _FAIL_ON
+from airflow_sparklag.health import Health
+from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-# Connection ids are templated too, so that one DAG can serve several clusters via params.
-CONN_FIELDS = ("kafka_config_id", "aws_conn_id", "webhdfs_conn_id")
+    from airflow_sparklag.monitor import CheckResult
+
 # Verdicts that fail a SparkLagCheckOperator unless told otherwise. UNKNOWN (no batch committed
 # yet, no Kafka source) is not a breach by default: there is nothing to measure.
-DEFAULT_FAIL_ON = ("LAGGING", "STALLED", "STOPPED", "REWIND", "DATA_LOSS")
+DEFAULT_FAIL_ON = tuple(h.value for h in _FAIL_ON)
 # Numeric health for dashboards: 0 healthy .. 5 data loss, -1 unknown.
-HEALTH_CODES = {
-    "OK": 0,
-    "LAGGING": 1,
-    "STALLED": 2,
-    "STOPPED": 3,
-    "REWIND": 4,
-    "DATA_LOSS": 5,
-    "UNKNOWN": -1,
-}
+HEALTH_CODES = {h.value: h.metric_value for h in Health}
+CHECK_FIELDS = ("location", "thresholds", "history", "exact_time_lag", "read_committed")
 
 
 def _stats() -> Any:
@@ -40,9 +37,13 @@ def _stats() -> Any:
 
 
 def fail_on_names(fail_on: Iterable[str] | str) -> set[str]:
-    """Upper-case verdict names from ``fail_on`` (a rendered template may give one string)."""
-    values = [fail_on] if isinstance(fail_on, str) else list(fail_on)
-    return {str(value).upper() for value in values}
+    """Verdict names from ``fail_on`` in any form a template renders (checked, upper case)."""
+    return {h.value for h in params.health_names("fail_on", fail_on)}
+
+
+def health_name(health: Any) -> str:
+    """``Health.OK`` -> ``"OK"``."""
+    return str(getattr(health, "value", health)).upper()
 
 
 def metric_safe(name: str) -> str:
@@ -50,57 +51,40 @@ def metric_safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "job"
 
 
-class _LagCheckBase:
+class _LagCheckBase(SparkLagHookMixin):
     """Arguments and the check shared by the check and branch operators."""
 
-    hook_params = ("kafka_config_id", "aws_conn_id", "webhdfs_conn_id")
-
-    def _init_check(
+    def __init__(
         self,
+        *,
         location: str,
-        kafka_config_id: str,
-        aws_conn_id: str | None,
-        webhdfs_conn_id: str | None,
-        thresholds: dict[str, Any] | None,
-        history: int,
-        exact_time_lag: bool,
-        read_committed: bool | None,
+        thresholds: dict[str, Any] | str | None = None,
+        history: int | str = 10,
+        exact_time_lag: bool | str = False,
+        read_committed: bool | str | None = None,
+        **kwargs: Any,
     ) -> None:
+        super().__init__(**kwargs)
         self.location = location
-        self.kafka_config_id = kafka_config_id
-        self.aws_conn_id = aws_conn_id
-        self.webhdfs_conn_id = webhdfs_conn_id
         self.thresholds = thresholds
         self.history = history
         self.exact_time_lag = exact_time_lag
         self.read_committed = read_committed
 
-    @property
-    def hook(self) -> SparkLagHook:
-        return SparkLagHook(
-            kafka_config_id=self.kafka_config_id,
-            aws_conn_id=self.aws_conn_id,
-            webhdfs_conn_id=self.webhdfs_conn_id,
+    def _read_check(self) -> tuple[str, Any]:
+        options = params.check_options(
+            thresholds_value=self.thresholds,
+            history=self.history,
+            exact_time_lag=self.exact_time_lag,
+            read_committed=self.read_committed,
         )
+        return params.location("location", self.location), options
 
-    def _check(self) -> Any:
-        hook = self.hook
+    def _check(self, location: str, options: Any) -> CheckResult:
         try:
-            return hook.check(
-                self.location,
-                thresholds=self.thresholds,
-                history=self.history,
-                exact_time_lag=self.exact_time_lag,
-                read_committed=self.read_committed,
-            )
-        except Exception as exc:
-            scrubbed = hook.scrub(str(exc))
-            if scrubbed != str(exc):
-                # Drop the original (its text holds a secret of a connection).
-                raise AirflowException(f"{type(exc).__name__}: {scrubbed}") from None
-            raise
+            return self.run_core(lambda: self.hook.check(location, options=options))
         finally:
-            hook.close()
+            self.close_hook()
 
 
 class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
@@ -126,64 +110,43 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
     ``/ck/orders: LAGGING: total lag 61200 > 50000. Total lag 61200. orders[2] lag=40100 ...``.
     """
 
-    template_fields: Sequence[str] = (
-        *CONN_FIELDS,
-        "location",
-        "thresholds",
-        "fail_on",
-        "metric_name",
-    )
+    template_fields: Sequence[str] = (*CONN_FIELDS, *CHECK_FIELDS, "fail_on", "metric_name")
     template_fields_renderers = {"thresholds": "json"}
     ui_color = "#f4e3c1"
 
     def __init__(
         self,
         *,
-        location: str,
-        kafka_config_id: str = "kafka_default",
-        aws_conn_id: str | None = None,
-        webhdfs_conn_id: str | None = None,
-        thresholds: dict[str, Any] | None = None,
-        fail_on: Iterable[str] = DEFAULT_FAIL_ON,
-        history: int = 10,
-        exact_time_lag: bool = False,
-        read_committed: bool | None = None,
+        fail_on: Iterable[str] | str = DEFAULT_FAIL_ON,
         emit_metrics: bool = True,
         metric_prefix: str = "sparklag",
         metric_name: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self._init_check(
-            location,
-            kafka_config_id,
-            aws_conn_id,
-            webhdfs_conn_id,
-            thresholds,
-            history,
-            exact_time_lag,
-            read_committed,
-        )
         self.fail_on = fail_on
         self.emit_metrics = emit_metrics
         self.metric_prefix = metric_prefix
         self.metric_name = metric_name
 
     def execute(self, context: Context) -> dict[str, Any]:
-        result = self._check()
+        location, options = self.read_params(self._read_check)
+        fail_on = self.read_params(lambda: fail_on_names(self.fail_on))
+        result = self._check(location, options)
         payload = result.to_dict()
         health = health_name(result.verdict.health)
+        report = result.report
         self.log.info(
             "%s: %s (%s); total lag %s, max lag %s s",
-            self.location,
+            location,
             health,
             result.verdict.reason,
-            result.report.total_lag,
-            result.report.max_lag_seconds,
+            report.total_lag if report else None,
+            report.max_lag_seconds if report else None,
         )
-        if self.emit_metrics:
+        if self.emit_metrics and report is not None:
             self._emit(result, health)
-        if health in fail_on_names(self.fail_on):
+        if health in fail_on:
             context["ti"].xcom_push(key="return_value", value=payload)
             raise AirflowFailException(breach_message(result))
         return payload
@@ -225,18 +188,13 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
         )
     """
 
-    template_fields: Sequence[str] = (*CONN_FIELDS, "location", "thresholds")
+    template_fields: Sequence[str] = (*CONN_FIELDS, *CHECK_FIELDS)
     template_fields_renderers = {"thresholds": "json"}
     ui_color = "#f4e3c1"
 
     def __init__(
         self,
         *,
-        location: str,
-        kafka_config_id: str = "kafka_default",
-        aws_conn_id: str | None = None,
-        webhdfs_conn_id: str | None = None,
-        thresholds: dict[str, Any] | None = None,
         healthy_task_id: str | list[str] | None = None,
         lagging_task_id: str | list[str] | None = None,
         stalled_task_id: str | list[str] | None = None,
@@ -245,22 +203,9 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
         data_loss_task_id: str | list[str] | None = None,
         unknown_task_id: str | list[str] | None = None,
         default_task_id: str | list[str] | None = None,
-        history: int = 10,
-        exact_time_lag: bool = False,
-        read_committed: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self._init_check(
-            location,
-            kafka_config_id,
-            aws_conn_id,
-            webhdfs_conn_id,
-            thresholds,
-            history,
-            exact_time_lag,
-            read_committed,
-        )
         self.branches = {
             "OK": healthy_task_id,
             "LAGGING": lagging_task_id,
@@ -275,11 +220,12 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
             raise ValueError(f"{self.task_id}: give at least one *_task_id or default_task_id")
 
     def choose_branch(self, context: Context) -> str | list[str]:
-        result = self._check()
+        location, options = self.read_params(self._read_check)
+        result = self._check(location, options)
         health = health_name(result.verdict.health)
         context["ti"].xcom_push(key="report", value=result.to_dict())
         chosen = self.branches.get(health) or self.default_task_id
-        self.log.info("%s: %s (%s) -> %s", self.location, health, result.verdict.reason, chosen)
+        self.log.info("%s: %s (%s) -> %s", location, health, result.verdict.reason, chosen)
         if not chosen:
             raise AirflowFailException(
                 f"{self.task_id}: no task for verdict {health} and no default_task_id: "

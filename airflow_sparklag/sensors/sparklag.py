@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
@@ -22,25 +23,19 @@ from airflow.sdk.exceptions import (
     AirflowSkipException,
 )
 
-from airflow_sparklag.hooks.sparklag import DEFAULT_ACCEPT, Probe, SparkLagHook, epoch_seconds
+from airflow_sparklag import params
+from airflow_sparklag.conditions import CatchUpCondition, HealthCondition, ProgressCondition
+from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.triggers.base import BaseTrigger
 
-
-CONN_FIELDS = ("kafka_config_id", "aws_conn_id", "webhdfs_conn_id")
-
-
-def _optional_int(value: Any) -> int | None:
-    """Rendered templates arrive as text: "", "None" and None all mean "not given"."""
-    if value is None or (isinstance(value, str) and value.strip() in {"", "None", "null"}):
-        return None
-    return int(value)
+    from airflow_sparklag.conditions import Probe, WaitCondition
 
 
-class _CheckpointSensor(BaseSensorOperator):
-    """Shared plumbing: one hook, one probe per poke, one trigger when deferred."""
+class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
+    """Shared plumbing: one condition, one probe per poke, one trigger when deferred."""
 
     template_fields: Sequence[str] = (*CONN_FIELDS, "location")
     ui_color = "#f4e3c1"
@@ -49,33 +44,24 @@ class _CheckpointSensor(BaseSensorOperator):
         self,
         *,
         location: str,
-        kafka_config_id: str = "kafka_default",
-        aws_conn_id: str | None = None,
-        webhdfs_conn_id: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poke_interval: float = 30,
         **kwargs: Any,
     ) -> None:
         super().__init__(poke_interval=poke_interval, **kwargs)
         self.location = location
-        self.kafka_config_id = kafka_config_id
-        self.aws_conn_id = aws_conn_id
-        self.webhdfs_conn_id = webhdfs_conn_id
         self.deferrable = deferrable
-        self._hook: SparkLagHook | None = None
 
-    @property
-    def hook(self) -> SparkLagHook:
-        if self._hook is None:
-            self._hook = SparkLagHook(
-                kafka_config_id=self.kafka_config_id,
-                aws_conn_id=self.aws_conn_id,
-                webhdfs_conn_id=self.webhdfs_conn_id,
-            )
-        return self._hook
+    def condition(self) -> WaitCondition:
+        """The condition the rendered parameters describe (read once per try)."""
+        raise NotImplementedError
+
+    @cached_property
+    def _condition(self) -> WaitCondition:
+        return self.read_params(self.condition)
 
     def _probe(self) -> Probe:
-        raise NotImplementedError
+        return self.run_core(lambda: self.hook.probe(self._condition))
 
     def _trigger(self, deadline: float) -> BaseTrigger:
         raise NotImplementedError
@@ -111,6 +97,7 @@ class _CheckpointSensor(BaseSensorOperator):
             self.log.info("%s", probe.message)
             return probe.payload
         self.log.info("%s; deferring", probe.message)
+        self.close_hook()  # the triggerer opens its own session
         self.defer(
             trigger=self._trigger(time.time() + self.timeout),
             method_name="execute_complete",
@@ -152,53 +139,75 @@ class SparkLagSensor(_CheckpointSensor):
         )
     """
 
-    template_fields: Sequence[str] = (*CONN_FIELDS, "location", "thresholds", "accept")
+    template_fields: Sequence[str] = (
+        *CONN_FIELDS,
+        "location",
+        "thresholds",
+        "accept",
+        "fail_fast",
+        "history",
+        "exact_time_lag",
+        "read_committed",
+    )
     template_fields_renderers = {"thresholds": "json"}
 
     def __init__(
         self,
         *,
-        thresholds: dict[str, Any] | None = None,
-        accept: Sequence[str] = DEFAULT_ACCEPT,
+        thresholds: dict[str, Any] | str | None = None,
+        accept: Sequence[str] | str = ("OK",),
         fail_on_data_loss: bool = True,
-        history: int = 10,
-        exact_time_lag: bool = False,
-        read_committed: bool | None = None,
+        fail_fast: Sequence[str] | str | None = None,
+        history: int | str = 10,
+        exact_time_lag: bool | str = False,
+        read_committed: bool | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.thresholds = thresholds
         self.accept = accept
         self.fail_on_data_loss = fail_on_data_loss
+        self.fail_fast = fail_fast
         self.history = history
         self.exact_time_lag = exact_time_lag
         self.read_committed = read_committed
 
-    def _accept(self) -> list[str]:
-        return [self.accept] if isinstance(self.accept, str) else list(self.accept)
+    def condition(self) -> HealthCondition:
+        from airflow_sparklag.conditions import HealthCondition
+        from airflow_sparklag.health import Health
 
-    def _probe(self) -> Probe:
-        return self.hook.probe_health(
-            self.location,
-            thresholds=self.thresholds,
-            accept=self._accept(),
-            fail_on_data_loss=self.fail_on_data_loss,
+        options = params.check_options(
+            thresholds_value=self.thresholds,
             history=self.history,
             exact_time_lag=self.exact_time_lag,
             read_committed=self.read_committed,
+        )
+        accept = params.health_names("accept", self.accept)
+        if not accept:
+            raise params.invalid("accept", "give at least one verdict to wait for, e.g. OK")
+        if self.fail_fast is None:
+            on_loss = params.boolean("fail_on_data_loss", self.fail_on_data_loss)
+            fail_fast: tuple[Health, ...] = (Health.DATA_LOSS,) if on_loss else ()
+        else:
+            fail_fast = params.health_names("fail_fast", self.fail_fast)
+        return HealthCondition(
+            params.location("location", self.location), options, accept, fail_fast
         )
 
     def _trigger(self, deadline: float) -> BaseTrigger:
         from airflow_sparklag.triggers.sparklag import SparkLagTrigger
 
+        condition = self._condition
+        assert isinstance(condition, HealthCondition)
+        options = condition.options.to_dict()
         return SparkLagTrigger(
-            self.location,
-            thresholds=self.thresholds,
-            accept=self._accept(),
-            fail_on_data_loss=self.fail_on_data_loss,
-            history=self.history,
-            exact_time_lag=self.exact_time_lag,
-            read_committed=self.read_committed,
+            condition.location,
+            thresholds=options["thresholds"] or None,
+            accept=[h.value for h in condition.accept],
+            fail_fast=[h.value for h in condition.fail_fast],
+            history=options["history"],
+            exact_time_lag=options["exact_time_lag"],
+            read_committed=options["read_committed"],
             **self._trigger_kwargs(deadline),
         )
 
@@ -240,24 +249,22 @@ class SparkCheckpointProgressSensor(_CheckpointSensor):
         self.after_batch_id = after_batch_id
         self.after_commit_time = after_commit_time
 
-    def _probe(self) -> Probe:
-        return self.hook.probe_progress(
-            self.location,
-            after_batch_id=_optional_int(self.after_batch_id),
-            after_commit_time=epoch_seconds(self._commit_time()),
+    def condition(self) -> ProgressCondition:
+        return ProgressCondition(
+            params.location("location", self.location),
+            params.optional_count("after_batch_id", self.after_batch_id),
+            params.moment("after_commit_time", self.after_commit_time),
         )
-
-    def _commit_time(self) -> Any:
-        value = self.after_commit_time
-        return None if isinstance(value, str) and value.strip() in {"", "None"} else value
 
     def _trigger(self, deadline: float) -> BaseTrigger:
         from airflow_sparklag.triggers.sparklag import SparkCheckpointProgressTrigger
 
+        condition = self._condition
+        assert isinstance(condition, ProgressCondition)
         return SparkCheckpointProgressTrigger(
-            self.location,
-            after_batch_id=_optional_int(self.after_batch_id),
-            after_commit_time=epoch_seconds(self._commit_time()),
+            condition.location,
+            after_batch_id=condition.after_batch_id,
+            after_commit_time=condition.after_commit_time,
             **self._trigger_kwargs(deadline),
         )
 
@@ -293,31 +300,25 @@ class SparkKafkaCatchUpSensor(_CheckpointSensor):
         self.target_time = target_time
         self.topics = topics
 
-    def _target_ms(self) -> int:
-        seconds = epoch_seconds(self.target_time)
+    def condition(self) -> CatchUpCondition:
+        seconds = params.moment("target_time", self.target_time)
         if seconds is None:
-            raise AirflowFailException(
-                f"{self.task_id}: target_time rendered to nothing; give a datetime, ISO text or "
-                "epoch seconds"
+            raise params.invalid(
+                "target_time", "rendered to nothing; give a datetime, ISO text or epoch seconds"
             )
-        return int(seconds * 1000)
-
-    def _topics(self) -> list[str] | None:
-        if not self.topics:
-            return None
-        return [self.topics] if isinstance(self.topics, str) else list(self.topics)
-
-    def _probe(self) -> Probe:
-        return self.hook.probe_catch_up(
-            self.location, target_time=self._target_ms(), topics=self._topics()
+        topics = tuple(params.strings("topics", self.topics)) or None
+        return CatchUpCondition(
+            params.location("location", self.location), int(seconds * 1000), topics
         )
 
     def _trigger(self, deadline: float) -> BaseTrigger:
         from airflow_sparklag.triggers.sparklag import SparkKafkaCatchUpTrigger
 
+        condition = self._condition
+        assert isinstance(condition, CatchUpCondition)
         return SparkKafkaCatchUpTrigger(
-            self.location,
-            target_time_ms=self._target_ms(),
-            topics=self._topics(),
+            condition.location,
+            target_time_ms=condition.target_time_ms,
+            topics=list(condition.topics) if condition.topics else None,
             **self._trigger_kwargs(deadline),
         )

@@ -1,4 +1,7 @@
-"""Storage backends: one tiny interface over local files, S3, HDFS (WebHDFS) and fsspec.
+"""Storage backends: one small interface over local files, S3, HDFS (WebHDFS) and fsspec.
+
+Each backend owns every operation (list, walk, read, write, copy, delete, rename): callers never
+switch on the backend type, so a new store (GCS, ABFS, ...) is one small file.
 
 Paths handed to a backend are full URLs or local paths, built with :func:`join`::
 
@@ -21,6 +24,8 @@ from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 __all__ = [
+    "CHECKPOINT_MARKERS",
+    "Children",
     "ObjectInfo",
     "RequestCounter",
     "Storage",
@@ -32,6 +37,7 @@ __all__ = [
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 HDFS_SCHEMES = frozenset({"hdfs", "webhdfs"})
 LOCAL_SCHEMES = frozenset({"", "file"})
+CHECKPOINT_MARKERS = frozenset({"offsets", "commits"})  # directories that make a checkpoint
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,18 @@ class ObjectInfo:
     name: str  # base name inside the listed directory, e.g. "12"
     size: int
     modified: float  # epoch seconds (storage LastModified / modificationTime)
+
+
+@dataclass(frozen=True)
+class Children:
+    """What one directory listing shows: the names of files and of subdirectories."""
+
+    files: frozenset[str]
+    directories: frozenset[str]
+
+    @property
+    def is_checkpoint(self) -> bool:
+        return "metadata" in self.files or bool(CHECKPOINT_MARKERS & self.directories)
 
 
 class RequestCounter:
@@ -75,7 +93,22 @@ class RequestCounter:
 
 @runtime_checkable
 class Storage(Protocol):
-    """What the checkpoint reader needs from a store. Every backend also has ``requests``."""
+    """What the package needs from a store. Every backend also has ``requests``.
+
+    The checkpoint reader needs the first four methods; fleet discovery needs
+    ``list_children``; archiving needs the rest. A backend that cannot do an operation raises
+    :class:`~airflow_sparklag.errors.UnsupportedOperation`, naming itself and the path. Every
+    method counts the requests it sends in ``requests``.
+
+    Example::
+
+        storage = open_storage("s3a://bucket/ck")
+        sizes = storage.walk("s3a://bucket/ck")            # {"metadata": 45, "offsets/0": 512}
+        if not storage.rename("s3a://bucket/ck", "s3a://bucket/old"):   # False: no rename
+            for relative in sizes:
+                storage.copy_from(storage, join("s3a://bucket/ck", relative),
+                                  join("s3a://bucket/old", relative))
+    """
 
     requests: RequestCounter
 
@@ -97,6 +130,46 @@ class Storage(Protocol):
 
     def exists(self, path: str) -> bool:
         """True when ``path`` is an object (or, where the store has them, a directory)."""
+        ...
+
+    def list_children(self, path: str) -> Children:
+        """Names of the files and subdirectories directly under ``path``, in one listing
+        (paginated where the store pages); no children when the directory is missing."""
+        ...
+
+    def walk(self, root: str) -> dict[str, int]:
+        """Every object under ``root``, recursively, hidden ones too: relative path -> size.
+
+        Relative paths are ``/``-separated. On S3 a directory marker (an object whose key ends
+        with ``/``, written by s3a) is an object like any other: ``""`` for ``<root>/`` itself,
+        ``"offsets/"`` for one inside. A missing ``root`` gives ``{}``.
+        """
+        ...
+
+    def delete(self, path: str) -> None:
+        """Delete one object (file); nothing happens when it is already gone."""
+        ...
+
+    def remove_empty_directories(self, root: str) -> None:
+        """Remove ``root`` and the directories under it once they hold no file.
+
+        Never deletes a file: raises :class:`~airflow_sparklag.errors.StorageError` naming a
+        directory that still holds one. Nothing to do on stores without directories (S3).
+        """
+        ...
+
+    def rename(self, src: str, dst: str) -> bool:
+        """Move ``src`` (a file or a whole directory) to ``dst`` in one atomic step.
+
+        ``True`` when renamed; ``False`` when this store cannot rename atomically (object
+        stores, another filesystem): the caller copies instead. Raises
+        :class:`~airflow_sparklag.errors.StorageAlreadyExists` when ``dst`` exists.
+        """
+        ...
+
+    def copy_from(self, source: Storage, src: str, dst: str) -> None:
+        """Copy object ``src`` of ``source`` (this store or another) to ``dst`` on this store,
+        overwriting ``dst``; server-side where the store can (same S3 client)."""
         ...
 
 

@@ -14,7 +14,7 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     UnsupportedStorageURL,
 )
-from airflow_sparklag.storage import ObjectInfo, RequestCounter, scheme_of
+from airflow_sparklag.storage import Children, ObjectInfo, RequestCounter, Storage, scheme_of
 
 # Where the fsspec implementation of common schemes lives, for the install hint.
 _IMPLEMENTATIONS = {
@@ -54,6 +54,8 @@ class FsspecStorage:
     ``fsspec_options`` are passed to ``fsspec.filesystem(scheme, **options)``; put timeouts
     there in the implementation's own terms. Object stores write a whole object in one PUT,
     which is atomic; ``overwrite=False`` checks first (not race-free on every store).
+    ``rename`` answers False (fsspec's ``mv`` is a copy and a delete on object stores, not
+    atomic), so archiving copies, verifies and then deletes, as on S3.
     """
 
     def __init__(self, filesystem: Any) -> None:
@@ -115,6 +117,74 @@ class FsspecStorage:
         self.requests.add("write")
         with _fs_errors(path, "write"):
             self.filesystem.pipe_file(path, data)
+
+    def list_children(self, path: str) -> Children:
+        self.requests.add("list")
+        try:
+            with _fs_errors(path, "list directory"):
+                entries = self.filesystem.ls(path, detail=True)
+        except StorageNotFound:
+            return Children(frozenset(), frozenset())
+        own = self._name(path)
+        files: set[str] = set()
+        directories: set[str] = set()
+        for entry in entries:
+            full = str(entry["name"]).rstrip("/")
+            if full == own:  # the directory's own marker object
+                continue
+            name = full.rsplit("/", 1)[-1]
+            (directories if entry.get("type") == "directory" else files).add(name)
+        return Children(frozenset(files), frozenset(directories))
+
+    def walk(self, root: str) -> dict[str, int]:
+        self.requests.add("list")
+        try:
+            with _fs_errors(root, "walk"):
+                entries = self.filesystem.find(root, detail=True)
+        except StorageNotFound:
+            return {}
+        own = self._name(root)
+        found: dict[str, int] = {}
+        for name, entry in entries.items():
+            full = str(name)
+            if full.rstrip("/") == own:  # root itself: a file, or a directory marker
+                found[""] = int(entry.get("size") or 0)
+            elif full.startswith(own + "/"):
+                found[full[len(own) + 1 :]] = int(entry.get("size") or 0)
+        return found
+
+    def delete(self, path: str) -> None:
+        self.requests.add("delete")
+        with _fs_errors(path, "delete"), contextlib.suppress(FileNotFoundError):
+            self.filesystem.rm_file(path)
+
+    def remove_empty_directories(self, root: str) -> None:
+        self.requests.add("list")
+        try:
+            with _fs_errors(root, "walk"):
+                entries = self.filesystem.find(root, withdirs=True, detail=True)
+        except StorageNotFound:
+            return
+        if any(entry.get("type") != "directory" for entry in entries.values()):
+            raise StorageError(f"{root}: still holds files; not removing it")
+        top_level = ("", self.filesystem.root_marker)
+        for directory in sorted(entries, key=lambda name: name.count("/"), reverse=True):
+            # rmdir of a top-level name would remove a bucket or container.
+            if self.filesystem._parent(directory) in top_level:
+                continue
+            self.requests.add("delete")
+            with _fs_errors(directory, "remove directory"), contextlib.suppress(FileNotFoundError):
+                self.filesystem.rmdir(directory)  # refuses a directory that is not empty
+
+    def rename(self, src: str, dst: str) -> bool:
+        return False  # see the class docstring
+
+    def copy_from(self, source: Storage, src: str, dst: str) -> None:
+        self.write_atomic(dst, source.read(src), overwrite=True)
+
+    def _name(self, path: str) -> str:
+        """``path`` as the filesystem names it in listings (``gs://b/ck/`` -> ``b/ck``)."""
+        return str(self.filesystem._strip_protocol(path)).rstrip("/")
 
 
 def _modified(entry: dict[str, Any]) -> float:

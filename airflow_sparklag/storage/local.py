@@ -15,7 +15,7 @@ from airflow_sparklag.errors import (
     StorageError,
     StorageNotFound,
 )
-from airflow_sparklag.storage import ObjectInfo, RequestCounter
+from airflow_sparklag.storage import Children, ObjectInfo, RequestCounter, Storage
 
 
 def local_path(path: str) -> str:
@@ -126,6 +126,76 @@ class LocalStorage:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temp)
             _fsync_directory(directory or ".")
+
+    def list_children(self, path: str) -> Children:
+        self.requests.add("list")
+        files: set[str] = set()
+        directories: set[str] = set()
+        try:
+            with os.scandir(local_path(path)) as scan:
+                for entry in scan:
+                    try:
+                        (directories if entry.is_dir() else files).add(entry.name)
+                    except FileNotFoundError:
+                        continue
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        except OSError as exc:
+            raise StorageError(f"{path}: list directory failed: {exc.strerror or exc}") from exc
+        return Children(frozenset(files), frozenset(directories))
+
+    def walk(self, root: str) -> dict[str, int]:
+        base = local_path(root)
+        found: dict[str, int] = {}
+        for directory, _dirs, files in os.walk(base, onerror=_unless_missing):
+            self.requests.add("list")
+            for name in files:
+                full = os.path.join(directory, name)
+                relative = os.path.relpath(full, base).replace(os.sep, "/")
+                try:
+                    found[relative] = os.path.getsize(full)
+                except FileNotFoundError:
+                    continue
+        return found
+
+    def delete(self, path: str) -> None:
+        self.requests.add("delete")
+        with _os_errors(path, "delete"), contextlib.suppress(FileNotFoundError):
+            os.remove(local_path(path))
+
+    def remove_empty_directories(self, root: str) -> None:
+        for directory, _dirs, files in os.walk(local_path(root), topdown=False):
+            if files:
+                raise StorageError(f"{directory}: still holds files; not removing it")
+            self.requests.add("delete")
+            with _os_errors(directory, "remove directory"):
+                os.rmdir(directory)
+
+    def rename(self, src: str, dst: str) -> bool:
+        src_path, dst_path = local_path(src), local_path(dst)
+        if os.path.exists(dst_path):
+            raise StorageAlreadyExists(f"{dst}: already exists; not renaming over it")
+        self.requests.add("rename")
+        with _os_errors(dst, "rename"):
+            os.makedirs(os.path.dirname(dst_path) or ".", exist_ok=True)
+        try:
+            os.rename(src_path, dst_path)
+        except OSError as exc:
+            if exc.errno == errno.EXDEV:  # another filesystem: the caller copies instead
+                return False
+            raise StorageError(f"{src}: rename to {dst} failed: {exc}") from exc
+        return True
+
+    def copy_from(self, source: Storage, src: str, dst: str) -> None:
+        self.write_atomic(dst, source.read(src), overwrite=True)
+
+
+def _unless_missing(exc: OSError) -> None:
+    """os.walk's error handler: a directory gone meanwhile is empty, anything else fails (a
+    directory skipped silently would be left out of an archive's manifest)."""
+    if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        with _os_errors(str(exc.filename), "list directory"):
+            raise exc
 
 
 def _fsync_directory(directory: str) -> None:

@@ -5,17 +5,20 @@ boto3 is imported when the first request is made, never at module import.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_sparklag.errors import (
+    BucketNotFound,
+    ConditionalWriteUnsupported,
     StorageAccessDenied,
     StorageAlreadyExists,
     StorageError,
     StorageNotFound,
     UnsupportedStorageURL,
 )
-from airflow_sparklag.storage import S3_SCHEMES, ObjectInfo, RequestCounter
+from airflow_sparklag.storage import S3_SCHEMES, Children, ObjectInfo, RequestCounter, Storage
 
 _ACCESS_DENIED_CODES = frozenset(
     {
@@ -46,6 +49,13 @@ def split_s3_url(url: str) -> tuple[str, str]:
             f"{url!r} is not an S3 URL; expected s3://bucket/key (also s3a:// or s3n://)"
         )
     return parts.netloc, parts.path.lstrip("/")
+
+
+def _directory_prefix(url: str) -> str:
+    """The key prefix of the objects under a "directory": ``s3://b/a/`` -> ``a/``, and ``""``
+    for the bucket itself."""
+    key = split_s3_url(url)[1].rstrip("/")
+    return key + "/" if key else ""
 
 
 class S3Storage:
@@ -127,18 +137,11 @@ class S3Storage:
         return self._client
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
-        bucket, key = split_s3_url(path)
-        prefix = key.rstrip("/") + "/" if key.rstrip("/") else ""
+        prefix = _directory_prefix(path)
         entries: list[ObjectInfo] = []
-        token: str | None = None
-        while True:
-            # Delimiter="/" returns only direct children: a checkpoint's state/ can hold
-            # 100k objects and must never be walked.
-            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
-            if token:
-                kwargs["ContinuationToken"] = token
-            self.requests.add("list")
-            response = self.call(path, "list", self.client.list_objects_v2, **kwargs)
+        # Delimiter="/" returns only direct children: a checkpoint's state/ can hold 100k
+        # objects and must never be walked.
+        for response in self._pages(path, Delimiter="/"):
             for item in response.get("Contents", []):
                 name = item["Key"][len(prefix) :]
                 if not name or "/" in name:  # directory marker objects
@@ -151,11 +154,7 @@ class S3Storage:
                         modified=modified.timestamp() if modified is not None else 0.0,
                     )
                 )
-            if not response.get("IsTruncated"):
-                return entries
-            token = response.get("NextContinuationToken")
-            if not token:
-                return entries
+        return entries
 
     def list_checkpoint(
         self, location: str, *, first_page: int = FIRST_PAGE_KEYS
@@ -238,7 +237,7 @@ class S3Storage:
         self.requests.add("exists")
         try:
             self.call(path, "exists", self.client.head_object, Bucket=bucket, Key=key)
-        except _NoSuchBucket:
+        except BucketNotFound:
             raise
         except StorageNotFound:
             return False
@@ -266,9 +265,76 @@ class S3Storage:
                 Body=data,
                 IfNoneMatch="*",
             )
-        except _ConditionalWriteUnsupported:
+        except ConditionalWriteUnsupported:
             self.requests.add("write")
             self.call(path, "write", self.client.put_object, Bucket=bucket, Key=key, Body=data)
+
+    def list_children(self, path: str) -> Children:
+        files: set[str] = set()
+        directories: set[str] = set()
+        prefix = _directory_prefix(path)
+        for response in self._pages(path, Delimiter="/"):
+            for item in response.get("Contents", []):
+                name = item["Key"][len(prefix) :]
+                if name and "/" not in name:
+                    files.add(name)
+            for common in response.get("CommonPrefixes", []):
+                name = common["Prefix"][len(prefix) :].rstrip("/")
+                if name:
+                    directories.add(name)
+        return Children(frozenset(files), frozenset(directories))
+
+    def walk(self, root: str) -> dict[str, int]:
+        found: dict[str, int] = {}
+        prefix = _directory_prefix(root)
+        for response in self._pages(root):
+            for item in response.get("Contents", []):
+                # "<root>/" itself (an s3a directory marker) is the relative path "".
+                found[item["Key"][len(prefix) :]] = int(item.get("Size", 0))
+        return found
+
+    def delete(self, path: str) -> None:
+        bucket, key = split_s3_url(path)
+        self.requests.add("delete")
+        self.call(path, "delete", self.client.delete_object, Bucket=bucket, Key=key)
+
+    def remove_empty_directories(self, root: str) -> None:
+        """S3 has no directories: once the objects are deleted nothing is left."""
+
+    def rename(self, src: str, dst: str) -> bool:
+        return False  # S3 has no rename: the caller copies, verifies and deletes
+
+    def copy_from(self, source: Storage, src: str, dst: str) -> None:
+        if source is not self:
+            self.write_atomic(dst, source.read(src), overwrite=True)
+            return
+        src_bucket, src_key = split_s3_url(src)
+        dst_bucket, dst_key = split_s3_url(dst)
+        self.requests.add("copy")
+        self.call(
+            dst,
+            "copy",
+            self.client.copy_object,
+            Bucket=dst_bucket,
+            Key=dst_key,
+            CopySource={"Bucket": src_bucket, "Key": src_key},
+        )
+
+    def _pages(self, path: str, **options: Any) -> Iterator[dict[str, Any]]:
+        """ListObjectsV2 pages of the keys under ``<path>/`` (one request each)."""
+        bucket, _key = split_s3_url(path)
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": _directory_prefix(path)}
+            kwargs.update(options)
+            if token:
+                kwargs["ContinuationToken"] = token
+            self.requests.add("list")
+            response = self.call(path, "list", self.client.list_objects_v2, **kwargs)
+            yield response
+            token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
+            if not token:
+                return
 
     def call(self, path: str, action: str, method: Any, **kwargs: Any) -> Any:
         """Run one boto3 call and turn its errors into the package's typed errors.
@@ -310,14 +376,6 @@ def _parse_timestamp(value: str) -> Any:
     return parsed
 
 
-class _NoSuchBucket(StorageNotFound):
-    """The bucket itself is missing: not the same as a missing key for exists()."""
-
-
-class _ConditionalWriteUnsupported(StorageError):
-    """The server rejected If-None-Match; the caller already checked existence."""
-
-
 def _map_client_error(exc: Any, path: str, action: str, kwargs: dict[str, Any]) -> StorageError:
     error = exc.response.get("Error", {})
     code = str(error.get("Code", ""))
@@ -325,13 +383,13 @@ def _map_client_error(exc: Any, path: str, action: str, kwargs: dict[str, Any]) 
     message = error.get("Message") or code or status
     bucket = kwargs.get("Bucket", "")
     if code == "NoSuchBucket":
-        return _NoSuchBucket(
+        return BucketNotFound(
             f"{path}: bucket {bucket!r} does not exist; check the bucket name and the endpoint"
         )
     if code in ("PreconditionFailed", "412") or status == "412":
         return StorageAlreadyExists(f"{path}: already exists; pass overwrite=True to replace it")
     if "IfNoneMatch" in kwargs and (code in _CONDITIONAL_WRITE_UNSUPPORTED or status == "501"):
-        return _ConditionalWriteUnsupported(f"{path}: server does not support If-None-Match")
+        return ConditionalWriteUnsupported(f"{path}: server does not support If-None-Match")
     if code in _ACCESS_DENIED_CODES or status == "403":
         hint = ""
         if action == "exists":

@@ -19,7 +19,7 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     UnsupportedStorageURL,
 )
-from airflow_sparklag.storage import HDFS_SCHEMES, ObjectInfo, RequestCounter
+from airflow_sparklag.storage import HDFS_SCHEMES, Children, ObjectInfo, RequestCounter, Storage
 
 DEFAULT_HTTP_PORT = 9870  # dfs.namenode.http-address since Hadoop 3
 # Exceptions a NameNode returns when another NameNode should be asked instead.
@@ -112,12 +112,7 @@ class WebHDFSStorage:
     # -- Storage interface -------------------------------------------------------------------
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
-        self.requests.add("list")
-        try:
-            response = self.namenode("GET", path, "LISTSTATUS")
-        except StorageNotFound:
-            return []
-        statuses = response.json().get("FileStatuses", {}).get("FileStatus", [])
+        statuses = self._list_status(path)
         return [
             ObjectInfo(
                 name=status["pathSuffix"],
@@ -133,7 +128,7 @@ class WebHDFSStorage:
         # OPEN answers with a redirect to a DataNode; follow it ourselves so that a DataNode
         # failure is reported as such and not mistaken for a dead NameNode.
         response = self.namenode("GET", path, "OPEN", allow_redirects=False)
-        location = _redirect_target(response)
+        location = _redirect_target(response, path, "OPEN")
         if location is None:
             return bytes(response.content)
         data_response = self._datanode("GET", location, path, "read")
@@ -155,7 +150,7 @@ class WebHDFSStorage:
         response = self.namenode(
             "PUT", temp, "CREATE", {"overwrite": "false"}, allow_redirects=False
         )
-        location = _redirect_target(response)
+        location = _redirect_target(response, path, "CREATE")
         if location is not None:
             self._datanode("PUT", location, path, "write", data=data)
         try:
@@ -175,6 +170,70 @@ class WebHDFSStorage:
         except StorageError:
             self._delete_quietly(temp)
             raise
+
+    def list_children(self, path: str) -> Children:
+        files: set[str] = set()
+        directories: set[str] = set()
+        for status in self._list_status(path):
+            name = status.get("pathSuffix")
+            if name:  # a file lists itself with an empty suffix: no children
+                (directories if status.get("type") == "DIRECTORY" else files).add(name)
+        return Children(frozenset(files), frozenset(directories))
+
+    def walk(self, root: str) -> dict[str, int]:
+        return self._walk(root, "")
+
+    def _walk(self, root: str, relative: str) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for status in self._list_status(f"{root.rstrip('/')}/{relative}"):
+            name = status.get("pathSuffix")
+            if not name:  # LISTSTATUS of a file lists the file itself with an empty suffix
+                found[relative] = int(status.get("length", 0))
+                continue
+            child = f"{relative}/{name}" if relative else name
+            if status.get("type") == "DIRECTORY":
+                found.update(self._walk(root, child))
+            else:
+                found[child] = int(status.get("length", 0))
+        return found
+
+    def delete(self, path: str) -> None:
+        self.requests.add("delete")
+        with contextlib.suppress(StorageNotFound):
+            self.namenode("DELETE", path, "DELETE", {"recursive": "false"})
+
+    def remove_empty_directories(self, root: str) -> None:
+        if self.walk(root):
+            raise StorageError(f"{root}: still holds files; not removing it")
+        self.requests.add("delete")
+        with contextlib.suppress(StorageNotFound):
+            self.namenode("DELETE", root, "DELETE", {"recursive": "true"})
+
+    def rename(self, src: str, dst: str) -> bool:
+        # Plain RENAME moves src INTO dst when dst is a directory: refuse an existing dst.
+        if self.exists(dst):
+            raise StorageAlreadyExists(f"{dst}: already exists; not renaming over it")
+        target = hdfs_path(dst)
+        self.requests.add("rename", 2)
+        self.namenode("PUT", target.rsplit("/", 1)[0] or "/", "MKDIRS")
+        response = self.namenode("PUT", src, "RENAME", {"destination": target})
+        if not _json(response, src, "RENAME").get("boolean"):
+            raise StorageError(f"{src}: HDFS refused to rename it to {dst}")
+        return True
+
+    def copy_from(self, source: Storage, src: str, dst: str) -> None:
+        # WebHDFS has no server-side copy.
+        self.write_atomic(dst, source.read(src), overwrite=True)
+
+    def _list_status(self, path: str) -> list[dict[str, Any]]:
+        """One LISTSTATUS: the FileStatus entries, ``[]`` when ``path`` is missing."""
+        self.requests.add("list")
+        try:
+            response = self.namenode("GET", path, "LISTSTATUS")
+        except StorageNotFound:
+            return []
+        statuses = _json(response, path, "LISTSTATUS").get("FileStatuses", {}).get("FileStatus")
+        return list(statuses or [])
 
     # -- HTTP plumbing -----------------------------------------------------------------------
 
@@ -197,7 +256,7 @@ class WebHDFSStorage:
     ) -> Any:
         """Send one operation to the active NameNode, failing over to the others.
 
-        Public so that archive (MKDIRS, RENAME, DELETE) and fleet discovery share the HA
+        Public for operations beyond the Storage interface, so that they share the HA
         fail-over and error mapping.
         """
         query = {"op": op, **(params or {})}
@@ -266,11 +325,28 @@ class WebHDFSStorage:
             self.namenode("DELETE", path, "DELETE")
 
 
-def _redirect_target(response: Any) -> str | None:
+def _json(response: Any, path: str, op: str) -> dict[str, Any]:
+    """A NameNode's JSON answer; a truncated or non-JSON body (a proxy's HTML page) is a
+    StorageError naming the path and operation."""
+    try:
+        document = response.json()
+    except ValueError as exc:  # JSONDecodeError, and requests' own subclass of it
+        snippet = response.text[:80].strip() if isinstance(response.text, str) else ""
+        raise StorageError(
+            f"{path}: {op} answered HTTP {response.status_code} with a body that is not JSON "
+            f"({snippet!r}); check that webhdfs_options['url'] points at the NameNode's HTTP "
+            "address and no proxy rewrites the answer"
+        ) from exc
+    if not isinstance(document, dict):
+        raise StorageError(f"{path}: {op} answered with unexpected JSON: {str(document)[:80]}")
+    return document
+
+
+def _redirect_target(response: Any, path: str, op: str) -> str | None:
     if response.status_code in (301, 302, 303, 307, 308):
         return str(response.headers["Location"])
     if response.status_code == 200 and "json" in response.headers.get("Content-Type", ""):
-        location = response.json().get("Location")  # the noredirect=true form
+        location = _json(response, path, op).get("Location")  # the noredirect=true form
         return str(location) if location else None
     return None
 
@@ -281,7 +357,7 @@ def _raise_for_status(response: Any, path: str, op: str) -> None:
         return
     try:
         remote = response.json().get("RemoteException", {})
-    except ValueError:
+    except (ValueError, AttributeError):  # not JSON, or JSON that is not an object
         remote = {}
     exception = str(remote.get("exception", ""))
     message = str(remote.get("message", "")).splitlines()[0] if remote.get("message") else ""

@@ -1,8 +1,9 @@
-"""Triggers that poll a checkpoint from the triggerer until a condition holds.
+"""Triggers that poll a wait condition from the triggerer until it holds.
 
-Each poll is one call of a :class:`~airflow_sparklag.hooks.sparklag.SparkLagHook` probe, run in a
-worker thread (the storage and Kafka clients block). Connections are read once with the async
-connection API; the hook, its checkpoint readers and its Kafka client are reused between polls.
+A trigger carries its condition (:mod:`airflow_sparklag.conditions`) as plain JSON values and
+probes it through one :class:`~airflow_sparklag.hooks.sparklag.SparkLagHook` session in a worker
+thread (the storage and Kafka clients block). Connections are read once with the async
+connection API; the session, its checkpoint readers and its clients live between polls.
 
 Events (JSON-safe):
 
@@ -22,11 +23,20 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_sparklag.hooks.sparklag import DEFAULT_ACCEPT, Probe, SparkLagHook
+from airflow_sparklag.conditions import (
+    DEFAULT_ACCEPT,
+    CatchUpCondition,
+    HealthCondition,
+    ProgressCondition,
+    WaitCondition,
+)
+from airflow_sparklag.health import Health
+from airflow_sparklag.hooks.sparklag import SparkLagHook
+from airflow_sparklag.monitor import CheckOptions
 
 
-class _CheckpointPollTrigger(BaseTrigger):
-    """Polls one checkpoint every ``poll_interval`` seconds until done, failed or ``deadline``."""
+class _ConditionTrigger(BaseTrigger):
+    """Polls one condition every ``poll_interval`` seconds until done, failed or ``deadline``."""
 
     def __init__(
         self,
@@ -46,10 +56,11 @@ class _CheckpointPollTrigger(BaseTrigger):
         self.poll_interval = float(poll_interval)
         self.deadline = deadline
 
-    def _condition_kwargs(self) -> dict[str, Any]:
+    @property
+    def condition(self) -> WaitCondition:
         raise NotImplementedError
 
-    def _probe(self, hook: SparkLagHook) -> Probe:
+    def _condition_kwargs(self) -> dict[str, Any]:
         raise NotImplementedError
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -77,8 +88,9 @@ class _CheckpointPollTrigger(BaseTrigger):
         hook = self._hook()
         try:
             await hook.aget_conn()
+            condition = self.condition
             while True:
-                probe = await asyncio.to_thread(self._probe, hook)
+                probe = await asyncio.to_thread(hook.probe, condition)
                 if probe.failed:
                     yield self._event("failed", probe.message, probe.payload)
                     return
@@ -105,8 +117,9 @@ class _CheckpointPollTrigger(BaseTrigger):
         return TriggerEvent(event)
 
 
-class SparkLagTrigger(_CheckpointPollTrigger):
-    """Fires when the query's health is one of ``accept`` (default OK); fails on DATA_LOSS.
+class SparkLagTrigger(_ConditionTrigger):
+    """Fires when the query's health is one of ``accept`` (default OK); fails on
+    ``fail_fast`` verdicts (default DATA_LOSS; ``fail_on_data_loss=False`` clears it).
 
     >>> SparkLagTrigger("s3a://b/ck/orders", thresholds={"max_lag_records_total": 1000},
     ...                 kafka_config_id="kafka_default", aws_conn_id="aws_default",
@@ -119,44 +132,42 @@ class SparkLagTrigger(_CheckpointPollTrigger):
         location: str,
         *,
         thresholds: dict[str, Any] | None = None,
-        accept: Sequence[str] = DEFAULT_ACCEPT,
+        accept: Sequence[str] = tuple(h.value for h in DEFAULT_ACCEPT),
         fail_on_data_loss: bool = True,
+        fail_fast: Sequence[str] | None = None,
         history: int = 10,
         exact_time_lag: bool = False,
         read_committed: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(location, **kwargs)
-        self.thresholds = dict(thresholds) if thresholds else None
-        self.accept = [str(a) for a in accept]
-        self.fail_on_data_loss = fail_on_data_loss
-        self.history = int(history)
-        self.exact_time_lag = exact_time_lag
-        self.read_committed = read_committed
-
-    def _condition_kwargs(self) -> dict[str, Any]:
-        return {
-            "thresholds": self.thresholds,
-            "accept": self.accept,
-            "fail_on_data_loss": self.fail_on_data_loss,
-            "history": self.history,
-            "exact_time_lag": self.exact_time_lag,
-            "read_committed": self.read_committed,
-        }
-
-    def _probe(self, hook: SparkLagHook) -> Probe:
-        return hook.probe_health(
-            self.location,
-            thresholds=self.thresholds,
-            accept=self.accept,
-            fail_on_data_loss=self.fail_on_data_loss,
-            history=self.history,
-            exact_time_lag=self.exact_time_lag,
-            read_committed=self.read_committed,
+        options = CheckOptions.build(thresholds, history, exact_time_lag, read_committed)
+        if fail_fast is None:
+            fail_fast = ["DATA_LOSS"] if fail_on_data_loss else []
+        self._health = HealthCondition(
+            location,
+            options,
+            tuple(Health(str(a).upper()) for a in accept),
+            tuple(Health(str(f).upper()) for f in fail_fast),
         )
 
+    @property
+    def condition(self) -> WaitCondition:
+        return self._health
 
-class SparkCheckpointProgressTrigger(_CheckpointPollTrigger):
+    def _condition_kwargs(self) -> dict[str, Any]:
+        options = self._health.options.to_dict()
+        return {
+            "thresholds": options["thresholds"] or None,
+            "accept": [h.value for h in self._health.accept],
+            "fail_fast": [h.value for h in self._health.fail_fast],
+            "history": options["history"],
+            "exact_time_lag": options["exact_time_lag"],
+            "read_committed": options["read_committed"],
+        }
+
+
+class SparkCheckpointProgressTrigger(_ConditionTrigger):
     """Fires when the query commits a batch newer than ``after_batch_id`` and/or after
     ``after_commit_time`` (epoch seconds)."""
 
@@ -169,21 +180,24 @@ class SparkCheckpointProgressTrigger(_CheckpointPollTrigger):
         **kwargs: Any,
     ) -> None:
         super().__init__(location, **kwargs)
-        self.after_batch_id = None if after_batch_id is None else int(after_batch_id)
-        self.after_commit_time = None if after_commit_time is None else float(after_commit_time)
-
-    def _condition_kwargs(self) -> dict[str, Any]:
-        return {"after_batch_id": self.after_batch_id, "after_commit_time": self.after_commit_time}
-
-    def _probe(self, hook: SparkLagHook) -> Probe:
-        return hook.probe_progress(
-            self.location,
-            after_batch_id=self.after_batch_id,
-            after_commit_time=self.after_commit_time,
+        self._progress = ProgressCondition(
+            location,
+            None if after_batch_id is None else int(after_batch_id),
+            None if after_commit_time is None else float(after_commit_time),
         )
 
+    @property
+    def condition(self) -> WaitCondition:
+        return self._progress
 
-class SparkKafkaCatchUpTrigger(_CheckpointPollTrigger):
+    def _condition_kwargs(self) -> dict[str, Any]:
+        return {
+            "after_batch_id": self._progress.after_batch_id,
+            "after_commit_time": self._progress.after_commit_time,
+        }
+
+
+class SparkKafkaCatchUpTrigger(_ConditionTrigger):
     """Fires when the committed offsets reach, on every partition, the first offset produced at
     or after ``target_time_ms`` (everything produced before it has been processed)."""
 
@@ -196,13 +210,16 @@ class SparkKafkaCatchUpTrigger(_CheckpointPollTrigger):
         **kwargs: Any,
     ) -> None:
         super().__init__(location, **kwargs)
-        self.target_time_ms = int(target_time_ms)
-        self.topics = list(topics) if topics else None
+        self._catch_up = CatchUpCondition(
+            location, int(target_time_ms), tuple(topics) if topics else None
+        )
+
+    @property
+    def condition(self) -> WaitCondition:
+        return self._catch_up
 
     def _condition_kwargs(self) -> dict[str, Any]:
-        return {"target_time_ms": self.target_time_ms, "topics": self.topics}
-
-    def _probe(self, hook: SparkLagHook) -> Probe:
-        return hook.probe_catch_up(
-            self.location, target_time=self.target_time_ms, topics=self.topics
-        )
+        return {
+            "target_time_ms": self._catch_up.target_time_ms,
+            "topics": list(self._catch_up.topics) if self._catch_up.topics else None,
+        }

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_sparklag.fleet import FleetChecker, discover_checkpoints
+from airflow_sparklag.session import Session
 from testbed import jobs
 
 pytestmark = pytest.mark.testbed
@@ -71,7 +72,8 @@ def fleet(spark: Any, kafka: Any, s3: Any) -> dict[str, Any]:
 def test_discovery_never_lists_state(s3: Any, fleet: dict) -> None:
     client, calls = _counting_client(s3)
     found = discover_checkpoints(
-        f"s3a://checkpoints/{fleet['run']}", s3_options={**s3.options, "client": client}
+        f"s3a://checkpoints/{fleet['run']}",
+        session=Session(s3_options={**s3.options, "client": client}),
     )
     assert found == fleet["locations"]
     # run/, team-a/, team-b/ and the three checkpoints: one ListObjectsV2 each

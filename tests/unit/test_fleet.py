@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from airflow_sparklag import fleet
-from airflow_sparklag.fleet import FleetChecker, StoragePool, discover_checkpoints
+from airflow_sparklag.fleet import FleetChecker, discover_checkpoints
 from airflow_sparklag.health import Health
+from airflow_sparklag.session import Session
+from airflow_sparklag.storage import Children
 from airflow_sparklag.storage.local import LocalStorage
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
@@ -38,13 +39,13 @@ def tree(tmp_path: Path) -> Path:
 
 def _record_listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     listed: list[str] = []
-    original = fleet._local_children
+    original = LocalStorage.list_children
 
-    def recording(storage: Any, path: str) -> fleet.Children:
+    def recording(storage: LocalStorage, path: str) -> Children:
         listed.append(path)
         return original(storage, path)
 
-    monkeypatch.setattr(fleet, "_local_children", recording)
+    monkeypatch.setattr(LocalStorage, "list_children", recording)
     return listed
 
 
@@ -98,12 +99,12 @@ def test_discover_metadata_only_checkpoint_and_missing_prefix(tmp_path: Path) ->
     assert discover_checkpoints(str(tmp_path / "missing")) == []
 
 
-def test_storage_pool_shares_one_backend_per_scheme_and_host() -> None:
-    pool = StoragePool(s3_options={"region_name": "us-east-1"})
-    assert pool.for_location("s3a://b/ck/a") is pool.for_location("s3://other/ck/b")
-    assert pool.for_location("/tmp/a") is pool.for_location("file:///tmp/b")
-    assert pool.for_location("hdfs://nn1:8020/a") is not pool.for_location("hdfs://nn2:8020/a")
-    assert len(pool.backends) == 4
+def test_session_shares_one_backend_per_scheme_and_host() -> None:
+    session = Session(s3_options={"region_name": "us-east-1"})
+    assert session.storage("s3a://b/ck/a") is session.storage("s3://other/ck/b")
+    assert session.storage("/tmp/a") is session.storage("file:///tmp/b")
+    assert session.storage("hdfs://nn1:8020/a") is not session.storage("hdfs://nn2:8020/a")
+    assert len(session.backends) == 4
 
 
 def _add_batch(root: Path, batch_id: int) -> None:
@@ -170,7 +171,7 @@ def test_reader_cache_stays_bounded_over_many_batches(tmp_path: Path) -> None:
         for batch_id in range(8, 40):
             _add_batch(root, batch_id)
             checker.check()
-        reader = checker._readers[str(root)]
+        reader = checker.session.reader(str(root), query_id=False)
         assert sorted(reader._offsets_cache) == [37, 38, 39]
 
 
@@ -206,7 +207,7 @@ def test_rediscovery_picks_up_new_and_drops_deleted_jobs(tree: Path) -> None:
         locations = [r.location for r in checker.check()]
         assert str(tree / "team-c" / "new") in locations
         assert str(tree / "team-a" / "clicks") not in locations
-        assert str(tree / "team-a" / "clicks") not in checker._readers
+        assert str(tree / "team-a" / "clicks") not in {k[0] for k in checker.session._readers}
 
 
 def test_needs_locations_or_prefix() -> None:

@@ -1,0 +1,290 @@
+"""Wait conditions: healthy, progressing, caught up. Serializable, one ``probe(session)`` each.
+
+A sensor holds a condition and probes it in the worker; its trigger carries the condition's
+``to_dict()`` to the triggerer and probes the same condition there; ``sparklag wait`` probes it
+from a shell. The condition is the whole of the domain logic of a wait::
+
+    from airflow_sparklag.conditions import HealthCondition
+    from airflow_sparklag.session import Session
+
+    condition = HealthCondition("s3a://lake/ck/orders")
+    with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
+        probe = condition.probe(session)
+    probe.done, probe.failed, probe.message
+
+Every ``to_dict()`` is JSON-safe and ``condition_from_dict`` rebuilds the condition from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from airflow_sparklag.errors import CheckpointNotFound, InvalidParameter
+from airflow_sparklag.health import Health
+from airflow_sparklag.monitor import CheckOptions, CheckResult, check
+from airflow_sparklag.session import Session
+
+__all__ = [
+    "CatchUpCondition",
+    "HealthCondition",
+    "Probe",
+    "ProgressCondition",
+    "WaitCondition",
+    "committed_kafka_offsets",
+    "condition_from_dict",
+]
+
+# Verdicts a health wait accepts, and those that end it at once, unless told otherwise.
+DEFAULT_ACCEPT = (Health.OK,)
+DEFAULT_FAIL_FAST = (Health.DATA_LOSS,)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One poll of a wait condition: is the wait over, did it fail for good, and what was seen.
+
+    ``payload`` is JSON-safe (it goes to XCom and into trigger events).
+    """
+
+    done: bool
+    message: str
+    payload: dict[str, Any]
+    failed: bool = False  # the condition can no longer be met (e.g. data loss): stop waiting
+
+
+class WaitCondition(Protocol):
+    kind: ClassVar[str]
+    location: str
+
+    def probe(self, session: Session) -> Probe: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def breach_message(result: CheckResult, limit: int = 5) -> str:
+    """Verdict plus the worst partitions, one line."""
+    from airflow_sparklag.render import breach_summary
+
+    if result.report is None:  # unreadable checkpoint in a multi-checkpoint check
+        return f"{result.location}: {result.error}"
+    return breach_summary(result.report, result.verdict, limit=limit)
+
+
+@dataclass(frozen=True)
+class HealthCondition:
+    """Done when the verdict is one of ``accept``; failed for good on one of ``fail_fast``
+    (default DATA_LOSS: retention deleted records the query never read; waiting will not
+    bring them back) unless that verdict is also accepted."""
+
+    kind: ClassVar[str] = "health"
+    location: str
+    options: CheckOptions = field(default_factory=CheckOptions)
+    accept: tuple[Health, ...] = DEFAULT_ACCEPT
+    fail_fast: tuple[Health, ...] = DEFAULT_FAIL_FAST
+
+    def __post_init__(self) -> None:
+        if not self.accept:
+            raise InvalidParameter("accept: give at least one verdict to wait for, e.g. OK")
+
+    def probe(self, session: Session) -> Probe:
+        result = check(session, self.location, self.options)
+        health = result.verdict.health
+        payload = result.to_dict()
+        if health in self.fail_fast and health not in self.accept:
+            return Probe(False, breach_message(result), payload, failed=True)
+        if health in self.accept:
+            return Probe(True, f"{self.location}: {health.value}: {result.verdict.reason}", payload)
+        return Probe(False, breach_message(result), payload)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "location": self.location,
+            "options": self.options.to_dict(),
+            "accept": [h.value for h in self.accept],
+            "fail_fast": [h.value for h in self.fail_fast],
+        }
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> HealthCondition:
+        return cls(
+            values["location"],
+            CheckOptions.from_dict(values.get("options") or {}),
+            tuple(Health(v) for v in values.get("accept", [h.value for h in DEFAULT_ACCEPT])),
+            tuple(Health(v) for v in values.get("fail_fast", [h.value for h in DEFAULT_FAIL_FAST])),
+        )
+
+
+def committed_kafka_offsets(state: Any) -> dict[str, dict[str, dict[int, int]]]:
+    """source id -> topic -> partition -> committed (next to read) offset, Kafka sources only."""
+    if state.committed is None:
+        return {}
+    return {
+        source.source_id: {t: dict(parts) for t, parts in source.kafka.items()}
+        for source in state.committed.sources
+        if source.kind == "kafka" and source.kafka is not None
+    }
+
+
+def committed_offsets(session: Session, location: str) -> dict[str, Any]:
+    """What the query has processed, JSON-safe: for recording before a stop or migration.
+
+    ``{"location", "query_id", "committed_batch_id", "committed_at", "offsets":
+    {source_id: {topic: {"partition": offset}}}}`` (offsets are the NEXT offsets to read).
+    """
+    state = session.read(location, history=1)
+    return {
+        "location": location,
+        "query_id": state.query_id,
+        "committed_batch_id": state.committed_batch_id,
+        "committed_at": state.commit_modified,
+        "offsets": {
+            source: {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in topics.items()}
+            for source, topics in committed_kafka_offsets(state).items()
+        },
+    }
+
+
+@dataclass(frozen=True)
+class ProgressCondition:
+    """Done when the query committed a batch newer than ``after_batch_id`` and/or later than
+    ``after_commit_time`` (epoch seconds; either alone; with neither: any committed batch).
+    A checkpoint that does not exist yet is "not yet", not an error."""
+
+    kind: ClassVar[str] = "progress"
+    location: str
+    after_batch_id: int | None = None
+    after_commit_time: float | None = None
+
+    def probe(self, session: Session) -> Probe:
+        try:
+            payload = committed_offsets(session, self.location)
+        except CheckpointNotFound:
+            return Probe(False, f"{self.location}: no checkpoint yet", {"location": self.location})
+        batch = payload["committed_batch_id"]
+        committed_at = payload["committed_at"]
+        if batch is None:
+            return Probe(False, f"{self.location}: no batch committed yet", payload)
+        newer = self.after_batch_id is None or batch > self.after_batch_id
+        after = self.after_commit_time
+        later = after is None or (committed_at is not None and committed_at > after)
+        wanted = []
+        if self.after_batch_id is not None:
+            wanted.append(f"batch > {self.after_batch_id}")
+        if after is not None:
+            wanted.append(f"commit after {_iso(after)}")
+        message = f"{self.location}: committed batch {batch} at {_iso(committed_at)}" + (
+            f" (waiting for {', '.join(wanted)})" if wanted else ""
+        )
+        return Probe(newer and later, message, payload)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "location": self.location,
+            "after_batch_id": self.after_batch_id,
+            "after_commit_time": self.after_commit_time,
+        }
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> ProgressCondition:
+        return cls(
+            values["location"], values.get("after_batch_id"), values.get("after_commit_time")
+        )
+
+
+def _iso(epoch: float | None) -> str:
+    import datetime
+
+    if epoch is None:
+        return "never"
+    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class CatchUpCondition:
+    """Done when, on every partition, the committed offset has reached the first offset
+    produced at or after ``target_time_ms`` (Kafka ListOffsets for that timestamp):
+    everything produced before then has been processed. ``topics`` limits the check."""
+
+    kind: ClassVar[str] = "catch_up"
+    location: str
+    target_time_ms: int
+    topics: tuple[str, ...] | None = None
+
+    def probe(self, session: Session) -> Probe:
+        state = session.read(self.location, history=1)
+        committed = _slowest_positions(state)
+        wanted = sorted(set(self.topics) if self.topics else set(committed))
+        if not wanted:
+            return Probe(False, f"{self.location}: no Kafka offsets committed yet", {})
+        targets = session.kafka.offsets_for_time(wanted, self.target_time_ms)
+        behind = [
+            {"topic": topic, "partition": p, "committed_offset": position, "target_offset": t}
+            for topic in wanted
+            for p, t in sorted(targets.get(topic, {}).items())
+            for position in [committed.get(topic, {}).get(p)]
+            if (position if position is not None else 0) < t
+        ]
+        records = sum(b["target_offset"] - (b["committed_offset"] or 0) for b in behind)
+        payload = {
+            "location": self.location,
+            "target_time_ms": self.target_time_ms,
+            "committed_batch_id": state.committed_batch_id,
+            "records_behind": records,
+            "partitions_behind": behind[:20],
+        }
+        target = _iso(self.target_time_ms / 1000.0)
+        if not behind:
+            return Probe(
+                True, f"{self.location}: caught up with everything before {target}", payload
+            )
+        summary = ", ".join(
+            f"{b['topic']}[{b['partition']}] {b['committed_offset']}<{b['target_offset']}"
+            for b in behind[:5]
+        )
+        message = f"{self.location}: {records} records before {target} not processed: {summary}"
+        return Probe(False, message, payload)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "location": self.location,
+            "target_time_ms": self.target_time_ms,
+            "topics": list(self.topics) if self.topics else None,
+        }
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> CatchUpCondition:
+        topics = values.get("topics")
+        return cls(
+            values["location"], int(values["target_time_ms"]), tuple(topics) if topics else None
+        )
+
+
+def _slowest_positions(state: Any) -> dict[str, dict[int, int]]:
+    """topic -> partition -> committed offset; a topic read by two sources is caught up when
+    the slower one is."""
+    committed: dict[str, dict[int, int]] = {}
+    for source_topics in committed_kafka_offsets(state).values():
+        for topic, parts in source_topics.items():
+            merged = committed.setdefault(topic, {})
+            for partition, offset in parts.items():
+                merged[partition] = min(offset, merged.get(partition, offset))
+    return committed
+
+
+CONDITIONS: dict[str, Any] = {
+    c.kind: c for c in (HealthCondition, ProgressCondition, CatchUpCondition)
+}
+
+
+def condition_from_dict(values: Mapping[str, Any]) -> WaitCondition:
+    """The condition a ``to_dict()`` describes (trigger kwargs, ``sparklag wait`` JSON)."""
+    kind = values.get("kind")
+    if kind not in CONDITIONS:
+        raise InvalidParameter(f"condition: unknown kind {kind!r}; known: {sorted(CONDITIONS)}")
+    return CONDITIONS[kind].from_dict(values)  # type: ignore[no-any-return]

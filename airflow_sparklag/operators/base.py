@@ -1,0 +1,99 @@
+"""What every operator and sensor of the provider shares: its connections, its hook, and how
+rendered parameters and core errors become task outcomes.
+
+Operators declare the three connection ids once through :class:`SparkLagHookMixin` (like the
+amazon provider's ``AwsBaseHookMixin``); the hook is built on first use, after templates are
+rendered, and closed with the task. Parameters are read with :mod:`airflow_sparklag.params`
+inside :meth:`SparkLagHookMixin.read_params`: a value that cannot be read fails the task at once,
+naming the parameter, before anything is read or changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import Any, TypeVar
+
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_sparklag.hooks.sparklag import SparkLagHook
+
+T = TypeVar("T")
+
+# Connection ids are templated too, so that one DAG can serve several clusters via params.
+CONN_FIELDS: tuple[str, ...] = ("kafka_config_id", "aws_conn_id", "webhdfs_conn_id")
+
+
+class SparkLagHookMixin:
+    """Connection ids, the hook, and the two error boundaries of a task."""
+
+    kafka_config_id: str
+    aws_conn_id: str | None
+    webhdfs_conn_id: str | None
+    task_id: str
+
+    def __init__(
+        self,
+        *,
+        kafka_config_id: str = "kafka_default",
+        aws_conn_id: str | None = None,
+        webhdfs_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.kafka_config_id = kafka_config_id
+        self.aws_conn_id = aws_conn_id
+        self.webhdfs_conn_id = webhdfs_conn_id
+
+    @cached_property
+    def hook(self) -> SparkLagHook:
+        return SparkLagHook(
+            kafka_config_id=self.kafka_config_id,
+            aws_conn_id=self.aws_conn_id,
+            webhdfs_conn_id=self.webhdfs_conn_id,
+        )
+
+    def get_hook(self) -> SparkLagHook:
+        return self.hook
+
+    def read_params(self, read: Callable[[], T]) -> T:
+        """Run ``read`` (params.* calls); a value it cannot read fails the task for good."""
+        from airflow_sparklag.errors import InvalidParameter
+
+        try:
+            return read()
+        except InvalidParameter as exc:
+            raise AirflowFailException(f"{self.task_id}: invalid parameter {exc}") from None
+
+    def run_core(self, work: Callable[[], T]) -> T:
+        """Run core work; its typed errors become task errors with every secret scrubbed.
+
+        Refusals (a migration that would lose data) and invalid parameters are final: no
+        retry can change them. Storage and Kafka errors may pass: the task may retry.
+        """
+        from airflow_sparklag.errors import InvalidParameter, MigrationRefused, SparkLagError
+
+        hook = self.hook
+        try:
+            return work()
+        except (MigrationRefused, InvalidParameter) as exc:
+            raise AirflowFailException(hook.scrub(f"{type(exc).__name__}: {exc}")) from None
+        except SparkLagError as exc:
+            raise AirflowException(hook.scrub(f"{type(exc).__name__}: {exc}")) from None
+        except Exception as exc:
+            scrubbed = hook.scrub(str(exc))
+            if scrubbed != str(exc):  # drop the original: its text holds a secret
+                raise AirflowException(f"{type(exc).__name__}: {scrubbed}") from None
+            raise
+
+    def close_hook(self) -> None:
+        if "hook" in self.__dict__:
+            self.hook.close()
+            del self.__dict__["hook"]
+
+
+def one_or_many(value: str | Sequence[str] | None) -> list[str] | str | None:
+    """A branch target: one task id, or a list of them."""
+    if value is None or isinstance(value, str):
+        return value
+    return list(value)

@@ -1,0 +1,298 @@
+"""Rendered text in, typed values out: the one place that reads user-given parameters.
+
+Airflow renders templated fields to text (``"True"``, ``"60"``, ``"['LAGGING', 'STOPPED']"``),
+DAG params arrive as JSON values, CLI flags as strings. Every entry point reads its parameters
+through these functions, which accept the spellings a user means and refuse everything else
+with :class:`~airflow_sparklag.errors.InvalidParameter` naming the parameter::
+
+    from airflow_sparklag import params
+
+    dry_run = params.boolean("dry_run", "Ture")        # InvalidParameter: dry_run: ...
+    quiet = params.duration("quiet_period", "5m")       # 300.0
+    fail_on = params.health_names("fail_on", "['STOPPED', 'LAGGING']")
+
+A dangerous operation (migration, reset) reads all its parameters before it touches anything,
+so a value that cannot be read never runs it. The core's own types (``Thresholds``,
+``CheckOptions``) stay strict and know nothing of text.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from airflow_sparklag.errors import InvalidParameter
+from airflow_sparklag.health import Health, Thresholds
+
+__all__ = [
+    "boolean",
+    "check_options",
+    "count",
+    "duration",
+    "health_names",
+    "location",
+    "locations",
+    "mapping",
+    "moment",
+    "optional_boolean",
+    "optional_count",
+    "optional_duration",
+    "strings",
+    "text",
+    "thresholds",
+]
+
+TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
+FALSE_WORDS = frozenset({"false", "no", "off", "0"})
+NONE_WORDS = frozenset({"", "none", "null"})
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")
+
+
+def invalid(name: str, problem: str) -> InvalidParameter:
+    """The error for parameter ``name``: ``"<name>: <problem>"``."""
+    return InvalidParameter(problem, parameter=name)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def is_none(value: Any) -> bool:
+    """None, or text a template renders for "nothing" ("", "None", "null")."""
+    return value is None or (isinstance(value, str) and value.strip().lower() in NONE_WORDS)
+
+
+# -- scalars ---------------------------------------------------------------------------------
+
+
+def boolean(name: str, value: Any) -> bool:
+    """True/False, or their text spellings (true/false, yes/no, on/off, 1/0, any case)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in TRUE_WORDS:
+            return True
+        if word in FALSE_WORDS:
+            return False
+    raise invalid(name, f"must be true or false, got {_shown(value)}")
+
+
+def optional_boolean(name: str, value: Any) -> bool | None:
+    return None if is_none(value) else boolean(name, value)
+
+
+def number(name: str, value: Any) -> float:
+    """A finite number (int, float or numeric text); bools, nan and infinities are refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise invalid(name, f"must be a number, got {_shown(value)}")
+    try:
+        result = float(value)
+    except ValueError:
+        raise invalid(name, f"must be a number, got {_shown(value)}") from None
+    if not math.isfinite(result):
+        raise invalid(name, f"must be a finite number, got {_shown(value)}")
+    return result
+
+
+def duration(name: str, value: Any) -> float:
+    """Seconds >= 0: a number, numeric text, or text with a unit (``500ms``, ``90s``, ``5m``,
+    ``1h``, ``1d``), or a ``timedelta``."""
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, str) and not is_none(value):
+        match = _DURATION.match(value)
+        if match is None:
+            raise invalid(
+                name, f"must be a duration such as 60, 90s, 5m or 1h, got {_shown(value)}"
+            )
+        seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    else:
+        seconds = number(name, value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise invalid(name, f"must be a duration of 0 seconds or more, got {_shown(value)}")
+    return seconds
+
+
+def optional_duration(name: str, value: Any) -> float | None:
+    return None if is_none(value) else duration(name, value)
+
+
+def count(name: str, value: Any, *, minimum: int = 0) -> int:
+    """A whole number >= ``minimum`` (int or its text; ``5.0`` is 5, ``5.5`` is refused)."""
+    result = number(name, value)
+    if not result.is_integer():
+        raise invalid(name, f"must be a whole number, got {_shown(value)}")
+    if result < minimum:
+        raise invalid(name, f"must be {minimum} or more, got {_shown(value)}")
+    return int(result)
+
+
+def optional_count(name: str, value: Any, *, minimum: int = 0) -> int | None:
+    return None if is_none(value) else count(name, value, minimum=minimum)
+
+
+def moment(name: str, value: Any) -> float | None:
+    """A point in time as epoch seconds: a datetime, ISO-8601 text, or epoch seconds or
+    milliseconds (a number above 1e11 is taken as milliseconds). None/"" -> None."""
+    if is_none(value):
+        return None
+    if isinstance(value, datetime.datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=datetime.timezone.utc)
+        return aware.timestamp()
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            seconds = number(name, text)
+        except InvalidParameter:
+            try:
+                parsed = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            except ValueError:
+                raise invalid(
+                    name, f"must be a datetime, ISO-8601 text or epoch seconds, got {_shown(value)}"
+                ) from None
+            return moment(name, parsed)
+    else:
+        seconds = number(name, value)
+    if seconds < 0:
+        raise invalid(name, f"must not be before 1970, got {_shown(value)}")
+    return seconds / 1000.0 if seconds > 1e11 else seconds
+
+
+# -- structures --------------------------------------------------------------------------------
+
+
+def _literal(name: str, text: str) -> Any:
+    """A JSON or Python literal rendered as text (Airflow renders a dict as ``{'a': 1}``)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise invalid(name, f"could not read {_shown(text)} as a list or mapping") from None
+
+
+def mapping(name: str, value: Any) -> dict[str, Any] | None:
+    """A dict, or a dict rendered as JSON or Python text; None/"" -> None."""
+    if is_none(value):
+        return None
+    if isinstance(value, str):
+        value = _literal(name, value.strip())
+    if not isinstance(value, Mapping):
+        raise invalid(name, f"must be a mapping of names to values, got {_shown(value)}")
+    for key in value:
+        if not isinstance(key, str):
+            raise invalid(name, f"keys must be names, got {_shown(key)}")
+    return dict(value)
+
+
+def strings(name: str, value: Any) -> list[str]:
+    """A list of non-empty strings: a list/tuple, a list rendered as text, comma-separated
+    text, or one string. None/"" -> []."""
+    if is_none(value):
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith(("[", "(")):
+            value = _literal(name, text)
+        else:
+            value = [part.strip() for part in text.split(",")]
+    if isinstance(value, (Mapping, bytes)) or not isinstance(value, Iterable):
+        raise invalid(name, f"must be a list of names, got {_shown(value)}")
+    items = list(value)
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise invalid(name, f"every item must be a non-empty string, got {_shown(item)}")
+    return [item.strip() for item in items]
+
+
+def health_names(name: str, value: Any) -> tuple[Health, ...]:
+    """Verdict names (``OK``, ``LAGGING``, ...; any case) in any form :func:`strings` reads."""
+    verdicts: list[Health] = []
+    for item in strings(name, value):
+        try:
+            verdicts.append(Health(item.upper()))
+        except ValueError:
+            known = ", ".join(h.value for h in Health)
+            raise invalid(name, f"unknown verdict {item!r}; known: {known}") from None
+    return tuple(dict.fromkeys(verdicts))
+
+
+def text(name: str, value: Any) -> str:
+    """A non-empty string (a name, an id)."""
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise invalid(name, f"must be a non-empty string, got {_shown(value)}")
+
+
+def location(name: str, value: Any) -> str:
+    """One checkpoint location (a path or URL)."""
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    if isinstance(value, (list, tuple)):
+        raise invalid(
+            name,
+            f"must be one location, got a list of {len(value)}; check many jobs with the fleet "
+            "check (SparkLagFleetCheckOperator / `sparklag status --prefix`)",
+        )
+    raise invalid(name, f"must be a checkpoint path or URL, got {_shown(value)}")
+
+
+def locations(name: str, value: Any) -> list[str]:
+    """Checkpoint locations: a list, a list rendered as text, or one location."""
+    return list(dict.fromkeys(strings(name, value)))
+
+
+# -- the core's option types -------------------------------------------------------------------
+
+
+def thresholds(name: str, value: Any) -> Thresholds:
+    """``Thresholds`` from a dict (or its text); each value a finite number >= 0 or None."""
+    given = mapping(name, value) or {}
+    known = set(Thresholds.__dataclass_fields__)
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise invalid(
+            name, f"unknown threshold(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    values: dict[str, Any] = {}
+    for key, raw in given.items():
+        if is_none(raw):
+            continue
+        amount = number(f"{name}.{key}", raw)
+        if amount < 0:
+            raise invalid(f"{name}.{key}", f"must be 0 or more, got {_shown(raw)}")
+        values[key] = amount
+    try:
+        return Thresholds(**values)
+    except (TypeError, ValueError) as exc:
+        raise invalid(name, str(exc)) from None
+
+
+def check_options(
+    *,
+    thresholds_value: Any = None,
+    history: Any = 10,
+    exact_time_lag: Any = False,
+    read_committed: Any = None,
+) -> Any:
+    """``CheckOptions`` from rendered values, each error naming its parameter."""
+    from airflow_sparklag.monitor import CheckOptions
+
+    return CheckOptions(
+        thresholds("thresholds", thresholds_value),
+        count("history", history, minimum=1),
+        boolean("exact_time_lag", exact_time_lag),
+        optional_boolean("read_committed", read_committed),
+    )

@@ -1,0 +1,322 @@
+"""The one place that builds storage backends, checkpoint readers and the Kafka client.
+
+Every entry point (CLI, hook, sensors, triggers, operators, fleet checks, snapshots, migration,
+the Spark scan's driver) opens a :class:`Session` and passes it down; nothing below builds a
+client of its own::
+
+    from airflow_sparklag.session import Session
+
+    with Session(kafka_config={"bootstrap.servers": "broker:9092"},
+                 s3_options={"region_name": "eu-west-1"}) as session:
+        state = session.read("s3a://bucket/ck/orders", history=10)
+        snapshot = session.kafka.snapshot(["orders"])
+
+A session is thread-safe: one backend per store (one boto3 client for every bucket, one WebHDFS
+client per NameNode), built once even when many threads ask for it at the same time; one
+:class:`~airflow_sparklag.checkpoint.CheckpointReader` per checkpoint, kept between calls so a
+poll re-reads only new batch files; one Kafka client. :meth:`Session.close` closes only what
+the session built: clients handed in (``kafka_client``, ``s3_options={"client": ...}``) belong
+to the caller.
+
+:class:`ClientCache` is the process-wide cache the Airflow hook uses to share clients between
+hooks (a triggerer running 100 deferred sensors on one connection holds one client of each).
+
+Nothing heavy (boto3, confluent_kafka, requests) is imported at module level.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from airflow_sparklag.errors import KafkaError
+from airflow_sparklag.storage import LOCAL_SCHEMES, S3_SCHEMES, Storage, scheme_of
+
+if TYPE_CHECKING:
+    from airflow_sparklag.checkpoint import CheckpointReader, CheckpointState
+    from airflow_sparklag.kafka import KafkaOffsetsClient
+
+__all__ = ["DEFAULT_KAFKA_TIMEOUT", "SHARED_CLIENTS", "ClientCache", "Session", "StorageOptions"]
+
+DEFAULT_KAFKA_TIMEOUT = 10.0  # seconds any one Kafka request may take
+SHARED_CLIENTS_MAX = 32  # clients (S3 and Kafka together) a process keeps in the shared cache
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """How to open each kind of store. Never printed: the options hold credentials.
+
+    - ``s3``: ``endpoint_url``, ``aws_access_key_id``, ``aws_secret_access_key``,
+      ``aws_session_token``, ``region_name``, or a ready ``client`` (boto3 S3 client); or a
+      function returning them, called on first S3 use (the Airflow hook builds its client
+      only when a checkpoint on S3 is read);
+    - ``webhdfs``: ``url`` (or a list of NameNode URLs for HA), ``user``;
+    - ``fsspec``: keyword arguments of the fsspec filesystem (``gs://``, ``abfs://``, ...).
+    """
+
+    s3: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = field(default=None, repr=False)
+    webhdfs: Mapping[str, Any] | None = field(default=None, repr=False)
+    fsspec: Mapping[str, Any] | None = field(default=None, repr=False)
+
+    def open(self, location: str) -> Storage:
+        """A new backend for ``location``'s scheme (the session calls this once per store)."""
+        from airflow_sparklag.storage import open_storage
+
+        s3 = self.s3() if callable(self.s3) else self.s3
+        return open_storage(
+            location,
+            s3_options=dict(s3) if s3 is not None else None,
+            webhdfs_options=dict(self.webhdfs) if self.webhdfs is not None else None,
+            fsspec_options=dict(self.fsspec) if self.fsspec is not None else None,
+        )
+
+
+def store_key(location: str) -> tuple[str, str]:
+    """Which backend serves ``location``: one for every S3 bucket (one client), one for local
+    disk, one per host for WebHDFS and fsspec stores."""
+    scheme = scheme_of(location)
+    if scheme in S3_SCHEMES:
+        return ("s3", "")
+    if scheme in LOCAL_SCHEMES:
+        return ("", "")
+    return (scheme, urlsplit(location).netloc)
+
+
+class Session:
+    """Storage backends, checkpoint readers and the Kafka client of one unit of work.
+
+    >>> with Session(kafka_config={"bootstrap.servers": "127.0.0.1:9092"}) as session:
+    ...     result = check(session, "/data/ck/orders")                   # doctest: +SKIP
+
+    ``kafka_config`` is plain librdkafka configuration; ``kafka_client`` a ready client to use
+    instead (not closed by the session). Without either, anything that needs Kafka raises
+    :class:`~airflow_sparklag.errors.KafkaError` saying how to configure it.
+    """
+
+    def __init__(
+        self,
+        *,
+        kafka_config: Mapping[str, Any] | None = None,
+        kafka_client: KafkaOffsetsClient | None = None,
+        storage: StorageOptions | None = None,
+        s3_options: Mapping[str, Any] | None = None,
+        webhdfs_options: Mapping[str, Any] | None = None,
+        fsspec_options: Mapping[str, Any] | None = None,
+        kafka_timeout: float = DEFAULT_KAFKA_TIMEOUT,
+    ) -> None:
+        if storage is None:
+            storage = StorageOptions(s3_options, webhdfs_options, fsspec_options)
+        self.storage_options = storage
+        self.kafka_config: dict[str, Any] = dict(kafka_config or {})
+        self.kafka_timeout = float(kafka_timeout)
+        self._kafka = kafka_client
+        self._owns_kafka = False
+        self._lock = threading.Lock()
+        self._building: dict[Hashable, threading.Lock] = {}
+        self._backends: dict[tuple[str, str], Storage] = {}
+        self._readers: dict[tuple[str, bool], CheckpointReader] = {}
+        self.closed = False
+
+    # -- storage ---------------------------------------------------------------------------
+
+    def storage(self, location: str) -> Storage:
+        """The backend serving ``location``, built on first use (once, under a lock)."""
+        key = store_key(location)
+        with self._lock:
+            backend = self._backends.get(key)
+        if backend is not None:
+            return backend
+        return self._build(("storage", key), lambda: self._new_backend(key, location))
+
+    def _new_backend(self, key: tuple[str, str], location: str) -> Storage:
+        backend = self.storage_options.open(location)
+        if key == ("s3", ""):
+            # boto3 builds its client lazily; build it now, under this key's lock, so threads
+            # arriving together share one client (16 threads built 16 clients before).
+            _ = backend.client  # type: ignore[attr-defined]
+        with self._lock:
+            self._backends[key] = backend
+        return backend
+
+    def _build(self, key: Hashable, build: Callable[[], Any]) -> Any:
+        """Run ``build`` once per key even when threads ask at the same time."""
+        with self._lock:
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            with self._lock:
+                existing = self._existing(key)
+            if existing is not None:
+                return existing
+            return build()
+
+    def _existing(self, key: Hashable) -> Any:
+        kind, name = key  # type: ignore[misc]
+        if kind == "storage":
+            return self._backends.get(name)
+        return self._kafka
+
+    @property
+    def backends(self) -> list[Storage]:
+        with self._lock:
+            return list(self._backends.values())
+
+    @property
+    def storage_requests(self) -> int:
+        """Storage requests sent so far by every backend of the session."""
+        return sum(backend.requests.total for backend in self.backends)
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def reader(self, location: str, *, query_id: bool = True) -> CheckpointReader:
+        """The reader of ``location``, kept for the session's life (it caches batch files)."""
+        from airflow_sparklag.checkpoint import CheckpointReader
+
+        root = location.rstrip("/") or location
+        key = (root, query_id)
+        with self._lock:
+            reader = self._readers.get(key)
+        if reader is None:
+            reader = CheckpointReader(self.storage(root), root, query_id=query_id)
+            with self._lock:
+                reader = self._readers.setdefault(key, reader)
+        return reader
+
+    def read(self, location: str, *, history: int = 10, query_id: bool = True) -> CheckpointState:
+        """The checkpoint's state now; ``history`` committed batches of it at most."""
+        return self.reader(location, query_id=query_id).read(history=history)
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Drop the readers of every checkpoint not in ``keep`` (a fleet lost some jobs)."""
+        wanted = {loc.rstrip("/") or loc for loc in keep}
+        with self._lock:
+            for key in [k for k in self._readers if k[0] not in wanted]:
+                del self._readers[key]
+
+    # -- Kafka -------------------------------------------------------------------------------
+
+    @property
+    def has_kafka(self) -> bool:
+        return self._kafka is not None or bool(self.kafka_config.get("bootstrap.servers"))
+
+    @property
+    def kafka(self) -> KafkaOffsetsClient:
+        """The Kafka client, built on first use (once)."""
+        client = self._kafka
+        if client is not None:
+            return client
+        return self._build(("kafka", ""), self._new_kafka)  # type: ignore[no-any-return]
+
+    def _new_kafka(self) -> KafkaOffsetsClient:
+        from airflow_sparklag.kafka import KafkaOffsetsClient
+
+        if not self.kafka_config.get("bootstrap.servers"):
+            raise KafkaError(
+                "no Kafka configured: give the bootstrap servers (CLI --bootstrap-servers, "
+                'the Airflow `kafka` connection\'s extra {"bootstrap.servers": ...})'
+            )
+        client = KafkaOffsetsClient(self.kafka_config, timeout=self.kafka_timeout)
+        with self._lock:
+            self._kafka = client
+            self._owns_kafka = True
+        return client
+
+    # -- life --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close what the session built; clients handed in stay open. Readers are dropped."""
+        with self._lock:
+            client, owned = self._kafka, self._owns_kafka
+            self._kafka = None
+            self._owns_kafka = False
+            self._readers.clear()
+            self._backends.clear()
+            self.closed = True
+        if client is not None and owned:
+            client.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class ClientCache:
+    """Clients shared by everything in a process: thread-safe, least recently used first out
+    beyond ``maxsize`` keys.
+
+    The cache owns its references; a user only borrows a client. Nothing is closed explicitly:
+    a client dropped from the cache while others still use it keeps working for them and is
+    freed with the last reference. A client is built once per key even when many threads ask
+    at the same time (the others wait for it); a build that fails caches nothing. Keys must
+    hold no secret (the hook keys on a connection id and a keyed hash of its fields).
+    """
+
+    def __init__(self, maxsize: int = SHARED_CLIENTS_MAX) -> None:
+        self.maxsize = maxsize
+        self._lock = threading.Lock()
+        self._clients: OrderedDict[Hashable, Any] = OrderedDict()
+        self._building: dict[Hashable, threading.Lock] = {}
+        self._forked_away: list[Any] = []
+
+    def get(self, key: Hashable, build: Callable[[], Any]) -> Any:
+        """The client cached under ``key``, built with ``build()`` on first use."""
+        with self._lock:
+            client = self._hit(key)
+            if client is not None:
+                return client
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            try:
+                with self._lock:
+                    client = self._hit(key)
+                if client is not None:  # another thread built it while this one waited
+                    return client
+                client = build()
+                with self._lock:
+                    self._clients[key] = client
+                    while len(self._clients) > self.maxsize:
+                        self._clients.popitem(last=False)
+                return client
+            finally:
+                with self._lock:
+                    if self._building.get(key) is building:
+                        del self._building[key]
+
+    def _hit(self, key: Hashable) -> Any:
+        client = self._clients.get(key)
+        if client is not None:
+            self._clients.move_to_end(key)
+        return client
+
+    def cached_keys(self) -> list[Hashable]:
+        """The keys, least recently used first."""
+        with self._lock:
+            return list(self._clients)
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._clients.clear()
+
+    def _after_fork_in_child(self) -> None:
+        # A forked child must not use its parent's clients (their sockets are the parent's and
+        # librdkafka's threads are not copied), nor free them (freeing a librdkafka handle whose
+        # threads are gone can hang): keep them unreachable, start empty, with a new lock (the
+        # old one may have been held by a thread that does not exist in the child).
+        self._forked_away.append(self._clients)
+        self._clients = OrderedDict()
+        self._building = {}
+        self._lock = threading.Lock()
+
+
+SHARED_CLIENTS = ClientCache()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=SHARED_CLIENTS._after_fork_in_child)
