@@ -4,12 +4,12 @@ Restarting a changed query often needs a fresh checkpoint (new state schema, new
 by hand, it loses or replays data. :func:`migrate_checkpoint` does it in journaled steps::
 
     from airflow_sparklag.migration import migrate_checkpoint
+    from airflow_sparklag.session import Session
 
-    result = migrate_checkpoint(
-        "s3a://bucket/ck/orders",
-        archive_root="s3a://bucket/archive",
-        kafka_config={"bootstrap.servers": "broker:9092"},
-    )
+    with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
+        result = migrate_checkpoint(
+            "s3a://bucket/ck/orders", "s3a://bucket/archive", session=session
+        )
     spark_options = {"startingOffsets": result.starting_offsets_json()}
 
 1. preflight: refuse while the job looks alive (a commit or a planned batch within
@@ -27,6 +27,8 @@ by hand, it loses or replays data. :func:`migrate_checkpoint` does it in journal
 Each step is recorded in a journal (``<archive_root>/<name>-<hash>/journal.json``) before the
 next begins: a re-run after a crash resumes, or, when everything is done, returns the recorded
 result. At no point is the checkpoint gone without a verified snapshot and a verified archive.
+Parameters are checked before anything is read or written: ``dry_run="Ture"`` or
+``quiet_period=float("nan")`` raise :class:`~airflow_sparklag.errors.InvalidParameter`.
 """
 
 from __future__ import annotations
@@ -34,14 +36,27 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparklag import params
 from airflow_sparklag.archive import archive_tree
-from airflow_sparklag.checkpoint import CheckpointReader, parse_batch_id
-from airflow_sparklag.errors import CheckpointNotFound, SparkLagError, StorageNotFound
+from airflow_sparklag.checkpoint import parse_batch_id
+from airflow_sparklag.errors import (
+    CheckpointNotFound,
+    DataLossRefused,
+    JobStillRunning,
+    MigrationRefused,
+    SinkLogConflict,
+    SnapshotMismatch,
+    SparkLagError,
+    StorageNotFound,
+    TopicGone,
+)
+from airflow_sparklag.session import Session
 from airflow_sparklag.snapshot import (
     EARLIEST,
     Snapshot,
@@ -53,15 +68,16 @@ from airflow_sparklag.snapshot import (
     take_snapshot,
     utc_iso,
 )
-from airflow_sparklag.storage import Storage, join, open_storage
+from airflow_sparklag.storage import Storage, join
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
-    from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+    from airflow_sparklag.kafka import KafkaSnapshot
 
 __all__ = [
     "DataLossRefused",
     "JobStillRunning",
+    "Migration",
     "MigrationRefused",
     "MigrationResult",
     "SinkLogConflict",
@@ -71,39 +87,28 @@ __all__ = [
 ]
 
 JOURNAL_FORMAT = "sparklag-migration-journal"
-STEPS = ("preflight", "snapshot", "validated", "archiving", "archived", "sink_logs", "completed")
-
-
-class MigrationRefused(SparkLagError):
-    """The migration would lose data or disturb a running job; nothing was changed."""
-
-
-class JobStillRunning(MigrationRefused):
-    """The query committed or planned a batch recently: it may still be running."""
-
-
-class DataLossRefused(MigrationRefused):
-    """Committed offsets are below the log start: records were deleted before being read."""
-
-
-class TopicGone(MigrationRefused):
-    """A topic of the checkpoint no longer exists (or was deleted and re-created)."""
-
-
-class SinkLogConflict(MigrationRefused):
-    """A file sink's ``_spark_metadata`` would make the new query skip its first batches."""
-
-
-class SnapshotMismatch(MigrationRefused):
-    """The given snapshot is not of this checkpoint, or the job ran on after it was taken."""
+# What the journal records, in order (each step of Migration.STEPS records one or two).
+JOURNAL_STEPS = (
+    "preflight",
+    "snapshot",
+    "validated",
+    "archiving",
+    "archived",
+    "sink_logs",
+    "completed",
+)
 
 
 # -- result ----------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class MigrationResult:
-    """The plan (dry run) or the outcome of a migration. ``to_dict()`` is JSON-safe."""
+    """The plan (dry run) or the outcome of a migration. ``to_dict()`` is JSON-safe.
+
+    Immutable: a step that learns more makes a new result (``dataclasses.replace``); the lists
+    and dicts it holds are never changed after it is made.
+    """
 
     checkpoint: str
     status: str  # "planned" | "completed" | "already-completed"
@@ -187,6 +192,14 @@ class _Journal:
             raise SparkLagError(f"{path}: not a migration journal; move it aside")
         return cls(storage, path, document)
 
+    @property
+    def run(self) -> str:
+        """This migration's directory: snapshots, manifests and the archived checkpoint."""
+        return str(self.document["run"])
+
+    def steps(self) -> list[str]:
+        return list(self.document["steps"])
+
     def done(self, step: str) -> bool:
         return step in self.document["steps"]
 
@@ -206,6 +219,62 @@ def _base_dir(archive_root: str, location: str) -> str:
     name = clean.rsplit("/", 1)[-1] or "checkpoint"
     digest = hashlib.sha256(clean.encode()).hexdigest()[:10]
     return join(archive_root, f"{name}-{digest}")
+
+
+# -- parameters ------------------------------------------------------------------------------
+# The core takes typed values only: text from a template or a CLI is read with
+# airflow_sparklag.params first. A value of the wrong type is refused before anything is read
+# or written (`bool("False")` is True: a string must never decide whether data is archived).
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise params.invalid(
+            name, f"must be True or False, got {value!r} (read text with params.boolean first)"
+        )
+    return value
+
+
+def _seconds(name: str, value: Any) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise params.invalid(
+            name,
+            f"must be a finite number of seconds >= 0, got {value!r} (read text with "
+            "params.duration first)",
+        )
+    return float(value)
+
+
+def _moment(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise params.invalid(name, f"must be epoch seconds (a finite number), got {value!r}")
+    return float(value)
+
+
+def _path(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise params.invalid(name, f"must be a path or URL, got {value!r}")
+    return value
+
+
+def _optional_path(name: str, value: Any) -> str | None:
+    return None if value is None else _path(name, value)
+
+
+def _paths(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise params.invalid(name, f"must be a list of paths, got {value!r}")
+    items = tuple(value)
+    for item in items:
+        _path(name, item)
+    return items
 
 
 # -- checks ----------------------------------------------------------------------------------
@@ -321,12 +390,12 @@ def _validate(
     return starting, added, lost
 
 
-def _sink_logs(paths: Iterable[str], storage_for: Callable[[str], Storage]) -> list[dict[str, Any]]:
+def _sink_logs(paths: Iterable[str], storage: Callable[[str], Storage]) -> list[dict[str, Any]]:
     found = []
     for path in paths:
         log_dir = join(path, "_spark_metadata")
         ids = []
-        for info in storage_for(log_dir).list_dir(log_dir):
+        for info in storage(log_dir).list_dir(log_dir):
             name = info.name[: -len(".compact")] if info.name.endswith(".compact") else info.name
             batch = parse_batch_id(name)
             if batch is not None:
@@ -341,120 +410,23 @@ def _sink_logs(paths: Iterable[str], storage_for: Callable[[str], Storage]) -> l
     return found
 
 
-# -- the migration ---------------------------------------------------------------------------
+def _sink_action(sink: Mapping[str, Any], *, move_sink_log: bool, run_dir: str) -> str:
+    if sink["latest_batch_id"] is None:
+        return "none (empty log)"
+    if move_sink_log:
+        return f"move aside to {join(run_dir, 'sink-logs')}"
+    return "refused"
 
 
-def migrate_checkpoint(
-    location: str,
-    archive_root: str,
-    *,
-    kafka_config: Mapping[str, Any] | None = None,
-    kafka_client: KafkaOffsetsClient | None = None,
-    s3_options: dict[str, Any] | None = None,
-    webhdfs_options: dict[str, Any] | None = None,
-    fsspec_options: dict[str, Any] | None = None,
-    snapshot_root: str | None = None,
-    snapshot: str | None = None,
-    quiet_period: float = 60.0,
-    force: bool = False,
-    allow_data_loss: bool = False,
-    file_sink_paths: Iterable[str] = (),
-    move_sink_log: bool = False,
-    dry_run: bool = False,
-    kafka_timeout: float = 10.0,
-    now: float | None = None,
-    fault: Callable[[str], None] | None = None,
-) -> MigrationResult:
-    """Snapshot, validate and archive ``location``; return the new query's starting offsets.
-
-    ``snapshot``: path of an existing snapshot to use instead of taking one. ``snapshot_root``:
-    where to write the snapshot (default: the migration's archive directory).
-    ``file_sink_paths``: output paths of FILE sinks the new query will write to (their
-    ``_spark_metadata`` is checked). ``fault``: test hook called with each step name.
-    Raises :class:`MigrationRefused` subclasses (nothing changed), storage/Kafka errors.
-    """
-    options = {
-        "s3_options": s3_options,
-        "webhdfs_options": webhdfs_options,
-        "fsspec_options": fsspec_options,
-    }
-    stores: dict[str, Storage] = {}
-
-    def storage_for(url: str) -> Storage:
-        from airflow_sparklag.storage import scheme_of
-
-        key = (
-            scheme_of(url)
-            + "://"
-            + (url.split("://", 1)[1].split("/", 1)[0] if "://" in url else "")
-        )
-        if key not in stores:
-            stores[key] = open_storage(url, **options)
-        return stores[key]
-
-    hit = fault or (lambda step: None)
-    checks = _Checks(dry_run)
-    base = _base_dir(archive_root, location)
-    journal_path = join(base, "journal.json")
-    archive_store = storage_for(archive_root)
-    checkpoint_store = storage_for(location)
-    sink_paths = list(file_sink_paths)
-
-    journal = _Journal.load(archive_store, journal_path)
-    if journal is not None and journal.done("completed"):
-        if not checkpoint_store.exists(location) or not _has_batches(checkpoint_store, location):
-            recorded = MigrationResult.from_dict(journal.get("completed")["result"])
-            recorded.status = "already-completed"
-            return recorded
-        journal = None  # the checkpoint is back (a new job used the path): a new migration
-    if journal is None:
-        run = join(base, datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
-        journal = _Journal(
-            archive_store,
-            journal_path,
-            {
-                "format": JOURNAL_FORMAT,
-                "checkpoint": strip_credentials(location),
-                "run": run,
-                "steps": {},
-            },
-        )
-    run = journal.document["run"]
-    archive_location = join(run, "checkpoint")
-
-    client = kafka_client
-    owned = False
-    if client is None:
-        if not kafka_config:
-            raise ValueError("kafka_config (or kafka_client) is required to validate offsets")
-        from airflow_sparklag.kafka import KafkaOffsetsClient
-
-        client = KafkaOffsetsClient(kafka_config, kafka_timeout)
-        owned = True
-    try:
-        return _run(
-            location=location,
-            checkpoint_store=checkpoint_store,
-            archive_store=archive_store,
-            storage_for=storage_for,
-            journal=journal,
-            archive_location=archive_location,
-            client=client,
-            snapshot_root=snapshot_root,
-            given_snapshot=snapshot,
-            quiet_period=quiet_period,
-            force=force,
-            allow_data_loss=allow_data_loss,
-            sink_paths=sink_paths,
-            move_sink_log=move_sink_log,
-            dry_run=dry_run,
-            now=now,
-            hit=hit,
-            checks=checks,
-        )
-    finally:
-        if owned:
-            client.close()
+def _sink_conflict(sink: Mapping[str, Any]) -> SinkLogConflict:
+    return SinkLogConflict(
+        f"{sink['path']}: the file sink log {sink['log']} holds batches up to "
+        f"{sink['latest_batch_id']}; a query on a new checkpoint restarts at batch 0 and "
+        f"the sink would silently SKIP batches 0..{sink['latest_batch_id']} (data loss). "
+        "Write the new query to a new output path, or pass move_sink_log=True to move "
+        "the log aside into the archive (old files then stay on disk, but readers that "
+        "use the log no longer see them)"
+    )
 
 
 def _batch_ids(state: CheckpointState) -> list[int | None]:
@@ -467,212 +439,392 @@ def _has_batches(storage: Storage, location: str) -> bool:
     )
 
 
-def _run(
-    *,
-    location: str,
-    checkpoint_store: Storage,
-    archive_store: Storage,
-    storage_for: Callable[[str], Storage],
-    journal: _Journal,
-    archive_location: str,
-    client: KafkaOffsetsClient,
-    snapshot_root: str | None,
-    given_snapshot: str | None,
-    quiet_period: float,
-    force: bool,
-    allow_data_loss: bool,
-    sink_paths: list[str],
-    move_sink_log: bool,
-    dry_run: bool,
-    now: float | None,
-    hit: Callable[[str], None],
-    checks: _Checks,
-) -> MigrationResult:
-    run = journal.document["run"]
-    warnings: list[str] = []
-    archiving_started = journal.done("archiving")
+# -- the migration ---------------------------------------------------------------------------
 
-    # 1. preflight: only while the checkpoint is still whole.
-    state: CheckpointState | None = None
-    if not archiving_started:
-        try:
-            state = CheckpointReader(checkpoint_store, location).read(history=1)
-        except CheckpointNotFound:
-            if not journal.done("snapshot"):
-                raise
-            raise CheckpointNotFound(
-                f"{strip_credentials(location)}: the checkpoint is gone although the migration "
-                f"journal {journal.path} says archiving never started; the verified snapshot is "
-                f"{journal.get('snapshot').get('path')}: restore the checkpoint or start the new "
-                "query from that snapshot's offsets"
-            ) from None
-        moment = now if now is not None else time.time()
+
+@dataclass
+class _Run:
+    """One run of a migration: its journal, its refusals, and what each step hands on."""
+
+    journal: _Journal
+    checks: _Checks
+    state: CheckpointState | None = None  # None once archiving started: the checkpoint moves
+    snapshot: Snapshot | None = None
+    snapshot_path: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    result: MigrationResult | None = None  # the plan once validated, then the outcome
+
+    @property
+    def archive_location(self) -> str:
+        return join(self.journal.run, "checkpoint")
+
+    def taken(self) -> tuple[Snapshot, str]:
+        """The snapshot the steps after ``snapshot`` work from."""
+        assert self.snapshot is not None and self.snapshot_path is not None, "snapshot step"
+        return self.snapshot, self.snapshot_path
+
+    def plan(self) -> MigrationResult:
+        assert self.result is not None, "validate step"
+        return self.result
+
+
+class Migration:
+    """One checkpoint's move to a new checkpoint, step by step, through one session.
+
+    Example::
+
+        with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
+            result = Migration(session, "s3a://b/ck/orders", "s3a://b/archive").run()
+
+    :meth:`run` calls the methods named in :attr:`STEPS`, in order. Each step skips what the
+    journal says is done and records itself before the next begins, so a run after a crash (or
+    ``kill -9``) at any point resumes; a dry run stops after ``validate`` and writes nothing.
+    Every parameter is checked when the migration is made, before anything is read or written
+    (:class:`~airflow_sparklag.errors.InvalidParameter`). The session stays open: it is the
+    caller's. ``fault`` is a test hook called with each journal step name.
+    """
+
+    STEPS = ("preflight", "snapshot", "validate", "archive", "sink_logs", "complete")
+    PLAN_STEPS = STEPS[:3]  # a dry run: read and check, never write
+
+    def __init__(
+        self,
+        session: Session,
+        location: str,
+        archive_root: str,
+        *,
+        snapshot_root: str | None = None,
+        snapshot: str | None = None,
+        quiet_period: float = 60.0,
+        force: bool = False,
+        allow_data_loss: bool = False,
+        file_sink_paths: Iterable[str] = (),
+        move_sink_log: bool = False,
+        dry_run: bool = False,
+        now: float | None = None,
+        fault: Callable[[str], None] | None = None,
+    ) -> None:
+        self.dry_run = _flag("dry_run", dry_run)
+        self.force = _flag("force", force)
+        self.allow_data_loss = _flag("allow_data_loss", allow_data_loss)
+        self.move_sink_log = _flag("move_sink_log", move_sink_log)
+        self.quiet_period = _seconds("quiet_period", quiet_period)
+        self.now = _moment("now", now)
+        self.location = _path("location", location)
+        self.archive_root = _path("archive_root", archive_root)
+        self.snapshot_root = _optional_path("snapshot_root", snapshot_root)
+        self.given_snapshot = _optional_path("snapshot", snapshot)
+        self.file_sink_paths = _paths("file_sink_paths", file_sink_paths)
+        self.session = session
+        self.hit: Callable[[str], None] = fault or (lambda step: None)
+        self.base = _base_dir(self.archive_root, self.location)
+        self.journal_path = join(self.base, "journal.json")
+
+    def run(self) -> MigrationResult:
+        """Run the steps the journal has not recorded; return the plan or the outcome."""
+        journal = _Journal.load(self.session.storage(self.archive_root), self.journal_path)
+        if journal is not None and journal.done("completed"):
+            if not self._checkpoint_present():
+                recorded = MigrationResult.from_dict(journal.get("completed")["result"])
+                return replace(recorded, status="already-completed")
+            journal = None  # the checkpoint is back (a new job used the path): a new migration
+        if not self.session.has_kafka:
+            raise ValueError("kafka_config (or kafka_client) is required to validate offsets")
+        run = _Run(journal or self._new_journal(), _Checks(self.dry_run))
+        for step in self.PLAN_STEPS if self.dry_run else self.STEPS:
+            getattr(self, step)(run)
+        return run.plan()
+
+    def _checkpoint_present(self) -> bool:
+        store = self.session.storage(self.location)
+        return store.exists(self.location) and _has_batches(store, self.location)
+
+    def _new_journal(self) -> _Journal:
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        document = {
+            "format": JOURNAL_FORMAT,
+            "checkpoint": strip_credentials(self.location),
+            "run": join(self.base, stamp),
+            "steps": {},
+        }
+        return _Journal(self.session.storage(self.archive_root), self.journal_path, document)
+
+    # -- 1. preflight: only while the checkpoint is still whole ------------------------------
+
+    def preflight(self, run: _Run) -> None:
+        """Refuse while the job looks alive, or when it ran since this migration began."""
+        journal = run.journal
+        if journal.done("archiving"):
+            return
+        state = run.state = self._read_checkpoint(journal)
         if not journal.done("preflight"):
-            _preflight(state, now=moment, quiet_period=quiet_period, force=force, checks=checks)
+            moment = self.now if self.now is not None else time.time()
+            _preflight(
+                state,
+                now=moment,
+                quiet_period=self.quiet_period,
+                force=self.force,
+                checks=run.checks,
+            )
         elif _batch_ids(state) != journal.get("preflight").get("batches"):
-            checks.refuse(
+            run.checks.refuse(
                 JobStillRunning(
-                    f"{strip_credentials(location)}: the checkpoint changed since this "
+                    f"{strip_credentials(self.location)}: the checkpoint changed since this "
                     f"migration's preflight ({journal.get('preflight').get('batches')} -> "
                     f"{_batch_ids(state)}): the job ran again. Stop it, delete the journal "
                     f"{journal.path} and migrate again"
                 )
             )
-        if not dry_run and not journal.done("preflight"):
+        if not self.dry_run and not journal.done("preflight"):
             journal.record("preflight", batches=_batch_ids(state))
-        hit("preflight")
+        self.hit("preflight")
 
-    # 2. snapshot: take and verify one, or verify the given / journaled one.
-    kafka_fresh: KafkaSnapshot | None = None
-    snap: Snapshot
-    snap_path: str | None
-    if journal.done("snapshot"):
-        recorded = journal.get("snapshot")
-        snap_path = recorded["path"]
-        snap = load_snapshot(storage_for(snap_path), snap_path)
-        if snap.checksum != recorded["checksum"]:
-            raise SnapshotMismatch(
-                f"{snap_path}: checksum {snap.checksum[:12]} differs from the one the journal "
-                f"{journal.path} recorded ({recorded['checksum'][:12]}); refusing"
+    def _read_checkpoint(self, journal: _Journal) -> CheckpointState:
+        try:
+            return self.session.read(self.location, history=1)
+        except CheckpointNotFound:
+            if not journal.done("snapshot"):
+                raise
+            raise CheckpointNotFound(
+                f"{strip_credentials(self.location)}: the checkpoint is gone although the "
+                f"migration journal {journal.path} says archiving never started; the verified "
+                f"snapshot is {journal.get('snapshot').get('path')}: restore the checkpoint or "
+                "start the new query from that snapshot's offsets"
+            ) from None
+
+    # -- 2. snapshot: take and verify one, or verify the given / journaled one ---------------
+
+    def snapshot(self, run: _Run) -> None:
+        """Take, write and verify a snapshot of the committed batch (or load the known one)."""
+        journal = run.journal
+        snap, path = self._snapshot_of(run)
+        if run.state is not None:
+            self._check_snapshot(run, run.state, snap, path)
+        if not self.dry_run and not journal.done("snapshot"):
+            journal.record(
+                "snapshot",
+                path=path,
+                checksum=snap.checksum,
+                committed_batch_id=snap.committed.batch_id,
             )
-    elif given_snapshot is not None:
-        snap_path = given_snapshot
-        snap = load_snapshot(storage_for(given_snapshot), given_snapshot)
-    else:
-        assert state is not None
-        snap, _ = take_snapshot(state, client, now=now)
-        root = snapshot_root or join(run, "snapshots")
-        snap_path = snapshot_path(root, snap)
-        if not dry_run:
-            save_snapshot(snap, storage_for(snap_path), snap_path)
-    if state is not None:
+        run.snapshot, run.snapshot_path = snap, path
+        self.hit("snapshot")
+
+    def _snapshot_of(self, run: _Run) -> tuple[Snapshot, str]:
+        journal = run.journal
+        if journal.done("snapshot"):
+            recorded = journal.get("snapshot")
+            path = str(recorded["path"])
+            snap = load_snapshot(self.session.storage(path), path)
+            if snap.checksum != recorded["checksum"]:
+                raise SnapshotMismatch(
+                    f"{path}: checksum {snap.checksum[:12]} differs from the one the journal "
+                    f"{journal.path} recorded ({recorded['checksum'][:12]}); refusing"
+                )
+            return snap, path
+        if self.given_snapshot is not None:
+            path = self.given_snapshot
+            return load_snapshot(self.session.storage(path), path), path
+        # The journal records the snapshot before archiving starts: the checkpoint was read.
+        assert run.state is not None
+        snap, _ = take_snapshot(run.state, self.session.kafka, now=self.now)
+        path = snapshot_path(self.snapshot_root or join(journal.run, "snapshots"), snap)
+        if not self.dry_run:
+            save_snapshot(snap, self.session.storage(path), path)
+        return snap, path
+
+    def _check_snapshot(self, run: _Run, state: CheckpointState, snap: Snapshot, path: str) -> None:
+        """The snapshot is of this query, and the job did not commit after it was taken."""
         if state.query_id and snap.query_id and state.query_id != snap.query_id:
-            checks.refuse(
+            run.checks.refuse(
                 SnapshotMismatch(
-                    f"{snap_path}: snapshot of query {snap.query_id}, but the checkpoint at "
-                    f"{strip_credentials(location)} belongs to query {state.query_id}"
+                    f"{path}: snapshot of query {snap.query_id}, but the checkpoint at "
+                    f"{strip_credentials(self.location)} belongs to query {state.query_id}"
                 )
             )
-        if state.committed_batch_id is not None and state.committed_batch_id > (
-            snap.committed.batch_id
-        ):
-            message = (
-                f"the checkpoint committed batch {state.committed_batch_id} after the snapshot "
-                f"{snap_path} (batch {snap.committed.batch_id}) was taken"
-            )
-            if journal.done("snapshot"):
-                checks.refuse(
-                    SnapshotMismatch(
-                        f"{message}: the job ran again during the migration. Stop it, delete "
-                        f"the journal {journal.path} and migrate again"
-                    )
+        if state.committed_batch_id is None or state.committed_batch_id <= snap.committed.batch_id:
+            return
+        message = (
+            f"the checkpoint committed batch {state.committed_batch_id} after the snapshot "
+            f"{path} (batch {snap.committed.batch_id}) was taken"
+        )
+        if run.journal.done("snapshot"):
+            run.checks.refuse(
+                SnapshotMismatch(
+                    f"{message}: the job ran again during the migration. Stop it, delete "
+                    f"the journal {run.journal.path} and migrate again"
                 )
-            else:
-                warnings.append(f"{message}: starting from the snapshot replays the batches since")
-    if not dry_run and not journal.done("snapshot"):
-        journal.record(
-            "snapshot",
-            path=snap_path,
-            checksum=snap.checksum,
+            )
+        else:
+            run.warnings.append(f"{message}: starting from the snapshot replays the batches since")
+
+    # -- 3. validate against Kafka now, and the file sinks' logs -----------------------------
+
+    def validate(self, run: _Run) -> None:
+        """Check the snapshot against Kafka and the file sinks; the result is the plan."""
+        snap, path = run.taken()
+        kafka = self.session.kafka.snapshot(sorted(kafka_topics(snap)))
+        starting, added, lost = _validate(
+            snap, kafka, allow_data_loss=self.allow_data_loss, checks=run.checks, force=self.force
+        )
+        sink_logs = self._checked_sink_logs(run)
+        by_time: dict[str, dict[str, dict[str, int]]] = {}
+        if snap.record_timestamps_ms is not None:
+            by_time = {sid: snap.starting_offsets_by_timestamp(source_id=sid) for sid in starting}
+        warnings = list(run.warnings)
+        if lost:
+            warnings.append(
+                "records lost (log start moved past the committed offset): "
+                + json.dumps(lost, sort_keys=True)
+            )
+        plan = MigrationResult(
+            checkpoint=strip_credentials(self.location),
+            status="planned",
+            journal_path=run.journal.path,
+            archive_location=run.archive_location,
+            snapshot_path=path,
+            query_id=snap.query_id,
             committed_batch_id=snap.committed.batch_id,
+            in_flight_batch_id=snap.in_flight.batch_id if snap.in_flight else None,
+            starting_offsets=starting,
+            starting_offsets_by_timestamp=by_time,
+            partitions_added=added,
+            records_lost=lost,
+            replay_ranges=snap.replay_ranges(),
+            sink_logs=sink_logs,
+            refusals=list(run.checks.refusals),
+            warnings=warnings,
         )
-    hit("snapshot")
+        if self.dry_run:
+            run.result = replace(plan, steps_done=run.journal.steps())
+            return
+        if not run.journal.done("validated"):
+            run.journal.record("validated", starting_offsets=starting)
+        run.result = plan
+        self.hit("validated")
 
-    # 3. validate against Kafka now, and the file sinks' logs.
-    kafka_fresh = client.snapshot(sorted(kafka_topics(snap)))
-    starting, added, lost = _validate(
-        snap, kafka_fresh, allow_data_loss=allow_data_loss, checks=checks, force=force
-    )
-    sink_logs = _sink_logs(sink_paths, storage_for)
-    for sink in sink_logs:
-        if sink["latest_batch_id"] is None:
-            sink["action"] = "none (empty log)"
-            continue
-        if move_sink_log:
-            sink["action"] = f"move aside to {join(run, 'sink-logs')}"
-            continue
-        sink["action"] = "refused"
-        checks.refuse(
-            SinkLogConflict(
-                f"{sink['path']}: the file sink log {sink['log']} holds batches up to "
-                f"{sink['latest_batch_id']}; a query on a new checkpoint restarts at batch 0 and "
-                f"the sink would silently SKIP batches 0..{sink['latest_batch_id']} (data loss). "
-                "Write the new query to a new output path, or pass move_sink_log=True to move "
-                "the log aside into the archive (old files then stay on disk, but readers that "
-                "use the log no longer see them)"
-            )
-        )
-    by_time: dict[str, dict[str, dict[str, int]]] = {}
-    if snap.record_timestamps_ms is not None:
-        for sid in starting:
-            by_time[sid] = snap.starting_offsets_by_timestamp(source_id=sid)
-    if lost:
-        warnings.append(
-            "records lost (log start moved past the committed offset): "
-            + json.dumps(lost, sort_keys=True)
-        )
-    result = MigrationResult(
-        checkpoint=strip_credentials(location),
-        status="planned",
-        journal_path=journal.path,
-        archive_location=archive_location,
-        snapshot_path=snap_path,
-        query_id=snap.query_id,
-        committed_batch_id=snap.committed.batch_id,
-        in_flight_batch_id=snap.in_flight.batch_id if snap.in_flight else None,
-        starting_offsets=starting,
-        starting_offsets_by_timestamp=by_time,
-        partitions_added=added,
-        records_lost=lost,
-        replay_ranges=snap.replay_ranges(),
-        sink_logs=sink_logs,
-        refusals=checks.refusals,
-        warnings=warnings,
-    )
-    if dry_run:
-        result.steps_done = list(journal.document["steps"])
-        return result
-    if not journal.done("validated"):
-        journal.record("validated", starting_offsets=starting)
-    hit("validated")
+    def _checked_sink_logs(self, run: _Run) -> list[dict[str, Any]]:
+        checked = []
+        for sink in _sink_logs(self.file_sink_paths, self.session.storage):
+            action = _sink_action(sink, move_sink_log=self.move_sink_log, run_dir=run.journal.run)
+            checked.append({**sink, "action": action})
+            if action == "refused":
+                run.checks.refuse(_sink_conflict(sink))
+        return checked
 
-    # 4. archive the checkpoint (and the sink logs when asked).
-    if not journal.done("archived"):
-        if not archiving_started:
-            journal.record("archiving", target=archive_location)
-        report = archive_tree(
-            checkpoint_store,
-            location,
-            archive_location,
-            manifest_path=join(run, "checkpoint.manifest.json"),
-            target=archive_store,
-            fault=hit,
-        )
-        journal.record("archived", **report.to_dict())
-    result.archives.append(journal.get("archived"))
-    hit("archived")
-    if move_sink_log and not journal.done("sink_logs"):
-        moved = []
-        for index, sink in enumerate(sink_logs):
-            if sink["latest_batch_id"] is None:
-                continue
-            target = join(run, "sink-logs", str(index), "_spark_metadata")
+    # -- 4. archive the checkpoint (and the sink logs when asked) ----------------------------
+
+    def archive(self, run: _Run) -> None:
+        """Move the checkpoint into the archive: a verified copy then delete, or a rename."""
+        journal = run.journal
+        if not journal.done("archived"):
+            if not journal.done("archiving"):
+                journal.record("archiving", target=run.archive_location)
             report = archive_tree(
-                storage_for(sink["log"]),
-                sink["log"],
-                target,
-                manifest_path=join(run, "sink-logs", f"{index}.manifest.json"),
-                target=archive_store,
-                fault=hit,
+                self.session.storage(self.location),
+                self.location,
+                run.archive_location,
+                manifest_path=join(journal.run, "checkpoint.manifest.json"),
+                target=self.session.storage(self.archive_root),
+                fault=self.hit,
             )
-            moved.append(report.to_dict())
-        journal.record("sink_logs", moved=moved)
-    if move_sink_log:
-        result.archives.extend(journal.get("sink_logs").get("moved", []))
-    hit("sink_logs")
+            journal.record("archived", **report.to_dict())
+        self.hit("archived")
 
-    # 5. done: the journal keeps the result, so a re-run returns it.
-    result.status = "completed"
-    result.steps_done = [*journal.document["steps"], "completed"]
-    journal.record("completed", result=result.to_dict())
-    return result
+    def sink_logs(self, run: _Run) -> None:
+        """With ``move_sink_log``: move each file sink's ``_spark_metadata`` into the archive."""
+        journal = run.journal
+        if self.move_sink_log and not journal.done("sink_logs"):
+            moved = [
+                self._move_sink_log(journal, index, sink["log"])
+                for index, sink in enumerate(run.plan().sink_logs)
+                if sink["latest_batch_id"] is not None
+            ]
+            journal.record("sink_logs", moved=moved)
+        self.hit("sink_logs")
+
+    def _move_sink_log(self, journal: _Journal, index: int, log: str) -> dict[str, Any]:
+        report = archive_tree(
+            self.session.storage(log),
+            log,
+            join(journal.run, "sink-logs", str(index), "_spark_metadata"),
+            manifest_path=join(journal.run, "sink-logs", f"{index}.manifest.json"),
+            target=self.session.storage(self.archive_root),
+            fault=self.hit,
+        )
+        return report.to_dict()
+
+    # -- 5. done: the journal keeps the result, so a re-run returns it -----------------------
+
+    def complete(self, run: _Run) -> None:
+        """Record the outcome in the journal."""
+        journal = run.journal
+        archives = [journal.get("archived")]
+        if self.move_sink_log:
+            archives.extend(journal.get("sink_logs").get("moved", []))
+        result = replace(
+            run.plan(),
+            status="completed",
+            archives=archives,
+            steps_done=[*journal.steps(), "completed"],
+        )
+        journal.record("completed", result=result.to_dict())
+        run.result = result
+
+
+def migrate_checkpoint(
+    location: str,
+    archive_root: str,
+    *,
+    session: Session | None = None,
+    snapshot_root: str | None = None,
+    snapshot: str | None = None,
+    quiet_period: float = 60.0,
+    force: bool = False,
+    allow_data_loss: bool = False,
+    file_sink_paths: Iterable[str] = (),
+    move_sink_log: bool = False,
+    dry_run: bool = False,
+    now: float | None = None,
+    fault: Callable[[str], None] | None = None,
+    **session_options: Any,
+) -> MigrationResult:
+    """Snapshot, validate and archive ``location``; return the new query's starting offsets.
+
+    ``snapshot``: path of an existing snapshot to use instead of taking one. ``snapshot_root``:
+    where to write the snapshot (default: the migration's archive directory).
+    ``file_sink_paths``: output paths of FILE sinks the new query will write to (their
+    ``_spark_metadata`` is checked). ``fault``: test hook called with each step name.
+    Without ``session``, one is opened from ``session_options`` (``kafka_config``,
+    ``kafka_client``, ``s3_options``, ``webhdfs_options``, ``fsspec_options``,
+    ``kafka_timeout``) and closed before returning.
+    Raises :class:`~airflow_sparklag.errors.InvalidParameter` (nothing read or written),
+    :class:`MigrationRefused` subclasses (nothing changed), storage/Kafka errors.
+    """
+
+    def run(with_session: Session) -> MigrationResult:
+        return Migration(
+            with_session,
+            location,
+            archive_root,
+            snapshot_root=snapshot_root,
+            snapshot=snapshot,
+            quiet_period=quiet_period,
+            force=force,
+            allow_data_loss=allow_data_loss,
+            file_sink_paths=file_sink_paths,
+            move_sink_log=move_sink_log,
+            dry_run=dry_run,
+            now=now,
+            fault=fault,
+        ).run()
+
+    if session is None:
+        with Session(**session_options) as own:
+            return run(own)
+    if session_options:
+        raise TypeError(
+            f"migrate_checkpoint: give a session or its options, not both "
+            f"(got session and {sorted(session_options)})"
+        )
+    return run(session)

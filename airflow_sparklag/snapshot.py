@@ -2,14 +2,14 @@
 
 A snapshot is what lets a query restart on a new checkpoint without losing or re-reading data::
 
+    from airflow_sparklag.redact import redact_url
+from airflow_sparklag.session import Session
     from airflow_sparklag.snapshot import snapshot_checkpoint
 
-    result = snapshot_checkpoint(
-        "s3a://bucket/ck/orders",
-        "s3a://bucket/snapshots",
-        kafka_config={"bootstrap.servers": "broker:9092"},
-        s3_options={"region_name": "eu-west-1"},
-    )
+    with Session(kafka_config={"bootstrap.servers": "broker:9092"},
+                 s3_options={"region_name": "eu-west-1"}) as session:
+        result = snapshot_checkpoint("s3a://bucket/ck/orders", "s3a://bucket/snapshots",
+                                     session=session)
     print(result.path)                       # s3a://bucket/snapshots/<query id>/<batch>-<UTC>.json
     print(result.starting_offsets_json())    # {"orders":{"0":1042,"1":998,"2":1011}}
 
@@ -33,10 +33,17 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
-from airflow_sparklag.errors import SparkLagError, StorageNotFound
-from airflow_sparklag.storage import Storage, join, open_storage
+from airflow_sparklag.errors import (
+    NothingCommitted,
+    SnapshotCorrupt,
+    SnapshotError,
+    SnapshotVerificationFailed,
+    StorageNotFound,
+)
+from airflow_sparklag.redact import redact_url
+from airflow_sparklag.session import Session
+from airflow_sparklag.storage import Storage, join
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
@@ -68,22 +75,6 @@ FORMAT_NAME = "sparklag-checkpoint-snapshot"
 FORMAT_VERSION = 1
 EARLIEST = -2  # Spark's startingOffsets value for "from the log start"
 _TOOL = "airflow-provider-sparklag"
-
-
-class SnapshotError(SparkLagError):
-    """A snapshot could not be taken, written or read."""
-
-
-class NothingCommitted(SnapshotError):
-    """The checkpoint has no committed batch, so there are no offsets to carry over."""
-
-
-class SnapshotCorrupt(SnapshotError):
-    """A snapshot document is not valid JSON, has an unknown format or a wrong checksum."""
-
-
-class SnapshotVerificationFailed(SnapshotError):
-    """A written snapshot, read back, differs from what was written."""
 
 
 # -- the document ----------------------------------------------------------------------------
@@ -396,13 +387,7 @@ def _iso_to_ms(text: str) -> int:
 
 def strip_credentials(location: str) -> str:
     """A location without any ``user:password@`` part: snapshots and logs never hold secrets."""
-    if "://" not in location:
-        return location
-    parts = urlsplit(location)
-    if "@" not in parts.netloc:
-        return location
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return redact_url(location)
 
 
 def _batch(batch: BatchOffsets, file_time: float | None) -> SnapshotBatch:
@@ -606,44 +591,41 @@ def snapshot_checkpoint(
     location: str,
     snapshot_root: str,
     *,
-    kafka_config: Mapping[str, Any] | None = None,
-    kafka_client: KafkaOffsetsClient | None = None,
-    s3_options: dict[str, Any] | None = None,
-    webhdfs_options: dict[str, Any] | None = None,
-    fsspec_options: dict[str, Any] | None = None,
-    kafka_timeout: float = 10.0,
+    session: Session | None = None,
     record_timestamps: bool = True,
     write: bool = True,
     now: float | None = None,
+    **session_options: Any,
 ) -> SnapshotResult:
     """Read ``location``'s checkpoint, snapshot its committed batch, write it under
-    ``snapshot_root`` and verify it. Without Kafka config the cluster id and the
-    partitions added since are unknown (the snapshot is still valid)."""
-    from airflow_sparklag.checkpoint import CheckpointReader
+    ``snapshot_root`` and verify it. Without Kafka the cluster id and the partitions added
+    since are unknown (the snapshot is still valid).
 
-    storage_options = {
-        "s3_options": s3_options,
-        "webhdfs_options": webhdfs_options,
-        "fsspec_options": fsspec_options,
-    }
-    state = CheckpointReader(open_storage(location, **storage_options), location).read(history=1)
-    client = kafka_client
-    owned = False
-    if client is None and kafka_config:
-        from airflow_sparklag.kafka import KafkaOffsetsClient
-
-        client = KafkaOffsetsClient(kafka_config, kafka_timeout)
-        owned = True
-    try:
-        snapshot, kafka = take_snapshot(state, client, now=now, record_timestamps=record_timestamps)
-    finally:
-        if owned and client is not None:
-            client.close()
+    Everything is read and written through ``session``; without one, a session is opened from
+    ``session_options`` (``kafka_config``, ``kafka_client``, ``s3_options``,
+    ``webhdfs_options``, ``fsspec_options``, ``kafka_timeout``) and closed before returning.
+    """
+    if session is None:
+        with Session(**session_options) as own:
+            return snapshot_checkpoint(
+                location,
+                snapshot_root,
+                session=own,
+                record_timestamps=record_timestamps,
+                write=write,
+                now=now,
+            )
+    if session_options:
+        raise TypeError(
+            f"snapshot_checkpoint: give a session or its options, not both "
+            f"(got session and {sorted(session_options)})"
+        )
+    state = session.read(location, history=1)
+    client = session.kafka if session.has_kafka else None
+    snapshot, kafka = take_snapshot(state, client, now=now, record_timestamps=record_timestamps)
     path = None
     if write:
         path = save_snapshot(
-            snapshot,
-            open_storage(snapshot_root, **storage_options),
-            snapshot_path(snapshot_root, snapshot),
+            snapshot, session.storage(snapshot_root), snapshot_path(snapshot_root, snapshot)
         )
     return SnapshotResult(snapshot=snapshot, path=path, kafka=kafka)
