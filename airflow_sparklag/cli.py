@@ -19,16 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-EXIT_CODES = {
-    "OK": 0,
-    "LAGGING": 1,
-    "STALLED": 2,
-    "STOPPED": 2,
-    "REWIND": 2,
-    "DATA_LOSS": 2,
-    "UNKNOWN": 3,
-}
-EXIT_FAILED = 4
+from airflow_sparklag.health import EXIT_CHECK_FAILED, Health
+
+# Verdict name -> exit code, from the verdicts' own policy (Health.exit_code).
+EXIT_CODES = {h.value: h.exit_code for h in Health}
+EXIT_FAILED = EXIT_CHECK_FAILED
 
 # CLI flag -> Thresholds field
 THRESHOLD_FLAGS = {

@@ -222,15 +222,22 @@ class CatchUpCondition:
         if not wanted:
             return Probe(False, f"{self.location}: no Kafka offsets committed yet", {})
         targets = session.kafka.offsets_for_time(wanted, self.target_time_ms)
-        behind = [
-            {"topic": topic, "partition": p, "committed_offset": position, "target_offset": t}
-            for topic in wanted
-            for p, t in sorted(targets.get(topic, {}).items())
-            for position in [committed.get(topic, {}).get(p)]
-            if (position if position is not None else 0) < t
-        ]
-        records = sum(b["target_offset"] - (b["committed_offset"] or 0) for b in behind)
-        payload = {
+        behind: list[dict[str, Any]] = []
+        records = 0
+        for topic in wanted:
+            for partition, target_offset in sorted(targets.get(topic, {}).items()):
+                position = committed.get(topic, {}).get(partition)
+                if (position or 0) < target_offset:
+                    records += target_offset - (position or 0)
+                    behind.append(
+                        {
+                            "topic": topic,
+                            "partition": partition,
+                            "committed_offset": position,
+                            "target_offset": target_offset,
+                        }
+                    )
+        payload: dict[str, Any] = {
             "location": self.location,
             "target_time_ms": self.target_time_ms,
             "committed_batch_id": state.committed_batch_id,
@@ -287,4 +294,5 @@ def condition_from_dict(values: Mapping[str, Any]) -> WaitCondition:
     kind = values.get("kind")
     if kind not in CONDITIONS:
         raise InvalidParameter(f"condition: unknown kind {kind!r}; known: {sorted(CONDITIONS)}")
-    return CONDITIONS[kind].from_dict(values)  # type: ignore[no-any-return]
+    condition: WaitCondition = CONDITIONS[kind].from_dict(values)
+    return condition

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_sparklag.errors import KafkaError, KafkaUnavailable, SparkLagError
+from airflow_sparklag.errors import ConsumerGroupActive, KafkaError, KafkaUnavailable
 
 __all__ = ["ConsumerGroupActive", "ConsumerGroupExport", "export_offsets"]
 
@@ -32,10 +32,6 @@ log = logging.getLogger(__name__)
 
 # Group states in which nobody consumes: safe to commit offsets for.
 _IDLE_STATES = frozenset({"EMPTY", "DEAD", "UNKNOWN"})
-
-
-class ConsumerGroupActive(SparkLagError):
-    """The consumer group has active members; its offsets must not be changed under them."""
 
 
 @dataclass(frozen=True)

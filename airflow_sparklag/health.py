@@ -22,6 +22,8 @@ UNKNOWN, no rule is run.
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
@@ -31,7 +33,30 @@ from airflow_sparklag.lag import LagReport, PartitionLag, json_safe
 
 
 class Health(str, Enum):
-    """Verdicts, from healthy to worst; UNKNOWN means "cannot tell"."""
+    """Verdicts, from healthy to worst; UNKNOWN means "cannot tell".
+
+    Each verdict carries its policy, so no caller restates it:
+
+    ============  ========  =========  =========  ============
+    verdict       severity  exit_code  is_breach  metric_value
+    ============  ========  =========  =========  ============
+    OK            0         0          no         0
+    LAGGING       1         1          yes        1
+    STALLED       2         2          yes        2
+    STOPPED       3         2          yes        3
+    REWIND        4         2          yes        4
+    DATA_LOSS     5         2          yes        5
+    UNKNOWN       -1        3          no         -1
+    ============  ========  =========  =========  ============
+
+    UNKNOWN is not a degree of badness but the absence of a verdict (nothing committed yet, no
+    Kafka source, a missing topic), so it sits outside the scale, below OK, as Burrow's
+    NOTFOUND does: "the worst of" a set never picks it over a real verdict. Callers that must
+    not let "cannot tell" pass check for it by name (the CLI exits 3, a metric reads -1).
+
+    >>> Health.parse("lagging").exit_code, Health.STOPPED.severity > Health.LAGGING.severity
+    (1, True)
+    """
 
     OK = "OK"
     LAGGING = "LAGGING"
@@ -41,6 +66,65 @@ class Health(str, Enum):
     DATA_LOSS = "DATA_LOSS"
     UNKNOWN = "UNKNOWN"
 
+    @property
+    def severity(self) -> int:
+        """0 (OK) to 5 (DATA_LOSS), in the order the rules are tried; UNKNOWN is -1."""
+        return _POLICY[self].severity
+
+    @property
+    def exit_code(self) -> int:
+        """The CLI's exit code: 0 OK, 1 LAGGING, 2 worse, 3 UNKNOWN."""
+        return _POLICY[self].exit_code
+
+    @property
+    def is_breach(self) -> bool:
+        """A verdict that fails a check by default (every one but OK and UNKNOWN)."""
+        return _POLICY[self].is_breach
+
+    @property
+    def metric_value(self) -> int:
+        """The number dashboards get: 0 OK .. 5 DATA_LOSS, -1 UNKNOWN. A stable contract."""
+        return _POLICY[self].metric_value
+
+    @classmethod
+    def parse(cls, name: object) -> Health:
+        """The verdict named ``name``, in any case (``"lagging"`` -> ``Health.LAGGING``)."""
+        if isinstance(name, cls):
+            return name
+        if isinstance(name, str):
+            try:
+                return cls(name.strip().upper())
+            except ValueError:
+                pass
+        valid = ", ".join(h.value for h in cls)
+        raise ValueError(f"unknown verdict {name!r}; valid verdicts: {valid}")
+
+
+@dataclass(frozen=True)
+class _Policy:
+    severity: int
+    exit_code: int
+    is_breach: bool
+    metric_value: int
+
+
+_POLICY: dict[Health, _Policy] = {
+    Health.OK: _Policy(severity=0, exit_code=0, is_breach=False, metric_value=0),
+    Health.LAGGING: _Policy(severity=1, exit_code=1, is_breach=True, metric_value=1),
+    Health.STALLED: _Policy(severity=2, exit_code=2, is_breach=True, metric_value=2),
+    Health.STOPPED: _Policy(severity=3, exit_code=2, is_breach=True, metric_value=3),
+    Health.REWIND: _Policy(severity=4, exit_code=2, is_breach=True, metric_value=4),
+    Health.DATA_LOSS: _Policy(severity=5, exit_code=2, is_breach=True, metric_value=5),
+    Health.UNKNOWN: _Policy(severity=-1, exit_code=3, is_breach=False, metric_value=-1),
+}
+
+# Verdicts that fail a check operator unless told otherwise. UNKNOWN (no batch committed yet,
+# no Kafka source) is not a breach by default: there is nothing to measure.
+DEFAULT_FAIL_ON: tuple[Health, ...] = tuple(h for h in Health if h.is_breach)
+# CLI exit codes beyond the verdicts' own (Health.exit_code, 0-3).
+EXIT_CHECK_FAILED = 4  # the check itself failed: bad checkpoint, unreachable storage or Kafka
+EXIT_USAGE = 64  # sysexits EX_USAGE: wrong arguments or configuration
+
 
 _COUNT_FIELDS = (
     "max_lag_records_per_partition",
@@ -49,6 +133,26 @@ _COUNT_FIELDS = (
     "window",
     "min_window",
 )
+
+
+def _checked_limit(name: str, value: object, *, optional: bool) -> int | float | None:
+    """``value`` as a plain finite number >= 0 (a whole int for counts), else ValueError."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"threshold {name} must be a number, got {type(value).__name__} {value!r}")
+    number: int | float = int(value) if isinstance(value, numbers.Integral) else float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"threshold {name} must be a finite number, got {value!r}")
+    if number < 0:
+        raise ValueError(f"threshold {name} must be >= 0, got {value!r}")
+    if name in _COUNT_FIELDS and isinstance(number, float):
+        # Counts arrive as floats from CLI flags and JSON ("--window 5" -> 5.0); the window is
+        # a slice bound, so keep them whole ints (a float crashed every rule with a TypeError).
+        if not number.is_integer():
+            raise ValueError(f"threshold {name} must be a whole number, got {value!r}")
+        number = int(number)
+    return number
 
 
 @dataclass(frozen=True)
@@ -76,38 +180,14 @@ class Thresholds:
     min_window: int = 3  # fewer batches than this: trend rules stay silent
 
     def __post_init__(self) -> None:
-        # Templated fields render to text unless the DAG renders native objects ("60" -> 60.0).
+        # Strict: rendered Airflow text is read by airflow_sparklag.params before it gets here.
         for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, str):
-                text = value.strip()
-                if text.lower() in ("", "none", "null"):
-                    object.__setattr__(self, f.name, None if f.default is None else f.default)
-                    continue
-                try:
-                    object.__setattr__(self, f.name, float(text))
-                except ValueError:
-                    raise ValueError(
-                        f"threshold {f.name} must be a number, got {value!r}"
-                    ) from None
-        # Counts arrive as floats from CLI flags and JSON ("--window 5" -> 5.0); the window is a
-        # slice bound, so keep them whole ints (a float crashed every rule with a TypeError).
-        for name in _COUNT_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, float):
-                if not value.is_integer():
-                    raise ValueError(f"threshold {name} must be a whole number, got {value}")
-                object.__setattr__(self, name, int(value))
-        if self.allowed_lag < 0:
-            raise ValueError("allowed_lag must be >= 0")
+            value = _checked_limit(f.name, getattr(self, f.name), optional=f.default is None)
+            object.__setattr__(self, f.name, value)
         if self.window < 2 or self.min_window < 2:
             raise ValueError("window and min_window must be >= 2 batches")
         if self.min_window > self.window:
             raise ValueError("min_window must not exceed window")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is not None and value < 0:
-                raise ValueError(f"threshold {f.name} must be >= 0, got {value}")
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None) -> Thresholds:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_sparklag.errors import KafkaError, KafkaUnavailable
+from airflow_sparklag.redact import kafka_secrets, redact_kafka_config, scrub
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,6 @@ _AUTH_CODES = frozenset(
         "_SSL",
     }
 )
-_SECRET_MARKERS = ("password", "secret", "key", "token", "credential")
 
 
 @dataclass(frozen=True)
@@ -78,11 +78,8 @@ class KafkaSnapshot:
         }
 
 
-def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The config with every secret-looking value replaced, safe to log or show."""
-    return {
-        k: ("***" if any(m in k.lower() for m in _SECRET_MARKERS) else v) for k, v in config.items()
-    }
+# The config with every value outside the allowlist of safe keys masked (kept for imports).
+redact_config = redact_kafka_config
 
 
 def _error_code(exc: BaseException) -> str:
@@ -127,6 +124,7 @@ class KafkaOffsetsClient:
         if timeout <= 0:
             raise ValueError("timeout must be > 0 seconds")
         self._config = dict(config)
+        self._secrets = kafka_secrets(self._config)  # scrubbed from every message
         self._timeout = float(timeout)
         self._admin: Any = None
         self._admin_lock = threading.Lock()
@@ -168,7 +166,7 @@ class KafkaOffsetsClient:
                 except Exception as exc:  # bad config values: say which, never echo secrets
                     raise KafkaError(
                         f"Cannot create a Kafka client for {self.bootstrap_servers}: "
-                        f"{_error_text(exc)} (config: {redact_config(self._config)})"
+                        f"{self._scrubbed(exc)} (config: {redact_kafka_config(self._config)})"
                     ) from exc
             return self._admin
 
@@ -196,9 +194,13 @@ class KafkaOffsetsClient:
             f"this host, and the security settings of the connection."
         )
 
+    def _scrubbed(self, exc: BaseException) -> str:
+        """librdkafka's text of ``exc``, without any secret of the config (it may quote one)."""
+        return scrub(_error_text(exc), self._secrets)
+
     def _translate(self, exc: BaseException, what: str, topic: str | None = None) -> Exception:
         code = _error_code(exc)
-        text = _error_text(exc)
+        text = self._scrubbed(exc)
         if isinstance(exc, concurrent.futures.TimeoutError) or code in _UNAVAILABLE_CODES:
             return self._unavailable(what, text if code else "")
         where = f" for topic '{topic}'" if topic else ""
@@ -412,7 +414,8 @@ class KafkaOffsetsClient:
             consumer = Consumer(conf)
         except Exception as exc:
             raise KafkaError(
-                f"Cannot create a Kafka consumer for {self.bootstrap_servers}: {_error_text(exc)}"
+                f"Cannot create a Kafka consumer for {self.bootstrap_servers}: "
+                f"{self._scrubbed(exc)}"
             ) from exc
         deadline = time.monotonic() + self._timeout
         try:

@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -266,6 +266,244 @@ def _looks_rate_limited(
     return backlog > totals[0]
 
 
+def _committed_series(state: CheckpointState) -> list[BatchOffsets]:
+    """Retained committed batches, oldest first, ending at offsets/C."""
+    committed = state.committed
+    series = sorted(
+        (b for b in state.history if committed is None or b.batch_id <= committed.batch_id),
+        key=lambda b: b.batch_id,
+    )
+    if committed is not None and (not series or series[-1].batch_id != committed.batch_id):
+        series.append(committed)
+    return series
+
+
+def _reference_ends(
+    snapshot: KafkaSnapshot, topics: Iterable[str], read_committed: bool
+) -> dict[str, dict[int, int]]:
+    """topic -> partition -> the offset the lag is measured to, for ``topics`` only.
+
+    Only THIS job's topics: a fleet shares one snapshot of every topic of every job, and walking
+    all of it per job cost more than the job itself.
+    """
+    ref_ends: dict[str, dict[int, int]] = {}
+    for topic in topics:
+        kafka_parts = snapshot.partitions.get(topic)
+        if kafka_parts is None:
+            continue
+        # Under read_committed Spark stops at the LSO: measuring against the high watermark
+        # would show a permanent lag on transactional topics.
+        ref_ends[topic] = {
+            partition: po.last_stable
+            if read_committed and po.last_stable is not None
+            else po.log_end
+            for partition, po in kafka_parts.items()
+        }
+    return ref_ends
+
+
+class _TimeTables:
+    """Offset -> time tables, built only for partitions that lag (a caught-up partition needs
+    none), from history points collected once per job."""
+
+    def __init__(
+        self,
+        series: Sequence[BatchOffsets],
+        ref_ends: Mapping[str, Mapping[int, int]],
+        fetched_at_ms: float,
+    ) -> None:
+        self._series = series
+        self._ref_ends = ref_ends
+        self._fetched_at_ms = fetched_at_ms
+        self._points: dict[tuple[str, int], list[tuple[int, float]]] | None = None
+        self._tables: dict[tuple[str, int], OffsetTimeTable] = {}
+
+    def table(self, topic: str, partition: int) -> OffsetTimeTable:
+        table = self._tables.get((topic, partition))
+        if table is None:
+            if self._points is None:
+                self._points = history_points(self._series)
+            live = self._ref_ends.get(topic, {}).get(partition)
+            points = self._points.get((topic, partition), ())
+            table = table_for(points, live, self._fetched_at_ms)
+            self._tables[(topic, partition)] = table
+        return table
+
+
+@dataclass(frozen=True)
+class LagBasis:
+    """What every partition of one query is measured against (one per `compute_lag` call)."""
+
+    snapshot: KafkaSnapshot
+    ref_ends: Mapping[str, Mapping[int, int]]  # topic -> partition -> reference offset
+    read_committed: bool
+    now_ms: float
+    # Exact time-lag mode: (topic, partition) -> timestamp ms of the record at the position.
+    record_timestamps: Mapping[tuple[str, int], int | None] | None
+    rate_limited: bool
+    time_tables: _TimeTables
+
+    def lag_seconds(self, topic: str, partition: int, position: int, lag: int) -> float | None:
+        """How old the first unread record is; None when unknown."""
+        if lag == 0:
+            return 0.0
+        if self.record_timestamps is not None:
+            ts = self.record_timestamps.get((topic, partition))
+            return None if ts is None else max(0.0, (self.now_ms - ts) / 1000.0)
+        if self.rate_limited:
+            return None  # the history cannot date records under a rate limit
+        return self.time_tables.table(topic, partition).lag_seconds(position, self.now_ms)
+
+
+def partition_lag(
+    basis: LagBasis,
+    topic: str,
+    partition: int,
+    committed_offset: int | None,
+    planned_offset: int | None,
+    history: tuple[int | None, ...],
+) -> PartitionLag:
+    """Lag of one partition: its committed offset (None = new partition) against the log."""
+    po = basis.snapshot.partitions.get(topic, {}).get(partition)
+    if po is None:
+        return PartitionLag(
+            topic, partition, committed_offset, planned_offset, None, None, None, 0, None,
+            removed_partition=topic not in basis.snapshot.missing_topics,
+            offset_history=history,
+        )  # fmt: skip
+    ref = basis.ref_ends[topic][partition]
+    new = committed_offset is None
+    position = po.log_start if committed_offset is None else committed_offset
+    lag = max(0, ref - position)
+    data_loss = not new and position < po.log_start
+    return PartitionLag(
+        topic=topic,
+        partition=partition,
+        committed_offset=committed_offset,
+        planned_offset=planned_offset,
+        log_start_offset=po.log_start,
+        log_end_offset=po.log_end,
+        last_stable_offset=po.last_stable if basis.read_committed else None,
+        lag=lag,
+        lag_seconds=_finite(basis.lag_seconds(topic, partition, position, lag)),
+        new_partition=new,
+        data_loss=data_loss,
+        records_lost=po.log_start - position if data_loss else 0,
+        ahead_of_log=not new and position > po.log_end,
+        offset_history=history,
+    )
+
+
+def _topic_lag(
+    basis: LagBasis,
+    source_id: str,
+    topic: str,
+    stored: Mapping[int, int],
+    planned: Mapping[str, Mapping[str, Mapping[int, int]]],
+    series_offsets: Sequence[Mapping[str, Mapping[str, Mapping[int, int]]]],
+) -> TopicLag:
+    """Every partition of one topic of one source: those stored and those Kafka has."""
+    snapshot = basis.snapshot
+    missing = topic in snapshot.missing_topics or topic not in snapshot.partitions
+    in_kafka = set() if missing else set(snapshot.partitions[topic])
+    # This source's offsets of this topic at each retained batch, looked up once.
+    topic_series = [offsets.get(source_id, {}).get(topic, {}) for offsets in series_offsets]
+    planned_parts = planned.get(source_id, {}).get(topic, {})
+    lags = tuple(
+        partition_lag(
+            basis,
+            topic,
+            p,
+            stored.get(p),
+            planned_parts.get(p),
+            tuple(offsets.get(p) for offsets in topic_series),
+        )
+        for p in sorted(set(stored) | in_kafka)
+    )
+    worst = max(lags, key=lambda pl: pl.lag, default=None)
+    known_seconds = [pl.lag_seconds for pl in lags if pl.lag_seconds is not None]
+    return TopicLag(
+        topic=topic,
+        missing=missing,
+        partitions=lags,
+        lag=sum(pl.lag for pl in lags),
+        max_lag=worst.lag if worst else 0,
+        max_lag_partition=worst.partition if worst and worst.lag > 0 else None,
+        max_lag_seconds=max(known_seconds) if known_seconds else None,
+    )
+
+
+def _source_lags(
+    basis: LagBasis,
+    committed: BatchOffsets | None,
+    planned: Mapping[str, Mapping[str, Mapping[int, int]]],
+    series_offsets: Sequence[Mapping[str, Mapping[str, Mapping[int, int]]]],
+) -> list[SourceLag]:
+    """One SourceLag per source of the committed batch; non-Kafka sources have no topics."""
+    sources: list[SourceLag] = []
+    for source in committed.sources if committed is not None else ():
+        if source.kind != "kafka" or source.kafka is None:
+            sources.append(SourceLag(source.source_id, source.kind, False, ()))
+            continue
+        topics = [
+            _topic_lag(basis, source.source_id, topic, source.kafka[topic], planned, series_offsets)
+            for topic in sorted(source.kafka)
+        ]
+        sources.append(
+            SourceLag(source.source_id, "kafka", True, tuple(topics), sum(t.lag for t in topics))
+        )
+    return sources
+
+
+def _committed_at(state: CheckpointState) -> float | None:
+    """When offsets/C was committed: the commit file's time, else the batch's own time."""
+    committed = state.committed
+    committed_at = state.commit_modified
+    if committed_at is None and committed is not None and committed.batch_timestamp_ms:
+        committed_at = committed.batch_timestamp_ms / 1000.0
+    return committed_at
+
+
+def _in_flight(
+    state: CheckpointState, planned: Mapping[str, Mapping[str, Mapping[int, int]]], now: float
+) -> InFlightBatch | None:
+    """The planned, uncommitted batch, with the records it covers beyond offsets/C."""
+    batch = state.in_flight
+    if batch is None:
+        return None
+    started = batch.modified
+    if started is None and batch.batch_timestamp_ms is not None:
+        started = batch.batch_timestamp_ms / 1000.0
+    committed_offsets = _kafka_offsets(state.committed)
+    planned_records = 0
+    for source_id, topic_parts in planned.items():
+        for topic, planned_parts in topic_parts.items():
+            for partition, offset in planned_parts.items():
+                base = committed_offsets.get(source_id, {}).get(topic, {}).get(partition)
+                if base is not None and offset > base:
+                    planned_records += offset - base
+    return InFlightBatch(
+        batch_id=batch.batch_id,
+        started_at=started,
+        age_seconds=None if started is None else max(0.0, now - started),
+        planned_records=planned_records,
+        planned_offsets={
+            sid: {t: dict(ps) for t, ps in tps.items()} for sid, tps in planned.items()
+        },
+    )
+
+
+def _catch_up_seconds(
+    total_lag: int, has_sources: bool, consumption: float | None, production: float | None
+) -> float | None:
+    """Time to drain the backlog at the current rates; None when it does not shrink."""
+    if total_lag == 0 and has_sources:
+        return 0.0
+    if consumption is not None and production is not None and consumption > production:
+        return _finite(total_lag / (consumption - production))
+    return None
+
+
 def compute_lag(
     state: CheckpointState,
     snapshot: KafkaSnapshot,
@@ -284,187 +522,47 @@ def compute_lag(
     >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
     """
     now = time.time() if now is None else now
-    now_ms = now * 1000.0
     committed = state.committed
-    exact = record_timestamps is not None
-
-    # Retained committed batches, oldest first, ending at offsets/C.
-    series = sorted(
-        (b for b in state.history if committed is None or b.batch_id <= committed.batch_id),
-        key=lambda b: b.batch_id,
-    )
-    if committed is not None and (not series or series[-1].batch_id != committed.batch_id):
-        series.append(committed)
+    series = _committed_series(state)
     planned = _kafka_offsets(state.in_flight)
     series_offsets = [_kafka_offsets(b) for b in series]
-
-    # Reference offsets of THIS job's topics only: a fleet shares one snapshot of every topic
-    # of every job, and walking all of it per job cost more than the job itself.
     job_topics = {
         topic
         for offsets in (*series_offsets, planned, _kafka_offsets(committed))
         for topics in offsets.values()
         for topic in topics
     }
-    ref_ends: dict[str, dict[int, int]] = {}
-    for topic in job_topics:
-        kafka_parts = snapshot.partitions.get(topic)
-        if kafka_parts is None:
-            continue
-        # Under read_committed Spark stops at the LSO: measuring against the high watermark
-        # would show a permanent lag on transactional topics.
-        ref_ends[topic] = {
-            partition: po.last_stable
-            if read_committed and po.last_stable is not None
-            else po.log_end
-            for partition, po in kafka_parts.items()
-        }
+    ref_ends = _reference_ends(snapshot, job_topics, read_committed)
     rate_limited = _looks_rate_limited(series_offsets, planned, ref_ends)
+    basis = LagBasis(
+        snapshot=snapshot,
+        ref_ends=ref_ends,
+        read_committed=read_committed,
+        now_ms=now * 1000.0,
+        record_timestamps=record_timestamps,
+        rate_limited=rate_limited,
+        time_tables=_TimeTables(series, ref_ends, snapshot.fetched_at * 1000.0),
+    )
+    sources = _source_lags(basis, committed, planned, series_offsets)
+    return _report(state, snapshot, basis, series, sources, _in_flight(state, planned, now), now)
 
-    # Offset -> time tables are built only for partitions that lag (a caught-up partition
-    # needs none), from history points collected once per job.
-    fetched_at_ms = snapshot.fetched_at * 1000.0
-    points: dict[tuple[str, int], list[tuple[int, float]]] | None = None
-    tables: dict[tuple[str, int], OffsetTimeTable] = {}
 
-    def time_table(topic: str, partition: int) -> OffsetTimeTable:
-        nonlocal points
-        table = tables.get((topic, partition))
-        if table is None:
-            if points is None:
-                points = history_points(series)
-            live = ref_ends.get(topic, {}).get(partition)
-            table = table_for(points.get((topic, partition), ()), live, fetched_at_ms)
-            tables[(topic, partition)] = table
-        return table
-
-    def partition_lag(
-        topic: str,
-        partition: int,
-        committed_offset: int | None,
-        planned_parts: Mapping[int, int],
-        topic_series: Sequence[Mapping[int, int]],
-    ) -> PartitionLag:
-        po = snapshot.partitions.get(topic, {}).get(partition)
-        planned_offset = planned_parts.get(partition)
-        history = tuple(offsets.get(partition) for offsets in topic_series)
-        if po is None:
-            return PartitionLag(
-                topic, partition, committed_offset, planned_offset, None, None, None, 0, None,
-                removed_partition=topic not in snapshot.missing_topics,
-                offset_history=history,
-            )  # fmt: skip
-        ref = ref_ends[topic][partition]
-        last_stable = po.last_stable if read_committed else None
-        new = committed_offset is None
-        position = po.log_start if new else committed_offset
-        assert position is not None
-        lag = max(0, ref - position)
-        lag_seconds: float | None
-        if lag == 0:
-            lag_seconds = 0.0
-        elif exact:
-            assert record_timestamps is not None
-            ts = record_timestamps.get((topic, partition))
-            lag_seconds = None if ts is None else max(0.0, (now_ms - ts) / 1000.0)
-        elif rate_limited:
-            lag_seconds = None  # the history cannot date records under a rate limit
-        else:
-            lag_seconds = time_table(topic, partition).lag_seconds(position, now_ms)
-        data_loss = not new and position < po.log_start
-        return PartitionLag(
-            topic=topic,
-            partition=partition,
-            committed_offset=committed_offset,
-            planned_offset=planned_offset,
-            log_start_offset=po.log_start,
-            log_end_offset=po.log_end,
-            last_stable_offset=last_stable,
-            lag=lag,
-            lag_seconds=_finite(lag_seconds),
-            new_partition=new,
-            data_loss=data_loss,
-            records_lost=po.log_start - position if data_loss else 0,
-            ahead_of_log=not new and position > po.log_end,
-            offset_history=history,
-        )
-
-    sources: list[SourceLag] = []
-    for source in committed.sources if committed is not None else ():
-        if source.kind != "kafka" or source.kafka is None:
-            sources.append(SourceLag(source.source_id, source.kind, False, ()))
-            continue
-        topics: list[TopicLag] = []
-        for topic in sorted(source.kafka):
-            stored = source.kafka[topic]
-            missing = topic in snapshot.missing_topics or topic not in snapshot.partitions
-            in_kafka = set() if missing else set(snapshot.partitions[topic])
-            # This source's offsets of this topic at each retained batch, looked up once.
-            topic_series = [
-                offsets.get(source.source_id, {}).get(topic, {}) for offsets in series_offsets
-            ]
-            planned_parts = planned.get(source.source_id, {}).get(topic, {})
-            lags = tuple(
-                partition_lag(topic, p, stored.get(p), planned_parts, topic_series)
-                for p in sorted(set(stored) | in_kafka)
-            )
-            worst = max(lags, key=lambda pl: pl.lag, default=None)
-            known_seconds = [pl.lag_seconds for pl in lags if pl.lag_seconds is not None]
-            topics.append(
-                TopicLag(
-                    topic=topic,
-                    missing=missing,
-                    partitions=lags,
-                    lag=sum(pl.lag for pl in lags),
-                    max_lag=worst.lag if worst else 0,
-                    max_lag_partition=worst.partition if worst and worst.lag > 0 else None,
-                    max_lag_seconds=max(known_seconds) if known_seconds else None,
-                )
-            )
-        sources.append(
-            SourceLag(source.source_id, "kafka", True, tuple(topics), sum(t.lag for t in topics))
-        )
-
+def _report(
+    state: CheckpointState,
+    snapshot: KafkaSnapshot,
+    basis: LagBasis,
+    series: Sequence[BatchOffsets],
+    sources: Sequence[SourceLag],
+    in_flight: InFlightBatch | None,
+    now: float,
+) -> LagReport:
+    """The report: the sources' lags, their totals and worst partition, rates and catch-up."""
     all_parts = [p for s in sources for t in s.topics for p in t.partitions]
     worst_part = max(all_parts, key=lambda pl: pl.lag, default=None)
     known = [p.lag_seconds for p in all_parts if p.lag_seconds is not None]
     total_lag = sum(s.lag for s in sources)
-
-    committed_at = state.commit_modified
-    if committed_at is None and committed is not None and committed.batch_timestamp_ms:
-        committed_at = committed.batch_timestamp_ms / 1000.0
-
-    in_flight = None
-    if state.in_flight is not None:
-        batch = state.in_flight
-        started = batch.modified
-        if started is None and batch.batch_timestamp_ms is not None:
-            started = batch.batch_timestamp_ms / 1000.0
-        committed_offsets = _kafka_offsets(committed)
-        planned_records = 0
-        for source_id, topic_parts in planned.items():
-            for topic, planned_parts in topic_parts.items():
-                for partition, offset in planned_parts.items():
-                    base = committed_offsets.get(source_id, {}).get(topic, {}).get(partition)
-                    if base is not None and offset > base:
-                        planned_records += offset - base
-        in_flight = InFlightBatch(
-            batch_id=batch.batch_id,
-            started_at=started,
-            age_seconds=None if started is None else max(0.0, now - started),
-            planned_records=planned_records,
-            planned_offsets={
-                sid: {t: dict(ps) for t, ps in tps.items()} for sid, tps in planned.items()
-            },
-        )
-
-    consumption, production = _rates(series, ref_ends, snapshot.fetched_at)
-    catch_up: float | None = None
-    if total_lag == 0 and sources:
-        catch_up = 0.0
-    elif consumption is not None and production is not None and consumption > production:
-        catch_up = total_lag / (consumption - production)
-
+    committed_at = _committed_at(state)
+    consumption, production = _rates(list(series), basis.ref_ends, snapshot.fetched_at)
     return LagReport(
         location=state.location,
         query_id=state.query_id,
@@ -476,9 +574,9 @@ def compute_lag(
         history=tuple(HistoryBatch(b.batch_id, b.batch_timestamp_ms) for b in series),
         consumption_rate=consumption,
         production_rate=production,
-        catch_up_seconds=_finite(catch_up),
-        time_lag_mode="exact" if exact else "estimate",
-        read_committed=read_committed,
+        catch_up_seconds=_catch_up_seconds(total_lag, bool(sources), consumption, production),
+        time_lag_mode="exact" if basis.record_timestamps is not None else "estimate",
+        read_committed=basis.read_committed,
         kafka_fetched_at=snapshot.fetched_at,
         kafka_cluster_id=snapshot.cluster_id,
         missing_topics=tuple(sorted({t.topic for s in sources for t in s.topics if t.missing})),
@@ -489,5 +587,5 @@ def compute_lag(
         max_lag_topic=worst_part.topic if worst_part and worst_part.lag > 0 else None,
         max_lag_partition=worst_part.partition if worst_part and worst_part.lag > 0 else None,
         max_lag_seconds=max(known) if known else None,
-        rate_limited=rate_limited,
+        rate_limited=basis.rate_limited,
     )

@@ -155,9 +155,9 @@ class Session:
             return build()
 
     def _existing(self, key: Hashable) -> Any:
-        kind, name = key  # type: ignore[misc]
-        if kind == "storage":
-            return self._backends.get(name)
+        assert isinstance(key, tuple)
+        if key[0] == "storage":
+            return self._backends.get(key[1])
         return self._kafka
 
     @property
@@ -209,7 +209,8 @@ class Session:
         client = self._kafka
         if client is not None:
             return client
-        return self._build(("kafka", ""), self._new_kafka)  # type: ignore[no-any-return]
+        built: KafkaOffsetsClient = self._build(("kafka", ""), self._new_kafka)
+        return built
 
     def _new_kafka(self) -> KafkaOffsetsClient:
         from airflow_sparklag.kafka import KafkaOffsetsClient

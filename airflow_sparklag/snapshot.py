@@ -2,8 +2,7 @@
 
 A snapshot is what lets a query restart on a new checkpoint without losing or re-reading data::
 
-    from airflow_sparklag.redact import redact_url
-from airflow_sparklag.session import Session
+    from airflow_sparklag.session import Session
     from airflow_sparklag.snapshot import snapshot_checkpoint
 
     with Session(kafka_config={"bootstrap.servers": "broker:9092"},

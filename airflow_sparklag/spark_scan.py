@@ -146,16 +146,17 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
     """
     from airflow_sparklag.checkpoint import CheckpointReader
     from airflow_sparklag.errors import SparkLagError
-    from airflow_sparklag.fleet import StoragePool
     from airflow_sparklag.monitor import _topics
+    from airflow_sparklag.session import Session
 
     options = json.loads(options_json)
-    pool = StoragePool(**options["storage"])
+    # Only its storage backends (one per store, shared by the task's threads) are used here.
+    session = Session(**options["storage"])
     history = int(options["history"])
     query_ids = bool(options.get("query_ids", False))
 
     def read(location: str) -> tuple:
-        storage = pool.for_location(location)
+        storage = session.storage(location)
         try:
             state = CheckpointReader(storage, location, query_id=query_ids).read(history=history)
         except SparkLagError as exc:
@@ -165,7 +166,7 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
     batch = list(locations)
     with ThreadPoolExecutor(max_workers=max(1, int(options["threads"]))) as executor:
         rows = list(executor.map(read, batch))
-    requests = pool.requests_total
+    requests = session.storage_requests
     for i, row in enumerate(rows):
         # The task's storage requests ride on its first row (summed on the driver).
         yield (*row, requests if i == 0 else 0)
@@ -284,23 +285,12 @@ def scan(
     Call ``result.unpersist()`` when done with the DataFrames. ``query_ids=True`` also reads
     each checkpoint's ``metadata`` to fill the ``query_id`` columns (+1 GET per job).
     """
-    from airflow_sparklag.fleet import StoragePool, discover_checkpoints
-    from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
-
     storage = {
         "s3_options": s3_options,
         "webhdfs_options": webhdfs_options,
         "fsspec_options": fsspec_options,
     }
-    found = [loc.rstrip("/") or loc for loc in locations]
-    prefixes = [prefix] if isinstance(prefix, str) else list(prefix or ())
-    if prefixes:
-        pool = StoragePool(**storage)
-        for root in prefixes:
-            found.extend(
-                discover_checkpoints(root, storage=pool.for_location(root), max_depth=max_depth)
-            )
-    unique = list(dict.fromkeys(found))
+    unique = _scan_locations(locations, prefix, storage, max_depth)
     sc = spark.sparkContext
     # A task reads its checkpoints with several threads, so two tasks per core are enough;
     # more tasks only add Python worker start-up.
@@ -323,16 +313,9 @@ def scan(
     topics_and_requests = states.map(lambda row: (row[3], row[4])).collect()
     topics = sorted({topic for row_topics, _ in topics_and_requests for topic in row_topics})
     requests = sum(count for _, count in topics_and_requests)
-    client = kafka_client or KafkaOffsetsClient(dict(kafka_config), timeout=kafka_timeout)
-    try:
-        if topics:
-            snapshot = client.snapshot(topics, read_committed=read_committed)
-        else:
-            snapshot = KafkaSnapshot({}, frozenset(), time.time(), None)
-    finally:
-        if kafka_client is None:
-            client.close()
-    snapshot_bc = sc.broadcast(snapshot)
+    snapshot = _kafka_snapshot(
+        topics, kafka_config, kafka_client, kafka_timeout, read_committed=read_committed
+    )
     judge_options = json.dumps(
         {
             "now": snapshot.fetched_at if now is None else now,
@@ -340,12 +323,62 @@ def scan(
             "thresholds": dict(thresholds or {}),
         }
     )
+    partitions, jobs, judged = _judge(spark, states, snapshot, judge_options)
+    return ScanResult(partitions, jobs, snapshot, tuple(unique), requests, (states, judged))
+
+
+def _scan_locations(
+    locations: Sequence[str],
+    prefix: str | Sequence[str] | None,
+    storage: Mapping[str, Any],
+    max_depth: int,
+) -> list[str]:
+    """The given locations, then the checkpoints discovered under each prefix; no duplicates."""
+    from airflow_sparklag.fleet import discover_checkpoints
+    from airflow_sparklag.session import Session
+
+    found = [loc.rstrip("/") or loc for loc in locations]
+    prefixes = [prefix] if isinstance(prefix, str) else list(prefix or ())
+    if prefixes:
+        session = Session(**storage)
+        for root in prefixes:
+            found.extend(discover_checkpoints(root, session=session, max_depth=max_depth))
+    return list(dict.fromkeys(found))
+
+
+def _kafka_snapshot(
+    topics: Sequence[str],
+    kafka_config: Mapping[str, Any],
+    kafka_client: KafkaOffsetsClient | None,
+    kafka_timeout: float,
+    *,
+    read_committed: bool,
+) -> KafkaSnapshot:
+    """ONE snapshot of every topic of every job, taken on the driver (an empty one if none)."""
+    from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+
+    client = kafka_client or KafkaOffsetsClient(dict(kafka_config), timeout=kafka_timeout)
+    try:
+        if topics:
+            return client.snapshot(topics, read_committed=read_committed)
+        return KafkaSnapshot({}, frozenset(), time.time(), None)
+    finally:
+        if kafka_client is None:
+            client.close()
+
+
+def _judge(
+    spark: SparkSession, states: Any, snapshot: KafkaSnapshot, judge_options: str
+) -> tuple[DataFrame, DataFrame, Any]:
+    """(partitions, jobs, cached RDD of judged rows): lag and health of every cached state,
+    measured on the executors against the broadcast snapshot."""
+    snapshot_bc = spark.sparkContext.broadcast(snapshot)
     judged = states.map(lambda row: _judge_row(row, snapshot_bc.value, judge_options)).cache()
     jobs = spark.createDataFrame(judged.map(lambda pair: pair[0]), _schema(JOB_COLUMNS))
     partitions = spark.createDataFrame(
         judged.flatMap(lambda pair: pair[1]), _schema(PARTITION_COLUMNS)
     )
-    return ScanResult(partitions, jobs, snapshot, tuple(unique), requests, (states, judged))
+    return partitions, jobs, judged
 
 
 def write_scan(

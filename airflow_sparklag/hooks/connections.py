@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparklag.redact import SAFE_KAFKA_KEYS, SECRET_MARKERS
+from airflow_sparklag.redact import is_secret_key, kafka_secrets, scrub, secret_parts
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -41,8 +41,6 @@ _S3_CLIENT_CONFIG = {
     "retries": {"max_attempts": 3, "mode": "standard"},
 }
 DEFAULT_WEBHDFS_PORT = 9870
-_MIN_SECRET_LENGTH = 4  # scrubbing "a" out of every message would help nobody
-_PLAIN = frozenset({"true", "false", "none", "null"})  # switch values, never secrets
 
 
 @dataclass(frozen=True)
@@ -62,24 +60,16 @@ class ResolvedConnections:
     def secrets(self) -> list[str]:
         """Every value that may be secret, so that messages can be scrubbed of them: each Kafka
         setting outside the known-safe keys (``sasl.jaas.config``, typo keys, OAuth config,
-        ...), every secret-looking storage option, and anything quoted inside them
-        (``password="..."`` in a JAAS line)."""
-        values: list[str] = []
-        for key, value in self.kafka_config.items():
-            if key not in SAFE_KAFKA_KEYS and isinstance(value, str):
-                values.extend(_secret_parts(value))
+        ...) and every secret-looking storage option, with anything quoted inside them."""
+        values = list(kafka_secrets(self.kafka_config))
         for options in (self.s3_options or {}, self.webhdfs_options or {}):
             for key, value in options.items():
-                if any(m in key.lower() for m in SECRET_MARKERS) and isinstance(value, str):
-                    values.extend(_secret_parts(value))
-        # Longest first: a secret that contains another is removed whole.
-        kept = {v for v in values if len(v) >= _MIN_SECRET_LENGTH and v.lower() not in _PLAIN}
-        return sorted(kept, key=len, reverse=True)
+                if is_secret_key(key) and isinstance(value, str):
+                    values.extend(secret_parts(value))
+        return values
 
     def scrub(self, message: str) -> str:
-        for secret in self.secrets:
-            message = message.replace(secret, "***")
-        return message
+        return scrub(message, self.secrets)
 
 
 # Fingerprints are keyed with a secret of this process only: they tell connections apart within
@@ -217,13 +207,3 @@ def webhdfs_options_from(conn: Connection) -> dict[str, Any]:
     if conn.login:
         options["user"] = conn.login
     return options
-
-
-def _secret_parts(value: str) -> list[str]:
-    """The value, its stripped form, and every quoted or key=value part inside it."""
-    import re
-
-    parts = [value, value.strip()]
-    parts += re.findall(r'"([^"]*)"', value) + re.findall(r"'([^']*)'", value)
-    parts += [m.strip() for m in re.findall(r"=\s*([^\s;,\"']+)", value)]
-    return parts

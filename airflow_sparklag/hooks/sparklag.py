@@ -161,6 +161,14 @@ class SparkLagHook(BaseHook):
             return build()
         return SHARED_CLIENTS.get(SharedClientKey("s3", aws_conn_id, conns.aws_fingerprint), build)
 
+    def s3_storage_options(self) -> dict[str, Any] | None:
+        """How ``aws_conn_id`` opens S3: the amazon provider's client (``{"client": ...,
+        "endpoint_url": ...}``), else the connection read directly; None without one."""
+        s3 = self.s3_client()
+        if s3 is None:
+            return None
+        return s3.options if s3.from_provider else self.get_conn().s3_options
+
     def _shared_kafka_client(self, conns: ResolvedConnections) -> KafkaOffsetsClient | None:
         if not conns.kafka_fingerprint:
             return None  # the session builds (and closes) a client of its own
@@ -252,7 +260,7 @@ class SparkLagHook(BaseHook):
         return self.probe(
             ProgressCondition(
                 location,
-                params.optional_count("after_batch_id", after_batch_id),
+                params.optional_count("after_batch_id", after_batch_id, minimum=-1),
                 params.moment("after_commit_time", after_commit_time),
             )
         )

@@ -252,7 +252,7 @@ class SparkCheckpointProgressSensor(_CheckpointSensor):
     def condition(self) -> ProgressCondition:
         return ProgressCondition(
             params.location("location", self.location),
-            params.optional_count("after_batch_id", self.after_batch_id),
+            params.optional_count("after_batch_id", self.after_batch_id, minimum=-1),
             params.moment("after_commit_time", self.after_commit_time),
         )
 

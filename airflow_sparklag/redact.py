@@ -1,0 +1,185 @@
+"""What may be printed: one list of secret markers, one allowlist of Kafka settings.
+
+No message, log line, XCom value or snapshot document may hold a secret. The rules:
+
+- Kafka configuration is librdkafka's, where secrets hide under many names (``sasl.password``,
+  ``sasl.jaas.config``, ``sasl.oauthbearer.config``, a mistyped ``sasl.passwd``): only the
+  values of :data:`SAFE_KAFKA_KEYS` are shown, every other value becomes ``***``
+  (:func:`redact_kafka_config`); their text is removed from messages (:func:`kafka_secrets`);
+- other settings (storage options): a key containing one of :data:`SECRET_MARKERS` holds a
+  secret (:func:`is_secret_key`);
+- a URL loses its ``user:password@`` part (:func:`redact_url`); free text loses the secret
+  values it holds (:func:`scrub`).
+
+>>> redact_kafka_config({"bootstrap.servers": "b:9092", "sasl.passwd": "hunter2"})
+{'bootstrap.servers': 'b:9092', 'sasl.passwd': '***'}
+>>> redact_url("s3a://AKIA:s3cr3t@bucket/ck")
+'s3a://bucket/ck'
+>>> scrub("login failed for hunter2", kafka_secrets({"sasl.password": "hunter2"}))
+'login failed for ***'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = [
+    "MASK",
+    "SAFE_KAFKA_KEYS",
+    "SECRET_MARKERS",
+    "is_secret_key",
+    "kafka_secrets",
+    "redact_kafka_config",
+    "redact_url",
+    "scrub",
+    "secret_parts",
+]
+
+MASK = "***"
+
+# A setting whose name contains one of these (any case) holds a secret. For Kafka settings the
+# allowlist below decides instead: librdkafka has secrets these words do not catch.
+SECRET_MARKERS: tuple[str, ...] = (
+    "password",
+    "passwd",
+    "pwd",
+    "secret",
+    "token",
+    "key",
+    "credential",
+    "jaas",
+    "oauthbearer",
+    "auth",
+)
+
+# librdkafka settings whose values are never secret: shown as they are in messages. Anything
+# else (sasl.username, sasl.jaas.config, sasl.oauthbearer.*, ssl.key.*, typos) is masked.
+SAFE_KAFKA_KEYS: frozenset[str] = frozenset(
+    {
+        "allow.auto.create.topics",
+        "api.version.request",
+        "auto.offset.reset",
+        "bootstrap.servers",
+        "broker.address.family",
+        "broker.version.fallback",
+        "client.dns.lookup",
+        "client.id",
+        "client.rack",
+        "connections.max.idle.ms",
+        "debug",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "enable.partition.eof",
+        "enable.ssl.certificate.verification",
+        "fetch.max.bytes",
+        "group.id",
+        "isolation.level",
+        "log_level",
+        "max.partition.fetch.bytes",
+        "message.max.bytes",
+        "metadata.broker.list",
+        "metadata.max.age.ms",
+        "receive.message.max.bytes",
+        "reconnect.backoff.max.ms",
+        "reconnect.backoff.ms",
+        "request.timeout.ms",
+        "retries",
+        "retry.backoff.ms",
+        "sasl.kerberos.service.name",
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "security.protocol",
+        "session.timeout.ms",
+        "socket.connection.setup.timeout.ms",
+        "socket.keepalive.enable",
+        "socket.timeout.ms",
+        "ssl.ca.location",
+        "ssl.endpoint.identification.algorithm",
+        "topic.metadata.refresh.interval.ms",
+    }
+)
+
+# A secret shorter than this, or a switch word, is not scrubbed out of text: removing "a" or
+# "true" from every message would make them unreadable and protect nothing.
+_MIN_SECRET_LENGTH = 4
+_PLAIN_WORDS = frozenset({"true", "false", "none", "null"})
+# A URL's authority holds ":" only before a numeric port (or inside an IPv6 host): any other
+# ":" is a "user:password" whose password held a "/".
+_HOST_AND_PORT = re.compile(r"^(\[[^\]]*\]|[^:\[\]]*)(:\d*)?$")
+# scheme://user:password@ in free text; "host:8020/path@x" is a port and a path, not a password.
+_URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^\s/@:]+:(?!\d+(?:/|$))[^\s@]*@")
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a setting named ``key`` holds a secret (``aws_secret_access_key``: yes)."""
+    lowered = key.lower()
+    return any(marker in lowered for marker in SECRET_MARKERS)
+
+
+def redact_kafka_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config with the value of every key outside :data:`SAFE_KAFKA_KEYS` masked.
+
+    >>> redact_kafka_config({"security.protocol": "SASL_SSL", "sasl.jaas.config": "..."})
+    {'security.protocol': 'SASL_SSL', 'sasl.jaas.config': '***'}
+    """
+    return {key: value if key in SAFE_KAFKA_KEYS else MASK for key, value in config.items()}
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its ``user:password@`` part; anything else is returned unchanged.
+
+    A secret holding ``/`` (AWS secret keys often do) ends the URL's authority early; the
+    credentials then still end at the first ``@``, and are removed up to it.
+
+    >>> redact_url("s3a://AKIA:abc/def@bucket/ck/orders")
+    's3a://bucket/ck/orders'
+    >>> redact_url("hdfs://nn:8020/users/me@example/ck")
+    'hdfs://nn:8020/users/me@example/ck'
+    """
+    if "://" not in url:
+        return url
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        host = parts.netloc.rpartition("@")[2]
+        return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    if "@" in url and not _HOST_AND_PORT.match(parts.netloc):
+        scheme, _, rest = url.partition("://")
+        return f"{scheme}://{rest.partition('@')[2]}"
+    return url
+
+
+def secret_parts(value: str) -> list[str]:
+    """The texts of a secret value that may show up in a message: the value itself, and every
+    quoted or ``key=value`` part of it (``password="..."`` in a JAAS line)."""
+    parts = [value, value.strip()]
+    parts += re.findall(r'"([^"]*)"', value) + re.findall(r"'([^']*)'", value)
+    parts += [m.strip() for m in re.findall(r"=\s*([^\s;,\"']+)", value)]
+    return [p for p in parts if len(p) >= _MIN_SECRET_LENGTH and p.lower() not in _PLAIN_WORDS]
+
+
+def kafka_secrets(config: Mapping[str, Any]) -> list[str]:
+    """Every text of a Kafka config that must not be printed: the parts of each string value
+    outside :data:`SAFE_KAFKA_KEYS` (for :func:`scrub`)."""
+    found: list[str] = []
+    for key, value in config.items():
+        if key not in SAFE_KAFKA_KEYS and isinstance(value, str):
+            found.extend(secret_parts(value))
+    return found
+
+
+def scrub(message: str, secrets: Iterable[str]) -> str:
+    """``message`` with every one of ``secrets`` replaced by ``***``, and every URL's
+    ``user:password@`` part removed.
+
+    The longest secret goes first, so one that contains another is removed whole. Empty
+    strings are ignored.
+
+    >>> scrub("auth failed for pw-secret at s3a://K:S@b/x", ["pw-secret"])
+    'auth failed for *** at s3a://b/x'
+    """
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        message = message.replace(secret, MASK)
+    return _URL_USERINFO.sub(r"\1", message)
