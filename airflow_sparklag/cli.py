@@ -1,29 +1,40 @@
 """`sparklag`: lag and health of Spark streaming jobs from the command line.
 
-    sparklag status /data/checkpoints/orders --bootstrap-servers broker:9092
-    sparklag status s3a://bucket/ck/orders --bootstrap-servers b:9092 --json
-    sparklag snapshot /data/checkpoints/orders --to s3a://bucket/snaps --bootstrap-servers b:9092
-    sparklag migrate /data/checkpoints/orders --archive /data/archive --bootstrap-servers b:9092 \\
-        --dry-run
+    sparklag status /data/checkpoints/orders --bootstrap-server broker:9092
+    sparklag status s3a://bucket/ck/orders -b b:9092 --json
+    sparklag wait health /data/checkpoints/orders -b b:9092 --max-wait 10m
+    sparklag snapshot /data/checkpoints/orders --to s3a://bucket/snaps -b b:9092
+    sparklag migrate /data/checkpoints/orders --archive /data/archive -b b:9092 --dry-run
 
 Exit codes: 0 healthy, 1 lagging, 2 stalled / stopped / rewound / data lost, 3 unknown,
-4 the check itself failed (bad checkpoint, unreachable storage or Kafka; the message says which).
-`migrate` exits 5 when the migration is refused (nothing was changed).
+4 the check itself failed (bad checkpoint, unreachable storage or Kafka; the message says which),
+5 `migrate` refused (nothing was changed), 64 usage or configuration error (bad flag or value,
+unreadable --kafka-config), 75 `wait` gave up at --max-wait. Never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
-from airflow_sparklag.health import EXIT_CHECK_FAILED, Health
+from airflow_sparklag.health import EXIT_CHECK_FAILED, EXIT_USAGE, Health
+
+if TYPE_CHECKING:
+    from airflow_sparklag.monitor import CheckOptions, CheckResult
+    from airflow_sparklag.session import Session
 
 # Verdict name -> exit code, from the verdicts' own policy (Health.exit_code).
 EXIT_CODES = {h.value: h.exit_code for h in Health}
 EXIT_FAILED = EXIT_CHECK_FAILED
+EXIT_USAGE = EXIT_USAGE  # re-exported: 64, sysexits EX_USAGE
+EXIT_REFUSED = 5  # migrate: refused (or, with --dry-run, would be refused); nothing changed
+EXIT_TIMEOUT = 75  # wait: --max-wait passed first (sysexits EX_TEMPFAIL)
+EXIT_INTERRUPTED = 130
 
 # CLI flag -> Thresholds field
 THRESHOLD_FLAGS = {
@@ -35,91 +46,77 @@ THRESHOLD_FLAGS = {
     "allowed_lag": "allowed_lag",
     "window": "window",
 }
+DURATION_FLAGS = frozenset({"max_lag_seconds", "max_commit_age", "max_in_flight"})
+PROGRESS_MIN = 10  # checkpoints from which `status` shows a progress line
+
+
+class UsageExit(Exception):
+    """A usage or configuration error: printed as one line, exit 64."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's own exit code 2 would read "stalled"
+        self.print_usage(sys.stderr)
+        raise UsageExit(message)
+
+
+# -- reading flags -----------------------------------------------------------------------------
+
+
+def _flag_type(name: str, read: Callable[[str, Any], Any]) -> Callable[[str], Any]:
+    """An argparse type from a params reader: the error names the flag."""
+    from airflow_sparklag.errors import InvalidParameter
+
+    def convert(text: str) -> Any:
+        try:
+            return read(f"--{name.replace('_', '-')}", text)
+        except InvalidParameter as exc:  # argparse names the flag itself
+            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+    convert.__name__ = name
+    return convert
 
 
 def load_kafka_config(path: str | None, bootstrap_servers: str | None) -> dict[str, Any]:
-    """librdkafka settings from a JSON object or a .properties file, plus --bootstrap-servers."""
+    """librdkafka settings from a JSON object or a .properties file, plus --bootstrap-server."""
     config: dict[str, Any] = {}
     if path:
-        text = Path(path).read_text()
-        if text.lstrip().startswith("{"):
-            config = json.loads(text)
-        else:
-            for raw in text.splitlines():
-                line = raw.strip()
-                if not line or line.startswith(("#", "!")):
-                    continue
-                key, sep, value = line.partition("=")
-                if not sep:
-                    key, _, value = line.partition(":")
-                config[key.strip()] = value.strip()
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise UsageExit(f"--kafka-config {path}: cannot read it ({reason})") from None
+        config = _parse_kafka_config(path, text)
     if bootstrap_servers:
         config["bootstrap.servers"] = bootstrap_servers
-    if not config.get("bootstrap.servers"):
-        raise SystemExit(
-            "sparklag: give --bootstrap-servers or bootstrap.servers in --kafka-config"
-        )
     return config
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sparklag", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    status = sub.add_parser("status", help="lag and health of one or more checkpoints")
-    status.add_argument(
-        "checkpoints", nargs="*", help="checkpoint locations (path, s3a://, hdfs://)"
-    )
-    status.add_argument(
-        "--prefix",
-        action="append",
-        default=[],
-        help="also check every checkpoint found under this prefix (repeatable)",
-    )
-    status.add_argument(
-        "--max-depth", type=int, default=4, help="directory levels searched under --prefix"
-    )
-    status.add_argument(
-        "--no-progress", action="store_true", help="no progress line on stderr for many checks"
-    )
-    status.add_argument(
-        "--query-ids",
-        action="store_true",
-        help="with several checkpoints or --prefix, also read each query id (+1 GET per job)",
-    )
-    status.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
-    status.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
-    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    status.add_argument("--history", type=int, default=10, help="batches of history to evaluate")
-    status.add_argument(
-        "--exact",
-        action="store_true",
-        help="time lag from the record timestamp at the committed offset",
-    )
-    status.add_argument(
-        "--read-committed",
-        action="store_true",
-        default=None,
-        help="measure against the last stable offset (transactional topics)",
-    )
-    status.add_argument(
-        "--s3-endpoint-url", help="S3 endpoint (credentials: the AWS default chain)"
-    )
-    status.add_argument("--s3-region", help="S3 region")
-    status.add_argument(
-        "--webhdfs-url",
-        action="append",
-        help="WebHDFS URL http://namenode:9870 (repeat for NameNode HA)",
-    )
-    status.add_argument("--hdfs-user", help="user name for WebHDFS")
-    for flag, field in THRESHOLD_FLAGS.items():
-        status.add_argument(
-            f"--{flag.replace('_', '-')}", type=float, dest=flag, help=f"threshold {field}"
-        )
-    add_snapshot_commands(sub)
-    return parser
+def _parse_kafka_config(path: str, text: str) -> dict[str, Any]:
+    if text.lstrip().startswith("{"):
+        try:
+            parsed = json.loads(text)
+        except ValueError as exc:
+            raise UsageExit(f"--kafka-config {path}: not valid JSON ({exc})") from None
+        if not isinstance(parsed, dict):
+            raise UsageExit(f"--kafka-config {path}: the JSON must be an object of settings")
+        return parsed
+    config: dict[str, Any] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            key, sep, value = line.partition(":")
+        if not sep or not key.strip():
+            raise UsageExit(f"--kafka-config {path}: line {number} is not 'key=value'")
+        config[key.strip()] = value.strip()
+    return config
 
 
-def _thresholds(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _thresholds(args: argparse.Namespace) -> Any:
     from airflow_sparklag.health import Thresholds
 
     given = {
@@ -127,130 +124,16 @@ def _thresholds(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         for flag, field in THRESHOLD_FLAGS.items()
         if getattr(args, flag) is not None
     }
-    return Thresholds.from_dict(given) if given else None
-
-
-PROGRESS_MIN = 10  # checkpoints from which `status` shows a progress line
-
-
-def _progress_line(done: int, total: int) -> None:
-    """`read 120/1000 checkpoints` on stderr, rewritten in place; stdout stays clean."""
-    if total < PROGRESS_MIN:
-        return
-    if done == total or done % max(1, total // 100) == 0:
-        end = "\n" if done == total else ""
-        print(f"\rsparklag: read {done}/{total} checkpoints", end=end, file=sys.stderr, flush=True)
-
-
-def run_status(args: argparse.Namespace) -> int:
-    from airflow_sparklag.errors import SparkLagError
-    from airflow_sparklag.monitor import check_checkpoints
-    from airflow_sparklag.render import render
-
-    kafka_config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
-    if not args.checkpoints and not args.prefix:
-        print("sparklag: give checkpoint locations or --prefix", file=sys.stderr)
-        return EXIT_FAILED
-    options: dict[str, Any] = {
-        "kafka_config": kafka_config,
-        **_storage_options(args),
-        "thresholds": _thresholds(args),
-        "history": args.history,
-        "exact_time_lag": args.exact,
-        "read_committed": args.read_committed,
-    }
     try:
-        if args.prefix or len(args.checkpoints) > 1:
-            from airflow_sparklag.fleet import check_fleet
-
-            progress = None if args.no_progress else _progress_line
-            results = check_fleet(
-                args.checkpoints,
-                prefix=args.prefix,
-                max_depth=args.max_depth,
-                progress=progress,
-                query_ids=args.query_ids,
-                **options,
-            )
-        else:
-            results = check_checkpoints(args.checkpoints, **options)
-        if args.prefix and not results:
-            print(f"sparklag: no checkpoint found under {', '.join(args.prefix)}", file=sys.stderr)
-            return EXIT_FAILED
-    except SparkLagError as exc:
-        print(f"sparklag: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    worst = 0
-    if args.json:
-        payload = [r.to_dict() for r in results]
-        print(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
-    for i, result in enumerate(results):
-        if not args.json:
-            if i:
-                print("\n" + "-" * 80 + "\n")
-            if result.error is not None or result.report is None:
-                print(f"checkpoint  {result.location}\nerror       {result.error}")
-            else:
-                print(render(result.report, result.verdict))
-        code = (
-            EXIT_FAILED
-            if result.error is not None
-            else EXIT_CODES.get(result.verdict.health.value, 3)
-        )
-        worst = max(worst, code)
-    return worst
+        return Thresholds.from_dict(given)
+    except ValueError as exc:
+        raise UsageExit(str(exc)) from None
 
 
-# -- snapshot / migrate ------------------------------------------------------------------------
+def _check_options(args: argparse.Namespace) -> CheckOptions:
+    from airflow_sparklag.monitor import CheckOptions
 
-EXIT_REFUSED = 5  # migrate: refused (or, with --dry-run, would be refused); nothing changed
-
-
-def _storage_flags(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
-    command.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
-    command.add_argument("--s3-endpoint-url", help="S3 endpoint (credentials: AWS default chain)")
-    command.add_argument("--s3-region", help="S3 region")
-    command.add_argument(
-        "--webhdfs-url", action="append", help="WebHDFS URL (repeat for NameNode HA)"
-    )
-    command.add_argument("--hdfs-user", help="user name for WebHDFS")
-    command.add_argument("--json", action="store_true", help="print JSON")
-
-
-def add_snapshot_commands(sub: Any) -> None:
-    snapshot = sub.add_parser(
-        "snapshot", help="write a verified snapshot of a checkpoint's committed offsets"
-    )
-    snapshot.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
-    snapshot.add_argument("--to", required=True, help="snapshot root (path, s3a://, hdfs://)")
-    snapshot.add_argument(
-        "--consumer-group", help="also commit the offsets to this (idle) Kafka consumer group"
-    )
-    _storage_flags(snapshot)
-
-    migrate = sub.add_parser(
-        "migrate", help="snapshot, validate and archive a checkpoint for a new query"
-    )
-    migrate.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
-    migrate.add_argument("--archive", required=True, help="archive root for the old checkpoint")
-    migrate.add_argument("--snapshot-to", help="snapshot root (default: the archive directory)")
-    migrate.add_argument("--snapshot", help="use this existing snapshot instead of taking one")
-    migrate.add_argument(
-        "--file-sink-path", action="append", default=[], help="output path of a file sink"
-    )
-    migrate.add_argument(
-        "--move-sink-log", action="store_true", help="move the file sinks' logs aside"
-    )
-    migrate.add_argument(
-        "--quiet-period", type=float, default=60.0, help="seconds without commits (default 60)"
-    )
-    migrate.add_argument("--force", action="store_true", help="migrate even if it looks alive")
-    migrate.add_argument(
-        "--allow-data-loss", action="store_true", help="start from the log start on data loss"
-    )
-    migrate.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    _storage_flags(migrate)
+    return CheckOptions(_thresholds(args), args.history, args.exact, args.read_committed)
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -269,62 +152,333 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"s3_options": s3_options or None, "webhdfs_options": webhdfs_options or None}
 
 
+def open_session(args: argparse.Namespace, *, kafka_required: bool = True) -> Session:
+    """The one session of a command: storage options and Kafka from the flags."""
+    from airflow_sparklag.session import Session
+
+    config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
+    if kafka_required and not config.get("bootstrap.servers"):
+        raise UsageExit("give --bootstrap-server (or bootstrap.servers in --kafka-config)")
+    # main() shares this list with its error handler: errors raised later are scrubbed too.
+    getattr(args, "secrets", []).extend(_secrets(config))
+    return Session(kafka_config=config, kafka_timeout=args.timeout, **_storage_options(args))
+
+
+def _secrets(config: dict[str, Any]) -> list[str]:
+    from airflow_sparklag.redact import kafka_secrets
+
+    return list(kafka_secrets(config))
+
+
+# -- parser ------------------------------------------------------------------------------------
+
+
+def _connection_flags(command: argparse.ArgumentParser) -> None:
+    from airflow_sparklag import params
+
+    command.add_argument(
+        "-b", "--bootstrap-server", "--bootstrap-servers", dest="bootstrap_servers",
+        help="Kafka bootstrap servers (host:port,...)",
+    )  # fmt: skip
+    command.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
+    command.add_argument(
+        "--s3-endpoint-url", help="S3 endpoint (credentials: the AWS default chain)"
+    )
+    command.add_argument("--s3-region", help="S3 region")
+    command.add_argument(
+        "--webhdfs-url", action="append", help="WebHDFS URL http://namenode:9870 (repeat for HA)"
+    )
+    command.add_argument("--hdfs-user", help="user name for WebHDFS")
+    command.add_argument(
+        "--timeout",
+        type=_flag_type("timeout", params.duration),
+        default=10.0,
+        help="bound of each Kafka request, e.g. 10, 30s, 1m (default 10 s)",
+    )
+    command.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _check_flags(command: argparse.ArgumentParser) -> None:
+    from airflow_sparklag import params
+
+    command.add_argument(
+        "--history",
+        type=_flag_type("history", lambda n, v: params.count(n, v, minimum=1)),
+        default=10,
+        help="batches of history to evaluate (default 10)",
+    )
+    command.add_argument(
+        "--exact", action="store_true", help="time lag from the record at the committed offset"
+    )
+    command.add_argument(
+        "--read-committed",
+        action="store_true",
+        default=None,
+        help="measure against the last stable offset (transactional topics)",
+    )
+    for flag, field in THRESHOLD_FLAGS.items():
+        reader = params.duration if flag in DURATION_FLAGS else params.number
+        if flag in ("max_lag", "max_total_lag", "allowed_lag", "window"):
+            reader = params.count
+        command.add_argument(
+            f"--{flag.replace('_', '-')}",
+            type=_flag_type(flag, reader),
+            dest=flag,
+            help=f"threshold {field}",
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from airflow_sparklag import __version__
+
+    parser = _Parser(prog="sparklag", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"sparklag {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    status = sub.add_parser("status", help="lag and health of one or more checkpoints")
+    status.add_argument("checkpoints", nargs="*", help="checkpoint locations (path, s3a://, ...)")
+    status.add_argument(
+        "--prefix", action="append", default=[], help="also check every checkpoint under it"
+    )
+    status.add_argument("--max-depth", type=int, default=4, help="levels searched under --prefix")
+    status.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    status.add_argument(
+        "--query-ids", action="store_true", help="with several jobs, also read each query id"
+    )
+    _connection_flags(status)
+    _check_flags(status)
+    add_wait_command(sub)
+    add_snapshot_commands(sub)
+    return parser
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def _progress_line(done: int, total: int) -> None:
+    """`read 120/1000 checkpoints` on stderr, rewritten in place; only on a terminal."""
+    if total < PROGRESS_MIN or not sys.stderr.isatty():
+        return
+    if done == total or done % max(1, total // 100) == 0:
+        end = "\n" if done == total else ""
+        print(f"\rsparklag: read {done}/{total} checkpoints", end=end, file=sys.stderr, flush=True)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from airflow_sparklag.fleet import FleetChecker
+    from airflow_sparklag.monitor import check_many
+
+    if not args.checkpoints and not args.prefix:
+        raise UsageExit("give checkpoint locations or --prefix")
+    options = _check_options(args)
+    with open_session(args) as session:
+        if args.prefix or len(args.checkpoints) > 1:
+            progress = None if args.no_progress else _progress_line
+            checker = FleetChecker(
+                args.checkpoints,
+                session=session,
+                prefix=args.prefix,
+                options=options,
+                max_depth=args.max_depth,
+                query_ids=args.query_ids,
+            )
+            results = checker.check(progress=progress)
+        else:
+            results = check_many(session, args.checkpoints, options)
+    if args.prefix and not results:
+        print(f"sparklag: no checkpoint found under {', '.join(args.prefix)}", file=sys.stderr)
+        return EXIT_FAILED
+    _print_results(args, results)
+    return max(EXIT_FAILED if r.error is not None else r.verdict.health.exit_code for r in results)
+
+
+def _print_results(args: argparse.Namespace, results: list[CheckResult]) -> None:
+    from airflow_sparklag.render import render
+
+    if args.json:
+        payload = [r.to_dict() for r in results]
+        _out(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2), args)
+        return
+    for i, result in enumerate(results):
+        if i:
+            _out("\n" + "-" * 80 + "\n", args)
+        if result.error is not None or result.report is None:
+            _out(f"checkpoint  {result.location}\nerror       {result.error}", args)
+        else:
+            _out(render(result.report, result.verdict), args)
+
+
+def _out(text: str, args: argparse.Namespace) -> None:
+    """Print to stdout with every secret of the command removed (URL userinfo too)."""
+    from airflow_sparklag.redact import scrub
+
+    print(scrub(text, getattr(args, "secrets", [])))
+
+
+# -- wait --------------------------------------------------------------------------------------
+
+
+def add_wait_command(sub: Any) -> None:
+    from airflow_sparklag import params
+
+    wait = sub.add_parser("wait", help="wait until a job is healthy, progresses or caught up")
+    wait.add_argument(
+        "condition", choices=("health", "progress", "catch-up"), help="what to wait for"
+    )
+    wait.add_argument("checkpoint", help="checkpoint location")
+    wait.add_argument("--accept", default="OK", help="health: verdicts that end the wait (OK)")
+    wait.add_argument(
+        "--fail-fast", default="DATA_LOSS", help="health: verdicts that fail at once (DATA_LOSS)"
+    )
+    wait.add_argument("--after-batch", help="progress: a batch newer than this id")
+    wait.add_argument("--after-time", help="progress: a commit after this time (ISO or epoch)")
+    wait.add_argument("--target-time", help="catch-up: everything produced before this time")
+    wait.add_argument("--topic", action="append", default=[], help="catch-up: only these topics")
+    wait.add_argument(
+        "--poll-interval",
+        type=_flag_type("poll_interval", params.duration),
+        default=10.0,
+        help="time between checks (default 10 s)",
+    )
+    wait.add_argument(
+        "--max-wait",
+        type=_flag_type("max_wait", params.duration),
+        default=600.0,
+        help="give up after this long, exit 75 (default 10m)",
+    )
+    _connection_flags(wait)
+    _check_flags(wait)
+
+
+def _condition(args: argparse.Namespace) -> Any:
+    from airflow_sparklag import conditions, params
+
+    if args.condition == "health":
+        accept = params.health_names("--accept", args.accept)
+        if not accept:
+            raise params.invalid("--accept", "give at least one verdict, e.g. OK")
+        fail_fast = params.health_names("--fail-fast", args.fail_fast)
+        return conditions.HealthCondition(args.checkpoint, _check_options(args), accept, fail_fast)
+    if args.condition == "progress":
+        return conditions.ProgressCondition(
+            args.checkpoint,
+            params.optional_count("--after-batch", args.after_batch, minimum=-1),
+            params.moment("--after-time", args.after_time),
+        )
+    target = params.moment("--target-time", args.target_time)
+    if target is None:
+        raise params.invalid("--target-time", "is required for catch-up (ISO time or epoch)")
+    topics = tuple(args.topic) or None
+    return conditions.CatchUpCondition(args.checkpoint, int(target * 1000), topics)
+
+
+def run_wait(args: argparse.Namespace) -> int:
+    import time
+
+    condition = _condition(args)
+    deadline = time.monotonic() + args.max_wait
+    with open_session(args) as session:
+        while True:
+            probe = condition.probe(session)
+            print(probe.message, file=sys.stderr, flush=True)
+            if probe.done or probe.failed:
+                if args.json:
+                    _out(json.dumps(probe.payload, indent=2), args)
+                if probe.done:
+                    return 0
+                health = (probe.payload.get("verdict") or {}).get("health", "STOPPED")
+                return Health.parse(health).exit_code or EXIT_FAILED
+            if time.monotonic() + args.poll_interval > deadline:
+                print(f"sparklag: gave up after {args.max_wait:g} s", file=sys.stderr)
+                return EXIT_TIMEOUT
+            time.sleep(args.poll_interval)
+
+
+# -- snapshot / migrate ------------------------------------------------------------------------
+
+
+def add_snapshot_commands(sub: Any) -> None:
+    from airflow_sparklag import params
+
+    snapshot = sub.add_parser("snapshot", help="write a verified snapshot of committed offsets")
+    snapshot.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
+    snapshot.add_argument("--to", required=True, help="snapshot root (path, s3a://, hdfs://)")
+    snapshot.add_argument("--consumer-group", help="also commit the offsets to this idle group")
+    _connection_flags(snapshot)
+
+    migrate = sub.add_parser("migrate", help="snapshot, validate and archive a checkpoint")
+    migrate.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
+    migrate.add_argument("--archive", required=True, help="archive root for the old checkpoint")
+    migrate.add_argument("--snapshot-to", help="snapshot root (default: the archive directory)")
+    migrate.add_argument("--snapshot", help="use this existing snapshot instead of taking one")
+    migrate.add_argument(
+        "--file-sink-path", action="append", default=[], help="output path of a file sink"
+    )
+    migrate.add_argument("--move-sink-log", action="store_true", help="move sink logs aside")
+    migrate.add_argument(
+        "--quiet-period",
+        type=_flag_type("quiet_period", params.duration),
+        default=60.0,
+        help="time without commits before the job counts as stopped (default 60 s)",
+    )
+    migrate.add_argument("--force", action="store_true", help="migrate even if it looks alive")
+    migrate.add_argument(
+        "--allow-data-loss", action="store_true", help="start from the log start on data loss"
+    )
+    migrate.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    _connection_flags(migrate)
+
+
 def run_snapshot(args: argparse.Namespace) -> int:
-    from airflow_sparklag.errors import SparkLagError
     from airflow_sparklag.snapshot import snapshot_checkpoint
 
-    kafka_config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
-    try:
-        result = snapshot_checkpoint(
-            args.checkpoint, args.to, kafka_config=kafka_config, **_storage_options(args)
-        )
+    with open_session(args, kafka_required=bool(args.consumer_group)) as session:
+        result = snapshot_checkpoint(args.checkpoint, args.to, session=session)
         payload = result.to_dict()
         if args.consumer_group:
-            from airflow_sparklag.consumer_group import export_offsets
-
-            offsets = {
-                t: {int(p): o for p, o in ps.items()}
-                for t, ps in result.snapshot.starting_offsets(source_id=None).items()
-            }
-            ends = (
-                {
-                    t: {p: po.log_end for p, po in ps.items()}
-                    for t, ps in result.kafka.partitions.items()
-                }
-                if result.kafka
-                else None
-            )
-            payload["consumer_group"] = export_offsets(
-                kafka_config, args.consumer_group, offsets, log_ends=ends
-            ).to_dict()
-    except SparkLagError as exc:
-        print(f"sparklag: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+            payload["consumer_group"] = _export_group(session, args.consumer_group, result)
     if args.json:
-        print(json.dumps(payload, indent=2))
-    else:
-        print(f"snapshot    {payload['path']}")
-        print(f"batch       {payload['committed_batch_id']} (committed)")
-        if payload["in_flight_batch_id"] is not None:
-            print(f"in flight   {payload['in_flight_batch_id']} (not used as the start)")
-        for sid, offsets in payload["starting_offsets"].items():
-            print(f"source {sid}    startingOffsets {json.dumps(offsets, separators=(',', ':'))}")
-        if "consumer_group" in payload:
-            group = payload["consumer_group"]
-            print(f"group       {group['group_id']} (lag {group['total_lag']})")
+        _out(json.dumps(payload, indent=2), args)
+        return 0
+    lines = [
+        f"snapshot    {payload['path']}",
+        f"batch       {payload['committed_batch_id']} (committed)",
+    ]
+    if payload["in_flight_batch_id"] is not None:
+        lines.append(f"in flight   {payload['in_flight_batch_id']} (not used as the start)")
+    for sid, offsets in payload["starting_offsets"].items():
+        lines.append(
+            f"source {sid}    startingOffsets {json.dumps(offsets, separators=(',', ':'))}"
+        )
+    if "consumer_group" in payload:
+        group = payload["consumer_group"]
+        lines.append(f"group       {group['group_id']} (lag {group['total_lag']})")
+    _out("\n".join(lines), args)
     return 0
 
 
-def run_migrate(args: argparse.Namespace) -> int:
-    from airflow_sparklag.errors import SparkLagError
-    from airflow_sparklag.migration import MigrationRefused, migrate_checkpoint
+def _export_group(session: Session, group: str, result: Any) -> dict[str, Any]:
+    from airflow_sparklag.consumer_group import export_offsets
 
-    kafka_config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
-    try:
+    offsets = {
+        t: {int(p): o for p, o in ps.items()}
+        for t, ps in result.snapshot.starting_offsets(source_id=None).items()
+    }
+    ends = None
+    if result.kafka:
+        ends = {
+            t: {p: po.log_end for p, po in ps.items()} for t, ps in result.kafka.partitions.items()
+        }
+    return export_offsets(session.kafka_config, group, offsets, log_ends=ends).to_dict()
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    from airflow_sparklag.migration import migrate_checkpoint
+
+    with open_session(args) as session:
         result = migrate_checkpoint(
             args.checkpoint,
             args.archive,
-            kafka_config=kafka_config,
+            session=session,
             snapshot_root=args.snapshot_to,
             snapshot=args.snapshot,
             quiet_period=args.quiet_period,
@@ -333,19 +487,9 @@ def run_migrate(args: argparse.Namespace) -> int:
             file_sink_paths=args.file_sink_path,
             move_sink_log=args.move_sink_log,
             dry_run=args.dry_run,
-            **_storage_options(args),
         )
-    except MigrationRefused as exc:
-        print(f"sparklag: refused: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except SparkLagError as exc:
-        print(f"sparklag: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
     payload = result.to_dict()
-    if args.json:
-        print(json.dumps(payload, indent=2))
-    else:
-        print(_render_migration(payload))
+    _out(json.dumps(payload, indent=2) if args.json else _render_migration(payload), args)
     return EXIT_REFUSED if result.refusals else 0
 
 
@@ -379,15 +523,67 @@ def _render_migration(payload: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# -- the exit-code contract --------------------------------------------------------------------
+
+COMMANDS = {
+    "status": run_status,
+    "wait": run_wait,
+    "snapshot": run_snapshot,
+    "migrate": run_migrate,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "status":
-        return run_status(args)
-    if args.command == "snapshot":
-        return run_snapshot(args)
-    if args.command == "migrate":
-        return run_migrate(args)
-    return EXIT_FAILED
+    """Run one command; every outcome is an exit code and at most a line on stderr."""
+    secrets: list[str] = []
+    with _no_tracebacks(secrets) as outcome:
+        args = build_parser().parse_args(argv)
+        args.secrets = secrets
+        outcome.code = COMMANDS[args.command](args)
+    return outcome.code
+
+
+class _Outcome:
+    code = EXIT_FAILED
+
+
+@contextlib.contextmanager
+def _no_tracebacks(secrets: list[str]) -> Iterator[_Outcome]:
+    """Turn every exception into the contract's exit code and one scrubbed line."""
+    from airflow_sparklag.errors import (
+        InvalidParameter,
+        MigrationRefused,
+        SparkLagError,
+        UsageError,
+    )
+    from airflow_sparklag.redact import scrub
+
+    outcome = _Outcome()
+
+    def say(message: str) -> None:
+        print(f"sparklag: {scrub(message, secrets)}", file=sys.stderr)
+
+    try:
+        yield outcome
+    except (UsageExit, UsageError, InvalidParameter) as exc:
+        say(str(exc))
+        outcome.code = EXIT_USAGE
+    except MigrationRefused as exc:
+        say(f"refused: {type(exc).__name__}: {exc}")
+        outcome.code = EXIT_REFUSED
+    except SparkLagError as exc:
+        say(f"{type(exc).__name__}: {exc}")
+        outcome.code = EXIT_FAILED
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as Unix tools do.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        outcome.code = 141
+    except KeyboardInterrupt:
+        outcome.code = EXIT_INTERRUPTED
+    except Exception as exc:  # a bug of ours: still one line, never a secret
+        say(f"internal error, please report: {type(exc).__name__}: {exc}")
+        outcome.code = EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -87,6 +87,20 @@ def store_key(location: str) -> tuple[str, str]:
     return (scheme, urlsplit(location).netloc)
 
 
+def refuse_credentials_in(location: str) -> None:
+    """Credentials written into a location (``s3a://KEY:SECRET@bucket/...``) would end up in
+    every message that names the location: refuse them, without repeating them."""
+    from airflow_sparklag.errors import UnsupportedStorageURL
+    from airflow_sparklag.redact import redact_url
+
+    clean = redact_url(location)
+    if clean != location:
+        raise UnsupportedStorageURL(
+            f"{clean}: the location holds credentials (user:secret@), which are never read "
+            "from a URL nor printed; give them through the connection or the AWS environment"
+        )
+
+
 class Session:
     """Storage backends, checkpoint readers and the Kafka client of one unit of work.
 
@@ -126,6 +140,7 @@ class Session:
 
     def storage(self, location: str) -> Storage:
         """The backend serving ``location``, built on first use (once, under a lock)."""
+        refuse_credentials_in(location)
         key = store_key(location)
         with self._lock:
             backend = self._backends.get(key)

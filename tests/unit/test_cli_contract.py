@@ -1,0 +1,114 @@
+"""The CLI's exit-code contract, through the installed `sparklag` script: 0-3 verdicts, 4 the
+check failed, 5 migration refused, 64 usage/configuration, 75 `wait` gave up; never a traceback."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SPARKLAG = Path(sys.executable).parent / "sparklag"
+DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+NO_KAFKA = ["-b", "127.0.0.1:1", "--timeout", "2"]  # samples have no Kafka source: never asked
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SPARKLAG), *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("cli")
+    (root / "bad.json").write_text('{"bootstrap.servers": ')
+    (root / "list.json").write_text('["a"]')
+    (root / "latin1.properties").write_bytes(b"bootstrap.servers=\xff\xfe\n")
+    (root / "noeq.properties").write_text("bootstrap.servers\n")
+    job = root / "job"
+    shutil.copytree(DATA / "ckm4.3.0", job)
+    return {
+        name: str(root / name)
+        for name in ("bad.json", "list.json", "latin1.properties", "noeq.properties", "job")
+    }
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "/x", "-b", "b:1", "--max-lag", "-5"],
+        ["status", "/x", "-b", "b:1", "--max-lag-seconds", "nan"],
+        ["status", "/x", "-b", "b:1", "--max-commit-age", "-1m"],
+        ["status", "/x", "-b", "b:1", "--window", "1"],
+        ["status", "/x", "-b", "b:1", "--history", "0"],
+        ["status", "/x", "-b", "b:1", "--timeout", "inf"],
+        ["status", "/x"],  # no bootstrap servers
+        ["status", "-b", "b:1"],  # no checkpoint
+        ["status", "/x", "--kafka-config", "/does/not/exist"],
+        ["migrate", "/x", "--archive", "/a", "-b", "b:1", "--quiet-period", "nan"],
+        ["migrate", "/x", "--archive", "/a", "-b", "b:1", "--quiet-period", "-60"],
+        ["wait", "health", "/x", "-b", "b:1", "--accept", "HEALTHY"],
+        ["wait", "catch-up", "/x", "-b", "b:1"],  # no --target-time
+        ["bogus"],
+        [],
+    ],
+)
+def test_usage_errors_exit_64_without_a_traceback(args: list[str]) -> None:
+    proc = run(*args)
+    assert proc.returncode == 64, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip(), "say what is wrong"
+
+
+@pytest.mark.parametrize("name", ["bad.json", "list.json", "latin1.properties", "noeq.properties"])
+def test_unreadable_kafka_config_is_a_usage_error_naming_the_file(
+    files: dict[str, str], name: str
+) -> None:
+    proc = run("status", files["job"], "--kafka-config", files[name])
+    assert proc.returncode == 64, proc.stdout + proc.stderr
+    assert files[name] in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_missing_checkpoint_is_a_failed_check(tmp_path: Path) -> None:
+    proc = run("status", str(tmp_path / "nothing"), *NO_KAFKA)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "CheckpointNotFound" in proc.stdout + proc.stderr
+
+
+def test_a_closed_pipe_ends_quietly(files: dict[str, str]) -> None:
+    shell = f"'{SPARKLAG}' status '{files['job']}' {' '.join(NO_KAFKA)} --json | head -1"
+    proc = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {shell}"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout.strip() == "{"
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+def test_version() -> None:
+    proc = run("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("sparklag ")
+
+
+def test_wait_for_progress_done_and_given_up(files: dict[str, str]) -> None:
+    done = run("wait", "progress", files["job"], *NO_KAFKA, "--after-batch", "2")
+    assert done.returncode == 0, done.stderr  # the sample committed batch 3
+    gave_up = run(
+        "wait", "progress", files["job"], *NO_KAFKA, "--after-batch", "3",
+        "--poll-interval", "0.2", "--max-wait", "1",
+    )  # fmt: skip
+    assert gave_up.returncode == 75, gave_up.stderr
+    assert "gave up after 1 s" in gave_up.stderr
+
+
+def test_userinfo_in_a_location_is_never_printed(tmp_path: Path) -> None:
+    secret = "CANARY-cli-userinfo-7f3a"
+    proc = run(
+        "status",
+        f"s3a://AKIAEXAMPLE:{secret}@bucket/ck",
+        *NO_KAFKA,
+        "--s3-endpoint-url",
+        "http://127.0.0.1:1",
+    )
+    assert secret not in proc.stdout + proc.stderr
+    assert proc.returncode == 4, proc.stdout + proc.stderr
