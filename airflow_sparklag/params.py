@@ -237,7 +237,12 @@ def text(name: str, value: Any) -> str:
 
 
 def location(name: str, value: Any) -> str:
-    """One checkpoint location (a path or URL)."""
+    """One checkpoint location (a path or URL); a list, also rendered as text, is refused."""
+    if isinstance(value, str) and value.strip().startswith(("[", "(")):
+        try:
+            value = _literal(name, value.strip())
+        except InvalidParameter:
+            pass  # not a list after all: a path that starts with a bracket
     if isinstance(value, str) and value.strip():
         return value.strip()
     if isinstance(value, (list, tuple)):

@@ -41,6 +41,8 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparklag.session import Session
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -144,10 +146,8 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
 
     Yields ``(location, pickled state | None, error | None, topics, storage requests)``.
     """
-    from airflow_sparklag.checkpoint import CheckpointReader
     from airflow_sparklag.errors import SparkLagError
     from airflow_sparklag.monitor import _topics
-    from airflow_sparklag.session import Session
 
     options = json.loads(options_json)
     # Only its storage backends (one per store, shared by the task's threads) are used here.
@@ -156,9 +156,8 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
     query_ids = bool(options.get("query_ids", False))
 
     def read(location: str) -> tuple:
-        storage = session.storage(location)
         try:
-            state = CheckpointReader(storage, location, query_id=query_ids).read(history=history)
+            state = session.read(location, history=history, query_id=query_ids)
         except SparkLagError as exc:
             return location, None, f"{type(exc).__name__}: {exc}", []
         return location, _dump_state(state), None, sorted(_topics(state))
@@ -285,37 +284,30 @@ def scan(
     Call ``result.unpersist()`` when done with the DataFrames. ``query_ids=True`` also reads
     each checkpoint's ``metadata`` to fill the ``query_id`` columns (+1 GET per job).
     """
-    storage = {
+    storage: dict[str, Any] = {
         "s3_options": s3_options,
         "webhdfs_options": webhdfs_options,
         "fsspec_options": fsspec_options,
     }
-    unique = _scan_locations(locations, prefix, storage, max_depth)
-    sc = spark.sparkContext
-    # A task reads its checkpoints with several threads, so two tasks per core are enough;
-    # more tasks only add Python worker start-up.
-    slices = num_slices or max(1, min(len(unique), sc.defaultParallelism * 2))
-    read_options = json.dumps(
-        {
+    # The driver's session: discovery and the one Kafka snapshot. Executors open their own
+    # sessions from the same (JSON-safe) storage options.
+    with Session(
+        kafka_config=kafka_config, kafka_client=kafka_client, kafka_timeout=kafka_timeout, **storage
+    ) as session:
+        unique = _scan_locations(session, locations, prefix, max_depth)
+        sc = spark.sparkContext
+        # A task reads its checkpoints with several threads, so two tasks per core are
+        # enough; more tasks only add Python worker start-up.
+        slices = num_slices or max(1, min(len(unique), sc.defaultParallelism * 2))
+        read_options = {
             "storage": storage,
             "history": history,
             "threads": threads_per_task,
             "query_ids": query_ids,
         }
-    )
-    states = (
-        sc.parallelize(unique, slices)
-        .mapPartitions(lambda part: _read_partition(part, read_options))
-        .cache()
-    )
-    # One pass over the checkpoints gives the topics (and the request count); the states stay
-    # cached on the executors for the lag pass.
-    topics_and_requests = states.map(lambda row: (row[3], row[4])).collect()
-    topics = sorted({topic for row_topics, _ in topics_and_requests for topic in row_topics})
-    requests = sum(count for _, count in topics_and_requests)
-    snapshot = _kafka_snapshot(
-        topics, kafka_config, kafka_client, kafka_timeout, read_committed=read_committed
-    )
+        states = _read_states(spark, unique, slices, json.dumps(read_options))
+        topics, requests = _topics_and_requests(states)
+        snapshot = _kafka_snapshot(session, topics, read_committed=read_committed)
     judge_options = json.dumps(
         {
             "now": snapshot.fetched_at if now is None else now,
@@ -327,44 +319,45 @@ def scan(
     return ScanResult(partitions, jobs, snapshot, tuple(unique), requests, (states, judged))
 
 
+def _read_states(spark: SparkSession, unique: list[str], slices: int, read_options: str) -> Any:
+    """The executors read every checkpoint; the states stay cached there for the lag pass."""
+    return (
+        spark.sparkContext.parallelize(unique, slices)
+        .mapPartitions(lambda part: _read_partition(part, read_options))
+        .cache()
+    )
+
+
+def _topics_and_requests(states: Any) -> tuple[list[str], int]:
+    """One pass over the cached states: every topic, and the storage requests sent."""
+    rows = states.map(lambda row: (row[3], row[4])).collect()
+    topics = sorted({topic for row_topics, _ in rows for topic in row_topics})
+    return topics, sum(count for _, count in rows)
+
+
 def _scan_locations(
+    session: Session,
     locations: Sequence[str],
     prefix: str | Sequence[str] | None,
-    storage: Mapping[str, Any],
     max_depth: int,
 ) -> list[str]:
     """The given locations, then the checkpoints discovered under each prefix; no duplicates."""
     from airflow_sparklag.fleet import discover_checkpoints
-    from airflow_sparklag.session import Session
 
     found = [loc.rstrip("/") or loc for loc in locations]
     prefixes = [prefix] if isinstance(prefix, str) else list(prefix or ())
-    if prefixes:
-        session = Session(**storage)
-        for root in prefixes:
-            found.extend(discover_checkpoints(root, session=session, max_depth=max_depth))
+    for root in prefixes:
+        found.extend(discover_checkpoints(root, session=session, max_depth=max_depth))
     return list(dict.fromkeys(found))
 
 
-def _kafka_snapshot(
-    topics: Sequence[str],
-    kafka_config: Mapping[str, Any],
-    kafka_client: KafkaOffsetsClient | None,
-    kafka_timeout: float,
-    *,
-    read_committed: bool,
-) -> KafkaSnapshot:
+def _kafka_snapshot(session: Session, topics: Sequence[str], *, read_committed: bool) -> Any:
     """ONE snapshot of every topic of every job, taken on the driver (an empty one if none)."""
-    from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+    from airflow_sparklag.kafka import KafkaSnapshot
 
-    client = kafka_client or KafkaOffsetsClient(dict(kafka_config), timeout=kafka_timeout)
-    try:
-        if topics:
-            return client.snapshot(topics, read_committed=read_committed)
-        return KafkaSnapshot({}, frozenset(), time.time(), None)
-    finally:
-        if kafka_client is None:
-            client.close()
+    if topics:
+        return session.kafka.snapshot(topics, read_committed=read_committed)
+    return KafkaSnapshot({}, frozenset(), time.time(), None)
 
 
 def _judge(

@@ -88,6 +88,9 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
         return PokeReturnValue(is_done=probe.done, xcom_value=probe.payload if probe.done else None)
 
     def execute(self, context: Context) -> Any:
+        # Read the parameters before the first poke: BaseSensorOperator turns a failure inside
+        # poke() into a skip under soft_fail/never_fail, and a value it cannot read must fail.
+        _ = self._condition
         if not self.deferrable:
             return super().execute(context)
         probe = self._probe()

@@ -31,6 +31,15 @@ def kafka_connection(bootstrap: str, **extra: Any) -> str:
     return json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap, **extra}})
 
 
+def kept_reader(hook: Any, location: str) -> Any:
+    """The checkpoint reader the hook's earlier checks of ``location`` used: its session keeps
+    one per checkpoint between calls (asserted: asking for it builds no new reader)."""
+    readers = len(hook.session._readers)
+    reader = hook.session.reader(location)
+    assert len(hook.session._readers) == readers, f"the hook kept no reader of {location}"
+    return reader
+
+
 @pytest.fixture(scope="session")
 def kafka_conn(kafka) -> str:  # type: ignore[no-untyped-def]
     os.environ[conn_env(KAFKA_CONN_ID)] = kafka_connection(kafka.bootstrap)

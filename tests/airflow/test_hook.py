@@ -9,8 +9,10 @@ import uuid
 
 import pytest
 
-from airflow_sparklag.hooks.sparklag import SparkLagHook, epoch_seconds, webhdfs_options_from
-from tests.airflow.conftest import conn_env, kafka_connection
+from airflow_sparklag import params
+from airflow_sparklag.hooks.connections import webhdfs_options_from
+from airflow_sparklag.hooks.sparklag import SparkLagHook
+from tests.airflow.conftest import conn_env, kafka_connection, kept_reader
 
 
 def test_connections_become_core_options(monkeypatch):
@@ -75,8 +77,8 @@ def test_webhdfs_ssl_and_single_namenode():
         ("", None),
     ],
 )
-def test_epoch_seconds(value, expected):
-    assert epoch_seconds(value) == expected
+def test_moments_as_the_sensors_read_them(value, expected):
+    assert params.moment("after_commit_time", value) == expected
 
 
 @pytest.mark.testbed
@@ -139,7 +141,7 @@ def test_s3_and_hdfs_checkpoints_through_connections(
 
     # Polls through one hook (sensors, triggers) keep their readers: with no new batch, a
     # repeated check on S3 is one LIST and no GET, and check_many reads nothing twice either.
-    storage = hook._readers[s3_job.location].storage
+    storage = kept_reader(hook, s3_job.location).storage
     storage.requests.reset()
     assert hook.check(s3_job.location).report.total_lag == 9
     assert (storage.requests.total, storage.requests["read"]) == (1, 0)

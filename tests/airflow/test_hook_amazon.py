@@ -133,7 +133,9 @@ def test_aws_base_hook_builds_the_client_from_the_connection(monkeypatch):
 
 
 @pytest.mark.testbed
-def test_keys_and_endpoint_read_a_checkpoint_on_s3(s3, s3_checkpoint, local_ck35, monkeypatch):
+def test_keys_and_endpoint_read_a_checkpoint_on_s3(
+    s3, s3_checkpoint, local_ck35, kafka_conn, monkeypatch
+):
     conn_id = set_conn(
         monkeypatch,
         "amazon_keys",
@@ -146,7 +148,13 @@ def test_keys_and_endpoint_read_a_checkpoint_on_s3(s3, s3_checkpoint, local_ck35
     seen = record_access_key_ids(client)
     assert_same_checkpoint(hook, s3_checkpoint, local_ck35)
     assert seen and set(seen) == {s3.options["aws_access_key_id"]}
-    assert hook._test_s3(hook.s3_storage_options()).endswith("AwsBaseHook)")
+    # test_connection() sends a real S3 request with the same (shared) client; it checks Kafka
+    # first, so it needs a broker that answers.
+    requests = len(seen)
+    ok, message = SparkLagHook(kafka_conn, aws_conn_id=conn_id).test_connection()
+    assert ok, message
+    assert message.endswith("client from the amazon provider's AwsBaseHook)"), message
+    assert len(seen) > requests and set(seen) == {s3.options["aws_access_key_id"]}
 
 
 @pytest.mark.testbed
@@ -211,10 +219,12 @@ FALLBACK_SCRIPT = textwrap.dedent(
 
     from airflow_sparklag.hooks.sparklag import SparkLagHook
 
-    kafka, keys_conn, role_conn, location = sys.argv[1:5]
+    kafka, keys_conn, role_conn, location, live_kafka = sys.argv[1:6]
     hook = SparkLagHook(kafka, aws_conn_id=keys_conn)
     options = hook.s3_storage_options()
     recorded = hook.committed_offsets(location)
+    # test_connection() checks Kafka first: a connection to a broker that answers.
+    tested = SparkLagHook(live_kafka, aws_conn_id=keys_conn).test_connection()
     try:
         SparkLagHook(kafka, aws_conn_id=role_conn).s3_storage_options()
         role_error = None
@@ -223,7 +233,7 @@ FALLBACK_SCRIPT = textwrap.dedent(
     print(json.dumps({
         "options": sorted(options),
         "recorded": {k: v for k, v in recorded.items() if k not in ("location", "committed_at")},
-        "test_s3": hook._test_s3(options),
+        "test_connection": tested,
         "blocked": blocked,
         "amazon_loaded": sorted(m for m in sys.modules if m.startswith("airflow.providers.amazon")),
         "role_error": role_error,
@@ -234,7 +244,7 @@ FALLBACK_SCRIPT = textwrap.dedent(
 
 @pytest.mark.testbed
 def test_without_the_amazon_provider_the_connection_is_read_directly(
-    s3, s3_checkpoint, local_ck35, monkeypatch, tmp_path
+    s3, s3_checkpoint, local_ck35, kafka_conn, monkeypatch, tmp_path
 ):
     keys = set_conn(
         monkeypatch,
@@ -251,7 +261,12 @@ def test_without_the_amazon_provider_the_connection_is_read_directly(
         extra=role_extra(s3),
     )
     out = subprocess.run(
-        [sys.executable, "-c", FALLBACK_SCRIPT, KAFKA_CONN_ID, keys, role, s3_checkpoint],
+        [
+            sys.executable,
+            "-c",
+            FALLBACK_SCRIPT,
+            *(KAFKA_CONN_ID, keys, role, s3_checkpoint, kafka_conn),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -269,7 +284,9 @@ def test_without_the_amazon_provider_the_connection_is_read_directly(
         "region_name",
     ]
     assert result["recorded"] == local_ck35
-    assert result["test_s3"].endswith("client from the connection)")
+    ok, message = result["test_connection"]
+    assert ok, message
+    assert message.endswith("client from the connection)"), message
     # role_arn cannot be honoured without the provider: a clear error, not the base keys.
     assert "role_arn" in result["role_error"]
     assert "apache-airflow-providers-amazon" in result["role_error"]

@@ -74,21 +74,28 @@ def test_lag_sensor_poke_mode_returns_the_report(kafka_conn, healthy_job):
 
 
 def test_lag_sensor_deferrable_round_trip(kafka_conn, lagging_job):
-    sensor = SparkLagSensor(
-        task_id="s",
-        location=lagging_job.location,
-        kafka_config_id=kafka_conn,
-        thresholds={"max_lag_records_total": 10},
-        accept=["OK"],
-        deferrable=True,
-        poke_interval=1,
-        timeout=2,
-    )
+    def lag_sensor(accept: list[str]) -> SparkLagSensor:
+        return SparkLagSensor(
+            task_id="s",
+            location=lagging_job.location,
+            kafka_config_id=kafka_conn,
+            thresholds={"max_lag_records_total": 10},
+            accept=accept,
+            deferrable=True,
+            poke_interval=1,
+            timeout=2,
+        )
+
+    sensor = lag_sensor(["OK"])
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute(context())
     trigger = deferred.value.trigger
     assert isinstance(trigger, SparkLagTrigger)
-    assert trigger.thresholds == {"max_lag_records_total": 10}
+    kwargs = trigger.serialize()[1]
+    assert kwargs["thresholds"]["max_lag_records_total"] == 10
+    assert kwargs["accept"] == ["OK"]
+    assert trigger.condition.options.thresholds.max_lag_records_total == 10
+    assert SparkLagTrigger(**kwargs).condition == trigger.condition  # what the triggerer runs
     assert deferred.value.timeout == datetime.timedelta(seconds=2)
     # The lag does not go away: the trigger gives up at the deadline -> sensor timeout.
     with pytest.raises(AirflowSensorTimeout, match="LAGGING"):
@@ -96,9 +103,9 @@ def test_lag_sensor_deferrable_round_trip(kafka_conn, lagging_job):
     sensor.soft_fail = True
     with pytest.raises(AirflowSkipException):
         run_deferred(sensor, context())
-    # Accepting LAGGING: done at once in the worker, no deferral.
-    sensor.accept = ["OK", "LAGGING"]
-    assert sensor.execute(context())["verdict"]["health"] == "LAGGING"
+    # Accepting LAGGING: done at once in the worker, no deferral. (A sensor reads its rendered
+    # parameters into its condition once: a new task, as each try in Airflow is.)
+    assert lag_sensor(["OK", "LAGGING"]).execute(context())["verdict"]["health"] == "LAGGING"
 
 
 def test_lag_sensor_fails_fast_on_data_loss(kafka_conn, data_loss_job):
@@ -178,7 +185,8 @@ def test_progress_sensor_defers_with_a_serializable_trigger(kafka_conn, tmp_path
         sensor.execute(context())
     trigger = deferred.value.trigger
     assert isinstance(trigger, SparkCheckpointProgressTrigger)
-    assert trigger.after_commit_time == 1704067200.0
+    assert trigger.serialize()[1]["after_commit_time"] == 1704067200.0
+    assert trigger.condition.after_commit_time == 1704067200.0
 
 
 def test_catch_up_sensor(kafka_conn, lagging_job):
@@ -206,7 +214,8 @@ def test_catch_up_sensor(kafka_conn, lagging_job):
     with pytest.raises(TaskDeferred) as deferred:
         behind.execute(context())
     assert isinstance(deferred.value.trigger, SparkKafkaCatchUpTrigger)
-    assert deferred.value.trigger.topics == [lagging_job.topic]
+    assert deferred.value.trigger.serialize()[1]["topics"] == [lagging_job.topic]
+    assert deferred.value.trigger.condition.topics == (lagging_job.topic,)
     with pytest.raises(AirflowSensorTimeout, match="45 records"):
         run_deferred(behind, context())
 
@@ -319,5 +328,6 @@ def test_template_fields_render(tmp_path):
     assert sensor.accept == ["OK"]
     assert progress.after_batch_id == "7"
     assert catch_up.topics == ["t"]
-    assert catch_up._target_ms() == 1714521600000  # the default: the data interval's end
+    # the default: the data interval's end
+    assert catch_up.condition().target_time_ms == 1714521600000
     assert check.fail_on == ["X"]

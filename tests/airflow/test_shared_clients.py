@@ -23,7 +23,7 @@ from airflow_sparklag.hooks.sparklag import (
 )
 from airflow_sparklag.kafka import KafkaOffsetsClient
 from tests.airflow import test_hook_amazon as amazon_tests
-from tests.airflow.conftest import airflow_env, conn_env, kafka_connection
+from tests.airflow.conftest import airflow_env, conn_env, kafka_connection, kept_reader
 from tests.airflow.test_hook_amazon import FALLBACK_SCRIPT, REPO, keys_extra
 
 # The amazon tests' fixture: ck35 (committed batch 6) copied to the moto bucket.
@@ -64,7 +64,7 @@ def conn_ids(kafka, s3, monkeypatch) -> tuple[str, str]:  # type: ignore[no-unty
 
 def s3_client_of(hook: SparkLagHook, location: str) -> Any:
     """The boto3 client the hook's reader of ``location`` really sends its requests with."""
-    return hook._readers[location].storage.client
+    return kept_reader(hook, location).storage.client
 
 
 @pytest.mark.testbed
@@ -144,8 +144,11 @@ def test_closing_one_hook_leaves_the_others_working(
     assert admin is not None
     s3_client = s3_client_of(second, s3_checkpoint)
 
+    session = first.session
     first.close()
-    assert first._readers == {} and first._kafka_client is None and first._s3_client is None
+    # The hook dropped its session, which dropped its readers and backends ...
+    assert first._session is None and session.closed
+    assert session._readers == {} and session.backends == []
     # The shared clients were not closed: same client, same librdkafka handle.
     assert second.kafka_client() is kafka_client and kafka_client._admin is admin
     assert second.check(lagging_job.location).report.total_lag == 45
@@ -169,6 +172,7 @@ def test_no_secret_in_the_cache_keys(s3_checkpoint, conn_ids):
     keys = [k for k in SHARED_CLIENTS.cached_keys() if k.conn_id in (kafka_id, aws_id)]
     assert sorted(k.kind for k in keys) == ["kafka", "s3"]
     texts = [repr(keys), str(keys), repr(hook.__dict__), repr(hook.get_conn())]
+    texts += [repr(hook.session), repr(hook.session.storage_options)]
     texts += [repr(SHARED_CLIENTS._clients.get(k)) for k in keys]
     for key in keys:
         assert len(key.fingerprint) == 64 and int(key.fingerprint, 16) >= 0  # a hash, no more
@@ -286,7 +290,9 @@ from airflow_sparklag.hooks.sparklag import SparkLagHook
 kafka, keys_conn, location = sys.argv[1:4]
 first, second = (SparkLagHook(kafka, aws_conn_id=keys_conn) for _ in range(2))
 batches = [h.committed_offsets(location)["committed_batch_id"] for h in (first, second)]
-clients = [h._readers[location].storage.client for h in (first, second)]
+readers = [h.session.reader(location) for h in (first, second)]
+assert all(len(h.session._readers) == 1 for h in (first, second))  # the ones the reads used
+clients = [r.storage.client for r in readers]
 first.close()
 print(json.dumps({
     "blocked": bool(blocked),
