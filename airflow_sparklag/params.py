@@ -19,6 +19,7 @@ so a value that cannot be read never runs it. The core's own types (``Thresholds
 from __future__ import annotations
 
 import ast
+import contextlib
 import datetime
 import json
 import math
@@ -239,10 +240,9 @@ def text(name: str, value: Any) -> str:
 def location(name: str, value: Any) -> str:
     """One checkpoint location (a path or URL); a list, also rendered as text, is refused."""
     if isinstance(value, str) and value.strip().startswith(("[", "(")):
-        try:
+        # Not a list after all: a path that starts with a bracket.
+        with contextlib.suppress(InvalidParameter):
             value = _literal(name, value.strip())
-        except InvalidParameter:
-            pass  # not a list after all: a path that starts with a bracket
     if isinstance(value, str) and value.strip():
         return value.strip()
     if isinstance(value, (list, tuple)):
