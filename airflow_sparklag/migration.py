@@ -819,12 +819,5 @@ def migrate_checkpoint(
             fault=fault,
         ).run()
 
-    if session is None:
-        with Session(**session_options) as own:
-            return run(own)
-    if session_options:
-        raise TypeError(
-            f"migrate_checkpoint: give a session or its options, not both "
-            f"(got session and {sorted(session_options)})"
-        )
-    return run(session)
+    with Session.using(session, **session_options) as active:
+        return run(active)

@@ -345,47 +345,34 @@ def check_many(
 def check_checkpoint(
     location: str,
     *,
-    kafka_config: Mapping[str, Any],
-    s3_options: dict[str, Any] | None = None,
-    webhdfs_options: dict[str, Any] | None = None,
-    fsspec_options: dict[str, Any] | None = None,
     thresholds: Thresholds | Mapping[str, Any] | None = None,
-    history: int = 10,
+    history: int = DEFAULT_HISTORY,
     exact_time_lag: bool = False,
     read_committed: bool | None = None,
     now: float | None = None,
-    kafka_timeout: float = 10.0,
+    **session_options: Any,
 ) -> CheckResult:
-    """:func:`check` in a session of its own (a script's one-off check).
+    """:func:`check` in a session of its own (a script's one-off check); ``session_options``
+    are :class:`~airflow_sparklag.session.Session`'s (``kafka_config``, ``s3_options``, ...).
 
     >>> check_checkpoint("/data/ck/orders", kafka_config={"bootstrap.servers": "k:9092"},
     ...                  thresholds={"max_lag_seconds": 600})      # doctest: +SKIP
     """
     options = CheckOptions.build(thresholds, history, exact_time_lag, read_committed)
-    with Session(
-        kafka_config=kafka_config,
-        s3_options=s3_options,
-        webhdfs_options=webhdfs_options,
-        fsspec_options=fsspec_options,
-        kafka_timeout=kafka_timeout,
-    ) as session:
+    with Session(**session_options) as session:
         return check(session, location, options, now=now)
 
 
 def check_checkpoints(
     locations: Sequence[str],
     *,
-    kafka_config: Mapping[str, Any],
-    s3_options: dict[str, Any] | None = None,
-    webhdfs_options: dict[str, Any] | None = None,
-    fsspec_options: dict[str, Any] | None = None,
     thresholds: Thresholds | Mapping[str, Any] | None = None,
-    history: int = 10,
+    history: int = DEFAULT_HISTORY,
     exact_time_lag: bool = False,
     read_committed: bool | None = None,
     now: float | None = None,
-    kafka_timeout: float = 10.0,
     max_workers: int = MAX_READERS,
+    **session_options: Any,
 ) -> list[CheckResult]:
     """:func:`check_many` in a session of its own.
 
@@ -395,13 +382,7 @@ def check_checkpoints(
     ['OK', 'LAGGING']
     """
     options = CheckOptions.build(thresholds, history, exact_time_lag, read_committed)
-    with Session(
-        kafka_config=kafka_config,
-        s3_options=s3_options,
-        webhdfs_options=webhdfs_options,
-        fsspec_options=fsspec_options,
-        kafka_timeout=kafka_timeout,
-    ) as session:
+    with Session(**session_options) as session:
         return check_many(session, locations, options, now=now, max_workers=max_workers)
 
 

@@ -26,10 +26,11 @@ Nothing heavy (boto3, confluent_kafka, requests) is imported at module level.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -242,6 +243,21 @@ class Session:
         return client
 
     # -- life --------------------------------------------------------------------------------
+
+    @classmethod
+    @contextlib.contextmanager
+    def using(cls, session: Session | None, **options: Any) -> Iterator[Session]:
+        """``session`` as it is (left open), or a new one from ``options``, closed at the end:
+        how the script-friendly entry points (``check_checkpoint``, ``snapshot_checkpoint``,
+        ``migrate_checkpoint``, ``FleetChecker``) take either."""
+        if session is not None:
+            given = {name: value for name, value in options.items() if value is not None}
+            if given:
+                raise TypeError(f"give a session or its options, not both (got {sorted(given)})")
+            yield session
+            return
+        with cls(**options) as own:
+            yield own
 
     def close(self) -> None:
         """Close what the session built; clients handed in stay open. Readers are dropped."""

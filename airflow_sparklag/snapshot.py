@@ -604,21 +604,18 @@ def snapshot_checkpoint(
     ``session_options`` (``kafka_config``, ``kafka_client``, ``s3_options``,
     ``webhdfs_options``, ``fsspec_options``, ``kafka_timeout``) and closed before returning.
     """
-    if session is None:
-        with Session(**session_options) as own:
-            return snapshot_checkpoint(
-                location,
-                snapshot_root,
-                session=own,
-                record_timestamps=record_timestamps,
-                write=write,
-                now=now,
-            )
-    if session_options:
-        raise TypeError(
-            f"snapshot_checkpoint: give a session or its options, not both "
-            f"(got session and {sorted(session_options)})"
-        )
+    with Session.using(session, **session_options) as active:
+        return _snapshot(active, location, snapshot_root, record_timestamps, write, now)
+
+
+def _snapshot(
+    session: Session,
+    location: str,
+    snapshot_root: str,
+    record_timestamps: bool,
+    write: bool,
+    now: float | None,
+) -> SnapshotResult:
     state = session.read(location, history=1)
     client = session.kafka if session.has_kafka else None
     snapshot, kafka = take_snapshot(state, client, now=now, record_timestamps=record_timestamps)
