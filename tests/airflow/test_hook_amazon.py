@@ -343,3 +343,55 @@ def test_secrets_stay_out_of_reprs_logs_and_errors(s3, s3_checkpoint, monkeypatc
     for text in texts:
         for value in secrets:
             assert value not in text  # ... but never a secret
+
+
+@pytest.mark.testbed
+def test_snapshot_and_migration_read_and_write_with_the_assumed_role(
+    s3, kafka_conn, s3_checkpoint, monkeypatch
+):
+    """The operators that write (snapshot, migration) go through the same session as checks:
+    the amazon provider's client, so role_arn works for them too (it did not: they were given
+    the connection's raw keys)."""
+    from airflow_sparklag.operators.snapshot import (
+        CheckpointMigrationOperator,
+        CheckpointSnapshotOperator,
+    )
+
+    base_key = s3.options["aws_access_key_id"]
+    conn_id = set_conn(
+        monkeypatch,
+        "amazon_role_writes",
+        login=base_key,
+        password=s3.options["aws_secret_access_key"],
+        extra=role_extra(s3, assume_role_kwargs={"RoleSessionName": "sparklag-writes"}),
+    )
+    # The process's shared client for this connection: the operators' hooks borrow it too.
+    client = SparkLagHook(kafka_conn, aws_conn_id=conn_id).s3_client().options["client"]
+    seen = record_access_key_ids(client)
+    prefix = s3_checkpoint.rsplit("/", 1)[-1]
+    connections = {"kafka_config_id": kafka_conn, "aws_conn_id": conn_id}
+    snapshot = CheckpointSnapshotOperator(
+        task_id="snapshot",
+        checkpoint_location=s3_checkpoint,
+        snapshot_root=f"s3a://checkpoints/{prefix}-snapshots",
+        **connections,
+    ).execute({})
+    migration = CheckpointMigrationOperator(
+        task_id="migrate",
+        checkpoint_location=s3_checkpoint,
+        archive_root=f"s3a://checkpoints/{prefix}-archive",
+        quiet_period=0,
+        **connections,
+    ).execute({})
+
+    assert snapshot["committed_batch_id"] == 6 and migration["status"] == "completed"
+    listed = s3.client().list_objects_v2(Bucket="checkpoints", Prefix=f"{prefix}")["Contents"]
+    keys = [item["Key"] for item in listed]
+    assert any(k.startswith(f"{prefix}-snapshots/") and k.endswith(".json") for k in keys)
+    assert any(k.startswith(f"{prefix}-archive/") and k.endswith("journal.json") for k in keys)
+    assert not any(k.startswith(f"{prefix}/") for k in keys)  # archived: the original is gone
+    # Every request of the snapshot and the migration (reads, writes, copies, deletes) was
+    # signed with the credentials STS issued for the role, never with the connection's keys.
+    assumed = frozen_credentials(client)
+    assert assumed.token and assumed.access_key != base_key
+    assert len(seen) > 10 and set(seen) == {assumed.access_key}
