@@ -244,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--query-ids", action="store_true", help="with several jobs, also read each query id"
     )
+    status.add_argument(
+        "--detail", action="store_true", help="with several jobs, every partition of each"
+    )
     _connection_flags(status)
     _check_flags(status)
     add_wait_command(sub)
@@ -291,12 +294,48 @@ def run_status(args: argparse.Namespace) -> int:
     return max(EXIT_FAILED if r.error is not None else r.verdict.health.exit_code for r in results)
 
 
+def natural_key(text: str) -> list[Any]:
+    """Sort key that orders numbers by value: ``job2`` before ``job10``."""
+    import re
+
+    return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", text)]
+
+
+def summary_of(results: list[CheckResult]) -> dict[str, Any]:
+    """Counts per verdict and totals over the jobs (the JSON ``summary`` and the last line)."""
+    from collections import Counter
+
+    counts = Counter(
+        "CHECK_FAILED" if r.error is not None else r.verdict.health.value for r in results
+    )
+    lags = [r.report.total_lag for r in results if r.report is not None]
+    seconds = [
+        r.report.max_lag_seconds
+        for r in results
+        if r.report is not None and r.report.max_lag_seconds is not None
+    ]
+    return {
+        "jobs": len(results),
+        "health": dict(sorted(counts.items())),
+        "total_lag": sum(lags),
+        "max_lag_seconds": max(seconds, default=None),
+        "failed_checks": counts.get("CHECK_FAILED", 0),
+    }
+
+
 def _print_results(args: argparse.Namespace, results: list[CheckResult]) -> None:
     from airflow_sparklag.render import render
 
+    results = sorted(results, key=lambda r: natural_key(r.location))
     if args.json:
-        payload = [r.to_dict() for r in results]
-        _out(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2), args)
+        if len(results) == 1:
+            document: Any = results[0].to_dict()
+        else:
+            document = {"summary": summary_of(results), "results": [r.to_dict() for r in results]}
+        _out(json.dumps(document, indent=2), args)
+        return
+    if len(results) > 1 and not args.detail:
+        _out(compact_table(results), args)
         return
     for i, result in enumerate(results):
         if i:
@@ -305,6 +344,40 @@ def _print_results(args: argparse.Namespace, results: list[CheckResult]) -> None
             _out(f"checkpoint  {result.location}\nerror       {result.error}", args)
         else:
             _out(render(result.report, result.verdict), args)
+
+
+def compact_table(results: list[CheckResult]) -> str:
+    """One line per job, then the totals: the default view of several jobs."""
+    from airflow_sparklag.render import seconds_text
+
+    rows = [("JOB", "HEALTH", "LAG", "LAG_TIME", "COMMIT_AGE", "REASON")]
+    for r in results:
+        report = r.report
+        if report is None:
+            rows.append((r.location, "CHECK_FAILED", "-", "-", "-", r.error or ""))
+            continue
+        rows.append(
+            (
+                r.location,
+                r.verdict.health.value,
+                str(report.total_lag),
+                seconds_text(report.max_lag_seconds),
+                seconds_text(report.commit_age_seconds),
+                r.verdict.reason,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = [
+        "  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[5]])
+        for row in rows
+    ]
+    summary = summary_of(results)
+    health = ", ".join(f"{n} {name}" for name, n in summary["health"].items())
+    lines.append(
+        f"{summary['jobs']} jobs ({health}); total lag {summary['total_lag']} records, "
+        f"worst time lag {seconds_text(summary['max_lag_seconds'])}; --detail for partitions"
+    )
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _out(text: str, args: argparse.Namespace) -> None:

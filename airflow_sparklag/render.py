@@ -23,6 +23,11 @@ def _secs(value: float | None) -> str:
     return f"{value / 3600:.1f}h"
 
 
+def seconds_text(value: float | None) -> str:
+    """A duration for people: ``42.0s``, ``3.5m``, ``2.1h``; ``-`` when unknown."""
+    return "-" if value is None else _secs(value)
+
+
 def _time_lag(value: float | None, mode: str) -> str:
     # An estimate interpolates the checkpoint's own (offset, batch time) points and the live log
     # end: it assumes steady production between them, so bursts and rate-limited jobs make it

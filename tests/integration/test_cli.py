@@ -158,20 +158,36 @@ def test_several_checkpoints_worst_exit_code(checkpoints, kafka, tmp_path):
         checkpoints["caught_up"], missing, "--bootstrap-servers", kafka.bootstrap, "--json"
     )
     assert proc.returncode == 4, proc.stdout + proc.stderr
-    payload: list[dict[str, Any]] = json.loads(proc.stdout)
-    assert [r["location"] for r in payload] == [checkpoints["caught_up"], missing]
-    assert payload[0]["report"]["total_lag"] == 0 and payload[0]["error"] is None
-    assert "CheckpointNotFound" in payload[1]["error"] and missing in payload[1]["error"]
+    document: dict[str, Any] = json.loads(proc.stdout)
+    by_location = {r["location"]: r for r in document["results"]}
+    assert set(by_location) == {checkpoints["caught_up"], missing}
+    caught_up, gone = by_location[checkpoints["caught_up"]], by_location[missing]
+    assert caught_up["report"]["total_lag"] == 0 and caught_up["error"] is None
+    assert "CheckpointNotFound" in gone["error"] and missing in gone["error"]
+    assert document["summary"]["jobs"] == 2 and document["summary"]["failed_checks"] == 1
 
 
 def test_two_checkpoints_of_one_topic(checkpoints, kafka):
     proc = sparklag(
-        checkpoints["lagging"], checkpoints["caught_up"], "--bootstrap-servers", kafka.bootstrap
+        checkpoints["lagging"],
+        checkpoints["caught_up"],
+        "--bootstrap-servers",
+        kafka.bootstrap,
+        "--detail",
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    first, second = proc.stdout.split("-" * 80)
-    assert checkpoints["lagging"] in first and "lag         9 records" in first
-    assert checkpoints["caught_up"] in second and "lag         0 records" in second
+    sections = {s.strip().splitlines()[0]: s for s in proc.stdout.split("-" * 80)}
+    lagging = next(s for head, s in sections.items() if checkpoints["lagging"] in head)
+    caught_up = next(s for head, s in sections.items() if checkpoints["caught_up"] in head)
+    assert "lag         9 records" in lagging and "lag         0 records" in caught_up
+    compact = sparklag(
+        checkpoints["lagging"], checkpoints["caught_up"], "--bootstrap-servers", kafka.bootstrap
+    )
+    lines = compact.stdout.strip().splitlines()
+    assert lines[0].split()[:3] == ["JOB", "HEALTH", "LAG"] and len(lines) == 4
+    rows = {line.split()[0]: line.split() for line in lines[1:3]}
+    assert rows[checkpoints["lagging"]][2] == "9" and rows[checkpoints["caught_up"]][2] == "0"
+    assert lines[3].startswith("2 jobs (2 OK); total lag 9 records")
 
 
 @pytest.fixture(scope="module")
@@ -216,9 +232,9 @@ def test_status_on_s3_and_hdfs(remote, kafka, s3, hdfs, monkeypatch):
         timeout=90,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    payload = json.loads(proc.stdout)
+    payload = json.loads(proc.stdout)["results"]
     topic = remote["topic"]
-    assert [r["location"] for r in payload] == [remote["urls"]["s3"], remote["urls"]["hdfs"]]
+    assert {r["location"] for r in payload} == {remote["urls"]["s3"], remote["urls"]["hdfs"]}
     for result in payload:
         assert result["error"] is None
         parts = [
