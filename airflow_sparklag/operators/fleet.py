@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_sparklag import params
+from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
 from airflow_sparklag.operators.sparklag import DEFAULT_FAIL_ON, fail_on_names, health_name
 
@@ -77,6 +78,7 @@ class SparkLagFleetCheckOperator(SparkLagHookMixin, BaseOperator):
         max_depth: int = 4,
         max_workers: int = 16,
         xcom_results: str = "failing",
+        emit_metrics: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -94,6 +96,7 @@ class SparkLagFleetCheckOperator(SparkLagHookMixin, BaseOperator):
         self.max_depth = max_depth
         self.max_workers = max_workers
         self.xcom_results = xcom_results
+        self.emit_metrics = emit_metrics
 
     def _read(self) -> dict[str, Any]:
         return {
@@ -131,6 +134,9 @@ class SparkLagFleetCheckOperator(SparkLagHookMixin, BaseOperator):
             raise AirflowException(f"{self.task_id}: the fleet check failed: {scrubbed}") from None
         finally:
             self.close_hook()
+        if self.emit_metrics:  # one job per checkpoint, named by its location
+            for result in results:
+                metrics.emit_result(metrics.location_job(result.location), result.to_dict())
         if prefixes and not results:
             raise AirflowFailException(f"no checkpoint found under {', '.join(prefixes)}")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +12,7 @@ from airflow_sparklag import params
 from airflow_sparklag.conditions import breach_message
 from airflow_sparklag.health import DEFAULT_FAIL_ON as _FAIL_ON
 from airflow_sparklag.health import Health
+from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
 
 if TYPE_CHECKING:
@@ -28,14 +28,6 @@ HEALTH_CODES = {h.value: h.metric_value for h in Health}
 CHECK_FIELDS = ("location", "thresholds", "history", "exact_time_lag", "read_committed")
 
 
-def _stats() -> Any:
-    try:
-        from airflow.sdk.observability.stats import Stats
-    except ImportError:  # Airflow < 3.1
-        from airflow.stats import Stats  # type: ignore[no-redef]
-    return Stats
-
-
 def fail_on_names(fail_on: Iterable[str] | str) -> set[str]:
     """Verdict names from ``fail_on`` in any form a template renders (checked, upper case)."""
     return {h.value for h in params.health_names("fail_on", fail_on)}
@@ -44,11 +36,6 @@ def fail_on_names(fail_on: Iterable[str] | str) -> set[str]:
 def health_name(health: Any) -> str:
     """``Health.OK`` -> ``"OK"``."""
     return str(getattr(health, "value", health)).upper()
-
-
-def metric_safe(name: str) -> str:
-    """StatsD-safe metric segment: ``orders-v2/eu`` -> ``orders_v2_eu``."""
-    return re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "job"
 
 
 class _LagCheckBase(SparkLagHookMixin):
@@ -62,6 +49,9 @@ class _LagCheckBase(SparkLagHookMixin):
         history: int | str = 10,
         exact_time_lag: bool | str = False,
         read_committed: bool | str | None = None,
+        emit_metrics: bool = True,
+        metric_prefix: str = metrics.PREFIX,
+        metric_name: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -70,6 +60,9 @@ class _LagCheckBase(SparkLagHookMixin):
         self.history = history
         self.exact_time_lag = exact_time_lag
         self.read_committed = read_committed
+        self.emit_metrics = emit_metrics
+        self.metric_prefix = metric_prefix
+        self.metric_name = metric_name
 
     def _read_check(self) -> tuple[str, Any]:
         options = params.check_options(
@@ -81,10 +74,26 @@ class _LagCheckBase(SparkLagHookMixin):
         return params.location("location", self.location), options
 
     def _check(self, location: str, options: Any) -> CheckResult:
+        """The check, with its metrics: gauges of the result, or a failure by reason."""
+        job = metrics.job_name(self, self.metric_name)
         try:
-            return self.run_core(lambda: self.hook.check(location, options=options))
+            result = self.run_core(lambda: self.hook.check(location, options=options))
+        except Exception as exc:
+            if self.emit_metrics:
+                metrics.emit_failure(job, _reason(exc), self.metric_prefix)
+            raise
         finally:
             self.close_hook()
+        if self.emit_metrics:
+            metrics.emit_result(job, result.to_dict(), self.metric_prefix)
+        return result
+
+
+def _reason(exc: BaseException) -> str:
+    """The core error's class name (kept in the task error's text), else the exception's."""
+    text = str(exc)
+    head = text.split(":", 1)[0]
+    return head if head.isidentifier() else type(exc).__name__
 
 
 class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
@@ -93,7 +102,8 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
     The result (``CheckResult.to_dict()``: report and verdict) is the task's XCom return value,
     also on failure. Gauges go to Airflow's metrics (StatsD/OpenTelemetry, when enabled) as
     ``<metric_prefix>.<job>.total_lag``, ``.max_lag``, ``.max_lag_seconds``,
-    ``.commit_age_seconds`` and ``.health`` (0 OK, 1 lagging, ... 5 data loss, -1 unknown).
+    ``.commit_age_seconds`` and ``.health`` (0 OK, 1 lagging, ... 5 data loss, -1 unknown),
+    ``<job>`` being ``metric_name`` or ``<dag_id>__<task_id>``; see ``operators/metrics.py``.
 
     Example::
 
@@ -114,20 +124,9 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
     template_fields_renderers = {"thresholds": "json"}
     ui_color = "#f4e3c1"
 
-    def __init__(
-        self,
-        *,
-        fail_on: Iterable[str] | str = DEFAULT_FAIL_ON,
-        emit_metrics: bool = True,
-        metric_prefix: str = "sparklag",
-        metric_name: str | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, fail_on: Iterable[str] | str = DEFAULT_FAIL_ON, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.fail_on = fail_on
-        self.emit_metrics = emit_metrics
-        self.metric_prefix = metric_prefix
-        self.metric_name = metric_name
 
     def execute(self, context: Context) -> dict[str, Any]:
         location, options = self.read_params(self._read_check)
@@ -144,29 +143,10 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
             report.total_lag if report else None,
             report.max_lag_seconds if report else None,
         )
-        if self.emit_metrics and report is not None:
-            self._emit(result, health)
         if health in fail_on:
             context["ti"].xcom_push(key="return_value", value=payload)
             raise AirflowFailException(breach_message(result))
         return payload
-
-    def _emit(self, result: Any, health: str) -> None:
-        stats = _stats()
-        name = metric_safe(self.metric_name or self.task_id)
-        prefix = f"{self.metric_prefix}.{name}"
-        report = result.report
-        tags = {"job": name, "health": health}
-        values = {
-            "total_lag": report.total_lag,
-            "max_lag": report.max_lag,
-            "max_lag_seconds": report.max_lag_seconds,
-            "commit_age_seconds": report.commit_age_seconds,
-            "health": HEALTH_CODES.get(health, -1),
-        }
-        for metric, value in values.items():
-            if value is not None:
-                stats.gauge(f"{prefix}.{metric}", float(value), tags=tags)
 
 
 class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
@@ -188,7 +168,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
         )
     """
 
-    template_fields: Sequence[str] = (*CONN_FIELDS, *CHECK_FIELDS)
+    template_fields: Sequence[str] = (*CONN_FIELDS, *CHECK_FIELDS, "metric_name")
     template_fields_renderers = {"thresholds": "json"}
     ui_color = "#f4e3c1"
 

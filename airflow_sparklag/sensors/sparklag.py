@@ -25,6 +25,7 @@ from airflow.sdk.exceptions import (
 
 from airflow_sparklag import params
 from airflow_sparklag.conditions import CatchUpCondition, HealthCondition, ProgressCondition
+from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
 
 if TYPE_CHECKING:
@@ -46,11 +47,13 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
         location: str,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poke_interval: float = 30,
+        metric_name: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(poke_interval=poke_interval, **kwargs)
         self.location = location
         self.deferrable = deferrable
+        self.metric_name = metric_name
 
     def condition(self) -> WaitCondition:
         """The condition the rendered parameters describe (read once per try)."""
@@ -61,7 +64,15 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
         return self.read_params(self.condition)
 
     def _probe(self) -> Probe:
-        return self.run_core(lambda: self.hook.probe(self._condition))
+        condition = self._condition
+        job = metrics.job_name(self, self.metric_name)
+        try:
+            probe = self.run_core(lambda: self.hook.probe(condition))
+        except Exception as exc:
+            metrics.emit_failure(job, type(exc).__name__)
+            raise
+        metrics.emit_probe(job, condition.kind, probe.payload)
+        return probe
 
     def _trigger(self, deadline: float) -> BaseTrigger:
         raise NotImplementedError
@@ -73,6 +84,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
             "webhdfs_conn_id": self.webhdfs_conn_id,
             "poll_interval": self.poke_interval,
             "deadline": deadline,
+            "metric_name": metrics.job_name(self, self.metric_name),
         }
 
     def _fail(self, message: str) -> None:

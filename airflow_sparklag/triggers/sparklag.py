@@ -33,6 +33,7 @@ from airflow_sparklag.conditions import (
 from airflow_sparklag.health import Health
 from airflow_sparklag.hooks.sparklag import SparkLagHook
 from airflow_sparklag.monitor import CheckOptions
+from airflow_sparklag.operators import metrics
 
 
 class _ConditionTrigger(BaseTrigger):
@@ -47,8 +48,10 @@ class _ConditionTrigger(BaseTrigger):
         webhdfs_conn_id: str | None = None,
         poll_interval: float = 30.0,
         deadline: float | None = None,
+        metric_name: str | None = None,
     ) -> None:
         super().__init__()
+        self.metric_name = metric_name  # the job's name in metrics (the sensor's)
         self.location = location
         self.kafka_config_id = kafka_config_id
         self.aws_conn_id = aws_conn_id
@@ -73,6 +76,7 @@ class _ConditionTrigger(BaseTrigger):
                 "webhdfs_conn_id": self.webhdfs_conn_id,
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
+                "metric_name": self.metric_name,
                 **self._condition_kwargs(),
             },
         )
@@ -91,6 +95,8 @@ class _ConditionTrigger(BaseTrigger):
             condition = self.condition
             while True:
                 probe = await asyncio.to_thread(hook.probe, condition)
+                if self.metric_name:
+                    metrics.emit_probe(self.metric_name, condition.kind, probe.payload)
                 if probe.failed:
                     yield self._event("failed", probe.message, probe.payload)
                     return
@@ -103,6 +109,8 @@ class _ConditionTrigger(BaseTrigger):
                 self.log.info("%s; next check in %gs", probe.message, self.poll_interval)
                 await asyncio.sleep(self.poll_interval)
         except Exception as exc:
+            if self.metric_name:
+                metrics.emit_failure(self.metric_name, type(exc).__name__)
             message = hook.scrub(f"{type(exc).__name__}: {exc}")
             yield self._event("error", f"checking {self.location} failed: {message}")
         finally:

@@ -224,7 +224,7 @@ def test_catch_up_sensor(kafka_conn, lagging_job):
 
 
 def test_check_operator_passes_and_emits_gauges(kafka_conn, healthy_job, monkeypatch):
-    from airflow_sparklag.operators import sparklag as operators
+    from airflow_sparklag.operators import metrics as operators
 
     gauges: dict[str, float] = {}
 
@@ -232,6 +232,7 @@ def test_check_operator_passes_and_emits_gauges(kafka_conn, healthy_job, monkeyp
         @staticmethod
         def gauge(stat: str, value: float, *, tags: dict | None = None) -> None:
             gauges[stat] = value
+            assert tags == {"job": "orders_lag"}  # the verdict is a value, never a tag
 
     monkeypatch.setattr(operators, "_stats", lambda: GaugeRecorder)
     op = SparkLagCheckOperator(

@@ -1,0 +1,131 @@
+"""Airflow metrics from every class: checks, branches, fleet checks, sensors and triggers.
+
+Names cannot collide: a job is named by ``metric_name`` when given, else by its DAG and task
+(``<dag_id>__<task_id>``; a fleet job by its checkpoint location). Health is a number, never a
+tag (a tag that changes with the verdict would split every series). What is sent, through
+Airflow's own ``Stats`` (StatsD, Datadog, OpenTelemetry, whatever ``[metrics]`` configures):
+
+| metric | kind | what |
+|---|---|---|
+| ``sparklag.<job>.total_lag`` | gauge | records waiting, all partitions |
+| ``sparklag.<job>.max_lag`` | gauge | records waiting, worst partition |
+| ``sparklag.<job>.max_lag_seconds`` | gauge | time lag, worst partition (when known) |
+| ``sparklag.<job>.commit_age_seconds`` | gauge | age of the last committed batch |
+| ``sparklag.<job>.health`` | gauge | ``Health.metric_value``: 0 OK .. 5 DATA_LOSS, -1 UNKNOWN |
+| ``sparklag.<job>.check_failed`` | counter | a check that could not be made |
+| ``sparklag.check_failed`` | counter | the same, tags ``job`` and ``reason`` (error class) |
+| ``sparklag.partition_lag`` | gauge | tags ``job``, ``topic``, ``partition`` (tagging backends) |
+| ``sparklag.partition_lag_seconds`` | gauge | the same for the time lag |
+
+Every value also carries the tag ``job``. Plain StatsD drops tags, so the per-partition gauges
+(one name, told apart by tags) are sent only when the backend keeps them: OpenTelemetry
+(``otel_on``), Datadog (``statsd_datadog_enabled``) or InfluxDB-style tags
+(``statsd_influxdb_enabled``). Metrics never fail a task: a broken backend is logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+PREFIX = "sparklag"
+JOB_GAUGES = ("total_lag", "max_lag", "max_lag_seconds", "commit_age_seconds")
+log = logging.getLogger(__name__)
+
+
+def _stats() -> Any:
+    try:
+        from airflow.sdk.observability.stats import Stats
+    except ImportError:  # Airflow < 3.1
+        from airflow.stats import Stats  # type: ignore[no-redef]
+    return Stats
+
+
+def metric_safe(name: str) -> str:
+    """StatsD-safe metric segment: ``orders-v2/eu`` -> ``orders_v2_eu``."""
+    return re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or "job"
+
+
+def job_name(task: Any, metric_name: str | None = None) -> str:
+    """``metric_name`` or ``<dag_id>__<task_id>`` (two DAGs' ``check`` tasks stay apart)."""
+    if metric_name:
+        return metric_safe(metric_name)
+    # A task outside a DAG reports an "adhoc_<owner>" dag_id: not a name to keep.
+    has_dag = getattr(task, "has_dag", lambda: False)()
+    dag_id = getattr(task, "dag_id", None) if has_dag else None
+    task_id = metric_safe(task.task_id)
+    return f"{metric_safe(dag_id)}__{task_id}" if dag_id else task_id
+
+
+def location_job(location: str) -> str:
+    """A fleet job's name: its checkpoint location without the scheme."""
+    return metric_safe(location.split("://", 1)[-1])
+
+
+def backend_keeps_tags() -> bool:
+    from airflow.sdk.configuration import conf
+
+    return any(
+        conf.getboolean("metrics", option, fallback=False)
+        for option in ("otel_on", "statsd_datadog_enabled", "statsd_influxdb_enabled")
+    )
+
+
+def emit_result(job: str, result: Mapping[str, Any], prefix: str = PREFIX) -> None:
+    """Gauges of one check (``CheckResult.to_dict()``); a failed check counts as a failure."""
+    try:
+        if result.get("error") or not result.get("report"):
+            emit_failure(job, str(result.get("error") or "no report").split(":", 1)[0], prefix)
+            return
+        _emit_report(job, result["report"], result.get("verdict") or {}, prefix)
+    except Exception:  # metrics must never fail a check
+        log.warning("sparklag: could not send metrics for %s", job, exc_info=True)
+
+
+def _emit_report(
+    job: str, report: Mapping[str, Any], verdict: Mapping[str, Any], prefix: str
+) -> None:
+    from airflow_sparklag.health import Health
+
+    stats = _stats()
+    tags = {"job": job}
+    for name in JOB_GAUGES:
+        value = report.get(name)
+        if value is not None:
+            stats.gauge(f"{prefix}.{job}.{name}", float(value), tags=tags)
+    health = Health.parse(str(verdict.get("health", "UNKNOWN")))
+    stats.gauge(f"{prefix}.{job}.health", float(health.metric_value), tags=tags)
+    if backend_keeps_tags():
+        for source in report.get("sources") or []:
+            for topic in source.get("topics") or []:
+                for part in topic.get("partitions") or []:
+                    ptags = {**tags, "topic": topic["topic"], "partition": str(part["partition"])}
+                    stats.gauge(f"{prefix}.partition_lag", float(part["lag"]), tags=ptags)
+                    if part.get("lag_seconds") is not None:
+                        seconds = float(part["lag_seconds"])
+                        stats.gauge(f"{prefix}.partition_lag_seconds", seconds, tags=ptags)
+
+
+def emit_failure(job: str, reason: str, prefix: str = PREFIX) -> None:
+    """One check that could not be made (``reason``: the error class, or the verdict)."""
+    try:
+        stats = _stats()
+        stats.incr(f"{prefix}.{job}.check_failed", tags={"job": job})
+        stats.incr(f"{prefix}.check_failed", tags={"job": job, "reason": metric_safe(reason)})
+    except Exception:
+        log.warning("sparklag: could not send metrics for %s", job, exc_info=True)
+
+
+def emit_probe(job: str, kind: str, payload: Mapping[str, Any]) -> None:
+    """A wait condition's poll: a health probe carries a whole check; a catch-up probe the
+    records still to process (``sparklag.<job>.records_behind``)."""
+    if kind == "health":
+        emit_result(job, payload)
+    elif kind == "catch_up" and payload.get("records_behind") is not None:
+        try:
+            value = float(payload["records_behind"])
+            _stats().gauge(f"{PREFIX}.{job}.records_behind", value, tags={"job": job})
+        except Exception:
+            log.warning("sparklag: could not send metrics for %s", job, exc_info=True)
