@@ -43,9 +43,18 @@ OFFSETS_VERSIONS = (1, 2)
 COMMITS_VERSIONS = (1, 2, 3)
 SOURCE_START_VERSIONS = (1,)
 NO_OFFSET = "-"  # a source that has no offset yet
+# The smallest commits/N Spark writes: 'v1\n{"nextBatchWatermarkMs":0}'. A listed size below it
+# is a damaged or hand-made file, worth a GET to say what is wrong with it.
+MIN_COMMIT_SIZE = 29
+INT64_MAX = 2**63 - 1  # Kafka offsets and Spark's timestamps are Java longs
+INT32_MAX = 2**31 - 1  # Kafka partition ids are Java ints
 
 _BATCH_NAME = re.compile(r"[0-9]+")
 _VERSION_LINE = re.compile(r"v([0-9]+)")
+_PARTITION_KEY = re.compile(r"0|[1-9][0-9]*")  # as Spark writes an Int: no sign, no padding
+# The rate source's continuous offsets {"<partition>": {"value": .., "runTimeMs": ..}} have
+# Kafka's nesting; these inner keys tell them apart.
+_RATE_CONTINUOUS_KEYS = frozenset({"value", "runTimeMs"})
 
 
 @dataclass(frozen=True)
@@ -261,6 +270,11 @@ def _optional_int(document: Mapping[str, Any], key: str, path: str) -> int | Non
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise CheckpointCorrupt(f"{path}: offsets metadata {key!r} is not an integer: {value!r}")
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise CheckpointCorrupt(
+            f"{path}: offsets metadata {key!r} is {value}, beyond a signed 64-bit integer "
+            "(Spark writes a Java long): the file is damaged"
+        )
     return value
 
 
@@ -301,34 +315,69 @@ def _kafka_offsets(
 ) -> Mapping[str, Mapping[int, int]] | None:
     """Kafka offsets are recognised by shape: ``{topic: {"<partition>": <offset>}}``.
 
-    Any other shape (rate ``50``, rate-continuous ``{"0": {"value": ..}}``, file sources, an
-    empty ``{}``) is another kind of source. A Kafka-shaped document with a non-integer or
-    negative offset is corrupt: Spark stores only resolved offsets (-1/-2 never appear).
+    Any other shape (rate ``50``, rate-continuous ``{"0": {"value": .., "runTimeMs": ..}}``,
+    file sources, an empty ``{}``) is another kind of source. A Kafka-shaped document with a
+    bad partition key or offset is corrupt, named down to the partition: Spark stores only
+    resolved offsets (0 .. 2**63-1; the -1/-2 of ``startingOffsets`` never reach a checkpoint)
+    under partition numbers (0 .. 2**31-1).
     """
-    if not isinstance(document, dict) or not document:
+    if not _is_kafka_shaped(document):
         return None
-    for partitions in document.values():
-        if not isinstance(partitions, dict) or not all(
-            isinstance(key, str) and _BATCH_NAME.fullmatch(key) for key in partitions
-        ):
-            return None
     topics: dict[str, Mapping[int, int]] = {}
     for topic, partitions in document.items():
+        if not topic:
+            raise CheckpointCorrupt(f"{path}: source {source_id!r} has an empty topic name")
         offsets: dict[int, int] = {}
-        for partition, offset in partitions.items():
-            if isinstance(offset, bool) or not isinstance(offset, int):
-                raise CheckpointCorrupt(
-                    f"{path}: source {source_id!r} topic {topic!r} partition {partition}: offset "
-                    f"{offset!r} is not an integer"
-                )
-            if offset < 0:
-                raise CheckpointCorrupt(
-                    f"{path}: source {source_id!r} topic {topic!r} partition {partition}: "
-                    f"negative offset {offset} (a checkpoint stores only resolved offsets)"
-                )
-            offsets[int(partition)] = offset
+        for key, offset in partitions.items():
+            where = f"{path}: source {source_id!r} topic {topic!r} partition {key}"
+            offsets[_partition(key, where)] = _offset(offset, where)
         topics[topic] = MappingProxyType(offsets)
     return MappingProxyType(topics)
+
+
+def _is_kafka_shaped(document: Any) -> bool:
+    """Topic -> {partition: offset}: partition numbers as keys, or numbers as values (a
+    damaged Kafka offset has one of the two); the rate source's continuous offsets excepted."""
+    if not isinstance(document, dict) or not document:
+        return False
+    if not all(isinstance(partitions, dict) for partitions in document.values()):
+        return False
+    entries = [entry for partitions in document.values() for entry in partitions.items()]
+    if entries and all(key in _RATE_CONTINUOUS_KEYS for key, _ in entries):
+        return False
+    return all(isinstance(key, str) and key.isdigit() for key, _ in entries) or all(
+        isinstance(value, (int, float)) and not isinstance(value, bool) for _, value in entries
+    )
+
+
+def _partition(key: str, where: str) -> int:
+    if not _PARTITION_KEY.fullmatch(key):
+        raise CheckpointCorrupt(
+            f"{where}: the partition key {key!r} is not a partition number (Spark writes "
+            "0, 1, 2, ...): the file is damaged"
+        )
+    partition = int(key)
+    if partition > INT32_MAX:
+        raise CheckpointCorrupt(
+            f"{where}: partition number beyond Kafka's 32-bit partition ids: the file is damaged"
+        )
+    return partition
+
+
+def _offset(offset: Any, where: str) -> int:
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise CheckpointCorrupt(f"{where}: offset {offset!r} is not an integer")
+    if offset < 0:
+        raise CheckpointCorrupt(
+            f"{where}: negative offset {offset} (a checkpoint stores only resolved offsets; "
+            "-1/-2 mean latest/earliest in startingOffsets, never in a checkpoint)"
+        )
+    if offset > INT64_MAX:
+        raise CheckpointCorrupt(
+            f"{where}: offset {offset} is beyond a signed 64-bit integer (Kafka offsets are "
+            "at most 2**63-1): the file is damaged"
+        )
+    return offset
 
 
 # -- reader ----------------------------------------------------------------------------------
@@ -358,6 +407,10 @@ class CheckpointReader:
     - committed batch C is the newest ``commits/N``; ``offsets/C`` must exist, otherwise the
       checkpoint is damaged (commits ahead of offsets: the committed offsets are unknown) and
       :class:`~airflow_sparklag.errors.CheckpointCorrupt` is raised;
+    - ``commits/C`` smaller than any file Spark writes (empty, a bare ``v99``) is read and must
+      parse as a commit log entry (v1-v3), otherwise
+      :class:`~airflow_sparklag.errors.CheckpointCorrupt` names it; a full-size one is not
+      read (see :meth:`_check_commit`);
     - in flight is ``offsets/L`` for the newest L > C;
     - a checkpoint whose directories exist (or whose ``metadata`` exists) but hold no batch yet
       gives a state with ``committed=None``: the query has not completed a batch;
@@ -366,7 +419,8 @@ class CheckpointReader:
 
     Request budget of a first ``read(history=1)``: LIST commits/, LIST offsets/, GET offsets/C,
     GET metadata (once per reader), and GET offsets/L when a batch is in flight. Each extra
-    history batch costs one GET, once. On S3 (a backend with ``list_checkpoint``) the two
+    history batch costs one GET, once (and a suspiciously small ``commits/C`` one GET, once).
+    On S3 (a backend with ``list_checkpoint``) the two
     LISTs are one (a page per ~1,000 log files), and ``metadata`` is only read when listed:
     a first check is LIST + GET offsets/C + GET metadata = 3, a repeated one LIST + new GETs.
 
@@ -382,6 +436,7 @@ class CheckpointReader:
         self._metadata_read = False
         self._listed_keys: int | None = None  # keys of the last single listing (S3)
         self._query_id: str | None = None
+        self._commit_checked: tuple[str, int, float] | None = None  # a small commits/C, read
 
     def read(self, history: int = 10) -> CheckpointState:
         """A fresh snapshot; ``history`` bounds how many committed batches are returned."""
@@ -425,6 +480,7 @@ class CheckpointReader:
                     "query on a new checkpoint"
                 )
             committed = self._offsets(committed_id, offsets[committed_id])
+            self._check_commit(commits[committed_id])
 
         latest_id = offsets_ids[-1] if offsets_ids else None
         in_flight: BatchOffsets | None = None
@@ -515,6 +571,28 @@ class CheckpointReader:
         batch = parse_offsets(data, path, batch_id=batch_id, modified=info.modified)
         self._offsets_cache[batch_id] = (info, batch)
         return batch
+
+    def _check_commit(self, info: ObjectInfo) -> None:
+        """Is ``commits/C`` a commit log entry? Judged by its listed size, read only when small.
+
+        Reading commits/C for every new batch would cost a GET per batch per poll (a fleet
+        check is 2 requests per job); every file Spark writes is at least
+        :data:`MIN_COMMIT_SIZE` bytes, so a smaller one (an empty file, a bare ``v99``, a
+        hand-made stub) is read and parsed, once, and reported by name. A full-size file with
+        a damaged version line goes unnoticed: only its existence matters for lag.
+        """
+        if info.size >= MIN_COMMIT_SIZE:
+            return
+        key = (info.name, info.size, info.modified)
+        if key == self._commit_checked:
+            return
+        path = join(self.location, "commits", info.name)
+        try:
+            data = self.storage.read(path)
+        except StorageNotFound:
+            raise _Vanished(path) from None
+        parse_commit(data, path)
+        self._commit_checked = key
 
     def _read_query_id(self, listed: bool | None = None) -> str | None:
         if listed is False and self._query_id is None:

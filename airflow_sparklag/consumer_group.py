@@ -20,11 +20,13 @@ position. The offsets are read back after the commit and must be equal.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_sparklag.errors import ConsumerGroupActive, KafkaError, KafkaUnavailable
+from airflow_sparklag.kafka import KafkaOffsetsClient, error_name
 
 __all__ = ["ConsumerGroupActive", "ConsumerGroupExport", "export_offsets"]
 
@@ -65,35 +67,61 @@ class ConsumerGroupExport:
         }
 
 
-def _admin(config: Mapping[str, Any], timeout: float) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    settings: dict[str, Any] = {
-        "socket.timeout.ms": int(timeout * 1000),
-        "logger": logging.getLogger("airflow_sparklag.kafka.librdkafka"),
-    }
-    settings.update(config)
-    return AdminClient(settings)
+# A coordinator that is not ready yet: a broker that never had a group creates
+# __consumer_offsets on the first group request and answers these meanwhile (NOT_COORDINATOR
+# with an empty reason, "ConsumerGroupDescribe: ", on Kafka 4).
+_COORDINATOR_NOT_READY = frozenset(
+    {"COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS", "NOT_COORDINATOR"}
+)
+_RETRY_PAUSE = 0.25  # seconds between two attempts while the coordinator is not ready
 
 
-def _result(future: Any, timeout: float, what: str, servers: str) -> Any:
-    import concurrent.futures
-
-    try:
-        return future.result(timeout=timeout)
-    except concurrent.futures.TimeoutError as exc:
-        raise KafkaUnavailable(
-            f"Kafka {servers} did not answer {what} within {timeout:g} s"
-        ) from exc
-    except Exception as exc:
-        detail = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
-        raise KafkaError(f"Kafka {servers}: {what} failed: {detail}") from exc
+def _not_ready(exc: BaseException) -> bool:
+    """A coordinator error, or a Kafka error carrying neither a code nor a reason."""
+    if error_name(exc) in _COORDINATOR_NOT_READY:
+        return True
+    error: Any = exc.args[0] if exc.args else None
+    return hasattr(error, "str") and not error_name(exc) and not str(error.str()).strip()
 
 
-def group_state(admin: Any, group_id: str, timeout: float, servers: str) -> tuple[str, int]:
+def _group_request(client: KafkaOffsetsClient, what: str, send: Callable[[float], Any]) -> Any:
+    """The result of a group request, sent again while the coordinator is not ready, all
+    within the client's timeout. ``send(seconds)`` sends it and returns its future."""
+    deadline = time.monotonic() + client.timeout
+    last = ""
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            if remaining <= 0:  # only after a retry: the first attempt has the whole timeout
+                raise KafkaUnavailable(what)
+            outcome = client.outcomes({"request": send(remaining)}, what, deadline)["request"]
+        except KafkaUnavailable:
+            if not last:
+                raise
+            raise KafkaUnavailable(
+                f"Kafka {client.bootstrap_servers}: the group coordinator was not ready for "
+                f"{what} within {client.timeout:g} s (last answer: {last}); try again once the "
+                "cluster has settled"
+            ) from None
+        if not isinstance(outcome, BaseException):
+            return outcome
+        if not _not_ready(outcome):
+            raise client.translate(outcome, what) from outcome
+        last = client.describe(outcome)
+        log.info("%s: coordinator not ready (%s); retrying", what, last)
+        time.sleep(min(_RETRY_PAUSE, max(0.0, deadline - time.monotonic())))
+
+
+def group_state(client: KafkaOffsetsClient, group_id: str) -> tuple[str, int]:
     """The group's state name and member count (a group never used is DEAD / 0)."""
-    futures = admin.describe_consumer_groups([group_id], request_timeout=timeout)
-    description = _result(futures[group_id], timeout, f"describe group {group_id!r}", servers)
+    admin = client.admin()
+    description = _group_request(
+        client,
+        f"describe group {group_id!r}",
+        lambda seconds: admin.describe_consumer_groups([group_id], request_timeout=seconds)[
+            group_id
+        ],
+    )
     state = getattr(description.state, "name", str(description.state)).upper()
     return state, len(description.members or [])
 
@@ -110,14 +138,29 @@ def export_offsets(
 
     Refuses (:class:`ConsumerGroupActive`) when the group has members. ``log_ends`` (topic ->
     partition -> log end offset) adds the lag that group tools will show.
-    """
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
+    Three requests, each within ``timeout`` seconds (sent again while the group coordinator is
+    not ready): describe the group, commit, read back; so at most 3 x ``timeout`` in all.
+    """
     if not group_id:
         raise ValueError("group_id is required")
-    servers = str(kafka_config.get("bootstrap.servers", "?"))
-    admin = _admin(kafka_config, timeout)
-    state, members = group_state(admin, group_id, timeout, servers)
+    client = KafkaOffsetsClient(kafka_config, timeout=timeout)
+    try:
+        return _export(client, group_id, offsets, log_ends)
+    finally:
+        client.close()
+
+
+def _export(
+    client: KafkaOffsetsClient,
+    group_id: str,
+    offsets: Mapping[str, Mapping[int, int]],
+    log_ends: Mapping[str, Mapping[int, int]] | None,
+) -> ConsumerGroupExport:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    servers = client.bootstrap_servers
+    state, members = group_state(client, group_id)
     if members or state not in _IDLE_STATES:
         raise ConsumerGroupActive(
             f"consumer group {group_id!r} on {servers} is {state} with {members} active "
@@ -132,14 +175,21 @@ def export_offsets(
     if not partitions:
         raise ValueError(f"no offsets to commit to group {group_id!r}")
     request = ConsumerGroupTopicPartitions(group_id, partitions)
-    futures = admin.alter_consumer_group_offsets([request], request_timeout=timeout)
-    altered = _result(futures[group_id], timeout, f"commit offsets to group {group_id!r}", servers)
+    admin = client.admin()
+    altered = _group_request(
+        client,
+        f"commit offsets to group {group_id!r}",
+        lambda seconds: admin.alter_consumer_group_offsets([request], request_timeout=seconds)[
+            group_id
+        ],
+    )
     for tp in altered.topic_partitions or []:
         if tp.error is not None:
             raise KafkaError(
-                f"group {group_id!r}: commit of {tp.topic}[{tp.partition}] failed: {tp.error}"
+                f"group {group_id!r} on {servers}: commit of {tp.topic}[{tp.partition}] "
+                f"failed: {tp.error}"
             )
-    read_back = read_group_offsets(admin, group_id, partitions, timeout, servers)
+    read_back = read_group_offsets(client, group_id, partitions)
     wanted = {(tp.topic, tp.partition): tp.offset for tp in partitions}
     if read_back != wanted:
         differ = sorted(k for k in wanted if read_back.get(k) != wanted[k])
@@ -161,13 +211,20 @@ def export_offsets(
 
 
 def read_group_offsets(
-    admin: Any, group_id: str, partitions: list[Any], timeout: float, servers: str
+    client: KafkaOffsetsClient, group_id: str, partitions: list[Any]
 ) -> dict[tuple[str, int], int]:
+    """The offsets committed to ``group_id`` for ``partitions`` (TopicPartitions)."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     query = ConsumerGroupTopicPartitions(
         group_id, [TopicPartition(tp.topic, tp.partition) for tp in partitions]
     )
-    futures = admin.list_consumer_group_offsets([query], request_timeout=timeout)
-    listed = _result(futures[group_id], timeout, f"read offsets of group {group_id!r}", servers)
+    admin = client.admin()
+    listed = _group_request(
+        client,
+        f"read offsets of group {group_id!r}",
+        lambda seconds: admin.list_consumer_group_offsets([query], request_timeout=seconds)[
+            group_id
+        ],
+    )
     return {(tp.topic, tp.partition): int(tp.offset) for tp in listed.topic_partitions or []}

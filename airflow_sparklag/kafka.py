@@ -7,15 +7,16 @@ fast to parse.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_sparklag.errors import KafkaError, KafkaUnavailable
+from airflow_sparklag.errors import InvalidParameter, KafkaError, KafkaUnavailable
 from airflow_sparklag.redact import kafka_secrets, redact_kafka_config, scrub
 
 log = logging.getLogger(__name__)
@@ -25,15 +26,15 @@ _UNAVAILABLE_CODES = frozenset(
     {"_TRANSPORT", "_TIMED_OUT", "_ALL_BROKERS_DOWN", "_RESOLVE", "_TIMED_OUT_QUEUE", "_DESTROY"}
 )
 _MISSING_TOPIC_CODES = frozenset({"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "UNKNOWN_TOPIC_ID"})
-_AUTH_CODES = frozenset(
-    {
-        "TOPIC_AUTHORIZATION_FAILED",
-        "CLUSTER_AUTHORIZATION_FAILED",
-        "SASL_AUTHENTICATION_FAILED",
-        "_AUTHENTICATION",
-        "_SSL",
-    }
+# The cluster refused who we are (bad password, certificate): librdkafka reports these through
+# the error callback and lets requests fail as "_TRANSPORT" or time out.
+_AUTHENTICATION_CODES = frozenset({"SASL_AUTHENTICATION_FAILED", "_AUTHENTICATION", "_SSL"})
+# The cluster knows who we are and refuses the request.
+_AUTHORIZATION_CODES = frozenset(
+    {"TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED"}
 )
+_AUTH_CODES = _AUTHENTICATION_CODES | _AUTHORIZATION_CODES
+_POLL_INTERVAL = 0.2  # seconds between two looks at librdkafka's error callbacks while waiting
 
 
 @dataclass(frozen=True)
@@ -92,19 +93,48 @@ def _error_code(exc: BaseException) -> str:
     return ""
 
 
+def error_name(exc: BaseException) -> str:
+    """librdkafka's error name of an exception (``"NOT_COORDINATOR"``), ``""`` if it has none."""
+    return _error_code(exc)
+
+
 def _error_text(exc: BaseException) -> str:
+    """What went wrong, never empty: librdkafka's text, completed with the error's name and
+    standard description when the broker gave no reason (``"ConsumerGroupDescribe: "``)."""
+    text = ""
     if exc.args and hasattr(exc.args[0], "str"):
         try:
-            return str(exc.args[0].str())
+            text = str(exc.args[0].str())
         except Exception:
+            text = ""
+    else:
+        text = str(exc)
+    code = _error_code(exc)
+    if text.strip().rstrip(":").strip() and not text.rstrip().endswith(":"):
+        return text
+    described = code or type(exc).__name__
+    if code:
+        try:
+            from confluent_kafka import KafkaError as LibKafkaError
+
+            standard = LibKafkaError(exc.args[0].code()).str()
+            described = f"{code} ({standard})" if standard else code
+        except Exception:  # an error object without a code: its name alone
             pass
-    return str(exc)
+    prefix = text.strip().rstrip(":").strip()
+    return f"{prefix}: {described}" if prefix else described
 
 
 class KafkaOffsetsClient:
     """Reads partition offsets with a confluent-kafka AdminClient, every call bounded in time.
 
     `config` is plain librdkafka configuration (the `extra` of Airflow's `kafka` connection).
+
+    Bounded in time: each round of requests (the metadata request; then the ListOffsets of all
+    partitions at once) gets `timeout` seconds, so `snapshot` and `offsets_for_time` answer or
+    fail within 2 x `timeout` and `record_timestamps` within `timeout`. An unreachable or hung
+    cluster fails within one `timeout` (KafkaUnavailable); refused credentials fail as soon as
+    librdkafka reports them (KafkaError "Kafka refused the credentials ...").
 
     Thread-safe: one client may serve many threads at once (the hook shares one per connection
     in a process): librdkafka handles are thread-safe, the one admin handle is created under a
@@ -121,13 +151,26 @@ class KafkaOffsetsClient:
     def __init__(self, config: Mapping[str, Any], timeout: float = 10.0) -> None:
         if not config.get("bootstrap.servers"):
             raise KafkaError("Kafka config has no 'bootstrap.servers': give host:port of a broker.")
-        if timeout <= 0:
-            raise ValueError("timeout must be > 0 seconds")
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not 0 < timeout < float("inf")
+        ):
+            raise InvalidParameter(f"must be a number of seconds > 0, got {timeout!r}", "timeout")
         self._config = dict(config)
+        # Ours is installed instead (refused credentials are seen through it); theirs still runs.
+        self._user_error_cb = self._config.pop("error_cb", None)
         self._secrets = kafka_secrets(self._config)  # scrubbed from every message
         self._timeout = float(timeout)
         self._admin: Any = None
         self._admin_lock = threading.Lock()
+        self._refusal: tuple[float, str, str] | None = None  # (when, code, text), last one
+        self._refusal_lock = threading.Lock()
+
+    @property
+    def timeout(self) -> float:
+        """Seconds one round of requests may take (see the class docstring)."""
+        return self._timeout
 
     @property
     def bootstrap_servers(self) -> str:
@@ -143,10 +186,14 @@ class KafkaOffsetsClient:
             # Admin handles are producers in librdkafka, which default to auto-creating topics
             # on metadata requests; a monitor must never create the topic it looks for.
             "allow.auto.create.topics": False,
+            # No KIP-714 telemetry: it costs a round trip on every new connection, which a
+            # slow link pays within our timeout.
+            "enable.metrics.push": False,
             # librdkafka's own log lines go to Python logging instead of raw stderr.
             "logger": logging.getLogger(f"{__name__}.librdkafka"),
         }
         base.update(self._config)
+        base["error_cb"] = self._on_error
         base["socket.timeout.ms"] = min(int(base["socket.timeout.ms"]), timeout_ms)
         base["socket.connection.setup.timeout.ms"] = min(
             int(base["socket.connection.setup.timeout.ms"]), timeout_ms
@@ -166,9 +213,14 @@ class KafkaOffsetsClient:
                 except Exception as exc:  # bad config values: say which, never echo secrets
                     raise KafkaError(
                         f"Cannot create a Kafka client for {self.bootstrap_servers}: "
-                        f"{self._scrubbed(exc)} (config: {redact_kafka_config(self._config)})"
+                        f"{self.describe(exc)} (config: {redact_kafka_config(self._config)})"
                     ) from exc
             return self._admin
+
+    def admin(self) -> Any:
+        """The AdminClient (built once), for requests this class has no method for; wait for
+        its futures with :meth:`outcomes` and turn errors into ours with :meth:`translate`."""
+        return self._get_admin()
 
     def close(self) -> None:
         """Drop the admin client (librdkafka closes its sockets when the handle is freed).
@@ -194,17 +246,56 @@ class KafkaOffsetsClient:
             f"this host, and the security settings of the connection."
         )
 
-    def _scrubbed(self, exc: BaseException) -> str:
-        """librdkafka's text of ``exc``, without any secret of the config (it may quote one)."""
+    def describe(self, exc: BaseException) -> str:
+        """What went wrong in ``exc``, never empty, without any secret of the config (librdkafka
+        may quote one)."""
         return scrub(_error_text(exc), self._secrets)
 
-    def _translate(self, exc: BaseException, what: str, topic: str | None = None) -> Exception:
+    def _on_error(self, error: Any) -> None:
+        """librdkafka's error callback (served by ``poll``): keep the last refusal of our
+        credentials, which requests themselves only report as a transport failure."""
+        try:
+            code = str(error.name())
+            text = str(error.str())
+        except Exception:  # not a KafkaError: nothing to learn from it
+            code = text = ""
+        if code in _AUTHENTICATION_CODES:
+            with self._refusal_lock:
+                self._refusal = (time.monotonic(), code, scrub(text, self._secrets))
+        if self._user_error_cb is not None:
+            self._user_error_cb(error)
+
+    def _refused(self, code: str, text: str) -> KafkaError:
+        if code == "_SSL":
+            return KafkaError(
+                f"Kafka {self.bootstrap_servers}: the TLS handshake failed (SSL error): {text}. "
+                "Check security.protocol, ssl.ca.location and the client certificate settings."
+            )
+        return KafkaError(
+            f"Kafka refused the credentials for {self.bootstrap_servers} (SASL authentication "
+            f"failed): {text}. Check sasl.mechanism, sasl.username and sasl.password (or "
+            "sasl.jaas.config) of the connection."
+        )
+
+    def _refused_recently(self) -> KafkaError | None:
+        """The refusal seen by the error callback within the last timeout, as our error."""
+        with self._refusal_lock:
+            refusal = self._refusal
+        if refusal is None or time.monotonic() - refusal[0] > self._timeout + _POLL_INTERVAL:
+            return None
+        return self._refused(refusal[1], refusal[2])
+
+    def translate(self, exc: BaseException, what: str, topic: str | None = None) -> Exception:
+        """Our typed error for a librdkafka error (or a timeout) of the request ``what``."""
         code = _error_code(exc)
-        text = self._scrubbed(exc)
+        text = self.describe(exc)
         if isinstance(exc, concurrent.futures.TimeoutError) or code in _UNAVAILABLE_CODES:
-            return self._unavailable(what, text if code else "")
+            refused = self._refused_recently()
+            return refused or self._unavailable(what, text if code else "")
         where = f" for topic '{topic}'" if topic else ""
-        if code in _AUTH_CODES:
+        if code in _AUTHENTICATION_CODES:
+            return self._refused(code, text)
+        if code in _AUTHORIZATION_CODES:
             return KafkaError(
                 f"Kafka refused {what}{where} on {self.bootstrap_servers}: {text}. Grant the "
                 f"principal Describe on the topic (and Read for exact time lag) or fix the "
@@ -217,21 +308,73 @@ class KafkaOffsetsClient:
             )
         return KafkaError(f"Kafka error during {what}{where} on {self.bootstrap_servers}: {text}")
 
+    def outcomes(
+        self,
+        futures: Mapping[Any, concurrent.futures.Future],
+        what: str,
+        deadline: float | None = None,
+    ) -> dict[Any, Any]:
+        """Each future's result, or the exception it ended with, within the client timeout
+        (or by ``deadline``, a ``time.monotonic()`` value).
+
+        Raises :class:`KafkaUnavailable` when the time is up, and the credentials error as
+        soon as librdkafka reports that the cluster refused them (it would otherwise only time
+        out or fail as a "transport failure").
+        """
+        admin = self._get_admin()
+        if deadline is None:
+            deadline = time.monotonic() + self._timeout
+        pending = list(futures.values())
+        while pending:
+            remaining = deadline - time.monotonic()
+            _done, not_done = concurrent.futures.wait(
+                pending, timeout=max(0.0, min(_POLL_INTERVAL, remaining))
+            )
+            with contextlib.suppress(Exception):  # serves the error callback
+                admin.poll(0)
+            refused = self._refused_recently()
+            if refused is not None:
+                raise refused
+            pending = list(not_done)
+            if pending and remaining <= _POLL_INTERVAL:
+                raise self._unavailable(what)
+        found: dict[Any, Any] = {}
+        for key, future in futures.items():
+            try:
+                error = future.exception(timeout=0)
+            except concurrent.futures.CancelledError as cancelled:  # the handle was closed
+                error = cancelled
+            found[key] = error if error is not None else future.result(timeout=0)
+        return found
+
     def _wait(self, futures: Mapping[Any, concurrent.futures.Future], what: str) -> dict:
         """Results of all futures, bounded by the client timeout; errors translated."""
-        _done, not_done = concurrent.futures.wait(list(futures.values()), timeout=self._timeout)
-        if not_done:
-            raise self._unavailable(what)
         results = {}
-        for key, fut in futures.items():
-            try:
-                results[key] = fut.result(timeout=0)
-            except Exception as exc:
+        for key, outcome in self.outcomes(futures, what).items():
+            if isinstance(outcome, BaseException):
                 topic = getattr(key, "topic", None)
                 if isinstance(key, tuple) and len(key) == 2:
                     topic = getattr(key[1], "topic", topic)
-                raise self._translate(exc, what, topic) from exc
+                raise self.translate(outcome, what, topic) from outcome
+            results[key] = outcome
         return results
+
+    def _blocking(self, call: Callable[[], Any], what: str) -> Any:
+        """Run a blocking librdkafka call (bounded by its own timeout) in a helper thread, so
+        that refused credentials are seen while it waits; its errors are raised as they are."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(call())
+            except BaseException as exc:  # handed to the waiting thread
+                future.set_exception(exc)
+
+        threading.Thread(target=run, name="sparklag-kafka-call", daemon=True).start()
+        outcome = self.outcomes({"call": future}, what)["call"]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     # -- metadata -----------------------------------------------------------------------------
 
@@ -239,11 +382,18 @@ class KafkaOffsetsClient:
         """Current partitions of each topic, the missing topics and the cluster id."""
         admin = self._get_admin()
         wanted = sorted(set(topics))
+        deadline = time.monotonic() + self._timeout  # the whole metadata round
         try:
-            # All-topics metadata: one request, and it never auto-creates anything.
-            md = admin.list_topics(timeout=self._timeout)
+            # All-topics metadata: one request, and it never auto-creates anything. The
+            # request is bounded by the timeout (list_topics' own, slightly less).
+            md = self._blocking(
+                lambda: admin.list_topics(timeout=max(0.1, self._timeout - 2 * _POLL_INTERVAL)),
+                "a metadata request",
+            )
+        except (KafkaError, KafkaUnavailable):
+            raise
         except Exception as exc:
-            raise self._translate(exc, "a metadata request") from exc
+            raise self.translate(exc, "a metadata request") from exc
         partitions: dict[str, list[int]] = {}
         missing: set[str] = set()
         for topic in wanted:
@@ -251,7 +401,7 @@ class KafkaOffsetsClient:
             if tmd is None:
                 # Not listed can mean "does not exist" or "not authorized to see it"; ask about
                 # that one topic to tell the two apart.
-                tmd = self._topic_metadata(admin, topic)
+                tmd = self._topic_metadata(admin, topic, deadline)
                 if tmd is None:
                     missing.add(topic)
                     continue
@@ -260,23 +410,26 @@ class KafkaOffsetsClient:
                 if err_code in _MISSING_TOPIC_CODES:
                     missing.add(topic)
                     continue
-                raise self._translate(Exception(tmd.error), "a metadata request", topic)
+                raise self.translate(Exception(tmd.error), "a metadata request", topic)
             partitions[topic] = sorted(tmd.partitions)
         cluster_id = getattr(md, "cluster_id", None)
         return partitions, missing, (str(cluster_id) if cluster_id else None)
 
-    def _topic_metadata(self, admin: Any, topic: str) -> Any:
+    def _topic_metadata(self, admin: Any, topic: str, deadline: float) -> Any:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise self._unavailable(f"a metadata request for topic '{topic}'")
         try:
-            md = admin.list_topics(topic=topic, timeout=self._timeout)
+            md = admin.list_topics(topic=topic, timeout=remaining)
         except Exception as exc:
             if _error_code(exc) in _MISSING_TOPIC_CODES:
                 return None
-            raise self._translate(exc, "a metadata request", topic) from exc
+            raise self.translate(exc, "a metadata request", topic) from exc
         tmd = md.topics.get(topic)
         if tmd is not None and tmd.error is not None:
             if str(tmd.error.name()) in _MISSING_TOPIC_CODES:
                 return None
-            raise self._translate(Exception(tmd.error), "a metadata request", topic)
+            raise self.translate(Exception(tmd.error), "a metadata request", topic)
         return tmd
 
     def _list_offsets(
@@ -301,7 +454,7 @@ class KafkaOffsetsClient:
                 for tp, fut in admin.list_offsets(query, **kwargs).items():
                     futures[(name, tp)] = fut
             except Exception as exc:
-                raise self._translate(exc, what) from exc
+                raise self.translate(exc, what) from exc
         results = self._wait(futures, what)
         out: dict[str, dict[tuple[str, int], int]] = {name: {} for name in requests}
         for (name, tp), info in results.items():
@@ -414,14 +567,16 @@ class KafkaOffsetsClient:
             consumer = Consumer(conf)
         except Exception as exc:
             raise KafkaError(
-                f"Cannot create a Kafka consumer for {self.bootstrap_servers}: "
-                f"{self._scrubbed(exc)}"
+                f"Cannot create a Kafka consumer for {self.bootstrap_servers}: {self.describe(exc)}"
             ) from exc
         deadline = time.monotonic() + self._timeout
         try:
             consumer.assign([TopicPartition(t, p, offsets[(t, p)]) for t, p in sorted(pending)])
             while pending:
                 remaining = deadline - time.monotonic()
+                refused = self._refused_recently()  # consume() serves the error callback
+                if refused is not None:
+                    raise refused
                 if remaining <= 0:
                     break
                 for msg in consumer.consume(num_messages=500, timeout=min(remaining, 1.0)):
@@ -434,7 +589,7 @@ class KafkaOffsetsClient:
                         if code in ("_PARTITION_EOF", "_AUTO_OFFSET_RESET", "OFFSET_OUT_OF_RANGE"):
                             pending.discard(key)  # past the end or gone: no record to time
                         elif code in _AUTH_CODES or code in _MISSING_TOPIC_CODES:
-                            raise self._translate(Exception(err), "a fetch", key[0])
+                            raise self.translate(Exception(err), "a fetch", key[0])
                         continue
                     offset = msg.offset()
                     if offset is None or offset < offsets[key]:

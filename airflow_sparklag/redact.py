@@ -111,6 +111,12 @@ _PLAIN_WORDS = frozenset({"true", "false", "none", "null"})
 _HOST_AND_PORT = re.compile(r"^(\[[^\]]*\]|[^:\[\]]*)(:\d*)?$")
 # scheme://user:password@ in free text; "host:8020/path@x" is a port and a path, not a password.
 _URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^\s/@:]+:(?!\d+(?:/|$))[^\s@]*@")
+# http.client (under botocore) and requests refuse a header value holding a line break and quote
+# it whole: "Invalid header value b'<session token>\n'". That value is a credential the
+# scrubber may not know (from the AWS environment, a profile, an assumed role).
+_HEADER_VALUE = re.compile(
+    r"""(header value:?)\s*(?:b?'(?:[^'\\]|\\.)*'|b?"(?:[^"\\]|\\.)*")""", re.IGNORECASE
+)
 
 
 def is_secret_key(key: str) -> bool:
@@ -171,15 +177,20 @@ def kafka_secrets(config: Mapping[str, Any]) -> list[str]:
 
 
 def scrub(message: str, secrets: Iterable[str]) -> str:
-    """``message`` with every one of ``secrets`` replaced by ``***``, and every URL's
-    ``user:password@`` part removed.
+    """``message`` with every one of ``secrets`` replaced by ``***``, every URL's
+    ``user:password@`` part removed, and every header value an HTTP client quotes.
 
     The longest secret goes first, so one that contains another is removed whole. Empty
     strings are ignored.
 
     >>> scrub("auth failed for pw-secret at s3a://K:S@b/x", ["pw-secret"])
     'auth failed for *** at s3a://b/x'
+    >>> scrub("Invalid header value b'tok\\\\n'", [])
+    'Invalid header value *** (a credential holds a line break or control character?)'
     """
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
         message = message.replace(secret, MASK)
+    message = _HEADER_VALUE.sub(
+        rf"\1 {MASK} (a credential holds a line break or control character?)", message
+    )
     return _URL_USERINFO.sub(r"\1", message)

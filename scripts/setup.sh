@@ -28,6 +28,14 @@ if [ "$(cat "$stamp_py" 2>/dev/null)" != "$want_py" ]; then
   echo "$want_py" > "$stamp_py"
 fi
 
+# --- Prometheus (the exporter's tests scrape it with a real server) -----------------------------
+if ! command -v prometheus >/dev/null 2>&1; then
+  echo "setup: installing prometheus (Debian package)"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus >/dev/null
+fi
+
 # --- jars ----------------------------------------------------------------------------------------
 mkdir -p "$CACHE/jars"
 for component in kafka spark-kafka s3a hdfs; do
@@ -45,4 +53,20 @@ for component in kafka spark-kafka s3a hdfs; do
     rm -rf "$dir" && mv "$dir.partial" "$dir"
   fi
 done
-echo "setup: ready in $(( $(date +%s) - start ))s (venv $VENV, jars $CACHE/jars)"
+
+# --- toxiproxy (fault injection in tests) ---------------------------------------------------------
+TOXIPROXY_VERSION=v2.12.0  # keep in step with testbed/toxiproxy.py
+if [ "$(cat "$CACHE/bin/.toxiproxy-server.version" 2>/dev/null)" != "$TOXIPROXY_VERSION" ] \
+    || [ ! -x "$CACHE/bin/toxiproxy-server" ]; then
+  GO="$(command -v go || echo /usr/local/go/bin/go)"
+  [ -x "$GO" ] || { echo "setup: 'go' is required to install toxiproxy (https://go.dev/dl/)" >&2; exit 1; }
+  echo "setup: installing toxiproxy $TOXIPROXY_VERSION into $CACHE/bin"
+  mkdir -p "$CACHE/bin"
+  GOBIN="$CACHE/bin" "$GO" install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION" \
+    >"$CACHE/go-toxiproxy.log" 2>&1 || {
+      echo "setup: go install toxiproxy failed; log $CACHE/go-toxiproxy.log:" >&2
+      tail -n 20 "$CACHE/go-toxiproxy.log" >&2; exit 1; }
+  mv "$CACHE/bin/server" "$CACHE/bin/toxiproxy-server"
+  echo "$TOXIPROXY_VERSION" > "$CACHE/bin/.toxiproxy-server.version"
+fi
+echo "setup: ready in $(( $(date +%s) - start ))s (venv $VENV, jars $CACHE/jars, tools $CACHE/bin)"

@@ -35,16 +35,61 @@ class KafkaBroker:
     >>> broker.bootstrap
     '127.0.0.1:41234'
     >>> broker.stop()
+
+    Options for fault and security tests (the default broker has neither):
+
+    - `advertised_port`: the PLAINTEXT listener tells clients to connect to this port instead
+      of its own (a proxy in front of it, which forwards to `port`); `bootstrap` is then the
+      proxy's address, so every client request goes through the proxy;
+    - `sasl_users` ({user: password}): an extra SASL_PLAINTEXT listener with the PLAIN
+      mechanism at `sasl_bootstrap`, accepting those users.
     """
 
-    def __init__(self, workdir: Path, heap: str = "512m") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        heap: str = "512m",
+        *,
+        port: int | None = None,
+        advertised_port: int | None = None,
+        sasl_users: dict[str, str] | None = None,
+    ) -> None:
         self.workdir = workdir
         self.heap = heap
-        self.port = free_port()
+        self.port = port or free_port()
         self.controller_port = free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.advertised_port = advertised_port or self.port
+        self.bootstrap = f"127.0.0.1:{self.advertised_port}"
+        self.sasl_users = dict(sasl_users or {})
+        self.sasl_port = free_port() if self.sasl_users else None
+        self.sasl_bootstrap = f"127.0.0.1:{self.sasl_port}" if self.sasl_port else None
         self.process: Process | None = None
         self._admin = None  # kept: a dropped AdminClient cancels its pending futures
+
+    def _listener_lines(self) -> list[str]:
+        listeners = [
+            f"PLAINTEXT://127.0.0.1:{self.port}",
+            f"CONTROLLER://127.0.0.1:{self.controller_port}",
+        ]
+        advertised = [f"PLAINTEXT://127.0.0.1:{self.advertised_port}"]
+        protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+        lines: list[str] = []
+        if self.sasl_port:
+            listeners.append(f"SASL://127.0.0.1:{self.sasl_port}")
+            advertised.append(f"SASL://127.0.0.1:{self.sasl_port}")
+            protocols.append("SASL:SASL_PLAINTEXT")
+            users = " ".join(f'user_{name}="{secret}"' for name, secret in self.sasl_users.items())
+            lines += [
+                "sasl.enabled.mechanisms=PLAIN",
+                "listener.name.sasl.plain.sasl.jaas.config="
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+            ]
+        return [
+            f"listeners={','.join(listeners)}",
+            f"advertised.listeners={','.join(advertised)}",
+            f"listener.security.protocol.map={','.join(protocols)}",
+            *lines,
+        ]
 
     def _write_config(self) -> Path:
         data = self.workdir / "data"
@@ -55,12 +100,9 @@ class KafkaBroker:
                     "process.roles=broker,controller",
                     "node.id=1",
                     f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
-                    f"CONTROLLER://127.0.0.1:{self.controller_port}",
-                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                    *self._listener_lines(),
                     "controller.listener.names=CONTROLLER",
                     "inter.broker.listener.name=PLAINTEXT",
-                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
                     f"log.dirs={data}",
                     "num.partitions=1",
                     "offsets.topic.replication.factor=1",

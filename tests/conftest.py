@@ -36,6 +36,7 @@ os.environ.setdefault(
 from testbed.hdfs_cluster import HdfsCluster  # noqa: E402
 from testbed.kafka_broker import KafkaBroker  # noqa: E402
 from testbed.s3_server import S3Server  # noqa: E402
+from testbed.toxiproxy import Toxiproxy  # noqa: E402
 
 # py4j logs from __del__ at interpreter shutdown, after pytest closed the streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -84,6 +85,16 @@ def hdfs(testbed_dir: Path) -> Iterator[HdfsCluster]:
     _timed("hdfs", start)
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def toxiproxy(testbed_dir: Path) -> Iterator[Toxiproxy]:
+    """One toxiproxy server for the session; each test module makes the proxies it needs."""
+    start = time.monotonic()
+    server = Toxiproxy(testbed_dir / "toxiproxy").start()
+    _timed("toxiproxy", start)
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

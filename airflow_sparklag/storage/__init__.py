@@ -32,6 +32,7 @@ __all__ = [
     "join",
     "open_storage",
     "scheme_of",
+    "seconds_option",
 ]
 
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
@@ -206,11 +207,17 @@ def open_storage(
     - local paths and ``file://`` URLs: :class:`~airflow_sparklag.storage.local.LocalStorage`
     - ``s3://``, ``s3a://``, ``s3n://``: :class:`~airflow_sparklag.storage.s3.S3Storage`
       (``s3_options``: ``endpoint_url``, ``aws_access_key_id``, ``aws_secret_access_key``,
-      ``aws_session_token``, ``region_name`` or a ready ``client``)
+      ``aws_session_token``, ``region_name`` or a ready ``client``; the bounds
+      ``connect_timeout``, ``read_timeout``, ``max_attempts``)
     - ``hdfs://``, ``webhdfs://``: :class:`~airflow_sparklag.storage.webhdfs.WebHDFSStorage`
-      (``webhdfs_options``: ``url`` or a list of NameNode URLs for HA, ``user``)
+      (``webhdfs_options``: ``url`` or a list of NameNode URLs for HA, ``user``; the bounds
+      ``connect_timeout``, ``read_timeout``)
     - anything else (``gs://``, ``abfs://``, ...): :class:`~.fsspec_store.FsspecStorage`
       when fsspec and the scheme's implementation are installed.
+
+    An option the backend does not know (``read_timout``) raises
+    :class:`~airflow_sparklag.errors.InvalidParameter` naming it. The bounds are in
+    ``docs/connections.md`` ("Time bounds").
     """
     scheme = scheme_of(url)
     if scheme in LOCAL_SCHEMES:
@@ -220,11 +227,46 @@ def open_storage(
     if scheme in S3_SCHEMES:
         from airflow_sparklag.storage.s3 import S3Storage
 
-        return S3Storage(**(s3_options or {}))
+        return S3Storage(**_known_options(S3Storage, s3_options, "s3_options"))
     if scheme in HDFS_SCHEMES:
         from airflow_sparklag.storage.webhdfs import WebHDFSStorage
 
-        return WebHDFSStorage.for_url(url, **(webhdfs_options or {}))
+        options = _known_options(WebHDFSStorage.for_url, webhdfs_options, "webhdfs_options")
+        return WebHDFSStorage.for_url(url, **options)
     from airflow_sparklag.storage.fsspec_store import FsspecStorage
 
     return FsspecStorage.for_url(url, **(fsspec_options or {}))
+
+
+def _known_options(backend: Any, options: dict[str, Any] | None, name: str) -> dict[str, Any]:
+    """``options`` if ``backend`` takes every one of them; a misspelt option (``read_timout``)
+    is an error naming it, not a TypeError from deep inside."""
+    import inspect
+
+    from airflow_sparklag.errors import InvalidParameter
+
+    options = dict(options or {})
+    known = sorted(
+        parameter.name
+        for parameter in inspect.signature(backend).parameters.values()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    )
+    unknown = sorted(key for key in options if key not in known)
+    if unknown:
+        raise InvalidParameter(
+            f"unknown option(s) {', '.join(map(repr, unknown))}; known: {', '.join(known)}", name
+        )
+    return options
+
+
+def seconds_option(value: Any, name: str) -> float:
+    """A timeout option: a finite number of seconds > 0, or an error naming the option."""
+    from airflow_sparklag.errors import InvalidParameter
+
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value < float("inf")
+    ):
+        raise InvalidParameter(f"must be a finite number of seconds > 0, got {value!r}", name)
+    return float(value)

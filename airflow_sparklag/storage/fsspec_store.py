@@ -90,15 +90,18 @@ class FsspecStorage:
             return []
         own_name = path.rstrip("/").split("://", 1)[-1]
         found: list[ObjectInfo] = []
-        for entry in entries:
-            if entry.get("type") != "file":
-                continue
-            full_name = str(entry["name"]).rstrip("/")
-            # Some implementations list the directory's own marker object; skip it.
-            if full_name.split("://", 1)[-1] == own_name:
-                continue
-            name = full_name.rsplit("/", 1)[-1]
-            found.append(ObjectInfo(name, int(entry.get("size") or 0), _modified(entry)))
+        # A listing whose entries are not what they claim (no name, a size that is not a
+        # number) is the store's failure, named by path like the others.
+        with _fs_errors(path, "read the listing"):
+            for entry in entries:
+                if entry.get("type") != "file":
+                    continue
+                full_name = str(entry["name"]).rstrip("/")
+                # Some implementations list the directory's own marker object; skip it.
+                if full_name.split("://", 1)[-1] == own_name:
+                    continue
+                name = full_name.rsplit("/", 1)[-1]
+                found.append(ObjectInfo(name, int(entry.get("size") or 0), _modified(entry)))
         return found
 
     def read(self, path: str) -> bytes:
@@ -128,12 +131,13 @@ class FsspecStorage:
         own = self._name(path)
         files: set[str] = set()
         directories: set[str] = set()
-        for entry in entries:
-            full = str(entry["name"]).rstrip("/")
-            if full == own:  # the directory's own marker object
-                continue
-            name = full.rsplit("/", 1)[-1]
-            (directories if entry.get("type") == "directory" else files).add(name)
+        with _fs_errors(path, "read the listing"):
+            for entry in entries:
+                full = str(entry["name"]).rstrip("/")
+                if full == own:  # the directory's own marker object
+                    continue
+                name = full.rsplit("/", 1)[-1]
+                (directories if entry.get("type") == "directory" else files).add(name)
         return Children(frozenset(files), frozenset(directories))
 
     def walk(self, root: str) -> dict[str, int]:
@@ -145,12 +149,13 @@ class FsspecStorage:
             return {}
         own = self._name(root)
         found: dict[str, int] = {}
-        for name, entry in entries.items():
-            full = str(name)
-            if full.rstrip("/") == own:  # root itself: a file, or a directory marker
-                found[""] = int(entry.get("size") or 0)
-            elif full.startswith(own + "/"):
-                found[full[len(own) + 1 :]] = int(entry.get("size") or 0)
+        with _fs_errors(root, "read the listing"):
+            for name, entry in entries.items():
+                full = str(name)
+                if full.rstrip("/") == own:  # root itself: a file, or a directory marker
+                    found[""] = int(entry.get("size") or 0)
+                elif full.startswith(own + "/"):
+                    found[full[len(own) + 1 :]] = int(entry.get("size") or 0)
         return found
 
     def delete(self, path: str) -> None:

@@ -5,20 +5,29 @@ boto3 is imported when the first request is made, never at module import.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_sparklag.errors import (
     BucketNotFound,
     ConditionalWriteUnsupported,
+    InvalidParameter,
     StorageAccessDenied,
     StorageAlreadyExists,
     StorageError,
     StorageNotFound,
     UnsupportedStorageURL,
 )
-from airflow_sparklag.storage import S3_SCHEMES, Children, ObjectInfo, RequestCounter, Storage
+from airflow_sparklag.redact import scrub, secret_parts
+from airflow_sparklag.storage import (
+    S3_SCHEMES,
+    Children,
+    ObjectInfo,
+    RequestCounter,
+    Storage,
+    seconds_option,
+)
 
 _ACCESS_DENIED_CODES = frozenset(
     {
@@ -33,6 +42,13 @@ _ACCESS_DENIED_CODES = frozenset(
     }
 )
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+# Every request is bounded: at most DEFAULT_MAX_ATTEMPTS attempts in all (the first one
+# included), each at most connect + read timeout: (5 + 15) x 3 = 60 s for a hung endpoint.
+DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_READ_TIMEOUT = 15.0
+DEFAULT_MAX_ATTEMPTS = 3
+# Members every ListObjectsV2 answer has; a body without any of them is not S3's.
+_LISTING_MEMBERS = ("IsTruncated", "KeyCount", "Name")
 # First page of list_checkpoint: Spark's default retention (minBatchesToRetain=100) keeps
 # ~101 offsets + ~101 commits files + metadata; the rest is margin for a lagging async purge.
 FIRST_PAGE_KEYS = 320
@@ -49,6 +65,62 @@ def split_s3_url(url: str) -> tuple[str, str]:
             f"{url!r} is not an S3 URL; expected s3://bucket/key (also s3a:// or s3n://)"
         )
     return parts.netloc, parts.path.lstrip("/")
+
+
+def client_config(
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> dict[str, Any]:
+    """botocore ``Config`` arguments bounding every S3 request, for clients built elsewhere
+    (the Airflow hook's) as for our own.
+
+    ``max_attempts`` counts every attempt, the first included: it is botocore's
+    ``total_max_attempts``. (``retries={"max_attempts": n}`` in a ``Config`` means n RETRIES,
+    n + 1 attempts: 3 gave 4 attempts, 82 s on a hung endpoint.) A request fails within
+    :func:`worst_case_seconds`.
+
+    >>> client_config(1, 2, 3)["retries"]
+    {'total_max_attempts': 3, 'mode': 'standard'}
+    """
+    connect, read, attempts = _checked_bounds(connect_timeout, read_timeout, max_attempts)
+    return {
+        "connect_timeout": connect,
+        "read_timeout": read,
+        "retries": {"total_max_attempts": attempts, "mode": "standard"},
+    }
+
+
+def worst_case_seconds(
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> float:
+    """How long one request may take on a hung endpoint: (connect + read timeout) x attempts.
+
+    botocore's back-off between attempts adds at most 0.05 x 2**i s after attempt i (0.15 s
+    for 3 attempts); only throttling answers (503 SlowDown), which come back at once, wait
+    longer (up to 1 s, then 2 s, ...).
+
+    >>> worst_case_seconds()
+    60.0
+    """
+    connect, read, attempts = _checked_bounds(connect_timeout, read_timeout, max_attempts)
+    return (connect + read) * attempts
+
+
+def _checked_bounds(
+    connect_timeout: Any, read_timeout: Any, max_attempts: Any
+) -> tuple[float, float, int]:
+    connect = seconds_option(connect_timeout, "connect_timeout")
+    read = seconds_option(read_timeout, "read_timeout")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise InvalidParameter(
+            f"must be a whole number of attempts >= 1 (the first one included), got "
+            f"{max_attempts!r}",
+            "max_attempts",
+        )
+    return connect, read, max_attempts
 
 
 def _directory_prefix(url: str) -> str:
@@ -69,8 +141,9 @@ class S3Storage:
 
     Credentials, region and endpoint come from the caller; anything left out falls back to
     boto3's usual chain (environment, instance profile). A ready ``client`` may be passed
-    instead. Every call has connect/read timeouts and a small retry budget so that a health
-    check never hangs on a dead endpoint.
+    instead. Every request is bounded so that a health check never hangs on a dead endpoint:
+    ``max_attempts`` attempts in all (the first included), each of at most ``connect_timeout``
+    + ``read_timeout`` seconds: 60 s with the defaults (see :func:`worst_case_seconds`).
     """
 
     def __init__(
@@ -82,10 +155,12 @@ class S3Storage:
         aws_secret_access_key: str | None = None,
         aws_session_token: str | None = None,
         region_name: str | None = None,
-        connect_timeout: float = 5.0,
-        read_timeout: float = 20.0,
-        max_attempts: int = 3,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> None:
+        # Checked now: a bound that cannot be applied must fail before anything is read.
+        self._config = client_config(connect_timeout, read_timeout, max_attempts)
         self.requests = RequestCounter()
         self._client = client
         self._client_options = {
@@ -95,9 +170,6 @@ class S3Storage:
             "aws_session_token": aws_session_token,
             "region_name": region_name,
         }
-        self._connect_timeout = connect_timeout
-        self._read_timeout = read_timeout
-        self._max_attempts = max_attempts
 
     @property
     def client(self) -> Any:
@@ -107,9 +179,7 @@ class S3Storage:
             from botocore.config import Config
 
             config = Config(
-                connect_timeout=self._connect_timeout,
-                read_timeout=self._read_timeout,
-                retries={"max_attempts": self._max_attempts, "mode": "standard"},
+                **self._config,
                 # a fleet check reads 16 checkpoints at once through this one client
                 max_pool_connections=MAX_POOL_CONNECTIONS,
             )
@@ -343,21 +413,54 @@ class S3Storage:
         fleet: prefix listing) share this backend's error mapping instead of their own.
         """
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+        from botocore.parsers import ResponseParserError
 
+        endpoint = self._client_options.get("endpoint_url") or "the S3 endpoint"
         try:
-            return method(**kwargs)
+            response = method(**kwargs)
         except ClientError as exc:
+            not_s3 = _not_s3_error(exc.response, action)
+            if not_s3:
+                raise StorageError(f"{path}: {action} failed: {endpoint} {not_s3}") from exc
             raise _map_client_error(exc, path, action, kwargs) from exc
+        except (ResponseParserError, ValueError, TypeError, KeyError) as exc:
+            # An answer botocore could not read: a listing with a LastModified or Size that is
+            # not one, XML cut short, a body of another API.
+            raise StorageError(
+                f"{path}: {action} failed: {endpoint} did not answer like S3 (the answer "
+                f"could not be read: {type(exc).__name__}: {self._scrubbed(exc)[:200]}); check "
+                "endpoint_url and any proxy in between"
+            ) from exc
         except NoCredentialsError as exc:
             raise StorageAccessDenied(
                 f"{path}: no AWS credentials found ({action}); pass aws_access_key_id and "
                 "aws_secret_access_key in s3_options or configure the default credential chain"
             ) from exc
         except BotoCoreError as exc:  # connection refused, timeouts, bad endpoint
-            endpoint = self._client_options.get("endpoint_url") or "the S3 endpoint"
             raise StorageError(
-                f"{path}: {action} failed, could not talk to {endpoint}: {exc}"
+                f"{path}: {action} failed, could not talk to {endpoint}: {self._scrubbed(exc)}"
             ) from exc
+        if action == "list" and not any(member in response for member in _LISTING_MEMBERS):
+            # botocore reads any well-formed XML (an XHTML page) as an empty listing, which
+            # would pass for "no batch committed yet".
+            raise StorageError(
+                f"{path}: {action} failed: {endpoint} did not answer like S3 (HTTP "
+                f"{_status(response)}, {_content_type(response)}, no ListObjectsV2 result); "
+                "check endpoint_url: a web page, a login portal or a proxy answered"
+            )
+        return response
+
+    def _scrubbed(self, exc: BaseException) -> str:
+        """``exc``'s text without the credentials (botocore and http.client may quote a header
+        value, session token included)."""
+        options = self._client_options
+        secrets = [
+            part
+            for key in ("aws_secret_access_key", "aws_session_token")
+            if options.get(key)
+            for part in secret_parts(str(options[key]))
+        ]
+        return scrub(str(exc), secrets)
 
 
 def _parse_timestamp(value: str) -> Any:
@@ -374,6 +477,38 @@ def _parse_timestamp(value: str) -> Any:
 
         return parse_timestamp(value)
     return parsed
+
+
+def _status(response: Mapping[str, Any]) -> str:
+    return str(response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?"))
+
+
+def _content_type(response: Mapping[str, Any]) -> str:
+    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+    return f"Content-Type {headers.get('content-type') or 'none'}"
+
+
+def _not_s3_error(response: Mapping[str, Any], action: str) -> str:
+    """Why an error answer is not S3's ("" when it is).
+
+    S3's errors are XML naming a code (``NoSuchKey``); botocore gives a bare status code
+    instead when the body held none, and turns an unreadable 200 (an HTML page, XML cut short)
+    into a bare "500". A bare code with a body is therefore not S3's answer.
+    """
+    code = str(response.get("Error", {}).get("Code", ""))
+    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+    has_body = str(headers.get("content-length", "0")) != "0" or "html" in str(
+        headers.get("content-type", "")
+    )
+    # Only answers we read: HEAD has no body, and writes are judged by their status (a 501
+    # to If-None-Match may come with any page).
+    if action not in ("list", "read") or not code.isdigit() or not has_body:
+        return ""
+    return (
+        f"did not answer like S3 (HTTP {_status(response)}, {_content_type(response)}: not "
+        "S3's XML, or cut short); check endpoint_url: a web page, a login portal or a proxy "
+        "answered"
+    )
 
 
 def _map_client_error(exc: Any, path: str, action: str, kwargs: dict[str, Any]) -> StorageError:

@@ -19,7 +19,14 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     UnsupportedStorageURL,
 )
-from airflow_sparklag.storage import HDFS_SCHEMES, Children, ObjectInfo, RequestCounter, Storage
+from airflow_sparklag.storage import (
+    HDFS_SCHEMES,
+    Children,
+    ObjectInfo,
+    RequestCounter,
+    Storage,
+    seconds_option,
+)
 
 DEFAULT_HTTP_PORT = 9870  # dfs.namenode.http-address since Hadoop 3
 # Exceptions a NameNode returns when another NameNode should be asked instead.
@@ -85,7 +92,10 @@ class WebHDFSStorage:
             raise UnsupportedStorageURL("WebHDFS needs at least one NameNode URL")
         self.namenode_urls = [url.rstrip("/") for url in urls]
         self.user = user
-        self.timeout = (connect_timeout, read_timeout)
+        self.timeout = (
+            seconds_option(connect_timeout, "connect_timeout"),
+            seconds_option(read_timeout, "read_timeout"),
+        )
         self.requests = RequestCounter()
         self._active = 0
         self._session: Any = None
@@ -232,8 +242,7 @@ class WebHDFSStorage:
             response = self.namenode("GET", path, "LISTSTATUS")
         except StorageNotFound:
             return []
-        statuses = _json(response, path, "LISTSTATUS").get("FileStatuses", {}).get("FileStatus")
-        return list(statuses or [])
+        return _file_statuses(_json(response, path, "LISTSTATUS"), path)
 
     # -- HTTP plumbing -----------------------------------------------------------------------
 
@@ -270,7 +279,7 @@ class WebHDFSStorage:
             base = self.namenode_urls[index]
             try:
                 url = f"{base}/webhdfs/v1{hdfs_file}"
-                response = self._send(method, url, query, allow_redirects)
+                response = self._send(method, url, query, allow_redirects, path=path, op=op)
                 _raise_for_status(response, path, op)
             except _TryNextNameNode as exc:
                 failures.append(f"{base}: {exc}")
@@ -284,7 +293,15 @@ class WebHDFSStorage:
 
     def _datanode(self, method: str, url: str, path: str, action: str, data: bytes = b"") -> Any:
         try:
-            response = self._send(method, url, None, True, data=data if method == "PUT" else None)
+            response = self._send(
+                method,
+                url,
+                None,
+                True,
+                data=data if method == "PUT" else None,
+                path=path,
+                op=action,
+            )
         except _TryNextNameNode as exc:
             raise StorageError(f"{path}: {action} failed at DataNode {url}: {exc}") from exc
         try:
@@ -300,6 +317,9 @@ class WebHDFSStorage:
         params: dict[str, str] | None,
         allow_redirects: bool,
         data: bytes | None = None,
+        *,
+        path: str,
+        op: str,
     ) -> Any:
         import requests
 
@@ -317,7 +337,13 @@ class WebHDFSStorage:
         except (requests.ConnectionError, requests.Timeout) as exc:
             raise _TryNextNameNode(f"{type(exc).__name__}: {exc}") from exc
         except requests.RequestException as exc:
-            raise StorageError(f"{url}: request failed: {exc}") from exc
+            server = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+            problem = (
+                "the answer was cut short"
+                if isinstance(exc, requests.exceptions.ChunkedEncodingError)
+                else "the request failed"
+            )
+            raise StorageError(f"{path}: {op} failed at {server}: {problem} ({exc})") from exc
 
     def _delete_quietly(self, path: str) -> None:
         # A leftover dot-file temp is ignored by every reader, so a failed cleanup is harmless.
@@ -342,9 +368,44 @@ def _json(response: Any, path: str, op: str) -> dict[str, Any]:
     return document
 
 
+def _file_statuses(document: dict[str, Any], path: str) -> list[dict[str, Any]]:
+    """LISTSTATUS's FileStatus entries, each checked: a damaged answer is a StorageError naming
+    the path, never a KeyError deep inside a listing."""
+    wrapper = document.get("FileStatuses")
+    statuses = wrapper.get("FileStatus") if isinstance(wrapper, dict) else None
+    if not isinstance(statuses, list):
+        raise StorageError(
+            f"{path}: LISTSTATUS answered without a FileStatuses.FileStatus list "
+            f"({str(document)[:80]}); check that webhdfs_options['url'] is a NameNode"
+        )
+    for status in statuses:
+        if not (
+            isinstance(status, dict)
+            and isinstance(status.get("pathSuffix"), str)
+            and status.get("type") in ("FILE", "DIRECTORY", "SYMLINK")
+            and _is_count(status.get("length", 0))
+            and _is_count(status.get("modificationTime", 0))
+        ):
+            raise StorageError(
+                f"{path}: LISTSTATUS answered with a FileStatus entry that is not one "
+                f"({str(status)[:120]})"
+            )
+    return statuses
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _redirect_target(response: Any, path: str, op: str) -> str | None:
     if response.status_code in (301, 302, 303, 307, 308):
-        return str(response.headers["Location"])
+        location = response.headers.get("Location")
+        if not location:
+            raise StorageError(
+                f"{path}: {op} answered HTTP {response.status_code} without a Location to "
+                "follow; check that webhdfs_options['url'] is a NameNode"
+            )
+        return str(location)
     if response.status_code == 200 and "json" in response.headers.get("Content-Type", ""):
         location = _json(response, path, op).get("Location")  # the noredirect=true form
         return str(location) if location else None
@@ -358,6 +419,8 @@ def _raise_for_status(response: Any, path: str, op: str) -> None:
     try:
         remote = response.json().get("RemoteException", {})
     except (ValueError, AttributeError):  # not JSON, or JSON that is not an object
+        remote = {}
+    if not isinstance(remote, dict):
         remote = {}
     exception = str(remote.get("exception", ""))
     message = str(remote.get("message", "")).splitlines()[0] if remote.get("message") else ""

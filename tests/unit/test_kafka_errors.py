@@ -1,0 +1,152 @@
+"""Kafka errors without a broker: what a message says when librdkafka gives no reason, the
+credentials refusal seen through the error callback, the coordinator retries of a group export,
+and the timeout's validation. The real broker cases (SASL, faults) are in
+tests/integration/test_faults.py."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError as LibKafkaError
+from confluent_kafka import KafkaException
+
+from airflow_sparklag import consumer_group
+from airflow_sparklag.errors import InvalidParameter, KafkaError, KafkaUnavailable
+from airflow_sparklag.kafka import KafkaOffsetsClient
+
+NOWHERE = {"bootstrap.servers": "127.0.0.1:9"}  # never contacted by these tests
+
+
+@pytest.fixture
+def client() -> Iterator[KafkaOffsetsClient]:
+    with KafkaOffsetsClient(NOWHERE, timeout=2) as kafka:
+        yield kafka
+
+
+def _failed(code: int, reason: str | None = None) -> concurrent.futures.Future:
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    error = LibKafkaError(code, reason) if reason is not None else LibKafkaError(code)
+    future.set_exception(KafkaException(error))
+    return future
+
+
+def _done(result: Any) -> concurrent.futures.Future:
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    future.set_result(result)
+    return future
+
+
+def test_an_error_without_a_reason_still_says_what_went_wrong(client: KafkaOffsetsClient) -> None:
+    empty = KafkaException(LibKafkaError(LibKafkaError.NOT_COORDINATOR, "ConsumerGroupDescribe: "))
+    assert client.describe(empty) == (
+        "ConsumerGroupDescribe: NOT_COORDINATOR (Broker: Not coordinator)"
+    )
+    error = client.translate(empty, "describe group 'g'")
+    assert str(error).endswith(": ConsumerGroupDescribe: NOT_COORDINATOR (Broker: Not coordinator)")
+    assert client.describe(TimeoutError()) == "TimeoutError"
+
+
+def test_refusal_reported_by_the_error_callback_wins_over_transport_failure(
+    client: KafkaOffsetsClient,
+) -> None:
+    transport = KafkaException(LibKafkaError(LibKafkaError._TRANSPORT))
+    assert isinstance(client.translate(transport, "a metadata request"), KafkaUnavailable)
+    client._on_error(
+        LibKafkaError(
+            LibKafkaError._AUTHENTICATION,
+            "SASL authentication error: Authentication failed: Invalid username or password",
+        )
+    )
+    refused = client.translate(transport, "a metadata request")
+    assert type(refused) is KafkaError
+    assert str(refused).startswith(
+        "Kafka refused the credentials for 127.0.0.1:9 (SASL authentication failed): "
+    )
+    assert "Invalid username or password" in str(refused)
+
+
+def test_refusal_stops_the_wait_at_once(client: KafkaOffsetsClient) -> None:
+    pending: concurrent.futures.Future = concurrent.futures.Future()  # never completes
+    client._on_error(LibKafkaError(LibKafkaError._AUTHENTICATION, "bad password"))
+    started = time.monotonic()
+    with pytest.raises(KafkaError, match="refused the credentials"):
+        client.outcomes({"x": pending}, "a ListOffsets request")
+    assert time.monotonic() - started < 1.0
+
+
+def test_the_users_error_callback_still_runs() -> None:
+    seen: list[str] = []
+    config = {**NOWHERE, "error_cb": lambda error: seen.append(error.name())}
+    with KafkaOffsetsClient(config, timeout=1) as kafka:
+        kafka._on_error(LibKafkaError(LibKafkaError._ALL_BROKERS_DOWN))
+    assert seen == ["_ALL_BROKERS_DOWN"]
+
+
+def test_unfinished_futures_are_unavailable_after_the_timeout() -> None:
+    with KafkaOffsetsClient(NOWHERE, timeout=0.5) as kafka:
+        started = time.monotonic()
+        with pytest.raises(KafkaUnavailable, match=r"did not answer a ListOffsets .* 0.5 s"):
+            kafka.outcomes({"x": concurrent.futures.Future()}, "a ListOffsets request")
+    assert 0.4 <= time.monotonic() - started < 1.5
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), "10", True])
+def test_bad_timeout_is_refused_naming_it(timeout: Any) -> None:
+    with pytest.raises(InvalidParameter) as raised:
+        KafkaOffsetsClient(NOWHERE, timeout=timeout)
+    assert raised.value.parameter == "timeout"
+
+
+# -- group requests retry while the coordinator is not ready ----------------------------------
+
+
+def test_group_request_retries_coordinator_errors_then_succeeds(
+    client: KafkaOffsetsClient,
+) -> None:
+    answers = [
+        _failed(LibKafkaError.NOT_COORDINATOR, "ConsumerGroupDescribe: "),
+        _failed(LibKafkaError.COORDINATOR_NOT_AVAILABLE),
+        _failed(LibKafkaError.COORDINATOR_LOAD_IN_PROGRESS),
+        _done("described"),
+    ]
+    timeouts: list[float] = []
+
+    def send(seconds: float) -> concurrent.futures.Future:
+        timeouts.append(seconds)
+        return answers.pop(0)
+
+    assert consumer_group._group_request(client, "describe group 'g'", send) == "described"
+    assert len(timeouts) == 4 and all(0 < t <= 2 for t in timeouts)
+    assert timeouts == sorted(timeouts, reverse=True)  # one deadline for all attempts
+
+
+def test_group_request_gives_up_at_the_timeout_saying_why(client: KafkaOffsetsClient) -> None:
+    started = time.monotonic()
+    with pytest.raises(KafkaUnavailable) as raised:
+        consumer_group._group_request(
+            client,
+            "describe group 'g'",
+            lambda _s: _failed(LibKafkaError.NOT_COORDINATOR, "ConsumerGroupDescribe: "),
+        )
+    assert 2 <= time.monotonic() - started < 3
+    assert str(raised.value) == (
+        "Kafka 127.0.0.1:9: the group coordinator was not ready for describe group 'g' within "
+        "2 s (last answer: ConsumerGroupDescribe: NOT_COORDINATOR (Broker: Not coordinator)); "
+        "try again once the cluster has settled"
+    )
+
+
+def test_group_request_does_not_retry_other_errors(client: KafkaOffsetsClient) -> None:
+    sent: list[float] = []
+
+    def send(seconds: float) -> concurrent.futures.Future:
+        sent.append(seconds)
+        return _failed(LibKafkaError.GROUP_AUTHORIZATION_FAILED)
+
+    with pytest.raises(KafkaError, match=r"Kafka refused describe group 'g' on 127.0.0.1:9"):
+        consumer_group._group_request(client, "describe group 'g'", send)
+    assert len(sent) == 1
