@@ -43,6 +43,7 @@ __all__ = [
     "optional_boolean",
     "optional_count",
     "optional_duration",
+    "positive_duration",
     "strings",
     "text",
     "thresholds",
@@ -121,6 +122,14 @@ def duration(name: str, value: Any) -> float:
         seconds = number(name, value)
     if not math.isfinite(seconds) or seconds < 0:
         raise invalid(name, f"must be a duration of 0 seconds or more, got {_shown(value)}")
+    return seconds
+
+
+def positive_duration(name: str, value: Any) -> float:
+    """A duration above 0 seconds (a timeout, an interval)."""
+    seconds = duration(name, value)
+    if seconds <= 0:
+        raise invalid(name, f"must be more than 0 seconds, got {_shown(value)}")
     return seconds
 
 

@@ -22,6 +22,7 @@ import hashlib
 import hmac
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,13 +34,6 @@ if TYPE_CHECKING:
 _AWS_EXTRA_OPTIONS = ("region_name", "endpoint_url", "aws_session_token")
 # Settings of an ``aws`` connection that only the amazon provider's AwsBaseHook understands.
 _AMAZON_PROVIDER_ONLY = ("role_arn", "assume_role_method", "profile_name")
-# S3Storage's own timeouts and retry budget (and its connection pool), for the clients the
-# amazon provider builds; the connection's ``config_kwargs`` override them.
-_S3_CLIENT_CONFIG = {
-    "connect_timeout": 5.0,
-    "read_timeout": 20.0,
-    "retries": {"max_attempts": 3, "mode": "standard"},
-}
 DEFAULT_WEBHDFS_PORT = 9870
 
 
@@ -137,7 +131,9 @@ def amazon_provider_only_settings(conn: Connection) -> tuple[str, ...]:
     return tuple(name for name in _AMAZON_PROVIDER_ONLY if extra.get(name))
 
 
-def amazon_s3_options(aws_conn_id: str) -> dict[str, Any] | None:
+def amazon_s3_options(
+    aws_conn_id: str, bounds: Mapping[str, float] | None = None
+) -> dict[str, Any] | None:
     """S3 options from the amazon provider: a ready client built by its ``AwsBaseHook``.
 
     The client carries whatever the ``aws`` connection configures (assume-role with refreshing
@@ -153,10 +149,12 @@ def amazon_s3_options(aws_conn_id: str) -> dict[str, Any] | None:
         raise
     from botocore.config import Config
 
-    from airflow_sparklag.storage.s3 import MAX_POOL_CONNECTIONS
+    from airflow_sparklag.storage.s3 import MAX_POOL_CONNECTIONS, client_config
 
     hook = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
-    ours = Config(**_S3_CLIENT_CONFIG, max_pool_connections=MAX_POOL_CONNECTIONS)
+    # S3Storage's own timeouts and retry budget (3 attempts in all, 60 s worst case) for the
+    # client the amazon provider builds; the connection's ``config_kwargs`` override them.
+    ours = Config(**client_config(**(bounds or {})), max_pool_connections=MAX_POOL_CONNECTIONS)
     config = ours.merge(hook.config)
     client = hook.get_client_type(region_name=hook.region_name, config=config)
     # endpoint_url only names the endpoint in S3Storage's error messages; the client is used.
@@ -171,10 +169,13 @@ class S3Client:
     from_provider: bool  # built by the amazon provider's AwsBaseHook (else read directly)
 
 
-def build_s3_client(aws_conn_id: str, conns: ResolvedConnections) -> S3Client:
+def build_s3_client(
+    aws_conn_id: str, conns: ResolvedConnections, bounds: Mapping[str, float] | None = None
+) -> S3Client:
     """The S3 client for ``aws_conn_id``: the amazon provider's when installed, else one built
-    from the connection read directly (keys, region, endpoint; no role_arn or profile)."""
-    options = amazon_s3_options(aws_conn_id)
+    from the connection read directly (keys, region, endpoint; no role_arn or profile).
+    ``bounds``: ``connect_timeout`` / ``read_timeout`` of every attempt."""
+    options = amazon_s3_options(aws_conn_id, bounds)
     if options is not None:
         return S3Client(options, from_provider=True)
     if conns.aws_provider_only:
@@ -186,7 +187,7 @@ def build_s3_client(aws_conn_id: str, conns: ResolvedConnections) -> S3Client:
     from airflow_sparklag.storage.s3 import S3Storage
 
     direct = conns.s3_options or {}
-    client = S3Storage(**direct).client
+    client = S3Storage(**direct, **(bounds or {})).client
     return S3Client({"client": client, "endpoint_url": direct.get("endpoint_url")}, False)
 
 

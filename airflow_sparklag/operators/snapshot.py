@@ -87,9 +87,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
             result = snapshot_checkpoint(location, root, session=hook.session)
             payload = result.to_dict()
             if group:
-                payload["consumer_group"] = _export(
-                    hook.get_conn().kafka_config, group, result.snapshot, result.kafka
-                )
+                payload["consumer_group"] = _export(hook.session, group, result)
             return payload
 
         payload = self._run(work)
@@ -138,8 +136,7 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
             result = snapshot_checkpoint(
                 location, "", session=hook.session, record_timestamps=False, write=False
             )
-            config = hook.get_conn().kafka_config
-            payload = _export(config, group_id, result.snapshot, result.kafka)
+            payload = _export(hook.session, group_id, result)
             payload["committed_batch_id"] = result.snapshot.committed.batch_id
             return payload
 
@@ -258,12 +255,16 @@ class CheckpointMigrationOperator(_SparkLagConnections):
         return payload
 
 
-def _export(kafka_config: dict[str, Any], group_id: str, snapshot: Any, kafka: Any) -> dict:
+def _export(session: Any, group_id: str, result: Any) -> dict:
+    """Commit the snapshot's offsets to ``group_id`` within the session's Kafka timeout."""
     from airflow_sparklag.consumer_group import export_offsets
 
+    snapshot, kafka = result.snapshot, result.kafka
     committed = snapshot.committed.kafka_sources()[snapshot.kafka_source_id()]
     offsets = {t: {int(p): int(o) for p, o in ps.items()} for t, ps in committed.items()}
     ends = None
     if kafka is not None:
         ends = {t: {p: po.log_end for p, po in ps.items()} for t, ps in kafka.partitions.items()}
-    return export_offsets(kafka_config, group_id, offsets, log_ends=ends).to_dict()
+    return export_offsets(
+        session.kafka_config, group_id, offsets, timeout=session.kafka_timeout, log_ends=ends
+    ).to_dict()
