@@ -37,8 +37,10 @@ __all__ = [
 ]
 
 # Verdicts a health wait accepts, and those that end it at once, unless told otherwise.
+# STOPPED ends a wait unless the job is scheduled (declared runs_every, or its history looks
+# like runs): the next run is what such a wait is waiting for.
 DEFAULT_ACCEPT = (Health.OK,)
-DEFAULT_FAIL_FAST = (Health.DATA_LOSS,)
+DEFAULT_FAIL_FAST = (Health.DATA_LOSS, Health.STOPPED)
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,11 @@ def breach_message(result: CheckResult, limit: int = 5) -> str:
 @dataclass(frozen=True)
 class HealthCondition:
     """Done when the verdict is one of ``accept``; failed for good on one of ``fail_fast``
-    (default DATA_LOSS: retention deleted records the query never read; waiting will not
-    bring them back) unless that verdict is also accepted."""
+    unless that verdict is also accepted. Default: DATA_LOSS (retention deleted records the
+    query never read; waiting will not bring them back) and STOPPED (records wait and the
+    query is not running: waiting will not start it), except that STOPPED never fails a wait
+    on a scheduled job (``options.runs_every`` declared, or a job whose history looks like
+    runs): between runs, waiting for the next one is the point."""
 
     kind: ClassVar[str] = "health"
     location: str
@@ -92,11 +97,19 @@ class HealthCondition:
         result = check(session, self.location, self.options)
         health = result.verdict.health
         payload = result.to_dict()
-        if health in self.fail_fast and health not in self.accept:
+        between_runs = health is Health.STOPPED and self._scheduled(result)
+        if health in self.fail_fast and health not in self.accept and not between_runs:
             return Probe(False, breach_message(result), payload, failed=True)
         if health in self.accept:
             return Probe(True, f"{self.location}: {health.value}: {result.verdict.reason}", payload)
         return Probe(False, breach_message(result), payload)
+
+    def _scheduled(self, result: CheckResult) -> bool:
+        """A declared scheduled job, or one whose history looks like runs."""
+        if self.options.runs_every is not None:
+            return True
+        schedule = result.report.schedule if result.report is not None else None
+        return schedule is not None and schedule.scheduled
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -8,15 +8,23 @@ also the order of severity, and the first one that fires is the verdict:
 1. DATA_LOSS - a committed offset is below the log start (records deleted before being read).
 2. REWIND    - committed offsets went backwards in the window and did not recover, or a
                committed offset is beyond the log end (topic recreated or truncated?).
-3. STOPPED   - lag above `allowed_lag` and no commit for longer than `max_commit_age_seconds`,
-               or (with at least `min_window` batches) idle for longer than the window spans.
+3. STOPPED   - lag above `allowed_lag` and no commit for longer than `max_commit_age_seconds`;
+               without that threshold: a scheduled job (`runs_every` declared) had no run for
+               longer than its period plus grace while records waited that long, and any other
+               job did not plan a batch for several of its own busy-batch intervals (at least
+               `STOPPED_MIN_IDLE_SECONDS`) while records waited that long.
 4. STALLED   - the in-flight batch is older than `max_in_flight_seconds`, or batches keep
-               committing while a lagging partition's offset does not move.
+               committing while a lagging partition's offset does not move although its first
+               unread record is older than the newest batch.
 5. LAGGING   - a lag threshold is breached, or a partition's lag grew at every batch of the
                window.
 
-None fired: OK, unless a topic is missing (UNKNOWN). No committed batch or no Kafka source:
-UNKNOWN, no rule is run.
+A threshold the user set outranks the threshold-free rules: with `max_commit_age_seconds` only
+that age decides STOPPED, and records younger than `max_lag_seconds` are never STOPPED.
+
+None fired: OK, unless a topic is missing (UNKNOWN). Nothing committed yet: the rules run on the
+lag from the query's starting offsets and the verdict says no batch is committed (UNKNOWN when
+none fires). No batch at all or no Kafka source: UNKNOWN, no rule is run.
 """
 
 from __future__ import annotations
@@ -24,12 +32,14 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
+import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
 from airflow_sparklag.lag import LagReport, PartitionLag, json_safe
+from airflow_sparklag.runs import busy_interval
 
 
 class Health(str, Enum):
@@ -121,6 +131,10 @@ _POLICY: dict[Health, _Policy] = {
 # Verdicts that fail a check operator unless told otherwise. UNKNOWN (no batch committed yet,
 # no Kafka source) is not a breach by default: there is nothing to measure.
 DEFAULT_FAIL_ON: tuple[Health, ...] = tuple(h for h in Health if h.is_breach)
+# The threshold-free STOPPED rule: a query with records waiting that has not planned a batch
+# for this many of its own busy-batch intervals, and at least this long, has stopped.
+STOPPED_BUSY_INTERVALS = 5
+STOPPED_MIN_IDLE_SECONDS = 30.0
 # CLI exit codes beyond the verdicts' own (Health.exit_code, 0-3).
 EXIT_CHECK_FAILED = 4  # the check itself failed: bad checkpoint, unreachable storage or Kafka
 EXIT_USAGE = 64  # sysexits EX_USAGE: wrong arguments or configuration
@@ -284,9 +298,28 @@ def _window_times(report: LagReport, thresholds: Thresholds) -> list[float]:
 
 
 def _commit_age(report: LagReport, now: float) -> float | None:
+    """Seconds since the last commit; before the first one, since the first batch was planned."""
     if report.committed_at is not None:
         return max(0.0, now - report.committed_at)
+    if report.committed_batch_id is None and report.in_flight is not None:
+        started = report.in_flight.started_at
+        return None if started is None else max(0.0, now - started)
     return report.commit_age_seconds
+
+
+def _last_activity(report: LagReport, thresholds: Thresholds) -> float | None:
+    """The newest sign of life: a batch start, the last commit or the in-flight plan."""
+    times = _window_times(report, thresholds)
+    flight = report.in_flight.started_at if report.in_flight else None
+    candidates = (times[-1] if times else None, report.committed_at, flight)
+    known = [t for t in candidates if t is not None]
+    return max(known) if known else None
+
+
+def _oldest_waiting(parts: Iterable[PartitionLag]) -> float | None:
+    """Age of the oldest first-unread record among ``parts``; None when none is known."""
+    known = [p.lag_seconds for p in parts if p.lag_seconds is not None]
+    return max(known) if known else None
 
 
 # -- rules, in order -----------------------------------------------------------------------------
@@ -328,54 +361,144 @@ def rule_rewind(report: LagReport, thresholds: Thresholds, now: float) -> RuleRe
 def rule_stopped(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
     """Lag above allowed_lag and the query stopped committing.
 
-    Either the explicit `max_commit_age_seconds` is exceeded, or, with at least `min_window`
-    batches, the time since the last activity (batch start, commit or in-flight plan) is longer
-    than the window spans (Burrow's rule). A lone old commit never decides by the ratio.
+    The user's `max_commit_age_seconds`, when set, alone decides. Otherwise records younger
+    than a `max_lag_seconds` the user set are fresh enough (not STOPPED); a declared scheduled
+    job is judged by its schedule (`_stopped_schedule`), any other job by its own pace
+    (`_stopped_idle`).
     """
     lagging = _lagging(report, thresholds)
     if not lagging:
         return None
-    refs = _refs(lagging)
-    age = _commit_age(report, now)
-    limit = thresholds.max_commit_age_seconds
-    if limit is not None and age is not None and age > limit:
-        return RuleResult(
-            Health.STOPPED,
-            "stopped",
-            f"no commit for {age:.0f} s (> {limit:g} s) while {report.total_lag} record(s) wait",
-            refs,
-        )
-    times = _window_times(report, thresholds)
-    if len(times) < thresholds.min_window:
+    if thresholds.max_commit_age_seconds is not None:
+        return _stopped_commit_age(report, thresholds.max_commit_age_seconds, now, lagging)
+    fresh_limit = thresholds.max_lag_seconds
+    if fresh_limit is not None and all(
+        p.lag_seconds is not None and p.lag_seconds <= fresh_limit for p in lagging
+    ):
         return None
-    span = times[-1] - times[0]
-    last_activity = max(
-        t
-        for t in (
-            times[-1],
-            report.committed_at,
-            report.in_flight.started_at if report.in_flight else None,
-        )
-        if t is not None
+    schedule = report.schedule
+    if schedule is not None and schedule.runs_every is not None:
+        return _stopped_schedule(report, thresholds, now, lagging)
+    return _stopped_idle(report, thresholds, now, lagging)
+
+
+def _stopped_commit_age(
+    report: LagReport, limit: float, now: float, lagging: list[PartitionLag]
+) -> RuleResult | None:
+    age = _commit_age(report, now)
+    if age is None or age <= limit:
+        return None
+    return RuleResult(
+        Health.STOPPED,
+        "stopped",
+        f"no commit for {age:.0f} s (> {limit:g} s) while {report.total_lag} record(s) wait",
+        _refs(lagging),
     )
-    idle = now - last_activity
-    if span > 0 and idle > span:
-        return RuleResult(
-            Health.STOPPED,
-            "stopped",
-            f"idle for {idle:.0f} s, longer than the last {len(times)} batches took "
-            f"({span:.0f} s), while {report.total_lag} record(s) wait",
-            refs,
+
+
+def _stopped_schedule(
+    report: LagReport, thresholds: Thresholds, now: float, lagging: list[PartitionLag]
+) -> RuleResult | None:
+    """Declared scheduled job: no run started within `runs_every` + grace, while records have
+    waited longer than that (a run on an idle topic leaves no batch, so only records that
+    waited a whole period prove a run was missed). Idle between runs is never STOPPED."""
+    schedule = report.schedule
+    assert schedule is not None and schedule.runs_every is not None
+    period = schedule.runs_every + (schedule.grace or 0.0)
+    last = _last_activity(report, thresholds)
+    waited = _oldest_waiting(lagging)
+    if last is None or now - last <= period or waited is None or waited <= period:
+        return None
+    return RuleResult(
+        Health.STOPPED,
+        "stopped_schedule",
+        f"no run for {now - last:.0f} s, longer than its schedule (every "
+        f"{schedule.runs_every:g} s + {schedule.grace or 0:g} s grace), while "
+        f"{report.total_lag} record(s) wait, the oldest for {waited:.0f} s",
+        _refs(lagging),
+    )
+
+
+def _stopped_idle(
+    report: LagReport, thresholds: Thresholds, now: float, lagging: list[PartitionLag]
+) -> RuleResult | None:
+    """No batch planned for `STOPPED_BUSY_INTERVALS` of the job's usual intervals between
+    batches that read records (at least `STOPPED_MIN_IDLE_SECONDS`; a batch in flight gets
+    longer in proportion to the records it planned), while records waited that long.
+
+    Judged against the busy batches, not the window's span, so idle stretches in the history
+    do not hide a stopped bursty job; needs `min_window` batches, so a lone commit never
+    decides; needs the waiting records' age, so a record that arrived a moment ago after a
+    quiet spell is not mistaken for a stopped query.
+    """
+    pace = _idle_limit(report, thresholds)
+    last = _last_activity(report, thresholds)
+    if pace is None or last is None:
+        return None
+    busy, limit = pace
+    idle = now - last
+    waited = _oldest_waiting(lagging)
+    if idle <= limit or waited is None or waited <= limit:
+        return None
+    reason = (
+        f"no batch for {idle:.0f} s while {report.total_lag} record(s) wait (the oldest for "
+        f"{waited:.0f} s): more than {STOPPED_BUSY_INTERVALS} times the {busy:.1f} s it "
+        "usually takes between batches"
+    )
+    if report.schedule is not None and report.schedule.looks_scheduled:
+        reason += (
+            "; the job looks scheduled (runs of batches with records waiting between them): "
+            "declare runs_every (--runs-every) to judge it by its schedule"
         )
-    return None
+    return RuleResult(Health.STOPPED, "stopped_idle", reason, _refs(lagging))
+
+
+def _idle_limit(report: LagReport, thresholds: Thresholds) -> tuple[float, float] | None:
+    """(busy-batch interval, idle limit) of the threshold-free STOPPED rule; None when the
+    window holds fewer than `min_window` timed batches or no interval of a busy batch."""
+    busy = busy_interval(report.history[-thresholds.window :])
+    if len(_window_times(report, thresholds)) < thresholds.min_window or not busy:
+        return None
+    scaled = STOPPED_BUSY_INTERVALS * busy * _in_flight_scale(report)
+    return busy, max(STOPPED_MIN_IDLE_SECONDS, scaled)
+
+
+def _in_flight_scale(report: LagReport) -> float:
+    """How much longer than a usual batch the in-flight one may take: the records it planned
+    over the usual records of a busy batch (a first batch after an outage reads a backlog)."""
+    flight = report.in_flight
+    usual = [h.records for h in report.history if h.records]
+    if flight is None or not usual or flight.planned_records <= 0:
+        return 1.0
+    return max(1.0, flight.planned_records / statistics.median(usual))
+
+
+def needs_record_ages(report: LagReport, thresholds: Thresholds, now: float) -> bool:
+    """Would a STOPPED rule decide if the waiting records' age were known? (A check then reads
+    their timestamps: the estimate cannot date records that arrived after a quiet spell.)"""
+    lagging = _lagging(report, thresholds)
+    if not lagging or all(p.lag_seconds is not None for p in lagging):
+        return False
+    if thresholds.max_commit_age_seconds is not None:
+        return False
+    last = _last_activity(report, thresholds)
+    if last is None:
+        return False
+    schedule = report.schedule
+    if schedule is not None and schedule.runs_every is not None:
+        return now - last > schedule.runs_every + (schedule.grace or 0.0)
+    pace = _idle_limit(report, thresholds)
+    return pace is not None and now - last > pace[1]
 
 
 def rule_stalled(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
     """A batch runs too long, or batches commit while a lagging partition does not move.
 
-    The second check needs `min_window` batches with the same offset. In exact time-lag mode it
-    also needs the first unread record to be older than the newest batch (else the data may
-    simply have arrived after it).
+    The second check needs `min_window` batches with the same offset and the first unread
+    record known to be older than the newest batch: a record that arrived after the newest
+    batch was planned is simply waiting for the next one (a quiet partition of a busy topic).
+    Without a rate limit the estimate always places it after that batch, so in estimate mode
+    only a record timestamp (exact mode) can show a partition stuck.
     """
     flight = report.in_flight
     limit = thresholds.max_in_flight_seconds
@@ -394,11 +517,7 @@ def rule_stalled(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
         offsets = _window_offsets(p, thresholds)
         if len(offsets) < thresholds.min_window or len(set(offsets)) != 1:
             continue
-        if (
-            report.time_lag_mode == "exact"
-            and newest is not None
-            and (p.lag_seconds is None or p.lag_seconds <= now - newest)
-        ):
+        if newest is None or p.lag_seconds is None or p.lag_seconds <= now - newest:
             continue  # the unread records may be younger than the newest batch
         stuck.append(p)
     if not stuck:
@@ -414,14 +533,13 @@ def rule_stalled(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
 
 
 def _lag_samples(p: PartitionLag, thresholds: Thresholds) -> list[int]:
-    """Lag at the planning of each batch in the window, then the live lag.
+    """Lag at the planning of each batch in the window (the caller adds the live lag).
 
     Without maxOffsetsPerTrigger Spark plans up to the log end, so offsets/N - offsets/N-1 is
     exactly the backlog when batch N started; with a rate limit it is a lower bound.
     """
     history = p.offset_history[-(thresholds.window + 1) :]
-    samples = [b - a for a, b in itertools.pairwise(history) if a is not None and b is not None]
-    return [*samples, p.lag]
+    return [b - a for a, b in itertools.pairwise(history) if a is not None and b is not None]
 
 
 def rule_lagging(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
@@ -463,10 +581,11 @@ def rule_lagging(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
     growing = []
     for p in _lagging(report, thresholds):
         samples = _lag_samples(p, thresholds)
-        # min_window batches give min_window - 1 backlog samples, plus the live one.
+        # At least min_window backlog samples besides the live lag: with fewer (a job keeping
+        # only 2 or 3 batches) a steady stream "grows" by chance at one poll in six.
         if len(samples) < thresholds.min_window:
             continue
-        if all(b > a for a, b in itertools.pairwise(samples)):
+        if all(b > a for a, b in itertools.pairwise([*samples, p.lag])):
             growing.append(p)
     if growing:
         refs = _refs(growing)
@@ -496,14 +615,22 @@ def evaluate(
     """
     thresholds = thresholds or Thresholds()
     now = report.generated_at if now is None else now
-    if report.committed_batch_id is None:
+    if report.committed_batch_id is None and report.in_flight is None:
         return HealthVerdict(Health.UNKNOWN, "no committed batch yet", "no_commit")
     if not report.kafka_sources:
         return HealthVerdict(Health.UNKNOWN, "the query has no Kafka source", "no_kafka_source")
     findings = tuple(r for r in (rule(report, thresholds, now) for rule in RULES) if r)
+    pending = _first_batch_pending(report, now)
     if findings:
         first = findings[0]
-        return HealthVerdict(first.health, first.reason, first.rule, first.partitions, findings)
+        reason = first.reason if pending is None else f"{first.reason} ({pending})"
+        return HealthVerdict(first.health, reason, first.rule, first.partitions, findings)
+    if pending is not None:
+        return HealthVerdict(
+            Health.UNKNOWN,
+            f"{pending}; lag {report.total_lag} record(s) from the offsets it started at",
+            "no_commit",
+        )
     if report.missing_topics:
         return HealthVerdict(
             Health.UNKNOWN,
@@ -511,3 +638,12 @@ def evaluate(
             "topic_missing",
         )
     return HealthVerdict(Health.OK, f"lag {report.total_lag} record(s)", "ok")
+
+
+def _first_batch_pending(report: LagReport, now: float) -> str | None:
+    """ "the query has not committed a batch yet (...)" while its first batch is in flight."""
+    flight = report.in_flight
+    if report.committed_batch_id is not None or flight is None:
+        return None
+    running = "" if flight.started_at is None else f" for {max(0.0, now - flight.started_at):.0f} s"
+    return f"the query has not committed a batch yet: batch {flight.batch_id} in flight{running}"

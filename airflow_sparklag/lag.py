@@ -2,7 +2,12 @@
 
 `compute_lag()` is pure: a `CheckpointState` (what the job processed and planned) plus a
 `KafkaSnapshot` (what the log holds) give a `LagReport`. Every report class is a frozen dataclass
-whose `to_dict()` survives `json.dumps` (XCom, `--json`).
+whose `to_dict()` survives `json.dumps` (XCom, `--json`). One instant serves the whole report:
+the snapshot's `fetched_at`, unless the caller gives `now`.
+
+Lag in records is an offset difference: on transactional topics the commit/abort markers and the
+records of aborted transactions occupy offsets too, so a consumer reads fewer records than the
+lag says (the report's `notes` say so and show the last stable offset).
 """
 
 from __future__ import annotations
@@ -10,12 +15,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparklag.timelag import OffsetTimeTable, history_points, table_for
+from airflow_sparklag.runs import Schedule, schedule_of
+from airflow_sparklag.timelag import OffsetTimeTable, RecordAge, history_points, table_for
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
@@ -52,11 +57,13 @@ class _ToDict:
 class PartitionLag(_ToDict):
     """Lag of one partition for one source.
 
-    `lag` counts records still to read: reference offset - committed offset, where the reference
+    `lag` counts offsets still to read: reference offset - committed offset, where the reference
     is the last stable offset under read_committed and the log end otherwise; never negative
     (`ahead_of_log` flags a committed offset beyond the log end instead). For a partition that
     Kafka has and the checkpoint lacks (`new_partition`) Spark will read from the log start, so
-    the lag is counted from there.
+    the lag is counted from there. Before the query's first commit (`start_offset` set,
+    `committed_offset` None) it is counted from the offset the query started at.
+    `last_stable_offset` is shown whenever Kafka was asked for it.
 
     >>> p = PartitionLag("orders", 0, committed_offset=90, planned_offset=None,
     ...                  log_start_offset=0, log_end_offset=100, last_stable_offset=None,
@@ -81,6 +88,8 @@ class PartitionLag(_ToDict):
     ahead_of_log: bool = False
     # Committed offset at each batch of LagReport.history (oldest first); None where absent.
     offset_history: tuple[int | None, ...] = ()
+    start_offset: int | None = None  # before the first commit: where the query started
+    lag_seconds_unknown: str | None = None  # why lag_seconds is None, when it is
 
 
 @dataclass(frozen=True)
@@ -133,10 +142,15 @@ class InFlightBatch(_ToDict):
 
 @dataclass(frozen=True)
 class HistoryBatch(_ToDict):
-    """A retained committed batch: the x-axis of PartitionLag.offset_history."""
+    """A retained committed batch: the x-axis of PartitionLag.offset_history.
+
+    `records` is how many offsets (all Kafka partitions of all sources) the batch read, counted
+    from the batch before it in the history; None for the oldest one.
+    """
 
     batch_id: int
     timestamp_ms: int | None
+    records: int | None = None
 
 
 @dataclass(frozen=True)
@@ -179,6 +193,10 @@ class LagReport(_ToDict):
     # offsets then trail the log end at each batch time and cannot date records, so estimate
     # mode reports lag_seconds as unknown. Exact mode is unaffected.
     rate_limited: bool = False
+    # What a reader of the numbers must know (transactional topics, no commit yet, ...).
+    notes: tuple[str, ...] = ()
+    # Scheduled jobs (runs_every declared, or history that looks like runs): the last run.
+    schedule: Schedule | None = None
 
     @property
     def kafka_sources(self) -> tuple[SourceLag, ...]:
@@ -304,15 +322,16 @@ def _reference_ends(
 
 class _TimeTables:
     """Offset -> time tables, built only for partitions that lag (a caught-up partition needs
-    none), from history points collected once per job."""
+    none), from history points collected once per job: the committed batches, the in-flight
+    batch (its planned offsets were the log end when it was planned) and the live log end."""
 
     def __init__(
         self,
-        series: Sequence[BatchOffsets],
+        observed: Sequence[BatchOffsets],
         ref_ends: Mapping[str, Mapping[int, int]],
         fetched_at_ms: float,
     ) -> None:
-        self._series = series
+        self._observed = observed
         self._ref_ends = ref_ends
         self._fetched_at_ms = fetched_at_ms
         self._points: dict[tuple[str, int], list[tuple[int, float]]] | None = None
@@ -322,12 +341,16 @@ class _TimeTables:
         table = self._tables.get((topic, partition))
         if table is None:
             if self._points is None:
-                self._points = history_points(self._series)
+                self._points = history_points(self._observed)
             live = self._ref_ends.get(topic, {}).get(partition)
             points = self._points.get((topic, partition), ())
             table = table_for(points, live, self._fetched_at_ms)
             self._tables[(topic, partition)] = table
         return table
+
+
+RATE_LIMITED = "batches look capped by maxOffsetsPerTrigger: the history cannot date records"
+NO_TIMESTAMP = "the record's timestamp could not be read"
 
 
 @dataclass(frozen=True)
@@ -343,55 +366,71 @@ class LagBasis:
     rate_limited: bool
     time_tables: _TimeTables
 
-    def lag_seconds(self, topic: str, partition: int, position: int, lag: int) -> float | None:
-        """How old the first unread record is; None when unknown."""
+    def record_age(self, topic: str, partition: int, position: int, lag: int) -> RecordAge:
+        """How old the first unread record is (``seconds`` None, with the reason, if unknown)."""
         if lag == 0:
-            return 0.0
+            return RecordAge(0.0)
         if self.record_timestamps is not None:
             ts = self.record_timestamps.get((topic, partition))
-            return None if ts is None else max(0.0, (self.now_ms - ts) / 1000.0)
+            if ts is None:
+                return RecordAge(None, unknown=NO_TIMESTAMP)
+            return RecordAge(max(0.0, (self.now_ms - ts) / 1000.0))
         if self.rate_limited:
-            return None  # the history cannot date records under a rate limit
-        return self.time_tables.table(topic, partition).lag_seconds(position, self.now_ms)
+            return RecordAge(None, unknown=RATE_LIMITED)
+        return self.time_tables.table(topic, partition).record_age(position, self.now_ms)
 
 
-def partition_lag(
-    basis: LagBasis,
-    topic: str,
-    partition: int,
-    committed_offset: int | None,
-    planned_offset: int | None,
-    history: tuple[int | None, ...],
-) -> PartitionLag:
-    """Lag of one partition: its committed offset (None = new partition) against the log."""
+@dataclass(frozen=True)
+class Position:
+    """Where one partition of one source stands: committed, or started (first batch pending)."""
+
+    committed: int | None
+    planned: int | None
+    history: tuple[int | None, ...]
+    start: int | None = None
+
+
+def partition_lag(basis: LagBasis, topic: str, partition: int, at: Position) -> PartitionLag:
+    """Lag of one partition: from its committed offset, else the offset the query started at
+    (no commit yet), else the log start (a partition the checkpoint lacks) to the log end."""
     po = basis.snapshot.partitions.get(topic, {}).get(partition)
     if po is None:
         return PartitionLag(
-            topic, partition, committed_offset, planned_offset, None, None, None, 0, None,
+            topic, partition, at.committed, at.planned, None, None, None, 0, None,
             removed_partition=topic not in basis.snapshot.missing_topics,
-            offset_history=history,
+            offset_history=at.history, start_offset=at.start,
         )  # fmt: skip
     ref = basis.ref_ends[topic][partition]
-    new = committed_offset is None
-    position = po.log_start if committed_offset is None else committed_offset
+    new = at.committed is None and at.start is None
+    if at.committed is not None:
+        position = at.committed
+    else:
+        position = po.log_start if at.start is None else at.start
     lag = max(0, ref - position)
     data_loss = not new and position < po.log_start
+    age = basis.record_age(topic, partition, position, lag)
+    seconds = _finite(age.seconds)
     return PartitionLag(
         topic=topic,
         partition=partition,
-        committed_offset=committed_offset,
-        planned_offset=planned_offset,
+        committed_offset=at.committed,
+        planned_offset=at.planned,
         log_start_offset=po.log_start,
         log_end_offset=po.log_end,
-        last_stable_offset=po.last_stable if basis.read_committed else None,
+        last_stable_offset=po.last_stable,
         lag=lag,
-        lag_seconds=_finite(basis.lag_seconds(topic, partition, position, lag)),
+        lag_seconds=seconds,
         new_partition=new,
         data_loss=data_loss,
         records_lost=po.log_start - position if data_loss else 0,
         ahead_of_log=not new and position > po.log_end,
-        offset_history=history,
+        offset_history=at.history,
+        start_offset=at.start,
+        lag_seconds_unknown=(age.unknown or "unknown") if seconds is None else None,
     )
+
+
+Offsets = Mapping[str, Mapping[str, Mapping[int, int]]]  # source id -> topic -> partition -> offset
 
 
 def _topic_lag(
@@ -399,10 +438,15 @@ def _topic_lag(
     source_id: str,
     topic: str,
     stored: Mapping[int, int],
-    planned: Mapping[str, Mapping[str, Mapping[int, int]]],
-    series_offsets: Sequence[Mapping[str, Mapping[str, Mapping[int, int]]]],
+    planned: Offsets,
+    series_offsets: Sequence[Offsets],
+    *,
+    started: bool = False,
 ) -> TopicLag:
-    """Every partition of one topic of one source: those stored and those Kafka has."""
+    """Every partition of one topic of one source: those stored and those Kafka has.
+
+    ``stored`` holds the committed offsets, or with ``started`` the starting offsets of a query
+    that has not committed yet."""
     snapshot = basis.snapshot
     missing = topic in snapshot.missing_topics or topic not in snapshot.partitions
     in_kafka = set() if missing else set(snapshot.partitions[topic])
@@ -414,9 +458,12 @@ def _topic_lag(
             basis,
             topic,
             p,
-            stored.get(p),
-            planned_parts.get(p),
-            tuple(offsets.get(p) for offsets in topic_series),
+            Position(
+                committed=None if started else stored.get(p),
+                planned=planned_parts.get(p),
+                history=tuple(offsets.get(p) for offsets in topic_series),
+                start=stored.get(p) if started else None,
+            ),
         )
         for p in sorted(set(stored) | in_kafka)
     )
@@ -435,19 +482,39 @@ def _topic_lag(
 
 def _source_lags(
     basis: LagBasis,
-    committed: BatchOffsets | None,
-    planned: Mapping[str, Mapping[str, Mapping[int, int]]],
-    series_offsets: Sequence[Mapping[str, Mapping[str, Mapping[int, int]]]],
+    state: CheckpointState,
+    planned: Offsets,
+    series_offsets: Sequence[Offsets],
+    source_starts: Offsets | None,
 ) -> list[SourceLag]:
-    """One SourceLag per source of the committed batch; non-Kafka sources have no topics."""
+    """One SourceLag per source of the committed batch; non-Kafka sources have no topics.
+
+    Before the first commit: the sources of the in-flight batch, measured from the offsets the
+    query started at (``source_starts``; a source whose start is unknown is listed with no
+    topics)."""
+    started = state.committed is None
+    batch = state.in_flight if started else state.committed
+    starts = source_starts or {}
     sources: list[SourceLag] = []
-    for source in committed.sources if committed is not None else ():
+    for source in batch.sources if batch is not None else ():
         if source.kind != "kafka" or source.kafka is None:
             sources.append(SourceLag(source.source_id, source.kind, False, ()))
             continue
+        stored = starts.get(source.source_id) if started else source.kafka
+        if stored is None:  # no commit yet and its starting offsets unknown: not measured
+            sources.append(SourceLag(source.source_id, "kafka", True, ()))
+            continue
         topics = [
-            _topic_lag(basis, source.source_id, topic, source.kafka[topic], planned, series_offsets)
-            for topic in sorted(source.kafka)
+            _topic_lag(
+                basis,
+                source.source_id,
+                topic,
+                stored.get(topic, {}),
+                planned,
+                series_offsets,
+                started=started,
+            )
+            for topic in sorted(set(source.kafka) | set(stored))
         ]
         sources.append(
             SourceLag(source.source_id, "kafka", True, tuple(topics), sum(t.lag for t in topics))
@@ -465,21 +532,25 @@ def _committed_at(state: CheckpointState) -> float | None:
 
 
 def _in_flight(
-    state: CheckpointState, planned: Mapping[str, Mapping[str, Mapping[int, int]]], now: float
+    state: CheckpointState,
+    planned: Offsets,
+    now: float,
+    source_starts: Offsets | None,
 ) -> InFlightBatch | None:
-    """The planned, uncommitted batch, with the records it covers beyond offsets/C."""
+    """The planned, uncommitted batch, with the records it covers beyond offsets/C (beyond the
+    starting offsets when nothing is committed yet)."""
     batch = state.in_flight
     if batch is None:
         return None
     started = batch.modified
     if started is None and batch.batch_timestamp_ms is not None:
         started = batch.batch_timestamp_ms / 1000.0
-    committed_offsets = _kafka_offsets(state.committed)
+    base_offsets = _kafka_offsets(state.committed) if state.committed else (source_starts or {})
     planned_records = 0
     for source_id, topic_parts in planned.items():
         for topic, planned_parts in topic_parts.items():
             for partition, offset in planned_parts.items():
-                base = committed_offsets.get(source_id, {}).get(topic, {}).get(partition)
+                base = base_offsets.get(source_id, {}).get(topic, {}).get(partition)
                 if base is not None and offset > base:
                     planned_records += offset - base
     return InFlightBatch(
@@ -511,40 +582,123 @@ def compute_lag(
     now: float | None = None,
     read_committed: bool = False,
     record_timestamps: Mapping[tuple[str, int], int | None] | None = None,
+    source_starts: Offsets | None = None,
+    runs_every: float | None = None,
+    run_grace: float | None = None,
 ) -> LagReport:
-    """Lag of the query in `state` against the log in `snapshot`.
+    """Lag of the query in `state` against the log in `snapshot`, at `now` (default: the
+    snapshot's `fetched_at`, so every age in the report is measured from one instant).
 
     `record_timestamps` (exact time-lag mode) maps (topic, partition) to the timestamp in ms of
     the record at the committed offset (at the log start for a new partition); without it
     `lag_seconds` is interpolated from the checkpoint's history (`timelag.OffsetTimeTable`).
+    `source_starts` (source id -> topic -> partition -> offset, from `sources/<id>/0`) measures
+    a query whose first batch is in flight from where it started. `runs_every` declares a
+    scheduled job (seconds between runs, `run_grace` after it): the report then has a
+    `schedule` with its last run.
 
     >>> report = compute_lag(state, snapshot, read_committed=True)   # doctest: +SKIP
     >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
     """
-    now = time.time() if now is None else now
-    committed = state.committed
+    now = snapshot.fetched_at if now is None else now
     series = _committed_series(state)
     planned = _kafka_offsets(state.in_flight)
     series_offsets = [_kafka_offsets(b) for b in series]
     job_topics = {
         topic
-        for offsets in (*series_offsets, planned, _kafka_offsets(committed))
+        for offsets in (*series_offsets, planned, _kafka_offsets(state.committed))
         for topics in offsets.values()
         for topic in topics
     }
     ref_ends = _reference_ends(snapshot, job_topics, read_committed)
-    rate_limited = _looks_rate_limited(series_offsets, planned, ref_ends)
+    observed = [*series, state.in_flight] if state.in_flight is not None else series
     basis = LagBasis(
         snapshot=snapshot,
         ref_ends=ref_ends,
         read_committed=read_committed,
         now_ms=now * 1000.0,
         record_timestamps=record_timestamps,
-        rate_limited=rate_limited,
-        time_tables=_TimeTables(series, ref_ends, snapshot.fetched_at * 1000.0),
+        rate_limited=_looks_rate_limited(series_offsets, planned, ref_ends),
+        time_tables=_TimeTables(observed, ref_ends, snapshot.fetched_at * 1000.0),
     )
-    sources = _source_lags(basis, committed, planned, series_offsets)
-    return _report(state, snapshot, basis, series, sources, _in_flight(state, planned, now), now)
+    sources = _source_lags(basis, state, planned, series_offsets, source_starts)
+    in_flight = _in_flight(state, planned, now, source_starts)
+    report = _report(state, snapshot, basis, series, sources, in_flight, now)
+    notes = _notes(report, source_starts is not None)
+    if runs_every is None:
+        return dataclasses.replace(report, notes=notes)
+    schedule = schedule_of(
+        report.history,
+        runs_every=runs_every,
+        grace=run_grace,
+        in_flight=None if in_flight is None else (in_flight.batch_id, in_flight.started_at),
+        committed_at=report.committed_at,
+    )
+    return dataclasses.replace(report, notes=notes, schedule=schedule)
+
+
+def _history(series: Sequence[BatchOffsets]) -> tuple[HistoryBatch, ...]:
+    """The retained batches, each with the offsets it read beyond the one before it."""
+    batches = []
+    previous: Offsets | None = None
+    for batch in series:
+        offsets = _kafka_offsets(batch)
+        records = None
+        if previous is not None:
+            records = sum(
+                max(0, offset - base)
+                for source_id, topics in offsets.items()
+                for topic, parts in topics.items()
+                for partition, offset in parts.items()
+                if (base := previous.get(source_id, {}).get(topic, {}).get(partition)) is not None
+            )
+        batches.append(HistoryBatch(batch.batch_id, batch.batch_timestamp_ms, records))
+        previous = offsets
+    return tuple(batches)
+
+
+OFFSETS_NOT_RECORDS = (
+    "lag counts offsets, not records: on transactional topics each commit or abort marker and "
+    "every record of an aborted transaction takes an offset, so a consumer reads fewer records "
+    "than the lag says"
+)
+
+
+def _notes(report: LagReport, starts_known: bool) -> tuple[str, ...]:
+    """What a reader of the numbers must know, in the report itself."""
+    notes = []
+    parts = list(report.partitions())
+    open_tx = [
+        p
+        for p in parts
+        if p.last_stable_offset is not None
+        and p.log_end_offset is not None
+        and p.last_stable_offset < p.log_end_offset
+    ]
+    if report.read_committed:
+        notes.append(
+            f"read_committed: lag measured to the last stable offset; {OFFSETS_NOT_RECORDS}"
+        )
+    elif open_tx:
+        notes.append(f"read_uncommitted: lag measured to the high watermark; {OFFSETS_NOT_RECORDS}")
+    if open_tx:
+        shown = ", ".join(
+            f"{p.topic}:{p.partition} {p.last_stable_offset}<{p.log_end_offset}"
+            for p in open_tx[:5]
+        )
+        more = f" (+{len(open_tx) - 5} more)" if len(open_tx) > 5 else ""
+        notes.append(
+            f"open transactions: last stable offset below the high watermark on {shown}{more}"
+        )
+    if report.committed_batch_id is None and report.in_flight is not None:
+        notes.append(
+            f"no batch committed yet: batch {report.in_flight.batch_id} is in flight; lag counted "
+            "from the offsets the query started at"
+            if starts_known
+            else f"no batch committed yet: batch {report.in_flight.batch_id} is in flight and "
+            "the query's starting offsets were not read, so its lag is not measured"
+        )
+    return tuple(notes)
 
 
 def _report(
@@ -571,7 +725,7 @@ def _report(
         commit_age_seconds=None if committed_at is None else max(0.0, now - committed_at),
         in_flight=in_flight,
         sources=tuple(sources),
-        history=tuple(HistoryBatch(b.batch_id, b.batch_timestamp_ms) for b in series),
+        history=_history(series),
         consumption_rate=consumption,
         production_rate=production,
         catch_up_seconds=_catch_up_seconds(total_lag, bool(sources), consumption, production),

@@ -7,16 +7,33 @@ Nothing heavy is imported at module level: DAG files may import this.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparklag.errors import SparkLagError
-from airflow_sparklag.health import Health, HealthVerdict, Thresholds, evaluate
+from airflow_sparklag.errors import SparkLagError, StorageNotFound
+from airflow_sparklag.health import (
+    Health,
+    HealthVerdict,
+    Thresholds,
+    evaluate,
+    needs_record_ages,
+)
 from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
-from airflow_sparklag.lag import LagReport, compute_lag
+from airflow_sparklag.lag import LagReport, Offsets, compute_lag
+from airflow_sparklag.runs import (
+    SCHEDULED_HISTORY,
+    busy_interval,
+    default_grace,
+    last_gap,
+    run_gap,
+    schedule_of,
+)
 from airflow_sparklag.session import Session
 
 if TYPE_CHECKING:
@@ -27,23 +44,45 @@ DEFAULT_HISTORY = 10  # batches of history a check reads (the trend rules' windo
 Progress = Callable[[int, int], None]  # (checkpoints read so far, total)
 
 
+def _period(name: str, value: Any) -> float | None:
+    """A duration in seconds (> 0 for the period, >= 0 for the grace), or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r} (see params.py)")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0 or (name == "runs_every" and seconds == 0):
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return seconds
+
+
 @dataclass(frozen=True)
 class CheckOptions:
-    """How to judge a checkpoint: thresholds, history read, time-lag mode, isolation level.
+    """How to judge a checkpoint: thresholds, history read, time-lag mode, isolation level,
+    and the job's shape.
 
     ``read_committed=None`` means read_uncommitted: Spark does not record the Kafka source's
     isolation level in the checkpoint, so pass True for jobs that read with
     ``kafka.isolation.level=read_committed``. ``exact_time_lag`` reads the record timestamp at
     each committed offset instead of estimating from the checkpoint's history.
 
+    ``runs_every`` (seconds) declares a scheduled job (``Trigger.AvailableNow``/``Once`` started
+    every so often): STOPPED then means "no run within runs_every + ``run_grace``" (default
+    ``runs.default_grace``: max(5 min, 25 % of the period)), never "idle between runs", and the
+    report describes the last run and whether it was complete.
+
     >>> CheckOptions(Thresholds(max_lag_seconds=300), history=5).to_dict()["history"]
     5
+    >>> CheckOptions(runs_every=3600).grace
+    900.0
     """
 
     thresholds: Thresholds = field(default_factory=Thresholds)
     history: int = DEFAULT_HISTORY
     exact_time_lag: bool = False
     read_committed: bool | None = None
+    runs_every: float | None = None
+    run_grace: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.thresholds, Thresholds):
@@ -52,6 +91,24 @@ class CheckOptions:
             raise TypeError(f"history must be a whole number of batches, got {self.history!r}")
         if self.history < 1:
             raise ValueError(f"history must be >= 1 batch, got {self.history}")
+        object.__setattr__(self, "runs_every", _period("runs_every", self.runs_every))
+        object.__setattr__(self, "run_grace", _period("run_grace", self.run_grace))
+        if self.run_grace is not None and self.runs_every is None:
+            raise ValueError("run_grace is the grace of a scheduled job: give runs_every too")
+
+    @property
+    def grace(self) -> float | None:
+        """The grace after ``runs_every``: ``run_grace``, or the documented default."""
+        if self.runs_every is None:
+            return None
+        return self.run_grace if self.run_grace is not None else default_grace(self.runs_every)
+
+    @property
+    def history_to_read(self) -> int:
+        """Batches to read: ``history``, and for a scheduled job enough to see its last run."""
+        if self.runs_every is None:
+            return self.history
+        return max(self.history, SCHEDULED_HISTORY)
 
     @classmethod
     def build(
@@ -60,9 +117,18 @@ class CheckOptions:
         history: int = DEFAULT_HISTORY,
         exact_time_lag: bool = False,
         read_committed: bool | None = None,
+        runs_every: float | None = None,
+        run_grace: float | None = None,
     ) -> CheckOptions:
         """From plain Python values (a dict of thresholds is checked by ``Thresholds``)."""
-        return cls(as_thresholds(thresholds), history, bool(exact_time_lag), read_committed)
+        return cls(
+            as_thresholds(thresholds),
+            history,
+            bool(exact_time_lag),
+            read_committed,
+            runs_every,
+            run_grace,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +136,8 @@ class CheckOptions:
             "history": self.history,
             "exact_time_lag": self.exact_time_lag,
             "read_committed": self.read_committed,
+            "runs_every": self.runs_every,
+            "run_grace": self.run_grace,
         }
 
     @classmethod
@@ -79,6 +147,8 @@ class CheckOptions:
             int(values.get("history", DEFAULT_HISTORY)),
             bool(values.get("exact_time_lag", False)),
             values.get("read_committed"),
+            values.get("runs_every"),
+            values.get("run_grace"),
         )
 
 
@@ -113,32 +183,6 @@ def as_thresholds(value: Thresholds | Mapping[str, Any] | None) -> Thresholds:
     return Thresholds.from_dict(value)
 
 
-def _read_committed(state: CheckpointState, asked: bool | None) -> bool:
-    """The isolation level to measure against.
-
-    An explicit answer wins. Spark writes neither the Kafka source options
-    (`kafka.isolation.level`) nor the reader's conf to the checkpoint (offsets/N keeps only a
-    fixed list of spark.sql.* keys), so None falls back to read_uncommitted, which is also the
-    Kafka source's default. Pass True for jobs that read with read_committed.
-    """
-    return bool(asked)
-
-
-def _kafka_positions(state: CheckpointState) -> dict[str, dict[int, int]]:
-    """topic -> partition -> smallest committed offset over the Kafka sources of the query."""
-    positions: dict[str, dict[int, int]] = {}
-    if state.committed is None:
-        return positions
-    for source in state.committed.sources:
-        if source.kind != "kafka" or source.kafka is None:
-            continue
-        for topic, parts in source.kafka.items():
-            for partition, offset in parts.items():
-                current = positions.setdefault(topic, {}).get(partition)
-                positions[topic][partition] = offset if current is None else min(current, offset)
-    return positions
-
-
 def _topics(state: CheckpointState) -> set[str]:
     topics: set[str] = set()
     for batch in (state.committed, state.in_flight):
@@ -148,20 +192,41 @@ def _topics(state: CheckpointState) -> set[str]:
     return topics
 
 
-def _record_positions(
-    state: CheckpointState, snapshot: KafkaSnapshot, read_committed: bool
-) -> dict[tuple[str, int], int]:
-    """Where exact mode reads a record: the committed offset, or the log start of a new
-    partition. Partitions with no lag or with lost records are skipped (nothing to read)."""
-    positions = _kafka_positions(state)
+def _source_starts(session: Session, state: CheckpointState) -> Offsets | None:
+    """Before the first commit: where each Kafka source of the in-flight batch started
+    (``sources/<id>/0``, never purged), so its lag is counted from there. None otherwise."""
+    from airflow_sparklag.checkpoint import parse_source_start
+    from airflow_sparklag.storage import join
+
+    if state.committed is not None or state.in_flight is None:
+        return None
+    storage = session.storage(state.location)
+    starts: dict[str, Mapping[str, Mapping[int, int]]] = {}
+    for source in state.in_flight.sources:
+        if source.kind != "kafka":
+            continue
+        path = join(state.location, "sources", source.source_id, "0")
+        try:
+            start = parse_source_start(storage.read(path), path, source.source_id)
+        except StorageNotFound:
+            continue  # not written yet (or not kept): the source's lag stays unmeasured
+        if start.kafka is not None:
+            starts[source.source_id] = start.kafka
+    return starts
+
+
+def _record_positions(report: LagReport) -> dict[tuple[str, int], int]:
+    """Where exact mode reads a record: the first unread offset of every lagging partition
+    (committed, else where the query started, else the log start of a new partition).
+    Partitions with lost records are skipped (there is nothing to read there)."""
     wanted: dict[tuple[str, int], int] = {}
-    for topic in positions:
-        for partition, po in snapshot.partitions.get(topic, {}).items():
-            committed = positions[topic].get(partition)
-            position = po.log_start if committed is None else committed
-            ref = po.last_stable if read_committed and po.last_stable is not None else po.log_end
-            if po.log_start <= position < ref:
-                wanted[(topic, partition)] = position
+    for p in report.partitions():
+        if p.lag <= 0 or p.data_loss or p.log_start_offset is None:
+            continue
+        position = p.committed_offset
+        if position is None:
+            position = p.start_offset if p.start_offset is not None else p.log_start_offset
+        wanted[(p.topic, p.partition)] = min(wanted.get((p.topic, p.partition), position), position)
     return wanted
 
 
@@ -187,6 +252,153 @@ def _exact_timestamps(
     return result
 
 
+# Records that waited this long (or 3 busy intervals) before the first batch of a run read them
+# show a scheduled job, not a streaming one that reacts to arrivals.
+WAITED_MIN_SECONDS = 10.0
+
+
+class _Judge:
+    """Reports and verdicts of several checkpoints against ONE Kafka snapshot, at ONE instant."""
+
+    def __init__(
+        self,
+        session: Session,
+        states: Mapping[str, CheckpointState],
+        options: CheckOptions,
+        snapshot: KafkaSnapshot,
+        now: float,
+    ) -> None:
+        self.session = session
+        self.states = states
+        self.options = options
+        self.snapshot = snapshot
+        self.now = now
+        # Spark writes neither the Kafka source options (`kafka.isolation.level`) nor the
+        # reader's conf to the checkpoint, so None falls back to read_uncommitted, which is
+        # also the Kafka source's default: pass True for jobs that read with read_committed.
+        self.isolation = {loc: bool(options.read_committed) for loc in states}
+        self.starts = {loc: _source_starts(session, st) for loc, st in states.items()}
+
+    def report(self, loc: str, stamps: Mapping[tuple[str, int], int | None] | None) -> LagReport:
+        return compute_lag(
+            self.states[loc],
+            self.snapshot,
+            now=self.now,
+            read_committed=self.isolation[loc],
+            record_timestamps=stamps,
+            source_starts=self.starts[loc],
+            runs_every=self.options.runs_every,
+            run_grace=self.options.grace,
+        )
+
+    def dated(self, reports: Mapping[str, LagReport]) -> dict[str, LagReport]:
+        """``reports`` again in exact time-lag mode (record timestamps read, one pass)."""
+        positions = {loc: _record_positions(report) for loc, report in reports.items()}
+        stamps = _exact_timestamps(self.session.kafka, list(positions.values()))
+        return {
+            loc: self.report(loc, {key: stamps.get((*key, off)) for key, off in wanted.items()})
+            for loc, wanted in positions.items()
+        }
+
+    def needs_dating(self, report: LagReport) -> bool:
+        """A seconds threshold, or a STOPPED rule, needs ages the estimate cannot give."""
+        thresholds = self.options.thresholds
+        undated = any(p.lag > 0 and p.lag_seconds is None for p in report.partitions())
+        if undated and thresholds.max_lag_seconds is not None:
+            return True
+        return needs_record_ages(report, thresholds, self.now)
+
+    def run(self) -> dict[str, CheckResult]:
+        reports = {loc: self.report(loc, None) for loc in self.states}
+        if self.snapshot.partitions or self.snapshot.missing_topics:
+            if self.options.exact_time_lag:
+                reports = self.dated(reports)
+            else:
+                undated = {loc: r for loc, r in reports.items() if self.needs_dating(r)}
+                reports.update(self.dated(undated) if undated else {})
+            if self.options.runs_every is not None:
+                reports = {loc: self.with_completeness(r) for loc, r in reports.items()}
+        results = {}
+        for loc, report in reports.items():
+            verdict = evaluate(report, self.options.thresholds, now=self.now)
+            if verdict.rule == "stopped_idle" and self.options.runs_every is None:
+                report, verdict = self.unless_scheduled(report, verdict)
+            results[loc] = CheckResult(report, verdict, loc)
+        return results
+
+    def with_completeness(self, report: LagReport) -> LagReport:
+        """The last run's completeness: its committed offsets against Kafka's offsets as of its
+        start (ListOffsets by timestamp at its first batch's time)."""
+        schedule = report.schedule
+        run = schedule.last_run if schedule is not None else None
+        if schedule is None or run is None or not run.start_known or run.started_at is None:
+            return report
+        if report.committed_batch_id is None or run.first_batch_id > report.committed_batch_id:
+            return report  # nothing of this run committed yet: "not yet", nothing to compare
+        topics = sorted({p.topic for p in report.partitions()} - set(report.missing_topics))
+        try:
+            targets = self.session.kafka.offsets_for_time(topics, int(run.started_at * 1000))
+        except SparkLagError:
+            return report  # a topic went away meanwhile: completeness unknown
+        left = 0
+        for p in report.partitions():
+            target = targets.get(p.topic, {}).get(p.partition)
+            position = p.committed_offset if p.committed_offset is not None else p.log_start_offset
+            if target is not None and position is not None:
+                left += max(0, target - position)
+        done = dataclasses.replace(run, complete=left == 0, records_left=left)
+        return dataclasses.replace(report, schedule=dataclasses.replace(schedule, last_run=done))
+
+    def unless_scheduled(
+        self, report: LagReport, verdict: HealthVerdict
+    ) -> tuple[LagReport, HealthVerdict]:
+        """A job STOPPED by the idle rule whose history looks like runs: did records wait
+        between the runs? Then it looks scheduled, and the verdict says how to declare it."""
+        if not _records_waited_before_last_run(self.session.kafka, report):
+            return report, verdict
+        flight = report.in_flight
+        schedule = schedule_of(
+            report.history,
+            runs_every=None,
+            in_flight=None if flight is None else (flight.batch_id, flight.started_at),
+            committed_at=report.committed_at,
+            looks_scheduled=True,
+        )
+        report = dataclasses.replace(report, schedule=schedule)
+        return report, evaluate(report, self.options.thresholds, now=self.now)
+
+
+def _records_waited_before_last_run(client: KafkaOffsetsClient, report: LagReport) -> bool:
+    """Did the first batch after the newest long pause read records produced well before it
+    (more than ``WAITED_MIN_SECONDS`` or 3 busy intervals)? A streaming query reacts to new
+    records within its trigger; a scheduled one leaves them waiting until the next run."""
+    history = report.history
+    gap = run_gap(history, None)
+    edges = last_gap(history, gap) if gap is not None else None
+    busy = busy_interval(history)
+    if edges is None or busy is None:
+        return False
+    before, after = edges
+    after_ms = history[after].timestamp_ms
+    if after_ms is None:
+        return False
+    margin = max(WAITED_MIN_SECONDS, 3 * busy)
+    ends: dict[tuple[str, int], int] = {}
+    for p in report.partitions():
+        end = p.offset_history[before] if len(p.offset_history) > before else None
+        if end is not None:
+            ends[(p.topic, p.partition)] = end
+    try:
+        waiting = client.offsets_for_time(
+            sorted({topic for topic, _ in ends}), int(after_ms - margin * 1000)
+        )
+    except SparkLagError:
+        return False
+    return any(
+        waiting.get(topic, {}).get(partition, end) > end for (topic, partition), end in ends.items()
+    )
+
+
 def judge_states(
     session: Session,
     states: Mapping[str, CheckpointState],
@@ -194,55 +406,23 @@ def judge_states(
     *,
     now: float | None = None,
 ) -> dict[str, CheckResult]:
-    """One Kafka snapshot for all topics of all states, then a report and verdict each.
+    """One Kafka snapshot for all topics of all states, then a report and verdict each, all
+    measured at one instant (``now``, default the snapshot's fetch time).
 
-    A `max_lag_seconds` threshold is never skipped silently: when the estimate cannot date a
-    lagging job's records (history too short, rate-limited batches), that job's time lag is
-    read exactly (one bounded fetch per lagging partition) before it is judged.
+    The snapshot always includes the last stable offsets: the report shows them beside the log
+    end and notes open transactions. A `max_lag_seconds` threshold is never skipped silently:
+    when the estimate cannot date a lagging job's records (history too short, an idle gap,
+    rate-limited batches), that job's time lag is read exactly (one bounded fetch per lagging
+    partition) before it is judged; so is a job a STOPPED rule would judge by the age of its
+    waiting records. A declared scheduled job's last run is checked for completeness.
     """
-    isolation = {loc: _read_committed(st, options.read_committed) for loc, st in states.items()}
     topics = sorted(set().union(*(_topics(st) for st in states.values())))
     if topics:
-        client = session.kafka
-        snapshot = client.snapshot(topics, read_committed=any(isolation.values()))
+        snapshot = session.kafka.snapshot(topics, read_committed=True)
     else:  # no Kafka source anywhere: nothing to ask the cluster
         snapshot = KafkaSnapshot({}, frozenset(), time.time(), None)
-
-    def exact_stamps(locations: Sequence[str]) -> dict[str, dict[tuple[str, int], Any]]:
-        positions = {
-            loc: _record_positions(states[loc], snapshot, isolation[loc]) for loc in locations
-        }
-        stamps = _exact_timestamps(session.kafka, list(positions.values()))
-        return {
-            loc: {key: stamps.get((*key, offset)) for key, offset in wanted.items()}
-            for loc, wanted in positions.items()
-        }
-
-    def report_for(loc: str, job_stamps: Mapping[tuple[str, int], Any] | None) -> LagReport:
-        return compute_lag(
-            states[loc],
-            snapshot,
-            now=now,
-            read_committed=isolation[loc],
-            record_timestamps=job_stamps,
-        )
-
-    exact = options.exact_time_lag and bool(topics)
-    by_location = exact_stamps(list(states)) if exact else {}
-    reports = {loc: report_for(loc, by_location.get(loc)) for loc in states}
-    if options.thresholds.max_lag_seconds is not None and not exact and topics:
-        undated = [
-            loc
-            for loc, rep in reports.items()
-            if any(p.lag > 0 and p.lag_seconds is None for p in rep.partitions())
-        ]
-        if undated:
-            for loc, job_stamps in exact_stamps(undated).items():
-                reports[loc] = report_for(loc, job_stamps)
-    return {
-        loc: CheckResult(report, evaluate(report, options.thresholds, now=now), loc)
-        for loc, report in reports.items()
-    }
+    at = snapshot.fetched_at if now is None else now
+    return _Judge(session, states, options, snapshot, at).run()
 
 
 def failed_result(location: str, error: SparkLagError) -> CheckResult:
@@ -305,7 +485,7 @@ def check(
     <Health.OK: 'OK'>
     """
     options = options or CheckOptions()
-    state = session.read(location, history=options.history)
+    state = session.read(location, history=options.history_to_read)
     return judge_states(session, {location: state}, options, now=now)[location]
 
 
@@ -330,7 +510,7 @@ def check_many(
     states, failures = read_states(
         session,
         locations,
-        history=options.history,
+        history=options.history_to_read,
         query_id=query_id,
         max_workers=max_workers,
         progress=progress,
@@ -349,6 +529,8 @@ def check_checkpoint(
     history: int = DEFAULT_HISTORY,
     exact_time_lag: bool = False,
     read_committed: bool | None = None,
+    runs_every: float | None = None,
+    run_grace: float | None = None,
     now: float | None = None,
     **session_options: Any,
 ) -> CheckResult:
@@ -358,7 +540,9 @@ def check_checkpoint(
     >>> check_checkpoint("/data/ck/orders", kafka_config={"bootstrap.servers": "k:9092"},
     ...                  thresholds={"max_lag_seconds": 600})      # doctest: +SKIP
     """
-    options = CheckOptions.build(thresholds, history, exact_time_lag, read_committed)
+    options = CheckOptions.build(
+        thresholds, history, exact_time_lag, read_committed, runs_every, run_grace
+    )
     with Session(**session_options) as session:
         return check(session, location, options, now=now)
 
@@ -370,6 +554,8 @@ def check_checkpoints(
     history: int = DEFAULT_HISTORY,
     exact_time_lag: bool = False,
     read_committed: bool | None = None,
+    runs_every: float | None = None,
+    run_grace: float | None = None,
     now: float | None = None,
     max_workers: int = MAX_READERS,
     **session_options: Any,
@@ -381,7 +567,9 @@ def check_checkpoints(
     >>> [r.verdict.health.value for r in results]                                   # doctest: +SKIP
     ['OK', 'LAGGING']
     """
-    options = CheckOptions.build(thresholds, history, exact_time_lag, read_committed)
+    options = CheckOptions.build(
+        thresholds, history, exact_time_lag, read_committed, runs_every, run_grace
+    )
     with Session(**session_options) as session:
         return check_many(session, locations, options, now=now, max_workers=max_workers)
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from airflow_sparklag.health import HealthVerdict
+    from airflow_sparklag.history import HistoryPoint, LagHistory
     from airflow_sparklag.lag import LagReport, PartitionLag
 
 
@@ -39,6 +40,8 @@ def _time_lag(value: float | None, mode: str) -> str:
 
 def flags(partition: PartitionLag) -> str:
     names = []
+    if partition.start_offset is not None:
+        names.append(f"not_committed(started at {partition.start_offset})")
     if partition.new_partition:
         names.append("new_partition")
     if partition.removed_partition:
@@ -51,7 +54,12 @@ def flags(partition: PartitionLag) -> str:
 
 
 def partition_table(report: LagReport) -> str:
-    """One row per Kafka partition of every Kafka source."""
+    """One row per Kafka partition of every Kafka source.
+
+    ``log_end`` is the high watermark; ``lso`` the last stable offset beside it (``-`` when
+    Kafka was not asked). ``lag`` runs to the LSO under read_committed, to the log end
+    otherwise, and counts offsets: transaction markers and aborted records included.
+    """
     header = (
         "source",
         "topic",
@@ -59,6 +67,7 @@ def partition_table(report: LagReport) -> str:
         "committed",
         "planned",
         "log_end",
+        "lso",
         "log_start",
         "lag",
         "lag_time",
@@ -77,7 +86,8 @@ def partition_table(report: LagReport) -> str:
                         str(p.partition),
                         _num(p.committed_offset),
                         _num(p.planned_offset),
-                        _num(p.last_stable_offset if report.read_committed else p.log_end_offset),
+                        _num(p.log_end_offset),
+                        _num(p.last_stable_offset),
                         _num(p.log_start_offset),
                         str(p.lag),
                         _time_lag(p.lag_seconds, report.time_lag_mode),
@@ -96,7 +106,9 @@ def summary_lines(report: LagReport) -> list[str]:
         f"checkpoint  {report.location}",
         f"query id    {report.query_id or 'unknown'}",
         f"committed   batch {_num(report.committed_batch_id)}, "
-        f"{_secs(report.commit_age_seconds)} ago",
+        f"{_secs(report.commit_age_seconds)} ago"
+        if report.committed_batch_id is not None
+        else "committed   nothing yet",
     ]
     if report.in_flight is not None:
         lines.append(
@@ -111,11 +123,11 @@ def summary_lines(report: LagReport) -> list[str]:
         f"{report.max_lag_topic or '-'}/{_num(report.max_lag_partition)}), time lag "
         f"{_time_lag(report.max_lag_seconds, report.time_lag_mode)} ({report.time_lag_mode})"
     )
-    if report.rate_limited and report.time_lag_mode == "estimate":
-        lines.append(
-            "note        batches look capped by a rate limit (maxOffsetsPerTrigger): the "
-            "checkpoint cannot date the waiting records; --exact reads their timestamps"
-        )
+    unknown = _time_lag_unknown(report)
+    if unknown:
+        lines.append(f"time lag    unknown: {unknown}; --exact reads the records' timestamps")
+    lines += [f"note        {note}" for note in report.notes]
+    lines += _schedule_lines(report)
     if report.consumption_rate is not None:
         catch_up = (
             _secs(report.catch_up_seconds) if report.catch_up_seconds is not None else "unknown"
@@ -125,6 +137,53 @@ def summary_lines(report: LagReport) -> list[str]:
         )
     if report.missing_topics:
         lines.append(f"missing     topics not in Kafka: {', '.join(report.missing_topics)}")
+    return lines
+
+
+def _time_lag_unknown(report: LagReport) -> str:
+    """Why the worst lagging partition's time lag is unknown (estimate mode), if it is."""
+    if report.time_lag_mode != "estimate":
+        return ""
+    undated = [p for p in report.partitions() if p.lag > 0 and p.lag_seconds is None]
+    if not undated:
+        return ""
+    worst = max(undated, key=lambda p: p.lag)
+    return f"{worst.lag_seconds_unknown or 'cannot tell'} ({worst.topic}:{worst.partition})"
+
+
+def _when(epoch: float | None) -> str:
+    import datetime
+
+    if epoch is None:
+        return "unknown"
+    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _schedule_lines(report: LagReport) -> list[str]:
+    schedule = report.schedule
+    if schedule is None:
+        return []
+    if schedule.runs_every is not None:
+        shape = f"every {_secs(schedule.runs_every)} (+{_secs(schedule.grace)} grace)"
+    else:
+        shape = "looks scheduled (runs with records waiting between them): declare --runs-every"
+    lines = [f"schedule    {shape}, {schedule.runs_seen} run(s) in the history read"]
+    run = schedule.last_run
+    if run is None:
+        return lines
+    if run.in_progress:
+        state = "in progress"
+    elif run.complete is None:
+        state = "completeness unknown" if run.start_known else "started before the history read"
+    elif run.complete:
+        state = "complete"
+    else:
+        state = f"INCOMPLETE: {run.records_left} record(s) produced before it were left behind"
+    lines.append(
+        f"last run    batches {run.first_batch_id}..{run.last_batch_id} ({run.batches}), "
+        f"started {_when(run.started_at)}, ended {_when(run.ended_at)}: {state}"
+    )
     return lines
 
 
@@ -156,3 +215,64 @@ def breach_summary(report: LagReport, verdict: HealthVerdict, limit: int = 10) -
         f"{report.location}: {verdict.health.value}: {verdict.reason}. Total lag "
         f"{report.total_lag}. " + "; ".join(parts)
     )
+
+
+def _utc(time_ms: int) -> str:
+    import datetime
+
+    moment = datetime.datetime.fromtimestamp(time_ms / 1000.0, tz=datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _history_seconds(point: HistoryPoint) -> str:
+    known = [p for p in point.partitions if p.lag_seconds is not None]
+    if not known:
+        floors = [p.lag_seconds_min for p in point.partitions if p.lag_seconds_min is not None]
+        return f">= {_secs(max(floors))}" if floors else "unknown"
+    worst = max(known, key=lambda p: p.lag_seconds or 0.0)
+    if worst.lag_seconds == 0:
+        return "0.0s"
+    bracket = f"{seconds_text(worst.lag_seconds_min)}..{seconds_text(worst.lag_seconds_max)}"
+    return f"~{_secs(worst.lag_seconds or 0.0)} ({bracket})"
+
+
+def history_table(history: LagHistory, *, max_partitions: int = 4) -> str:
+    """``sparklag history``: one row per point (batch or now), worst lags per partition,
+    then why some numbers are unknown and what the reconstruction assumes."""
+    batch_ids = [p.batch_id for p in history.points if p.batch_id is not None]
+    span = f"batches {batch_ids[0]} .. {batch_ids[-1]}" if batch_ids else "no batch"
+    lines = [
+        f"checkpoint  {history.location}",
+        f"points      {len(history.points)} ({span}); {history.kafka_calls} Kafka "
+        "ListOffsets-by-time calls",
+    ]
+    if history.unknown:
+        lines.append(f"unknown     {history.unknown}")
+    rows = [("time (UTC)", "batch", "kind", "lag", "lag time (bracket)", "partitions (lag)")]
+    reasons: dict[str, int] = {}
+    for point in history.points:
+        ranked = sorted(point.partitions, key=lambda p: -1 if p.lag is None else -p.lag)
+        cells = [f"{p.topic}-{p.partition}={_num(p.lag)}" for p in ranked[:max_partitions]]
+        if len(ranked) > max_partitions:
+            cells.append(f"+{len(ranked) - max_partitions} more")
+        for part in point.partitions:
+            if part.unknown:
+                reasons[part.unknown] = reasons.get(part.unknown, 0) + 1
+        rows.append(
+            (
+                _utc(point.time_ms),
+                _num(point.batch_id),
+                point.kind,
+                "?" if point.total_lag is None else str(point.total_lag),
+                _history_seconds(point),
+                " ".join(cells),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines.append("")
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    if reasons:
+        lines += ["", "unknown because:"]
+        lines += [f"  - {reason} ({count}x)" for reason, count in reasons.items()]
+    lines += ["", "approximate:"] + [f"  - {text}" for text in history.approximations]
+    return "\n".join(lines)

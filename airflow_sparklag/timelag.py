@@ -1,21 +1,59 @@
 """Offset -> time interpolation for one partition, built from the checkpoint's own history.
 
-Each committed `offsets/N` says: at `batchTimestampMs` the partition's log end was at least the
-stored offset (Spark planned up to there, so those records existed). The live Kafka snapshot adds
-one exact point: (log end, fetched_at). Between two points the time at which an offset became the
-log end is interpolated linearly. Unlike kafka-lag-exporter's table we never extrapolate: an
-offset older than the oldest point has an UNKNOWN time (None), not an "astronomical" one.
+Each committed `offsets/N` says: at `batchTimestampMs` the partition's log end was the stored
+offset (without maxOffsetsPerTrigger Spark plans up to the log end). The in-flight batch adds
+one more such point and the live Kafka snapshot one exact point: (log end, fetched_at). Between
+two points the time at which an offset became the log end is interpolated linearly. Unlike
+kafka-lag-exporter's table we never extrapolate: an offset older than the oldest point has an
+UNKNOWN time (None), not an "astronomical" one.
+
+The age of a waiting record (`OffsetTimeTable.record_age`) is pinned between two observations:
+the record at offset `o` did not exist when the log end was last seen at or below `o`, and it
+existed when the log end was first seen above `o`. Those two times bound its production time;
+when they are further apart than `MAX_UNCERTAINTY_SECONDS` (or `MAX_UNCERTAINTY_RATIO` of the
+age), for example across an idle period followed by a burst, the records could have been
+produced at any moment of the gap and the age is UNKNOWN rather than a guess that can be 100x
+too high.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import BatchOffsets
+
+# An age is reported only when the record's production time is known to within the larger of
+# these (else it is unknown): the estimate is then within 2 s or 10 % of the record's own age.
+MAX_UNCERTAINTY_SECONDS = 2.0
+MAX_UNCERTAINTY_RATIO = 0.1
+
+# Why an age is unknown (RecordAge.unknown).
+NO_POINTS = "no batch with a time in the history"
+OLDER_THAN_HISTORY = "the record is older than the oldest batch read"
+NOT_PRODUCED = "no record at this offset yet"
+IN_A_GAP = "produced at an unknown moment of a {gap:.0f} s gap between two observations"
+
+
+@dataclass(frozen=True)
+class RecordAge:
+    """How old the record at an offset is, as far as the table can tell (seconds).
+
+    ``seconds`` is None when the table cannot tell, and ``unknown`` says why. The bounds are
+    set whenever the record lies between two observations, even when the gap between them is
+    too wide for an estimate (``min_seconds`` is then still a safe lower bound).
+
+    >>> OffsetTimeTable([(100, 1_000), (200, 2_000)]).record_age(149, 3_000).seconds
+    1.5
+    """
+
+    seconds: float | None
+    min_seconds: float | None = None
+    max_seconds: float | None = None
+    unknown: str | None = None
 
 
 @dataclass(frozen=True)
@@ -111,12 +149,35 @@ class OffsetTimeTable:
         end = max(hit.first_ms, start)
         return start + (offset - low.offset) * (end - start) / span
 
-    def lag_seconds(self, offset: int, now_ms: float) -> float | None:
-        """Seconds since `offset` was the log end (>= 0), or None when unknown."""
-        reached = self.lookup(offset)
-        if reached is None:
-            return None
-        return max(0.0, (now_ms - reached) / 1000.0)
+    def record_age(self, offset: int, now_ms: float) -> RecordAge:
+        """Age at ``now_ms`` of the record AT ``offset`` (the first unread one of a consumer
+        whose next offset is ``offset``).
+
+        The record was produced after the last time the log end was seen at or below
+        ``offset`` and by the first time it was seen above it; linear interpolation between
+        the two places it (it is the ``offset + 1``-th record of that stretch). Too wide a
+        stretch for the tolerance (see the module docstring) gives an unknown age, with the
+        bounds still set.
+        """
+        levels = self.levels
+        if not levels:
+            return RecordAge(None, unknown=NO_POINTS)
+        offsets = [lv.offset for lv in levels]
+        i = bisect_right(offsets, offset)  # levels[i - 1].offset <= offset < levels[i].offset
+        if i == 0:
+            return RecordAge(None, unknown=OLDER_THAN_HISTORY)
+        if i == len(levels):
+            return RecordAge(None, unknown=NOT_PRODUCED)
+        low, high = levels[i - 1], levels[i]
+        start = low.last_ms
+        end = max(high.first_ms, start)  # an end before the start only after a rewind: clamp
+        produced = start + (offset + 1 - low.offset) * (end - start) / (high.offset - low.offset)
+        youngest = max(0.0, (now_ms - end) / 1000.0)
+        oldest = max(0.0, (now_ms - start) / 1000.0)
+        gap = (end - start) / 1000.0
+        if gap > max(MAX_UNCERTAINTY_SECONDS, MAX_UNCERTAINTY_RATIO * youngest):
+            return RecordAge(None, youngest, oldest, IN_A_GAP.format(gap=gap))
+        return RecordAge(max(0.0, (now_ms - produced) / 1000.0), youngest, oldest)
 
 
 def tables_from_history(

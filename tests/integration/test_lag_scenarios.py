@@ -207,17 +207,19 @@ def test_exact_time_lag_is_the_age_of_the_first_unread_record(many, kafka):
             assert p.lag_seconds == pytest.approx(expected, abs=1e-3)
     assert report.max_lag_seconds == max(p.lag_seconds for p in report.partitions())
 
-    # Estimate mode: the committed offset's time is the first batch that reached it (Spark
-    # planned up to the log end then), an upper bound of the true age of the first unread record.
+    # Estimate mode: the first unread record was written after the batch that reached the
+    # committed offset and before the live fetch. A number only when that pins it down to within
+    # 2 s / 10 % of its age (and then it is that close to the truth); else unknown, with why.
     estimate = check(kafka, many["ck"]).report
     assert estimate.time_lag_mode == "estimate"
-    times = [h.timestamp_ms for h in estimate.history]
     for p in estimate.partitions():
         if p.lag == 0:
             continue
-        reached = times[p.offset_history.index(p.committed_offset)] / 1000.0
-        assert estimate.generated_at - p.lag_seconds == pytest.approx(reached, abs=1e-3)
-        assert truth[(p.topic, p.partition)] / 1000.0 >= reached - 0.001
+        age = estimate.generated_at - truth[(p.topic, p.partition)] / 1000.0
+        if p.lag_seconds is None:
+            assert p.lag_seconds_unknown, p
+        else:
+            assert abs(p.lag_seconds - age) <= max(2.0, 0.1 * age), (p, age)
 
 
 def test_stopped_query_is_stopped_past_commit_age(many, kafka):

@@ -123,3 +123,26 @@ def test_thresholds_refuse_text() -> None:
     ]:
         with pytest.raises(ValueError, match=f"threshold {field} must be a number, got str"):
             Thresholds.from_dict(values)
+
+
+# -- before the first commit -------------------------------------------------------------------
+
+
+def test_first_batch_in_flight_says_nothing_is_committed_yet() -> None:
+    r = report(part(4000), committed=False, in_flight_age=20.0)
+    verdict = evaluate(r, Thresholds())
+    assert (verdict.health, verdict.rule) == (Health.UNKNOWN, "no_commit")
+    assert "has not committed a batch yet" in verdict.reason
+    assert "in flight for 20 s" in verdict.reason
+    assert "lag 4000 record(s) from the offsets it started at" in verdict.reason
+
+
+def test_first_batch_in_flight_is_judged_by_the_thresholds() -> None:
+    r = report(part(4000), committed=False, in_flight_age=20.0)
+    verdict = evaluate(r, Thresholds(max_lag_records_total=1000))
+    assert verdict.health is Health.LAGGING
+    assert verdict.reason.endswith(
+        "(the query has not committed a batch yet: batch 1 in flight for 20 s)"
+    )
+    stalled = evaluate(r, Thresholds(max_in_flight_seconds=10))
+    assert stalled.health is Health.STALLED and "not committed" in stalled.reason

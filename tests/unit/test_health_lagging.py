@@ -54,15 +54,18 @@ def test_thresholds(case: str, parts: list, limits: dict, fires: bool, offending
 
 TREND_CASES = [
     # id, offset history, live lag, allowed_lag, fires
-    # backlog samples: differences of consecutive offsets, then the live lag
+    # backlog samples: differences of consecutive offsets (min_window of them), then the live lag
     ("growing at every batch", (0, 10, 30, 60), 40, 0, True),  # 10, 20, 30, 40
     ("growing, then flat live lag", (0, 10, 30, 60), 30, 0, False),  # 10, 20, 30, 30
     ("shrinking", (0, 40, 70, 90), 10, 0, False),  # 40, 30, 20, 10
     ("one dip in the middle", (0, 10, 30, 40, 70), 40, 0, False),  # 10, 20, 10, 30, 40
-    ("too few batches", (0, 10), 40, 0, False),  # 10, 40: fewer than min_window samples
-    ("just enough batches", (0, 10, 30), 40, 0, True),  # 10, 20, 40
-    ("growing but within allowed_lag", (0, 1, 3), 4, 4, False),
-    ("growing, live lag one over allowed_lag", (0, 1, 3), 5, 4, True),
+    ("too few batches", (0, 10), 40, 0, False),  # 10, then 40
+    # A job that keeps 3 batches (minBatchesToRetain=2): 2 backlog samples and the live lag
+    # "grow" by chance at one poll in six on a steady stream; min_window samples are needed.
+    ("two backlog samples are too few", (0, 10, 30), 40, 0, False),  # 10, 20, then 40
+    ("just enough batches", (0, 10, 30, 60), 40, 0, True),  # 10, 20, 30, then 40
+    ("growing but within allowed_lag", (0, 1, 3, 6), 4, 4, False),
+    ("growing, live lag one over allowed_lag", (0, 1, 3, 6), 5, 4, True),
 ]
 
 

@@ -10,6 +10,7 @@ from airflow_sparklag.lag import (
     SourceLag,
     TopicLag,
 )
+from airflow_sparklag.runs import Schedule
 
 NOW = 1_700_000_000.0
 
@@ -52,9 +53,13 @@ def report(
     missing_topics: tuple[str, ...] = (),
     committed: bool = True,
     kafka: bool = True,
+    batch_records: tuple[int | None, ...] | None = None,
+    in_flight_records: int = 0,
+    schedule: Schedule | None = None,
 ) -> LagReport:
     """A report at NOW. `batch_ages` are seconds before NOW of each retained batch, oldest first;
-    the commit time defaults to the newest batch."""
+    the commit time defaults to the newest batch. `batch_records` are the records each batch
+    read (default: 10 for every batch but the oldest, which has no batch before it)."""
     topics: dict[str, list[PartitionLag]] = {}
     for p in parts:
         topics.setdefault(p.topic, []).append(p)
@@ -67,12 +72,17 @@ def report(
         if kafka
         else (SourceLag("0", "other", False, ()),)
     )
-    history = tuple(HistoryBatch(i, int((NOW - age) * 1000)) for i, age in enumerate(batch_ages))
+    if batch_records is None:
+        batch_records = (None,) + (10,) * (len(batch_ages) - 1)
+    history = tuple(
+        HistoryBatch(i, int((NOW - age) * 1000), records)
+        for i, (age, records) in enumerate(zip(batch_ages, batch_records, strict=True))
+    )
     commit_age = batch_ages[-1] if committed_at_age is None else committed_at_age
     in_flight = (
         None
         if in_flight_age is None
-        else InFlightBatch(len(batch_ages), NOW - in_flight_age, in_flight_age, 0)
+        else InFlightBatch(len(batch_ages), NOW - in_flight_age, in_flight_age, in_flight_records)
     )
     total = sum(p.lag for p in parts)
     return LagReport(
@@ -99,4 +109,5 @@ def report(
         max_lag_topic=None,
         max_lag_partition=None,
         max_lag_seconds=None,
+        schedule=schedule,
     )

@@ -220,14 +220,49 @@ def test_no_committed_batch() -> None:
 
 def test_lag_seconds_interpolated_from_history() -> None:
     history = [
-        batch(0, {"t": {0: 100}}, NOW - 100),
-        batch(1, {"t": {0: 200}}, NOW - 50),
+        batch(0, {"t": {0: 100}}, NOW - 3),
+        batch(1, {"t": {0: 200}}, NOW - 2),
     ]
     report = compute_lag(state(history), snapshot({"t": {0: (0, 300)}}), now=NOW)
-    # committed 200 was the log end at NOW-50
-    assert only_partition(report).lag_seconds == pytest.approx(50.0)
+    # The record at 200 was written after NOW-2 (the log end was 200 then) and before NOW (the
+    # log end is 300 now): the 1st of those 100 records, so at NOW-1.98.
+    p = only_partition(report)
+    assert p.lag_seconds == pytest.approx(1.98)
+    assert p.lag_seconds_unknown is None
     assert report.time_lag_mode == "estimate"
-    assert report.max_lag_seconds == pytest.approx(50.0)
+    assert report.max_lag_seconds == pytest.approx(1.98)
+
+
+def test_in_flight_batch_dates_records_too() -> None:
+    # Committed 200 at NOW-60; batch 2 planned up to 250 at NOW-59.5: the record at 200 was
+    # written within those 0.5 s, although the live log end is a minute later.
+    history = [batch(0, {"t": {0: 100}}, NOW - 61), batch(1, {"t": {0: 200}}, NOW - 60)]
+    running = batch(2, {"t": {0: 250}}, NOW - 59.5)
+    report = compute_lag(state(history, in_flight=running), snapshot({"t": {0: (0, 300)}}), now=NOW)
+    assert only_partition(report).lag_seconds == pytest.approx(59.99, abs=0.01)
+
+
+def test_idle_then_burst_is_unknown_not_the_idle_time() -> None:
+    # Committed 200 at NOW-1000, then nothing, then 3,000 records: they were written at an
+    # unknown moment of those 1,000 s. Never report "1,000 s" for records seconds old.
+    history = [batch(0, {"t": {0: 100}}, NOW - 1001), batch(1, {"t": {0: 200}}, NOW - 1000)]
+    report = compute_lag(state(history), snapshot({"t": {0: (0, 3200)}}), now=NOW)
+    p = only_partition(report)
+    assert p.lag == 3000 and p.lag_seconds is None
+    assert "1000 s gap" in (p.lag_seconds_unknown or "")
+    assert report.max_lag_seconds is None
+
+
+def test_one_instant_for_the_whole_report() -> None:
+    history = [batch(0, {"t": {0: 90}}, NOW - 100)]
+    report = compute_lag(
+        state(history, commit_modified=NOW - 30),
+        snapshot({"t": {0: (0, 100)}}, fetched_at=NOW - 5),
+        record_timestamps={("t", 0): int((NOW - 45) * 1000)},
+    )
+    assert report.generated_at == NOW - 5 == report.kafka_fetched_at
+    assert report.commit_age_seconds == pytest.approx(25.0)
+    assert only_partition(report).lag_seconds == pytest.approx(40.0)
 
 
 def test_lag_seconds_zero_when_no_lag_even_if_log_end_is_old() -> None:
@@ -412,7 +447,88 @@ def test_in_flight_batch_counts_as_an_observed_batch() -> None:
     ],
 )
 def test_not_rate_limited(offsets: list[int], log_end: int) -> None:
-    history = [batch(i, {"t": {0: o}}, NOW - 10 + i) for i, o in enumerate(offsets)]
+    times = [NOW - 1.5 * (len(offsets) - i) for i in range(len(offsets))]  # 1.5 s apart
+    pairs = enumerate(zip(offsets, times, strict=True))
+    history = [batch(i, {"t": {0: o}}, t) for i, (o, t) in pairs]
     report = compute_lag(state(history), snapshot({"t": {0: (0, log_end)}}), now=NOW)
     assert not report.rate_limited
     assert only_partition(report).lag_seconds is not None
+
+
+# -- before the first commit: lag from the starting offsets -------------------------------------
+
+
+def test_first_batch_in_flight_counts_from_the_starting_offsets() -> None:
+    # A new query started at 0/0, batch 0 planned up to 2000/2000, 4000 records wait in all.
+    first = batch(0, {"t": {0: 2000, 1: 2000}}, NOW - 5, modified=NOW - 5)
+    st = state([], in_flight=first)
+    snap = snapshot({"t": {0: (0, 2000), 1: (0, 2000)}})
+    report = compute_lag(st, snap, now=NOW, source_starts={"0": {"t": {0: 0, 1: 0}}})
+    assert report.committed_batch_id is None
+    assert report.total_lag == 4000
+    p = only_partition(report)
+    assert (p.committed_offset, p.start_offset, p.planned_offset) == (None, 0, 2000)
+    assert not p.new_partition and p.lag == 2000
+    assert report.in_flight is not None and report.in_flight.planned_records == 4000
+    assert any("no batch committed yet" in note for note in report.notes)
+    assert_json_safe(report)
+
+
+def test_first_batch_in_flight_without_starting_offsets_is_not_measured() -> None:
+    st = state([], in_flight=batch(0, {"t": {0: 2000}}, NOW - 5))
+    report = compute_lag(st, snapshot({"t": {0: (0, 2000)}}), now=NOW)
+    assert [(s.source_id, s.is_kafka, s.topics) for s in report.sources] == [("0", True, ())]
+    assert any("starting offsets were not read" in note for note in report.notes)
+
+
+# -- what the numbers mean ------------------------------------------------------------------------
+
+
+def test_read_committed_report_says_lag_counts_offsets() -> None:
+    st = state([batch(0, {"t": {0: 95}}, NOW - 10)])
+    report = compute_lag(st, snapshot({"t": {0: (0, 100, 100)}}), now=NOW, read_committed=True)
+    (note,) = report.notes
+    assert note.startswith("read_committed") and "marker" in note
+    assert assert_json_safe(report)["notes"] == [note]
+
+
+def test_open_transaction_is_noted_with_the_last_stable_offset() -> None:
+    st = state([batch(0, {"t": {0: 90}}, NOW - 10)])
+    report = compute_lag(st, snapshot({"t": {0: (0, 100, 95)}}), now=NOW)
+    p = only_partition(report)
+    assert (p.last_stable_offset, p.log_end_offset, p.lag) == (95, 100, 10)
+    assert report.notes[0].startswith("read_uncommitted: lag measured to the high watermark")
+    assert report.notes[1] == (
+        "open transactions: last stable offset below the high watermark on t:0 95<100"
+    )
+
+
+def test_no_note_without_transactions() -> None:
+    st = state([batch(0, {"t": {0: 90}}, NOW - 10)])
+    assert compute_lag(st, snapshot({"t": {0: (0, 100, 100)}}), now=NOW).notes == ()
+
+
+def test_history_counts_the_records_each_batch_read() -> None:
+    history = [
+        batch(3, {"t": {0: 10, 1: 0}}, NOW - 30),
+        batch(4, {"t": {0: 20, 1: 5}}, NOW - 20),
+        batch(5, {"t": {0: 20, 1: 5}}, NOW - 10),
+    ]
+    report = compute_lag(state(history), snapshot({"t": {0: (0, 20), 1: (0, 5)}}), now=NOW)
+    assert [(h.batch_id, h.records) for h in report.history] == [(3, None), (4, 15), (5, 0)]
+
+
+def test_declared_schedule_is_in_the_report() -> None:
+    history = [
+        batch(0, {"t": {0: 10}}, NOW - 7200),
+        batch(1, {"t": {0: 20}}, NOW - 7199),
+        batch(2, {"t": {0: 30}}, NOW - 3600),
+    ]
+    report = compute_lag(state(history), snapshot({"t": {0: (0, 40)}}), now=NOW, runs_every=3600)
+    assert report.schedule is not None
+    assert (report.schedule.runs_every, report.schedule.grace) == (3600, 900)
+    assert report.schedule.runs_seen == 2
+    run = report.schedule.last_run
+    assert run is not None and (run.first_batch_id, run.batches) == (2, 1)
+    assert assert_json_safe(report)["schedule"]["last_run"]["first_batch_id"] == 2
+    assert compute_lag(state(history), snapshot({"t": {0: (0, 40)}}), now=NOW).schedule is None

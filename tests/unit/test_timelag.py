@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from airflow_sparklag.timelag import OffsetTimeTable, tables_from_history
+from airflow_sparklag.timelag import MAX_UNCERTAINTY_SECONDS, OffsetTimeTable, tables_from_history
 
 # -- lookup ------------------------------------------------------------------------------------
 
@@ -15,7 +15,7 @@ from airflow_sparklag.timelag import OffsetTimeTable, tables_from_history
 def test_empty_table_knows_nothing() -> None:
     table = OffsetTimeTable()
     assert table.lookup(0) is None
-    assert table.lag_seconds(0, 1_000) is None
+    assert table.record_age(0, 1_000).seconds is None
     assert len(table) == 0
 
 
@@ -103,19 +103,78 @@ def test_add_invalidates_cached_levels() -> None:
     assert table.lookup(150) == pytest.approx(1_500)
 
 
+# -- record_age: the age of the first unread record -------------------------------------------
+
+# A job planning every second: the log end was 100 at t=1 s, 200 at t=2 s, 300 at t=3 s.
+STEADY = [(100, 1_000), (200, 2_000), (300, 3_000)]
+
+
 @pytest.mark.parametrize(
-    ("offset", "now_ms", "expected"),
+    ("case", "points", "offset", "now_ms", "seconds", "bounds", "unknown"),
     [
-        (200, 2_000, 0.0),  # the offset is the log end right now
-        (150, 2_000, 0.5),
-        (100, 11_000, 10.0),
-        (100, 500, 0.0),  # clock skew: never negative
-        (50, 2_000, None),  # unknown stays unknown
+        # The record AT offset 100 is the first written after the log end left 100: between
+        # t=1 s and t=2 s, the 1st of those 100 records, so at ~1.01 s.
+        ("at a level: the next record", STEADY, 100, 4_000, 2.99, (2.0, 3.0), None),
+        ("inside a segment", STEADY, 149, 4_000, 2.5, (2.0, 3.0), None),
+        ("last record before a level", STEADY, 199, 4_000, 2.0, (2.0, 3.0), None),
+        ("against the live point", STEADY, 250, 3_000, 0.49, (0.0, 1.0), None),
+        ("never negative (clock skew)", STEADY, 150, 500, 0.0, (0.0, 0.0), None),
+        # Idle 16 min, then a burst: the log end sat at 300 until t=3 s and is 3,300 at
+        # t=963 s (now). The 3,000 records came at an unknown moment of that gap: no number,
+        # where the old table said ~16 min for records 10 s old.
+        ("idle gap then a burst", [*STEADY, (3_300, 963_000)], 300, 963_000, None, (0.0, 960.0),
+         "gap"),
+        # A wide gap is fine when it is small next to the age: 5 s of uncertainty at >= 100 s.
+        ("a gap within 10 % of the age", [(0, 0), (100, 5_000)], 50, 105_000, 102.45,
+         (100.0, 105.0), None),
+        ("a gap over 10 % of the age", [(0, 0), (100, 5_000)], 50, 40_000, None, (35.0, 40.0),
+         "gap"),
+        ("older than the oldest point", STEADY, 99, 4_000, None, None, "older than"),
+        ("not produced yet", STEADY, 300, 4_000, None, None, "no record"),
+        ("empty table", [], 0, 4_000, None, None, "no batch"),
     ],
-)
-def test_lag_seconds(offset: int, now_ms: float, expected: float | None) -> None:
-    table = OffsetTimeTable([(100, 1_000), (200, 2_000)])
-    assert table.lag_seconds(offset, now_ms) == expected
+)  # fmt: skip
+def test_record_age(
+    case: str,
+    points: list[tuple[int, float]],
+    offset: int,
+    now_ms: float,
+    seconds: float | None,
+    bounds: tuple[float, float] | None,
+    unknown: str | None,
+) -> None:
+    age = OffsetTimeTable(points).record_age(offset, now_ms)
+    if seconds is None:
+        assert age.seconds is None
+    else:
+        assert age.seconds == pytest.approx(seconds, abs=0.01)
+    if bounds is None:
+        assert age.min_seconds is None and age.max_seconds is None
+    else:
+        assert (age.min_seconds, age.max_seconds) == pytest.approx(bounds)
+    if unknown is None:
+        assert age.unknown is None
+    else:
+        assert age.unknown is not None and unknown in age.unknown
+
+
+def test_record_age_never_leaves_its_bounds() -> None:
+    # Whatever the offset, a known age lies between the two observations that bound it, so it
+    # is never more than their distance (at most MAX_UNCERTAINTY_SECONDS here) above the truth.
+    table = OffsetTimeTable([(0, 0), (10, 1_000), (10, 1_500), (50, 3_000), (51, 4_000)])
+    for offset in range(0, 51):
+        age = table.record_age(offset, 5_000)
+        assert age.seconds is not None, offset
+        assert age.min_seconds is not None and age.max_seconds is not None
+        assert age.min_seconds <= age.seconds <= age.max_seconds
+        assert age.max_seconds - age.min_seconds <= MAX_UNCERTAINTY_SECONDS
+
+
+def test_record_ages_fall_with_the_offset() -> None:
+    table = OffsetTimeTable([(0, 0), (10, 100), (10, 500), (50, 600), (51, 1_000)])
+    ages = [table.record_age(o, 2_000).seconds for o in range(0, 51)]
+    assert all(a is not None for a in ages)
+    assert ages == sorted(ages, reverse=True)  # type: ignore[type-var]
 
 
 def test_large_offsets_keep_precision() -> None:

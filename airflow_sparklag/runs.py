@@ -1,0 +1,238 @@
+"""Runs of a scheduled job, found in the checkpoint's own batch history.
+
+Many Airflow users run "streaming" queries as scheduled jobs: ``Trigger.AvailableNow`` (or
+``Once``) started every hour or day; the query processes what is there and exits. Nothing in the
+checkpoint says so, but its batches come in RUNS: batches close together, then a long gap. For
+such a job "idle" is normal between runs, and records waiting between runs are expected.
+
+Pure functions of the retained batches (a batch is anything with ``batch_id``, ``timestamp_ms``
+and ``records``, e.g. ``lag.HistoryBatch``); whether each run was complete needs Kafka and is
+filled in by ``monitor``:
+
+>>> from airflow_sparklag.lag import HistoryBatch
+>>> history = [HistoryBatch(i, t * 1000, 10) for i, t in enumerate([0, 1, 2, 3600, 3601])]
+>>> schedule = schedule_of(history, runs_every=3600)
+>>> schedule.runs_seen, schedule.last_run.first_batch_id, schedule.last_run.batches
+(2, 3, 2)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = [
+    "DEFAULT_GRACE_RATIO",
+    "MIN_DEFAULT_GRACE_SECONDS",
+    "SCHEDULED_HISTORY",
+    "Run",
+    "Schedule",
+    "busy_interval",
+    "default_grace",
+    "last_gap",
+    "run_gap",
+    "schedule_of",
+    "split_runs",
+]
+
+# Grace after `runs_every` before a declared job that has records waiting counts as STOPPED:
+# the larger of 5 minutes and a quarter of the period (scheduler delay, cluster start-up).
+DEFAULT_GRACE_RATIO = 0.25
+MIN_DEFAULT_GRACE_SECONDS = 300.0
+# Batches a check of a declared scheduled job reads, to see its last run whole (Spark keeps
+# 100 by default; each batch file is read once per reader, then cached).
+SCHEDULED_HISTORY = 100
+# Declared job: a pause longer than this share of the period separates two runs.
+RUN_SPLIT_RATIO = 0.5
+# Undeclared: a pause between batches is a gap between runs when it is longer than this many
+# of the job's usual intervals between batches that read records, and at least this long.
+GAP_BUSY_INTERVALS = 5
+MIN_GAP_SECONDS = 10.0
+
+
+class _Batch(Protocol):
+    @property
+    def batch_id(self) -> int: ...
+
+    @property
+    def timestamp_ms(self) -> int | None: ...
+
+    @property
+    def records(self) -> int | None: ...
+
+
+def default_grace(runs_every: float) -> float:
+    """The grace a declared job gets when none is given (see ``DEFAULT_GRACE_RATIO``)."""
+    return max(MIN_DEFAULT_GRACE_SECONDS, DEFAULT_GRACE_RATIO * runs_every)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run: consecutive batches with no gap between them longer than the run gap.
+
+    ``complete`` (set by a check that asked Kafka): the run's last committed offsets reached,
+    on every partition, the first offset produced at or after the run's start (ListOffsets by
+    timestamp at ``started_at``); ``records_left`` counts the offsets produced before the run
+    started that it did not process (so far, while ``in_progress``: a run that died mid-batch
+    also leaves a planned batch behind). None when not asked, when nothing of the run is
+    committed yet, or when its start is not in the history read (``start_known`` False).
+    """
+
+    first_batch_id: int
+    last_batch_id: int
+    batches: int
+    started_at: float | None  # epoch seconds: the first batch's batchTimestampMs
+    last_batch_at: float | None  # epoch seconds: the last batch's batchTimestampMs
+    ended_at: float | None  # when its last batch was committed, if that is known
+    start_known: bool  # False: the oldest batch read is in the run, which may be longer
+    in_progress: bool  # a batch of this run is planned and not committed yet
+    complete: bool | None = None
+    records_left: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The job's shape as a scheduled job.
+
+    ``runs_every`` and ``grace`` are set when the job was declared scheduled; an undeclared job
+    gets a ``Schedule`` only when its history looks like runs AND records waited between them
+    (``looks_scheduled``), which a check finds out from Kafka.
+    """
+
+    runs_every: float | None
+    grace: float | None
+    looks_scheduled: bool
+    runs_seen: int  # runs in the history read
+    last_run: Run | None
+
+    @property
+    def declared(self) -> bool:
+        return self.runs_every is not None
+
+    @property
+    def scheduled(self) -> bool:
+        """Declared, or looks like it: idling between runs is expected."""
+        return self.declared or self.looks_scheduled
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runs_every": self.runs_every,
+            "grace": self.grace,
+            "looks_scheduled": self.looks_scheduled,
+            "runs_seen": self.runs_seen,
+            "last_run": None if self.last_run is None else self.last_run.to_dict(),
+        }
+
+
+def _seconds(batch: _Batch) -> float | None:
+    return None if batch.timestamp_ms is None else batch.timestamp_ms / 1000.0
+
+
+def busy_interval(history: Sequence[_Batch]) -> float | None:
+    """The job's usual time between batches when it has records to read: the median of the
+    intervals that END at a batch which read records (idle gaps are a minority of them in any
+    but a scheduled job, whose every interval is a gap). None without such an interval."""
+    intervals = []
+    for prev, cur in itertools.pairwise(history):
+        t0, t1 = _seconds(prev), _seconds(cur)
+        if cur.records and t0 is not None and t1 is not None:
+            intervals.append(t1 - t0)
+    return statistics.median(intervals) if intervals else None
+
+
+def run_gap(history: Sequence[_Batch], runs_every: float | None) -> float | None:
+    """How long a pause between two batches must be to separate two runs."""
+    if runs_every is not None:
+        return RUN_SPLIT_RATIO * runs_every
+    busy = busy_interval(history)
+    return None if busy is None else max(MIN_GAP_SECONDS, GAP_BUSY_INTERVALS * busy)
+
+
+def split_runs(history: Sequence[_Batch], gap: float) -> list[tuple[int, int]]:
+    """Index ranges (first, last), oldest first, of the runs: a pause longer than ``gap``
+    between two timed batches starts a new run."""
+    if not history:
+        return []
+    runs: list[tuple[int, int]] = []
+    first = 0
+    for i in range(1, len(history)):
+        t0, t1 = _seconds(history[i - 1]), _seconds(history[i])
+        if t0 is not None and t1 is not None and t1 - t0 > gap:
+            runs.append((first, i - 1))
+            first = i
+    runs.append((first, len(history) - 1))
+    return runs
+
+
+def last_gap(history: Sequence[_Batch], gap: float) -> tuple[int, int] | None:
+    """Indexes (before, after) of the newest pause longer than ``gap``, or None."""
+    runs = split_runs(history, gap)
+    if len(runs) < 2:
+        return None
+    return runs[-2][1], runs[-1][0]
+
+
+def schedule_of(
+    history: Sequence[_Batch],
+    *,
+    runs_every: float | None,
+    grace: float | None = None,
+    in_flight: tuple[int, float | None] | None = None,
+    committed_at: float | None = None,
+    looks_scheduled: bool = False,
+) -> Schedule:
+    """The runs in ``history`` (committed batches, oldest first) and the last one.
+
+    ``in_flight`` is (batch id, start time) of a planned, uncommitted batch: part of the last
+    run when it started within the run gap of it, else the first batch of a new run.
+    """
+    if runs_every is not None and grace is None:
+        grace = default_grace(runs_every)
+    gap = run_gap(history, runs_every)
+    if not history:
+        ranges: list[tuple[int, int]] = []
+    else:
+        ranges = split_runs(history, gap) if gap is not None else [(0, len(history) - 1)]
+    last: Run | None = None
+    if ranges:
+        first, end = ranges[-1]
+        last = Run(
+            first_batch_id=history[first].batch_id,
+            last_batch_id=history[end].batch_id,
+            batches=end - first + 1,
+            started_at=_seconds(history[first]),
+            last_batch_at=_seconds(history[end]),
+            ended_at=committed_at,
+            start_known=first > 0 or history[first].batch_id == 0,
+            in_progress=False,
+        )
+    runs_seen = len(ranges)
+    if in_flight is not None:
+        batch_id, started = in_flight
+        if last is not None and _joins(last, started, gap):
+            last = dataclasses.replace(
+                last,
+                last_batch_id=batch_id,
+                batches=last.batches + 1,
+                last_batch_at=started if started is not None else last.last_batch_at,
+                ended_at=None,
+                in_progress=True,
+            )
+        else:
+            last = Run(batch_id, batch_id, 1, started, started, None, True, True)
+            runs_seen += 1
+    return Schedule(runs_every, grace, looks_scheduled, runs_seen, last)
+
+
+def _joins(last: Run, started: float | None, gap: float | None) -> bool:
+    """Does a batch planned at ``started`` continue ``last``? (Unknown times: assume so.)"""
+    if gap is None or started is None or last.last_batch_at is None:
+        return True
+    return started - last.last_batch_at <= gap

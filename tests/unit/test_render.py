@@ -1,0 +1,51 @@
+"""render: what the CLI prints beside the numbers (LSO, notes, unknown time lag, last run)."""
+
+from __future__ import annotations
+
+from test_lag import NOW, batch, snapshot, state
+
+from airflow_sparklag.health import evaluate
+from airflow_sparklag.lag import compute_lag
+from airflow_sparklag.render import partition_table, render
+
+
+def rows(table: str) -> list[dict[str, str]]:
+    header, *lines = table.splitlines()
+    return [dict(zip(header.split(), line.split(), strict=False)) for line in lines]
+
+
+def test_log_end_and_last_stable_offset_side_by_side() -> None:
+    st = state([batch(0, {"t": {0: 90}}, NOW - 10)])
+    report = compute_lag(st, snapshot({"t": {0: (0, 100, 95)}}), now=NOW, read_committed=True)
+    (row,) = rows(partition_table(report))
+    assert (row["log_end"], row["lso"], row["lag"]) == ("100", "95", "5")
+    text = render(report, evaluate(report))
+    assert "note        read_committed: lag measured to the last stable offset" in text
+    assert "open transactions: last stable offset below the high watermark on t:0 95<100" in text
+
+
+def test_unknown_time_lag_says_why() -> None:
+    history = [batch(0, {"t": {0: 100}}, NOW - 1001), batch(1, {"t": {0: 200}}, NOW - 1000)]
+    report = compute_lag(state(history), snapshot({"t": {0: (0, 3200)}}), now=NOW)
+    text = render(report, evaluate(report))
+    assert "time lag    unknown: produced at an unknown moment of a 1000 s gap" in text
+
+
+def test_first_batch_and_last_run_lines() -> None:
+    first = batch(0, {"t": {0: 2000}}, NOW - 5, modified=NOW - 5)
+    report = compute_lag(
+        state([], in_flight=first),
+        snapshot({"t": {0: (0, 2000)}}),
+        now=NOW,
+        source_starts={"0": {"t": {0: 0}}},
+    )
+    text = render(report, evaluate(report))
+    assert "committed   nothing yet" in text
+    assert "not_committed(started at 0)" in text
+    assert "health      UNKNOWN: the query has not committed a batch yet" in text
+
+    history = [batch(0, {"t": {0: 10}}, NOW - 7200), batch(1, {"t": {0: 20}}, NOW - 3600)]
+    scheduled = compute_lag(state(history), snapshot({"t": {0: (0, 20)}}), now=NOW, runs_every=3600)
+    text = render(scheduled, evaluate(scheduled))
+    assert "schedule    every 60.0m (+15.0m grace), 2 run(s) in the history read" in text
+    assert "last run    batches 1..1 (1), started " in text
