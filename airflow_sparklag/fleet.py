@@ -199,7 +199,7 @@ class FleetChecker:
         return read_states(
             self.session,
             self.locations,
-            history=self.options.history,
+            history=self.options.history_to_read,
             query_id=self.query_ids,
             max_workers=self.max_workers,
             progress=progress,

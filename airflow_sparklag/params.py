@@ -300,13 +300,23 @@ def check_options(
     history: Any = 10,
     exact_time_lag: Any = False,
     read_committed: Any = None,
+    runs_every: Any = None,
+    run_grace: Any = None,
 ) -> Any:
     """``CheckOptions`` from rendered values, each error naming its parameter."""
     from airflow_sparklag.monitor import CheckOptions
 
+    every = optional_duration("runs_every", runs_every)
+    if every is not None and every <= 0:
+        raise invalid("runs_every", f"must be more than 0 seconds, got {_shown(runs_every)}")
+    grace = optional_duration("run_grace", run_grace)
+    if grace is not None and every is None:
+        raise invalid("run_grace", "is the grace of a scheduled job: give runs_every too")
     return CheckOptions(
         thresholds("thresholds", thresholds_value),
         count("history", history, minimum=1),
         boolean("exact_time_lag", exact_time_lag),
         optional_boolean("read_committed", read_committed),
+        every,
+        grace,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -59,6 +60,8 @@ class SparkLagFleetCheckOperator(SparkLagHookMixin, BaseOperator):
         "history",
         "exact_time_lag",
         "read_committed",
+        "runs_every",
+        "run_grace",
     )
     template_fields_renderers = {"thresholds": "json", "locations": "json"}
     ui_color = "#f4e3c1"
@@ -75,6 +78,8 @@ class SparkLagFleetCheckOperator(SparkLagHookMixin, BaseOperator):
         history: int | str = 10,
         exact_time_lag: bool | str = False,
         read_committed: bool | str | None = None,
+        runs_every: float | str | None = None,
+        run_grace: float | str | None = None,
         max_depth: int = 4,
         max_workers: int = 16,
         xcom_results: str = "failing",
@@ -93,6 +98,8 @@ class SparkLagFleetCheckOperator(SparkLagHookMixin, BaseOperator):
         self.history = history
         self.exact_time_lag = exact_time_lag
         self.read_committed = read_committed
+        self.runs_every = runs_every  # every job of this fleet is scheduled this often
+        self.run_grace = run_grace
         self.max_depth = max_depth
         self.max_workers = max_workers
         self.xcom_results = xcom_results
@@ -107,6 +114,8 @@ class SparkLagFleetCheckOperator(SparkLagHookMixin, BaseOperator):
                 history=self.history,
                 exact_time_lag=self.exact_time_lag,
                 read_committed=self.read_committed,
+                runs_every=self.runs_every,
+                run_grace=self.run_grace,
             ),
             "fail_on": fail_on_names(self.fail_on),
             "fail_on_error": params.boolean("fail_on_error", self.fail_on_error),
@@ -134,6 +143,9 @@ class SparkLagFleetCheckOperator(SparkLagHookMixin, BaseOperator):
             raise AirflowException(f"{self.task_id}: the fleet check failed: {scrubbed}") from None
         finally:
             self.close_hook()
+        # A location may hold credentials (s3a://KEY:SECRET@..., refused by the session); it
+        # names its job in XCom, metrics and the failure message: without them.
+        results = [replace(result, location=hook.scrub(result.location)) for result in results]
         if self.emit_metrics:  # one job per checkpoint, named by its location
             for result in results:
                 metrics.emit_result(metrics.location_job(result.location), result.to_dict())

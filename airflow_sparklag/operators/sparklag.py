@@ -25,7 +25,15 @@ if TYPE_CHECKING:
 DEFAULT_FAIL_ON = tuple(h.value for h in _FAIL_ON)
 # Numeric health for dashboards: 0 healthy .. 5 data loss, -1 unknown.
 HEALTH_CODES = {h.value: h.metric_value for h in Health}
-CHECK_FIELDS = ("location", "thresholds", "history", "exact_time_lag", "read_committed")
+CHECK_FIELDS = (
+    "location",
+    "thresholds",
+    "history",
+    "exact_time_lag",
+    "read_committed",
+    "runs_every",
+    "run_grace",
+)
 
 
 def fail_on_names(fail_on: Iterable[str] | str) -> set[str]:
@@ -49,6 +57,8 @@ class _LagCheckBase(SparkLagHookMixin):
         history: int | str = 10,
         exact_time_lag: bool | str = False,
         read_committed: bool | str | None = None,
+        runs_every: float | str | None = None,
+        run_grace: float | str | None = None,
         emit_metrics: bool = True,
         metric_prefix: str = metrics.PREFIX,
         metric_name: str | None = None,
@@ -60,6 +70,8 @@ class _LagCheckBase(SparkLagHookMixin):
         self.history = history
         self.exact_time_lag = exact_time_lag
         self.read_committed = read_committed
+        self.runs_every = runs_every  # a scheduled job: see docs/scheduled-jobs.md
+        self.run_grace = run_grace
         self.emit_metrics = emit_metrics
         self.metric_prefix = metric_prefix
         self.metric_name = metric_name
@@ -70,6 +82,8 @@ class _LagCheckBase(SparkLagHookMixin):
             history=self.history,
             exact_time_lag=self.exact_time_lag,
             read_committed=self.read_committed,
+            runs_every=self.runs_every,
+            run_grace=self.run_grace,
         )
         return params.location("location", self.location), options
 

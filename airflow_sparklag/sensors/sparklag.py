@@ -137,9 +137,12 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
 class SparkLagSensor(_CheckpointSensor):
     """Waits until a Spark query is healthy: its verdict is one of ``accept`` (default ``OK``).
 
-    Fails at once (``AirflowFailException``, a skip with ``soft_fail``) on ``DATA_LOSS``: the
-    query read past records that retention already deleted, and waiting will not bring them
-    back. Pushes the last ``CheckResult.to_dict()`` to XCom.
+    Fails at once (``AirflowFailException``, a skip with ``soft_fail``) on ``DATA_LOSS`` (the
+    query read past records that retention already deleted: waiting will not bring them back)
+    and on ``STOPPED`` (records wait and the query has stopped committing: ``fail_on_stopped``),
+    never on STOPPED for a scheduled job (``runs_every``, see docs/scheduled-jobs.md) or one
+    that looks scheduled. ``fail_fast`` (verdict names) replaces both switches. Pushes the last
+    ``CheckResult.to_dict()`` to XCom.
 
     Example::
 
@@ -163,6 +166,8 @@ class SparkLagSensor(_CheckpointSensor):
         "history",
         "exact_time_lag",
         "read_committed",
+        "runs_every",
+        "run_grace",
     )
     template_fields_renderers = {"thresholds": "json"}
 
@@ -172,20 +177,26 @@ class SparkLagSensor(_CheckpointSensor):
         thresholds: dict[str, Any] | str | None = None,
         accept: Sequence[str] | str = ("OK",),
         fail_on_data_loss: bool = True,
+        fail_on_stopped: bool = True,
         fail_fast: Sequence[str] | str | None = None,
         history: int | str = 10,
         exact_time_lag: bool | str = False,
         read_committed: bool | str | None = None,
+        runs_every: float | str | None = None,
+        run_grace: float | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.thresholds = thresholds
         self.accept = accept
         self.fail_on_data_loss = fail_on_data_loss
+        self.fail_on_stopped = fail_on_stopped
         self.fail_fast = fail_fast
         self.history = history
         self.exact_time_lag = exact_time_lag
         self.read_committed = read_committed
+        self.runs_every = runs_every
+        self.run_grace = run_grace
 
     def condition(self) -> HealthCondition:
         from airflow_sparklag.conditions import HealthCondition
@@ -196,13 +207,18 @@ class SparkLagSensor(_CheckpointSensor):
             history=self.history,
             exact_time_lag=self.exact_time_lag,
             read_committed=self.read_committed,
+            runs_every=self.runs_every,
+            run_grace=self.run_grace,
         )
         accept = params.health_names("accept", self.accept)
         if not accept:
             raise params.invalid("accept", "give at least one verdict to wait for, e.g. OK")
         if self.fail_fast is None:
             on_loss = params.boolean("fail_on_data_loss", self.fail_on_data_loss)
-            fail_fast: tuple[Health, ...] = (Health.DATA_LOSS,) if on_loss else ()
+            on_stop = params.boolean("fail_on_stopped", self.fail_on_stopped)
+            fail_fast: tuple[Health, ...] = (Health.DATA_LOSS,) * on_loss + (
+                Health.STOPPED,
+            ) * on_stop
         else:
             fail_fast = params.health_names("fail_fast", self.fail_fast)
         return HealthCondition(
@@ -223,6 +239,8 @@ class SparkLagSensor(_CheckpointSensor):
             history=options["history"],
             exact_time_lag=options["exact_time_lag"],
             read_committed=options["read_committed"],
+            runs_every=options.get("runs_every"),
+            run_grace=options.get("run_grace"),
             **self._trigger_kwargs(deadline),
         )
 

@@ -34,6 +34,7 @@ from airflow_sparklag.health import Health
 from airflow_sparklag.hooks.sparklag import SparkLagHook
 from airflow_sparklag.monitor import CheckOptions
 from airflow_sparklag.operators import metrics
+from airflow_sparklag.redact import redact_url
 
 
 class _ConditionTrigger(BaseTrigger):
@@ -111,15 +112,17 @@ class _ConditionTrigger(BaseTrigger):
         except Exception as exc:
             if self.metric_name:
                 metrics.emit_failure(self.metric_name, type(exc).__name__)
-            message = hook.scrub(f"{type(exc).__name__}: {exc}")
-            yield self._event("error", f"checking {self.location} failed: {message}")
+            failure = f"checking {redact_url(self.location)} failed: {type(exc).__name__}: {exc}"
+            yield self._event("error", hook.scrub(failure))
         finally:
             await asyncio.to_thread(hook.close)
 
     def _event(
         self, status: str, message: str, payload: dict[str, Any] | None = None
     ) -> TriggerEvent:
-        event: dict[str, Any] = {"status": status, "message": message, "location": self.location}
+        # The location as given may hold credentials (s3a://KEY:SECRET@...): never in an event.
+        location = redact_url(self.location)
+        event: dict[str, Any] = {"status": status, "message": message, "location": location}
         if payload is not None:
             event["payload"] = payload
         return TriggerEvent(event)
@@ -127,7 +130,8 @@ class _ConditionTrigger(BaseTrigger):
 
 class SparkLagTrigger(_ConditionTrigger):
     """Fires when the query's health is one of ``accept`` (default OK); fails on
-    ``fail_fast`` verdicts (default DATA_LOSS; ``fail_on_data_loss=False`` clears it).
+    ``fail_fast`` verdicts (default DATA_LOSS and STOPPED, never STOPPED for a scheduled job;
+    ``fail_on_data_loss`` / ``fail_on_stopped`` clear them).
 
     >>> SparkLagTrigger("s3a://b/ck/orders", thresholds={"max_lag_records_total": 1000},
     ...                 kafka_config_id="kafka_default", aws_conn_id="aws_default",
@@ -146,12 +150,17 @@ class SparkLagTrigger(_ConditionTrigger):
         history: int = 10,
         exact_time_lag: bool = False,
         read_committed: bool | None = None,
+        runs_every: float | None = None,
+        run_grace: float | None = None,
+        fail_on_stopped: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(location, **kwargs)
-        options = CheckOptions.build(thresholds, history, exact_time_lag, read_committed)
+        options = CheckOptions.build(
+            thresholds, history, exact_time_lag, read_committed, runs_every, run_grace
+        )
         if fail_fast is None:
-            fail_fast = ["DATA_LOSS"] if fail_on_data_loss else []
+            fail_fast = ["DATA_LOSS"] * fail_on_data_loss + ["STOPPED"] * fail_on_stopped
         self._health = HealthCondition(
             location,
             options,
@@ -172,6 +181,8 @@ class SparkLagTrigger(_ConditionTrigger):
             "history": options["history"],
             "exact_time_lag": options["exact_time_lag"],
             "read_committed": options["read_committed"],
+            "runs_every": options.get("runs_every"),
+            "run_grace": options.get("run_grace"),
         }
 
 
