@@ -10,7 +10,7 @@ naming the parameter, before anything is read or changed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any, TypeVar
 
@@ -92,8 +92,13 @@ class SparkLagHookMixin:
             del self.__dict__["hook"]
 
 
-def one_or_many(value: str | Sequence[str] | None) -> list[str] | str | None:
-    """A branch target: one task id, or a list of them."""
-    if value is None or isinstance(value, str):
-        return value
-    return list(value)
+# How a task's check is judged: its attributes of these names, read by params.check_options.
+CHECK_PARAMS = ("history", "exact_time_lag", "read_committed", "runs_every", "run_grace")
+
+
+def check_options_of(task: Any) -> Any:
+    """``CheckOptions`` from a task's rendered ``thresholds`` and :data:`CHECK_PARAMS`."""
+    from airflow_sparklag import params
+
+    given = {name: getattr(task, name) for name in CHECK_PARAMS}
+    return params.check_options(thresholds_value=task.thresholds, **given)

@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_sparklag import params
 from airflow_sparklag.operators import metrics
-from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
+from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin, check_options_of
 from airflow_sparklag.operators.sparklag import DEFAULT_FAIL_ON, fail_on_names, health_name
 
 if TYPE_CHECKING:
@@ -109,14 +109,7 @@ class SparkLagFleetCheckOperator(SparkLagHookMixin, BaseOperator):
         return {
             "locations": params.locations("locations", self.locations),
             "prefixes": params.locations("prefix", self.prefix),
-            "options": params.check_options(
-                thresholds_value=self.thresholds,
-                history=self.history,
-                exact_time_lag=self.exact_time_lag,
-                read_committed=self.read_committed,
-                runs_every=self.runs_every,
-                run_grace=self.run_grace,
-            ),
+            "options": check_options_of(self),
             "fail_on": fail_on_names(self.fail_on),
             "fail_on_error": params.boolean("fail_on_error", self.fail_on_error),
             "max_failing": params.count("max_failing", self.max_failing),

@@ -13,7 +13,7 @@ from airflow_sparklag.conditions import breach_message
 from airflow_sparklag.health import DEFAULT_FAIL_ON as _FAIL_ON
 from airflow_sparklag.health import Health
 from airflow_sparklag.operators import metrics
-from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
+from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin, check_options_of
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -77,14 +77,7 @@ class _LagCheckBase(SparkLagHookMixin):
         self.metric_name = metric_name
 
     def _read_check(self) -> tuple[str, Any]:
-        options = params.check_options(
-            thresholds_value=self.thresholds,
-            history=self.history,
-            exact_time_lag=self.exact_time_lag,
-            read_committed=self.read_committed,
-            runs_every=self.runs_every,
-            run_grace=self.run_grace,
-        )
+        options = check_options_of(self)
         return params.location("location", self.location), options
 
     def _check(self, location: str, options: Any) -> CheckResult:

@@ -26,7 +26,7 @@ from airflow.sdk.exceptions import (
 from airflow_sparklag import params
 from airflow_sparklag.conditions import CatchUpCondition, HealthCondition, ProgressCondition
 from airflow_sparklag.operators import metrics
-from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
+from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin, check_options_of
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -202,14 +202,7 @@ class SparkLagSensor(_CheckpointSensor):
         from airflow_sparklag.conditions import HealthCondition
         from airflow_sparklag.health import Health
 
-        options = params.check_options(
-            thresholds_value=self.thresholds,
-            history=self.history,
-            exact_time_lag=self.exact_time_lag,
-            read_committed=self.read_committed,
-            runs_every=self.runs_every,
-            run_grace=self.run_grace,
-        )
+        options = check_options_of(self)
         accept = params.health_names("accept", self.accept)
         if not accept:
             raise params.invalid("accept", "give at least one verdict to wait for, e.g. OK")
