@@ -5,6 +5,8 @@
     sparklag wait health /data/checkpoints/orders -b b:9092 --max-wait 10m
     sparklag snapshot /data/checkpoints/orders --to s3a://bucket/snaps -b b:9092
     sparklag migrate /data/checkpoints/orders --archive /data/archive -b b:9092 --dry-run
+    sparklag history /data/checkpoints/orders -b b:9092 --batches 50
+    sparklag serve --prefix s3a://bucket/ck -b b:9092 --port 9109 --interval 30s
 
 Exit codes: 0 healthy, 1 lagging, 2 stalled / stopped / rewound / data lost, 3 unknown,
 4 the check itself failed (bad checkpoint, unreachable storage or Kafka; the message says which),
@@ -133,10 +135,22 @@ def _thresholds(args: argparse.Namespace) -> Any:
 def _check_options(args: argparse.Namespace) -> CheckOptions:
     from airflow_sparklag.monitor import CheckOptions
 
-    return CheckOptions(_thresholds(args), args.history, args.exact, args.read_committed)
+    if args.run_grace is not None and args.runs_every is None:
+        raise UsageExit("--run-grace is the grace of a scheduled job: give --runs-every too")
+    return CheckOptions(
+        _thresholds(args),
+        args.history,
+        args.exact,
+        args.read_committed,
+        args.runs_every,
+        args.run_grace,
+    )
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Storage options from the flags; ``--timeout`` bounds each storage attempt too (S3:
+    3 attempts, so a hung endpoint fails within (min(5, t) + t) x 3 seconds)."""
+    bounds = {"connect_timeout": min(5.0, args.timeout), "read_timeout": args.timeout}
     s3_options = {
         key: value
         for key, value in (("endpoint_url", args.s3_endpoint_url), ("region_name", args.s3_region))
@@ -149,7 +163,10 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
         )
     if args.hdfs_user:
         webhdfs_options["user"] = args.hdfs_user
-    return {"s3_options": s3_options or None, "webhdfs_options": webhdfs_options or None}
+    return {
+        "s3_options": {**s3_options, **bounds},
+        "webhdfs_options": {**webhdfs_options, **bounds},
+    }
 
 
 def open_session(args: argparse.Namespace, *, kafka_required: bool = True) -> Session:
@@ -165,9 +182,15 @@ def open_session(args: argparse.Namespace, *, kafka_required: bool = True) -> Se
 
 
 def _secrets(config: dict[str, Any]) -> list[str]:
-    from airflow_sparklag.redact import kafka_secrets
+    """What the command never prints: the Kafka config's secrets, and the AWS credentials the
+    default chain reads from the environment (botocore may quote them in an error)."""
+    from airflow_sparklag.redact import is_secret_key, kafka_secrets, secret_parts
 
-    return list(kafka_secrets(config))
+    found = list(kafka_secrets(config))
+    for name, value in os.environ.items():
+        if name.startswith("AWS_") and is_secret_key(name) and name != "AWS_ACCESS_KEY_ID":
+            found.extend(secret_parts(value))
+    return found
 
 
 # -- parser ------------------------------------------------------------------------------------
@@ -191,9 +214,9 @@ def _connection_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--hdfs-user", help="user name for WebHDFS")
     command.add_argument(
         "--timeout",
-        type=_flag_type("timeout", params.duration),
+        type=_flag_type("timeout", params.positive_duration),
         default=10.0,
-        help="bound of each Kafka request, e.g. 10, 30s, 1m (default 10 s)",
+        help="bound of each Kafka request round and storage attempt, e.g. 10, 30s (default 10 s)",
     )
     command.add_argument("--json", action="store_true", help="print JSON instead of text")
 
@@ -215,6 +238,16 @@ def _check_flags(command: argparse.ArgumentParser) -> None:
         action="store_true",
         default=None,
         help="measure against the last stable offset (transactional topics)",
+    )
+    command.add_argument(
+        "--runs-every",
+        type=_flag_type("runs_every", params.positive_duration),
+        help="a scheduled job (AvailableNow/Once) started this often: 1h, 90m, 30s",
+    )
+    command.add_argument(
+        "--run-grace",
+        type=_flag_type("run_grace", params.duration),
+        help="with --runs-every: how late a run may start (default max(5m, 25%% of the period))",
     )
     for flag, field in THRESHOLD_FLAGS.items():
         reader = params.duration if flag in DURATION_FLAGS else params.number
@@ -251,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     _check_flags(status)
     add_wait_command(sub)
     add_snapshot_commands(sub)
+    add_history_and_serve_commands(sub)
     return parser
 
 
@@ -400,7 +434,10 @@ def add_wait_command(sub: Any) -> None:
     wait.add_argument("checkpoint", help="checkpoint location")
     wait.add_argument("--accept", default="OK", help="health: verdicts that end the wait (OK)")
     wait.add_argument(
-        "--fail-fast", default="DATA_LOSS", help="health: verdicts that fail at once (DATA_LOSS)"
+        "--fail-fast",
+        default="DATA_LOSS,STOPPED",
+        help="health: verdicts that fail at once (DATA_LOSS,STOPPED; never STOPPED for a "
+        "scheduled job)",
     )
     wait.add_argument("--after-batch", help="progress: a batch newer than this id")
     wait.add_argument("--after-time", help="progress: a commit after this time (ISO or epoch)")
@@ -408,7 +445,7 @@ def add_wait_command(sub: Any) -> None:
     wait.add_argument("--topic", action="append", default=[], help="catch-up: only these topics")
     wait.add_argument(
         "--poll-interval",
-        type=_flag_type("poll_interval", params.duration),
+        type=_flag_type("poll_interval", params.positive_duration),
         default=10.0,
         help="time between checks (default 10 s)",
     )
@@ -541,7 +578,9 @@ def _export_group(session: Session, group: str, result: Any) -> dict[str, Any]:
         ends = {
             t: {p: po.log_end for p, po in ps.items()} for t, ps in result.kafka.partitions.items()
         }
-    return export_offsets(session.kafka_config, group, offsets, log_ends=ends).to_dict()
+    return export_offsets(
+        session.kafka_config, group, offsets, timeout=session.kafka_timeout, log_ends=ends
+    ).to_dict()
 
 
 def run_migrate(args: argparse.Namespace) -> int:
@@ -596,6 +635,102 @@ def _render_migration(payload: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# -- history / serve ---------------------------------------------------------------------------
+
+
+def add_history_and_serve_commands(sub: Any) -> None:
+    from airflow_sparklag import params
+
+    history = sub.add_parser("history", help="lag at each retained batch, from checkpoint + Kafka")
+    history.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
+    history.add_argument(
+        "--batches",
+        type=_flag_type("batches", lambda n, v: params.count(n, v, minimum=1)),
+        default=100,
+        help="retained batches to rebuild (default 100, Spark's minBatchesToRetain)",
+    )
+    history.add_argument("--no-now", action="store_true", help="no last point for the live lag")
+    _connection_flags(history)
+
+    serve = sub.add_parser("serve", help="Prometheus exporter of a fleet's lag and health")
+    serve.add_argument("checkpoints", nargs="*", help="checkpoint locations (path, s3a://, ...)")
+    serve.add_argument("--prefix", action="append", default=[], help="serve every job under it")
+    serve.add_argument("--max-depth", type=int, default=4, help="levels searched under --prefix")
+    serve.add_argument("--address", default="0.0.0.0", help="address to listen on (0.0.0.0)")
+    serve.add_argument("--port", type=int, default=9109, help="HTTP port (default 9109)")
+    for flag, default, text in (
+        ("interval", 30.0, "time between refreshes (default 30s)"),
+        ("rediscover", 300.0, "list --prefix again this often (default 5m)"),
+    ):
+        serve.add_argument(
+            f"--{flag}", type=_flag_type(flag, params.duration), default=default, help=text
+        )
+    serve.add_argument(
+        "--max-partitions-per-job",
+        type=_flag_type("max_partitions_per_job", params.count),
+        default=1000,
+        help="per-partition series per job, most lagging first (default 1000)",
+    )
+    serve.add_argument("--once", action="store_true", help="refresh once, print, exit")
+    _connection_flags(serve)
+    _check_flags(serve)
+
+
+def run_history(args: argparse.Namespace) -> int:
+    from airflow_sparklag.history import history
+    from airflow_sparklag.render import history_table
+
+    with open_session(args) as session:
+        past = history(session, args.checkpoint, batches=args.batches, include_now=not args.no_now)
+    _out(json.dumps(past.to_dict(), indent=2) if args.json else history_table(past), args)
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from airflow_sparklag.exporter import LagExporter
+    from airflow_sparklag.fleet import FleetChecker
+
+    if not args.checkpoints and not args.prefix:
+        raise UsageExit("give checkpoint locations or --prefix")
+    if not args.interval > 0:
+        raise UsageExit("--interval: must be more than 0 seconds")
+    with open_session(args) as session:
+        checker = FleetChecker(
+            args.checkpoints,
+            session=session,
+            prefix=args.prefix,
+            options=_check_options(args),
+            max_depth=args.max_depth,
+            rediscover_seconds=args.rediscover if args.prefix else None,
+        )
+        exporter = LagExporter(
+            checker, interval=args.interval, max_partitions_per_job=args.max_partitions_per_job
+        )
+        if args.once:
+            refreshed = exporter.refresh()
+            _out(exporter.render()[0].decode().rstrip("\n"), args)
+            return 0 if refreshed else EXIT_FAILED
+        try:
+            server = exporter.serve(args.address, args.port)
+        except OSError as exc:
+            raise UsageExit(f"--port {args.port}: cannot listen on {args.address}: {exc}") from None
+        where = f"http://{args.address}:{server.server_port}"
+        print(f"sparklag: serving {where}/metrics and /healthz", file=sys.stderr, flush=True)
+        stopped = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+        try:
+            while not stopped.wait(1.0):
+                pass
+        finally:
+            exporter.stop(timeout=args.timeout)
+            server.shutdown()
+            server.server_close()
+    return 0
+
+
 # -- the exit-code contract --------------------------------------------------------------------
 
 COMMANDS = {
@@ -603,6 +738,8 @@ COMMANDS = {
     "wait": run_wait,
     "snapshot": run_snapshot,
     "migrate": run_migrate,
+    "history": run_history,
+    "serve": run_serve,
 }
 
 

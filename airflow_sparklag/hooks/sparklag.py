@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.conditions import Probe, WaitCondition
     from airflow_sparklag.fleet import FleetChecker
+    from airflow_sparklag.history import LagHistory
     from airflow_sparklag.kafka import KafkaOffsetsClient
     from airflow_sparklag.monitor import CheckOptions, CheckResult
     from airflow_sparklag.session import Session
@@ -72,12 +73,15 @@ class SparkLagHook(BaseHook):
         webhdfs_conn_id: str | None = None,
         *,
         kafka_timeout: float = 10.0,
+        storage_timeout: float | None = None,
     ) -> None:
         super().__init__()
         self.kafka_config_id = kafka_config_id
         self.aws_conn_id = aws_conn_id
         self.webhdfs_conn_id = webhdfs_conn_id
         self.kafka_timeout = kafka_timeout
+        # Bound of each storage attempt (S3: 3 attempts); None keeps the backends' defaults.
+        self.storage_timeout = storage_timeout
         self._connections: ResolvedConnections | None = None
         self._session: Session | None = None
 
@@ -135,10 +139,21 @@ class SparkLagHook(BaseHook):
             self._session = Session(
                 kafka_config=conns.kafka_config,
                 kafka_client=self._shared_kafka_client(conns),
-                storage=StorageOptions(s3=s3, webhdfs=conns.webhdfs_options),
+                storage=StorageOptions(s3=s3, webhdfs=self._webhdfs_options(conns)),
                 kafka_timeout=self.kafka_timeout,
             )
         return self._session
+
+    def _bounds(self) -> dict[str, float]:
+        timeout = self.storage_timeout
+        if timeout is None:
+            return {}
+        return {"connect_timeout": min(5.0, timeout), "read_timeout": float(timeout)}
+
+    def _webhdfs_options(self, conns: ResolvedConnections) -> dict[str, Any] | None:
+        if conns.webhdfs_options is None:
+            return None
+        return {**conns.webhdfs_options, **self._bounds()}
 
     def _s3_options(self) -> dict[str, Any]:
         # Called by the session on first S3 use: the client is built only when needed.
@@ -155,11 +170,12 @@ class SparkLagHook(BaseHook):
             return None
 
         def build() -> S3Client:
-            return build_s3_client(aws_conn_id, conns)
+            return build_s3_client(aws_conn_id, conns, self._bounds())
 
         if not conns.aws_fingerprint:  # connections not read from Airflow: the hook's own
             return build()
-        return SHARED_CLIENTS.get(SharedClientKey("s3", aws_conn_id, conns.aws_fingerprint), build)
+        key = SharedClientKey("s3", aws_conn_id, conns.aws_fingerprint, (self.storage_timeout,))
+        return SHARED_CLIENTS.get(key, build)  # type: ignore[no-any-return]
 
     def s3_storage_options(self) -> dict[str, Any] | None:
         """How ``aws_conn_id`` opens S3: the amazon provider's client (``{"client": ...,
@@ -220,6 +236,13 @@ class SparkLagHook(BaseHook):
 
         return FleetChecker(list(locations), session=self.session, prefix=prefix, **options)
 
+    def lag_history(self, location: str, *, batches: int = 100) -> LagHistory:
+        """Per-partition lag at each retained batch, rebuilt from the checkpoint and Kafka
+        (see :mod:`airflow_sparklag.history`); ``.to_dict()`` is JSON-safe for XCom."""
+        from airflow_sparklag.history import history
+
+        return history(self.session, location, batches=batches)
+
     def read_checkpoint(self, location: str, *, history: int = 1) -> CheckpointState:
         """The checkpoint's state (committed batch, offsets); readers kept per location."""
         return self.session.read(location, history=history)
@@ -240,13 +263,14 @@ class SparkLagHook(BaseHook):
         *,
         accept: Iterable[str] = ("OK",),
         fail_on_data_loss: bool = True,
+        fail_on_stopped: bool = True,
         **check: Any,
     ) -> Probe:
         from airflow_sparklag.conditions import HealthCondition
         from airflow_sparklag.health import Health
         from airflow_sparklag.monitor import CheckOptions
 
-        fail_fast = (Health.DATA_LOSS,) if fail_on_data_loss else ()
+        fail_fast = (Health.DATA_LOSS,) * fail_on_data_loss + (Health.STOPPED,) * fail_on_stopped
         accepted = tuple(Health(str(a).upper()) for a in accept)
         condition = HealthCondition(location, CheckOptions.build(**check), accepted, fail_fast)
         return self.probe(condition)

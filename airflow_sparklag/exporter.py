@@ -1,0 +1,469 @@
+"""`sparklag serve`: a Prometheus / OpenMetrics exporter for a fleet of Spark streaming queries.
+
+    from airflow_sparklag.exporter import LagExporter
+    from airflow_sparklag.fleet import FleetChecker
+    from airflow_sparklag.session import Session
+
+    with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
+        fleet = FleetChecker(session=session, prefix="s3a://lake/checkpoints")
+        exporter = LagExporter(fleet, interval=30.0)
+        server = exporter.serve("0.0.0.0", 9109)   # refreshes in a background thread
+        ...
+        exporter.stop(); server.shutdown()
+
+A background thread polls the fleet every ``interval`` seconds through ONE session and ONE
+:class:`~airflow_sparklag.fleet.FleetChecker` (storage clients, readers and the Kafka client
+are reused, so a poll re-reads only new batch files), and turns the results into metric
+families. The HTTP handler only serves the last of those (``/metrics``, text or OpenMetrics by
+the ``Accept`` header, rendered once per refresh), ``/healthz`` and, on demand, a job's lag
+history as JSON (``/history?job=<location>``, see :mod:`airflow_sparklag.history`). A refresh
+that fails (Kafka down, a prefix unreadable) keeps the previous values, marks them stale
+(``sparklag_stale 1``) and counts the error; it never stops the server.
+
+Metrics (labels ``job`` = checkpoint location, ``topic``, ``partition``; docs/exporter.md maps
+them to kafka-lag-exporter's). ``job`` collides with Prometheus' target label of the same
+name: scrape with ``honor_labels: true``.
+
+Nothing heavy is imported at module level; prometheus_client is the ``exporter`` extra.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_sparklag.health import Health
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client.metrics_core import Metric
+
+    from airflow_sparklag.fleet import FleetChecker
+    from airflow_sparklag.lag import LagReport, PartitionLag
+    from airflow_sparklag.monitor import CheckResult
+
+__all__ = ["DEFAULT_INTERVAL", "DEFAULT_PORT", "MAX_PARTITIONS_PER_JOB", "LagExporter"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 9109
+DEFAULT_INTERVAL = 30.0
+MAX_PARTITIONS_PER_JOB = 1000  # per-partition series a job may have; the most lagging are kept
+STALE_AFTER_INTERVALS = 3  # /healthz fails when no refresh succeeded for this many intervals
+MAX_HISTORY_BATCHES = 1000  # /history?batches= at most
+MAX_CACHED_HISTORIES = 64  # /history answers kept (for one interval each)
+_STATUS = {
+    200: "200 OK",
+    400: "400 Bad Request",
+    404: "404 Not Found",
+    502: "502 Bad Gateway",
+    503: "503 Service Unavailable",
+}
+PREFIX = "sparklag_"
+
+# name (without prefix) -> help; every per-partition gauge has labels job, topic, partition
+PARTITION_GAUGES = {
+    "partition_lag_records": "Records the query has not processed: log end (or last stable "
+    "offset) minus committed offset.",
+    "partition_lag_seconds": "Age of the first unprocessed record (estimated from the "
+    "checkpoint's history unless exact); absent when unknown.",
+    "partition_committed_offset": "Next offset the query reads, from its last committed batch.",
+    "partition_log_end_offset": "Log end offset (high watermark) of the partition.",
+    "partition_log_start_offset": "Log start offset (earliest retained record).",
+}
+JOB_GAUGES = {
+    "job_up": "1 when the checkpoint was read and judged at the last refresh, 0 when its check "
+    "failed (see sparklag_check_errors_total).",
+    "job_lag_records": "Records not processed yet, summed over the job's partitions.",
+    "job_max_lag_seconds": "Largest known lag in seconds over the job's partitions.",
+    "job_commit_age_seconds": "Seconds since the last batch commit, at the last refresh.",
+    "job_last_commit_timestamp_seconds": "Epoch time of the last batch commit.",
+    "job_in_flight_age_seconds": "Seconds the planned, uncommitted batch has run; 0 when no "
+    "batch is in flight.",
+    "job_committed_batch_id": "Id of the last committed batch.",
+    "job_health": "Health verdict: 0 OK, 1 LAGGING, 2 STALLED, 3 STOPPED, 4 REWIND, "
+    "5 DATA_LOSS, -1 UNKNOWN (check failed, nothing committed, topic missing).",
+    "job_partitions_omitted": "Partitions left out of the per-partition series "
+    "(beyond the per-job limit; the least lagging first).",
+}
+
+
+@dataclass(frozen=True)
+class _Refresh:
+    """What one refresh left: the families to serve and the facts /healthz reports."""
+
+    families: tuple[Metric, ...]
+    seq: int
+    succeeded_at: float | None  # epoch of the last successful refresh
+    last_error: str | None  # "<ErrorClass>: message" of the last failed refresh, if it was last
+
+
+class LagExporter:
+    """Prometheus metrics of a fleet, refreshed in the background; see the module docstring.
+
+    >>> exporter = LagExporter(FleetChecker(["/data/ck/orders"], session=session))  # doctest: +SKIP
+    >>> exporter.refresh()                                                         # doctest: +SKIP
+    True
+    >>> print(exporter.render()[0].decode())                                       # doctest: +SKIP
+
+    It is also a prometheus_client collector: ``REGISTRY.register(exporter)`` adds its metrics
+    to a registry of your own.
+    """
+
+    def __init__(
+        self,
+        checker: FleetChecker,
+        *,
+        interval: float = DEFAULT_INTERVAL,
+        max_partitions_per_job: int = MAX_PARTITIONS_PER_JOB,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not interval > 0:
+            raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
+        self.checker = checker
+        self.interval = float(interval)
+        self.max_partitions_per_job = max_partitions_per_job
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._refresh_lock = threading.Lock()  # one refresh at a time
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._results: list[CheckResult] = []  # of the last successful refresh
+        self._check_errors: Counter[tuple[str, str]] = Counter()
+        self._refresh_errors: Counter[str] = Counter()
+        self._refreshes = 0
+        self._duration: float | None = None
+        self._state = _Refresh((), 0, None, None)
+        self._rendered: dict[str, bytes] = {}
+        self._histories: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}
+
+    # -- refreshing ------------------------------------------------------------------------------
+
+    def refresh(self) -> bool:
+        """One poll of the fleet; True when it succeeded. Never raises an ``Exception``: a
+        failure is counted, logged and leaves the previous values in place, marked stale."""
+        with self._refresh_lock:
+            started = time.monotonic()
+            results: list[CheckResult] | None = None
+            error: str | None = None
+            try:
+                results = self.checker.check()
+            except Exception as exc:  # a refresh must never stop the exporter
+                error = f"{type(exc).__name__}: {exc}"
+                log.warning("sparklag exporter: refresh failed: %s", error)
+                with self._lock:
+                    self._refresh_errors[type(exc).__name__] += 1
+            duration = time.monotonic() - started
+            with self._lock:
+                self._refreshes += 1
+                self._duration = duration
+                succeeded_at = self._state.succeeded_at
+                if results is not None:
+                    self._results = results
+                    succeeded_at = self._clock()
+                    for result in results:
+                        if result.error is not None:
+                            self._check_errors[(result.location, _reason(result.error))] += 1
+                families = tuple(self._families(stale=results is None))
+                self._state = _Refresh(families, self._state.seq + 1, succeeded_at, error)
+                self._rendered = {}
+            return results is not None
+
+    def start(self) -> None:
+        """Refresh now and then every ``interval`` seconds in a daemon thread."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="sparklag-exporter", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+            except Exception:  # a bug must not end the refreshes silently
+                log.exception("sparklag exporter: refresh crashed")
+            next_at += self.interval
+            delay = next_at - time.monotonic()
+            if delay < 0:  # the refresh took longer than the interval: start the next now
+                next_at, delay = time.monotonic(), 0.0
+            self._stop.wait(delay)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop refreshing (a refresh under way finishes first)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- metric families -------------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        """The families of the last refresh (the prometheus_client collector interface)."""
+        with self._lock:
+            families = self._state.families
+        yield from families
+
+    def _families(self, *, stale: bool) -> Iterator[Metric]:
+        """Every family from the last good results and the counters (called under the lock)."""
+        from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
+
+        yield from job_families(self._results, self.max_partitions_per_job)
+        checks = CounterMetricFamily(
+            PREFIX + "check_errors",
+            "Checks of one job that failed (unreadable checkpoint, ...), by error class.",
+            labels=["job", "reason"],
+        )
+        for (job, reason), count in sorted(self._check_errors.items()):
+            checks.add_metric([job, reason], count)
+        refresh_errors = CounterMetricFamily(
+            PREFIX + "refresh_errors",
+            "Refreshes that failed as a whole (Kafka or a prefix unreachable), by error class.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(self._refresh_errors.items()):
+            refresh_errors.add_metric([reason], count)
+        yield checks
+        yield refresh_errors
+        yield CounterMetricFamily(PREFIX + "refreshes", "Refreshes attempted.", self._refreshes)
+        yield from _exporter_gauges(
+            GaugeMetricFamily,
+            duration=self._duration,
+            succeeded_at=self._state.succeeded_at if stale else self._clock(),
+            stale=stale,
+            jobs=len(self._results),
+        )
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    def render(self, accept: str | None = None, *, gzipped: bool = False) -> tuple[bytes, str]:
+        """(body, content type) of the last refresh for an ``Accept`` header; rendered once
+        per refresh and format, then served from memory.
+
+        The Prometheus text format whenever the client takes it (Prometheus always does):
+        prometheus_client renders it in half the CPU of OpenMetrics, which is served to
+        clients that ask for OpenMetrics alone."""
+        from prometheus_client.exposition import choose_encoder
+
+        if accept and "text/plain" in accept:
+            accept = "text/plain"
+        encoder, content_type = choose_encoder(accept or "")
+        key = f"{content_type};gzip" if gzipped else content_type
+        with self._lock:
+            state, body = self._state, self._rendered.get(key)
+        if body is None:
+            if gzipped:
+                body = gzip.compress(self.render(accept)[0], compresslevel=1)
+            else:
+                body = encoder(_Families(state.families))
+            with self._lock:
+                if self._state.seq == state.seq:
+                    self._rendered[key] = body
+        return body, content_type
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, JSON body) of ``/healthz``: 200 while a refresh succeeded within
+        ``3 x interval`` (60 s at least), 503 before the first one and when stale."""
+        with self._lock:
+            state = self._state
+        now = self._clock()
+        limit = max(STALE_AFTER_INTERVALS * self.interval, 60.0)
+        body: dict[str, Any] = {
+            "last_success": state.succeeded_at,
+            "last_error": state.last_error,
+            "refreshes": state.seq,
+        }
+        if state.succeeded_at is None:
+            return 503, {"status": "starting" if state.seq == 0 else "failing", **body}
+        age = now - state.succeeded_at
+        body["age_seconds"] = round(age, 3)
+        if age > limit:
+            return 503, {"status": "stale", **body}
+        return 200, {"status": "ok", **body}
+
+    def history(self, job: str, batches: int = 100) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, JSON body) of ``/history?job=...``: the job's lag history
+        (:mod:`airflow_sparklag.history`), for jobs of the last refresh only; kept for one
+        interval, so repeated requests cost Kafka nothing."""
+        from airflow_sparklag.errors import SparkLagError
+        from airflow_sparklag.history import history
+
+        with self._lock:
+            known = any(result.location == job for result in self._results)
+            cached = self._histories.get((job, batches))
+        if not known:
+            return 404, {"error": f"no job {job!r} in the last refresh; see sparklag_jobs"}
+        if cached is not None and time.monotonic() - cached[0] < self.interval:
+            return 200, cached[1]
+        try:
+            payload = history(self.checker.session, job, batches=batches).to_dict()
+        except SparkLagError as exc:
+            return 502, {"error": f"{type(exc).__name__}: {exc}"}
+        with self._lock:
+            if len(self._histories) >= MAX_CACHED_HISTORIES:
+                self._histories.clear()
+            self._histories[(job, batches)] = (time.monotonic(), payload)
+        return 200, payload
+
+    def wsgi_app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        """``/metrics`` (also ``/``), ``/healthz``, ``/history?job=&batches=``; else 404."""
+        path = environ.get("PATH_INFO") or "/"
+        if path in ("/healthz", "/history"):
+            if path == "/healthz":
+                status, payload = self.health()
+            else:
+                status, payload = self._history_request(environ.get("QUERY_STRING") or "")
+            start_response(_STATUS[status], [("Content-Type", "application/json")])
+            return [json.dumps(payload).encode()]
+        if path not in ("/", "/metrics"):
+            start_response(_STATUS[404], [("Content-Type", "text/plain")])
+            return [b"not found: try /metrics, /healthz or /history?job=...\n"]
+        gzipped = "gzip" in (environ.get("HTTP_ACCEPT_ENCODING") or "")
+        body, content_type = self.render(environ.get("HTTP_ACCEPT"), gzipped=gzipped)
+        headers = [("Content-Type", content_type)]
+        if gzipped:
+            headers.append(("Content-Encoding", "gzip"))
+        start_response("200 OK", headers)
+        return [body]
+
+    def _history_request(self, query: str) -> tuple[int, dict[str, Any]]:
+        from urllib.parse import parse_qs
+
+        asked = parse_qs(query)
+        job = (asked.get("job") or [""])[0]
+        try:
+            batches = int((asked.get("batches") or ["100"])[0])
+        except ValueError:
+            batches = 0
+        if not job or not 1 <= batches <= MAX_HISTORY_BATCHES:
+            return 400, {"error": f"give job=<location> and batches=1..{MAX_HISTORY_BATCHES}"}
+        return self.history(job, batches)
+
+    def serve(self, address: str = "0.0.0.0", port: int = DEFAULT_PORT) -> WSGIServer:
+        """Start refreshing and an HTTP server in daemon threads; ``shutdown()`` stops it."""
+        from socketserver import ThreadingMixIn
+        from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+        class Server(ThreadingMixIn, WSGIServer):
+            daemon_threads = True
+
+        class QuietHandler(WSGIRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("sparklag exporter: " + format, *args)
+
+        server = make_server(address, port, self.wsgi_app, Server, QuietHandler)
+        self.start()
+        threading.Thread(target=server.serve_forever, name="sparklag-http", daemon=True).start()
+        return server
+
+
+class _Families:
+    """A collector over fixed families (what the encoders take)."""
+
+    def __init__(self, families: Sequence[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
+def _reason(error: str) -> str:
+    """The error class of a ``CheckResult.error`` ("<ErrorClass>: message")."""
+    return error.split(":", 1)[0].strip() or "Error"
+
+
+def _exporter_gauges(
+    gauge: Any, *, duration: float | None, succeeded_at: float | None, stale: bool, jobs: int
+) -> Iterator[Metric]:
+    if duration is not None:
+        yield gauge(PREFIX + "refresh_duration_seconds", "Duration of the last refresh.", duration)
+    if succeeded_at is not None:
+        yield gauge(
+            PREFIX + "last_refresh_timestamp_seconds",
+            "Epoch time of the last successful refresh.",
+            succeeded_at,
+        )
+    yield gauge(
+        PREFIX + "stale",
+        "1 when the last refresh failed: every other value is from an earlier refresh.",
+        1 if stale else 0,
+    )
+    yield gauge(PREFIX + "jobs", "Jobs (checkpoints) of the last successful refresh.", jobs)
+
+
+# -- results -> families (pure) ------------------------------------------------------------------
+
+
+def job_families(results: Sequence[CheckResult], max_partitions: int) -> list[Metric]:
+    """The per-partition and per-job families of one refresh's results."""
+    from prometheus_client.metrics_core import GaugeMetricFamily
+
+    part_labels = ["job", "topic", "partition"]
+    families = {
+        name: GaugeMetricFamily(PREFIX + name, doc, labels=part_labels)
+        for name, doc in PARTITION_GAUGES.items()
+    }
+    families.update(
+        {
+            name: GaugeMetricFamily(PREFIX + name, doc, labels=["job"])
+            for name, doc in JOB_GAUGES.items()
+        }
+    )
+    states = GaugeMetricFamily(
+        PREFIX + "job_health_state",
+        "1 for the job's current verdict, 0 for every other (one series per verdict).",
+        labels=["job", "state"],
+    )
+    for result in results:
+        job = result.location
+        health = result.verdict.health
+        for verdict in Health:
+            states.add_metric([job, verdict.value], 1 if verdict is health else 0)
+        families["job_health"].add_metric([job], health.metric_value)
+        families["job_up"].add_metric([job], 0 if result.error is not None else 1)
+        if result.report is not None:
+            _add_report(families, job, result.report, max_partitions)
+    return [*families.values(), states]
+
+
+def _add_report(families: dict[str, Any], job: str, report: LagReport, limit: int) -> None:
+    def put(name: str, labels: list[str], value: float | None) -> None:
+        if value is not None:
+            families[name].add_metric(labels, value)
+
+    partitions = _one_per_partition(report.partitions())
+    kept = sorted(partitions, key=lambda p: p.lag, reverse=True)[: max(0, limit)]
+    for p in sorted(kept, key=lambda p: (p.topic, p.partition)):
+        labels = [job, p.topic, str(p.partition)]
+        put("partition_lag_records", labels, p.lag)
+        put("partition_lag_seconds", labels, p.lag_seconds)
+        put("partition_committed_offset", labels, p.committed_offset)
+        put("partition_log_end_offset", labels, p.log_end_offset)
+        put("partition_log_start_offset", labels, p.log_start_offset)
+    in_flight = report.in_flight
+    put("job_lag_records", [job], report.total_lag)
+    put("job_max_lag_seconds", [job], report.max_lag_seconds)
+    put("job_commit_age_seconds", [job], report.commit_age_seconds)
+    put("job_last_commit_timestamp_seconds", [job], report.committed_at)
+    put("job_in_flight_age_seconds", [job], (in_flight.age_seconds or 0.0) if in_flight else 0.0)
+    put("job_committed_batch_id", [job], report.committed_batch_id)
+    put("job_partitions_omitted", [job], len(partitions) - len(kept))
+
+
+def _one_per_partition(partitions: Iterable[PartitionLag]) -> list[PartitionLag]:
+    """One entry per (topic, partition): two sources of one query reading the same topic
+    would give duplicate series; the more lagging one stands for both."""
+    worst: dict[tuple[str, int], PartitionLag] = {}
+    for p in partitions:
+        key = (p.topic, p.partition)
+        if key not in worst or p.lag > worst[key].lag:
+            worst[key] = p
+    return list(worst.values())

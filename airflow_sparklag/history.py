@@ -1,0 +1,499 @@
+"""Lag history of a Spark query, rebuilt from its checkpoint and Kafka alone: no daemon, no warm-up.
+
+Each retained ``offsets/N`` holds batch N's end offsets and ``batchTimestampMs`` (when Spark
+started planning it). Kafka says which offset was the log end at a past time: ListOffsets by
+timestamp answers the first offset whose record timestamp is >= T, and when records carry the
+time they were written (LogAppendTime, or CreateTime set by producers to "now") every record
+before that offset was written before T. So at each batch time T_N::
+
+    log end at T_N        Kafka's offset for time T_N
+    processed at T_N      offsets/(N-1): batch N-1 committed before batch N was planned
+                          (batch 0: the source's start offsets, ``sources/<id>/0``)
+    lag at T_N            log end at T_N - processed at T_N                      (records)
+    lag_seconds at T_N    T_N - timestamp of the first unread record              (seconds)
+
+The first unread record's timestamp is bracketed by two of Kafka's answers (it was written
+after the last time the log end was at or below it, and before the first time the log end was
+past it): ``lag_seconds_min`` .. ``lag_seconds_max``, and ``lag_seconds`` interpolates linearly
+in between. A record older than the oldest retained batch has no lower bracket: its age is
+reported as unknown (with ``lag_seconds_min`` set), never extrapolated.
+
+The last point, ``kind="now"``, is the committed offsets against the live log end.
+
+    >>> with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
+    ...     past = history(session, "s3a://bucket/ck/orders", batches=20)   # doctest: +SKIP
+    >>> [(point.batch_id, point.total_lag) for point in past.points]         # doctest: +SKIP
+    [(41, 1200), (42, 950), ..., (None, 0)]
+
+Kafka cost: one ListOffsets-by-time call per distinct batch time (sent a few at a time, each
+for every partition of the job's topics at once), plus one snapshot for the ``now`` point.
+Storage cost: the reader's, one GET per retained batch (once per session), plus one GET of
+``sources/<id>/0`` per Kafka source when batch 0 is still retained.
+
+Nothing heavy is imported at module level.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from airflow_sparklag.lag import json_safe
+from airflow_sparklag.timelag import OffsetTimeTable
+
+if TYPE_CHECKING:
+    from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
+    from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+    from airflow_sparklag.session import Session
+
+__all__ = [
+    "APPROXIMATIONS",
+    "DEFAULT_BATCHES",
+    "HistoryPoint",
+    "LagHistory",
+    "PartitionPoint",
+    "history",
+    "reconstruct",
+]
+
+DEFAULT_BATCHES = 100  # Spark's default minBatchesToRetain: every batch a default query keeps
+MAX_PARALLEL_CALLS = 8  # ListOffsets-by-time calls in flight at once
+
+# source id -> topic -> partition -> offset
+Positions = Mapping[str, Mapping[str, Mapping[int, int]]]
+# topic -> partition -> offset
+TopicOffsets = Mapping[str, Mapping[int, int]]
+
+APPROXIMATIONS = (
+    "log end at a batch's time = Kafka's first offset whose record timestamp is >= "
+    "batchTimestampMs: exact for topics with message.timestamp.type=LogAppendTime; with "
+    "CreateTime it trusts the producers' clocks and append order (records sent with explicit "
+    "or late timestamps shift it, and a record stamped just before T may reach the log just "
+    "after)",
+    "processed at a batch's time = the previous batch's end offsets (in micro-batch mode batch "
+    "N-1 commits before batch N is planned; with async progress tracking ids have gaps and "
+    "such points are unknown)",
+    "the time of a batch is batchTimestampMs, taken when Spark starts planning it: before it "
+    "asks Kafka for the latest offsets and before the batch commits",
+    "lag_seconds is the age of the first unread record, known only between two of Kafka's "
+    "answers (lag_seconds_min .. lag_seconds_max) and interpolated linearly in between",
+    "lag is measured against the high watermark: on transactional topics read with "
+    "read_committed, markers and open transactions count as lag",
+)
+
+
+class _Dictable:
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict of every field (``json.dumps(obj.to_dict())`` always works)."""
+        result = json_safe(self)
+        assert isinstance(result, dict)
+        return result
+
+
+@dataclass(frozen=True)
+class PartitionPoint(_Dictable):
+    """One partition of one Kafka source at one point of the history.
+
+    ``unknown`` says why ``lag`` or ``lag_seconds`` is None (or why ``lag_seconds_max`` is).
+
+    >>> PartitionPoint("0", "orders", 1, 150, 90, 120, 60, 4.2, 3.0, 5.0).lag
+    60
+    """
+
+    source_id: str
+    topic: str
+    partition: int
+    log_end_offset: int | None  # log end at the point's time, from Kafka
+    processed_offset: int | None  # next offset to read at that time (previous batch's end)
+    planned_offset: int | None  # where this batch reads up to (offsets/N); None for "now"
+    lag: int | None  # records: log end - processed
+    lag_seconds: float | None  # age of the first unread record, interpolated in its bracket
+    lag_seconds_min: float | None
+    lag_seconds_max: float | None
+    unknown: str | None = None
+
+
+@dataclass(frozen=True)
+class HistoryPoint(_Dictable):
+    """The lag of every partition at one time: a retained batch's planning time or now.
+
+    ``kind`` is ``committed`` (offsets/N with commits/N), ``in_flight`` (offsets/N not
+    committed yet) or ``now`` (committed offsets against the live log end; ``batch_id`` None).
+    ``total_lag`` is None when any partition's lag is unknown.
+
+    >>> HistoryPoint(1_700_000_000_000, "committed", 7, (), 0, 0.0).kind
+    'committed'
+    """
+
+    time_ms: int
+    kind: str
+    batch_id: int | None
+    partitions: tuple[PartitionPoint, ...]
+    total_lag: int | None
+    max_lag_seconds: float | None  # largest known lag_seconds
+
+
+@dataclass(frozen=True)
+class LagHistory(_Dictable):
+    """Lag over the retained batches of one checkpoint, oldest first, ending with ``now``.
+
+    ``approximations`` says in plain words what the numbers assume; ``unknown`` why there are
+    no batch points (continuous trigger, nothing committed yet).
+
+    >>> past = history(session, "/data/ck/orders")                      # doctest: +SKIP
+    >>> past.series("orders", 0)                                         # doctest: +SKIP
+    [(1700000000000, 120), (1700000005000, 80), ...]
+    """
+
+    location: str
+    generated_at: float
+    points: tuple[HistoryPoint, ...]
+    kafka_calls: int  # ListOffsets-by-time calls made (one per distinct batch time)
+    approximations: tuple[str, ...] = APPROXIMATIONS
+    unknown: str | None = None
+
+    def series(
+        self, topic: str, partition: int, source_id: str | None = None
+    ) -> list[tuple[int, int | None]]:
+        """``(time_ms, lag)`` of one partition over the points (first source if not given)."""
+        out: list[tuple[int, int | None]] = []
+        for point in self.points:
+            for part in point.partitions:
+                same = part.topic == topic and part.partition == partition
+                if same and source_id in (None, part.source_id):
+                    out.append((point.time_ms, part.lag))
+                    break
+        return out
+
+
+# -- what to ask for -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HistoryPlan:
+    """Which batches become points, which Kafka times and topics they need (pure)."""
+
+    shown: tuple[tuple[str, BatchOffsets], ...]  # (kind, batch), oldest first, timed only
+    by_id: Mapping[int, BatchOffsets]  # every batch read, for finding predecessors
+    topics: frozenset[str]
+    times: tuple[int, ...]  # distinct batch times (ms) to ask Kafka about
+    start_sources: tuple[str, ...]  # Kafka source ids whose sources/<id>/0 batch 0 needs
+    unknown: str | None
+
+
+def plan_history(state: CheckpointState, batches: int) -> HistoryPlan:
+    """The last ``batches`` committed batches (plus the in-flight one) that carry a time."""
+    committed = sorted(
+        (b for b in state.history if b.batch_id <= (state.committed_batch_id or 0)),
+        key=lambda b: b.batch_id,
+    )
+    chosen = [("committed", b) for b in committed[-batches:]] if batches > 0 else []
+    if state.in_flight is not None:
+        chosen.append(("in_flight", state.in_flight))
+    shown = tuple((kind, b) for kind, b in chosen if b.batch_timestamp_ms is not None)
+    by_id = {b.batch_id: b for b in [*committed, *(b for _, b in chosen)]}
+    topics = frozenset(
+        topic for b in by_id.values() for positions in _kafka(b).values() for topic in positions
+    )
+    unknown = None
+    if not shown:
+        if state.continuous or chosen:
+            unknown = "the batches carry no time (continuous trigger): nothing to date"
+        else:
+            unknown = "no batch is retained yet: the query has not planned one"
+    first = next((b for _, b in shown if b.batch_id == 0), None)
+    # The batch before the first shown one is asked about too: its answer brackets the
+    # records the first point has not read yet.
+    base = by_id.get(shown[0][1].batch_id - 1) if shown else None
+    timed = [b for _, b in shown] + ([base] if base is not None else [])
+    return HistoryPlan(
+        shown=shown,
+        by_id=by_id,
+        topics=topics,
+        times=tuple(sorted({b.batch_timestamp_ms for b in timed if b.batch_timestamp_ms})),
+        start_sources=tuple(_kafka(first)) if first is not None else (),
+        unknown=unknown,
+    )
+
+
+def _kafka(batch: BatchOffsets | None) -> dict[str, TopicOffsets]:
+    """source id -> topic -> partition -> offset, Kafka sources only."""
+    if batch is None:
+        return {}
+    return {s.source_id: s.kafka for s in batch.sources if s.kind == "kafka" and s.kafka}
+
+
+# -- dating a record -------------------------------------------------------------------------------
+
+
+class RecordAge(NamedTuple):
+    """Age (s) of a record at some time: estimate, bracket, and why what is missing is."""
+
+    seconds: float | None
+    minimum: float | None
+    maximum: float | None
+    unknown: str | None = None
+
+
+def record_age(table: OffsetTimeTable, offset: int, at_ms: float) -> RecordAge:
+    """How old the record at ``offset`` was at ``at_ms``, from (log end, time) answers.
+
+    A level (L, first, last) of the table says the first record stamped >= each of those
+    times was at L. So a record at o >= L was stamped at or after ``last``, and a record
+    below the next level L' was stamped before that level's ``first``.
+
+    >>> record_age(OffsetTimeTable([(0, 0), (10, 1_000), (20, 2_000)]), 15, 3_000)
+    RecordAge(seconds=1.5, minimum=1.0, maximum=2.0, unknown=None)
+    """
+    levels = table.levels
+    i = bisect_right([level.offset for level in levels], offset) - 1
+    if i < 0:
+        if not levels:
+            return RecordAge(None, None, None, "Kafka gave no log end for this partition")
+        at_least = max(0.0, (at_ms - levels[0].first_ms) / 1000.0)
+        return RecordAge(
+            None,
+            at_least,
+            None,
+            f"the first unread record (offset {offset}) was written before the oldest "
+            f"retained batch: at least {at_least:.1f} s old, not extrapolated",
+        )
+    if i + 1 == len(levels):
+        return RecordAge(None, None, None, f"no record at offset {offset} was written yet")
+    low, high = levels[i], levels[i + 1]
+    after, before = low.last_ms, max(high.first_ms, low.last_ms)
+    stamped = after + (offset - low.offset) * (before - after) / (high.offset - low.offset)
+
+    def age(ms: float) -> float:
+        return max(0.0, (at_ms - ms) / 1000.0)
+
+    return RecordAge(age(stamped), age(before), age(after))
+
+
+def log_end_tables(
+    log_ends_at: Mapping[int, TopicOffsets], snapshot: KafkaSnapshot | None
+) -> dict[tuple[str, int], OffsetTimeTable]:
+    """(topic, partition) -> table of (log end, time) from every answer and the live snapshot."""
+    tables: dict[tuple[str, int], OffsetTimeTable] = {}
+    answers: list[tuple[float, TopicOffsets]] = [(float(t), e) for t, e in log_ends_at.items()]
+    if snapshot is not None:
+        live = {t: {p: po.log_end for p, po in ps.items()} for t, ps in snapshot.partitions.items()}
+        answers.append((snapshot.fetched_at * 1000.0, live))
+    for time_ms, ends in answers:
+        for topic, parts in ends.items():
+            for partition, offset in parts.items():
+                key = (topic, int(partition))
+                table = tables.get(key)
+                if table is None:
+                    table = tables[key] = OffsetTimeTable()
+                table.add(int(offset), time_ms)
+    return tables
+
+
+# -- the reconstruction (pure) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _At:
+    """What one point is measured with."""
+
+    kind: str
+    batch_id: int | None
+    time_ms: int
+    planned: Positions  # the batch's own end offsets (what it reads up to)
+    processed: Positions | None  # None: the position at that time is unknown
+    why_unprocessed: str
+    log_ends: TopicOffsets | None
+
+
+def _partition_point(
+    at: _At, tables: Mapping[tuple[str, int], OffsetTimeTable], source_id: str, topic: str, p: int
+) -> PartitionPoint:
+    planned = at.planned.get(source_id, {}).get(topic, {}).get(p)
+    log_end = (at.log_ends or {}).get(topic, {}).get(p)
+    processed = None if at.processed is None else at.processed.get(source_id, {}).get(topic, {})
+    offset = None if processed is None else processed.get(p)
+    why = None
+    if processed is None:
+        why = at.why_unprocessed
+    elif offset is None:
+        why = (
+            f"partition new in batch {at.batch_id}: Spark read it from the log start, which the "
+            "checkpoint does not record"
+        )
+    elif log_end is None:
+        why = f"Kafka has no partition {topic}-{p} now (topic deleted, or recreated smaller)"
+    elif log_end < offset:
+        why = (
+            f"Kafka's offset for this time ({log_end}) is below the offset already processed "
+            f"({offset}): record timestamps are out of append order (set by producers) or the "
+            "topic was recreated"
+        )
+    if why is not None or offset is None or log_end is None:
+        return PartitionPoint(
+            source_id, topic, p, log_end, offset, planned, None, None, None, None, why
+        )
+    lag = log_end - offset
+    if lag == 0:
+        age = RecordAge(0.0, 0.0, 0.0)
+    else:
+        age = record_age(tables.get((topic, p), OffsetTimeTable()), offset, at.time_ms)
+    return PartitionPoint(
+        source_id, topic, p, log_end, offset, planned, lag, *age[:3], unknown=age.unknown
+    )
+
+
+def _history_point(at: _At, tables: Mapping[tuple[str, int], OffsetTimeTable]) -> HistoryPoint:
+    keys = sorted(
+        {
+            (sid, topic, p)
+            for positions in (at.planned, at.processed or {})
+            for sid, topics in positions.items()
+            for topic, parts in topics.items()
+            for p in parts
+        }
+    )
+    parts = tuple(_partition_point(at, tables, sid, topic, p) for sid, topic, p in keys)
+    lags = [part.lag for part in parts]
+    known = [part.lag_seconds for part in parts if part.lag_seconds is not None]
+    return HistoryPoint(
+        time_ms=at.time_ms,
+        kind=at.kind,
+        batch_id=at.batch_id,
+        partitions=parts,
+        total_lag=None if any(lag is None for lag in lags) else sum(lag or 0 for lag in lags),
+        max_lag_seconds=max(known) if known else None,
+    )
+
+
+def _batch_points(
+    plan: HistoryPlan, log_ends_at: Mapping[int, TopicOffsets], start_offsets: Positions | None
+) -> Iterator[_At]:
+    for kind, batch in plan.shown:
+        previous = plan.by_id.get(batch.batch_id - 1)
+        processed: Positions | None = _kafka(previous) if previous is not None else None
+        why = (
+            f"batch {batch.batch_id - 1} is not in the checkpoint any more (purged past "
+            "minBatchesToRetain) or was never written (async progress tracking): what had been "
+            "processed at this time is unknown"
+        )
+        if batch.batch_id == 0:
+            processed = start_offsets
+            why = "the source's start offsets (sources/<id>/0) could not be read"
+        time_ms = int(batch.batch_timestamp_ms or 0)
+        ends = log_ends_at.get(time_ms)
+        yield _At(kind, batch.batch_id, time_ms, _kafka(batch), processed, why, ends)
+
+
+def reconstruct(
+    state: CheckpointState,
+    log_ends_at: Mapping[int, TopicOffsets],
+    snapshot: KafkaSnapshot | None,
+    *,
+    batches: int = DEFAULT_BATCHES,
+    start_offsets: Positions | None = None,
+    kafka_calls: int = 0,
+    now: float | None = None,
+) -> LagHistory:
+    """The history from what was read: the checkpoint's state, Kafka's log end at each batch
+    time (``time_ms -> topic -> partition -> offset``), the live snapshot (None: no ``now``
+    point) and batch 0's start offsets (``sources/<id>/0``). No I/O."""
+    plan = plan_history(state, batches)
+    tables = log_end_tables(log_ends_at, snapshot)
+    ats = list(_batch_points(plan, log_ends_at, start_offsets))
+    if snapshot is not None and state.committed is not None:
+        live = {t: {p: po.log_end for p, po in ps.items()} for t, ps in snapshot.partitions.items()}
+        ats.append(
+            _At(
+                "now",
+                None,
+                int(snapshot.fetched_at * 1000),
+                _kafka(state.in_flight),
+                _kafka(state.committed),
+                "",
+                live,
+            )
+        )
+    return LagHistory(
+        location=state.location,
+        generated_at=time.time() if now is None else now,
+        points=tuple(_history_point(at, tables) for at in ats),
+        kafka_calls=kafka_calls,
+        unknown=plan.unknown,
+    )
+
+
+# -- reading it ----------------------------------------------------------------------------------
+
+
+def log_ends_at(
+    client: KafkaOffsetsClient,
+    topics: Sequence[str],
+    times_ms: Sequence[int],
+    *,
+    max_parallel: int = MAX_PARALLEL_CALLS,
+) -> dict[int, dict[str, dict[int, int]]]:
+    """Kafka's log end at each time (first offset stamped >= it; the log end if none is):
+    one ListOffsets-by-time call per time, every partition of ``topics`` in each."""
+    if not topics or not times_ms:
+        return {}
+    wanted = sorted(set(topics))
+
+    def ask(time_ms: int) -> tuple[int, dict[str, dict[int, int]]]:
+        return time_ms, client.offsets_for_time(wanted, time_ms)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(times_ms)))) as pool:
+        return dict(pool.map(ask, sorted(set(times_ms))))
+
+
+def start_offsets(session: Session, location: str, source_ids: Sequence[str]) -> Positions | None:
+    """Batch 0's starting point: each Kafka source's ``sources/<id>/0`` (None if any is gone)."""
+    from airflow_sparklag.checkpoint import parse_source_start
+    from airflow_sparklag.errors import StorageNotFound
+    from airflow_sparklag.storage import join
+
+    storage = session.storage(location)
+    found: dict[str, TopicOffsets] = {}
+    for source_id in source_ids:
+        path = join(location.rstrip("/"), "sources", source_id, "0")
+        try:
+            source = parse_source_start(storage.read(path), path, source_id)
+        except StorageNotFound:
+            return None
+        if source.kafka is None:
+            return None
+        found[source_id] = source.kafka
+    return found
+
+
+def history(
+    session: Session,
+    location: str,
+    *,
+    batches: int = DEFAULT_BATCHES,
+    include_now: bool = True,
+    max_parallel: int = MAX_PARALLEL_CALLS,
+) -> LagHistory:
+    """Per-partition lag at each of the last ``batches`` retained batches of ``location``.
+
+    Reads ``batches + 1`` committed batches (the oldest one only as the starting point of the
+    next), asks Kafka once per distinct batch time, and (``include_now``) takes one snapshot
+    for the ``now`` point. Raises the typed errors of reading and of Kafka.
+    """
+    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
+        raise ValueError(f"batches must be a whole number >= 1, got {batches!r}")
+    state = session.read(location, history=batches + 1)
+    plan = plan_history(state, batches)
+    topics = sorted(plan.topics)
+    ends = log_ends_at(session.kafka, topics, plan.times, max_parallel=max_parallel)
+    starts = (
+        start_offsets(session, state.location, plan.start_sources) if plan.start_sources else None
+    )
+    snapshot = session.kafka.snapshot(topics) if include_now and topics else None
+    return reconstruct(
+        state, ends, snapshot, batches=batches, start_offsets=starts, kafka_calls=len(ends)
+    )
