@@ -143,7 +143,7 @@ with DAG(
         except CheckpointNotFound:
             existing = None
         if existing is not None:  # a re-run: the new job already has progress of its own
-            logging.getLogger(__name__).warning(
+            logging.getLogger("sparklag.checkpoint_migration").warning(
                 "%s has batch %s: Spark resumes from it, startingOffsets unused",
                 checkpoint,
                 existing,

@@ -4,16 +4,20 @@
          ├──lagging──> wait_until_healthy ──────────┤
          └──other────> abort                        v
                                 stop_old_job -> record_offsets -> start_new_job
-                                -> wait_for_progress -> wait_for_catch_up
+                                -> wait_for_catch_up -> wait_new_version_healthy
 
 1. ``check_health`` reads the checkpoint and Kafka: healthy -> deploy now, lagging -> wait
    (deferred) until healthy, anything else (stalled, stopped, data loss, ...) -> abort.
 2. ``stop_old_job`` stops the running version cleanly; only then are the committed offsets
-   final, so ``record_offsets`` records them (XCom): the rollback point, and the baseline the
-   new version must move past.
-3. ``start_new_job`` starts the new version on the same checkpoint.
-4. ``wait_for_progress`` (deferred) waits for a batch newer than the recorded one, and
-   ``wait_for_catch_up`` (deferred) until everything produced before the stop is processed.
+   final, so ``record_offsets`` records them and the stop time (XCom ``stopped_at``, ISO-8601):
+   the rollback point and the catch-up target.
+3. ``start_new_job`` starts the new version on the same checkpoint and returns once its query
+   runs (``QUERY_STARTED``).
+4. The gate is "started and caught up", not "traffic": ``wait_for_catch_up`` (deferred) waits
+   until everything produced before the stop is processed, then ``wait_new_version_healthy``
+   (deferred) until the verdict is OK under the same thresholds. A new version with nothing to
+   read and nothing waiting passes at once: on a quiet topic Spark commits no new batch, and
+   waiting for one would fail a healthy deploy at its timeout.
 
 Everything comes from params and connections (``kafka_config_id``, ``aws_conn_id``,
 ``webhdfs_conn_id``). The job runs locally via ``dags/jobs/kafka_stream_job.py``; on a cluster
@@ -23,16 +27,13 @@ use SparkSubmitOperator for ``start_new_job`` (docs/operators/gated-deploy.md).
 from __future__ import annotations
 
 import datetime
+import time
 
 from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_sparklag.operators.sparklag import SparkLagBranchOperator
-from airflow_sparklag.sensors.sparklag import (
-    SparkCheckpointProgressSensor,
-    SparkKafkaCatchUpSensor,
-    SparkLagSensor,
-)
+from airflow_sparklag.sensors.sparklag import SparkKafkaCatchUpSensor, SparkLagSensor
 
 CONNECTIONS = {
     "kafka_config_id": "{{ params.kafka_config_id }}",
@@ -41,6 +42,14 @@ CONNECTIONS = {
 }
 CHECKPOINT = "{{ params.checkpoint }}"
 RECORDED = "ti.xcom_pull(task_ids='record_offsets')"
+
+
+def iso_time(epoch: float | None, timespec: str = "seconds") -> str:
+    """``1795345663.27`` -> ``2026-11-22T10:27:43Z``; None -> ``never``."""
+    if epoch is None:
+        return "never"
+    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
+    return moment.isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 def _hook(params: dict):  # type: ignore[no-untyped-def]
@@ -107,12 +116,20 @@ with DAG(
 
         return stop_job(params["run_dir"], params["job_name"])
 
-    @task
+    @task(show_return_value_in_logs=False)  # logged below, with times as ISO-8601
     def record_offsets(params=None) -> dict:  # type: ignore[no-untyped-def]
-        import time
+        import logging
 
         recorded = _hook(params).committed_offsets(params["checkpoint"])
-        recorded["recorded_at"] = time.time()
+        # The old version is stopped: everything produced until now is the catch-up target.
+        recorded["stopped_at"] = iso_time(time.time(), "milliseconds")
+        logging.getLogger("sparklag.gated_deploy").info(
+            "old version stopped at %s, its last batch %s committed at %s; the new version "
+            "must process everything produced before the stop",
+            recorded["stopped_at"],
+            recorded["committed_batch_id"],
+            iso_time(recorded["committed_at"]),
+        )
         return recorded
 
     @task
@@ -126,26 +143,26 @@ with DAG(
             job_args += ["--classpath", params["spark_classpath"]]
         return start_job(params["run_dir"], params["job_name"], params["new_version"], job_args)
 
-    wait_for_progress = SparkCheckpointProgressSensor(
-        task_id="wait_for_progress",
-        location=CHECKPOINT,
-        after_batch_id="{{ " + RECORDED + "['committed_batch_id'] }}",
-        deferrable=True,
-        poke_interval=5,
-        timeout=600,
-        **CONNECTIONS,
-    )
     wait_for_catch_up = SparkKafkaCatchUpSensor(
         task_id="wait_for_catch_up",
         location=CHECKPOINT,
-        target_time="{{ " + RECORDED + "['recorded_at'] }}",
+        target_time="{{ " + RECORDED + "['stopped_at'] }}",
         deferrable=True,
         poke_interval=5,
         timeout=900,
+        **CONNECTIONS,
+    )
+    wait_new_version_healthy = SparkLagSensor(
+        task_id="wait_new_version_healthy",
+        location=CHECKPOINT,
+        thresholds="{{ params.thresholds }}",
+        deferrable=True,
+        poke_interval=5,
+        timeout=600,
         **CONNECTIONS,
     )
 
     stop = stop_old_job()
     check_health >> [stop, wait_until_healthy, abort()]
     wait_until_healthy >> stop
-    stop >> record_offsets() >> start_new_job() >> wait_for_progress >> wait_for_catch_up
+    stop >> record_offsets() >> start_new_job() >> wait_for_catch_up >> wait_new_version_healthy

@@ -9,11 +9,15 @@ the ``jobs_file`` param (default ``dags/config/sla_jobs.json``)::
      "jobs": [{"name": "orders", "location": "s3a://lake/checkpoints/orders",
                "aws_conn_id": "aws_default", "thresholds": {"max_lag_seconds": 600}}]}
 
+The shipped ``dags/config/sla_jobs.json`` is a sample (``"example": true``): while the
+configuration says so, ``load_jobs`` skips the run and logs how to configure it, so unpausing
+the DAG before configuring it makes skipped runs, not failed ones.
+
 A job breaching its SLA fails its own mapped task (the others still run) and calls
-``alert_sla_breach``, which logs the verdict and, when the ``alert_file`` param is set, appends
-it there as one JSON line: replace it with a notifier (Slack, email, PagerDuty) of your own.
-``summary`` runs whatever happened, logs one line per job and fails the run when any job
-breached (or could not be checked).
+``alert_sla_breach``, which logs the job's name and verdict and, when the ``alert_file`` param
+is set, appends it there as one JSON line: replace it with a notifier (Slack, email,
+PagerDuty) of your own. ``summary`` runs whatever happened, logs one line per job and fails
+the run when any job breached (or could not be checked).
 """
 
 from __future__ import annotations
@@ -30,23 +34,70 @@ from airflow_sparklag.operators.sparklag import SparkLagCheckOperator
 
 DEFAULT_JOBS_FILE = str(Path(__file__).resolve().parent / "config" / "sla_jobs.json")
 JOBS_VARIABLE = "sparklag_sla_jobs"
-log = logging.getLogger(__name__)
+log = logging.getLogger("sparklag.sla_check")  # a DAG module's __name__ is mangled
+
+
+def iso_time(epoch: float | None) -> str:
+    """``1795345663.27`` -> ``2026-11-22T10:27:43Z``; None -> ``never``."""
+    if epoch is None:
+        return "never"
+    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def whole_seconds(seconds: float | None) -> int | None:
+    return None if seconds is None else round(seconds)
+
+
+def describe(seconds: float | None) -> str:
+    """A duration for a log line: ``12 s``, or ``unknown`` when it could not be measured."""
+    return "unknown" if seconds is None else f"{round(seconds)} s"
+
+
+def job_kwargs(job: Any, index: int, defaults: dict[str, Any], source: str) -> dict[str, Any]:
+    """One mapped check's arguments from one entry of the job list (checked)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    if not isinstance(job, dict) or not job.get("location"):
+        raise AirflowFailException(f'{source}: jobs[{index}] needs a "location", got {job!r}')
+    return {
+        "location": job["location"],
+        "thresholds": job.get("thresholds") or {},
+        "metric_name": job.get("name") or job["location"],
+        "kafka_config_id": job.get("kafka_config_id", defaults["kafka_config_id"]),
+        "aws_conn_id": job.get("aws_conn_id"),
+        "webhdfs_conn_id": job.get("webhdfs_conn_id"),
+    }
 
 
 def alert_sla_breach(context: dict[str, Any]) -> None:
-    """on_failure_callback: one alert per breaching job (no secrets: the verdict and the lag)."""
+    """on_failure_callback: one alert per breaching job, named by the job's name (no secrets:
+    the verdict and the lag)."""
     ti = context["ti"]
+    task = context.get("task")
     result = ti.xcom_pull(task_ids=ti.task_id, map_indexes=ti.map_index) or {}
-    verdict = result.get("verdict") or {}
+    verdict, report = result.get("verdict") or {}, result.get("report") or {}
+    location = getattr(task, "location", None) or result.get("location")
     alert = {
         "dag_id": ti.dag_id,
         "run_id": ti.run_id,
-        "job": result.get("location") or str(context.get("exception")),
-        "health": verdict.get("health"),
+        "job": getattr(task, "metric_name", None) or location or ti.task_id,
+        "location": location,
+        "health": verdict.get("health", "CHECK_FAILED"),
         "reason": verdict.get("reason") or str(context.get("exception")),
-        "total_lag": (result.get("report") or {}).get("total_lag"),
+        "total_lag": report.get("total_lag"),
+        "max_lag_seconds": whole_seconds(report.get("max_lag_seconds")),
+        "last_commit": iso_time(report.get("committed_at")) if report else None,
     }
-    log.warning("SLA breach: %s", alert)
+    log.warning(
+        "SLA breach: job %s is %s: %s (total lag %s records, max lag %s, last commit %s)",
+        alert["job"],
+        alert["health"],
+        alert["reason"],
+        alert["total_lag"] if alert["total_lag"] is not None else "unknown",
+        describe(report.get("max_lag_seconds")),
+        alert["last_commit"] or "unknown",
+    )
     alert_file = (context.get("params") or {}).get("alert_file")
     if alert_file:
         with open(alert_file, "a") as out:
@@ -62,31 +113,48 @@ with DAG(
     max_active_runs=1,
     tags=["sparklag", "example"],
     params={
-        "jobs_file": Param(DEFAULT_JOBS_FILE, type="string"),
-        "alert_file": Param("", type="string"),
+        "jobs_file": Param(
+            DEFAULT_JOBS_FILE,
+            type="string",
+            description=f"JSON job list, used when the Variable {JOBS_VARIABLE} is not set",
+        ),
+        "alert_file": Param("", type="string", description="append alerts here (JSON lines)"),
     },
 ) as dag:
 
     @task
     def load_jobs(params=None) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
         from airflow.sdk import Variable
+        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
         text = Variable.get(JOBS_VARIABLE, default=None)
+        source = f"Variable {JOBS_VARIABLE}"
         if text is None:
-            text = Path(params["jobs_file"]).read_text()
-        config = json.loads(text)
-        kafka_config_id = config.get("kafka_config_id", "kafka_default")
-        return [
-            {
-                "location": job["location"],
-                "thresholds": job.get("thresholds") or {},
-                "metric_name": job.get("name") or job["location"],
-                "kafka_config_id": job.get("kafka_config_id", kafka_config_id),
-                "aws_conn_id": job.get("aws_conn_id"),
-                "webhdfs_conn_id": job.get("webhdfs_conn_id"),
-            }
-            for job in config["jobs"]
-        ]
+            source = f"jobs_file {params['jobs_file']}"
+            try:
+                text = Path(params["jobs_file"]).read_text()
+            except OSError as exc:
+                raise AirflowFailException(
+                    f"cannot read {source}: {exc.strerror}; set the Variable {JOBS_VARIABLE} "
+                    "or give the jobs_file param a readable JSON job list"
+                ) from None
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise AirflowFailException(f"{source} is not valid JSON: {exc}") from None
+        if config.get("example"):
+            message = (
+                f'{source} is the shipped sample configuration ("example": true), nothing '
+                f"to check. To check your jobs, set the Airflow Variable {JOBS_VARIABLE} to "
+                "your JSON job list, or trigger with the jobs_file param pointing at your own "
+                'file (same format, without "example"); see dags/sparklag_sla_check.py'
+            )
+            log.warning("%s", message)
+            raise AirflowSkipException(message)
+        defaults = {"kafka_config_id": config.get("kafka_config_id", "kafka_default")}
+        jobs = [job_kwargs(j, i, defaults, source) for i, j in enumerate(config.get("jobs", []))]
+        log.info("%d job(s) from %s", len(jobs), source)
+        return jobs
 
     check_sla = SparkLagCheckOperator.partial(
         task_id="check_sla",
@@ -98,11 +166,13 @@ with DAG(
     @task(trigger_rule="all_done")
     def summary(ti=None) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
         """One line per job; fails the run (after logging all) when any job breached."""
-        from airflow.sdk.exceptions import AirflowFailException
+        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
         from airflow_sparklag.operators.sparklag import DEFAULT_FAIL_ON
 
         jobs = ti.xcom_pull(task_ids="load_jobs") or []
+        if not jobs:
+            raise AirflowSkipException("no jobs were checked (see load_jobs)")
         results = ti.xcom_pull(task_ids="check_sla") or []
         if isinstance(results, dict):  # a single mapped instance comes back unwrapped
             results = [results]
@@ -116,9 +186,18 @@ with DAG(
                 "location": job["location"],
                 "health": verdict.get("health", "CHECK_FAILED"),
                 "total_lag": report.get("total_lag"),
-                "max_lag_seconds": report.get("max_lag_seconds"),
+                "max_lag_seconds": whole_seconds(report.get("max_lag_seconds")),
+                "last_commit": iso_time(report.get("committed_at")) if report else None,
             }
-            log.info("%s", line)
+            log.info(
+                "%s: %s, total lag %s records, max lag %s, last commit %s (%s)",
+                line["job"],
+                line["health"],
+                line["total_lag"] if line["total_lag"] is not None else "unknown",
+                describe(report.get("max_lag_seconds")),
+                line["last_commit"] or "unknown",
+                line["location"],
+            )
             lines.append(line)
             if line["health"] in DEFAULT_FAIL_ON or line["health"] == "CHECK_FAILED":
                 breaches.append(f"{line['job']} {line['health']}")

@@ -1,13 +1,16 @@
 """The example DAGs: integrity and parse time, import cost, and real runs with `airflow dags test`.
 
-Each `airflow dags test` costs ~15-20 s, so there is exactly one run per DAG; the gated deploy
-run covers the deferred path (its sensors defer, and `dags test` runs the triggers inline).
+Each `airflow dags test` costs ~15-20 s, so each run here checks one behaviour a deployment
+relies on; the migration run covers the deferred path (its sensor defers, and `dags test` runs
+the trigger inline). tests/airflow/test_airflow_smoke.py runs a DAG in a real deployment.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -87,8 +90,6 @@ def dags_test(dag_id: str, conf: dict, env: dict, timeout: float = 600) -> str:
 
 def run_state(output: str) -> str | None:
     """The DAG run's final state, from the 'DagRun Finished: ... state=<s>,' log line."""
-    import re
-
     match = re.search(r"DagRun Finished: dag_id=.*? state=(\w+),", output)
     return match.group(1) if match else None
 
@@ -268,14 +269,81 @@ def test_sla_check_dag_fails_the_breaching_job_only(
     assert "1 of 2 job(s) breach their SLA: lagging-local LAGGING" in output
     assert alerts.exists(), output[-4000:]
     (alert,) = [json.loads(line) for line in alerts.read_text().splitlines()]
+    # The alert names the job by its name; the location and the verdict come with it.
+    assert (alert["job"], alert["location"]) == ("lagging-local", lagging.location)
     assert alert["health"] == "LAGGING"
-    assert alert["job"] == lagging.location
     assert alert["total_lag"] == 300
+    assert "SLA breach: job lagging-local is LAGGING" in output
+    # Summary lines: times as ISO-8601, durations in whole seconds, "unknown" and never None.
+    summary = [
+        line for line in output.splitlines() if "healthy-s3: OK, total lag 0 records" in line
+    ]
+    assert summary, output[-4000:]
+    assert re.search(r"max lag (\d+ s|unknown), last commit \d{4}-\d\d-\d\dT[\d:]+Z", summary[0])
+    assert "None" not in summary[0] and not re.search(r"\d{9,}\.\d", summary[0]), summary[0]
     assert "testbed-secret-key" not in output
 
 
 @pytest.mark.testbed
-def test_gated_deploy_dag_restarts_the_job(airflow_db, kafka, kafka_conn, topic, tmp_path):
+def test_sla_check_dag_with_the_shipped_sample_config_is_not_failed(airflow_db, tmp_path):
+    """Unpaused before anyone configured it, the DAG skips its runs and says how to configure
+    it: the sample file points at s3a://lake/... and would fail every 15 minutes."""
+    assert json.loads((DAGS / "config" / "sla_jobs.json").read_text())["example"] is True
+    output = dags_test("sparklag_sla_check", {}, airflow_env(tmp_path))
+    assert run_state(output) == "success", output[-4000:]
+    assert "shipped sample configuration" in output, output[-4000:]
+    assert "Variable sparklag_sla_jobs" in output and "jobs_file" in output
+    assert "CHECK_FAILED" not in output and "breach their SLA" not in output
+
+
+@pytest.mark.testbed
+def test_fleet_scan_dag_fails_when_it_finds_no_checkpoint(airflow_db, tmp_path):
+    """An empty prefix is a wrong prefix or missing access, not a healthy empty fleet: the
+    run fails with a message naming the prefix, and spark-submit's output reaches the task
+    log line by line while it runs (timestamps spread over the run), not at its end."""
+    empty = tmp_path / "no-checkpoints-here"
+    (empty / "team-a" / "not-a-checkpoint").mkdir(parents=True)
+    started = time.monotonic()
+    output = dags_test(
+        "sparklag_fleet_scan",
+        {
+            "prefix": str(empty),
+            "bootstrap_servers": "127.0.0.1:9",  # no topics to look up: Kafka is never asked
+            "output": str(tmp_path / "scan"),
+            "master": "local[1]",
+        },
+        airflow_env(tmp_path),
+        timeout=300,
+    )
+    elapsed = time.monotonic() - started
+    assert run_state(output) == "failed", output[-4000:]
+    assert f"no checkpoint found under {empty}" in output, output[-4000:]
+    stamps = [_log_time(line) for line in output.splitlines() if "spark-submit: " in line]
+    stamps = [s for s in stamps if s is not None]
+    assert len(stamps) > 10, output[-4000:]
+    assert stamps[-1] - stamps[0] > 2.0, "spark-submit's lines were all logged at once"
+    print(f"fleet scan of an empty prefix failed after {elapsed:.1f}s")
+
+
+def _log_time(line: str) -> float | None:
+    """Epoch seconds of a log line's leading ISO timestamp (``airflow dags test`` output)."""
+    import datetime
+
+    match = re.match(r"\W*(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)", line)
+    if not match:
+        return None
+    moment = datetime.datetime.fromisoformat(match.group(1))
+    return moment.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+@pytest.mark.testbed
+@pytest.mark.parametrize("traffic", ["live", "quiet"])
+def test_gated_deploy_dag_restarts_the_job(airflow_db, kafka, kafka_conn, topic, tmp_path, traffic):
+    """live: records keep arriving, v2 must process what v1 left behind. quiet: nothing arrives
+    after v1 caught up, so v2 commits no batch at all; a healthy deploy must still pass at once
+    (the gate is "started and caught up", not "a new batch")."""
+    from airflow_sparklag.errors import CheckpointNotFound
+    from airflow_sparklag.hooks.sparklag import SparkLagHook
     from testbed.paths import jars
 
     sys.path.insert(0, str(DAGS))
@@ -300,18 +368,21 @@ def test_gated_deploy_dag_restarts_the_job(airflow_db, kafka, kafka_conn, topic,
     producer = threading.Thread(target=produce_continuously, daemon=True)
     args = ["--bootstrap", kafka.bootstrap, "--topics", topic, "--checkpoint", checkpoint]
     start_job(run_dir, "orders", "v1", [*args, "--classpath", classpath])
+    hook = SparkLagHook(kafka_conn)
     try:
-        from airflow_sparklag.hooks.sparklag import SparkLagHook
-
-        hook = SparkLagHook(kafka_conn)
+        ends = kafka.end_offsets(topic)
+        committed: dict[int, int] = {}
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # the old version has committed something
-            probe = hook.probe_progress(checkpoint)
-            if probe.done:
-                break
+        while committed != ends and time.monotonic() < deadline:  # v1 caught up with all 60
             time.sleep(1)
-        assert probe.done, probe.message
-        producer.start()
+            with contextlib.suppress(CheckpointNotFound):
+                offsets = hook.committed_offsets(checkpoint)["offsets"]
+                committed = {int(p): o for ps in offsets.values() for p, o in ps[topic].items()}
+        assert committed == ends, (committed, ends)
+        if traffic == "live":
+            producer.start()
+        before = _last_batch(checkpoint)
+        started = time.monotonic()
         output = dags_test(
             "sparklag_gated_deploy",
             {
@@ -326,14 +397,20 @@ def test_gated_deploy_dag_restarts_the_job(airflow_db, kafka, kafka_conn, topic,
             },
             airflow_env(tmp_path),
         )
+        elapsed = time.monotonic() - started
         assert run_state(output) == "success", output[-6000:]
-        # The sensors deferred and their triggers ran inline.
-        assert "deferring" in output.lower() or "defer" in output.lower(), output[-6000:]
+        assert "caught up with everything before" in output, output[-6000:]
         log_v2 = Path(run_dir) / "orders-v2.log"
         assert "QUERY_STARTED" in log_v2.read_text()
         assert "QUERY_STOPPED" in (Path(run_dir) / "orders-v1.log").read_text()
+        if traffic == "quiet":  # v2 runs and had nothing to do: no batch, and no waiting
+            assert _last_batch(checkpoint) == before
+            assert "gave up at the deadline" not in output
+        after = _last_batch(checkpoint)
+        print(f"gated deploy ({traffic}): {elapsed:.1f}s, batches {before} -> {after}")
     finally:
         stop_producing.set()
+        hook.close()
         stop_job(run_dir, "orders", timeout=60)
 
 
@@ -353,8 +430,6 @@ def test_provider_info_lists_importable_modules():
 @pytest.mark.parametrize("page", sorted((REPO / "docs" / "operators").glob("*.md")), ids=str)
 def test_doc_examples_define_valid_dags(page):
     """Every complete example in the operator pages builds its DAG (needs no running service)."""
-    import re
-
     blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
     for code in blocks:
         if "with DAG(" not in code or "providers.apache.spark" in code:

@@ -1,0 +1,159 @@
+"""A real Airflow deployment runs the example DAGs: api-server, scheduler, dag-processor and
+triggerer (LocalExecutor, SQLite), driven only through the REST API, as a user would.
+
+- the gated deploy against a lagging job: its sensor is seen ``deferred`` (the triggerer holds
+  it), the job catches up, the trigger fires, the deploy starts the new version and the run
+  succeeds;
+- the SLA check unpaused with the shipped sample configuration: its scheduled run is not failed
+  (and the migration DAG, unpaused too, starts nothing).
+
+If the deployment cannot start, the tests fail with the components' log tails.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from testbed.airflow_cluster import AirflowCluster
+
+REPO = Path(__file__).resolve().parents[2]
+DAGS = REPO / "dags"
+GATED = "sparklag_gated_deploy"
+SLA = "sparklag_sla_check"
+MIGRATION = "sparklag_checkpoint_migration"
+
+
+class Deployment:
+    """Starts the cluster on first use, inside a test, so a failed start fails that test."""
+
+    def __init__(self, cluster: AirflowCluster) -> None:
+        self.cluster = cluster
+        self.error: BaseException | None = None
+        self.started = False
+
+    def running(self) -> AirflowCluster:
+        if self.error is not None:
+            pytest.fail(f"the Airflow deployment did not start: {self.error}", pytrace=False)
+        if not self.started:
+            begin = time.monotonic()
+            try:
+                self.cluster.start(timeout=240)
+            except Exception as exc:
+                self.error = exc
+                pytest.fail(f"the Airflow deployment did not start: {exc}", pytrace=False)
+            self.started = True
+            print(f"Airflow deployment up in {time.monotonic() - begin:.1f}s at {self.cluster.url}")
+        return self.cluster
+
+
+@pytest.fixture(scope="module")
+def deployment(kafka_conn, tmp_path_factory) -> Iterator[Deployment]:  # type: ignore[no-untyped-def]
+    """One deployment for this module; the Kafka connection is in its environment (tasks run
+    under the scheduler's, triggers under the triggerer's)."""
+    cluster = AirflowCluster(
+        tmp_path_factory.mktemp("airflow-deployment"),
+        dags_folder=DAGS,
+        env={
+            "PYTHONPATH": str(REPO),
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+        },
+    )
+    holder = Deployment(cluster)
+    yield holder
+    cluster.stop()
+
+
+@pytest.mark.testbed
+@pytest.mark.timeout(480)
+def test_gated_deploy_defers_in_the_triggerer_then_succeeds(
+    deployment, kafka, kafka_conn, consume, tmp_path
+):
+    from testbed.paths import jars
+
+    sys.path.insert(0, str(DAGS))
+    try:
+        from jobs.process_control import stop_job
+    finally:
+        sys.path.remove(str(DAGS))
+
+    topic = kafka.create_topic(f"smoke-{uuid.uuid4().hex[:6]}", partitions=3)
+    kafka.produce(topic, 30)
+    checkpoint = str(tmp_path / "ck")
+    consume(topic, checkpoint)  # a real query committed all 30
+    kafka.produce(topic, 300)  # lag 300 > 100: the deploy must wait until it catches up
+    run_dir = str(tmp_path / "run")
+    cluster = deployment.running()
+    cluster.wait_dag(GATED)
+    cluster.unpause(GATED)
+    run_id = cluster.trigger(
+        GATED,
+        {
+            "checkpoint": checkpoint,
+            "topics": topic,
+            "job_name": "orders",
+            "new_version": "v2",
+            "run_dir": run_dir,
+            "spark_classpath": ":".join(jars("spark-kafka")),
+            "kafka_config_id": kafka_conn,
+            "thresholds": {"max_lag_records_total": 100},
+        },
+    )
+    try:
+        started = time.monotonic()
+        cluster.wait_task_state(GATED, run_id, "wait_until_healthy", ("deferred",), timeout=150)
+        deferred_after = time.monotonic() - started
+        consume(topic, checkpoint)  # the job catches up: the trigger's next poll sees OK
+        state = cluster.wait_run(GATED, run_id, timeout=300)
+        states = cluster.task_states(GATED, run_id)
+        assert state == "success", f"{states}\n{cluster.task_logs(GATED, run_id)}"
+        assert states == {
+            "check_health": "success",
+            "wait_until_healthy": "success",
+            "abort": "skipped",
+            "stop_old_job": "success",
+            "record_offsets": "success",
+            "start_new_job": "success",
+            "wait_for_catch_up": "success",
+            "wait_new_version_healthy": "success",
+        }, states
+        # The triggerer ran the sensor's trigger and fired its event (its own log file).
+        assert "Trigger fired event" in cluster.task_logs(GATED, run_id, lines=200)
+        assert "QUERY_STARTED" in (Path(run_dir) / "orders-v2.log").read_text()
+        print(
+            f"gated deploy in a real deployment: deferred after {deferred_after:.1f}s, "
+            f"run succeeded after {time.monotonic() - started:.1f}s"
+        )
+    finally:
+        stop_job(run_dir, "orders", timeout=60)
+        cluster.pause(GATED)
+
+
+@pytest.mark.testbed
+@pytest.mark.timeout(240)
+def test_sla_check_unpaused_with_the_sample_config_is_not_failed(deployment):
+    """Unpausing before configuring anything: the SLA check's scheduled run is skipped (not
+    failed), and the migration DAG (schedule=None) starts nothing."""
+    cluster = deployment.running()
+    cluster.wait_dag(SLA)
+    cluster.wait_dag(MIGRATION)
+    cluster.unpause(SLA)
+    cluster.unpause(MIGRATION)
+    try:
+        runs = cluster.wait_for(lambda: cluster.runs(SLA), 90, f"a scheduled run of {SLA}")
+        run_id = runs[0]["dag_run_id"]
+        state = cluster.wait_run(SLA, run_id, timeout=120)
+        states = cluster.task_states(SLA, run_id)
+        assert state == "success", f"{states}\n{cluster.task_logs(SLA, run_id)}"
+        assert states["load_jobs"] == "skipped", states
+        assert "shipped sample configuration" in cluster.task_logs(SLA, run_id, lines=200)
+        assert cluster.runs(MIGRATION) == []
+    finally:
+        cluster.pause(SLA)
+        cluster.pause(MIGRATION)
