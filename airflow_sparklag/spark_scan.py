@@ -468,6 +468,15 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         raise SystemExit("spark_scan: give --checkpoints, --checkpoints-file or --prefix")
     kafka_config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
     writer_options = dict(option.split("=", 1) for option in args.option)
+    if args.prefix:
+        # Find the jobs before starting Spark: an empty prefix is an answer in seconds.
+        with Session(**_storage_options(args)) as session:
+            locations = _scan_locations(session, locations, args.prefix, args.max_depth)
+        if not locations:
+            prefixes = ", ".join(args.prefix)
+            print(f"spark_scan: no checkpoint found under {prefixes} (max depth {args.max_depth})",
+                  file=sys.stderr)  # fmt: skip
+            return 3
     if spark is None:
         from pyspark.sql import SparkSession
 
@@ -476,7 +485,6 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
     result = scan(
         spark,
         locations,
-        prefix=args.prefix,
         kafka_config=kafka_config,
         thresholds=json.loads(args.thresholds) if args.thresholds else None,
         history=args.history,

@@ -14,6 +14,7 @@ from airflow_sparklag.health import DEFAULT_FAIL_ON as _FAIL_ON
 from airflow_sparklag.health import Health
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin, check_options_of
+from airflow_sparklag.render import seconds_text
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -143,12 +144,12 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
         health = health_name(result.verdict.health)
         report = result.report
         self.log.info(
-            "%s: %s (%s); total lag %s, max lag %s s",
+            "%s: %s (%s); total lag %s records, time lag %s",
             location,
             health,
             result.verdict.reason,
-            report.total_lag if report else None,
-            report.max_lag_seconds if report else None,
+            report.total_lag if report else "unknown",
+            seconds_text(report.max_lag_seconds if report else None).replace("-", "unknown"),
         )
         if health in fail_on:
             context["ti"].xcom_push(key="return_value", value=payload)
