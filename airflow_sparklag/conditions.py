@@ -17,7 +17,7 @@ Every ``to_dict()`` is JSON-safe and ``condition_from_dict`` rebuilds the condit
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -221,7 +221,8 @@ def _iso(epoch: float | None) -> str:
 class CatchUpCondition:
     """Done when, on every partition, the committed offset has reached the first offset
     produced at or after ``target_time_ms`` (Kafka ListOffsets for that timestamp):
-    everything produced before then has been processed. ``topics`` limits the check."""
+    everything produced before then has been processed. ``topics`` limits the check. Each
+    source is compared with its own cluster when the session maps it to one."""
 
     kind: ClassVar[str] = "catch_up"
     location: str
@@ -230,26 +231,27 @@ class CatchUpCondition:
 
     def probe(self, session: Session) -> Probe:
         state = session.read(self.location, history=1)
-        committed = _slowest_positions(state)
-        wanted = sorted(set(self.topics) if self.topics else set(committed))
+        committed = _slowest_positions(state, session.cluster_of)
+        wanted = _wanted_topics(committed, self.topics)
         if not wanted:
             return Probe(False, f"{self.location}: no Kafka offsets committed yet", {})
-        targets = session.kafka.offsets_for_time(wanted, self.target_time_ms)
         behind: list[dict[str, Any]] = []
         records = 0
-        for topic in wanted:
-            for partition, target_offset in sorted(targets.get(topic, {}).items()):
-                position = committed.get(topic, {}).get(partition)
-                if (position or 0) < target_offset:
-                    records += target_offset - (position or 0)
-                    behind.append(
-                        {
-                            "topic": topic,
-                            "partition": partition,
-                            "committed_offset": position,
-                            "target_offset": target_offset,
-                        }
-                    )
+        for cluster, topics in wanted.items():
+            targets = session.cluster_kafka(cluster).offsets_for_time(topics, self.target_time_ms)
+            for topic in topics:
+                for partition, target_offset in sorted(targets.get(topic, {}).items()):
+                    position = committed.get(cluster, {}).get(topic, {}).get(partition)
+                    if (position or 0) < target_offset:
+                        records += target_offset - (position or 0)
+                        behind.append(
+                            {
+                                "topic": topic,
+                                "partition": partition,
+                                "committed_offset": position,
+                                "target_offset": target_offset,
+                            }
+                        )
         payload: dict[str, Any] = {
             "location": self.location,
             "target_time_ms": self.target_time_ms,
@@ -285,16 +287,33 @@ class CatchUpCondition:
         )
 
 
-def _slowest_positions(state: Any) -> dict[str, dict[int, int]]:
-    """topic -> partition -> committed offset; a topic read by two sources is caught up when
-    the slower one is."""
-    committed: dict[str, dict[int, int]] = {}
-    for source_topics in committed_kafka_offsets(state).values():
+def _slowest_positions(
+    state: Any, cluster_of: Callable[[str], int]
+) -> dict[int, dict[str, dict[int, int]]]:
+    """cluster -> topic -> partition -> committed offset (cluster 0: the main one); a topic
+    read by two sources of one cluster is caught up when the slower one is."""
+    committed: dict[int, dict[str, dict[int, int]]] = {}
+    for source_id, source_topics in committed_kafka_offsets(state).items():
+        on_cluster = committed.setdefault(cluster_of(source_id), {})
         for topic, parts in source_topics.items():
-            merged = committed.setdefault(topic, {})
+            merged = on_cluster.setdefault(topic, {})
             for partition, offset in parts.items():
                 merged[partition] = min(offset, merged.get(partition, offset))
     return committed
+
+
+def _wanted_topics(
+    committed: Mapping[int, Mapping[str, Any]], topics: tuple[str, ...] | None
+) -> dict[int, list[str]]:
+    """cluster -> topics to compare: every committed topic, or those of ``topics`` (one that
+    no source has committed yet is asked of the main cluster)."""
+    if topics is None:
+        return {c: sorted(names) for c, names in sorted(committed.items()) if names}
+    wanted = {c: sorted(set(topics) & set(names)) for c, names in sorted(committed.items())}
+    rest = set(topics) - {topic for names in wanted.values() for topic in names}
+    if rest:
+        wanted[0] = sorted(set(wanted.get(0, [])) | rest)
+    return {c: names for c, names in wanted.items() if names}
 
 
 CONDITIONS: dict[str, Any] = {

@@ -29,6 +29,7 @@ none fires). No batch at all or no Kafka source: UNKNOWN, no rule is run.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import numbers
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-from airflow_sparklag.lag import LagReport, PartitionLag, json_safe
+from airflow_sparklag.lag import LagReport, PartitionLag, json_safe, single_cluster_warning
 from airflow_sparklag.runs import busy_interval
 
 
@@ -612,8 +613,18 @@ def evaluate(
     >>> verdict = evaluate(report, Thresholds(max_commit_age_seconds=900))  # doctest: +SKIP
     >>> verdict.to_dict()["health"]                                           # doctest: +SKIP
     'OK'
+
+    A query whose several Kafka sources were all measured against one cluster (none mapped
+    to its own) gets that warning at the end of the reason, whatever the verdict.
     """
-    thresholds = thresholds or Thresholds()
+    verdict = _verdict(report, thresholds or Thresholds(), now)
+    warning = single_cluster_warning(report)
+    if warning is None:
+        return verdict
+    return dataclasses.replace(verdict, reason=f"{verdict.reason}; warning: {warning}")
+
+
+def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> HealthVerdict:
     now = report.generated_at if now is None else now
     if report.committed_batch_id is None and report.in_flight is None:
         return HealthVerdict(Health.UNKNOWN, "no committed batch yet", "no_commit")
@@ -632,9 +643,14 @@ def evaluate(
             "no_commit",
         )
     if report.missing_topics:
+        reasons = [
+            f"source {s.source_id}: {s.lag_unknown}" for s in report.kafka_sources if s.lag_unknown
+        ]
         return HealthVerdict(
             Health.UNKNOWN,
-            f"topic(s) {', '.join(report.missing_topics)} not found in the cluster",
+            f"lag unknown: {'; '.join(reasons)}"
+            if reasons
+            else f"topic(s) {', '.join(report.missing_topics)} not found in the cluster",
             "topic_missing",
         )
     return HealthVerdict(Health.OK, f"lag {report.total_lag} record(s)", "ok")

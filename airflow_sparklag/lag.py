@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -94,19 +94,27 @@ class PartitionLag(_ToDict):
 
 @dataclass(frozen=True)
 class TopicLag(_ToDict):
-    """Totals of one topic of one source. `missing` = the topic is gone from the cluster.
+    """Totals of one topic of one source.
 
-    >>> TopicLag("orders", missing=True, partitions=()).lag
+    `missing` = the cluster the source is measured against has no such topic (deleted, or the
+    source reads another cluster: docs/multi-cluster.md): its lag is unknown (`lag` None,
+    `lag_unknown` says why, never 0), it has no partitions, and `checkpoint_offsets` keeps
+    where the query stands on it.
+
+    >>> TopicLag("orders", missing=False, partitions=()).lag
     0
     """
 
     topic: str
     missing: bool
     partitions: tuple[PartitionLag, ...]
-    lag: int = 0
+    lag: int | None = 0
     max_lag: int = 0
     max_lag_partition: int | None = None
     max_lag_seconds: float | None = None  # largest KNOWN lag_seconds; None when none is known
+    lag_unknown: str | None = None  # why `lag` is None, when it is
+    # A missing topic: partition -> offset the checkpoint holds (committed, or started at).
+    checkpoint_offsets: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -121,7 +129,10 @@ class SourceLag(_ToDict):
     kind: str  # "kafka" | "other" | "none" (no offset yet)
     is_kafka: bool
     topics: tuple[TopicLag, ...]
-    lag: int = 0
+    lag: int | None = 0  # None: a topic is missing from its cluster (see lag_unknown)
+    lag_unknown: str | None = None  # why `lag` is None, when it is
+    # The bootstrap servers of the cluster the source is mapped to; None: the main cluster.
+    cluster: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +169,8 @@ class LagReport(_ToDict):
     """Everything known about a query's lag at `generated_at`.
 
     Rates are records per second summed over all Kafka partitions of all sources.
+    `total_lag` and `max_lag` count the measured partitions; a topic its cluster lacks is in
+    `missing_topics`, and its source's `lag` is None with the reason (`lag_unknown`).
     `production_rate` is an UPPER bound (the log end at the oldest retained batch is only known
     to be at least that batch's offset), so `catch_up_seconds` errs on the long side.
 
@@ -197,6 +210,9 @@ class LagReport(_ToDict):
     notes: tuple[str, ...] = ()
     # Scheduled jobs (runs_every declared, or history that looks like runs): the last run.
     schedule: Schedule | None = None
+    # Several Kafka sources, none mapped to a cluster: all were measured against one cluster,
+    # which is wrong when they read different ones (the checkpoint does not say).
+    single_cluster_assumed: bool = False
 
     @property
     def kafka_sources(self) -> tuple[SourceLag, ...]:
@@ -224,10 +240,11 @@ def _kafka_offsets(batch: BatchOffsets | None) -> dict[str, Mapping[str, Mapping
 
 def _rates(
     series: list[BatchOffsets],
-    ref_ends: Mapping[str, Mapping[int, int]],
+    source_ends: Mapping[str, Mapping[str, Mapping[int, int]]],
     fetched_at: float,
 ) -> tuple[float | None, float | None]:
-    """(consumption rate, production-rate upper bound) over the retained history."""
+    """(consumption rate, production-rate upper bound) over the retained history;
+    ``source_ends``: source id -> topic -> partition -> reference offset in its cluster."""
     timed = [b for b in series if b.batch_timestamp_ms is not None]
     if not timed:
         return None, None
@@ -242,7 +259,7 @@ def _rates(
                 end = last_offsets.get(source_id, {}).get(topic, {}).get(partition)
                 if end is not None:
                     consumed += end - start
-                now_end = ref_ends.get(topic, {}).get(partition)
+                now_end = source_ends.get(source_id, {}).get(topic, {}).get(partition)
                 if now_end is not None and now_end >= start:
                     produced += now_end - start
     consumption = consumed / (t_last - t_first) if t_last > t_first and consumed >= 0 else None
@@ -253,7 +270,7 @@ def _rates(
 def _looks_rate_limited(
     series_offsets: Sequence[Mapping[str, Mapping[str, Mapping[int, int]]]],
     planned: Mapping[str, Mapping[str, Mapping[int, int]]],
-    ref_ends: Mapping[str, Mapping[int, int]],
+    source_ends: Mapping[str, Mapping[str, Mapping[int, int]]],
 ) -> bool:
     """True when every observed batch read the same number of records while a backlog remained.
 
@@ -276,8 +293,8 @@ def _looks_rate_limited(
         return False
     last = positions[-1]
     backlog = sum(
-        max(0, ref_ends.get(topic, {}).get(partition, offset) - offset)
-        for topics in last.values()
+        max(0, source_ends.get(source_id, {}).get(topic, {}).get(partition, offset) - offset)
+        for source_id, topics in last.items()
         for topic, parts in topics.items()
         for partition, offset in parts.items()
     )
@@ -365,6 +382,11 @@ class LagBasis:
     record_timestamps: Mapping[tuple[str, int], int | None] | None
     rate_limited: bool
     time_tables: _TimeTables
+    cluster: str | None = None  # a mapped source's cluster (bootstrap servers); None: main
+
+    @property
+    def cluster_name(self) -> str:
+        return "the cluster" if self.cluster is None else f"cluster {self.cluster}"
 
     def record_age(self, topic: str, partition: int, position: int, lag: int) -> RecordAge:
         """How old the first unread record is (``seconds`` None, with the reason, if unknown)."""
@@ -433,6 +455,70 @@ def partition_lag(basis: LagBasis, topic: str, partition: int, at: Position) -> 
 Offsets = Mapping[str, Mapping[str, Mapping[int, int]]]  # source id -> topic -> partition -> offset
 
 
+@dataclass(frozen=True)
+class SourceCluster:
+    """The cluster one source is measured against. The checkpoint does not record which
+    cluster a source reads, so the session's mapping says (docs/multi-cluster.md).
+
+    >>> SourceCluster(snapshot_of_b, "b:9092")                       # doctest: +SKIP
+    """
+
+    snapshot: KafkaSnapshot
+    servers: str | None  # None: the session's main cluster
+    # Exact time-lag mode: (topic, partition) -> timestamp ms of the record at the position.
+    record_timestamps: Mapping[tuple[str, int], int | None] | None = None
+
+
+class _Bases:
+    """One `LagBasis` per cluster the query's sources are measured against; `of(source)`
+    gives a source's, `main` the main cluster's. Reference offsets are looked up per source
+    (`source_ends`): a topic of one name may live on two clusters with different offsets."""
+
+    def __init__(
+        self,
+        main: SourceCluster,
+        clusters: Mapping[str, SourceCluster],
+        *,
+        read_committed: bool,
+        now: float,
+        series_offsets: Sequence[Offsets],
+        planned: Offsets,
+        committed: Offsets,
+        observed: Sequence[BatchOffsets],
+    ) -> None:
+        every = [*series_offsets, planned, committed]
+        topics = {topic for offsets in every for parts in offsets.values() for topic in parts}
+        source_ids = {source_id for offsets in every for source_id in offsets}
+        views = {source_id: clusters.get(source_id, main) for source_id in source_ids}
+        ends: dict[int, dict[str, dict[int, int]]] = {}
+        for view in (main, *views.values()):
+            if id(view) not in ends:
+                ends[id(view)] = _reference_ends(view.snapshot, topics, read_committed)
+        self.source_ends = {source_id: ends[id(view)] for source_id, view in views.items()}
+        rate_limited = _looks_rate_limited(series_offsets, planned, self.source_ends)
+        built: dict[int, LagBasis] = {}
+        for view in (main, *views.values()):
+            if id(view) in built:
+                continue
+            built[id(view)] = LagBasis(
+                snapshot=view.snapshot,
+                ref_ends=ends[id(view)],
+                read_committed=read_committed,
+                now_ms=now * 1000.0,
+                record_timestamps=view.record_timestamps,
+                rate_limited=rate_limited,
+                time_tables=_TimeTables(
+                    observed, ends[id(view)], view.snapshot.fetched_at * 1000.0
+                ),
+                cluster=view.servers,
+            )
+        self.main = built[id(main)]
+        self._of = {source_id: built[id(view)] for source_id, view in views.items()}
+
+    def of(self, source_id: str) -> LagBasis:
+        return self._of.get(source_id, self.main)
+
+
 def _topic_lag(
     basis: LagBasis,
     source_id: str,
@@ -448,8 +534,18 @@ def _topic_lag(
     ``stored`` holds the committed offsets, or with ``started`` the starting offsets of a query
     that has not committed yet."""
     snapshot = basis.snapshot
-    missing = topic in snapshot.missing_topics or topic not in snapshot.partitions
-    in_kafka = set() if missing else set(snapshot.partitions[topic])
+    if topic in snapshot.missing_topics or topic not in snapshot.partitions:
+        # Nothing to measure against: unknown, never 0 (a 0 here once hid a source that
+        # reads another cluster).
+        return TopicLag(
+            topic,
+            missing=True,
+            partitions=(),
+            lag=None,
+            lag_unknown=f"topic {topic} not found in {basis.cluster_name}",
+            checkpoint_offsets=dict(stored),
+        )
+    in_kafka = set(snapshot.partitions[topic])
     # This source's offsets of this topic at each retained batch, looked up once.
     topic_series = [offsets.get(source_id, {}).get(topic, {}) for offsets in series_offsets]
     planned_parts = planned.get(source_id, {}).get(topic, {})
@@ -471,7 +567,7 @@ def _topic_lag(
     known_seconds = [pl.lag_seconds for pl in lags if pl.lag_seconds is not None]
     return TopicLag(
         topic=topic,
-        missing=missing,
+        missing=False,
         partitions=lags,
         lag=sum(pl.lag for pl in lags),
         max_lag=worst.lag if worst else 0,
@@ -481,7 +577,7 @@ def _topic_lag(
 
 
 def _source_lags(
-    basis: LagBasis,
+    basis_of: Callable[[str], LagBasis],
     state: CheckpointState,
     planned: Offsets,
     series_offsets: Sequence[Offsets],
@@ -501,8 +597,9 @@ def _source_lags(
             sources.append(SourceLag(source.source_id, source.kind, False, ()))
             continue
         stored = starts.get(source.source_id) if started else source.kafka
+        basis = basis_of(source.source_id)
         if stored is None:  # no commit yet and its starting offsets unknown: not measured
-            sources.append(SourceLag(source.source_id, "kafka", True, ()))
+            sources.append(SourceLag(source.source_id, "kafka", True, (), cluster=basis.cluster))
             continue
         topics = [
             _topic_lag(
@@ -516,8 +613,17 @@ def _source_lags(
             )
             for topic in sorted(set(source.kafka) | set(stored))
         ]
+        unknown = [t.lag_unknown or t.topic for t in topics if t.lag is None]
         sources.append(
-            SourceLag(source.source_id, "kafka", True, tuple(topics), sum(t.lag for t in topics))
+            SourceLag(
+                source.source_id,
+                "kafka",
+                True,
+                tuple(topics),
+                None if unknown else sum(t.lag or 0 for t in topics),
+                lag_unknown="; ".join(unknown) if unknown else None,
+                cluster=basis.cluster,
+            )
         )
     return sources
 
@@ -585,9 +691,14 @@ def compute_lag(
     source_starts: Offsets | None = None,
     runs_every: float | None = None,
     run_grace: float | None = None,
+    source_clusters: Mapping[str, SourceCluster] | None = None,
 ) -> LagReport:
     """Lag of the query in `state` against the log in `snapshot`, at `now` (default: the
     snapshot's `fetched_at`, so every age in the report is measured from one instant).
+
+    `source_clusters` measures the sources it names against their own cluster's snapshot
+    (and record timestamps) instead; without it, a query with several Kafka sources is
+    measured against `snapshot` alone and the report says so (`single_cluster_assumed`).
 
     `record_timestamps` (exact time-lag mode) maps (topic, partition) to the timestamp in ms of
     the record at the committed offset (at the log start for a new partition); without it
@@ -604,26 +715,22 @@ def compute_lag(
     series = _committed_series(state)
     planned = _kafka_offsets(state.in_flight)
     series_offsets = [_kafka_offsets(b) for b in series]
-    job_topics = {
-        topic
-        for offsets in (*series_offsets, planned, _kafka_offsets(state.committed))
-        for topics in offsets.values()
-        for topic in topics
-    }
-    ref_ends = _reference_ends(snapshot, job_topics, read_committed)
     observed = [*series, state.in_flight] if state.in_flight is not None else series
-    basis = LagBasis(
-        snapshot=snapshot,
-        ref_ends=ref_ends,
+    bases = _Bases(
+        SourceCluster(snapshot, None, record_timestamps),
+        source_clusters or {},
         read_committed=read_committed,
-        now_ms=now * 1000.0,
-        record_timestamps=record_timestamps,
-        rate_limited=_looks_rate_limited(series_offsets, planned, ref_ends),
-        time_tables=_TimeTables(observed, ref_ends, snapshot.fetched_at * 1000.0),
+        now=now,
+        series_offsets=series_offsets,
+        planned=planned,
+        committed=_kafka_offsets(state.committed),
+        observed=observed,
     )
-    sources = _source_lags(basis, state, planned, series_offsets, source_starts)
+    sources = _source_lags(bases.of, state, planned, series_offsets, source_starts)
     in_flight = _in_flight(state, planned, now, source_starts)
-    report = _report(state, snapshot, basis, series, sources, in_flight, now)
+    report = _report(state, snapshot, bases, series, sources, in_flight, now)
+    if not source_clusters and sum(s.is_kafka for s in sources) > 1:
+        report = dataclasses.replace(report, single_cluster_assumed=True)
     notes = _notes(report, source_starts is not None)
     if runs_every is None:
         return dataclasses.replace(report, notes=notes)
@@ -664,9 +771,26 @@ OFFSETS_NOT_RECORDS = (
 )
 
 
+def single_cluster_warning(report: LagReport) -> str | None:
+    """The warning of a query whose several Kafka sources were all measured against one
+    cluster (none mapped), None otherwise."""
+    if not report.single_cluster_assumed:
+        return None
+    ids = ", ".join(s.source_id for s in report.kafka_sources)
+    return (
+        f"all {len(report.kafka_sources)} Kafka sources ({ids}) were measured against one "
+        "cluster: the checkpoint does not record which cluster a source reads; if they read "
+        "different clusters, map each to its own (--source-servers SOURCE=SERVERS, "
+        "source_kafka_conn_ids; docs/multi-cluster.md)"
+    )
+
+
 def _notes(report: LagReport, starts_known: bool) -> tuple[str, ...]:
     """What a reader of the numbers must know, in the report itself."""
     notes = []
+    warning = single_cluster_warning(report)
+    if warning is not None:
+        notes.append(warning)
     parts = list(report.partitions())
     open_tx = [
         p
@@ -704,7 +828,7 @@ def _notes(report: LagReport, starts_known: bool) -> tuple[str, ...]:
 def _report(
     state: CheckpointState,
     snapshot: KafkaSnapshot,
-    basis: LagBasis,
+    bases: _Bases,
     series: Sequence[BatchOffsets],
     sources: Sequence[SourceLag],
     in_flight: InFlightBatch | None,
@@ -714,9 +838,11 @@ def _report(
     all_parts = [p for s in sources for t in s.topics for p in t.partitions]
     worst_part = max(all_parts, key=lambda pl: pl.lag, default=None)
     known = [p.lag_seconds for p in all_parts if p.lag_seconds is not None]
-    total_lag = sum(s.lag for s in sources)
+    # Measured lag only: a missing topic's lag is unknown (None, listed in missing_topics).
+    total_lag = sum(t.lag or 0 for s in sources for t in s.topics)
     committed_at = _committed_at(state)
-    consumption, production = _rates(list(series), basis.ref_ends, snapshot.fetched_at)
+    consumption, production = _rates(list(series), bases.source_ends, snapshot.fetched_at)
+    basis = bases.main
     return LagReport(
         location=state.location,
         query_id=state.query_id,

@@ -11,7 +11,7 @@ import dataclasses
 import math
 import numbers
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,7 @@ from airflow_sparklag.health import (
     needs_record_ages,
 )
 from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
-from airflow_sparklag.lag import LagReport, Offsets, compute_lag
+from airflow_sparklag.lag import LagReport, Offsets, SourceCluster, compute_lag
 from airflow_sparklag.runs import (
     SCHEDULED_HISTORY,
     busy_interval,
@@ -38,6 +38,7 @@ from airflow_sparklag.session import Session
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
+    from airflow_sparklag.lag import PartitionLag
 
 MAX_READERS = 8  # checkpoints read at once; each read is a few small storage requests
 DEFAULT_HISTORY = 10  # batches of history a check reads (the trend rules' window)
@@ -215,12 +216,24 @@ def _source_starts(session: Session, state: CheckpointState) -> Offsets | None:
     return starts
 
 
-def _record_positions(report: LagReport) -> dict[tuple[str, int], int]:
+def _cluster_topics(session: Session, states: Mapping[str, CheckpointState]) -> dict[int, set[str]]:
+    """The topics to ask each cluster for (0: the main one; see ``Session.cluster_of``)."""
+    topics: dict[int, set[str]] = {}
+    for state in states.values():
+        for batch in (state.committed, state.in_flight):
+            for source in batch.sources if batch is not None else ():
+                if source.kind == "kafka" and source.kafka is not None:
+                    cluster = session.cluster_of(source.source_id)
+                    topics.setdefault(cluster, set()).update(source.kafka)
+    return topics
+
+
+def _record_positions(partitions: Iterable[PartitionLag]) -> dict[tuple[str, int], int]:
     """Where exact mode reads a record: the first unread offset of every lagging partition
     (committed, else where the query started, else the log start of a new partition).
     Partitions with lost records are skipped (there is nothing to read there)."""
     wanted: dict[tuple[str, int], int] = {}
-    for p in report.partitions():
+    for p in partitions:
         if p.lag <= 0 or p.data_loss or p.log_start_offset is None:
             continue
         position = p.committed_offset
@@ -257,21 +270,26 @@ def _exact_timestamps(
 WAITED_MIN_SECONDS = 10.0
 
 
+Stamps = Mapping[int, Mapping[tuple[str, int], int | None]]  # cluster -> record timestamps
+
+
 class _Judge:
-    """Reports and verdicts of several checkpoints against ONE Kafka snapshot, at ONE instant."""
+    """Reports and verdicts of several checkpoints against ONE Kafka snapshot per cluster
+    (``snapshots[0]``: the main one), at ONE instant."""
 
     def __init__(
         self,
         session: Session,
         states: Mapping[str, CheckpointState],
         options: CheckOptions,
-        snapshot: KafkaSnapshot,
+        snapshots: Mapping[int, KafkaSnapshot],
         now: float,
     ) -> None:
         self.session = session
         self.states = states
         self.options = options
-        self.snapshot = snapshot
+        self.snapshots = snapshots
+        self.snapshot = snapshots[0]
         self.now = now
         # Spark writes neither the Kafka source options (`kafka.isolation.level`) nor the
         # reader's conf to the checkpoint, so None falls back to read_uncommitted, which is
@@ -279,26 +297,94 @@ class _Judge:
         self.isolation = {loc: bool(options.read_committed) for loc in states}
         self.starts = {loc: _source_starts(session, st) for loc, st in states.items()}
 
-    def report(self, loc: str, stamps: Mapping[tuple[str, int], int | None] | None) -> LagReport:
+    def report(self, loc: str, stamps: Stamps | None) -> LagReport:
+        state = self.states[loc]
         return compute_lag(
-            self.states[loc],
+            state,
             self.snapshot,
             now=self.now,
             read_committed=self.isolation[loc],
-            record_timestamps=stamps,
+            record_timestamps=None if stamps is None else stamps.get(0, {}),
             source_starts=self.starts[loc],
             runs_every=self.options.runs_every,
             run_grace=self.options.grace,
+            source_clusters=self.source_clusters(state, stamps),
         )
 
-    def dated(self, reports: Mapping[str, LagReport]) -> dict[str, LagReport]:
-        """``reports`` again in exact time-lag mode (record timestamps read, one pass)."""
-        positions = {loc: _record_positions(report) for loc, report in reports.items()}
-        stamps = _exact_timestamps(self.session.kafka, list(positions.values()))
-        return {
-            loc: self.report(loc, {key: stamps.get((*key, off)) for key, off in wanted.items()})
-            for loc, wanted in positions.items()
+    def source_clusters(
+        self, state: CheckpointState, stamps: Stamps | None
+    ) -> dict[str, SourceCluster] | None:
+        """The query's sources the session maps to a cluster, each with that cluster's
+        snapshot (and record timestamps); None when it maps none of them."""
+        mapped = self.session.source_kafka
+        ids = {
+            source.source_id
+            for batch in (state.committed, state.in_flight)
+            for source in (batch.sources if batch is not None else ())
+            if source.source_id in mapped
         }
+        if not ids:
+            return None
+        views: dict[int, SourceCluster] = {}
+        for cluster in {self.session.cluster_of(source_id) for source_id in ids}:
+            views[cluster] = SourceCluster(
+                self.snapshots.get(cluster, self.snapshot),
+                self.session.cluster_servers(cluster),
+                None if stamps is None else stamps.get(cluster, {}),
+            )
+        return {source_id: views[self.session.cluster_of(source_id)] for source_id in ids}
+
+    def by_cluster(self, report: LagReport) -> dict[int, list[PartitionLag]]:
+        """The report's partitions, grouped by the cluster their source is measured against."""
+        grouped: dict[int, list[PartitionLag]] = {}
+        for source in report.kafka_sources:
+            parts = grouped.setdefault(self.session.cluster_of(source.source_id), [])
+            parts.extend(p for topic in source.topics for p in topic.partitions)
+        return grouped
+
+    def dated(self, reports: Mapping[str, LagReport]) -> dict[str, LagReport]:
+        """``reports`` again in exact time-lag mode (record timestamps read, one pass per
+        cluster)."""
+        positions = {
+            loc: {c: _record_positions(parts) for c, parts in self.by_cluster(report).items()}
+            for loc, report in reports.items()
+        }
+        clusters = sorted({c for wanted in positions.values() for c in wanted})
+        stamps = {
+            c: _exact_timestamps(
+                self.session.cluster_kafka(c), [wanted.get(c, {}) for wanted in positions.values()]
+            )
+            for c in clusters
+        }
+        return {
+            loc: self.report(
+                loc,
+                {
+                    c: {key: stamps[c].get((*key, off)) for key, off in wanted.items()}
+                    for c, wanted in by_cluster.items()
+                },
+            )
+            for loc, by_cluster in positions.items()
+        }
+
+    def offsets_at(
+        self, report: LagReport, timestamp_ms: int
+    ) -> dict[int, dict[str, dict[int, int]]] | None:
+        """Kafka's offsets as of ``timestamp_ms`` (ListOffsets by timestamp) of the report's
+        topics, per cluster: cluster -> topic -> partition -> offset; None when a topic went
+        away meanwhile (the answer is then unknown)."""
+        topics: dict[int, set[str]] = {}
+        for source in report.kafka_sources:
+            names = {t.topic for t in source.topics if not t.missing}
+            topics.setdefault(self.session.cluster_of(source.source_id), set()).update(names)
+        try:
+            return {
+                c: self.session.cluster_kafka(c).offsets_for_time(sorted(names), timestamp_ms)
+                for c, names in sorted(topics.items())
+                if names
+            }
+        except SparkLagError:
+            return None
 
     def needs_dating(self, report: LagReport) -> bool:
         """A seconds threshold, or a STOPPED rule, needs ages the estimate cannot give."""
@@ -310,7 +396,7 @@ class _Judge:
 
     def run(self) -> dict[str, CheckResult]:
         reports = {loc: self.report(loc, None) for loc in self.states}
-        if self.snapshot.partitions or self.snapshot.missing_topics:
+        if any(s.partitions or s.missing_topics for s in self.snapshots.values()):
             if self.options.exact_time_lag:
                 reports = self.dated(reports)
             else:
@@ -335,17 +421,18 @@ class _Judge:
             return report
         if report.committed_batch_id is None or run.first_batch_id > report.committed_batch_id:
             return report  # nothing of this run committed yet: "not yet", nothing to compare
-        topics = sorted({p.topic for p in report.partitions()} - set(report.missing_topics))
-        try:
-            targets = self.session.kafka.offsets_for_time(topics, int(run.started_at * 1000))
-        except SparkLagError:
+        targets = self.offsets_at(report, int(run.started_at * 1000))
+        if targets is None:
             return report  # a topic went away meanwhile: completeness unknown
         left = 0
-        for p in report.partitions():
-            target = targets.get(p.topic, {}).get(p.partition)
-            position = p.committed_offset if p.committed_offset is not None else p.log_start_offset
-            if target is not None and position is not None:
-                left += max(0, target - position)
+        for cluster, parts in self.by_cluster(report).items():
+            for p in parts:
+                target = targets.get(cluster, {}).get(p.topic, {}).get(p.partition)
+                position = (
+                    p.committed_offset if p.committed_offset is not None else p.log_start_offset
+                )
+                if target is not None and position is not None:
+                    left += max(0, target - position)
         done = dataclasses.replace(run, complete=left == 0, records_left=left)
         return dataclasses.replace(report, schedule=dataclasses.replace(schedule, last_run=done))
 
@@ -354,7 +441,7 @@ class _Judge:
     ) -> tuple[LagReport, HealthVerdict]:
         """A job STOPPED by the idle rule whose history looks like runs: did records wait
         between the runs? Then it looks scheduled, and the verdict says how to declare it."""
-        if not _records_waited_before_last_run(self.session.kafka, report):
+        if not self.records_waited_before_last_run(report):
             return report, verdict
         flight = report.in_flight
         schedule = schedule_of(
@@ -367,36 +454,33 @@ class _Judge:
         report = dataclasses.replace(report, schedule=schedule)
         return report, evaluate(report, self.options.thresholds, now=self.now)
 
-
-def _records_waited_before_last_run(client: KafkaOffsetsClient, report: LagReport) -> bool:
-    """Did the first batch after the newest long pause read records produced well before it
-    (more than ``WAITED_MIN_SECONDS`` or 3 busy intervals)? A streaming query reacts to new
-    records within its trigger; a scheduled one leaves them waiting until the next run."""
-    history = report.history
-    gap = run_gap(history, None)
-    edges = last_gap(history, gap) if gap is not None else None
-    busy = busy_interval(history)
-    if edges is None or busy is None:
+    def records_waited_before_last_run(self, report: LagReport) -> bool:
+        """Did the first batch after the newest long pause read records produced well before
+        it (more than ``WAITED_MIN_SECONDS`` or 3 busy intervals)? A streaming query reacts to
+        new records within its trigger; a scheduled one leaves them waiting until the next
+        run."""
+        history = report.history
+        gap = run_gap(history, None)
+        edges = last_gap(history, gap) if gap is not None else None
+        busy = busy_interval(history)
+        if edges is None or busy is None:
+            return False
+        before, after = edges
+        after_ms = history[after].timestamp_ms
+        if after_ms is None:
+            return False
+        margin = max(WAITED_MIN_SECONDS, 3 * busy)
+        waiting = self.offsets_at(report, int(after_ms - margin * 1000))
+        if waiting is None:
+            return False
+        for cluster, parts in self.by_cluster(report).items():
+            for p in parts:
+                end = p.offset_history[before] if len(p.offset_history) > before else None
+                if end is None:
+                    continue
+                if waiting.get(cluster, {}).get(p.topic, {}).get(p.partition, end) > end:
+                    return True
         return False
-    before, after = edges
-    after_ms = history[after].timestamp_ms
-    if after_ms is None:
-        return False
-    margin = max(WAITED_MIN_SECONDS, 3 * busy)
-    ends: dict[tuple[str, int], int] = {}
-    for p in report.partitions():
-        end = p.offset_history[before] if len(p.offset_history) > before else None
-        if end is not None:
-            ends[(p.topic, p.partition)] = end
-    try:
-        waiting = client.offsets_for_time(
-            sorted({topic for topic, _ in ends}), int(after_ms - margin * 1000)
-        )
-    except SparkLagError:
-        return False
-    return any(
-        waiting.get(topic, {}).get(partition, end) > end for (topic, partition), end in ends.items()
-    )
 
 
 def judge_states(
@@ -409,6 +493,10 @@ def judge_states(
     """One Kafka snapshot for all topics of all states, then a report and verdict each, all
     measured at one instant (``now``, default the snapshot's fetch time).
 
+    A session that maps sources to clusters (``Session(source_kafka=...)``) gets one snapshot
+    per cluster, of the topics of the sources mapped to it, and each source is measured
+    against its own cluster's (docs/multi-cluster.md).
+
     The snapshot always includes the last stable offsets: the report shows them beside the log
     end and notes open transactions. A `max_lag_seconds` threshold is never skipped silently:
     when the estimate cannot date a lagging job's records (history too short, an idle gap,
@@ -416,13 +504,15 @@ def judge_states(
     partition) before it is judged; so is a job a STOPPED rule would judge by the age of its
     waiting records. A declared scheduled job's last run is checked for completeness.
     """
-    topics = sorted(set().union(*(_topics(st) for st in states.values())))
-    if topics:
-        snapshot = session.kafka.snapshot(topics, read_committed=True)
-    else:  # no Kafka source anywhere: nothing to ask the cluster
-        snapshot = KafkaSnapshot({}, frozenset(), time.time(), None)
-    at = snapshot.fetched_at if now is None else now
-    return _Judge(session, states, options, snapshot, at).run()
+    snapshots = {
+        cluster: session.cluster_kafka(cluster).snapshot(sorted(topics), read_committed=True)
+        for cluster, topics in sorted(_cluster_topics(session, states).items())
+    }
+    if 0 not in snapshots:  # no source on the main cluster: nothing to ask it
+        fetched = max((s.fetched_at for s in snapshots.values()), default=None)
+        snapshots[0] = KafkaSnapshot({}, frozenset(), fetched or time.time(), None)
+    at = max(s.fetched_at for s in snapshots.values()) if now is None else now
+    return _Judge(session, states, options, snapshots, at).run()
 
 
 def failed_result(location: str, error: SparkLagError) -> CheckResult:

@@ -44,6 +44,8 @@ __all__ = [
     "optional_count",
     "optional_duration",
     "positive_duration",
+    "source_assignment",
+    "source_map",
     "strings",
     "text",
     "thresholds",
@@ -225,6 +227,31 @@ def strings(name: str, value: Any) -> list[str]:
         if not isinstance(item, str) or not item.strip():
             raise invalid(name, f"every item must be a non-empty string, got {_shown(item)}")
     return [item.strip() for item in items]
+
+
+def source_map(name: str, value: Any) -> dict[str, str]:
+    """Source -> a name (a connection id, bootstrap servers): a dict or its text. A source is
+    its index (``"1"``; an int is read as its text) or the name given with
+    ``DataStreamReader.name()``, as reports show it. None/"" -> {}."""
+    if isinstance(value, Mapping):
+        value = {
+            str(k) if isinstance(k, int) and not isinstance(k, bool) else k: v
+            for k, v in value.items()
+        }
+    result: dict[str, str] = {}
+    for source, target in (mapping(name, value) or {}).items():
+        if not source.strip():
+            raise invalid(name, "a source must be its index or name, got ''")
+        result[source.strip()] = text(f"{name}.{source.strip()}", target)
+    return result
+
+
+def source_assignment(name: str, value: Any) -> tuple[str, str]:
+    """``SOURCE=VALUE`` (e.g. ``1=broker-b:9092``): the source and its value."""
+    source, sep, target = str(value).partition("=")
+    if not sep or not source.strip() or not target.strip():
+        raise invalid(name, f"must be SOURCE=VALUE, e.g. 1=broker-b:9092, got {_shown(value)}")
+    return source.strip(), target.strip()
 
 
 def health_names(name: str, value: Any) -> tuple[Health, ...]:

@@ -78,6 +78,10 @@ def partition_table(report: LagReport) -> str:
         if not source.is_kafka:
             continue
         for topic in source.topics:
+            for partition, offset in sorted(topic.checkpoint_offsets.items()):
+                # A topic its cluster lacks: where the query stands, lag unknown.
+                row = (source.source_id, topic.topic, str(partition), str(offset))
+                rows.append((*row, "-", "-", "-", "-", "?", "unknown", "topic_missing"))
             for p in topic.partitions:
                 rows.append(
                     (
@@ -118,6 +122,10 @@ def summary_lines(report: LagReport) -> list[str]:
     for source in report.sources:
         if not source.is_kafka:
             lines.append(f"source {source.source_id}   not Kafka ({source.kind}): no lag measured")
+        elif source.lag_unknown:
+            lines.append(f"source {source.source_id}   lag unknown: {source.lag_unknown}")
+        elif source.cluster is not None:
+            lines.append(f"source {source.source_id}   measured against cluster {source.cluster}")
     lines.append(
         f"lag         {report.total_lag} records (max {report.max_lag} on "
         f"{report.max_lag_topic or '-'}/{_num(report.max_lag_partition)}), time lag "

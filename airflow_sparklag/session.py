@@ -42,7 +42,14 @@ if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointReader, CheckpointState
     from airflow_sparklag.kafka import KafkaOffsetsClient
 
-__all__ = ["DEFAULT_KAFKA_TIMEOUT", "SHARED_CLIENTS", "ClientCache", "Session", "StorageOptions"]
+__all__ = [
+    "DEFAULT_KAFKA_TIMEOUT",
+    "SHARED_CLIENTS",
+    "ClientCache",
+    "Session",
+    "SourceClusters",
+    "StorageOptions",
+]
 
 DEFAULT_KAFKA_TIMEOUT = 10.0  # seconds any one Kafka request may take
 SHARED_CLIENTS_MAX = 32  # clients (S3 and Kafka together) a process keeps in the shared cache
@@ -57,7 +64,9 @@ class StorageOptions:
       function returning them, called on first S3 use (the Airflow hook builds its client
       only when a checkpoint on S3 is read);
     - ``webhdfs``: ``url`` (or a list of NameNode URLs for HA), ``user``;
-    - ``fsspec``: keyword arguments of the fsspec filesystem (``gs://``, ``abfs://``, ...).
+    - ``fsspec``: keyword arguments of the fsspec filesystem (``gs://``, ``abfs://``, ...):
+      a flat dict for every scheme, or per scheme (``{"gs": {...}, "abfs": {...}}``, merged over
+      the flat keys; ``gs`` serves ``gcs://``, ``abfs`` serves ``abfss://`` and ``az://``).
     """
 
     s3: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = field(default=None, repr=False)
@@ -102,6 +111,68 @@ def refuse_credentials_in(location: str) -> None:
         )
 
 
+class SourceClusters:
+    """Which cluster each mapped source reads, numbered once: 0 is the main cluster, 1.. the
+    distinct others (sources with equal configs, or the same client, share one number; a
+    source mapped to the main cluster's config or client gets 0)."""
+
+    def __init__(
+        self,
+        main_config: Mapping[str, Any],
+        main_client: KafkaOffsetsClient | None,
+        configs: Mapping[str, Mapping[str, Any]],
+        clients: Mapping[str, KafkaOffsetsClient],
+    ) -> None:
+        self.configs: dict[str, dict[str, Any]] = {}
+        self.of_source: dict[str, int] = {}
+        self.servers: dict[int, str] = {}
+        self.built: dict[int, dict[str, Any]] = {}  # cluster -> config its client is built from
+        self.clients: dict[int, KafkaOffsetsClient] = {}  # handed in, or built by the session
+        self.owned: set[int] = set()
+        for source_id in sorted(set(configs) | set(clients)):
+            if not isinstance(source_id, str) or not source_id.strip():
+                raise KafkaError(f"source ids must be non-empty names, got {source_id!r}")
+            config = dict(configs.get(source_id) or {})
+            client = clients.get(source_id)
+            if client is None and not config.get("bootstrap.servers"):
+                raise KafkaError(f"source {source_id}: its Kafka config has no 'bootstrap.servers'")
+            self.configs[source_id] = config
+            self.of_source[source_id] = self._number(config, client, main_config, main_client)
+
+    def _number(
+        self,
+        config: dict[str, Any],
+        client: KafkaOffsetsClient | None,
+        main_config: Mapping[str, Any],
+        main_client: KafkaOffsetsClient | None,
+    ) -> int:
+        if client is not None:
+            if client is main_client:
+                return 0
+            same = [n for n, known in self.clients.items() if known is client]
+        else:
+            if config == dict(main_config):
+                return 0
+            same = [n for n, known in self.built.items() if known == config]
+        if same:
+            return same[0]
+        cluster = len(self.servers) + 1
+        self.servers[cluster] = str(
+            client.bootstrap_servers if client is not None else config["bootstrap.servers"]
+        )
+        if client is not None:
+            self.clients[cluster] = client
+        else:
+            self.built[cluster] = config
+        return cluster
+
+    def take_owned(self) -> list[KafkaOffsetsClient]:
+        """The clients the session built (to close); handed-in ones stay with their owner."""
+        owned = [self.clients.pop(n) for n in sorted(self.owned) if n in self.clients]
+        self.owned.clear()
+        return owned
+
+
 class Session:
     """Storage backends, checkpoint readers and the Kafka client of one unit of work.
 
@@ -111,6 +182,16 @@ class Session:
     ``kafka_config`` is plain librdkafka configuration; ``kafka_client`` a ready client to use
     instead (not closed by the session). Without either, anything that needs Kafka raises
     :class:`~airflow_sparklag.errors.KafkaError` saying how to configure it.
+
+    A query may read several Kafka clusters, and its checkpoint does not record which cluster
+    a source reads: ``source_kafka`` maps a source (its index ``"1"`` or the name given with
+    ``DataStreamReader.name()``, as reports show it) to the librdkafka config of its cluster,
+    ``source_kafka_clients`` to a ready client (not closed by the session). Unmapped sources
+    use the main cluster. :meth:`kafka_for` gives a source's client, built once per distinct
+    cluster (docs/multi-cluster.md)::
+
+        Session(kafka_config={"bootstrap.servers": "a:9092"},
+                source_kafka={"1": {"bootstrap.servers": "b:9092"}})
     """
 
     def __init__(
@@ -123,6 +204,8 @@ class Session:
         webhdfs_options: Mapping[str, Any] | None = None,
         fsspec_options: Mapping[str, Any] | None = None,
         kafka_timeout: float = DEFAULT_KAFKA_TIMEOUT,
+        source_kafka: Mapping[str, Mapping[str, Any]] | None = None,
+        source_kafka_clients: Mapping[str, KafkaOffsetsClient] | None = None,
     ) -> None:
         if storage is None:
             storage = StorageOptions(s3_options, webhdfs_options, fsspec_options)
@@ -131,6 +214,9 @@ class Session:
         self.kafka_timeout = float(kafka_timeout)
         self._kafka = kafka_client
         self._owns_kafka = False
+        self._clusters = SourceClusters(
+            self.kafka_config, kafka_client, source_kafka or {}, source_kafka_clients or {}
+        )
         self._lock = threading.Lock()
         self._building: dict[Hashable, threading.Lock] = {}
         self._backends: dict[tuple[str, str], Storage] = {}
@@ -174,7 +260,9 @@ class Session:
         assert isinstance(key, tuple)
         if key[0] == "storage":
             return self._backends.get(key[1])
-        return self._kafka
+        if key[1] == "":
+            return self._kafka
+        return self._clusters.clients.get(key[1])
 
     @property
     def backends(self) -> list[Storage]:
@@ -242,6 +330,50 @@ class Session:
             self._owns_kafka = True
         return client
 
+    # -- several clusters --------------------------------------------------------------------
+
+    @property
+    def source_kafka(self) -> Mapping[str, Mapping[str, Any]]:
+        """The mapped sources: source id -> librdkafka config of its cluster (``{}``: none)."""
+        return self._clusters.configs
+
+    def cluster_of(self, source_id: str) -> int:
+        """The cluster a source is measured against: 0 is the main one, 1.. the mapped ones."""
+        return self._clusters.of_source.get(source_id, 0)
+
+    def cluster_servers(self, cluster: int) -> str:
+        """The bootstrap servers of a cluster (for messages; they are no secret)."""
+        if cluster == 0:
+            servers = self.kafka_config.get("bootstrap.servers")
+            client = self._kafka
+            return str(servers or (client.bootstrap_servers if client is not None else "-"))
+        return self._clusters.servers[cluster]
+
+    def kafka_for(self, source_id: str) -> KafkaOffsetsClient:
+        """The Kafka client of a source's cluster (the main one for an unmapped source)."""
+        return self.cluster_kafka(self.cluster_of(source_id))
+
+    def cluster_kafka(self, cluster: int) -> KafkaOffsetsClient:
+        """The client of a cluster (see :meth:`cluster_of`), built on first use (once)."""
+        if cluster == 0:
+            return self.kafka
+        client = self._clusters.clients.get(cluster)
+        if client is not None:
+            return client
+        built: KafkaOffsetsClient = self._build(
+            ("kafka", cluster), lambda: self._new_cluster_kafka(cluster)
+        )
+        return built
+
+    def _new_cluster_kafka(self, cluster: int) -> KafkaOffsetsClient:
+        from airflow_sparklag.kafka import KafkaOffsetsClient
+
+        client = KafkaOffsetsClient(self._clusters.built[cluster], timeout=self.kafka_timeout)
+        with self._lock:
+            self._clusters.clients[cluster] = client
+            self._clusters.owned.add(cluster)
+        return client
+
     # -- life --------------------------------------------------------------------------------
 
     @classmethod
@@ -265,11 +397,14 @@ class Session:
             client, owned = self._kafka, self._owns_kafka
             self._kafka = None
             self._owns_kafka = False
+            clusters = self._clusters.take_owned()
             self._readers.clear()
             self._backends.clear()
             self.closed = True
         if client is not None and owned:
             client.close()
+        for cluster_client in clusters:
+            cluster_client.close()
 
     def __enter__(self) -> Session:
         return self

@@ -736,7 +736,10 @@ def test_topic_deleted_then_recreated(spark, kafka, tmp_path):
     gone = check(kafka, ck)
     assert gone.report.missing_topics == (topic,)
     (topic_lag,) = gone.report.sources[0].topics
-    assert topic_lag.missing and topic_lag.lag == 0
+    # Nothing to measure against: unknown with the reason, never 0.
+    assert topic_lag.missing and topic_lag.lag is None and topic_lag.partitions == ()
+    assert topic_lag.lag_unknown == f"topic {topic} not found in the cluster"
+    assert dict(topic_lag.checkpoint_offsets) == {0: 10, 1: 10}
     assert gone.verdict.health is Health.UNKNOWN and topic in gone.verdict.reason
 
     def recreate() -> bool:

@@ -184,8 +184,15 @@ def test_missing_topic() -> None:
     report = compute_lag(st, snap, now=NOW)
     assert report.missing_topics == ("gone",)
     gone = next(t for t in report.sources[0].topics if t.topic == "gone")
-    assert gone.missing
-    assert not gone.partitions[0].removed_partition
+    # Unknown, never 0: no partition is measured, the checkpoint's offsets are kept.
+    assert gone.missing and gone.lag is None and gone.partitions == ()
+    assert gone.lag_unknown == "topic gone not found in the cluster"
+    assert gone.checkpoint_offsets == {0: 3}
+    source = report.sources[0]
+    assert source.lag is None and source.lag_unknown == gone.lag_unknown
+    assert report.total_lag == 0  # the measured topic "t" is caught up
+    data = report.to_dict()["sources"][0]
+    assert data["lag"] is None and data["topics"][0]["lag"] is None
     assert_json_safe(report)
 
 

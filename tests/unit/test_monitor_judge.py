@@ -104,9 +104,16 @@ class FakeStorage:
 class FakeSession:
     kafka: FakeKafka
     files: dict[str, bytes] = field(default_factory=dict)
+    source_kafka: dict[str, Any] = field(default_factory=dict)  # one cluster
 
     def storage(self, location: str) -> FakeStorage:
         return FakeStorage(self.files)
+
+    def cluster_of(self, source_id: str) -> int:
+        return 0
+
+    def cluster_kafka(self, cluster: int) -> FakeKafka:
+        return self.kafka
 
 
 def batch(batch_id: int, offsets: dict[int, int], at: float) -> BatchOffsets:

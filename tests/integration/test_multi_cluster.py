@@ -1,0 +1,268 @@
+"""A REAL Spark query over TWO Kafka clusters: each source measured against its own cluster.
+
+The query unions `orders` on cluster A (the session's broker) with `payments` on cluster B (a
+second broker started here). Cluster B also holds a topic named `orders` (a mirror) with other
+offsets, so measuring the `orders` source against B gives numbers that look right and are not.
+After the query stopped, more records are produced on each cluster.
+
+The truth is independent of the package:
+
+- committed offsets: parsed by hand from the newest ``commits/N`` and its ``offsets/N``;
+- records waiting: counted by a plain confluent_kafka consumer on each cluster from the
+  committed offsets to the end (``jobs.count_from``), equal to what was produced after the
+  run and to the broker's own end offsets minus the committed ones.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparklag.conditions import CatchUpCondition
+from airflow_sparklag.health import Health
+from airflow_sparklag.monitor import CheckResult, check_checkpoint
+from airflow_sparklag.session import Session
+from testbed import jobs
+from testbed.kafka_broker import KafkaBroker
+
+pytestmark = pytest.mark.testbed
+
+SPARKLAG = Path(sys.executable).parent / "sparklag"
+ORDERS_AFTER = {0: 4, 1: 0, 2: 7}  # produced on A's orders after the run
+PAYMENTS_AFTER = {0: 9, 1: 3}  # produced on B's payments after the run
+WARNING = "were measured against one cluster"
+# A commit-age threshold the user set outranks the threshold-free STOPPED rule, so a slow
+# machine between the run and the checks cannot turn the verdicts into STOPPED.
+THRESHOLDS = {"max_commit_age_seconds": 3600}
+
+Offsets = dict[str, dict[int, int]]
+
+
+@pytest.fixture(scope="module")
+def cluster_b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka-b")).start()
+    yield broker
+    broker.stop()
+
+
+def disk_committed(checkpoint: Path) -> dict[str, Offsets]:
+    """source index -> Kafka offsets of offsets/C, C the newest commits/N (read by hand)."""
+    newest = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    lines = (checkpoint / "offsets" / str(newest)).read_text().split("\n")
+    assert lines[0] == "v1"
+    return {
+        str(index): {t: {int(p): o for p, o in ps.items()} for t, ps in json.loads(raw).items()}
+        for index, raw in enumerate(lines[2:])
+    }
+
+
+@pytest.fixture(scope="module")
+def union(spark, kafka, cluster_b, tmp_path_factory):  # type: ignore[no-untyped-def]
+    suffix = uuid.uuid4().hex[:6]
+    orders, payments = f"orders-{suffix}", f"payments-{suffix}"
+    kafka.create_topic(orders, partitions=3)
+    cluster_b.create_topic(payments, partitions=2)
+    cluster_b.create_topic(orders, partitions=3)  # the mirror: same name, other offsets
+    for p in range(3):
+        kafka.produce(orders, 10 + p, partition=p, start=p * 1000)
+        cluster_b.produce(orders, 60, partition=p, start=p * 1000)
+    for p in range(2):
+        cluster_b.produce(payments, 20 + p, partition=p, start=p * 1000)
+    ck = tmp_path_factory.mktemp("union") / "ck"
+    a = jobs.select_value(jobs.kafka_stream(spark, kafka.bootstrap, topics=[orders]))
+    b = jobs.select_value(jobs.kafka_stream(spark, cluster_b.bootstrap, topics=[payments]))
+    jobs.run_available_now(a.union(b), str(ck))
+    committed = disk_committed(ck)
+    assert committed == {
+        "0": {orders: kafka.end_offsets(orders)},
+        "1": {payments: cluster_b.end_offsets(payments)},
+    }
+    for p, n in ORDERS_AFTER.items():
+        kafka.produce(orders, n, partition=p, start=p * 1000 + 500)
+    for p, n in PAYMENTS_AFTER.items():
+        cluster_b.produce(payments, n, partition=p, start=p * 1000 + 500)
+    for p in range(3):
+        cluster_b.produce(orders, 11, partition=p, start=p * 1000 + 500)
+    truth = {
+        **{(orders, p): n for p, n in ORDERS_AFTER.items()},
+        **{(payments, p): n for p, n in PAYMENTS_AFTER.items()},
+    }
+    # The same truth, counted by plain consumers on each cluster and from the brokers' ends.
+    counted = {
+        **jobs.count_from(kafka.bootstrap, committed["0"]),
+        **jobs.count_from(cluster_b.bootstrap, committed["1"]),
+    }
+    assert counted == truth
+    ends = {orders: kafka.end_offsets(orders), payments: cluster_b.end_offsets(payments)}
+    for (topic, p), n in truth.items():
+        source = "0" if topic == orders else "1"
+        assert ends[topic][p] - committed[source][topic][p] == n
+    return {
+        "ck": str(ck),
+        "orders": orders,
+        "payments": payments,
+        "committed": committed,
+        "truth": truth,
+        "a": kafka.bootstrap,
+        "b": cluster_b.bootstrap,
+    }
+
+
+def lags(result: CheckResult | dict[str, Any]) -> dict[tuple[str, str, int], Any]:
+    """(source, topic, partition) -> lag, from a result or its JSON."""
+    data = result if isinstance(result, dict) else result.to_dict()
+    return {
+        (s["source_id"], t["topic"], p["partition"]): p["lag"]
+        for s in data["report"]["sources"]
+        for t in s["topics"]
+        for p in t["partitions"]
+    }
+
+
+def assert_truth(union: dict[str, Any], result: CheckResult | dict[str, Any]) -> None:
+    data = result if isinstance(result, dict) else result.to_dict()
+    source = {union["orders"]: "0", union["payments"]: "1"}
+    expected = {(source[t], t, p): n for (t, p), n in union["truth"].items()}
+    assert lags(data) == expected
+    report = data["report"]
+    assert report["total_lag"] == sum(union["truth"].values())
+    assert not report["single_cluster_assumed"]
+    assert WARNING not in data["verdict"]["reason"]
+    by_id = {s["source_id"]: s for s in report["sources"]}
+    assert by_id["0"]["lag"] == sum(ORDERS_AFTER.values()) and by_id["0"]["cluster"] is None
+    assert by_id["1"]["lag"] == sum(PAYMENTS_AFTER.values())
+    assert by_id["1"]["cluster"] == union["b"]
+    for s in report["sources"]:
+        for t in s["topics"]:
+            committed = union["committed"][s["source_id"]][t["topic"]]
+            assert {p["partition"]: p["committed_offset"] for p in t["partitions"]} == committed
+
+
+def test_each_source_is_measured_against_its_cluster(union):
+    mapping = {"1": {"bootstrap.servers": union["b"]}}
+    result = check_checkpoint(
+        union["ck"],
+        kafka_config={"bootstrap.servers": union["a"]},
+        source_kafka=mapping,
+        thresholds=THRESHOLDS,
+    )
+    assert_truth(union, result)
+    assert result.verdict.health is not Health.UNKNOWN, result.verdict
+
+    # Exact time lag reads each record on its own cluster: every lagging partition is dated.
+    exact = check_checkpoint(
+        union["ck"],
+        kafka_config={"bootstrap.servers": union["a"]},
+        source_kafka=mapping,
+        exact_time_lag=True,
+        thresholds=THRESHOLDS,
+    )
+    assert exact.report.time_lag_mode == "exact"
+    waiting = [p for p in exact.report.partitions() if p.lag > 0]
+    assert len(waiting) == 4 and all(p.lag_seconds is not None for p in waiting)
+
+    # Caught up until now? Compared per cluster: exactly the records produced after the run.
+    with Session(kafka_config={"bootstrap.servers": union["a"]}, source_kafka=mapping) as session:
+        probe = CatchUpCondition(union["ck"], int(time.time() * 1000)).probe(session)
+    assert not probe.done
+    assert probe.payload["records_behind"] == sum(union["truth"].values())
+
+
+def test_without_a_mapping_the_report_and_verdict_warn(union):
+    on_a = check_checkpoint(
+        union["ck"], kafka_config={"bootstrap.servers": union["a"]}, thresholds=THRESHOLDS
+    )
+    report = on_a.report
+    assert report.single_cluster_assumed
+    assert any(WARNING in note for note in report.notes)
+    assert WARNING in on_a.verdict.reason
+    # payments is not on A: its lag is unknown with the reason, never 0.
+    data = on_a.to_dict()["report"]["sources"][1]
+    assert data["lag"] is None and data["topics"][0]["lag"] is None
+    assert data["topics"][0]["partitions"] == []
+    assert data["lag_unknown"] == f"topic {union['payments']} not found in the cluster"
+    assert on_a.verdict.health is Health.UNKNOWN and union["payments"] in on_a.verdict.reason
+
+    # Against B alone, orders (the mirror) gives wrong numbers: the warning says so.
+    on_b = check_checkpoint(
+        union["ck"], kafka_config={"bootstrap.servers": union["b"]}, thresholds=THRESHOLDS
+    )
+    assert on_b.report.single_cluster_assumed and WARNING in on_b.verdict.reason
+    wrong = {k: v for k, v in lags(on_b).items() if k[0] == "0"}
+    assert all(v != union["truth"][(k[1], k[2])] for k, v in wrong.items())
+
+
+def test_a_source_mapped_to_a_cluster_without_its_topic_has_unknown_lag(union):
+    # payments mapped to A, which has no such topic
+    result = check_checkpoint(
+        union["ck"],
+        kafka_config={"bootstrap.servers": union["a"]},
+        source_kafka={"1": {"bootstrap.servers": union["a"]}},
+        thresholds=THRESHOLDS,
+    )
+    report = result.report
+    assert not report.single_cluster_assumed
+    payments = report.sources[1]
+    assert payments.lag is None
+    reason = f"topic {union['payments']} not found in cluster {union['a']}"
+    assert payments.lag_unknown == reason
+    assert dict(payments.topics[0].checkpoint_offsets) == union["committed"]["1"][union["payments"]]
+    assert result.verdict.health is Health.UNKNOWN
+    assert result.verdict.reason == f"lag unknown: source 1: {reason}"
+    assert json.loads(json.dumps(result.to_dict()))["report"]["sources"][1]["lag"] is None
+    # The orders source is still measured exactly.
+    orders = {k: v for k, v in lags(result).items() if k[0] == "0"}
+    assert orders == {("0", union["orders"], p): n for p, n in ORDERS_AFTER.items()}
+
+
+def test_cli_source_servers(union):
+    def status(*flags: str) -> subprocess.CompletedProcess[str]:
+        command = [str(SPARKLAG), "status", union["ck"], "-b", union["a"], "--max-commit-age", "1h"]
+        command += flags
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    mapped = status("--source-servers", f"1={union['b']}", "--json")
+    assert mapped.returncode == 0, mapped.stderr
+    assert_truth(union, json.loads(mapped.stdout))
+
+    table = status("--source-servers", f"1={union['b']}")
+    assert f"source 1   measured against cluster {union['b']}" in table.stdout
+    unmapped = status()
+    assert unmapped.returncode == 3, unmapped.stdout
+    assert WARNING in unmapped.stdout and "topic_missing" in unmapped.stdout
+
+
+def test_airflow_hook_with_two_kafka_connections(union, monkeypatch):
+    from airflow_sparklag.hooks.sparklag import SparkLagHook
+
+    for conn_id, servers in (("mc_cluster_a", union["a"]), ("mc_cluster_b", union["b"])):
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_{conn_id.upper()}",
+            json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": servers}}),
+        )
+    hook = SparkLagHook(kafka_config_id="mc_cluster_a", source_kafka_conn_ids={"1": "mc_cluster_b"})
+    try:
+        assert_truth(union, hook.check(union["ck"], thresholds=THRESHOLDS))
+        ok, message = hook.test_connection()
+        assert ok and f"source 1: Kafka {union['b']} answered" in message
+    finally:
+        hook.close()
+    # The triggerer's hook gets the mapping through the trigger's serialized kwargs.
+    from airflow_sparklag.triggers.sparklag import SparkLagTrigger
+
+    _, kwargs = SparkLagTrigger(
+        union["ck"], kafka_config_id="mc_cluster_a", source_kafka_conn_ids={"1": "mc_cluster_b"}
+    ).serialize()
+    trigger_hook = SparkLagTrigger(**json.loads(json.dumps(kwargs)))._hook()
+    try:
+        assert_truth(union, trigger_hook.check(union["ck"], thresholds=THRESHOLDS))
+    finally:
+        trigger_hook.close()
