@@ -2,6 +2,7 @@
 
     sparklag status /data/checkpoints/orders --bootstrap-server broker:9092
     sparklag status s3a://bucket/ck/orders -b b:9092 --json
+    sparklag status /data/checkpoints/union -b a:9092 --source-servers 1=b:9092
     sparklag wait health /data/checkpoints/orders -b b:9092 --max-wait 10m
     sparklag snapshot /data/checkpoints/orders --to s3a://bucket/snaps -b b:9092
     sparklag migrate /data/checkpoints/orders --archive /data/archive -b b:9092 --dry-run
@@ -178,7 +179,33 @@ def open_session(args: argparse.Namespace, *, kafka_required: bool = True) -> Se
         raise UsageExit("give --bootstrap-server (or bootstrap.servers in --kafka-config)")
     # main() shares this list with its error handler: errors raised later are scrubbed too.
     getattr(args, "secrets", []).extend(_secrets(config))
-    return Session(kafka_config=config, kafka_timeout=args.timeout, **_storage_options(args))
+    return Session(
+        kafka_config=config,
+        kafka_timeout=args.timeout,
+        source_kafka=_source_kafka(args, config),
+        **_storage_options(args),
+    )
+
+
+# Commands that measure each source against its own cluster (the others read the main one).
+SOURCE_SERVERS_COMMANDS = frozenset({"status", "wait", "serve"})
+
+
+def _source_kafka(args: argparse.Namespace, config: dict[str, Any]) -> dict[str, Any]:
+    """``--source-servers SOURCE=SERVERS``: the source's cluster config is the main one with
+    ``bootstrap.servers`` replaced (docs/multi-cluster.md)."""
+    given = getattr(args, "source_servers", None) or []
+    if given and args.command not in SOURCE_SERVERS_COMMANDS:
+        raise UsageExit(
+            f"--source-servers: `{args.command}` reads one cluster; it applies to "
+            f"{', '.join(sorted(SOURCE_SERVERS_COMMANDS))}"
+        )
+    mapped: dict[str, Any] = {}
+    for source, servers in given:
+        if source in mapped:
+            raise UsageExit(f"--source-servers: source {source} is given twice")
+        mapped[source] = {**config, "bootstrap.servers": servers}
+    return mapped
 
 
 def _secrets(config: dict[str, Any]) -> list[str]:
@@ -204,6 +231,14 @@ def _connection_flags(command: argparse.ArgumentParser) -> None:
         help="Kafka bootstrap servers (host:port,...)",
     )  # fmt: skip
     command.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
+    command.add_argument(
+        "--source-servers",
+        action="append",
+        type=_flag_type("source_servers", params.source_assignment),
+        metavar="SOURCE=SERVERS",
+        help="measure a source (its index or name) against another cluster, the rest of "
+        "--kafka-config unchanged; repeatable (status, wait, serve)",
+    )
     command.add_argument(
         "--s3-endpoint-url", help="S3 endpoint (credentials: the AWS default chain)"
     )

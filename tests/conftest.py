@@ -33,6 +33,12 @@ os.environ.setdefault(
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}"
 )
 
+# gcsfs >= 2026 asks a bucket's type over gRPC when it is imported with this on (the default);
+# fake-gcs-server does not serve gRPC: a 60 s stall per bucket. Tests only; real GCS is fine.
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+from testbed.azurite import Azurite  # noqa: E402
+from testbed.gcs_server import GcsServer  # noqa: E402
 from testbed.hdfs_cluster import HdfsCluster  # noqa: E402
 from testbed.kafka_broker import KafkaBroker  # noqa: E402
 from testbed.s3_server import S3Server  # noqa: E402
@@ -93,6 +99,28 @@ def toxiproxy(testbed_dir: Path) -> Iterator[Toxiproxy]:
     start = time.monotonic()
     server = Toxiproxy(testbed_dir / "toxiproxy").start()
     _timed("toxiproxy", start)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs(testbed_dir: Path) -> Iterator[GcsServer]:
+    """fake-gcs-server (in memory) with a bucket ``checkpoints``."""
+    start = time.monotonic()
+    server = GcsServer(testbed_dir / "gcs").start()
+    server.create_bucket("checkpoints")
+    _timed("gcs", start)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite(testbed_dir: Path) -> Iterator[Azurite]:
+    """Azurite's blob service with a container ``checkpoints``."""
+    start = time.monotonic()
+    server = Azurite(testbed_dir / "azurite").start()
+    server.create_container("checkpoints")
+    _timed("azurite", start)
     yield server
     server.stop()
 

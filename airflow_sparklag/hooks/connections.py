@@ -11,6 +11,14 @@ The connections are the ecosystem's own, nothing new to configure:
   access key id and secret, extra ``region_name``, ``endpoint_url``, ``aws_session_token``.
 - ``webhdfs`` (HDFS checkpoints): host (comma-separated NameNodes for HA), port (default 9870),
   login = HDFS user, extra ``use_ssl``.
+- ``google_cloud_platform`` (``gs://`` checkpoints, gcsfs): with the google provider installed
+  its ``GoogleBaseHook`` gives the credentials; without it the extra is read directly:
+  ``keyfile_dict`` / ``key_path`` (service account), ``project``, and ``token`` / ``endpoint_url``
+  (e.g. ``"anon"`` and an emulator's URL).
+- ``wasb`` / ``adls`` (``abfs://``, ``abfss://``, ``az://`` checkpoints, adlfs): login = account
+  name, password = account key; or extra ``connection_string``, ``sas_token``, or a service
+  principal (extra ``tenant_id``, login = client id, password = client secret,
+  ``account_name``).
 
 No secret from a connection is ever put in a log line, an XCom value or an error message:
 :meth:`ResolvedConnections.scrub` removes every value that is not known to be safe.
@@ -38,17 +46,32 @@ DEFAULT_WEBHDFS_PORT = 9870
 
 
 @dataclass(frozen=True)
+class SourceKafka:
+    """The ``kafka`` connection a source is measured against. Never printed in full."""
+
+    conn_id: str
+    config: dict[str, Any] = field(repr=False)
+    fingerprint: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
 class ResolvedConnections:
     """Kafka config and storage options read from the connections. Never printed in full."""
 
     kafka_config: dict[str, Any] = field(repr=False)
     s3_options: dict[str, Any] | None = field(default=None, repr=False)
     webhdfs_options: dict[str, Any] | None = field(default=None, repr=False)
+    # fsspec options of gs:// (gcsfs, from gcp_conn_id) and abfs:// (adlfs, from wasb_conn_id)
+    gcs_options: dict[str, Any] | None = field(default=None, repr=False)
+    azure_options: dict[str, Any] | None = field(default=None, repr=False)
     # Extras of the aws connection that need the amazon provider (e.g. "role_arn").
     aws_provider_only: tuple[str, ...] = ()
     # connection_fingerprint() of each connection; "" means: do not share its clients.
     kafka_fingerprint: str = field(default="", repr=False)
     aws_fingerprint: str = field(default="", repr=False)
+    # Sources measured against another cluster: source id -> (kafka connection id, its config,
+    # its fingerprint), from the hook's source_kafka_conn_ids (docs/multi-cluster.md).
+    source_kafka: dict[str, SourceKafka] = field(default_factory=dict, repr=False)
 
     @property
     def secrets(self) -> list[str]:
@@ -56,10 +79,14 @@ class ResolvedConnections:
         setting outside the known-safe keys (``sasl.jaas.config``, typo keys, OAuth config,
         ...) and every secret-looking storage option, with anything quoted inside them."""
         values = list(kafka_secrets(self.kafka_config))
+        for source in self.source_kafka.values():
+            values.extend(kafka_secrets(source.config))
         for options in (self.s3_options or {}, self.webhdfs_options or {}):
             for key, value in options.items():
                 if is_secret_key(key) and isinstance(value, str):
                     values.extend(secret_parts(value))
+        values.extend(fsspec_secrets(self.gcs_options or {}))
+        values.extend(fsspec_secrets(self.azure_options or {}))
         return values
 
     def scrub(self, message: str) -> str:
@@ -97,13 +124,37 @@ class SharedClientKey:
 
 
 def kafka_config_from(conn: Connection) -> dict[str, Any]:
+    """librdkafka config from a ``kafka`` connection, built by the apache-kafka provider when
+    it is installed: callbacks named in the extra (``oauth_cb``, ...) are resolved against its
+    ``[apache_kafka] callback_allowlist``, and an MSK IAM or Google Managed Kafka ``oauth_cb``
+    is added. The config may so hold callables; they are never printed (redact allows only
+    known-safe keys) and play no part in client sharing (keyed on the connection's fields)."""
     config = dict(conn.extra_dejson or {})
     if not config.get("bootstrap.servers"):
         raise ValueError(
             f"Kafka connection {conn.conn_id!r} has no 'bootstrap.servers' in its extra; the "
             'extra is librdkafka config, e.g. {"bootstrap.servers": "broker:9092"}'
         )
-    return config
+    return _kafka_provider_config(conn) or config
+
+
+def _kafka_provider_config(conn: Connection) -> dict[str, Any] | None:
+    """The apache-kafka provider's config for ``conn`` (``KafkaBaseHook._build_config``, the
+    one its own hooks and ``test_connection`` use); None without the provider or with a
+    version that has no such method (< 1.10, which added no callbacks either)."""
+    try:
+        from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith("airflow.providers.apache"):
+            return None
+        raise
+    hook = KafkaBaseHook(kafka_config_id=conn.conn_id)
+    if not hasattr(hook, "_build_config"):
+        return None
+    # The connection is already read (in a trigger: with the async API); the provider's hook
+    # must not read it again, synchronously, from inside the event loop.
+    hook.get_connection = lambda conn_id: conn  # type: ignore[method-assign]
+    return dict(hook._build_config())
 
 
 def s3_options_from(conn: Connection) -> dict[str, Any]:
@@ -208,3 +259,124 @@ def webhdfs_options_from(conn: Connection) -> dict[str, Any]:
     if conn.login:
         options["user"] = conn.login
     return options
+
+
+# -- GCS (gcsfs) and Azure (adlfs) -------------------------------------------------------------
+
+# fsspec options that hold a secret although no SECRET_MARKERS word is in their name.
+_FSSPEC_SECRET_KEYS = frozenset({"connection_string", "private_key", "private_key_id"})
+# Fields of a google_cloud_platform connection's extra that the google provider reads.
+_GCP_KEY_FIELDS = ("keyfile_dict", "key_path", "credential_config_file", "key_secret_name")
+
+
+def fsspec_secrets(options: Mapping[str, Any]) -> list[str]:
+    """Every secret text in gcsfs / adlfs options, nested ones too (a service-account dict
+    under ``token``: its ``private_key``; a ``connection_string``: its ``AccountKey=``)."""
+    found: list[str] = []
+    for key, value in options.items():
+        secret = is_secret_key(str(key)) or key in _FSSPEC_SECRET_KEYS
+        if isinstance(value, Mapping):
+            found.extend(fsspec_secrets(value) if not secret else _all_strings(value))
+        elif secret and isinstance(value, str):
+            found.extend(secret_parts(value))
+    return found
+
+
+def _all_strings(options: Mapping[str, Any]) -> list[str]:
+    found: list[str] = []
+    for value in options.values():
+        if isinstance(value, Mapping):
+            found.extend(_all_strings(value))
+        elif isinstance(value, str) and value.strip():
+            found.extend(secret_parts(value))
+    return found
+
+
+def _extra(conn: Connection, *conn_types: str) -> dict[str, Any]:
+    """The connection's extra with the old ``extra__<type>__`` prefixes removed."""
+    extra: dict[str, Any] = {}
+    for key, value in dict(conn.extra_dejson or {}).items():
+        for conn_type in conn_types:
+            prefix = f"extra__{conn_type}__"
+            if key.startswith(prefix):
+                key = key[len(prefix) :]
+        if value not in (None, ""):
+            extra.setdefault(key, value)
+    return extra
+
+
+def gcs_options_from(conn: Connection) -> dict[str, Any]:
+    """gcsfs options from a ``google_cloud_platform`` connection read directly."""
+    extra = _extra(conn, "google_cloud_platform", "gcp")
+    options: dict[str, Any] = {}
+    if extra.get("keyfile_dict"):
+        keyfile = extra["keyfile_dict"]
+        options["token"] = json.loads(keyfile) if isinstance(keyfile, str) else dict(keyfile)
+    elif extra.get("key_path"):
+        options["token"] = str(extra["key_path"])
+    elif extra.get("token"):
+        options["token"] = extra["token"]
+    for name, option in (("project", "project"), ("endpoint_url", "endpoint_url")):
+        if extra.get(name):
+            options[option] = extra[name]
+    return options
+
+
+def gcp_needs_provider(conn: Connection) -> bool:
+    """Whether the google provider should build the credentials: the connection names none
+    that gcsfs reads itself (no ``keyfile_dict``/``key_path``/``token``)."""
+    extra = _extra(conn, "google_cloud_platform", "gcp")
+    return not any(extra.get(name) for name in ("keyfile_dict", "key_path", "token"))
+
+
+def google_provider_credentials(gcp_conn_id: str) -> tuple[Any, str | None] | None:
+    """(credentials, project id) from the google provider's ``GoogleBaseHook`` (impersonation,
+    key secrets, workload identity, ...); None when the provider is not installed."""
+    try:
+        from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith("airflow.providers.google"):
+            return None
+        raise
+    hook = GoogleBaseHook(gcp_conn_id=gcp_conn_id)
+    credentials, project_id = hook.get_credentials_and_project_id()
+    return credentials, project_id
+
+
+def azure_options_from(conn: Connection) -> dict[str, Any]:
+    """adlfs options from a ``wasb`` or ``adls`` connection read directly."""
+    extra = _extra(conn, "wasb", "adls", "azure_data_lake")
+    options: dict[str, Any] = {}
+    if extra.get("connection_string"):
+        options["connection_string"] = str(extra["connection_string"])
+        return options
+    account = extra.get("account_name") or _account_of(conn)
+    if extra.get("tenant_id"):
+        options.update(tenant_id=extra["tenant_id"], client_id=conn.login)
+        if conn.password:
+            options["client_secret"] = conn.password
+    else:
+        account = account or conn.login
+        if conn.password:
+            options["account_key"] = conn.password
+    if extra.get("shared_access_key"):
+        options["account_key"] = str(extra["shared_access_key"])
+    if extra.get("sas_token"):
+        options["sas_token"] = str(extra["sas_token"])
+    if account:
+        options["account_name"] = account
+    if not options.get("account_name"):
+        raise ValueError(
+            f"Azure connection {conn.conn_id!r} names no storage account: give login = account "
+            "name and password = account key, or extra connection_string / account_name"
+        )
+    return options
+
+
+def _account_of(conn: Connection) -> str | None:
+    """The account name from the host (``https://ACCOUNT.blob.core.windows.net`` or ACCOUNT)."""
+    host = (conn.host or "").strip()
+    if not host:
+        return None
+    host = host.split("://", 1)[-1].split("/", 1)[0]
+    return host.split(".", 1)[0] or None

@@ -21,9 +21,14 @@ from airflow_sparklag.hooks.connections import (
     ResolvedConnections,
     S3Client,
     SharedClientKey,
+    SourceKafka,
     amazon_provider_only_settings,
+    azure_options_from,
     build_s3_client,
     connection_fingerprint,
+    gcp_needs_provider,
+    gcs_options_from,
+    google_provider_credentials,
     kafka_config_from,
     s3_options_from,
     webhdfs_options_from,
@@ -59,6 +64,16 @@ class SparkLagHook(BaseHook):
     One hook keeps its session (and so its checkpoint readers) between calls, so a trigger that
     polls with the same hook only fetches new batch files. :meth:`close` drops the session;
     the shared clients stay open for the other hooks.
+
+    A query that reads several Kafka clusters: ``source_kafka_conn_ids`` maps a source (its
+    index or name, as reports show it) to the ``kafka`` connection of its cluster, e.g.
+    ``{"1": "kafka_cluster_b"}``; unmapped sources use ``kafka_config_id``
+    (docs/multi-cluster.md).
+
+    Checkpoints on GCS and Azure: ``gcp_conn_id`` (a ``google_cloud_platform`` connection) gives
+    gcsfs its credentials for ``gs://``, ``wasb_conn_id`` (a ``wasb`` or ``adls`` connection)
+    gives adlfs its credentials for ``abfs://``, ``abfss://`` and ``az://``
+    (docs/connections.md).
     """
 
     conn_name_attr = "kafka_config_id"
@@ -74,8 +89,15 @@ class SparkLagHook(BaseHook):
         *,
         kafka_timeout: float = 10.0,
         storage_timeout: float | None = None,
+        source_kafka_conn_ids: Mapping[str, str] | None = None,
+        gcp_conn_id: str | None = None,
+        wasb_conn_id: str | None = None,
     ) -> None:
         super().__init__()
+        self.gcp_conn_id = gcp_conn_id
+        self.wasb_conn_id = wasb_conn_id
+        self._gcp_provider = False  # the google provider builds the gs:// credentials
+        self.source_kafka_conn_ids = dict(source_kafka_conn_ids or {})
         self.kafka_config_id = kafka_config_id
         self.aws_conn_id = aws_conn_id
         self.webhdfs_conn_id = webhdfs_conn_id
@@ -87,27 +109,51 @@ class SparkLagHook(BaseHook):
 
     # -- connections -----------------------------------------------------------------------
 
-    @staticmethod
     def _resolved(
-        kafka: Connection, aws: Connection | None, hdfs: Connection | None
+        self,
+        kafka: Connection,
+        aws: Connection | None,
+        hdfs: Connection | None,
+        sources: Mapping[str, Connection],
+        gcp: Connection | None = None,
+        wasb: Connection | None = None,
     ) -> ResolvedConnections:
+        """``sources``: each mapped source's ``kafka`` connection, read with the same helper
+        as the main one."""
+        self._gcp_provider = gcp is not None and gcp_needs_provider(gcp)
         return ResolvedConnections(
+            gcs_options=gcs_options_from(gcp) if gcp is not None else None,
+            azure_options=azure_options_from(wasb) if wasb is not None else None,
             kafka_config=kafka_config_from(kafka),
             s3_options=s3_options_from(aws) if aws is not None else None,
             webhdfs_options=webhdfs_options_from(hdfs) if hdfs is not None else None,
             aws_provider_only=amazon_provider_only_settings(aws) if aws is not None else (),
             kafka_fingerprint=connection_fingerprint(kafka),
             aws_fingerprint=connection_fingerprint(aws) if aws is not None else "",
+            source_kafka={
+                source_id: SourceKafka(
+                    self.source_kafka_conn_ids[source_id],
+                    kafka_config_from(conn),
+                    connection_fingerprint(conn),
+                )
+                for source_id, conn in sources.items()
+            },
         )
 
     def get_conn(self) -> ResolvedConnections:
         """The Kafka config and storage options (read once per hook)."""
         if self._connections is None:
             get = self.get_connection
+            read: dict[str, Connection] = {}  # a connection mapped twice is read once
+            for conn_id in self.source_kafka_conn_ids.values():
+                read.setdefault(conn_id, get(conn_id))
             self._connections = self._resolved(
                 get(self.kafka_config_id),
                 get(self.aws_conn_id) if self.aws_conn_id else None,
                 get(self.webhdfs_conn_id) if self.webhdfs_conn_id else None,
+                {s: read[conn_id] for s, conn_id in self.source_kafka_conn_ids.items()},
+                get(self.gcp_conn_id) if self.gcp_conn_id else None,
+                get(self.wasb_conn_id) if self.wasb_conn_id else None,
             )
         return self._connections
 
@@ -119,7 +165,14 @@ class SparkLagHook(BaseHook):
             hdfs = (
                 await self.aget_connection(self.webhdfs_conn_id) if self.webhdfs_conn_id else None
             )
-            self._connections = self._resolved(kafka, aws, hdfs)
+            read: dict[str, Connection] = {}
+            for conn_id in self.source_kafka_conn_ids.values():
+                if conn_id not in read:
+                    read[conn_id] = await self.aget_connection(conn_id)
+            sources = {s: read[conn_id] for s, conn_id in self.source_kafka_conn_ids.items()}
+            gcp = await self.aget_connection(self.gcp_conn_id) if self.gcp_conn_id else None
+            wasb = await self.aget_connection(self.wasb_conn_id) if self.wasb_conn_id else None
+            self._connections = self._resolved(kafka, aws, hdfs, sources, gcp, wasb)
         return self._connections
 
     def scrub(self, message: str) -> str:
@@ -138,11 +191,29 @@ class SparkLagHook(BaseHook):
             s3 = self._s3_options if self.aws_conn_id is not None else None
             self._session = Session(
                 kafka_config=conns.kafka_config,
-                kafka_client=self._shared_kafka_client(conns),
-                storage=StorageOptions(s3=s3, webhdfs=self._webhdfs_options(conns)),
+                kafka_client=self._shared_kafka(
+                    self.kafka_config_id, conns.kafka_config, conns.kafka_fingerprint
+                ),
+                storage=StorageOptions(
+                    s3=s3, webhdfs=self._webhdfs_options(conns), fsspec=self.fsspec_options()
+                ),
                 kafka_timeout=self.kafka_timeout,
+                source_kafka={s: source.config for s, source in conns.source_kafka.items()},
+                source_kafka_clients=self._shared_source_clients(conns.source_kafka),
             )
         return self._session
+
+    def _shared_source_clients(
+        self, sources: Mapping[str, SourceKafka]
+    ) -> dict[str, KafkaOffsetsClient]:
+        """The shared client of each mapped source's connection (one per connection, the same
+        one a hook whose main connection it is uses)."""
+        clients = {}
+        for source_id, source in sources.items():
+            client = self._shared_kafka(source.conn_id, source.config, source.fingerprint)
+            if client is not None:
+                clients[source_id] = client
+        return clients
 
     def _bounds(self) -> dict[str, float]:
         timeout = self.storage_timeout
@@ -154,6 +225,24 @@ class SparkLagHook(BaseHook):
         if conns.webhdfs_options is None:
             return None
         return {**conns.webhdfs_options, **self._bounds()}
+
+    def fsspec_options(self) -> dict[str, Any] | None:
+        """The fsspec options of the GCS and Azure connections, per scheme (``{"gs": {...},
+        "abfs": {...}}``; ``abfs`` serves ``abfss://`` and ``az://`` too); None without them."""
+        conns = self.get_conn()
+        options: dict[str, Any] = {}
+        if conns.gcs_options is not None:
+            options["gs"] = dict(conns.gcs_options)
+            if self._gcp_provider and self.gcp_conn_id:
+                found = google_provider_credentials(self.gcp_conn_id)
+                if found is not None:
+                    credentials, project = found
+                    options["gs"]["token"] = credentials
+                    if project and "project" not in options["gs"]:
+                        options["gs"]["project"] = project
+        if conns.azure_options is not None:
+            options["abfs"] = dict(conns.azure_options)
+        return options or None
 
     def _s3_options(self) -> dict[str, Any]:
         # Called by the session on first S3 use: the client is built only when needed.
@@ -185,19 +274,20 @@ class SparkLagHook(BaseHook):
             return None
         return s3.options if s3.from_provider else self.get_conn().s3_options
 
-    def _shared_kafka_client(self, conns: ResolvedConnections) -> KafkaOffsetsClient | None:
-        if not conns.kafka_fingerprint:
+    def _shared_kafka(
+        self, conn_id: str, config: Mapping[str, Any], fingerprint: str
+    ) -> KafkaOffsetsClient | None:
+        """The process-wide client of one ``kafka`` connection (see :data:`SHARED_CLIENTS`)."""
+        if not fingerprint:
             return None  # the session builds (and closes) a client of its own
 
         def build() -> KafkaOffsetsClient:
             from airflow_sparklag.session import Session
 
             # A session builds the client; the cache keeps it, so this one is never closed.
-            return Session(kafka_config=conns.kafka_config, kafka_timeout=self.kafka_timeout).kafka
+            return Session(kafka_config=config, kafka_timeout=self.kafka_timeout).kafka
 
-        key = SharedClientKey(
-            "kafka", self.kafka_config_id, conns.kafka_fingerprint, (self.kafka_timeout,)
-        )
+        key = SharedClientKey("kafka", conn_id, fingerprint, (self.kafka_timeout,))
         return SHARED_CLIENTS.get(key, build)  # type: ignore[no-any-return]
 
     def kafka_client(self) -> KafkaOffsetsClient:
@@ -308,6 +398,8 @@ class SparkLagHook(BaseHook):
         try:
             conns = self.get_conn()
             checked = [self._test_kafka(conns.kafka_config)]
+            for source_id, mapped in sorted(conns.source_kafka.items()):
+                checked.append(f"source {source_id}: {self._test_kafka(mapped.config)}")
             s3 = self.s3_client()
             if s3 is not None:
                 buckets = s3.options["client"].list_buckets().get("Buckets", [])

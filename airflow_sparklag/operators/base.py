@@ -1,18 +1,20 @@
 """What every operator and sensor of the provider shares: its connections, its hook, and how
 rendered parameters and core errors become task outcomes.
 
-Operators declare the three connection ids once through :class:`SparkLagHookMixin` (like the
-amazon provider's ``AwsBaseHookMixin``); the hook is built on first use, after templates are
-rendered, and closed with the task. Parameters are read with :mod:`airflow_sparklag.params`
-inside :meth:`SparkLagHookMixin.read_params`: a value that cannot be read fails the task at once,
-naming the parameter, before anything is read or changed.
+Operators declare the connection ids once through :class:`SparkLagHookMixin` (like the
+amazon provider's ``AwsBaseHookMixin``), with ``source_kafka_conn_ids`` for a query whose
+sources read different Kafka clusters (docs/multi-cluster.md); the hook is built on first
+use, after templates are rendered, and closed with the task. Parameters are read with
+:mod:`airflow_sparklag.params` inside :meth:`SparkLagHookMixin.read_params`: a value that
+cannot be read fails the task at once, naming the parameter, before anything is read or
+changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -21,7 +23,14 @@ from airflow_sparklag.hooks.sparklag import SparkLagHook
 T = TypeVar("T")
 
 # Connection ids are templated too, so that one DAG can serve several clusters via params.
-CONN_FIELDS: tuple[str, ...] = ("kafka_config_id", "aws_conn_id", "webhdfs_conn_id")
+CONN_FIELDS: tuple[str, ...] = (
+    "kafka_config_id",
+    "aws_conn_id",
+    "webhdfs_conn_id",
+    "source_kafka_conn_ids",
+    "gcp_conn_id",
+    "wasb_conn_id",
+)
 
 
 class SparkLagHookMixin:
@@ -30,7 +39,12 @@ class SparkLagHookMixin:
     kafka_config_id: str
     aws_conn_id: str | None
     webhdfs_conn_id: str | None
+    gcp_conn_id: str | None  # gs:// checkpoints: a google_cloud_platform connection
+    wasb_conn_id: str | None  # abfs:// / abfss:// / az:// checkpoints: a wasb or adls connection
+    source_kafka_conn_ids: Mapping[str, str] | str | None
     task_id: str
+    # Snapshots and migrations read one cluster: they refuse a source mapping, not ignore it.
+    one_cluster_only: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -38,12 +52,35 @@ class SparkLagHookMixin:
         kafka_config_id: str = "kafka_default",
         aws_conn_id: str | None = None,
         webhdfs_conn_id: str | None = None,
+        source_kafka_conn_ids: Mapping[str, str] | str | None = None,
+        gcp_conn_id: str | None = None,
+        wasb_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.gcp_conn_id = gcp_conn_id
+        self.wasb_conn_id = wasb_conn_id
         self.kafka_config_id = kafka_config_id
         self.aws_conn_id = aws_conn_id
         self.webhdfs_conn_id = webhdfs_conn_id
+        # source (index or name) -> `kafka` connection id of the cluster it reads
+        self.source_kafka_conn_ids = source_kafka_conn_ids
+
+    def source_kafka_map(self) -> dict[str, str]:
+        """The rendered ``source_kafka_conn_ids``, read (a value it cannot read fails)."""
+        from airflow_sparklag import params
+
+        def read() -> dict[str, str]:
+            mapped = params.source_map("source_kafka_conn_ids", self.source_kafka_conn_ids)
+            if mapped and self.one_cluster_only:
+                raise params.invalid(
+                    "source_kafka_conn_ids",
+                    f"{type(self).__name__} reads one Kafka cluster (kafka_config_id); "
+                    "measuring sources per cluster applies to checks and sensors",
+                )
+            return mapped
+
+        return self.read_params(read)
 
     @cached_property
     def hook(self) -> SparkLagHook:
@@ -51,6 +88,9 @@ class SparkLagHookMixin:
             kafka_config_id=self.kafka_config_id,
             aws_conn_id=self.aws_conn_id,
             webhdfs_conn_id=self.webhdfs_conn_id,
+            source_kafka_conn_ids=self.source_kafka_map(),
+            gcp_conn_id=self.gcp_conn_id,
+            wasb_conn_id=self.wasb_conn_id,
         )
 
     def get_hook(self) -> SparkLagHook:

@@ -26,6 +26,8 @@ _CONN_FIELDS = CONN_FIELDS
 class _SparkLagConnections(SparkLagHookMixin, BaseOperator):
     """Connections (one hook, one session) shared by the three operators."""
 
+    one_cluster_only = True  # source_kafka_conn_ids is refused: these read one cluster
+
     def _run(self, work: Any) -> Any:
         try:
             return self.run_core(work)

@@ -82,6 +82,9 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
             "kafka_config_id": self.kafka_config_id,
             "aws_conn_id": self.aws_conn_id,
             "webhdfs_conn_id": self.webhdfs_conn_id,
+            "source_kafka_conn_ids": self.source_kafka_map() or None,
+            "gcp_conn_id": self.gcp_conn_id,
+            "wasb_conn_id": self.wasb_conn_id,
             "poll_interval": self.poke_interval,
             "deadline": deadline,
             "metric_name": metrics.job_name(self, self.metric_name),
@@ -103,6 +106,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
         # Read the parameters before the first poke: BaseSensorOperator turns a failure inside
         # poke() into a skip under soft_fail/never_fail, and a value it cannot read must fail.
         _ = self._condition
+        self.source_kafka_map()
         if not self.deferrable:
             return super().execute(context)
         probe = self._probe()

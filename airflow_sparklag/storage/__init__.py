@@ -19,6 +19,7 @@ DAG parsing must stay fast. Each backend imports its client inside its own funct
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
@@ -235,7 +236,32 @@ def open_storage(
         return WebHDFSStorage.for_url(url, **options)
     from airflow_sparklag.storage.fsspec_store import FsspecStorage
 
-    return FsspecStorage.for_url(url, **(fsspec_options or {}))
+    return FsspecStorage.for_url(url, **fsspec_options_for(fsspec_options, scheme))
+
+
+# Schemes served by one fsspec implementation: options given for the first name apply to all.
+FSSPEC_FAMILIES = {"gcs": "gs", "abfss": "abfs", "az": "abfs"}
+# Keys that name a scheme when their value is a dict (per-scheme fsspec options).
+FSSPEC_SCHEME_KEYS = frozenset(
+    {"gs", "gcs", "abfs", "abfss", "az", "adl", "wasb", "wasbs", "oss", "memory", "s3", "hf"}
+)
+
+
+def fsspec_options_for(options: Mapping[str, Any] | None, scheme: str) -> dict[str, Any]:
+    """The fsspec options for ``scheme``: a flat dict applies to every scheme; keys naming a
+    scheme hold that scheme's own (``{"gs": {"token": ...}, "abfs": {"account_name": ...}}``),
+    merged over the flat ones; ``gs`` options serve ``gcs://`` too, ``abfs`` ones ``abfss://``
+    and ``az://`` (:data:`FSSPEC_FAMILIES`), an exact scheme's own win."""
+    options = dict(options or {})
+
+    def per_scheme(key: str) -> bool:
+        return key in FSSPEC_SCHEME_KEYS and isinstance(options[key], Mapping)
+
+    merged = {key: value for key, value in options.items() if not per_scheme(key)}
+    for key in (FSSPEC_FAMILIES.get(scheme), scheme):
+        if key and key in options and per_scheme(key):
+            merged.update(options[key])
+    return merged
 
 
 def _known_options(backend: Any, options: dict[str, Any] | None, name: str) -> dict[str, Any]:

@@ -28,6 +28,9 @@ _IMPLEMENTATIONS = {
     "oss": "ossfs",
 }
 
+# The provider's extras that install an implementation.
+_EXTRAS = {"gcsfs": "gcs", "adlfs": "azure"}
+
 
 @contextlib.contextmanager
 def _fs_errors(path: str, action: str) -> Iterator[None]:
@@ -66,6 +69,9 @@ class FsspecStorage:
     def for_url(cls, location: str, /, **options: Any) -> FsspecStorage:
         scheme = scheme_of(location)
         package = _IMPLEMENTATIONS.get(scheme, f"the fsspec implementation for {scheme}://")
+        extra = _EXTRAS.get(package)
+        if extra:  # gcsfs / adlfs: the provider's own extra brings them
+            package = f"{package} (pip install 'airflow-provider-sparklag[{extra}]')"
         try:
             import fsspec
         except ImportError as exc:

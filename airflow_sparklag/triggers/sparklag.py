@@ -50,13 +50,20 @@ class _ConditionTrigger(BaseTrigger):
         poll_interval: float = 30.0,
         deadline: float | None = None,
         metric_name: str | None = None,
+        source_kafka_conn_ids: dict[str, str] | None = None,
+        gcp_conn_id: str | None = None,
+        wasb_conn_id: str | None = None,
     ) -> None:
         super().__init__()
+        self.gcp_conn_id = gcp_conn_id
+        self.wasb_conn_id = wasb_conn_id
         self.metric_name = metric_name  # the job's name in metrics (the sensor's)
         self.location = location
         self.kafka_config_id = kafka_config_id
         self.aws_conn_id = aws_conn_id
         self.webhdfs_conn_id = webhdfs_conn_id
+        # source (index or name) -> `kafka` connection of its cluster (docs/multi-cluster.md)
+        self.source_kafka_conn_ids = dict(source_kafka_conn_ids or {})
         self.poll_interval = float(poll_interval)
         self.deadline = deadline
 
@@ -75,6 +82,9 @@ class _ConditionTrigger(BaseTrigger):
                 "kafka_config_id": self.kafka_config_id,
                 "aws_conn_id": self.aws_conn_id,
                 "webhdfs_conn_id": self.webhdfs_conn_id,
+                "source_kafka_conn_ids": self.source_kafka_conn_ids or None,
+                "gcp_conn_id": self.gcp_conn_id,
+                "wasb_conn_id": self.wasb_conn_id,
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "metric_name": self.metric_name,
@@ -87,6 +97,9 @@ class _ConditionTrigger(BaseTrigger):
             kafka_config_id=self.kafka_config_id,
             aws_conn_id=self.aws_conn_id,
             webhdfs_conn_id=self.webhdfs_conn_id,
+            source_kafka_conn_ids=self.source_kafka_conn_ids,
+            gcp_conn_id=self.gcp_conn_id,
+            wasb_conn_id=self.wasb_conn_id,
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
