@@ -14,6 +14,14 @@ need "$PYTHON" "Python >= 3.10"
 need java "Java 17: apt-get update && apt-get install -y openjdk-17-jdk-headless"
 need mvn "Maven: apt-get update && apt-get install -y maven"
 
+# --- Kerberos headers: the apache-hdfs provider (airflow-hdfs extra) builds gssapi from source ----
+if ! command -v krb5-config >/dev/null 2>&1; then
+  echo "setup: installing libkrb5-dev (Debian package; gssapi for the apache-hdfs provider)"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libkrb5-dev >/dev/null
+fi
+
 # --- Python ------------------------------------------------------------------------------------
 stamp_py="$VENV/.sparklag-installed"
 want_py=$(cat pyproject.toml constraints.txt 2>/dev/null | sha256sum | cut -c1-16)
@@ -34,6 +42,14 @@ if ! command -v prometheus >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus >/dev/null
+fi
+
+# --- Chromium (the "Streaming lag" page is tested in a real headless browser) -------------------
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "setup: installing chromium (Debian package)"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 
 # --- jars ----------------------------------------------------------------------------------------
@@ -68,5 +84,31 @@ if [ "$(cat "$CACHE/bin/.toxiproxy-server.version" 2>/dev/null)" != "$TOXIPROXY_
       tail -n 20 "$CACHE/go-toxiproxy.log" >&2; exit 1; }
   mv "$CACHE/bin/server" "$CACHE/bin/toxiproxy-server"
   echo "$TOXIPROXY_VERSION" > "$CACHE/bin/.toxiproxy-server.version"
+fi
+# --- GCS and Azure emulators (tests/integration/test_gcs_azure.py) -------------------------------
+FAKE_GCS_VERSION=v1.56.1  # keep in step with testbed/gcs_server.py
+if [ "$(cat "$CACHE/bin/.fake-gcs-server.version" 2>/dev/null)" != "$FAKE_GCS_VERSION" ] \
+    || [ ! -x "$CACHE/bin/fake-gcs-server" ]; then
+  GO="$(command -v go || echo /usr/local/go/bin/go)"
+  [ -x "$GO" ] || { echo "setup: 'go' is required to install fake-gcs-server (https://go.dev/dl/)" >&2; exit 1; }
+  echo "setup: installing fake-gcs-server $FAKE_GCS_VERSION into $CACHE/bin"
+  mkdir -p "$CACHE/bin"
+  GOBIN="$CACHE/bin" "$GO" install "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION" \
+    >"$CACHE/go-fake-gcs-server.log" 2>&1 || {
+      echo "setup: go install fake-gcs-server failed; log $CACHE/go-fake-gcs-server.log:" >&2
+      tail -n 20 "$CACHE/go-fake-gcs-server.log" >&2; exit 1; }
+  echo "$FAKE_GCS_VERSION" > "$CACHE/bin/.fake-gcs-server.version"
+fi
+AZURITE_VERSION=3.37.0  # keep in step with testbed/azurite.py
+if [ "$(cat "$CACHE/node/.azurite.version" 2>/dev/null)" != "$AZURITE_VERSION" ] \
+    || [ ! -x "$CACHE/node/node_modules/.bin/azurite-blob" ]; then
+  need npm "Node.js and npm: apt-get update && apt-get install -y nodejs npm"
+  echo "setup: installing azurite $AZURITE_VERSION into $CACHE/node"
+  mkdir -p "$CACHE/node"
+  npm install --prefix "$CACHE/node" --no-audit --no-fund "azurite@$AZURITE_VERSION" \
+    >"$CACHE/npm-azurite.log" 2>&1 || {
+      echo "setup: npm install azurite failed; log $CACHE/npm-azurite.log:" >&2
+      tail -n 20 "$CACHE/npm-azurite.log" >&2; exit 1; }
+  echo "$AZURITE_VERSION" > "$CACHE/node/.azurite.version"
 fi
 echo "setup: ready in $(( $(date +%s) - start ))s (venv $VENV, jars $CACHE/jars, tools $CACHE/bin)"

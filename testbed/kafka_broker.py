@@ -42,7 +42,10 @@ class KafkaBroker:
       of its own (a proxy in front of it, which forwards to `port`); `bootstrap` is then the
       proxy's address, so every client request goes through the proxy;
     - `sasl_users` ({user: password}): an extra SASL_PLAINTEXT listener with the PLAIN
-      mechanism at `sasl_bootstrap`, accepting those users.
+      mechanism at `sasl_bootstrap`, accepting those users;
+    - `oauthbearer`: that SASL_PLAINTEXT listener also (or only) takes OAUTHBEARER with
+      unsecured JWTs (`alg: none`, validated by Kafka's default unsecured validator), as
+      librdkafka's `enable.sasl.oauthbearer.unsecure.jwt` or any `oauth_cb` makes them.
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class KafkaBroker:
         port: int | None = None,
         advertised_port: int | None = None,
         sasl_users: dict[str, str] | None = None,
+        oauthbearer: bool = False,
     ) -> None:
         self.workdir = workdir
         self.heap = heap
@@ -61,7 +65,8 @@ class KafkaBroker:
         self.advertised_port = advertised_port or self.port
         self.bootstrap = f"127.0.0.1:{self.advertised_port}"
         self.sasl_users = dict(sasl_users or {})
-        self.sasl_port = free_port() if self.sasl_users else None
+        self.oauthbearer = oauthbearer
+        self.sasl_port = free_port() if self.sasl_users or oauthbearer else None
         self.sasl_bootstrap = f"127.0.0.1:{self.sasl_port}" if self.sasl_port else None
         self.process: Process | None = None
         self._admin = None  # kept: a dropped AdminClient cancels its pending futures
@@ -78,12 +83,23 @@ class KafkaBroker:
             listeners.append(f"SASL://127.0.0.1:{self.sasl_port}")
             advertised.append(f"SASL://127.0.0.1:{self.sasl_port}")
             protocols.append("SASL:SASL_PLAINTEXT")
-            users = " ".join(f'user_{name}="{secret}"' for name, secret in self.sasl_users.items())
-            lines += [
-                "sasl.enabled.mechanisms=PLAIN",
-                "listener.name.sasl.plain.sasl.jaas.config="
-                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
-            ]
+            mechanisms = []
+            if self.sasl_users:
+                mechanisms.append("PLAIN")
+                users = " ".join(f'user_{n}="{secret}"' for n, secret in self.sasl_users.items())
+                lines.append(
+                    "listener.name.sasl.plain.sasl.jaas.config="
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+                )
+            if self.oauthbearer:
+                mechanisms.append("OAUTHBEARER")
+                # No server callback handler: Kafka validates unsecured JWTs (alg: none).
+                lines.append(
+                    "listener.name.sasl.oauthbearer.sasl.jaas.config="
+                    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
+                    "required;"
+                )
+            lines.append(f"sasl.enabled.mechanisms={','.join(mechanisms)}")
         return [
             f"listeners={','.join(listeners)}",
             f"advertised.listeners={','.join(advertised)}",
