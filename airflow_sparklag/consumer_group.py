@@ -142,13 +142,13 @@ def export_offsets(
     Three requests, each within ``timeout`` seconds (sent again while the group coordinator is
     not ready): describe the group, commit, read back; so at most 3 x ``timeout`` in all.
     """
+    from airflow_sparklag.session import Session
+
     if not group_id:
         raise ValueError("group_id is required")
-    client = KafkaOffsetsClient(kafka_config, timeout=timeout)
-    try:
-        return _export(client, group_id, offsets, log_ends)
-    finally:
-        client.close()
+    # A session of its own: its Kafka client is built (and closed) there, like everywhere else.
+    with Session(kafka_config=kafka_config, kafka_timeout=timeout) as session:
+        return _export(session.kafka, group_id, offsets, log_ends)
 
 
 def _export(
