@@ -208,15 +208,18 @@ def _source_kafka(args: argparse.Namespace, config: dict[str, Any]) -> dict[str,
     return mapped
 
 
+# Credentials the AWS default chain reads from the environment (not the *_FILE paths).
+AWS_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+
+
 def _secrets(config: dict[str, Any]) -> list[str]:
-    """What the command never prints: the Kafka config's secrets, and the AWS credentials the
-    default chain reads from the environment (botocore may quote them in an error)."""
-    from airflow_sparklag.redact import is_secret_key, kafka_secrets, secret_parts
+    """What the command never prints: the Kafka config's secrets, and the AWS credentials of
+    the environment (botocore may quote them in an error)."""
+    from airflow_sparklag.redact import kafka_secrets, secret_parts
 
     found = list(kafka_secrets(config))
-    for name, value in os.environ.items():
-        if name.startswith("AWS_") and is_secret_key(name) and name != "AWS_ACCESS_KEY_ID":
-            found.extend(secret_parts(value))
+    for name in AWS_SECRET_ENV:
+        found.extend(secret_parts(os.environ.get(name, "")))
     return found
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag.health import Health
+from airflow_sparklag.redact import redact_url
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -171,7 +172,8 @@ class LagExporter:
                     succeeded_at = self._clock()
                     for result in results:
                         if result.error is not None:
-                            self._check_errors[(result.location, _reason(result.error))] += 1
+                            job = redact_url(result.location)  # never a credential
+                            self._check_errors[(job, _reason(result.error))] += 1
                 families = tuple(self._families(stale=results is None))
                 self._state = _Refresh(families, self._state.seq + 1, succeeded_at, error)
                 self._rendered = {}
@@ -423,7 +425,7 @@ def job_families(results: Sequence[CheckResult], max_partitions: int) -> list[Me
         labels=["job", "state"],
     )
     for result in results:
-        job = result.location
+        job = redact_url(result.location)  # a label never carries credentials
         health = result.verdict.health
         for verdict in Health:
             states.add_metric([job, verdict.value], 1 if verdict is health else 0)

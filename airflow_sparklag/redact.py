@@ -109,6 +109,8 @@ _PLAIN_WORDS = frozenset({"true", "false", "none", "null"})
 # A URL's authority holds ":" only before a numeric port (or inside an IPv6 host): any other
 # ":" is a "user:password" whose password held a "/".
 _HOST_AND_PORT = re.compile(r"^(\[[^\]]*\]|[^:\[\]]*)(:\d*)?$")
+# Azure's container@account authority: the part before "@" names the container, no secret.
+_CONTAINER_SCHEMES = frozenset({"abfs", "abfss", "az", "wasb", "wasbs"})
 # scheme://user:password@ in free text; "host:8020/path@x" is a port and a path, not a password.
 _URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^\s/@:]+:(?!\d+(?:/|$))[^\s@]*@")
 # http.client (under botocore) and requests refuse a header value holding a line break and quote
@@ -144,12 +146,16 @@ def redact_url(url: str) -> str:
     's3a://bucket/ck/orders'
     >>> redact_url("hdfs://nn:8020/users/me@example/ck")
     'hdfs://nn:8020/users/me@example/ck'
+    >>> redact_url("abfs://container@account.dfs.core.windows.net/ck")
+    'abfs://container@account.dfs.core.windows.net/ck'
     """
     if "://" not in url:
         return url
     parts = urlsplit(url)
     if "@" in parts.netloc:
-        host = parts.netloc.rpartition("@")[2]
+        userinfo, _, host = parts.netloc.rpartition("@")
+        if parts.scheme.lower() in _CONTAINER_SCHEMES and ":" not in userinfo:
+            return url
         return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
     if "@" in url and not _HOST_AND_PORT.match(parts.netloc):
         scheme, _, rest = url.partition("://")

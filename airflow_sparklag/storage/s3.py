@@ -430,7 +430,7 @@ class S3Storage:
                 f"{path}: {action} failed: {endpoint} did not answer like S3 (the answer "
                 f"could not be read: {type(exc).__name__}: {self._scrubbed(exc)[:200]}); check "
                 "endpoint_url and any proxy in between"
-            ) from exc
+            ) from None  # the original may quote a credential (a refused header value)
         except NoCredentialsError as exc:
             raise StorageAccessDenied(
                 f"{path}: no AWS credentials found ({action}); pass aws_access_key_id and "
@@ -439,7 +439,7 @@ class S3Storage:
         except BotoCoreError as exc:  # connection refused, timeouts, bad endpoint
             raise StorageError(
                 f"{path}: {action} failed, could not talk to {endpoint}: {self._scrubbed(exc)}"
-            ) from exc
+            ) from None  # the original may quote a credential
         if action == "list" and not any(member in response for member in _LISTING_MEMBERS):
             # botocore reads any well-formed XML (an XHTML page) as an empty listing, which
             # would pass for "no batch committed yet".

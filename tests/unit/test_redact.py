@@ -117,6 +117,9 @@ def test_kafka_redact_config_is_the_same_function() -> None:
         ("/local/path", "/local/path"),
         ("relative/a@b", "relative/a@b"),
         ("file:///tmp/ck", "file:///tmp/ck"),
+        # Azure names the container before "@": kept; a user:password there is not.
+        ("abfs://ck@acct.dfs.core.windows.net/x", "abfs://ck@acct.dfs.core.windows.net/x"),
+        ("abfss://ck:KEY@acct.dfs.core.windows.net/x", "abfss://acct.dfs.core.windows.net/x"),
     ],
 )
 def test_redact_url(url: str, expected: str) -> None:
