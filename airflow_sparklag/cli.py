@@ -783,12 +783,25 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every outcome is an exit code and at most a line on stderr."""
+    _quiet_client_logs()
     secrets: list[str] = []
     with _no_tracebacks(secrets) as outcome:
         args = build_parser().parse_args(argv)
         args.secrets = secrets
         outcome.code = COMMANDS[args.command](args)
     return outcome.code
+
+
+def _quiet_client_logs() -> None:
+    """librdkafka reports every refused connection as a log line; the command's own message
+    says what failed, once. (Python's last-resort handler would print them all to stderr.)"""
+    import logging
+
+    if os.environ.get("SPARKLAG_DEBUG"):
+        return
+    chatter = logging.getLogger("airflow_sparklag.kafka.librdkafka")
+    chatter.addHandler(logging.NullHandler())
+    chatter.propagate = False
 
 
 class _Outcome:
