@@ -18,6 +18,7 @@ from pathlib import Path
 
 from testbed.paths import CACHE
 from testbed.process import Process, TestbedError, free_port, log_tail, port_open
+from testbed.tools import is_installed, mark_installed
 
 VERSION = "3.37.0"
 NODE = CACHE / "node"
@@ -30,7 +31,7 @@ KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr
 
 def install() -> Path:
     """The ``azurite-blob`` launcher, installed with npm unless already there."""
-    if BINARY.exists() and _stamp() == VERSION:
+    if is_installed(BINARY, STAMP, VERSION):
         return BINARY
     npm = shutil.which("npm")
     if npm is None:
@@ -44,15 +45,8 @@ def install() -> Path:
     )
     if result.returncode != 0 or not BINARY.exists():
         raise TestbedError(f"npm install azurite@{VERSION} failed:\n{result.stderr[-3000:]}")
-    STAMP.write_text(VERSION + "\n")
+    mark_installed(STAMP, VERSION)
     return BINARY
-
-
-def _stamp() -> str:
-    try:
-        return STAMP.read_text().strip()
-    except OSError:
-        return ""
 
 
 class Azurite:

@@ -14,13 +14,11 @@ stall per bucket): :data:`CLIENT_ENV` turns that probe off; tests set it (real G
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 from testbed.paths import CACHE
 from testbed.process import Process, TestbedError, free_port, log_tail
+from testbed.tools import go_install
 
 VERSION = "v1.56.1"  # newest the Go module proxy serves (2026-11)
 MODULE = "github.com/fsouza/fake-gcs-server"
@@ -33,32 +31,7 @@ CLIENT_ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
 
 def install() -> Path:
     """The fake-gcs-server binary, installed with ``go install`` unless already there."""
-    if BINARY.exists() and _stamp() == VERSION:
-        return BINARY
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    if not Path(go).exists():
-        raise TestbedError(
-            "fake-gcs-server needs Go to install it: https://go.dev/dl/ (go >= 1.24)"
-        )
-    BIN.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(
-        [go, "install", f"{MODULE}@{VERSION}"],
-        env={**os.environ, "GOBIN": str(BIN)},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if result.returncode != 0 or not BINARY.exists():
-        raise TestbedError(f"go install {MODULE}@{VERSION} failed:\n{result.stderr[-3000:]}")
-    STAMP.write_text(VERSION + "\n")
-    return BINARY
-
-
-def _stamp() -> str:
-    try:
-        return STAMP.read_text().strip()
-    except OSError:
-        return ""
+    return go_install(MODULE, VERSION, BINARY, STAMP, built_as="fake-gcs-server")
 
 
 class GcsServer:

@@ -19,15 +19,13 @@ to client, the default) or ``upstream``.
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from testbed.paths import CACHE
 from testbed.process import Process, TestbedError, free_port, log_tail
+from testbed.tools import go_install
 
 VERSION = "v2.12.0"
 MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server"
@@ -38,32 +36,8 @@ STAMP = BIN / ".toxiproxy-server.version"
 
 def install() -> Path:
     """The toxiproxy server binary, installed with ``go install`` unless already there."""
-    if BINARY.exists() and _stamp() == VERSION:
-        return BINARY
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    if not Path(go).exists():
-        raise TestbedError("toxiproxy needs Go to install it: https://go.dev/dl/ (go >= 1.22)")
-    BIN.mkdir(parents=True, exist_ok=True)
     # `go install` names the binary after the package directory: "server".
-    result = subprocess.run(
-        [go, "install", f"{MODULE}@{VERSION}"],
-        env={**os.environ, "GOBIN": str(BIN)},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if result.returncode != 0:
-        raise TestbedError(f"go install {MODULE}@{VERSION} failed:\n{result.stderr[-3000:]}")
-    (BIN / "server").replace(BINARY)
-    STAMP.write_text(VERSION + "\n")
-    return BINARY
-
-
-def _stamp() -> str:
-    try:
-        return STAMP.read_text().strip()
-    except OSError:
-        return ""
+    return go_install(MODULE, VERSION, BINARY, STAMP, built_as="server")
 
 
 class Toxiproxy:
