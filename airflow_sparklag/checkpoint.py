@@ -12,6 +12,8 @@ Format details are in ``docs/`` and follow Spark's ``OffsetSeqLog``, ``CommitLog
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -44,7 +46,7 @@ COMMITS_VERSIONS = (1, 2, 3)
 SOURCE_START_VERSIONS = (1,)
 NO_OFFSET = "-"  # a source that has no offset yet
 # The smallest commits/N Spark writes: 'v1\n{"nextBatchWatermarkMs":0}'. A listed size below it
-# is a damaged or hand-made file, worth a GET to say what is wrong with it.
+# is a damaged or hand-made file whatever its listed hash says.
 MIN_COMMIT_SIZE = 29
 INT64_MAX = 2**63 - 1  # Kafka offsets and Spark's timestamps are Java longs
 INT32_MAX = 2**31 - 1  # Kafka partition ids are Java ints
@@ -407,10 +409,9 @@ class CheckpointReader:
     - committed batch C is the newest ``commits/N``; ``offsets/C`` must exist, otherwise the
       checkpoint is damaged (commits ahead of offsets: the committed offsets are unknown) and
       :class:`~airflow_sparklag.errors.CheckpointCorrupt` is raised;
-    - ``commits/C`` smaller than any file Spark writes (empty, a bare ``v99``) is read and must
-      parse as a commit log entry (v1-v3), otherwise
-      :class:`~airflow_sparklag.errors.CheckpointCorrupt` names it; a full-size one is not
-      read (see :meth:`_check_commit`);
+    - ``commits/C`` must parse as a commit log entry (v1-v3), otherwise
+      :class:`~airflow_sparklag.errors.CheckpointCorrupt` names it; it is read once per new
+      committed batch unless the listing's content hash proves it (see :meth:`_check_commit`);
     - in flight is ``offsets/L`` for the newest L > C;
     - a checkpoint whose directories exist (or whose ``metadata`` exists) but hold no batch yet
       gives a state with ``committed=None``: the query has not completed a batch;
@@ -419,7 +420,8 @@ class CheckpointReader:
 
     Request budget of a first ``read(history=1)``: LIST commits/, LIST offsets/, GET offsets/C,
     GET metadata (once per reader), and GET offsets/L when a batch is in flight. Each extra
-    history batch costs one GET, once (and a suspiciously small ``commits/C`` one GET, once).
+    history batch costs one GET, once, and ``commits/C`` one GET per new committed batch unless
+    the listing's content hash proves it (S3 ETag, GCS md5Hash).
     On S3 (a backend with ``list_checkpoint``) the two
     LISTs are one (a page per ~1,000 log files), and ``metadata`` is only read when listed:
     a first check is LIST + GET offsets/C + GET metadata = 3, a repeated one LIST + new GETs.
@@ -480,12 +482,14 @@ class CheckpointReader:
                     "query on a new checkpoint"
                 )
             committed = self._offsets(committed_id, offsets[committed_id])
-            self._check_commit(commits[committed_id])
 
         latest_id = offsets_ids[-1] if offsets_ids else None
         in_flight: BatchOffsets | None = None
         if latest_id is not None and (committed_id is None or latest_id > committed_id):
             in_flight = self._offsets(latest_id, offsets[latest_id])
+        if committed_id is not None:
+            watermarks = {b.watermark_ms for b in (committed, in_flight) if b is not None}
+            self._check_commit(commits[committed_id], watermarks)
 
         past = self._history(commit_ids, offsets, committed_id, history)
         current = committed or in_flight
@@ -572,19 +576,27 @@ class CheckpointReader:
         self._offsets_cache[batch_id] = (info, batch)
         return batch
 
-    def _check_commit(self, info: ObjectInfo) -> None:
-        """Is ``commits/C`` a commit log entry? Judged by its listed size, read only when small.
+    def _check_commit(self, info: ObjectInfo, watermarks: set[int | None]) -> None:
+        """Is ``commits/C`` a commit log entry? Checked once per new committed batch.
 
-        Reading commits/C for every new batch would cost a GET per batch per poll (a fleet
-        check is 2 requests per job); every file Spark writes is at least
-        :data:`MIN_COMMIT_SIZE` bytes, so a smaller one (an empty file, a bare ``v99``, a
-        hand-made stub) is read and parsed, once, and reported by name. A full-size file with
-        a damaged version line goes unnoticed: only its existence matters for lag.
+        Without state checkpoint format v2 Spark writes ``v1`` + ``{"nextBatchWatermarkMs":W}``,
+        W almost always 0 or the watermark of ``offsets/C`` or ``offsets/C+1``. When the
+        listing proves the content (an S3 ETag or GCS md5Hash equal to the MD5 of one of those
+        texts) the file is not read, so a fleet check stays LIST + GET offsets/C. Otherwise
+        (local disk, HDFS, a watermark that moved, a v2/v3 commit, a damaged file) it is read
+        and parsed, once: an empty file, ``v99`` or a non-JSON body is
+        :class:`~airflow_sparklag.errors.CheckpointCorrupt` naming the file, as Spark itself
+        would refuse to restart from it.
         """
-        if info.size >= MIN_COMMIT_SIZE:
-            return
         key = (info.name, info.size, info.modified)
         if key == self._commit_checked:
+            return
+        if (
+            info.size >= MIN_COMMIT_SIZE
+            and info.content_md5 is not None
+            and info.content_md5 in _commit_md5s(watermarks)
+        ):
+            self._commit_checked = key
             return
         path = join(self.location, "commits", info.name)
         try:
@@ -617,6 +629,18 @@ class CheckpointReader:
         if not self.wants_query_id:
             names.append("metadata")  # not read by this reader, but proof of a checkpoint
         return any(self.storage.exists(join(self.location, name)) for name in names)
+
+
+def _commit_md5s(watermarks: set[int | None]) -> set[str]:
+    """MD5s of the v1 commit texts Spark writes for these next-batch watermarks (and 0)."""
+    values = {0} | {w for w in watermarks if w is not None}
+    return {_v1_commit_md5(value) for value in values}
+
+
+@functools.lru_cache(maxsize=256)
+def _v1_commit_md5(watermark_ms: int) -> str:
+    text = f'v1\n{{"nextBatchWatermarkMs":{watermark_ms}}}'
+    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
 
 
 def _batches(entries: list[ObjectInfo]) -> dict[int, ObjectInfo]:

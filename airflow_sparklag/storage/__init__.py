@@ -18,6 +18,8 @@ DAG parsing must stay fast. Each backend imports its client inside its own funct
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -49,6 +51,37 @@ class ObjectInfo:
     name: str  # base name inside the listed directory, e.g. "12"
     size: int
     modified: float  # epoch seconds (storage LastModified / modificationTime)
+    # Hex MD5 of the content when the listing proves it (an S3 single-part ETag, GCS md5Hash);
+    # lets a reader check a small file without reading it. None: unknown, read it.
+    content_md5: str | None = None
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def etag_md5(etag: object) -> str | None:
+    """The content MD5 an S3 ETag proves: a single-part upload's quoted 32-hex-digit ETag.
+
+    A multipart ETag (``"...-3"``) is not an MD5 and gives None. SSE-KMS/SSE-C ETags look like
+    one but are not: a mismatch only means "read the file", never a wrong answer.
+    """
+    if not isinstance(etag, str):
+        return None
+    value = etag.strip().strip('"').lower()
+    return value if len(value) == 32 and set(value) <= _HEX else None
+
+
+def base64_md5(value: object) -> str | None:
+    """The hex MD5 from a base64 ``md5Hash`` (GCS) or a raw 16-byte digest (Azure)."""
+    raw: bytes | None = None
+    if isinstance(value, (bytes, bytearray)) and len(value) == 16:
+        raw = bytes(value)
+    elif isinstance(value, str):
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            return None
+    return raw.hex() if raw is not None and len(raw) == 16 else None
 
 
 @dataclass(frozen=True)

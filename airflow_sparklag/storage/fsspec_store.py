@@ -14,7 +14,14 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     UnsupportedStorageURL,
 )
-from airflow_sparklag.storage import Children, ObjectInfo, RequestCounter, Storage, scheme_of
+from airflow_sparklag.storage import (
+    Children,
+    ObjectInfo,
+    RequestCounter,
+    Storage,
+    base64_md5,
+    scheme_of,
+)
 
 # Where the fsspec implementation of common schemes lives, for the install hint.
 _IMPLEMENTATIONS = {
@@ -107,7 +114,14 @@ class FsspecStorage:
                 if full_name.split("://", 1)[-1] == own_name:
                     continue
                 name = full_name.rsplit("/", 1)[-1]
-                found.append(ObjectInfo(name, int(entry.get("size") or 0), _modified(entry)))
+                found.append(
+                    ObjectInfo(
+                        name,
+                        int(entry.get("size") or 0),
+                        _modified(entry),
+                        content_md5=_content_md5(entry),
+                    )
+                )
         return found
 
     def read(self, path: str) -> bytes:
@@ -212,3 +226,14 @@ def _modified(entry: dict[str, Any]) -> float:
             with contextlib.suppress(ValueError):
                 return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     return 0.0
+
+
+def _content_md5(entry: dict[str, Any]) -> str | None:
+    """GCS lists ``md5Hash`` (base64); Azure ``content_settings.content_md5`` (bytes)."""
+    if entry.get("md5Hash") is not None:
+        return base64_md5(entry.get("md5Hash"))
+    settings = entry.get("content_settings")
+    digest = getattr(settings, "content_md5", None)
+    if digest is None and isinstance(settings, dict):
+        digest = settings.get("content_md5")
+    return base64_md5(digest) if digest is not None else None

@@ -26,6 +26,7 @@ from airflow_sparklag.storage import (
     ObjectInfo,
     RequestCounter,
     Storage,
+    etag_md5,
     seconds_option,
 )
 
@@ -222,6 +223,7 @@ class S3Storage:
                         name=name,
                         size=int(item.get("Size", 0)),
                         modified=modified.timestamp() if modified is not None else 0.0,
+                        content_md5=etag_md5(item.get("ETag")),
                     )
                 )
         return entries
@@ -282,6 +284,7 @@ class S3Storage:
                         name=name,
                         size=int(item.get("Size", 0)),
                         modified=modified.timestamp() if modified is not None else 0.0,
+                        content_md5=etag_md5(item.get("ETag")),
                     )
                 )
             if past_end or not response.get("IsTruncated"):

@@ -36,6 +36,7 @@ def test_discover_and_poll_on_hdfs(hdfs: Any) -> None:
     ) as checker:
         results = checker.check()
         assert all(r.error is None for r in results)
-        assert checker.storage_requests == 2 * 3  # 2 LISTs + GET offsets/C, no metadata
+        # 2 LISTs + GET offsets/C + GET commits/C (no content hash on HDFS), no metadata
+        assert checker.storage_requests == 2 * 4
         checker.check()
-        assert checker.storage_requests == 2 * 3 + 2 * 2
+        assert checker.storage_requests == 2 * 4 + 2 * 2  # the listings only

@@ -167,11 +167,42 @@ def test_small_valid_commit_costs_one_read_once(tmp_path: Path) -> None:
     assert storage.requests.by_operation == {"list": 2}
 
 
-def test_full_size_commits_are_never_read(tmp_path: Path) -> None:
+# Full-size files (>= MIN_COMMIT_SIZE, as big as a real commit): their listed size proves nothing.
+FULL_SIZE_BAD_COMMITS = [
+    ("v99", b'v99\n{"nextBatchWatermarkMs":0}', UnsupportedCheckpointVersion, "version v99"),
+    ("broken json", b'v1\n{"nextBatchWatermarkMs":0]', CheckpointCorrupt, "not valid JSON"),
+    ("json array", b'v1\n["nextBatchWatermarkMs", 0]', CheckpointCorrupt, "commit metadata"),
+    ("no version", b'{"nextBatchWatermarkMs":0}\n\n\n', CheckpointCorrupt, "version header"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "data", "error", "problem"),
+    FULL_SIZE_BAD_COMMITS,
+    ids=[c[0] for c in FULL_SIZE_BAD_COMMITS],
+)
+def test_full_size_damaged_commit_is_named(
+    tmp_path: Path, case: str, data: bytes, error: type[Exception], problem: str
+) -> None:
+    assert len(data) >= MIN_COMMIT_SIZE
+    location = _copy(tmp_path)
+    (location / "commits" / "6").write_bytes(data)
+    with pytest.raises(error) as raised:
+        CheckpointReader(LocalStorage(), str(location)).read(history=1)
+    assert str(location / "commits" / "6") in str(raised.value)
+    assert problem in str(raised.value)
+
+
+def test_valid_commit_is_read_once_per_committed_batch(tmp_path: Path) -> None:
     location = _copy(tmp_path)
     storage = LocalStorage()
-    CheckpointReader(storage, str(location)).read(history=1)
-    assert storage.requests.by_operation == {"list": 2, "read": 2}  # metadata, offsets/6
+    reader = CheckpointReader(storage, str(location))
+    reader.read(history=1)
+    # metadata, offsets/6, commits/6: a local listing carries no content hash
+    assert storage.requests.by_operation == {"list": 2, "read": 3}
+    storage.requests.reset()
+    reader.read(history=1)
+    assert storage.requests.by_operation == {"list": 2}
 
 
 def test_older_damaged_commits_are_not_the_readers_business(tmp_path: Path) -> None:

@@ -141,20 +141,21 @@ def test_crc_tmp_hidden_and_non_numeric_files_are_ignored(tmp_path: Path) -> Non
 def test_first_check_request_budget() -> None:
     reader, storage = _reader(DATA / "ck35")
     reader.read(history=1)
-    # LIST commits/, LIST offsets/, GET metadata, GET offsets/6; nothing under state/.
-    assert storage.requests.by_operation == {"list": 2, "read": 2}
+    # LIST commits/, LIST offsets/, GET metadata, GET offsets/6, GET commits/6 (a local
+    # listing has no content hash); nothing under state/.
+    assert storage.requests.by_operation == {"list": 2, "read": 3}
 
 
 def test_first_check_with_in_flight_batch_adds_one_get() -> None:
     reader, storage = _reader(DATA / "ck43")
     reader.read(history=1)
-    assert storage.requests.by_operation == {"list": 2, "read": 3}
+    assert storage.requests.by_operation == {"list": 2, "read": 4}
 
 
 def test_history_costs_one_get_per_batch_once() -> None:
     reader, storage = _reader(DATA / "ck35")
     reader.read(history=4)
-    assert storage.requests.by_operation == {"list": 2, "read": 1 + 4}
+    assert storage.requests.by_operation == {"list": 2, "read": 1 + 4 + 1}  # + commits/C
     storage.requests.reset()
     reader.read(history=4)
     assert storage.requests.by_operation == {"list": 2}
@@ -174,7 +175,11 @@ def test_repeated_reads_only_fetch_new_batches(tmp_path: Path) -> None:
     shutil.copy(location / "commits" / "6", location / "commits" / "7")
     state = reader.read(history=1)
     assert state.committed_batch_id == 7 and state.in_flight is None
-    assert storage.requests.by_operation == {"list": 2}  # offsets/7 came from the cache
+    # offsets/7 came from the cache; the new commits/7 is checked once
+    assert storage.requests.by_operation == {"list": 2, "read": 1}
+    storage.requests.reset()
+    reader.read(history=1)
+    assert storage.requests.by_operation == {"list": 2}
 
 
 def test_replaced_file_is_read_again(tmp_path: Path) -> None:

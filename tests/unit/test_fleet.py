@@ -125,8 +125,9 @@ def test_checker_request_budget_first_and_repeated_polls(tree: Path) -> None:
         assert [r.location for r in results] == checker.locations
         assert all(r.error is None and r.report is not None for r in results)
         discovery = 8
-        # first poll: LIST commits/, LIST offsets/, GET offsets/C per checkpoint (no metadata)
-        assert checker.storage_requests == discovery + 3 * 3
+        # first poll: LIST commits/, LIST offsets/, GET offsets/C, GET commits/C (a local
+        # listing has no content hash) per checkpoint (no metadata)
+        assert checker.storage_requests == discovery + 3 * 4
         assert {r.report.query_id for r in results if r.report} == {None}
         before = checker.storage_requests
         checker.check()
@@ -136,7 +137,7 @@ def test_checker_request_budget_first_and_repeated_polls(tree: Path) -> None:
         _add_batch(orders, 8)
         before = checker.storage_requests
         results = checker.check()
-        assert checker.storage_requests - before == 3 * 2 + 1  # + GET offsets/8
+        assert checker.storage_requests - before == 3 * 2 + 2  # + GET offsets/8, commits/8
         by_location = {r.location: r for r in results}
         assert by_location[str(orders)].report.committed_batch_id == 8  # type: ignore[union-attr]
         assert checker.polls == 3
@@ -146,7 +147,7 @@ def test_history_costs_extra_reads_once(tmp_path: Path) -> None:
     root = _copy("cka4.1.4", tmp_path / "job")
     with FleetChecker([str(root)], kafka_config=KAFKA, history=5) as checker:
         checker.check()
-        assert checker.storage_requests == 3 + 4  # budget + 4 older batches of the window
+        assert checker.storage_requests == 4 + 4  # budget + 4 older batches of the window
         before = checker.storage_requests
         checker.check()
         assert checker.storage_requests - before == 2
@@ -158,7 +159,7 @@ def test_query_ids_cost_one_read_once(tmp_path: Path) -> None:
     with FleetChecker([str(root)], kafka_config=KAFKA, history=1, query_ids=True) as checker:
         (result,) = checker.check()
         assert result.report is not None and result.report.query_id == expected
-        assert checker.storage_requests == 3 + 1  # + GET metadata
+        assert checker.storage_requests == 4 + 1  # + GET metadata
         before = checker.storage_requests
         (again,) = checker.check()
         assert again.report is not None and again.report.query_id == expected

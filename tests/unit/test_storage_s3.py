@@ -17,6 +17,7 @@ import pytest
 
 from airflow_sparklag.checkpoint import CheckpointReader
 from airflow_sparklag.errors import (
+    CheckpointCorrupt,
     StorageAccessDenied,
     StorageAlreadyExists,
     StorageError,
@@ -431,3 +432,50 @@ def test_missing_checkpoint_on_s3_is_not_found(listing_endpoint: str) -> None:
     }
     with pytest.raises(CheckpointNotFound):
         CheckpointReader(storage, f"s3://{LISTING_BUCKET}/ck").read()
+
+
+# -- commits/C on S3: the listing's ETag proves a valid commit; anything else is read ----------
+
+
+def _commit_checkpoint(admin: Any, name: str, commit: bytes, watermark_ms: int = 0) -> str:
+    offsets = (DATA / "ck35" / "offsets" / "6").read_bytes()
+    offsets = offsets.replace(b'"batchWatermarkMs":0', b'"batchWatermarkMs":%d' % watermark_ms)
+    files = {"offsets/6": offsets, "commits/6": commit}
+    for key, body in files.items():
+        admin.put_object(Bucket=BUCKET, Key=f"{name}/{key}", Body=body)
+    return f"s3a://{BUCKET}/{name}"
+
+
+@pytest.mark.parametrize(
+    ("case", "commit", "watermark_ms", "reads"),
+    [
+        ("watermark 0", b'v1\n{"nextBatchWatermarkMs":0}', 0, 1),
+        ("watermark of offsets/C", b'v1\n{"nextBatchWatermarkMs":1795431994303}', 1795431994303, 1),
+        ("watermark moved", b'v1\n{"nextBatchWatermarkMs":1795431994309}', 1795431994303, 2),
+        ("v2 commit", b'v2\n{"nextBatchWatermarkMs":0,"stateUniqueIds":{}}', 0, 2),
+    ],
+)
+def test_valid_commit_costs_a_get_only_when_its_etag_proves_nothing(
+    endpoint: str, case: str, commit: bytes, watermark_ms: int, reads: int
+) -> None:
+    location = _commit_checkpoint(
+        _boto_client(endpoint), f"commit-{case.replace(' ', '-')}", commit, watermark_ms
+    )
+    storage = _storage(endpoint)
+    reader = CheckpointReader(storage, location, query_id=False)
+    assert reader.read(history=1).committed_batch_id == 6
+    assert storage.requests.by_operation == {"list": 1, "read": reads}
+    storage.requests.reset()
+    reader.read(history=1)
+    assert storage.requests.by_operation == {"list": 1}  # checked once
+
+
+@pytest.mark.parametrize(
+    "commit",
+    [b'v99\n{"nextBatchWatermarkMs":0}', b'v1\n{"nextBatchWatermarkMs":0]', b"v1\n{nope}" * 4],
+)
+def test_full_size_damaged_commit_on_s3_is_named(endpoint: str, commit: bytes) -> None:
+    location = _commit_checkpoint(_boto_client(endpoint), f"bad-commit-{len(commit)}", commit)
+    with pytest.raises(CheckpointCorrupt) as raised:  # UnsupportedCheckpointVersion is one
+        CheckpointReader(_storage(endpoint), location).read(history=1)
+    assert f"{location}/commits/6" in str(raised.value)
