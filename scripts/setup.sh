@@ -69,6 +69,7 @@ for component in kafka spark-kafka s3a hdfs; do
     rm -rf "$dir" && mv "$dir.partial" "$dir"
   fi
 done
+bash scripts/setup_spark35.sh  # pyspark 3.5 venv + its Kafka connector (Spark 3.5 tests)
 
 # --- toxiproxy (fault injection in tests) ---------------------------------------------------------
 TOXIPROXY_VERSION=v2.12.0  # keep in step with testbed/toxiproxy.py

@@ -1,0 +1,134 @@
+"""A Spark 3.5 driver process (pyspark 3.5 in its own venv, Scala 2.12 Kafka connector).
+
+The suite's own SparkSession is pyspark 4.x, in the main venv; Spark allows one per process and
+pyspark 3.5 needs Python <= 3.11, so Spark 3.5 queries run in a child process:
+``testbed/spark35_driver.py`` under the venv ``scripts/setup_spark35.sh`` makes. This class
+starts it, sends it commands (see the driver's docstring) and stops it by its pid.
+
+>>> driver = Spark35(Path("/tmp/s35")).start()
+>>> driver.call("available_now", topic="t", checkpoint="/tmp/ck", bootstrap=..., max_offsets=100)
+{'ok': True, 'progress': [[0, 100], [1, 50]]}
+>>> driver.stop()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+from testbed.paths import CACHE, jars
+from testbed.process import TestbedError, log_tail
+
+VENV = CACHE / "venv-spark35"  # keep in step with scripts/setup_spark35.sh
+PYSPARK_VERSION = "3.5.7"  # = the pin there and the connector in testbed/jars/spark35-kafka
+DRIVER = Path(__file__).resolve().parent / "spark35_driver.py"
+# The parent's Spark settings (SPARK_HOME, PYSPARK_GATEWAY_PORT, ...) could make the child use
+# the parent's Spark (4.x) instead of its own.
+_NOT_INHERITED = ("SPARK_", "PYSPARK_", "PYTHONPATH", "VIRTUAL_ENV")
+
+
+def python() -> Path:
+    """The venv's python; fails (never skips) with what to run when it is not there."""
+    stamp = VENV / ".sparklag-installed"
+    path = VENV / "bin" / "python"
+    if not path.exists() or f"pyspark=={PYSPARK_VERSION}" not in _read(stamp):
+        raise TestbedError(
+            f"the Spark 3.5 venv (pyspark {PYSPARK_VERSION}) is not in {VENV}: "
+            "run scripts/setup.sh (it calls scripts/setup_spark35.sh)"
+        )
+    return path
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+class Spark35:
+    """One Spark 3.5 driver; ``call`` sends a command and returns its answer."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.log = workdir / "driver.log"
+        self.version: str | None = None
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
+
+    def start(self, timeout: float = 300.0) -> Spark35:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED)}
+        env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=str(python()))
+        classpath = ":".join(jars("spark35-kafka"))
+        with open(self.log, "ab") as log:
+            self._popen = subprocess.Popen(
+                [str(python()), str(DRIVER), classpath, str(self.workdir)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+                cwd=self.workdir,
+                start_new_session=True,
+            )
+        assert self._popen.stdout is not None
+        threading.Thread(target=self._read, args=(self._popen.stdout,), daemon=True).start()
+        self.version = self._answer(timeout, "start")["spark"]
+        return self
+
+    def _read(self, stream: IO[bytes]) -> None:
+        for raw in stream:
+            line = raw.decode(errors="replace")
+            if line.startswith("REPLY "):
+                self._replies.put(json.loads(line[len("REPLY ") :]))
+        self._replies.put(None)  # the driver exited
+
+    def _answer(self, timeout: float, what: str) -> dict[str, Any]:
+        try:
+            answer = self._replies.get(timeout=timeout)
+        except queue.Empty:
+            self.stop()
+            raise TestbedError(
+                f"Spark 3.5 driver: no answer to {what} in {timeout:.0f}s. "
+                f"Log {self.log}:\n{log_tail(self.log)}"
+            ) from None
+        if answer is None:
+            raise TestbedError(
+                f"Spark 3.5 driver exited during {what}. Log {self.log}:\n{log_tail(self.log)}"
+            )
+        if not answer.get("ok"):
+            raise TestbedError(f"Spark 3.5 driver: {what} failed: {answer.get('trace')}")
+        return answer
+
+    def call(self, cmd: str, timeout: float = 240.0, **args: Any) -> dict[str, Any]:
+        if self._popen is None or self._popen.stdin is None:
+            raise TestbedError("Spark 3.5 driver is not running")
+        self._popen.stdin.write((json.dumps({"cmd": cmd, **args}) + "\n").encode())
+        self._popen.stdin.flush()
+        return self._answer(timeout, cmd)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Asks the driver to stop its queries and exit; ends its process group if it does not."""
+        popen, self._popen = self._popen, None
+        if popen is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            assert popen.stdin is not None
+            popen.stdin.write(b'{"cmd": "quit"}\n')
+            popen.stdin.close()
+        try:
+            popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(popen.pid, signal.SIGKILL)
+            popen.wait(10)
+        # The JVM that pyspark started is in the same (our own) process group.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(popen.pid, signal.SIGTERM)
