@@ -116,6 +116,22 @@ def _rename(source: Storage, src: str, target: Storage, dst: str) -> bool:
 # -- the archive procedure -------------------------------------------------------------------
 
 
+def _read_manifest(data: bytes, manifest_path: str) -> list[ManifestEntry]:
+    """A manifest an earlier run wrote; anything else is an :class:`ArchiveError` naming it."""
+    try:
+        document = json.loads(data)
+        if not isinstance(document, dict) or document.get("format") != MANIFEST_FORMAT:
+            raise ValueError("no manifest format marker")
+        return [
+            ManifestEntry(str(e["path"]), int(e["size"]), str(e["sha256"]))
+            for e in document["objects"]
+        ]
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
+        raise ArchiveError(
+            f"{manifest_path}: not an archive manifest ({type(exc).__name__}); move it aside"
+        ) from None
+
+
 def _manifest(
     source: Storage, root: str, manifest_store: Storage, manifest_path: str
 ) -> list[ManifestEntry]:
@@ -125,10 +141,7 @@ def _manifest(
     except StorageNotFound:
         data = None
     if data is not None:
-        document = json.loads(data)
-        if document.get("format") != MANIFEST_FORMAT:
-            raise ArchiveError(f"{manifest_path}: not an archive manifest")
-        return [ManifestEntry(e["path"], int(e["size"]), e["sha256"]) for e in document["objects"]]
+        return _read_manifest(data, manifest_path)
     entries = []
     for relative, _size in sorted(source.walk(root).items()):
         size, sha = _digest(source, _under(root, relative))

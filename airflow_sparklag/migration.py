@@ -187,8 +187,11 @@ class _Journal:
             data = storage.read(path)
         except StorageNotFound:
             return None
-        document = json.loads(data)
-        if document.get("format") != JOURNAL_FORMAT:
+        try:
+            document = json.loads(data)
+        except (ValueError, RecursionError):  # also bytes that are not UTF-8
+            document = None
+        if not isinstance(document, dict) or document.get("format") != JOURNAL_FORMAT:
             raise SparkLagError(f"{path}: not a migration journal; move it aside")
         return cls(storage, path, document)
 

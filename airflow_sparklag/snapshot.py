@@ -276,8 +276,10 @@ class Snapshot:
     def from_json(cls, data: bytes, *, where: str = "snapshot") -> Snapshot:
         try:
             document = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SnapshotCorrupt(f"{where}: not a JSON snapshot document ({exc})") from exc
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise SnapshotCorrupt(
+                f"{where}: not a JSON snapshot document ({str(exc)[:120]})"
+            ) from None
         if not isinstance(document, dict):
             raise SnapshotCorrupt(f"{where}: not a JSON object")
         return cls.from_dict(document, where=where)
