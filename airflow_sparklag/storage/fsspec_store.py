@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from airflow_sparklag.errors import (
     StorageAccessDenied,
@@ -14,6 +15,7 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     UnsupportedStorageURL,
 )
+from airflow_sparklag.redact import redact_url, scrub, secret_parts
 from airflow_sparklag.storage import (
     Children,
     ObjectInfo,
@@ -39,18 +41,49 @@ _IMPLEMENTATIONS = {
 _EXTRAS = {"gcsfs": "gcs", "adlfs": "azure"}
 
 
+# Options that name things rather than prove identity; every other string is kept out of messages.
+_PLAIN_OPTIONS = frozenset(
+    {"endpoint_url", "project", "account_name", "requester_pays", "default_location", "anon"}
+)
+
+
+def option_secrets(options: Mapping[str, Any]) -> list[str]:
+    """Texts of an fsspec options dict that must never be printed: every string outside
+    :data:`_PLAIN_OPTIONS` (tokens, keys, key files, a service-account dict's fields), also
+    URL-encoded, as an HTTP library quotes them in a failed request's URL."""
+    found: list[str] = []
+
+    def walk(key: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for inner_key, inner in value.items():
+                walk(str(inner_key), inner)
+        elif isinstance(value, (list, tuple)):
+            for inner in value:
+                walk(key, inner)
+        elif isinstance(value, str) and key not in _PLAIN_OPTIONS:
+            parts = secret_parts(value)
+            found.extend(parts + [quote(part, safe="") for part in parts])
+
+    walk("", options)
+    return found
+
+
 @contextlib.contextmanager
-def _fs_errors(path: str, action: str) -> Iterator[None]:
+def _fs_errors(path: str, action: str, secrets: Iterable[str] = ()) -> Iterator[None]:
     try:
         yield
     except FileNotFoundError as exc:
         raise StorageNotFound(f"{path}: no such object ({action})") from exc
     except PermissionError as exc:
-        raise StorageAccessDenied(f"{path}: access denied ({action}): {exc}") from exc
+        raise StorageAccessDenied(
+            f"{path}: access denied ({action}): {scrub(str(exc), secrets)}"
+        ) from None
     except (StorageError, UnsupportedStorageURL):
         raise
     except Exception as exc:  # each fsspec implementation raises its own errors
-        raise StorageError(f"{path}: {action} failed: {type(exc).__name__}: {exc}") from exc
+        raise StorageError(
+            f"{path}: {action} failed: {type(exc).__name__}: {scrub(str(exc), secrets)}"
+        ) from None
 
 
 class FsspecStorage:
@@ -68,9 +101,10 @@ class FsspecStorage:
     atomic), so archiving copies, verifies and then deletes, as on S3.
     """
 
-    def __init__(self, filesystem: Any) -> None:
+    def __init__(self, filesystem: Any, secrets: Iterable[str] = ()) -> None:
         self.filesystem = filesystem
         self.requests = RequestCounter()
+        self.secrets = list(secrets)  # option texts kept out of every error message
 
     @classmethod
     def for_url(cls, location: str, /, **options: Any) -> FsspecStorage:
@@ -86,18 +120,30 @@ class FsspecStorage:
                 f"{location!r}: {scheme}:// URLs need fsspec and {package}; install "
                 f"'airflow-provider-sparklag[fsspec]' and {package}"
             ) from exc
+        secrets = option_secrets(options)
         try:
             filesystem = fsspec.filesystem(scheme, **options)
-        except (ImportError, ValueError) as exc:
+        except ImportError as exc:
             raise UnsupportedStorageURL(
                 f"{location!r}: no storage backend for {scheme}:// ({exc}); install {package}"
             ) from exc
-        return cls(filesystem)
+        except ValueError as exc:
+            if "protocol not known" in str(exc).lower():
+                raise UnsupportedStorageURL(
+                    f"{location!r}: no storage backend for {scheme}://; install {package}"
+                ) from None
+            raise _setup_failed(location, scheme, exc, secrets) from None
+        except Exception as exc:  # gcsfs/adlfs check credentials while they are built
+            raise _setup_failed(location, scheme, exc, secrets) from None
+        return cls(filesystem, secrets)
+
+    def _errors(self, path: str, action: str) -> contextlib.AbstractContextManager[None]:
+        return _fs_errors(path, action, self.secrets)
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
         self.requests.add("list")
         try:
-            with _fs_errors(path, "list directory"):
+            with self._errors(path, "list directory"):
                 entries = self.filesystem.ls(path, detail=True)
         except StorageNotFound:
             return []
@@ -105,7 +151,7 @@ class FsspecStorage:
         found: list[ObjectInfo] = []
         # A listing whose entries are not what they claim (no name, a size that is not a
         # number) is the store's failure, named by path like the others.
-        with _fs_errors(path, "read the listing"):
+        with self._errors(path, "read the listing"):
             for entry in entries:
                 if entry.get("type") != "file":
                     continue
@@ -126,32 +172,32 @@ class FsspecStorage:
 
     def read(self, path: str) -> bytes:
         self.requests.add("read")
-        with _fs_errors(path, "read"):
+        with self._errors(path, "read"):
             return bytes(self.filesystem.cat_file(path))
 
     def exists(self, path: str) -> bool:
         self.requests.add("exists")
-        with _fs_errors(path, "exists"):
+        with self._errors(path, "exists"):
             return bool(self.filesystem.exists(path))
 
     def write_atomic(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
         if not overwrite and self.exists(path):
             raise StorageAlreadyExists(f"{path}: already exists; pass overwrite=True to replace it")
         self.requests.add("write")
-        with _fs_errors(path, "write"):
+        with self._errors(path, "write"):
             self.filesystem.pipe_file(path, data)
 
     def list_children(self, path: str) -> Children:
         self.requests.add("list")
         try:
-            with _fs_errors(path, "list directory"):
+            with self._errors(path, "list directory"):
                 entries = self.filesystem.ls(path, detail=True)
         except StorageNotFound:
             return Children(frozenset(), frozenset())
         own = self._name(path)
         files: set[str] = set()
         directories: set[str] = set()
-        with _fs_errors(path, "read the listing"):
+        with self._errors(path, "read the listing"):
             for entry in entries:
                 full = str(entry["name"]).rstrip("/")
                 if full == own:  # the directory's own marker object
@@ -163,13 +209,13 @@ class FsspecStorage:
     def walk(self, root: str) -> dict[str, int]:
         self.requests.add("list")
         try:
-            with _fs_errors(root, "walk"):
+            with self._errors(root, "walk"):
                 entries = self.filesystem.find(root, detail=True)
         except StorageNotFound:
             return {}
         own = self._name(root)
         found: dict[str, int] = {}
-        with _fs_errors(root, "read the listing"):
+        with self._errors(root, "read the listing"):
             for name, entry in entries.items():
                 full = str(name)
                 if full.rstrip("/") == own:  # root itself: a file, or a directory marker
@@ -180,13 +226,13 @@ class FsspecStorage:
 
     def delete(self, path: str) -> None:
         self.requests.add("delete")
-        with _fs_errors(path, "delete"), contextlib.suppress(FileNotFoundError):
+        with self._errors(path, "delete"), contextlib.suppress(FileNotFoundError):
             self.filesystem.rm_file(path)
 
     def remove_empty_directories(self, root: str) -> None:
         self.requests.add("list")
         try:
-            with _fs_errors(root, "walk"):
+            with self._errors(root, "walk"):
                 entries = self.filesystem.find(root, withdirs=True, detail=True)
         except StorageNotFound:
             return
@@ -198,7 +244,10 @@ class FsspecStorage:
             if self.filesystem._parent(directory) in top_level:
                 continue
             self.requests.add("delete")
-            with _fs_errors(directory, "remove directory"), contextlib.suppress(FileNotFoundError):
+            with (
+                self._errors(directory, "remove directory"),
+                contextlib.suppress(FileNotFoundError),
+            ):
                 self.filesystem.rmdir(directory)  # refuses a directory that is not empty
 
     def rename(self, src: str, dst: str) -> bool:
@@ -237,3 +286,18 @@ def _content_md5(entry: dict[str, Any]) -> str | None:
     if digest is None and isinstance(settings, dict):
         digest = settings.get("content_md5")
     return base64_md5(digest) if digest is not None else None
+
+
+def _setup_failed(
+    location: str, scheme: str, exc: Exception, secrets: Iterable[str]
+) -> StorageError:
+    """The client could not be built from its options (a key file that is not one, a token
+    dict lacking a field): say which, without any option's value."""
+    if isinstance(exc, KeyError):
+        detail = f"the credentials lack the field {exc.args[0]!r}" if exc.args else "KeyError"
+    else:
+        detail = f"{type(exc).__name__}: {scrub(str(exc), secrets)[:300]}"
+    return StorageError(
+        f"{redact_url(location)}: could not set up the {scheme}:// client from its options or "
+        f"connection ({detail}); check the key file / token / connection"
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.server
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -282,3 +283,44 @@ def test_s3_errors_never_quote_the_credentials(server: CannedServer) -> None:
         storage.list_dir("s3a://b/ck/offsets")
     assert str(raised.value).startswith("s3a://b/ck/offsets: list failed")
     assert "canary" not in str(raised.value)
+
+
+# -- fsspec stores: credentials that cannot build a client --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("token", "problem"),
+    [
+        ({"type": "authorized_user", "client_secret": "CANARY-gcs-secret-1"}, "lack the field"),
+        ("KEYFILE-NOT-JSON", "JSONDecodeError"),
+    ],
+)
+def test_gcs_credentials_that_cannot_build_a_client_are_named(
+    tmp_path: Path, token: object, problem: str
+) -> None:
+    from airflow_sparklag.storage.fsspec_store import FsspecStorage
+
+    if token == "KEYFILE-NOT-JSON":
+        keyfile = tmp_path / "sa.json"
+        keyfile.write_text("private_key=CANARY-gcs-secret-2")
+        token = str(keyfile)
+    with pytest.raises(StorageError) as raised:
+        FsspecStorage.for_url("gs://bucket/ck", token=token, endpoint_url="http://127.0.0.1:9")
+    message = str(raised.value)
+    assert message.startswith("gs://bucket/ck: could not set up the gs:// client")
+    assert problem in message and "CANARY" not in message
+    assert raised.value.__cause__ is None  # nothing chained that could carry the token
+
+
+def test_fsspec_errors_never_carry_option_values() -> None:
+    from airflow_sparklag.storage.fsspec_store import option_secrets
+
+    secrets = option_secrets(
+        {
+            "token": {"private_key": "CANARY key/with+chars", "client_email": "a@b.iam"},
+            "account_key": "CANARYACCOUNTKEY==",
+            "endpoint_url": "http://127.0.0.1:9",
+        }
+    )
+    assert "CANARY key/with+chars" in secrets and "CANARY%20key%2Fwith%2Bchars" in secrets
+    assert "CANARYACCOUNTKEY==" in secrets and "http://127.0.0.1:9" not in secrets
