@@ -40,7 +40,7 @@ from enum import Enum
 from typing import Any
 
 from airflow_sparklag.lag import LagReport, PartitionLag, json_safe, single_cluster_warning
-from airflow_sparklag.runs import busy_interval
+from airflow_sparklag.runs import busy_interval, default_grace, observed_period
 
 
 class Health(str, Enum):
@@ -447,9 +447,15 @@ def _stopped_idle(
         "usually takes between batches"
     )
     if report.schedule is not None and report.schedule.looks_scheduled:
+        # Undeclared but runs-shaped (AvailableNow/Once started by a scheduler): idle within
+        # the period its runs came at, plus the default grace, is between runs, not stopped.
+        every = observed_period(report.history)
+        if every is not None and idle <= every + default_grace(every):
+            return None
+        seen = f", although its runs came at most {every:.0f} s apart" if every else ""
         reason += (
-            "; the job looks scheduled (runs of batches with records waiting between them): "
-            "declare runs_every (--runs-every) to judge it by its schedule"
+            f"; the job looks scheduled (runs of batches with records waiting between them"
+            f"{seen}): declare runs_every (--runs-every) to judge it by its schedule"
         )
     return RuleResult(Health.STOPPED, "stopped_idle", reason, _refs(lagging))
 

@@ -34,6 +34,7 @@ __all__ = [
     "busy_interval",
     "default_grace",
     "last_gap",
+    "observed_period",
     "run_gap",
     "schedule_of",
     "split_runs",
@@ -169,6 +170,18 @@ def split_runs(history: Sequence[_Batch], gap: float) -> list[tuple[int, int]]:
             first = i
     runs.append((first, len(history) - 1))
     return runs
+
+
+def observed_period(history: Sequence[_Batch]) -> float | None:
+    """An undeclared job's longest time between the starts of two runs seen in ``history``
+    (the oldest run may be cut off by retention, so the longest is the safe estimate); None
+    with fewer than two runs."""
+    gap = run_gap(history, None)
+    if gap is None:
+        return None
+    starts = [_seconds(history[first]) for first, _ in split_runs(history, gap)]
+    timed = [start for start in starts if start is not None]
+    return max((b - a for a, b in itertools.pairwise(timed)), default=None)
 
 
 def last_gap(history: Sequence[_Batch], gap: float) -> tuple[int, int] | None:

@@ -120,7 +120,9 @@ def scheduled(spark, kafka, tmp_path_factory):  # type: ignore[no-untyped-def]
     kafka.produce(topic, 900)
     jobs.run_available_now(stream, str(ck))
     kafka.produce(topic, 600, start=900)
-    time.sleep(18)  # the 600 records wait for the next run
+    # The 600 records wait for the next run. The pause must stay longer than half the declared
+    # period below (what splits runs) even when a loaded machine makes one batch take ~15 s.
+    time.sleep(30)
     second_start = time.time()
     jobs.run_available_now(stream, str(ck))
     after_second = ends(kafka, topic)
@@ -268,8 +270,9 @@ def test_transactional_topic_report_says_lag_counts_offsets(spark, kafka, tmp_pa
 
 def test_scheduled_job_between_runs(kafka, scheduled):
     ck = scheduled["ck"]
-    # The test's "hourly" job runs ~20 s apart: declared so, its two runs are told apart.
-    declared = status(kafka, ck, runs_every=20)
+    # The test's "hourly" job runs ~35 s apart: declared every 50 s (a pause over 25 s splits
+    # runs), its two runs are told apart.
+    declared = status(kafka, ck, runs_every=50)
     assert declared.verdict.health is Health.OK, declared.verdict
     schedule = declared.report.schedule
     assert schedule is not None and schedule.declared and schedule.runs_seen == 2
@@ -419,12 +422,14 @@ def test_scheduled_job_is_never_stopped_when_declared(kafka, scheduled):
         for runs_every in (3600, None):
             judged = status(kafka, ck, runs_every=runs_every, thresholds=thresholds)
             assert judged.verdict.health is Health.OK, (thresholds, runs_every, judged.verdict)
-    # Undeclared and no threshold: STOPPED, but the verdict says it looks scheduled, and a
-    # sensor keeps waiting for the next run instead of failing.
+    # Undeclared and no threshold: its runs look scheduled (records waited between them), and
+    # it is idle for less than the time between its runs plus the default grace: between runs,
+    # not STOPPED (past that it would be STOPPED with a hint to declare runs_every: see
+    # tests/unit/test_monitor_judge.py). A sensor keeps waiting for the next run.
     undeclared = status(kafka, ck)
-    assert undeclared.verdict.health is Health.STOPPED
-    assert "looks scheduled" in undeclared.verdict.reason
-    assert "runs_every (--runs-every)" in undeclared.verdict.reason
+    assert undeclared.verdict.health is Health.OK, undeclared.verdict
+    assert undeclared.report is not None and undeclared.report.schedule is not None
+    assert undeclared.report.schedule.looks_scheduled
     with Session(kafka_config={"bootstrap.servers": kafka.bootstrap}) as session:
         probe = HealthCondition(str(ck)).probe(session)
         assert not probe.failed

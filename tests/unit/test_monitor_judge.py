@@ -183,14 +183,31 @@ def test_records_that_just_arrived_after_a_quiet_spell_are_not_stopped() -> None
     assert result.verdict.health is Health.OK, result.verdict
 
 
-def test_a_job_whose_records_waited_between_runs_looks_scheduled() -> None:
-    # Two runs; the records the second run read were written long before it started.
+def test_an_undeclared_scheduled_job_between_its_runs_is_not_stopped() -> None:
+    # Two runs 7,200 s apart; the records the second run read were written long before it
+    # started. 98 s after it, with 300 records waiting: between runs, as an hourly
+    # AvailableNow job is most of every hour.
     history = bursts(7300, 100)
     end = end_of(history)
     kafka = FakeKafka({0: end + 300}, {0: NOW - 7300.5, 600: NOW - 5000, end: NOW - 95})
     result = judge(FakeSession(kafka), state(history))
-    assert result.verdict.health is Health.STOPPED
-    assert "looks scheduled" in result.verdict.reason and "--runs-every" in result.verdict.reason
+    assert result.verdict.health is Health.OK, result.verdict
+    assert result.report is not None and result.report.schedule is not None
+    assert result.report.schedule.looks_scheduled and not result.report.schedule.declared
+
+
+def test_an_undeclared_scheduled_job_that_missed_its_runs_is_stopped_with_a_hint() -> None:
+    # Runs 200 s apart, then nothing for 7,000 s (> 200 s + the 300 s default grace) while
+    # records wait: STOPPED, and the reason says how to declare the schedule.
+    history = bursts(7400, 7200)
+    end = end_of(history)
+    writes = {0: NOW - 7400.5, 600: NOW - 7350, end: NOW - 7000}
+    kafka = FakeKafka({0: end + 300}, writes)
+    result = judge(FakeSession(kafka), state(history))
+    assert result.verdict.health is Health.STOPPED, result.verdict
+    reason = result.verdict.reason
+    assert "looks scheduled" in reason and "--runs-every" in reason
+    assert "at most 200 s apart" in reason
     assert result.report is not None and result.report.schedule is not None
     assert result.report.schedule.looks_scheduled and not result.report.schedule.declared
 
