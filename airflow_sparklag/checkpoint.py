@@ -12,11 +12,12 @@ Format details are in ``docs/`` and follow Spark's ``OffsetSeqLog``, ``CommitLog
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -48,6 +49,9 @@ NO_OFFSET = "-"  # a source that has no offset yet
 # The smallest commits/N Spark writes: 'v1\n{"nextBatchWatermarkMs":0}'. A listed size below it
 # is a damaged or hand-made file whatever its listed hash says.
 MIN_COMMIT_SIZE = 29
+# An offsets file holds one offset per partition (~20 bytes each): 64 MiB is millions of
+# partitions. A bigger listed size is a hostile or mistaken file; reading it would only cost memory.
+MAX_LOG_FILE_SIZE = 64 * 1024 * 1024
 INT64_MAX = 2**63 - 1  # Kafka offsets and Spark's timestamps are Java longs
 INT32_MAX = 2**31 - 1  # Kafka partition ids are Java ints
 
@@ -113,6 +117,9 @@ class CheckpointState:
     offsets_ids: tuple[int, ...]  # ids on disk (sorted numerically)
     commit_ids: tuple[int, ...]
     continuous: bool
+    # read(lazy_history=True): the older committed batches of the window, listed but not read
+    # (their offsets files, oldest first); CheckpointReader.read_history(state) reads them.
+    unread_history: tuple[ObjectInfo, ...] = ()
 
 
 # -- parsers ---------------------------------------------------------------------------------
@@ -120,7 +127,11 @@ class CheckpointState:
 
 def parse_batch_id(name: str) -> int | None:
     """The batch id of a log file name, or None for ``.0.crc``, ``.1.abc.tmp``, ``x``, ``-1``."""
-    return int(name) if _BATCH_NAME.fullmatch(name) else None
+    if len(name) > 19 or not _BATCH_NAME.fullmatch(name):  # 19 digits: a Java long
+        return None
+    batch_id = int(name)
+    # Spark parses names as a Java long and skips the rest, as it skips "x.tmp".
+    return batch_id if batch_id <= INT64_MAX else None
 
 
 def parse_offsets(
@@ -237,13 +248,21 @@ def _version(line: str, path: str, what: str, supported: tuple[int, ...]) -> int
     return version
 
 
-def _json_object(text: str, path: str, what: str) -> dict[str, Any]:
+def _load_json(text: str, path: str, what: str) -> Any:
+    """``json.loads`` whose every failure is a :class:`CheckpointCorrupt` naming the file."""
     try:
-        document = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CheckpointCorrupt(
-            f"{path}: {what} is not valid JSON ({exc.msg}): {text[:80]!r}"
-        ) from exc
+        problem = exc.msg
+    except ValueError as exc:  # a number longer than Python's int-parsing limit
+        problem = str(exc).split(";")[0]
+    except RecursionError:
+        problem = "nested too deeply to be a Spark log"
+    raise CheckpointCorrupt(f"{path}: {what} is not valid JSON ({problem}): {text[:80]!r}")
+
+
+def _json_object(text: str, path: str, what: str) -> dict[str, Any]:
+    document = _load_json(text, path, what)
     if not isinstance(document, dict):
         raise CheckpointCorrupt(f"{path}: {what} is not a JSON object: {text[:80]!r}")
     return document
@@ -300,12 +319,7 @@ def _v2_sources(lines: list[str], path: str) -> tuple[SourceOffset, ...]:
 def _source_offset(source_id: str, raw: str, path: str) -> SourceOffset:
     if raw.strip() == NO_OFFSET:
         return SourceOffset(source_id=source_id, kind="none", kafka=None, raw=raw)
-    try:
-        document = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise CheckpointCorrupt(
-            f"{path}: offset of source {source_id!r} is not valid JSON ({exc.msg}): {raw[:80]!r}"
-        ) from exc
+    document = _load_json(raw, path, f"offset of source {source_id!r}")
     kafka = _kafka_offsets(document, source_id, path)
     if kafka is None:
         return SourceOffset(source_id=source_id, kind="other", kafka=None, raw=raw)
@@ -426,6 +440,13 @@ class CheckpointReader:
     LISTs are one (a page per ~1,000 log files), and ``metadata`` is only read when listed:
     a first check is LIST + GET offsets/C + GET metadata = 3, a repeated one LIST + new GETs.
 
+    ``read(history, lazy_history=True)`` (what ``monitor.check``/``check_many`` do) costs the
+    budget of ``history=1`` whatever ``history`` is: the older batches of the window are only
+    listed (``state.unread_history``) and :meth:`read_history` GETs them, once, when a rule
+    needs them (``monitor.needs_history``: not for a caught-up job). So a default check of a
+    healthy job on S3 is LIST + GET offsets/C (+ GET metadata for the query id, once per
+    reader), constant in the number of state objects and of retained batches.
+
     ``query_id=False`` never reads ``metadata`` (the state's ``query_id`` is then ``None``): lag
     and health do not need it, so a fleet check is LIST + GET offsets/C = 2 requests on S3.
     """
@@ -440,23 +461,31 @@ class CheckpointReader:
         self._query_id: str | None = None
         self._commit_checked: tuple[str, int, float] | None = None  # a small commits/C, read
 
-    def read(self, history: int = 10) -> CheckpointState:
-        """A fresh snapshot; ``history`` bounds how many committed batches are returned."""
+    def read(self, history: int = 10, *, lazy_history: bool = False) -> CheckpointState:
+        """A fresh snapshot; ``history`` bounds how many committed batches are returned.
+
+        ``lazy_history=True`` reads no older batch: the state's ``history`` is offsets/C alone
+        and ``unread_history`` lists the older batches of the window, which
+        :meth:`read_history` reads when a rule needs them (a caught-up job needs none). The
+        listing still decides eagerly when an older offsets file is LARGER than offsets/C:
+        Kafka offsets only grow, so a shrunk file hints at a rewind (topic recreated), which
+        only the older batches can show.
+        """
         try:
-            return self._read_once(history)
+            return self._read_once(history, lazy_history)
         except _Vanished:
             pass
         # A file we just listed vanished: the listing is stale (checkpoint deleted/replaced while
         # we read it). One fresh listing settles it; a second miss means it really is broken.
         try:
-            return self._read_once(history)
+            return self._read_once(history, lazy_history)
         except _Vanished as vanished:
             raise CheckpointCorrupt(
                 f"{vanished.path}: listed but gone when read, twice; the checkpoint at "
                 f"{self.location} is being deleted or rewritten"
             ) from None
 
-    def _read_once(self, history: int) -> CheckpointState:
+    def _read_once(self, history: int, lazy_history: bool = False) -> CheckpointState:
         # commits/ first: offsets/N is written before commits/N, so any commit we see has its
         # offsets file in the listing that follows (no false "commits ahead of offsets").
         commits, offsets, metadata_listed = self._list_logs()
@@ -491,11 +520,22 @@ class CheckpointReader:
             watermarks = {b.watermark_ms for b in (committed, in_flight) if b is not None}
             self._check_commit(commits[committed_id], watermarks)
 
-        past = self._history(commit_ids, offsets, committed_id, history)
+        window = _window(commit_ids, offsets, committed_id, history)
+        unread: tuple[ObjectInfo, ...] = ()
+        if (
+            lazy_history
+            and committed_id is not None
+            and not _shrunk((offsets[i] for i in window), offsets[committed_id])
+        ):
+            past: tuple[BatchOffsets, ...] = ()
+            unread = tuple(offsets[batch_id] for batch_id in window)
+        else:
+            past = self._read_batches(window, offsets)
         current = committed or in_flight
         # Keep only what the next read can ask for again: a reader that polls for days (sensors,
-        # FleetChecker) must not grow with every batch the job ever ran.
-        keep = {b.batch_id for b in past}
+        # FleetChecker) must not grow with every batch the job ever ran. The whole window is
+        # kept, read or not: a lazy read must not drop what read_history would ask for again.
+        keep = set(window)
         keep.update(b.batch_id for b in (committed, in_flight) if b is not None)
         for stale in [i for i in self._offsets_cache if i not in keep]:
             del self._offsets_cache[stale]
@@ -510,20 +550,27 @@ class CheckpointReader:
             offsets_ids=offsets_ids,
             commit_ids=commit_ids,
             continuous=current is not None and _is_continuous(current),
+            unread_history=unread,
         )
 
-    def _history(
-        self,
-        commit_ids: tuple[int, ...],
-        offsets: Mapping[int, ObjectInfo],
-        committed_id: int | None,
-        history: int,
+    def read_history(self, state: CheckpointState) -> CheckpointState:
+        """``state`` with the older batches a lazy :meth:`read` left unread: the same history
+        an eager read of the same listing returns (a batch purged since is skipped as there).
+        One GET per batch not cached yet; a state with nothing unread is returned as is."""
+        if not state.unread_history:
+            return state
+        listed = {}
+        for info in state.unread_history:
+            batch_id = parse_batch_id(info.name)
+            if batch_id is not None:
+                listed[batch_id] = info
+        past = self._read_batches(list(listed), listed)
+        return dataclasses.replace(state, history=past + state.history, unread_history=())
+
+    def _read_batches(
+        self, wanted: list[int], offsets: Mapping[int, ObjectInfo]
     ) -> tuple[BatchOffsets, ...]:
-        """Older committed batches (not C itself), oldest first."""
-        if committed_id is None or history <= 1:
-            return ()
-        older = [bid for bid in commit_ids if bid < committed_id and bid in offsets]
-        wanted = older[-(history - 1) :]
+        """The offsets files of ``wanted`` (older committed batches), oldest first."""
         found: list[BatchOffsets] = []
         for batch_id in wanted:
             try:
@@ -568,6 +615,11 @@ class CheckpointReader:
         ):
             return cached[1]
         path = join(self.location, "offsets", info.name)
+        if info.size > MAX_LOG_FILE_SIZE:
+            raise CheckpointCorrupt(
+                f"{path}: {info.size:,} bytes, far larger than any offsets file Spark writes "
+                f"(a query over 100,000 partitions writes ~2 MB); not read"
+            )
         try:
             data = self.storage.read(path)
         except StorageNotFound:
@@ -629,6 +681,26 @@ class CheckpointReader:
         if not self.wants_query_id:
             names.append("metadata")  # not read by this reader, but proof of a checkpoint
         return any(self.storage.exists(join(self.location, name)) for name in names)
+
+
+def _window(
+    commit_ids: tuple[int, ...],
+    offsets: Mapping[int, ObjectInfo],
+    committed_id: int | None,
+    history: int,
+) -> list[int]:
+    """The older committed batches (not C itself) a ``history`` of that many asks for, oldest
+    first: those whose offsets file is listed."""
+    if committed_id is None or history <= 1:
+        return []
+    older = [bid for bid in commit_ids if bid < committed_id and bid in offsets]
+    return older[-(history - 1) :]
+
+
+def _shrunk(older: Iterable[ObjectInfo], committed: ObjectInfo) -> bool:
+    """Is an older offsets file listed larger than offsets/C? (Offsets only grow, and with
+    them their digits: a smaller offsets/C hints at a rewind.)"""
+    return any(info.size > committed.size for info in older)
 
 
 def _commit_md5s(watermarks: set[int | None]) -> set[str]:

@@ -313,7 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--max-depth", type=int, default=4, help="levels searched under --prefix")
     status.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     status.add_argument(
-        "--query-ids", action="store_true", help="with several jobs, also read each query id"
+        "--query-ids",
+        action="store_true",
+        help="also read each job's query id from its metadata file (one more GET per job)",
     )
     status.add_argument(
         "--detail", action="store_true", help="with several jobs, every partition of each"
@@ -358,7 +360,9 @@ def run_status(args: argparse.Namespace) -> int:
             )
             results = checker.check(progress=progress)
         else:
-            results = check_many(session, args.checkpoints, options)
+            # The query id costs a GET of `metadata` that lag and health do not need: a
+            # default check of a healthy job on S3 is LIST + GET offsets/C (--query-ids: +1).
+            results = check_many(session, args.checkpoints, options, query_id=args.query_ids)
     if args.prefix and not results:
         print(f"sparklag: no checkpoint found under {', '.join(args.prefix)}", file=sys.stderr)
         return EXIT_FAILED

@@ -271,6 +271,35 @@ WAITED_MIN_SECONDS = 10.0
 
 
 Stamps = Mapping[int, Mapping[tuple[str, int], int | None]]  # cluster -> record timestamps
+Complete = Callable[["CheckpointState"], "CheckpointState"]  # reads a state's unread history
+
+
+def needs_history(report: LagReport, options: CheckOptions) -> bool:
+    """Could the older batches of the window change this report's numbers or its verdict?
+
+    Not for a caught-up job: every partition at the log end (lag 0, so its age is 0 and no
+    trend, STOPPED or STALLED rule can fire; the rate-limit guess needs a backlog) and no
+    in-flight batch planned short of it. Such a report is judged on offsets/C alone, and has
+    no consumption or production rate (they are measured across batches).
+
+    Yes for everything else: a lag (time lag estimated from the batches, rates, trend, STOPPED
+    and STALLED rules), a data loss or an offset beyond the log end (REWIND names the rewound
+    partitions too), a partition Kafka no longer has (topic recreated), a declared scheduled
+    job (its runs are found in the batches' times). The older batches' offsets and
+    batchTimestampMs are then read, and the report is exactly what a full read gives.
+    """
+    if options.runs_every is not None:
+        return True
+    for p in report.partitions():
+        if p.lag > 0 or p.data_loss or p.ahead_of_log or p.removed_partition:
+            return True
+        reference = p.log_end_offset
+        if report.read_committed and p.last_stable_offset is not None:
+            reference = p.last_stable_offset
+        planned = p.planned_offset
+        if planned is not None and reference is not None and planned < reference:
+            return True
+    return False
 
 
 class _Judge:
@@ -284,9 +313,12 @@ class _Judge:
         options: CheckOptions,
         snapshots: Mapping[int, KafkaSnapshot],
         now: float,
+        complete: Complete | None = None,
     ) -> None:
         self.session = session
-        self.states = states
+        self.states = dict(states)
+        self.complete = complete
+        self.errors: dict[str, SparkLagError] = {}  # reading a state's history failed
         self.options = options
         self.snapshots = snapshots
         self.snapshot = snapshots[0]
@@ -394,8 +426,40 @@ class _Judge:
             return True
         return needs_record_ages(report, thresholds, self.now)
 
+    def with_history(self, reports: Mapping[str, LagReport]) -> dict[str, LagReport]:
+        """The reports of the jobs whose lazily read states need their older batches
+        (``needs_history``), again on the whole window; the others are not in the result."""
+        wanted = [
+            loc
+            for loc, report in reports.items()
+            if self.states[loc].unread_history and needs_history(report, self.options)
+        ]
+        if not wanted:
+            return {}
+        complete = self.complete or (
+            lambda state: self.session.reader(state.location).read_history(state)
+        )
+
+        def read(loc: str) -> CheckpointState | SparkLagError:
+            try:
+                return complete(self.states[loc])
+            except SparkLagError as exc:
+                return exc
+
+        workers = max(1, min(MAX_READERS, len(wanted)))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            outcomes = list(pool.map(read, wanted))
+        for loc, outcome in zip(wanted, outcomes, strict=True):
+            if isinstance(outcome, SparkLagError):
+                self.errors[loc] = outcome
+            else:
+                self.states[loc] = outcome
+        return {loc: self.report(loc, None) for loc in wanted if loc not in self.errors}
+
     def run(self) -> dict[str, CheckResult]:
         reports = {loc: self.report(loc, None) for loc in self.states}
+        reports.update(self.with_history(reports))
+        reports = {loc: r for loc, r in reports.items() if loc not in self.errors}
         if any(s.partitions or s.missing_topics for s in self.snapshots.values()):
             if self.options.exact_time_lag:
                 reports = self.dated(reports)
@@ -410,6 +474,8 @@ class _Judge:
             if verdict.rule == "stopped_idle" and self.options.runs_every is None:
                 report, verdict = self.unless_scheduled(report, verdict)
             results[loc] = CheckResult(report, verdict, loc)
+        for loc, error in self.errors.items():
+            results[loc] = failed_result(loc, error)
         return results
 
     def with_completeness(self, report: LagReport) -> LagReport:
@@ -489,6 +555,7 @@ def judge_states(
     options: CheckOptions,
     *,
     now: float | None = None,
+    complete: Complete | None = None,
 ) -> dict[str, CheckResult]:
     """One Kafka snapshot for all topics of all states, then a report and verdict each, all
     measured at one instant (``now``, default the snapshot's fetch time).
@@ -503,7 +570,22 @@ def judge_states(
     rate-limited batches), that job's time lag is read exactly (one bounded fetch per lagging
     partition) before it is judged; so is a job a STOPPED rule would judge by the age of its
     waiting records. A declared scheduled job's last run is checked for completeness.
+
+    States read with ``lazy_history`` (``read_states``) get their older batches read by
+    ``complete`` (default: the session's reader of the location) only when ``needs_history``
+    says the report depends on them; a failure to read them gives that job a failed result.
     """
+    return _judge(session, states, options, now, complete).run()
+
+
+def _judge(
+    session: Session,
+    states: Mapping[str, CheckpointState],
+    options: CheckOptions,
+    now: float | None,
+    complete: Complete | None,
+) -> _Judge:
+    """The judge of ``states``: one Kafka snapshot per cluster taken, at one instant."""
     snapshots = {
         cluster: session.cluster_kafka(cluster).snapshot(sorted(topics), read_committed=True)
         for cluster, topics in sorted(_cluster_topics(session, states).items())
@@ -512,7 +594,7 @@ def judge_states(
         fetched = max((s.fetched_at for s in snapshots.values()), default=None)
         snapshots[0] = KafkaSnapshot({}, frozenset(), fetched or time.time(), None)
     at = max(s.fetched_at for s in snapshots.values()) if now is None else now
-    return _Judge(session, states, options, snapshots, at).run()
+    return _Judge(session, states, options, snapshots, at, complete)
 
 
 def failed_result(location: str, error: SparkLagError) -> CheckResult:
@@ -531,15 +613,20 @@ def read_states(
     query_id: bool = True,
     max_workers: int = MAX_READERS,
     progress: Progress | None = None,
+    lazy_history: bool = False,
 ) -> tuple[dict[str, CheckpointState], dict[str, CheckResult]]:
-    """Read every checkpoint (in parallel): states, and a failed result per unreadable one."""
+    """Read every checkpoint (in parallel): states, and a failed result per unreadable one.
+
+    ``lazy_history``: offsets/C only, the older batches left for ``judge_states`` to read
+    when a rule needs them (``CheckpointReader.read(lazy_history=True)``)."""
     states: dict[str, CheckpointState] = {}
     failures: dict[str, CheckResult] = {}
     unique = list(dict.fromkeys(locations))
 
     def read(location: str) -> tuple[str, CheckpointState | SparkLagError]:
         try:
-            return location, session.read(location, history=history, query_id=query_id)
+            reader = session.reader(location, query_id=query_id)
+            return location, reader.read(history, lazy_history=lazy_history)
         except SparkLagError as exc:
             return location, exc
 
@@ -575,8 +662,13 @@ def check(
     <Health.OK: 'OK'>
     """
     options = options or CheckOptions()
-    state = session.read(location, history=options.history_to_read)
-    return judge_states(session, {location: state}, options, now=now)[location]
+    reader = session.reader(location)
+    state = reader.read(options.history_to_read, lazy_history=True)
+    judge = _judge(session, {location: state}, options, now, reader.read_history)
+    result = judge.run()[location]
+    if location in judge.errors:
+        raise judge.errors[location]
+    return result
 
 
 def check_many(
@@ -604,8 +696,13 @@ def check_many(
         query_id=query_id,
         max_workers=max_workers,
         progress=progress,
+        lazy_history=True,
     )
-    judged = judge_states(session, states, options, now=now) if states else {}
+
+    def complete(state: CheckpointState) -> CheckpointState:
+        return session.reader(state.location, query_id=query_id).read_history(state)
+
+    judged = judge_states(session, states, options, now=now, complete=complete) if states else {}
     return [judged.get(loc) or failures[loc] for loc in locations]
 
 
@@ -672,5 +769,6 @@ __all__ = [
     "check_checkpoints",
     "check_many",
     "judge_states",
+    "needs_history",
     "read_states",
 ]

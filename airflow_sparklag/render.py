@@ -108,7 +108,7 @@ def partition_table(report: LagReport) -> str:
 def summary_lines(report: LagReport) -> list[str]:
     lines = [
         f"checkpoint  {report.location}",
-        f"query id    {report.query_id or 'unknown'}",
+        *([f"query id    {report.query_id}"] if report.query_id else []),
         f"committed   batch {_num(report.committed_batch_id)}, "
         f"{_secs(report.commit_age_seconds)} ago"
         if report.committed_batch_id is not None

@@ -14,8 +14,10 @@ import pytest
 
 from airflow_sparklag.checkpoint import (
     INT64_MAX,
+    MAX_LOG_FILE_SIZE,
     MIN_COMMIT_SIZE,
     CheckpointReader,
+    parse_batch_id,
     parse_commit,
     parse_offsets,
     parse_source_start,
@@ -228,3 +230,52 @@ def test_reader_names_the_damaged_committed_offsets_file(
         CheckpointReader(LocalStorage(), str(location)).read(history=1)
     assert f"{location / 'offsets' / '6'}: source '0' topic 'orders'" in str(raised.value)
     assert problem in str(raised.value)
+
+
+# -- JSON that only a hostile hand writes: every failure names the file -------------------------
+
+HOSTILE_JSON = [
+    ("nested 100k deep", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ("5,000-digit number", '{"orders":{"0":' + "9" * 5000 + "}}", "not valid JSON"),
+    ("nested object in metadata", None, "not valid JSON"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "source", "problem"), HOSTILE_JSON, ids=[c[0] for c in HOSTILE_JSON]
+)
+def test_hostile_json_is_a_typed_error_naming_the_file(
+    case: str, source: str | None, problem: str
+) -> None:
+    if source is None:  # the metadata line itself is the hostile part
+        data = ("v1\n" + "{" * 50_000 + "\n" + '{"orders":{"0":1}}').encode()
+    else:
+        data = _offsets(source)
+    with pytest.raises(CheckpointCorrupt) as raised:
+        parse_offsets(data, "s3a://b/ck/offsets/6", batch_id=6)
+    assert "s3a://b/ck/offsets/6" in str(raised.value)
+    assert problem in str(raised.value)
+    assert len(str(raised.value)) < 400  # the document is not echoed whole
+
+
+def test_batch_names_beyond_a_java_long_are_not_batches(tmp_path: Path) -> None:
+    # Spark parses log file names as a Java long and skips what does not parse.
+    location = _copy(tmp_path)
+    for name in ("9223372036854775808", "99999999999999999999999", "9" * 5000):
+        for log in ("offsets", "commits"):
+            (location / log / name[:200]).write_bytes((location / log / "6").read_bytes())
+    state = CheckpointReader(LocalStorage(), str(location)).read(history=1)
+    assert state.committed_batch_id == 6
+    assert parse_batch_id("9223372036854775807") == INT64_MAX
+    assert parse_batch_id("9" * 5000) is None
+
+
+def test_an_offsets_file_too_big_to_be_spark_s_is_not_read(tmp_path: Path) -> None:
+    location = _copy(tmp_path)
+    with (location / "offsets" / "6").open("ab") as handle:
+        handle.truncate(MAX_LOG_FILE_SIZE + 1)  # sparse: no disk used
+    storage = LocalStorage()
+    with pytest.raises(CheckpointCorrupt) as raised:
+        CheckpointReader(storage, str(location)).read(history=1)
+    assert f"{location / 'offsets' / '6'}: 67,108,865 bytes" in str(raised.value)
+    assert storage.requests.by_operation["read"] <= 1  # metadata only, never offsets/6

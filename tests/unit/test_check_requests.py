@@ -1,0 +1,378 @@
+"""A single-job check reads the older batches only when the verdict or the numbers need them.
+
+Checkpoints are written from a real Spark 3.5 checkpoint's files (ck35: the ``metadata``, the
+offsets metadata line with its ``conf``, the commit) with Kafka source offsets; a fake Kafka
+cluster answers. Every lazy check is compared with the eager way (the whole window read, then
+judged at the same instant): same verdict, and the same report for every job the window
+matters to. Request counts are real HTTP requests to a moto S3 server.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparklag.checkpoint import CheckpointReader
+from airflow_sparklag.health import Health, Thresholds
+from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
+from airflow_sparklag.monitor import CheckOptions, CheckResult, check, check_many, judge_states
+from airflow_sparklag.session import Session
+from airflow_sparklag.storage import open_storage
+from tests.unit.test_storage_s3 import CREDENTIALS, SentRequests, _boto_client, endpoint
+
+__all__ = ["endpoint"]  # the moto server fixture, shared with test_storage_s3
+
+CK35 = Path(__file__).resolve().parent.parent / "data" / "checkpoints" / "ck35"
+NOW = 1_800_000_000.0
+TOPIC = "orders"
+BUCKET = "lazy"
+# What only the window gives: a caught-up job's report differs from an eager one only here.
+WINDOW_FIELDS = ("history", "consumption_rate", "production_rate")
+
+
+@dataclass
+class FakeKafka:
+    """Topic "orders": log ends and starts per partition; a record at offset o was written at
+    ``written(o)`` (epoch s), for exact time lag and ListOffsets by time."""
+
+    ends: dict[int, int]
+    starts: dict[int, int] = field(default_factory=dict)
+    rate: float = 1.0  # records per second per partition, the last one written at NOW - 1
+    calls: list[str] = field(default_factory=list)
+
+    def written(self, partition: int, offset: int) -> float:
+        return NOW - 1 - (self.ends[partition] - 1 - offset) / self.rate
+
+    def snapshot(self, topics: list[str], *, read_committed: bool = False) -> KafkaSnapshot:
+        self.calls.append("snapshot")
+        parts = {p: PartitionOffsets(self.starts.get(p, 0), e, e) for p, e in self.ends.items()}
+        return KafkaSnapshot({TOPIC: parts}, frozenset(), NOW, "c")
+
+    def record_timestamps(self, offsets: dict[tuple[str, int], int]) -> dict:
+        self.calls.append("record_timestamps")
+        return {(t, p): int(self.written(p, o) * 1000) for (t, p), o in offsets.items()}
+
+    def offsets_for_time(self, topics: list[str], timestamp_ms: int) -> dict:
+        self.calls.append("offsets_for_time")
+        answer = {}
+        for p, end in self.ends.items():
+            first = next((o for o in range(end) if self.written(p, o) * 1000 >= timestamp_ms), end)
+            answer[p] = first
+        return {TOPIC: answer}
+
+
+def _offsets_file(ts_ms: int, offsets: dict[int, int]) -> bytes:
+    meta = json.loads((CK35 / "offsets" / "6").read_text().split("\n")[1])
+    meta["batchTimestampMs"] = ts_ms
+    source = json.dumps({TOPIC: {str(p): o for p, o in offsets.items()}}, separators=(",", ":"))
+    return f"v1\n{json.dumps(meta, separators=(',', ':'))}\n{source}".encode()
+
+
+def checkpoint_files(
+    batches: list[tuple[float, dict[int, int]]], committed: int | None = None
+) -> dict[str, bytes]:
+    """offsets/0..n-1 at the given times (epoch s) and offsets; commits/0..committed-1."""
+    files = {"metadata": (CK35 / "metadata").read_bytes()}
+    commit = (CK35 / "commits" / "6").read_bytes()
+    for batch_id, (at, offsets) in enumerate(batches):
+        files[f"offsets/{batch_id}"] = _offsets_file(int(at * 1000), offsets)
+        if committed is None or batch_id < committed:
+            files[f"commits/{batch_id}"] = commit
+    return files
+
+
+def _write(root: Path, files: dict[str, bytes]) -> str:
+    for rel, body in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(body)
+    return str(root)
+
+
+def steady(n: int = 12, end: int = 1200, lag: int = 0, every: float = 10.0) -> list:
+    """n batches ``every`` s apart up to NOW - 2 s; the last one ``lag`` behind ``end``."""
+    return [
+        (NOW - 2 - (n - 1 - i) * every, {p: (end - lag) * (i + 1) // n for p in (0, 1)})
+        for i in range(n)
+    ]
+
+
+def eager(location: str, kafka: FakeKafka, options: CheckOptions) -> CheckResult:
+    """The way before: the whole window read, then judged."""
+    with Session(kafka_client=kafka) as session:  # type: ignore[arg-type]
+        state = session.read(location, history=options.history_to_read)
+        assert not state.unread_history
+        return judge_states(session, {location: state}, options, now=NOW)[location]
+
+
+def lazy(location: str, kafka: FakeKafka, options: CheckOptions) -> tuple[CheckResult, int]:
+    """A default check (lazy history), and the storage requests it sent."""
+    with Session(kafka_client=kafka) as session:  # type: ignore[arg-type]
+        result = check(session, location, options, now=NOW)
+        return result, session.storage_requests
+
+
+def _without_window(result: CheckResult) -> dict[str, Any]:
+    document = result.to_dict()
+    for name in WINDOW_FIELDS:
+        document["report"].pop(name)
+    for source in document["report"]["sources"]:
+        for topic in source["topics"]:
+            for part in topic["partitions"]:
+                part.pop("offset_history")
+    return document
+
+
+# -- the reader --------------------------------------------------------------------------------
+
+
+def test_lazy_read_lists_the_window_and_reads_it_only_when_asked(tmp_path: Path) -> None:
+    location = _write(tmp_path, checkpoint_files(steady()))
+    storage = open_storage(location)
+    reader = CheckpointReader(storage, location)
+    state = reader.read(10, lazy_history=True)
+    assert [b.batch_id for b in state.history] == [11]
+    assert [info.name for info in state.unread_history] == [str(i) for i in range(2, 11)]
+    # LIST commits/, LIST offsets/, GET metadata, GET offsets/11, GET commits/11 (local disk
+    # has no content hash): no older batch.
+    assert storage.requests.by_operation == {"list": 2, "read": 3}
+    storage.requests.reset()
+    full = reader.read_history(state)
+    assert storage.requests.by_operation == {"read": 9}
+    assert full.history == CheckpointReader(open_storage(location), location).read(10).history
+    assert full.unread_history == ()
+    # The window stays cached across lazy reads: a poll of a lagging job re-reads nothing.
+    storage.requests.reset()
+    again = reader.read_history(reader.read(10, lazy_history=True))
+    assert again.history == full.history
+    assert storage.requests.by_operation == {"list": 2}
+
+
+def test_a_shrunk_offsets_file_reads_the_window_at_once(tmp_path: Path) -> None:
+    """Offsets only grow: offsets/C smaller than an older file (the topic was recreated and
+    the job caught up at lower offsets) can only be judged with the older batches."""
+    batches = [*steady(n=5, end=50_000)[:4], (NOW - 2, {0: 50, 1: 50})]
+    location = _write(tmp_path, checkpoint_files(batches))
+    state = CheckpointReader(open_storage(location), location).read(10, lazy_history=True)
+    assert state.unread_history == () and len(state.history) == 5
+    kafka = FakeKafka({0: 50, 1: 50})
+    result, _ = lazy(location, kafka, CheckOptions())
+    assert result.verdict.health is Health.REWIND
+    assert result.to_dict() == eager(location, kafka, CheckOptions()).to_dict()
+
+
+# -- verdicts and numbers: lazy == eager -------------------------------------------------------
+
+
+def _stopped() -> list:
+    return [(NOW - 900 - (11 - i) * 5, {0: 100 * (i + 1), 1: 100 * (i + 1)}) for i in range(12)]
+
+
+def _stalled() -> list:
+    moving = steady(n=12, end=1200)
+    return [(at, {0: offsets[0], 1: 300}) for at, offsets in moving]
+
+
+def _growing() -> list:
+    total = 0
+    batches = []
+    for i in range(12):
+        total += 10 * (i + 1)
+        batches.append((NOW - 2 - (11 - i) * 10, {0: total, 1: total}))
+    return batches
+
+
+def _runs() -> list:
+    """Two hourly runs of three batches; the last one ended 10 min ago."""
+    starts = [NOW - 3600 - 600, NOW - 600]
+    return [
+        (start + i * 5, {0: 100 * (run * 3 + i + 1), 1: 100 * (run * 3 + i + 1)})
+        for run, start in enumerate(starts)
+        for i in range(3)
+    ]
+
+
+END = {0: 1200, 1: 1200}
+
+
+def limits(**values: Any) -> CheckOptions:
+    return CheckOptions(Thresholds(**values))
+
+
+CASES: dict[str, tuple[Any, ...]] = {
+    # name: (batches, committed, kafka ends, kafka starts (and rate), options, expected verdict)
+    "lagging, records threshold": (
+        steady(lag=40), None, END, {}, limits(max_lag_records_total=50), Health.LAGGING,
+    ),
+    "lagging, seconds threshold (time lag estimated from the window)": (
+        steady(lag=40), None, END, {}, limits(max_lag_seconds=1), Health.LAGGING,
+    ),
+    "lag within limits: rates and time lag": (
+        steady(lag=5), None, END, {}, CheckOptions(), Health.OK,
+    ),
+    "lag grew at every batch": (_growing(), None, END, {}, CheckOptions(), Health.LAGGING),
+    "stalled: a partition does not move": (
+        _stalled(), None, {0: 1200, 1: 400}, {}, CheckOptions(exact_time_lag=True), Health.STALLED,
+    ),
+    "stopped: no batch for 15 min with records waiting": (
+        _stopped(), None, {0: 1500, 1: 1500}, {}, CheckOptions(), Health.STOPPED,
+    ),
+    "data loss": (steady(), None, {0: 1300, 1: 1300}, {0: 1250}, CheckOptions(), Health.DATA_LOSS),
+    "rewind: beyond the log end": (
+        steady(), None, {0: 1000, 1: 1200}, {}, CheckOptions(), Health.REWIND,
+    ),
+    "in flight, lagging": (
+        steady(n=13, lag=30), 12, {0: 1250, 1: 1250}, {}, limits(max_lag_records_total=10),
+        Health.LAGGING,
+    ),
+    "in flight, stuck": (
+        steady(n=13), 12, END, {}, limits(max_in_flight_seconds=1), Health.STALLED,
+    ),
+    "scheduled runs_every (caught up)": (
+        _runs(), None, {0: 600, 1: 600}, {}, CheckOptions(runs_every=3600), Health.OK,
+    ),
+    "scheduled runs_every, a missed run": (
+        [(at - 7200, o) for at, o in _runs()], None, {0: 700, 1: 700}, {"rate": 0.01},
+        CheckOptions(runs_every=3600), Health.STOPPED,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_job_that_needs_its_window_reads_it_and_is_judged_as_before(
+    tmp_path: Path, name: str
+) -> None:
+    batches, committed, ends, starts, options, expected = CASES[name]
+    location = _write(tmp_path, checkpoint_files(batches, committed))
+    starts = dict(starts)
+    rate = starts.pop("rate", 1.0)
+    result, _ = lazy(location, FakeKafka(dict(ends), dict(starts), rate), options)
+    before = eager(location, FakeKafka(dict(ends), dict(starts), rate), options)
+    assert result.verdict.health is expected, result.verdict
+    assert result.to_dict() == before.to_dict()
+    assert len(result.report.history) == len(before.report.history) > 1  # type: ignore[union-attr]
+
+
+def test_a_damaged_older_batch_fails_the_check_that_needs_it(tmp_path: Path) -> None:
+    files = checkpoint_files(steady(lag=40))
+    files["offsets/5"] = b"v1\n{not json"
+    location = _write(tmp_path, files)
+    options = CheckOptions(Thresholds(max_lag_records_total=50))
+    from airflow_sparklag.errors import CheckpointCorrupt
+
+    with pytest.raises(CheckpointCorrupt, match="offsets/5"):
+        lazy(location, FakeKafka({0: 1200, 1: 1200}), options)
+    with Session(kafka_client=FakeKafka({0: 1200, 1: 1200})) as session:  # type: ignore[arg-type]
+        [result] = check_many(session, [location], options, now=NOW)
+    assert result.report is None and result.verdict.health is Health.UNKNOWN
+    assert result.error is not None and result.error.startswith("CheckpointCorrupt")
+    # A caught-up job never reads it (as a check with history=1 never did).
+    result, _ = lazy(location, FakeKafka({0: 1200 - 40, 1: 1200 - 40}), options)
+    assert result.verdict.health is Health.OK
+
+
+HEALTHY: dict[str, tuple[Any, ...]] = {
+    "caught up": (steady(), None, CheckOptions()),
+    "caught up, thresholds": (
+        steady(),
+        None,
+        CheckOptions(Thresholds(max_lag_seconds=60, max_commit_age_seconds=60)),
+    ),
+    "caught up, exact time lag": (steady(), None, CheckOptions(exact_time_lag=True)),
+    "caught up, batch in flight": ([*steady(), (NOW - 1, END)], 12, CheckOptions()),
+}
+
+
+@pytest.mark.parametrize("name", list(HEALTHY))
+def test_a_caught_up_job_reads_no_older_batch_and_keeps_its_verdict(
+    tmp_path: Path, name: str
+) -> None:
+    batches, committed, options = HEALTHY[name]
+    location = _write(tmp_path, checkpoint_files(batches, committed))
+    result, requests = lazy(location, FakeKafka(dict(END)), options)
+    before = eager(location, FakeKafka(dict(END)), options)
+    assert result.verdict == before.verdict and result.verdict.health is Health.OK
+    # Everything but what only the window gives is the same: lag, ages, commit age, in flight.
+    assert _without_window(result) == _without_window(before)
+    report = result.report
+    assert report is not None and [h.batch_id for h in report.history] == [11]
+    assert report.consumption_rate is None and report.catch_up_seconds == 0.0
+    # local disk: 2 LISTs, GET metadata, offsets/C, commits/C (+ offsets/L in flight)
+    assert requests == 5 + (committed is not None)
+
+
+# -- on S3: real HTTP requests ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lazy_endpoint(endpoint: str) -> str:
+    """test_storage_s3's moto server, with this module's checkpoints in a bucket of their own."""
+    admin = _boto_client(endpoint)
+    admin.create_bucket(Bucket=BUCKET)
+    objects: dict[str, bytes] = {}
+    for name, batches in (("healthy", steady()), ("stateful", steady()), ("lagging", steady())):
+        objects.update({f"{name}/{k}": v for k, v in checkpoint_files(batches).items()})
+    for index in range(2000):
+        objects[f"stateful/state/0/{index % 200}/{index}.delta"] = b"s"
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda kv: admin.put_object(Bucket=BUCKET, Key=kv[0], Body=kv[1]),
+                      objects.items()))  # fmt: skip
+    return endpoint
+
+
+def _sent(session: Session, location: str) -> tuple[Any, SentRequests]:
+    storage = session.storage(location)
+    return storage, SentRequests(storage)  # type: ignore[arg-type]
+
+
+def _s3_session(endpoint: str, kafka: FakeKafka) -> Session:
+    return Session(kafka_client=kafka, s3_options={"endpoint_url": endpoint, **CREDENTIALS})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["healthy", "stateful"])
+def test_default_check_of_a_healthy_job_on_s3_is_list_and_get_whatever_the_state_size(
+    lazy_endpoint: str, name: str
+) -> None:
+    location = f"s3a://{BUCKET}/{name}"
+    with _s3_session(lazy_endpoint, FakeKafka({0: 1200, 1: 1200})) as session:
+        storage, sent = _sent(session, location)
+        result = check(session, location, CheckOptions(), now=NOW)
+        assert result.verdict.health is Health.OK and result.report is not None
+        assert result.report.query_id == json.loads((CK35 / "metadata").read_text())["id"]
+        # ONE LIST (commits/, metadata, offsets/), GET offsets/11, GET metadata (once per
+        # reader: the query id). commits/11 is proven by its ETag. No older batch.
+        assert storage.requests.by_operation == {"list": 1, "read": 2}
+        assert len(sent.urls) == 3, sent.urls
+        assert not any("/state/" in url or "offsets/10" in url for url in sent.urls)
+        sent.urls.clear()
+        check(session, location, CheckOptions(), now=NOW)
+        assert len(sent.urls) == 1  # a repeated check: the listing only
+    with _s3_session(lazy_endpoint, FakeKafka({0: 1200, 1: 1200})) as session:
+        _, sent = _sent(session, location)
+        [result] = check_many(session, [location], CheckOptions(), now=NOW, query_id=False)
+        assert result.verdict.health is Health.OK
+        assert len(sent.urls) == 2, sent.urls  # LIST + GET offsets/11
+
+
+def test_check_of_a_lagging_job_on_s3_reads_its_window_once(lazy_endpoint: str) -> None:
+    location = f"s3a://{BUCKET}/lagging"
+    options = CheckOptions(Thresholds(max_lag_records_total=50))
+    with _s3_session(lazy_endpoint, FakeKafka({0: 1300, 1: 1300})) as session:
+        storage, sent = _sent(session, location)
+        result = check(session, location, options, now=NOW)
+        assert result.verdict.health is Health.LAGGING
+        # LIST + GET offsets/11 + GET metadata + the 9 older batches of the window.
+        assert storage.requests.by_operation == {"list": 1, "read": 11}
+        assert len(sent.urls) == 12
+        sent.urls.clear()
+        again = check(session, location, options, now=NOW)
+        assert len(sent.urls) == 1  # the window is cached: the listing only
+        assert again.to_dict() == result.to_dict()
+    with _s3_session(lazy_endpoint, FakeKafka({0: 1300, 1: 1300})) as session:
+        state = session.read(location, history=10)
+        before = judge_states(session, {location: state}, options, now=NOW)[location]
+    assert result.to_dict() == before.to_dict()
