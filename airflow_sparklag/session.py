@@ -240,7 +240,7 @@ class Session:
         if key == ("s3", ""):
             # boto3 builds its client lazily; build it now, under this key's lock, so threads
             # arriving together share one client (16 threads built 16 clients before).
-            _ = backend.client  # type: ignore[attr-defined]
+            backend.prepare()  # type: ignore[attr-defined]
         with self._lock:
             self._backends[key] = backend
         return backend

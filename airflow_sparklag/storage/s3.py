@@ -5,6 +5,7 @@ boto3 is imported when the first request is made, never at module import.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -54,6 +55,10 @@ _LISTING_MEMBERS = ("IsTruncated", "KeyCount", "Name")
 # ~101 offsets + ~101 commits files + metadata; the rest is margin for a lagging async purge.
 FIRST_PAGE_KEYS = 320
 MAX_POOL_CONNECTIONS = 32  # botocore's default is 10
+# Who sends a fleet check's reads (list_checkpoint, read): boto3, obstore (Rust; see
+# s3_obstore), or "auto": obstore when it is installed and no ready boto3 client was handed in
+# (a handed-in client, the Airflow hook's, keeps every request on that client).
+READERS = ("boto3", "obstore", "auto")
 # Servers that do not know conditional writes answer one of these to If-None-Match.
 _CONDITIONAL_WRITE_UNSUPPORTED = frozenset({"NotImplemented", "501", "InvalidArgument"})
 
@@ -159,11 +164,18 @@ class S3Storage:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        reader: str = "boto3",
     ) -> None:
         # Checked now: a bound that cannot be applied must fail before anything is read.
         self._config = client_config(connect_timeout, read_timeout, max_attempts)
+        if reader not in READERS:
+            raise InvalidParameter(f"must be one of {', '.join(READERS)}, got {reader!r}", "reader")
+        self.reader = reader
+        self._fast: Any = None  # the obstore read path, once built (False: not used)
+        self._fast_lock = threading.Lock()
         self.requests = RequestCounter()
         self._client = client
+        self._client_options_only = client is None
         self._client_options = {
             "endpoint_url": endpoint_url,
             "aws_access_key_id": aws_access_key_id,
@@ -206,6 +218,48 @@ class S3Storage:
                 region_name=options["region_name"],
             )
         return self._client
+
+    def prepare(self) -> None:
+        """Build the clients now (the session does, under its lock, so that threads arriving
+        together share them)."""
+        _ = self.client
+        self._obstore()
+
+    def _obstore(self) -> Any:
+        """The obstore read path, or None when reads go through boto3."""
+        fast = self._fast
+        if fast is None:
+            with self._fast_lock:
+                if self._fast is None:
+                    self._fast = self._build_obstore() or False
+                fast = self._fast
+        return fast or None
+
+    def _build_obstore(self) -> Any:
+        from airflow_sparklag.storage.s3_obstore import ObstoreReader, obstore_available
+
+        wanted = self.reader == "obstore" or (
+            self.reader == "auto" and self._client_options_only and obstore_available()
+        )
+        if not wanted:
+            return None
+        client = self.client
+        # botocore keeps the (possibly refreshing) credentials on the request signer; None when
+        # nothing is configured: boto3 then reports NoCredentials as usual.
+        credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
+        if credentials is None:
+            return None
+        config = client.meta.config
+        return ObstoreReader(
+            credentials=credentials,
+            region=client.meta.region_name,
+            endpoint_url=client.meta.endpoint_url,
+            connect_timeout=float(config.connect_timeout or DEFAULT_CONNECT_TIMEOUT),
+            read_timeout=float(config.read_timeout or DEFAULT_READ_TIMEOUT),
+            max_attempts=int(self._config["retries"]["total_max_attempts"]),
+            pool_size=int(config.max_pool_connections or MAX_POOL_CONNECTIONS),
+            secrets=self._secrets(),
+        )
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
         prefix = _directory_prefix(path)
@@ -250,6 +304,10 @@ class S3Storage:
         """
         bucket, key = split_s3_url(location)
         root = key.rstrip("/") + "/" if key.rstrip("/") else ""
+        fast = self._obstore()
+        if fast is not None:  # pages of 1,000 keys, parsed in Rust: first_page does not apply
+            self.requests.add("list")
+            return fast.list_checkpoint(location, bucket, root)
         # "offsets0" is the first key after every "offsets/..." key ("0" follows "/").
         end = root + "offsets0"
         found: dict[str, list[ObjectInfo]] = {"commits": [], "offsets": [], "metadata": []}
@@ -296,6 +354,9 @@ class S3Storage:
     def read(self, path: str) -> bytes:
         bucket, key = split_s3_url(path)
         self.requests.add("read")
+        fast = self._obstore()
+        if fast is not None:
+            return fast.read(path, bucket, key)
         response = self.call(path, "read", self.client.get_object, Bucket=bucket, Key=key)
         body = response["Body"]
         try:
@@ -453,17 +514,19 @@ class S3Storage:
             )
         return response
 
-    def _scrubbed(self, exc: BaseException) -> str:
-        """``exc``'s text without the credentials (botocore and http.client may quote a header
-        value, session token included)."""
+    def _secrets(self) -> list[str]:
         options = self._client_options
-        secrets = [
+        return [
             part
             for key in ("aws_secret_access_key", "aws_session_token")
             if options.get(key)
             for part in secret_parts(str(options[key]))
         ]
-        return scrub(str(exc), secrets)
+
+    def _scrubbed(self, exc: BaseException) -> str:
+        """``exc``'s text without the credentials (botocore and http.client may quote a header
+        value, session token included)."""
+        return scrub(str(exc), self._secrets())
 
 
 def _parse_timestamp(value: str) -> Any:
