@@ -161,6 +161,7 @@ class KafkaOffsetsClient:
         # Ours is installed instead (refused credentials are seen through it); theirs still runs.
         self._user_error_cb = self._config.pop("error_cb", None)
         self._secrets = kafka_secrets(self._config)  # scrubbed from every message
+        self._oauth_failure: str | None = None  # why the oauth_cb failed, if it did
         self._timeout = float(timeout)
         self._admin: Any = None
         self._admin_lock = threading.Lock()
@@ -194,11 +195,27 @@ class KafkaOffsetsClient:
         }
         base.update(self._config)
         base["error_cb"] = self._on_error
+        if callable(base.get("oauth_cb")):
+            base["oauth_cb"] = self._guarded_oauth_cb(base["oauth_cb"])
         base["socket.timeout.ms"] = min(int(base["socket.timeout.ms"]), timeout_ms)
         base["socket.connection.setup.timeout.ms"] = min(
             int(base["socket.connection.setup.timeout.ms"]), timeout_ms
         )
         return base
+
+    def _guarded_oauth_cb(self, callback: Any) -> Any:
+        """``callback`` that remembers why it failed: librdkafka only says "OAuth token not
+        set" after its own wait, never what the token provider (MSK IAM, an IdP) answered."""
+
+        def oauth_cb(config_str: str) -> Any:
+            try:
+                return callback(config_str)
+            except Exception as exc:
+                text = scrub(_error_text(exc), self._secrets)[:300]
+                self._oauth_failure = f"{type(exc).__name__}: {text}"
+                raise
+
+        return oauth_cb
 
     def _get_admin(self) -> Any:
         admin = self._admin
@@ -211,6 +228,13 @@ class KafkaOffsetsClient:
                 try:
                     self._admin = AdminClient(self._client_config())
                 except Exception as exc:  # bad config values: say which, never echo secrets
+                    failure = self._oauth_failure
+                    if failure is not None:
+                        raise KafkaError(
+                            f"Cannot get an OAuth token for Kafka {self.bootstrap_servers}: the "
+                            f"oauth_cb token callback failed ({failure}); check the token "
+                            "provider (MSK IAM role, identity provider) and the callback's config"
+                        ) from None
                     raise KafkaError(
                         f"Cannot create a Kafka client for {self.bootstrap_servers}: "
                         f"{self.describe(exc)} (config: {redact_kafka_config(self._config)})"

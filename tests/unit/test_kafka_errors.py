@@ -150,3 +150,24 @@ def test_group_request_does_not_retry_other_errors(client: KafkaOffsetsClient) -
     with pytest.raises(KafkaError, match=r"Kafka refused describe group 'g' on 127.0.0.1:9"):
         consumer_group._group_request(client, "describe group 'g'", send)
     assert len(sent) == 1
+
+
+def test_a_failing_oauth_callback_is_named_with_its_reason() -> None:
+    # librdkafka only says "OAuth token not set within 10 seconds" (its own wait); the error
+    # names the callback's own failure, without the config's secrets.
+    def token_provider(_config: str) -> tuple[str, float]:
+        raise RuntimeError("identity provider answered 503")
+
+    config = {
+        "bootstrap.servers": "127.0.0.1:1",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "OAUTHBEARER",
+        "oauth_cb": token_provider,
+        "sasl.oauthbearer.client.secret": "CANARY-oauth-client-secret",
+    }
+    with pytest.raises(KafkaError) as raised, KafkaOffsetsClient(config, timeout=2) as client:
+        client.snapshot(["orders"])
+    message = str(raised.value)
+    assert "oauth_cb token callback failed" in message
+    assert "RuntimeError: identity provider answered 503" in message
+    assert "CANARY" not in message and raised.value.__cause__ is None
