@@ -5,7 +5,7 @@
     s3 = {"region_name": "eu-west-1"}
     roots = discover_checkpoints("s3a://bucket/checkpoints", s3_options=s3)
     fleet = FleetChecker(roots, kafka_config={"bootstrap.servers": "broker:9092"}, s3_options=s3)
-    results = fleet.check()      # first poll: 3 storage requests per checkpoint on S3 (4 on HDFS)
+    results = fleet.check()      # first poll: 2 storage requests per caught-up checkpoint on S3
     results = fleet.check()      # next polls: 1 LIST on S3 (2 on HDFS) + one GET per new batch
 
 A checkpoint is a directory that holds ``offsets/``, ``commits/`` or ``metadata``. Discovery lists
@@ -195,7 +195,10 @@ class FleetChecker:
     def read_states(
         self, progress: Progress | None = None
     ) -> tuple[dict[str, CheckpointState], dict[str, CheckResult]]:
-        """Read every checkpoint (in parallel): states, and a failed result per unreadable one."""
+        """Read every checkpoint (in parallel): states, and a failed result per unreadable one.
+
+        Lazily: offsets/C of each, the older batches of the window only listed
+        (``state.unread_history``); :meth:`check` reads them for the jobs that need them."""
         return read_states(
             self.session,
             self.locations,
@@ -203,7 +206,12 @@ class FleetChecker:
             query_id=self.query_ids,
             max_workers=self.max_workers,
             progress=progress,
+            lazy_history=True,
         )
+
+    def _complete(self, state: CheckpointState) -> CheckpointState:
+        """``state`` with its older batches read (its reader's cache: once per batch)."""
+        return self.session.reader(state.location, query_id=self.query_ids).read_history(state)
 
     def check(
         self, *, now: float | None = None, progress: Progress | None = None
@@ -212,9 +220,17 @@ class FleetChecker:
 
         An unreadable checkpoint gives ``error`` and an UNKNOWN verdict; Kafka errors concern
         every job and are raised. ``progress(done, total)`` is called as checkpoints are read.
+
+        The older batches of a job's window are read only when its report depends on them
+        (``monitor.needs_history``: not for a caught-up job), with the same verdict and report
+        as an eager read; a failure to read them gives that job a failed result.
         """
         states, failures = self.read_states(progress)
-        judged = judge_states(self.session, states, self.options, now=now) if states else {}
+        judged = (
+            judge_states(self.session, states, self.options, now=now, complete=self._complete)
+            if states
+            else {}
+        )
         self.polls += 1
         return [judged.get(loc) or failures[loc] for loc in self._locations]
 

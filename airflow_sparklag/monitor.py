@@ -330,6 +330,10 @@ class _Judge:
         self.starts = {loc: _source_starts(session, st) for loc, st in states.items()}
 
     def report(self, loc: str, stamps: Stamps | None) -> LagReport:
+        """The report of ``loc``. A lazily read state's older batches are unread: its report
+        only says whether it needs them (``needs_history``, which reads no ``lag_seconds``),
+        and a job whose partitions lag always does and is reported again with them; so the
+        time lag of such a first report is not estimated."""
         state = self.states[loc]
         return compute_lag(
             state,
@@ -341,6 +345,7 @@ class _Judge:
             runs_every=self.options.runs_every,
             run_grace=self.options.grace,
             source_clusters=self.source_clusters(state, stamps),
+            estimate_ages=not state.unread_history,
         )
 
     def source_clusters(

@@ -18,6 +18,7 @@ too high.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -87,67 +88,57 @@ class OffsetTimeTable:
 
     def __init__(self, points: Iterable[tuple[int, float]] = ()) -> None:
         self._points: list[tuple[int, float]] = []
-        self._levels: list[_Level] | None = None
+        self._stairs: _Stairs | None = None
         for offset, time_ms in points:
             self.add(offset, time_ms)
 
     def add(self, offset: int, time_ms: float) -> None:
         """Record that the log end was at least `offset` at `time_ms`."""
         self._points.append((int(offset), float(time_ms)))
-        self._levels = None
+        self._stairs = None
 
     def __len__(self) -> int:
-        return len(self.levels)
+        return len(self.stairs[0])
+
+    @property
+    def stairs(self) -> _Stairs:
+        """The levels as three lists: offsets (rising), first and last time seen (ms)."""
+        if self._stairs is None:
+            self._stairs = _staircase(self._points)
+        return self._stairs
 
     @property
     def levels(self) -> list[_Level]:
-        if self._levels is None:
-            self._levels = self._build(self._points)
-        return self._levels
-
-    @staticmethod
-    def _build(points: Sequence[tuple[int, float]]) -> list[_Level]:
-        # Sort by time; at equal times the higher offset first, so the lower one is dominated.
-        ordered = sorted(points, key=lambda pt: (pt[1], -pt[0]))
-        levels: list[_Level] = []
-        for offset, time_ms in ordered:
-            if not levels or offset > levels[-1].offset:
-                levels.append(_Level(offset, time_ms, time_ms))
-            elif offset == levels[-1].offset:
-                top = levels[-1]
-                levels[-1] = _Level(top.offset, top.first_ms, time_ms)
-            # offset below the current top: the log end never shrinks, so this point says
-            # nothing new (a rewound consumer position, not a younger log).
-        return levels
+        offsets, first, last = self.stairs
+        return [_Level(o, f, t) for o, f, t in zip(offsets, first, last, strict=True)]
 
     @property
     def oldest_offset(self) -> int | None:
-        return self.levels[0].offset if self.levels else None
+        offsets = self.stairs[0]
+        return offsets[0] if offsets else None
 
     @property
     def newest_offset(self) -> int | None:
-        return self.levels[-1].offset if self.levels else None
+        offsets = self.stairs[0]
+        return offsets[-1] if offsets else None
 
     def lookup(self, offset: int) -> float | None:
         """Time (ms) at which `offset` became the log end, or None when the table cannot tell."""
-        levels = self.levels
-        if not levels:
+        offsets, first, last = self.stairs
+        if not offsets:
             return None
-        offsets = [lv.offset for lv in levels]
         i = bisect_left(offsets, offset)
-        if i == len(levels):
+        if i == len(offsets):
             return None  # beyond the newest point: not reached yet as far as we know
-        hit = levels[i]
-        if hit.offset == offset:
-            return hit.first_ms
+        if offsets[i] == offset:
+            return first[i]
         if i == 0:
             return None  # older than the oldest point: no extrapolation
-        low = levels[i - 1]
-        span = hit.offset - low.offset
-        # The later end can precede low.last_ms only if the input had a rewind; clamp.
-        start = low.last_ms
-        end = max(hit.first_ms, start)
-        return start + (offset - low.offset) * (end - start) / span
+        span = offsets[i] - offsets[i - 1]
+        # The later end can precede the lower level's last time only after a rewind; clamp.
+        start = last[i - 1]
+        end = max(first[i], start)
+        return start + (offset - offsets[i - 1]) * (end - start) / span
 
     def record_age(self, offset: int, now_ms: float) -> RecordAge:
         """Age at ``now_ms`` of the record AT ``offset`` (the first unread one of a consumer
@@ -159,25 +150,90 @@ class OffsetTimeTable:
         stretch for the tolerance (see the module docstring) gives an unknown age, with the
         bounds still set.
         """
-        levels = self.levels
-        if not levels:
-            return RecordAge(None, unknown=NO_POINTS)
-        offsets = [lv.offset for lv in levels]
-        i = bisect_right(offsets, offset)  # levels[i - 1].offset <= offset < levels[i].offset
-        if i == 0:
-            return RecordAge(None, unknown=OLDER_THAN_HISTORY)
-        if i == len(levels):
-            return RecordAge(None, unknown=NOT_PRODUCED)
-        low, high = levels[i - 1], levels[i]
-        start = low.last_ms
-        end = max(high.first_ms, start)  # an end before the start only after a rewind: clamp
-        produced = start + (offset + 1 - low.offset) * (end - start) / (high.offset - low.offset)
-        youngest = max(0.0, (now_ms - end) / 1000.0)
-        oldest = max(0.0, (now_ms - start) / 1000.0)
-        gap = (end - start) / 1000.0
-        if gap > max(MAX_UNCERTAINTY_SECONDS, MAX_UNCERTAINTY_RATIO * youngest):
-            return RecordAge(None, youngest, oldest, IN_A_GAP.format(gap=gap))
-        return RecordAge(max(0.0, (now_ms - produced) / 1000.0), youngest, oldest)
+        return RecordAge(*_age(self.stairs, offset, now_ms))
+
+
+_Stairs = tuple[list[int], list[float], list[float]]
+
+
+def _time_then_higher_offset(point: tuple[int, float]) -> tuple[float, int]:
+    return point[1], -point[0]
+
+
+def _staircase(points: Sequence[tuple[int, float]]) -> _Stairs:
+    """The rising levels of ``points``: offsets, first and last time each was the log end."""
+    # Sort by time; at equal times the higher offset first, so the lower one is dominated.
+    # Points usually come in time order (batches, then the live point): no sort then.
+    ordered = points
+    previous = -math.inf
+    for _, time_ms in points:
+        if time_ms <= previous:
+            ordered = sorted(points, key=_time_then_higher_offset)
+            break
+        previous = time_ms
+    offsets: list[int] = []
+    first: list[float] = []
+    last: list[float] = []
+    for offset, time_ms in ordered:
+        if not offsets or offset > offsets[-1]:
+            offsets.append(offset)
+            first.append(time_ms)
+            last.append(time_ms)
+        elif offset == offsets[-1]:
+            last[-1] = time_ms
+        # offset below the current top: the log end never shrinks, so this point says
+        # nothing new (a rewound consumer position, not a younger log).
+    return offsets, first, last
+
+
+def _age(
+    stairs: _Stairs, offset: int, now_ms: float
+) -> tuple[float | None, float | None, float | None, str | None]:
+    """(seconds, min_seconds, max_seconds, unknown) of ``OffsetTimeTable.record_age``."""
+    offsets, first, last = stairs
+    if not offsets:
+        return None, None, None, NO_POINTS
+    i = bisect_right(offsets, offset)  # offsets[i - 1] <= offset < offsets[i]
+    if i == 0:
+        return None, None, None, OLDER_THAN_HISTORY
+    if i == len(offsets):
+        return None, None, None, NOT_PRODUCED
+    low = offsets[i - 1]
+    start = last[i - 1]
+    end = max(first[i], start)  # an end before the start only after a rewind: clamp
+    produced = start + (offset + 1 - low) * (end - start) / (offsets[i] - low)
+    youngest = max(0.0, (now_ms - end) / 1000.0)
+    oldest = max(0.0, (now_ms - start) / 1000.0)
+    gap = (end - start) / 1000.0
+    if gap > max(MAX_UNCERTAINTY_SECONDS, MAX_UNCERTAINTY_RATIO * youngest):
+        return None, youngest, oldest, IN_A_GAP.format(gap=gap)
+    return max(0.0, (now_ms - produced) / 1000.0), youngest, oldest, None
+
+
+def estimate_age(
+    points: Sequence[tuple[int, float]],
+    live: int | None,
+    fetched_at_ms: float,
+    offset: int,
+    now_ms: float,
+) -> tuple[float | None, str | None]:
+    """``(seconds, unknown)`` of ``table_for(points, live, fetched_at_ms).record_age(offset,
+    now_ms)``, the same numbers without building the table (a fleet's hot path: one call per
+    lagging partition). ``points`` must hold ints and floats, as ``history_points`` gives.
+
+    >>> estimate_age([(100, 1_000.0)], 200, 2_000.0, 149, 3_000.0)
+    (1.5, None)
+    """
+    hist: Sequence[tuple[int, float]] = points
+    if live is not None:
+        now_point = (int(live), float(fetched_at_ms))
+        hist = [*points, now_point]
+        for point_offset, _ in points:
+            if point_offset > live:  # recreated or truncated topic: the live point alone
+                hist = [now_point]
+                break
+    seconds, _, _, unknown = _age(_staircase(hist), offset, now_ms)
+    return seconds, unknown
 
 
 def tables_from_history(

@@ -19,6 +19,8 @@ What it does, in one run:
    - ``ours-boto3``: ``FleetChecker(locations, history=1, max_workers=16).check()``, reads
      through boto3 (``s3_options={"reader": "boto3"}``);
    - ``ours-obstore``: the same with ``{"reader": "obstore"}`` (storage/s3_obstore.py);
+   - ``before-boto3`` / ``before-obstore``: the same two with the package from
+     ``--before-tree`` (a copy of the code before a change), for before/after in one run;
    - ``naive``: fleet_bench's baseline with the same 16 threads: list every object under the
      checkpoint, GET the newest offsets file, one consumer per job and
      ``get_watermark_offsets`` per partition.
@@ -37,6 +39,7 @@ import cProfile
 import hashlib
 import io
 import json
+import os
 import pstats
 import random
 import shutil
@@ -54,9 +57,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fleet_bench import _CountingAdmin, _Meter, measure_baseline
 from fleet_common import job_files, load_template
 
+_CODE_ENV = "SPARKLAG_BENCH_CODE"
 JOBS_PER_BUCKET = 100
 THREADS = 16
-METHODS = ("ours-boto3", "ours-obstore", "naive")
+METHODS = ("ours-boto3", "ours-obstore", "naive", "before-boto3", "before-obstore")
 
 
 def _s3_stats(manifest: dict[str, Any]) -> dict[str, int]:
@@ -113,6 +117,9 @@ def measure_ours(
 
 
 def run_measure(args: argparse.Namespace) -> None:
+    if os.environ.get(_CODE_ENV):  # fleet_bench put this tree first again: the other one first
+        assert "airflow_sparklag" not in sys.modules
+        sys.path.insert(0, os.environ[_CODE_ENV])
     manifest = json.loads(Path(args.manifest).read_text())
     locations = manifest["locations"][: args.size]
     if args.method == "naive":
@@ -122,15 +129,29 @@ def run_measure(args: argparse.Namespace) -> None:
     else:
         reader = args.method.split("-", 1)[1]
         result = measure_ours(manifest, locations, reader, args.profile)
+    import airflow_sparklag
+
     result.update({"method": args.method, "size": len(locations)})
+    result["package"] = str(Path(airflow_sparklag.__file__).parent)
     result["cpu_ms_per_job"] = 1000 * result["cpu_seconds"] / len(locations)
     print(json.dumps(result))
 
 
 def subprocess_measure(
-    manifest: Path, method: str, size: int, profile: bool, py_spy: str | None = None
+    manifest: Path,
+    method: str,
+    size: int,
+    profile: bool,
+    py_spy: str | None = None,
+    before_tree: str | None = None,
 ) -> dict[str, Any]:
     command = [sys.executable, __file__, "measure", "--manifest", str(manifest)]
+    env = dict(os.environ)
+    env.pop(_CODE_ENV, None)
+    if method.startswith("before-"):
+        if not before_tree:
+            raise SystemExit("--methods before-*: give --before-tree (a copy of the old code)")
+        env[_CODE_ENV] = before_tree
     command += ["--method", method, "--size", str(size)] + (["--profile"] if profile else [])
     if py_spy and method != "naive":
         # every thread, Python and native frames, as collapsed stacks (one file per run)
@@ -148,7 +169,7 @@ def subprocess_measure(
             "--",
             *command,
         ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3600, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{method} {size} failed:\n{done.stderr[-4000:]}")
     if profile:
@@ -255,7 +276,9 @@ def run_benchmark(args: argparse.Namespace) -> None:
         for size in args.sizes:
             for _ in range(args.runs):
                 for method in args.methods:
-                    row = subprocess_measure(manifest, method, size, args.profile, args.py_spy)
+                    row = subprocess_measure(
+                        manifest, method, size, args.profile, args.py_spy, args.before_tree
+                    )
                     print(json.dumps(row), flush=True)
                     rows.append(row)
     finally:
@@ -292,6 +315,11 @@ def main() -> None:
     )
     parser.add_argument("--profile", action="store_true", help="cProfile our checks (stderr)")
     parser.add_argument("--py-spy", help="record our checks with py-spy into this directory")
+    parser.add_argument(
+        "--before-tree",
+        help="directory holding a copy of the airflow_sparklag package as it was before a "
+        "change: methods before-boto3 / before-obstore measure it in the same run",
+    )
     args = parser.parse_args()
     if args.command == "measure":
         run_measure(args)

@@ -44,16 +44,64 @@ LOCAL_SCHEMES = frozenset({"", "file"})
 CHECKPOINT_MARKERS = frozenset({"offsets", "commits"})  # directories that make a checkpoint
 
 
-@dataclass(frozen=True)
 class ObjectInfo:
-    """One file directly inside a listed directory."""
+    """One file directly inside a listed directory.
 
-    name: str  # base name inside the listed directory, e.g. "12"
-    size: int
-    modified: float  # epoch seconds (storage LastModified / modificationTime)
-    # Hex MD5 of the content when the listing proves it (an S3 single-part ETag, GCS md5Hash);
-    # lets a reader check a small file without reading it. None: unknown, read it.
-    content_md5: str | None = None
+    ``content_md5`` is the hex MD5 of the content when the listing proves it (an S3
+    single-part ETag, GCS md5Hash): it lets a reader check a small file without reading it;
+    None: unknown, read it. A listing may hand over the raw S3 ``etag`` instead: it is turned
+    into ``content_md5`` (``etag_md5``) when first asked, so a listing of hundreds of log
+    files parses only the ETag of the one commit a reader checks.
+
+    A plain class with ``__slots__`` (a fleet check builds ~200 per checkpoint, and a frozen
+    dataclass costs several times as much to make); compared by value, treat as read-only.
+
+    >>> ObjectInfo("12", 10, 1.0, etag='"0123456789ABCDEF0123456789abcdef"').content_md5
+    '0123456789abcdef0123456789abcdef'
+    """
+
+    __slots__ = ("_etag", "_md5", "modified", "name", "size")
+
+    def __init__(
+        self,
+        name: str,
+        size: int,
+        modified: float,
+        content_md5: str | None = None,
+        *,
+        etag: object = None,
+    ) -> None:
+        self.name = name  # base name inside the listed directory, e.g. "12"
+        self.size = size
+        self.modified = modified  # epoch seconds (storage LastModified / modificationTime)
+        self._md5 = content_md5
+        self._etag = etag
+
+    @property
+    def content_md5(self) -> str | None:
+        etag = self._etag  # once: another thread may parse it meanwhile
+        if etag is not None:
+            md5 = self._md5 = etag_md5(etag)
+            self._etag = None
+            return md5
+        return self._md5
+
+    def _key(self) -> tuple[str, int, float, str | None]:
+        return self.name, self.size, self.modified, self.content_md5
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ObjectInfo):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"ObjectInfo(name={self.name!r}, size={self.size!r}, modified={self.modified!r}, "
+            f"content_md5={self.content_md5!r})"
+        )
 
 
 _HEX = frozenset("0123456789abcdef")

@@ -307,7 +307,12 @@ class S3Storage:
         fast = self._obstore()
         if fast is not None:  # pages of 1,000 keys, parsed in Rust: first_page does not apply
             self.requests.add("list")
-            return fast.list_checkpoint(location, bucket, root)
+            listed = fast.list_checkpoint(location, bucket, root)
+            if any(listed.values()):
+                return listed
+            # Nothing listed: object_store reads any XML (an XHTML page, another service's
+            # answer) as an empty listing, which would pass for "no batch yet". boto3 asks
+            # again and checks the answer is S3's (one request more, only when empty).
         # "offsets0" is the first key after every "offsets/..." key ("0" follows "/").
         end = root + "offsets0"
         found: dict[str, list[ObjectInfo]] = {"commits": [], "offsets": [], "metadata": []}
@@ -339,10 +344,10 @@ class S3Storage:
                 modified = item.get("LastModified")
                 found[directory].append(
                     ObjectInfo(
-                        name=name,
-                        size=int(item.get("Size", 0)),
-                        modified=modified.timestamp() if modified is not None else 0.0,
-                        content_md5=etag_md5(item.get("ETag")),
+                        name,
+                        int(item.get("Size", 0)),
+                        modified.timestamp() if modified is not None else 0.0,
+                        etag=item.get("ETag"),
                     )
                 )
             if past_end or not response.get("IsTruncated"):

@@ -28,7 +28,7 @@ from airflow_sparklag.errors import (
     StorageNotFound,
 )
 from airflow_sparklag.redact import scrub
-from airflow_sparklag.storage import ObjectInfo, etag_md5
+from airflow_sparklag.storage import ObjectInfo
 
 # Frozen credentials are asked again this often at most (botocore refreshes the underlying
 # ones itself, ~15 minutes before an assumed role's expire).
@@ -185,10 +185,7 @@ def _collect(chunk: Any, root: str, end: str, found: dict[str, list[ObjectInfo]]
             continue
         found[directory].append(
             ObjectInfo(
-                name=name,
-                size=int(meta["size"]),
-                modified=meta["last_modified"].timestamp(),
-                content_md5=etag_md5(meta.get("e_tag")),
+                name, int(meta["size"]), meta["last_modified"].timestamp(), etag=meta.get("e_tag")
             )
         )
     return False

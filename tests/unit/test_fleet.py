@@ -143,11 +143,15 @@ def test_checker_request_budget_first_and_repeated_polls(tree: Path) -> None:
         assert checker.polls == 3
 
 
-def test_history_costs_extra_reads_once(tmp_path: Path) -> None:
+def test_history_costs_no_extra_read_when_no_rule_needs_it(tmp_path: Path) -> None:
+    """The window is read lazily (monitor.needs_history): this job has no Kafka source, so
+    nothing depends on its older batches; a lagging job's window is read once
+    (tests/unit/test_fleet_lazy_history.py)."""
     root = _copy("cka4.1.4", tmp_path / "job")
     with FleetChecker([str(root)], kafka_config=KAFKA, history=5) as checker:
-        checker.check()
-        assert checker.storage_requests == 4 + 4  # budget + 4 older batches of the window
+        (result,) = checker.check()
+        assert result.report is not None and result.error is None
+        assert checker.storage_requests == 4  # the history=1 budget: no older batch read
         before = checker.storage_requests
         checker.check()
         assert checker.storage_requests - before == 2

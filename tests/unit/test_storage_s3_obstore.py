@@ -88,8 +88,12 @@ def _listed(storage: S3Storage, location: str) -> dict[str, list[tuple[Any, ...]
 def test_checkpoint_listing_equals_boto3(endpoint: str, location: str) -> None:
     boto, fast = _both(endpoint)
     url = f"s3a://{BUCKET}/{location}"
-    assert _listed(fast, url) == _listed(boto, url)
-    assert fast.requests.by_operation == {"list": 1}
+    listed = _listed(fast, url)
+    assert listed == _listed(boto, url)
+    # An empty obstore listing is asked again through boto3 (obstore reads a 200 HTML page or
+    # another service's XML as an empty listing: see test_storage_obstore_hostile.py).
+    empty = not any(listed.values())
+    assert fast.requests.by_operation == {"list": 2 if empty else 1}
 
 
 def test_reads_equal_boto3_and_fill_content_md5(endpoint: str) -> None:

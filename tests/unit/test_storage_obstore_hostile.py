@@ -1,0 +1,69 @@
+"""Hostile S3 answers through the obstore read path: the same typed errors as boto3's.
+
+The canned answers of ``test_storage_hostile.py`` (an HTML page, JSON, XML cut short or of
+another shape, bad LastModified/Size, a proxy's error page) plus 403 and NoSuchBucket, read
+through ``S3Storage(reader="obstore")``: never a listing that passes for "no batch yet".
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_sparklag.checkpoint import CheckpointReader
+from airflow_sparklag.errors import BucketNotFound, StorageAccessDenied, StorageError
+from airflow_sparklag.storage.s3 import S3Storage
+from tests.unit.test_storage_hostile import S3_ANSWERS, CannedServer, server
+from tests.unit.test_storage_hostile import _s3 as hostile_s3
+
+__all__ = ["server"]  # the canned server fixture, shared with test_storage_hostile
+
+pytest.importorskip("obstore")
+
+ERROR_XML = '<?xml version="1.0"?><Error><Code>{}</Code><Message>m</Message></Error>'
+TYPED = [
+    ("access denied", 403, "AccessDenied", StorageAccessDenied),
+    ("no such bucket", 404, "NoSuchBucket", BucketNotFound),
+]
+
+
+def _s3(server: CannedServer, reader: str) -> S3Storage:
+    """``test_storage_hostile``'s storage on the canned server, reading through ``reader``."""
+    storage = hostile_s3(server)
+    storage.reader = reader
+    return storage
+
+
+@pytest.mark.parametrize(
+    ("case", "status", "content_type", "body"),
+    [c[:4] for c in S3_ANSWERS],
+    ids=[c[0] for c in S3_ANSWERS],
+)
+def test_a_listing_that_is_not_s3s_is_a_storage_error_through_obstore(
+    server: CannedServer, case: str, status: int, content_type: str, body: bytes
+) -> None:
+    server.answer = (status, content_type, body)
+    with pytest.raises(StorageError) as raised:
+        CheckpointReader(_s3(server, "obstore"), "s3a://b/ck", query_id=False).read()
+    assert str(raised.value).startswith("s3a://b/ck: list failed")
+    assert type(raised.value) is StorageError
+
+
+@pytest.mark.parametrize(("case", "status", "code", "error"), TYPED, ids=[c[0] for c in TYPED])
+def test_typed_s3_errors_are_the_same_through_obstore(
+    server: CannedServer, case: str, status: int, code: str, error: type[Exception]
+) -> None:
+    server.answer = (status, "application/xml", ERROR_XML.format(code).encode())
+    for reader in ("boto3", "obstore"):
+        storage = _s3(server, reader)
+        with pytest.raises(error, match=r"^s3a://b/ck: "):
+            CheckpointReader(storage, "s3a://b/ck").read()
+        with pytest.raises(error, match=r"^s3a://b/ck/offsets/1: "):
+            storage.read("s3a://b/ck/offsets/1")
+
+
+def test_a_proxy_error_page_on_read_is_a_storage_error_through_obstore(
+    server: CannedServer,
+) -> None:
+    server.answer = (502, "text/html", b"<html>Bad Gateway</html>")
+    with pytest.raises(StorageError, match=r"^s3a://b/ck/offsets/1: read failed"):
+        _s3(server, "obstore").read("s3a://b/ck/offsets/1")
