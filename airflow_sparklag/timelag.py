@@ -18,6 +18,7 @@ too high.
 
 from __future__ import annotations
 
+import functools
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
@@ -186,6 +187,13 @@ def _staircase(points: Sequence[tuple[int, float]]) -> _Stairs:
     return offsets, first, last
 
 
+@functools.lru_cache(maxsize=1024)
+def _in_a_gap(gap: float) -> str:
+    """``IN_A_GAP`` for ``gap`` (> 0), formatted once: a job's lagging partitions usually
+    share their last two observations (its newest batch and the Kafka snapshot)."""
+    return IN_A_GAP.format(gap=gap)
+
+
 def _age(
     stairs: _Stairs, offset: int, now_ms: float
 ) -> tuple[float | None, float | None, float | None, str | None]:
@@ -206,7 +214,7 @@ def _age(
     oldest = max(0.0, (now_ms - start) / 1000.0)
     gap = (end - start) / 1000.0
     if gap > max(MAX_UNCERTAINTY_SECONDS, MAX_UNCERTAINTY_RATIO * youngest):
-        return None, youngest, oldest, IN_A_GAP.format(gap=gap)
+        return None, youngest, oldest, _in_a_gap(gap)
     return max(0.0, (now_ms - produced) / 1000.0), youngest, oldest, None
 
 

@@ -174,7 +174,9 @@ def subprocess_measure(
         raise RuntimeError(f"{method} {size} failed:\n{done.stderr[-4000:]}")
     if profile:
         print(done.stderr[-6000:], file=sys.stderr)
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    # the measurement's JSON line; under --py-spy, py-spy's own messages follow it
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return dict(json.loads(lines[-1]))
 
 
 # -- set-up ----------------------------------------------------------------------------------
