@@ -11,15 +11,21 @@ How it runs:
 
 1. the driver lists the checkpoints (``--checkpoints``, ``--checkpoints-file`` or discovery
    under ``--prefix``);
-2. executors read them in parallel (``mapPartitions`` over the locations; each task shares one
-   storage client and reads with a few threads, using the core ``CheckpointReader``; storage
-   options travel as JSON in the closure). The parsed states stay cached on the executors;
+2. executors read them in parallel (``mapPartitions`` over the locations, two tasks per core;
+   each Python worker keeps ONE storage session (one S3 client) for all its tasks, and a task
+   reads with a few threads, using the core ``CheckpointReader``; storage options travel as
+   JSON in the closure). The parsed states stay cached on the executors;
 3. the driver takes ONE Kafka snapshot (batched ListOffsets) for every topic of every job and
    broadcasts it;
-4. executors compute the per-partition lag and the per-job health from the cached states;
+4. executors compute the per-partition lag and the per-job health from the cached states
+   (one pass, converted to Spark rows once and cached);
 5. two tables are written: ``<output>/partitions`` (one row per job, topic and partition) and
    ``<output>/jobs`` (one row per job with its health), Parquet by default or any
    ``DataFrameWriter`` format.
+
+The one-line JSON summary says where the time went (``timings``: discovery, Spark start-up,
+read pass, Kafka snapshot, lag pass and writes) and how the read pass ran (``executors``: read
+tasks, Python workers, storage sessions built, slowest task, CPU of the read tasks).
 
 From Python, :func:`scan` takes an existing SparkSession and returns the two DataFrames.
 pyspark is imported only inside the functions: importing this module is cheap.
@@ -31,8 +37,10 @@ import argparse
 import copyreg
 import io
 import json
+import os
 import pickle
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +55,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from airflow_sparklag.checkpoint import CheckpointState
+    from airflow_sparklag.health import Thresholds
     from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
 
 __all__ = ["JOB_COLUMNS", "PARTITION_COLUMNS", "ScanResult", "main", "scan", "write_scan"]
@@ -113,6 +122,8 @@ class ScanResult:
     locations: tuple[str, ...]
     storage_requests: int  # reading the checkpoints; discovery on the driver not included
     cached: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+    timings: Mapping[str, float] = field(default_factory=dict, compare=False)
+    tasks: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
 
     def unpersist(self) -> None:
         """Free the executors' cached states and results."""
@@ -141,17 +152,40 @@ def _read_only(mapping: dict) -> Mapping:
     return MappingProxyType(mapping)
 
 
+# One Session per Python worker process and storage options: Spark reuses its Python workers
+# (spark.python.worker.reuse, the default), so every later task of the scan, in the read and
+# the judge passes, uses the same storage clients instead of building its own.
+_WORKER_SESSIONS: dict[str, Session] = {}
+_WORKER_PID = [0]
+_WORKER_LOCK = threading.Lock()
+
+
+def _worker_session(storage_json: str) -> tuple[Session, bool]:
+    """This worker's session for these storage options, and whether this call built it."""
+    with _WORKER_LOCK:
+        if _WORKER_PID[0] != os.getpid():  # a forked child starts with no session
+            _WORKER_SESSIONS.clear()
+            _WORKER_PID[0] = os.getpid()
+        session = _WORKER_SESSIONS.get(storage_json)
+        if session is not None:
+            return session, False
+        session = Session(**json.loads(storage_json))
+        _WORKER_SESSIONS[storage_json] = session
+        return session, True
+
+
 def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tuple]:
     """One Spark task: read its checkpoints with the core reader, a few at once.
 
-    Yields ``(location, pickled state | None, error | None, topics, storage requests)``.
+    Yields ``(location, pickled state | None, error | None, topics, task stats | None)``; the
+    task's stats (storage requests, seconds, worker pid, sessions built) ride on its first row.
     """
     from airflow_sparklag.errors import SparkLagError
     from airflow_sparklag.monitor import _topics
 
+    started, cpu = time.perf_counter(), time.process_time()
     options = json.loads(options_json)
-    # Only its storage backends (one per store, shared by the task's threads) are used here.
-    session = Session(**options["storage"])
+    session, built = _worker_session(json.dumps(options["storage"], sort_keys=True))
     history = int(options["history"])
     query_ids = bool(options.get("query_ids", False))
 
@@ -163,33 +197,58 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
         return location, _dump_state(state), None, sorted(_topics(state))
 
     batch = list(locations)
-    with ThreadPoolExecutor(max_workers=max(1, int(options["threads"]))) as executor:
-        rows = list(executor.map(read, batch))
-    requests = session.storage_requests
+    before = session.storage_requests
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, int(options["threads"]))) as executor:
+            rows = list(executor.map(read, batch))
+    finally:
+        session.forget(())  # the states travel on; the worker keeps only its clients
+    stats = {
+        "requests": session.storage_requests - before,
+        "seconds": time.perf_counter() - started,
+        "cpu_seconds": time.process_time() - cpu,  # the worker runs one task at a time
+        "pid": os.getpid(),
+        "sessions_built": int(built),
+        "jobs": len(batch),
+    }
     for i, row in enumerate(rows):
-        # The task's storage requests ride on its first row (summed on the driver).
-        yield (*row, requests if i == 0 else 0)
+        yield (*row, stats if i == 0 else None)
 
 
 def _timestamp(epoch: float | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, tz=timezone.utc)
 
 
-def _judge_row(row: tuple, snapshot: KafkaSnapshot, options_json: str) -> tuple[tuple, list]:
-    """Lag and health of one job from its cached state: (job row, partition rows)."""
-    from airflow_sparklag.health import Thresholds, evaluate
-    from airflow_sparklag.lag import compute_lag
+def _judge_partition(
+    rows: Iterable[tuple], snapshot_bc: Any, options_json: str
+) -> Iterator[tuple[tuple, list]]:
+    """One Spark task of the lag pass: the options parsed and the broadcast snapshot loaded
+    once per task, then (job row, partition rows) per cached state."""
+    from airflow_sparklag.health import Thresholds
 
     options = json.loads(options_json)
-    now = float(options["now"])
+    snapshot = snapshot_bc.value
+    thresholds = Thresholds.from_dict(options["thresholds"])
+    now, read_committed = float(options["now"]), bool(options["read_committed"])
+    for row in rows:
+        yield _judge_row(row, snapshot, thresholds, now, read_committed)
+
+
+def _judge_row(
+    row: tuple, snapshot: KafkaSnapshot, thresholds: Thresholds, now: float, read_committed: bool
+) -> tuple[tuple, list]:
+    """Lag and health of one job from its cached state: (job row, partition rows)."""
+    from airflow_sparklag.health import evaluate
+    from airflow_sparklag.lag import compute_lag
+
     scanned_at = _timestamp(now)
     location, blob, error = row[0], row[1], row[2]
     if blob is None:
         unreadable: tuple = (location, None, "UNKNOWN", "unreadable", error, error)
         return (*unreadable, *(None,) * 16, scanned_at), []
     state = pickle.loads(blob)
-    report = compute_lag(state, snapshot, now=now, read_committed=bool(options["read_committed"]))
-    verdict = evaluate(report, Thresholds.from_dict(options["thresholds"]), now=now)
+    report = compute_lag(state, snapshot, now=now, read_committed=read_committed)
+    verdict = evaluate(report, thresholds, now=now)
     partitions: list[tuple] = []
     topics: set[str] = set()
     for source in report.sources:
@@ -289,34 +348,51 @@ def scan(
         "webhdfs_options": webhdfs_options,
         "fsspec_options": fsspec_options,
     }
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
     # The driver's session: discovery and the one Kafka snapshot. Executors open their own
     # sessions from the same (JSON-safe) storage options.
     with Session(
         kafka_config=kafka_config, kafka_client=kafka_client, kafka_timeout=kafka_timeout, **storage
     ) as session:
         unique = _scan_locations(session, locations, prefix, max_depth)
-        sc = spark.sparkContext
-        # A task reads its checkpoints with several threads, so two tasks per core are
-        # enough; more tasks only add Python worker start-up.
-        slices = num_slices or max(1, min(len(unique), sc.defaultParallelism * 2))
+        timings["discover_seconds"] = time.perf_counter() - clock
         read_options = {
             "storage": storage,
             "history": history,
             "threads": threads_per_task,
             "query_ids": query_ids,
         }
+        slices = num_slices or default_slices(spark, len(unique))
         states = _read_states(spark, unique, slices, json.dumps(read_options))
-        topics, requests = _topics_and_requests(states)
+        topics, tasks = _read_summary(states)
+        timings["read_seconds"] = time.perf_counter() - clock - timings["discover_seconds"]
+        clock = time.perf_counter()
         snapshot = _kafka_snapshot(session, topics, read_committed=read_committed)
-    judge_options = json.dumps(
-        {
-            "now": snapshot.fetched_at if now is None else now,
-            "read_committed": read_committed,
-            "thresholds": dict(thresholds or {}),
-        }
+        timings["kafka_seconds"] = time.perf_counter() - clock
+    judge_options = {
+        "now": snapshot.fetched_at if now is None else now,
+        "read_committed": read_committed,
+        "thresholds": dict(thresholds or {}),
+    }
+    partitions, jobs, judged = _judge(spark, states, snapshot, json.dumps(judge_options))
+    return ScanResult(
+        partitions,
+        jobs,
+        snapshot,
+        tuple(unique),
+        sum(task["requests"] for task in tasks),
+        (states, judged, partitions, jobs),
+        timings,
+        tuple(tasks),
     )
-    partitions, jobs, judged = _judge(spark, states, snapshot, judge_options)
-    return ScanResult(partitions, jobs, snapshot, tuple(unique), requests, (states, judged))
+
+
+def default_slices(spark: SparkSession, jobs: int) -> int:
+    """Spark partitions of the checkpoint list: two per core. A task reads its checkpoints
+    with several threads and its worker keeps its clients, so more tasks only add scheduling
+    and Python round trips."""
+    return max(1, min(jobs, spark.sparkContext.defaultParallelism * 2))
 
 
 def _read_states(spark: SparkSession, unique: list[str], slices: int, read_options: str) -> Any:
@@ -328,11 +404,25 @@ def _read_states(spark: SparkSession, unique: list[str], slices: int, read_optio
     )
 
 
-def _topics_and_requests(states: Any) -> tuple[list[str], int]:
-    """One pass over the cached states: every topic, and the storage requests sent."""
-    rows = states.map(lambda row: (row[3], row[4])).collect()
-    topics = sorted({topic for row_topics, _ in rows for topic in row_topics})
-    return topics, sum(count for _, count in rows)
+def _task_summary(rows: Iterable[tuple]) -> Iterator[tuple[list[str], list[dict]]]:
+    topics: set[str] = set()
+    stats: list[dict] = []
+    for row in rows:
+        topics.update(row[3])
+        if row[4] is not None:
+            stats.append(row[4])
+    yield sorted(topics), stats
+
+
+def _read_summary(states: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    """Runs the read pass (filling the cache): every topic, and each task's stats. Topics are
+    merged on the executors: the driver gets one small row per task, not one per job."""
+    topics: set[str] = set()
+    tasks: list[dict[str, Any]] = []
+    for task_topics, stats in states.mapPartitions(_task_summary).collect():
+        topics.update(task_topics)
+        tasks.extend(stats)
+    return sorted(topics), tasks
 
 
 def _scan_locations(
@@ -366,11 +456,15 @@ def _judge(
     """(partitions, jobs, cached RDD of judged rows): lag and health of every cached state,
     measured on the executors against the broadcast snapshot."""
     snapshot_bc = spark.sparkContext.broadcast(snapshot)
-    judged = states.map(lambda row: _judge_row(row, snapshot_bc.value, judge_options)).cache()
-    jobs = spark.createDataFrame(judged.map(lambda pair: pair[0]), _schema(JOB_COLUMNS))
+    judged = states.mapPartitions(
+        lambda rows: _judge_partition(rows, snapshot_bc, judge_options)
+    ).cache()
+    # Converted to Spark rows once each and kept: writing both tables and counting the
+    # verdicts afterwards need no further Python pass.
+    jobs = spark.createDataFrame(judged.map(lambda pair: pair[0]), _schema(JOB_COLUMNS)).cache()
     partitions = spark.createDataFrame(
         judged.flatMap(lambda pair: pair[1]), _schema(PARTITION_COLUMNS)
-    )
+    ).cache()
     return partitions, jobs, judged
 
 
@@ -468,6 +562,7 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         raise SystemExit("spark_scan: give --checkpoints, --checkpoints-file or --prefix")
     kafka_config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
     writer_options = dict(option.split("=", 1) for option in args.option)
+    clock = time.monotonic()
     if args.prefix:
         # Find the jobs before starting Spark: an empty prefix is an answer in seconds.
         with Session(**_storage_options(args)) as session:
@@ -477,10 +572,13 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
             print(f"spark_scan: no checkpoint found under {prefixes} (max depth {args.max_depth})",
                   file=sys.stderr)  # fmt: skip
             return 3
+    timings = {"discover_seconds": time.monotonic() - clock}
+    clock = time.monotonic()
     if spark is None:
         from pyspark.sql import SparkSession
 
         spark = SparkSession.builder.appName("sparklag-fleet-scan").getOrCreate()
+    timings["spark_start_seconds"] = time.monotonic() - clock
     started = time.monotonic()
     result = scan(
         spark,
@@ -496,12 +594,14 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         **_storage_options(args),
     )
     try:
+        clock = time.monotonic()
         paths = write_scan(
             result, args.output, fmt=args.format, mode=args.mode, options=writer_options
         )
         health = {
             row["health"]: row["count"] for row in result.jobs.groupBy("health").count().collect()
         }
+        timings["judge_and_write_seconds"] = time.monotonic() - clock
     finally:
         result.unpersist()
     summary = {
@@ -510,10 +610,39 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         "topics": len(result.snapshot.partitions),
         "storage_requests": result.storage_requests,
         "seconds": round(time.monotonic() - started, 3),
+        "timings": _rounded(_merged(timings, result.timings)),
+        "executors": executor_summary(result.tasks),
         "output": paths,
     }
     print(json.dumps(summary))
     return 0
+
+
+def _merged(main: Mapping[str, float], scanned: Mapping[str, float]) -> dict[str, float]:
+    merged = {**scanned, **main}
+    merged["discover_seconds"] = main["discover_seconds"] + scanned.get("discover_seconds", 0.0)
+    return merged
+
+
+def _rounded(timings: Mapping[str, float]) -> dict[str, float]:
+    order = ("discover", "spark_start", "read", "kafka", "judge_and_write")
+    return {
+        f"{k}_seconds": round(timings[f"{k}_seconds"], 3)
+        for k in order
+        if f"{k}_seconds" in timings
+    }
+
+
+def executor_summary(tasks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How the read pass ran: tasks, Python worker processes, storage sessions they built
+    (one S3 client each), and the slowest task."""
+    return {
+        "read_tasks": len(tasks),
+        "python_workers": len({task["pid"] for task in tasks}),
+        "sessions_built": sum(task["sessions_built"] for task in tasks),
+        "slowest_read_task_seconds": round(max((t["seconds"] for t in tasks), default=0.0), 3),
+        "read_cpu_seconds": round(sum(task["cpu_seconds"] for task in tasks), 3),
+    }
 
 
 if __name__ == "__main__":

@@ -142,3 +142,93 @@ def test_command_line_writes_both_tables(
         spark_scan.main([*argv[:-1], str(tmp_path / "json"), "--format", "json"], spark=spark) == 0
     )
     assert spark.read.json(str(tmp_path / "json" / "jobs")).count() == 2
+
+
+@pytest.fixture(scope="module")
+def s3_fleet(spark: Any, kafka: Any, s3: Any) -> dict[str, Any]:
+    """Three real queries under one S3 prefix, on two topics, then more records: lags 12, 5
+    and 17 (one query reads both topics)."""
+    run = uuid.uuid4().hex[:8]
+    orders = kafka.create_topic(f"scan-orders-{run}", partitions=3)
+    clicks = kafka.create_topic(f"scan-clicks-{run}", partitions=2)
+    kafka.produce(orders, 30)
+    kafka.produce(clicks, 20)
+    prefix = f"s3a://checkpoints/fleet-{run}"
+    for name, topics in (
+        ("a/orders", [orders]),
+        ("b/clicks", [clicks]),
+        ("b/both", [orders, clicks]),
+    ):
+        stream = jobs.kafka_stream(spark, kafka.bootstrap, topics=topics)
+        jobs.run_available_now(jobs.select_value(stream), f"{prefix}/{name}")
+    kafka.produce(orders, 12, start=30)
+    kafka.produce(clicks, 5, start=20)
+    return {"prefix": prefix, "kafka_config": {"bootstrap.servers": kafka.bootstrap}}
+
+
+def _cli_results(
+    prefix: str, s3: Any, kafka_config: dict, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> dict[str, dict]:
+    from airflow_sparklag import cli
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.options["aws_access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.options["aws_secret_access_key"])
+    capsys.readouterr()
+    cli.main(
+        ["status", "--prefix", prefix, "--bootstrap-servers", kafka_config["bootstrap.servers"],
+         "--s3-endpoint-url", s3.options["endpoint_url"], "--s3-region", s3.options["region_name"],
+         "--json", "--no-progress"]
+    )  # fmt: skip
+    document = json.loads(capsys.readouterr().out)
+    return {result["location"]: result for result in document["results"]}
+
+
+def test_scan_gives_the_cli_verdicts_and_lag(
+    spark: Any, s3_fleet: dict, s3: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """The Spark scan and `sparklag status --prefix` on the same fleet: the same jobs, health,
+    rule, total lag and lag per partition. Executors keep one storage session per Python
+    worker: a second scan builds none in a worker the first one used."""
+    cli = _cli_results(s3_fleet["prefix"], s3, s3_fleet["kafka_config"], monkeypatch, capsys)
+    scans = [
+        spark_scan.scan(
+            spark,
+            prefix=s3_fleet["prefix"],
+            kafka_config=s3_fleet["kafka_config"],
+            s3_options=s3.options,
+        )
+        for _ in range(2)
+    ]
+    try:
+        jobs_rows = {row["location"]: row for row in scans[0].jobs.collect()}
+        partition_rows = scans[0].partitions.collect()
+    finally:
+        for result in scans:
+            result.unpersist()
+    assert set(jobs_rows) == set(cli) and len(cli) == 3
+    assert sorted(row["total_lag"] for row in jobs_rows.values()) == [5, 12, 17]
+    for location, result in cli.items():
+        job, report = jobs_rows[location], result["report"]
+        assert (job["health"], job["rule"]) == (
+            result["verdict"]["health"],
+            result["verdict"]["rule"],
+        )
+        assert job["total_lag"] == report["total_lag"] and job["max_lag"] == report["max_lag"]
+        expected = {
+            (topic["topic"], p["partition"]): p["lag"]
+            for source in report["sources"]
+            for topic in source["topics"]
+            for p in topic["partitions"]
+        }
+        got = {
+            (r["topic"], r["partition"]): r["lag"]
+            for r in partition_rows
+            if r["location"] == location
+        }
+        assert got == expected
+    first, second = scans[0].tasks, scans[1].tasks
+    assert sum(task["requests"] for task in first) == scans[0].storage_requests > 0
+    assert sum(task["sessions_built"] for task in first) <= len({task["pid"] for task in first})
+    seen = {task["pid"] for task in first}
+    assert all(task["sessions_built"] == 0 for task in second if task["pid"] in seen)
+    assert scans[1].storage_requests == scans[0].storage_requests  # nothing cached across scans
