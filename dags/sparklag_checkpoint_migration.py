@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import datetime
 
-from airflow.sdk import DAG, Param, task
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-
+from airflow_sparklag.compat import DAG, AirflowFailException, AirflowSkipException, Param, task
 from airflow_sparklag.operators.snapshot import (
     CheckpointMigrationOperator,
     CheckpointSnapshotOperator,

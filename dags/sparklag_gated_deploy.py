@@ -29,9 +29,7 @@ from __future__ import annotations
 import datetime
 import time
 
-from airflow.sdk import DAG, Param, task
-from airflow.sdk.exceptions import AirflowFailException
-
+from airflow_sparklag.compat import DAG, AirflowFailException, Param, task
 from airflow_sparklag.operators.sparklag import SparkLagBranchOperator
 from airflow_sparklag.sensors.sparklag import SparkKafkaCatchUpSensor, SparkLagSensor
 

@@ -70,6 +70,7 @@ for component in kafka spark-kafka s3a hdfs; do
   fi
 done
 bash scripts/setup_spark35.sh  # pyspark 3.5 venv + its Kafka connector (Spark 3.5 tests)
+bash scripts/setup_compat.sh  # Airflow 2.11 / 3.0 and Python 3.10 / 3.13 venvs (test_compat.sh)
 
 # --- toxiproxy (fault injection in tests) ---------------------------------------------------------
 TOXIPROXY_VERSION=v2.12.0  # keep in step with testbed/toxiproxy.py

@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseHook
-
+from airflow_sparklag.compat import BaseHook, aget_connection
 from airflow_sparklag.hooks.connections import (
     ResolvedConnections,
     SharedClientKey,
@@ -158,18 +157,18 @@ class SparkLagHook(HookSessionMixin, BaseHook):
     async def aget_conn(self) -> ResolvedConnections:
         """:meth:`get_conn` for the triggerer's event loop (async connection API)."""
         if self._connections is None:
-            kafka = await self.aget_connection(self.kafka_config_id)
-            aws = await self.aget_connection(self.aws_conn_id) if self.aws_conn_id else None
+            kafka = await aget_connection(self, self.kafka_config_id)
+            aws = await aget_connection(self, self.aws_conn_id) if self.aws_conn_id else None
             hdfs = (
-                await self.aget_connection(self.webhdfs_conn_id) if self.webhdfs_conn_id else None
+                await aget_connection(self, self.webhdfs_conn_id) if self.webhdfs_conn_id else None
             )
             read: dict[str, Connection] = {}
             for conn_id in self.source_kafka_conn_ids.values():
                 if conn_id not in read:
-                    read[conn_id] = await self.aget_connection(conn_id)
+                    read[conn_id] = await aget_connection(self, conn_id)
             sources = {s: read[conn_id] for s, conn_id in self.source_kafka_conn_ids.items()}
-            gcp = await self.aget_connection(self.gcp_conn_id) if self.gcp_conn_id else None
-            wasb = await self.aget_connection(self.wasb_conn_id) if self.wasb_conn_id else None
+            gcp = await aget_connection(self, self.gcp_conn_id) if self.gcp_conn_id else None
+            wasb = await aget_connection(self, self.wasb_conn_id) if self.wasb_conn_id else None
             self._connections = self._resolved(kafka, aws, hdfs, sources, gcp, wasb)
         return self._connections
 

@@ -36,10 +36,8 @@ log = logging.getLogger(__name__)
 
 
 def _stats() -> Any:
-    try:
-        from airflow.sdk.observability.stats import Stats
-    except ImportError:  # Airflow < 3.1
-        from airflow.stats import Stats  # type: ignore[no-redef]
+    from airflow_sparklag.compat import Stats
+
     return Stats
 
 
@@ -65,7 +63,7 @@ def location_job(location: str) -> str:
 
 
 def backend_keeps_tags() -> bool:
-    from airflow.sdk.configuration import conf
+    from airflow_sparklag.compat import conf
 
     return any(
         conf.getboolean("metrics", option, fallback=False)

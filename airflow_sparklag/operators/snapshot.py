@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
-
 from airflow_sparklag import params
+from airflow_sparklag.compat import AirflowFailException, BaseOperator
 from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
 
 if TYPE_CHECKING:

@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseBranchOperator, BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
-
 from airflow_sparklag import params
+from airflow_sparklag.compat import AirflowFailException, BaseBranchOperator, BaseOperator
 from airflow_sparklag.conditions import breach_message
 from airflow_sparklag.health import DEFAULT_FAIL_ON as _FAIL_ON
 from airflow_sparklag.health import Health

@@ -14,16 +14,16 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import (
+from airflow_sparklag import params
+from airflow_sparklag.compat import (
     AirflowException,
     AirflowFailException,
     AirflowSensorTimeout,
     AirflowSkipException,
+    BaseSensorOperator,
+    PokeReturnValue,
+    conf,
 )
-
-from airflow_sparklag import params
 from airflow_sparklag.conditions import CatchUpCondition, HealthCondition, ProgressCondition
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin, check_options_of

@@ -21,8 +21,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
-
+from airflow_sparklag.compat import BaseTrigger, TriggerEvent
 from airflow_sparklag.conditions import (
     DEFAULT_ACCEPT,
     CatchUpCondition,

@@ -15,6 +15,7 @@ from airflow_sparklag.hooks.sparklag import SparkLagHook
 from tests.airflow.conftest import conn_env, kafka_connection, kept_reader
 
 
+@pytest.mark.airflow_compat
 def test_connections_become_core_options(monkeypatch):
     monkeypatch.setenv(
         conn_env("k_unit"), kafka_connection("b1:9092,b2:9092", **{"sasl.password": "pw-secret"})
@@ -82,6 +83,7 @@ def test_moments_as_the_sensors_read_them(value, expected):
 
 
 @pytest.mark.testbed
+@pytest.mark.airflow_compat
 def test_check_and_probes_on_a_local_checkpoint(kafka_conn, lagging_job):
     hook = SparkLagHook(kafka_conn)
     result = hook.check(lagging_job.location, thresholds={"max_lag_records_total": 10})

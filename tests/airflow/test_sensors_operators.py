@@ -11,13 +11,13 @@ import datetime
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import (
+
+from airflow_sparklag.compat import (
     AirflowFailException,
     AirflowSensorTimeout,
     AirflowSkipException,
     TaskDeferred,
 )
-
 from airflow_sparklag.operators.sparklag import SparkLagBranchOperator, SparkLagCheckOperator
 from airflow_sparklag.sensors.sparklag import (
     SparkCheckpointProgressSensor,
@@ -73,6 +73,7 @@ def test_lag_sensor_poke_mode_returns_the_report(kafka_conn, healthy_job):
     assert payload["report"]["total_lag"] == 0
 
 
+@pytest.mark.airflow_compat
 def test_lag_sensor_deferrable_round_trip(kafka_conn, lagging_job):
     def lag_sensor(accept: list[str]) -> SparkLagSensor:
         return SparkLagSensor(
@@ -124,6 +125,7 @@ def test_lag_sensor_fails_fast_on_data_loss(kafka_conn, data_loss_job):
             sensor.execute(context())
 
 
+@pytest.mark.airflow_compat
 def test_execute_complete_raises_on_error_events(kafka_conn):
     sensor = SparkLagSensor(task_id="s", location="/x", kafka_config_id=kafka_conn)
     with pytest.raises(Exception, match="CheckpointNotFound"):
@@ -247,6 +249,7 @@ def test_check_operator_passes_and_emits_gauges(kafka_conn, healthy_job, monkeyp
     assert op.execute(context())["report"]["total_lag"] == 0
 
 
+@pytest.mark.airflow_compat
 def test_check_operator_fails_with_a_partition_summary(kafka_conn, lagging_job):
     op = SparkLagCheckOperator(
         task_id="orders_lag",
@@ -271,6 +274,7 @@ def test_check_operator_fails_with_a_partition_summary(kafka_conn, lagging_job):
     ("thresholds", "expected"),
     [({}, "deploy"), ({"max_lag_records_total": 10}, "wait")],
 )
+@pytest.mark.airflow_compat
 def test_branch_operator(kafka_conn, lagging_job, thresholds, expected):
     op = SparkLagBranchOperator(
         task_id="decide",
@@ -299,8 +303,9 @@ def test_branch_operator_default_and_data_loss(kafka_conn, data_loss_job):
         SparkLagBranchOperator(task_id="d", location="/x")
 
 
+@pytest.mark.airflow_compat
 def test_template_fields_render(tmp_path):
-    from airflow.sdk import DAG
+    from airflow_sparklag.compat import DAG
 
     with DAG("templating", schedule=None, params={"ck": "/data/ck"}) as dag:
         sensor = SparkLagSensor(

@@ -35,6 +35,7 @@ COMMON = {
     ],
     ids=["lag", "progress", "catch_up"],
 )
+@pytest.mark.airflow_compat
 def test_serialize_round_trip(trigger):
     classpath, kwargs = trigger.serialize()
     json.dumps(kwargs)  # the triggerer stores them as JSON
@@ -62,6 +63,7 @@ def run(trigger, limit: float = 60.0) -> dict:
 
 
 @pytest.mark.testbed
+@pytest.mark.airflow_compat
 def test_lag_trigger_fires_on_a_healthy_query(kafka_conn, healthy_job):
     event = run(SparkLagTrigger(healthy_job.location, kafka_config_id=kafka_conn))
     assert event["status"] == "success", event
@@ -93,6 +95,7 @@ def test_lag_trigger_polls_until_its_deadline(kafka_conn, lagging_job):
 
 
 @pytest.mark.testbed
+@pytest.mark.airflow_compat
 def test_progress_trigger(kafka_conn, lagging_job):
     from airflow_sparklag.hooks.sparklag import SparkLagHook
 

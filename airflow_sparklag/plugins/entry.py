@@ -1,0 +1,23 @@
+"""The ``airflow.plugins`` entry point of the distribution.
+
+Airflow 3.1+ (plugins mount FastAPI apps and external views): the "Streaming lag" page of
+:mod:`airflow_sparklag.plugins.lag_page`. Older Airflow (2.11, 3.0): a plugin without the page,
+so that loading the entry point is no import error there.
+"""
+
+from __future__ import annotations
+
+from airflow_sparklag.compat import airflow_version
+
+if airflow_version() >= (3, 1):
+    from airflow_sparklag.plugins.lag_page import SparkLagPlugin
+else:
+    from airflow.plugins_manager import AirflowPlugin
+
+    class SparkLagPlugin(AirflowPlugin):  # type: ignore[no-redef]
+        """No page: it needs Airflow 3.1+."""
+
+        name = "sparklag"
+
+
+__all__ = ["SparkLagPlugin"]
