@@ -1,9 +1,14 @@
-"""A real S3 HTTP API on 127.0.0.1: moto's server, run as its own process."""
+"""A real S3 HTTP API on 127.0.0.1: moto's server, run as its own process (the test bed's), or
+in a thread of the test process (:func:`moto_in_thread`, for module-scoped unit fixtures)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from testbed.process import Process, free_port
 
@@ -83,3 +88,28 @@ class S3Server:
     def stop(self) -> None:
         if self.process:
             self.process.stop()
+
+
+@contextlib.contextmanager
+def moto_in_thread() -> Iterator[str]:
+    """moto's S3 (and STS) server in a thread of this process on a free port; yields its URL."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def put_objects(
+    client: Any, bucket: str, objects: Iterable[tuple[str, bytes]], *, create: bool = True
+) -> None:
+    """Create ``bucket`` (unless ``create`` is False) and upload the (key, body) pairs, 16 at a
+    time (boto3 clients are thread-safe)."""
+    if create:
+        client.create_bucket(Bucket=bucket)
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda kv: client.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]), objects))

@@ -10,13 +10,13 @@ checkpoint listings, GETs and request counts through the package's own S3 backen
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from airflow_sparklag.storage.s3 import S3Storage
 from testbed.light_s3 import serve_in_thread
+from testbed.s3_server import moto_in_thread, put_objects
 
 BUCKET = "light"
 CREDENTIALS = {
@@ -68,27 +68,14 @@ def _client(url: str) -> Any:
     return boto3.session.Session().client("s3", endpoint_url=url, **CREDENTIALS)
 
 
-def _fill(url: str) -> None:
-    client = _client(url)
-    client.create_bucket(Bucket=BUCKET)
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(lambda k: client.put_object(Bucket=BUCKET, Key=k, Body=k.encode()), KEYS))
-
-
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[str, str]]:
-    from moto.server import ThreadedMotoServer
-
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    host, port = moto.get_host_and_port()
-    moto_url = f"http://{host}:{port}"
-    light, light_url = serve_in_thread()
-    for url in (moto_url, light_url):
-        _fill(url)
-    yield moto_url, light_url
-    light.shutdown()
-    moto.stop()
+    with moto_in_thread() as moto_url:
+        light, light_url = serve_in_thread()
+        for url in (moto_url, light_url):
+            put_objects(_client(url), BUCKET, [(key, key.encode()) for key in KEYS])
+        yield moto_url, light_url
+        light.shutdown()
 
 
 def _pages(url: str, request: dict[str, Any]) -> list[dict[str, Any]]:

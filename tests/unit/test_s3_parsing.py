@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from airflow_sparklag.storage.s3 import S3Storage, _parse_timestamp
 from airflow_sparklag.storage.s3_parsing import FastListParser
+from testbed.s3_server import moto_in_thread, put_objects
 
 BUCKET = "parsing"
 CREDENTIALS = {
@@ -39,23 +39,9 @@ WIDE = [f"wide/offsets/{index}" for index in range(1205)]
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    admin = _stock_client(url)
-    admin.create_bucket(Bucket=BUCKET)
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        list(
-            pool.map(
-                lambda key: admin.put_object(Bucket=BUCKET, Key=key, Body=key.encode()),
-                ODD_KEYS + WIDE,
-            )
-        )
-    yield url
-    server.stop()
+    with moto_in_thread() as url:
+        put_objects(_stock_client(url), BUCKET, [(key, key.encode()) for key in ODD_KEYS + WIDE])
+        yield url
 
 
 def _stock_client(url: str) -> Any:

@@ -25,6 +25,7 @@ from airflow_sparklag.errors import (
 )
 from airflow_sparklag.storage import open_storage
 from airflow_sparklag.storage.s3 import S3Storage
+from testbed.s3_server import moto_in_thread, put_objects
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 BUCKET = "checkpoints"
@@ -37,24 +38,17 @@ CREDENTIALS = {
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    admin = _boto_client(url)
-    admin.create_bucket(Bucket=BUCKET)
-    for sample in ("ck43", "ck35"):
-        _upload(admin, DATA / sample, f"{sample}/")
-    # state/ can hold 100k objects in real life: the reader must never list it.
-    keys = [f"ck43/state/0/{index % 200}/{index}.delta" for index in range(1000)]
-    # More than one ListObjectsV2 page (1,000 keys) of direct children.
-    keys += [f"wide/offsets/{index}" for index in range(1005)] + ["wide/offsets/sub/deeper"]
-    with ThreadPoolExecutor(max_workers=16) as pool:  # boto3 clients are thread-safe
-        list(pool.map(lambda key: admin.put_object(Bucket=BUCKET, Key=key, Body=b"s"), keys))
-    yield url
-    server.stop()
+    with moto_in_thread() as url:
+        # state/ can hold 100k objects in real life: the reader must never list it.
+        keys = [f"ck43/state/0/{index % 200}/{index}.delta" for index in range(1000)]
+        # More than one ListObjectsV2 page (1,000 keys) of direct children.
+        keys += [f"wide/offsets/{index}" for index in range(1005)] + ["wide/offsets/sub/deeper"]
+        admin = _boto_client(url)
+        admin.create_bucket(Bucket=BUCKET)
+        for sample in ("ck43", "ck35"):
+            _upload(admin, DATA / sample, f"{sample}/")
+        put_objects(admin, BUCKET, [(key, b"s") for key in keys], create=False)
+        yield url
 
 
 def _boto_client(url: str) -> Any:

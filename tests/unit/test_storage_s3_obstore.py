@@ -5,7 +5,6 @@ from the boto3 client, an assumed role's included; writes stay on boto3."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from airflow_sparklag.errors import (
 from airflow_sparklag.session import Session
 from airflow_sparklag.storage.s3 import S3Storage
 from testbed.light_s3 import serve_in_thread
+from testbed.s3_server import moto_in_thread, put_objects
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 BUCKET = "obstore-reads"
@@ -48,24 +48,15 @@ def _client(url: str) -> Any:
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    admin = _client(url)
-    admin.create_bucket(Bucket=BUCKET)
-    files = [
-        (f"{sample}/{path.relative_to(DATA / sample).as_posix()}", path.read_bytes())
-        for sample in ("ck43", "ck35")
-        for path in (DATA / sample).rglob("*")
-        if path.is_file()
-    ] + [(key, key.encode()) for key in EXTRA_KEYS]
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(lambda kv: admin.put_object(Bucket=BUCKET, Key=kv[0], Body=kv[1]), files))
-    yield url
-    server.stop()
+    with moto_in_thread() as url:
+        files = [
+            (f"{sample}/{path.relative_to(DATA / sample).as_posix()}", path.read_bytes())
+            for sample in ("ck43", "ck35")
+            for path in (DATA / sample).rglob("*")
+            if path.is_file()
+        ] + [(key, key.encode()) for key in EXTRA_KEYS]
+        put_objects(_client(url), BUCKET, files)
+        yield url
 
 
 def _both(endpoint: str) -> tuple[S3Storage, S3Storage]:
