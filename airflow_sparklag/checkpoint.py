@@ -55,7 +55,6 @@ MAX_LOG_FILE_SIZE = 64 * 1024 * 1024
 INT64_MAX = 2**63 - 1  # Kafka offsets and Spark's timestamps are Java longs
 INT32_MAX = 2**31 - 1  # Kafka partition ids are Java ints
 
-_BATCH_NAME = re.compile(r"[0-9]+")
 _VERSION_LINE = re.compile(r"v([0-9]+)")
 _PARTITION_KEY = re.compile(r"0|[1-9][0-9]*")  # as Spark writes an Int: no sign, no padding
 # The rate source's continuous offsets {"<partition>": {"value": .., "runTimeMs": ..}} have
@@ -126,11 +125,13 @@ class CheckpointState:
 
 
 def parse_batch_id(name: str) -> int | None:
-    """The batch id of a log file name, or None for ``.0.crc``, ``.1.abc.tmp``, ``x``, ``-1``."""
-    if len(name) > 19 or not _BATCH_NAME.fullmatch(name):  # 19 digits: a Java long
+    """The batch id of a log file name, or None for ``.0.crc``, ``.1.abc.tmp``, ``x``, ``-1``.
+
+    Spark parses names as a Java long and skips the rest (as it skips "x.tmp"): ASCII digits,
+    at most 19 of them, at most ``INT64_MAX``."""
+    if not (name.isdigit() and name.isascii() and len(name) <= 19):
         return None
     batch_id = int(name)
-    # Spark parses names as a Java long and skips the rest, as it skips "x.tmp".
     return batch_id if batch_id <= INT64_MAX else None
 
 
@@ -722,15 +723,12 @@ def _v1_commit_md5(watermark_ms: int) -> str:
 
 
 def _batches(entries: list[ObjectInfo]) -> dict[int, ObjectInfo]:
-    """Batch id -> entry, for the entries ``parse_batch_id`` accepts (inlined: a fleet check
-    walks ~200 names per checkpoint; ASCII digits are what ``[0-9]+`` matches)."""
+    """Batch id -> entry, for the entries whose name :func:`parse_batch_id` accepts."""
     batches: dict[int, ObjectInfo] = {}
     for info in entries:
-        name = info.name
-        if name.isdigit() and name.isascii() and len(name) <= 19:
-            batch_id = int(name)
-            if batch_id <= INT64_MAX:
-                batches[batch_id] = info
+        batch_id = parse_batch_id(info.name)
+        if batch_id is not None:
+            batches[batch_id] = info
     return batches
 
 
