@@ -187,6 +187,14 @@ def open_session(args: argparse.Namespace, *, kafka_required: bool = True) -> Se
     )
 
 
+def _port(name: str, port: int) -> int:
+    from airflow_sparklag import params
+
+    if port > 65535:
+        raise params.invalid(name, f"must be a port number 0-65535, got {port}")
+    return port
+
+
 # Commands that measure each source against its own cluster (the others read the main one).
 SOURCE_SERVERS_COMMANDS = frozenset({"status", "wait", "serve"})
 
@@ -699,7 +707,12 @@ def add_history_and_serve_commands(sub: Any) -> None:
     serve.add_argument("--prefix", action="append", default=[], help="serve every job under it")
     serve.add_argument("--max-depth", type=int, default=4, help="levels searched under --prefix")
     serve.add_argument("--address", default="0.0.0.0", help="address to listen on (0.0.0.0)")
-    serve.add_argument("--port", type=int, default=9109, help="HTTP port (default 9109)")
+    serve.add_argument(
+        "--port",
+        type=_flag_type("port", lambda n, v: _port(n, params.count(n, v))),
+        default=9109,
+        help="HTTP port (default 9109)",
+    )
     for flag, default, text in (
         ("interval", 30.0, "time between refreshes (default 30s)"),
         ("rediscover", 300.0, "list --prefix again this often (default 5m)"),

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparklag.errors import InvalidParameter, UsageError
 from airflow_sparklag.health import Health
 from airflow_sparklag.redact import redact_url
 
@@ -361,7 +362,13 @@ class LagExporter:
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("sparklag exporter: " + format, *args)
 
-        server = make_server(address, port, self.wsgi_app, Server, QuietHandler)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise InvalidParameter(f"port: must be a whole number 0-65535, got {port!r}")
+        try:
+            server = make_server(address, port, self.wsgi_app, Server, QuietHandler)
+        except (OSError, OverflowError, UnicodeError) as exc:  # in use, not ours, no such host
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise UsageError(f"cannot listen on {address}:{port}: {reason}") from None
         self.start()
         threading.Thread(target=server.serve_forever, name="sparklag-http", daemon=True).start()
         return server

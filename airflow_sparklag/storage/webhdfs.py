@@ -55,8 +55,9 @@ def namenode_url_for(location: str) -> str:
     parts = urlsplit(location)
     if not parts.hostname:
         raise UnsupportedStorageURL(
-            f"{location!r} has no NameNode host; pass webhdfs_options={{'url': "
-            "'http://namenode:9870'}} (or a list of NameNode URLs for HA)"
+            f"{location!r} has no NameNode host; name one (hdfs://namenode:8020/...) or give "
+            "the WebHDFS URL: --webhdfs-url http://namenode:9870 (repeat it for HA NameNodes), "
+            "a webhdfs connection, or webhdfs_options={'url': ...}"
         )
     if parts.scheme.lower() == "webhdfs":
         return f"http://{parts.hostname}:{parts.port or DEFAULT_HTTP_PORT}"

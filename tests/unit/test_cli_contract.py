@@ -50,6 +50,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         ["migrate", "/x", "--archive", "/a", "-b", "b:1", "--quiet-period", "-60"],
         ["wait", "health", "/x", "-b", "b:1", "--accept", "HEALTHY"],
         ["wait", "catch-up", "/x", "-b", "b:1"],  # no --target-time
+        ["serve", "/x", "-b", "b:1", "--port", "99999"],
+        ["serve", "/x", "-b", "b:1", "--port", "-1"],
         ["bogus"],
         [],
     ],
@@ -68,6 +70,19 @@ def test_unreadable_kafka_config_is_a_usage_error_naming_the_file(
     proc = run("status", files["job"], "--kafka-config", files[name])
     assert proc.returncode == 64, proc.stdout + proc.stderr
     assert files[name] in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_serve_on_a_port_in_use_says_so(files: dict[str, str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        proc = run("serve", files["job"], *NO_KAFKA, "--address", "127.0.0.1", "--port", port)
+    assert proc.returncode == 64, proc.stdout + proc.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
 
 
 def test_missing_checkpoint_is_a_failed_check(tmp_path: Path) -> None:
