@@ -48,7 +48,28 @@ def provider_info() -> dict[str, Any]:
                 ],
             }
         ],
-        # No connection type of our own: the hook reuses the ecosystem's `kafka`, `aws` and
-        # `webhdfs` connections (see docs/connections.md).
+        # One connection type of our own, `sparklag`: it bundles the ecosystem's `kafka`,
+        # `aws`, `webhdfs`, ... connections by id, and its "Test" button runs
+        # SparkLagHook.test_connection() (docs/connections.md).
+        "connection-types": [sparklag_connection_type()],
     }
     return info
+
+
+def sparklag_connection_type() -> dict[str, Any]:
+    """The ``sparklag`` connection type, with its form: ``conn-fields`` and
+    ``ui-field-behaviour`` are read by Airflow 3.2+ (older versions accept and ignore them:
+    their provider-info schema allows extra keys in a connection type)."""
+    from airflow_sparklag.hooks.bundle import CONN_TYPE, HIDDEN_FIELDS, conn_fields
+
+    return {
+        "connection-type": CONN_TYPE,
+        "hook-class-name": "airflow_sparklag.hooks.sparklag.SparkLagHook",
+        "hook-name": "Spark Kafka lag",
+        "conn-fields": conn_fields(),
+        "ui-field-behaviour": {
+            "hidden-fields": list(HIDDEN_FIELDS),
+            "relabeling": {},
+            "placeholders": {},
+        },
+    }

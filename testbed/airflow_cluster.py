@@ -241,6 +241,11 @@ class AirflowCluster:
         """One call to the public REST API, ``path`` below ``/api/v2``."""
         return self._request(method, f"/api/v2{path}", body)
 
+    def ui(self, method: str, path: str, body: Any = None) -> Any:
+        """One call to the routes the web UI uses, ``path`` below ``/ui`` (e.g.
+        ``/connections/hook_meta``, the connection form's types and fields)."""
+        return self._request(method, f"/ui{path}", body)
+
     def wait_dag(self, dag_id: str, timeout: float = 120.0) -> dict[str, Any]:
         """The DAG as the API shows it, once the dag-processor has parsed it."""
 

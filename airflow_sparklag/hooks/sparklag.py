@@ -12,10 +12,17 @@ Nothing heavy (confluent_kafka, boto3, requests) is imported until a check runs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag.compat import BaseHook, aget_connection
+from airflow_sparklag.hooks.bundle import (
+    CONN_TYPE,
+    DEFAULT_KAFKA_CONN_ID,
+    ConnectionBundle,
+    read_bundle,
+)
 from airflow_sparklag.hooks.connections import (
     ResolvedConnections,
     SharedClientKey,
@@ -30,6 +37,7 @@ from airflow_sparklag.hooks.connections import (
     webhdfs_options_from,
 )
 from airflow_sparklag.hooks.session_mixin import HookSessionMixin
+from airflow_sparklag.redact import redact_url
 from airflow_sparklag.session import SHARED_CLIENTS, ClientCache
 
 if TYPE_CHECKING:
@@ -71,16 +79,23 @@ class SparkLagHook(HookSessionMixin, BaseHook):
     gcsfs its credentials for ``gs://``, ``wasb_conn_id`` (a ``wasb`` or ``adls`` connection)
     gives adlfs its credentials for ``abfs://``, ``abfss://`` and ``az://``
     (docs/connections.md).
+
+    A ``sparklag`` connection bundles those ids (``kafka_conn_id``, ``aws_conn_id``, ...; see
+    :mod:`airflow_sparklag.hooks.bundle`): ``SparkLagHook(sparklag_conn_id="lag_prod")`` reads
+    it with the other connections, on first use; ids given to the hook win over the bundle's.
+    Without a bundle nor ``kafka_config_id`` the Kafka connection is ``kafka_default``. This is
+    the hook Airflow's connection "Test" button runs for a ``sparklag`` connection
+    (:meth:`test_connection`).
     """
 
-    conn_name_attr = "kafka_config_id"
-    default_conn_name = "kafka_default"
-    conn_type = "kafka"
+    conn_name_attr = "sparklag_conn_id"
+    default_conn_name = "sparklag_default"
+    conn_type = CONN_TYPE
     hook_name = "Spark Kafka lag"
 
     def __init__(
         self,
-        kafka_config_id: str = default_conn_name,
+        kafka_config_id: str | None = None,
         aws_conn_id: str | None = None,
         webhdfs_conn_id: str | None = None,
         *,
@@ -89,13 +104,26 @@ class SparkLagHook(HookSessionMixin, BaseHook):
         source_kafka_conn_ids: Mapping[str, str] | None = None,
         gcp_conn_id: str | None = None,
         wasb_conn_id: str | None = None,
+        sparklag_conn_id: str | None = None,
     ) -> None:
         super().__init__()
+        # A `sparklag` connection bundling the ids below; read with the connections, on first
+        # use. Ids given here win over the bundle's (see hooks/bundle.py).
+        self.sparklag_conn_id = sparklag_conn_id or None
+        self.bundle: ConnectionBundle | None = None
+        self._given: dict[str, Any] = {
+            "kafka_conn_id": kafka_config_id or None,
+            "aws_conn_id": aws_conn_id,
+            "webhdfs_conn_id": webhdfs_conn_id,
+            "gcp_conn_id": gcp_conn_id,
+            "wasb_conn_id": wasb_conn_id,
+            "source_kafka_conn_ids": dict(source_kafka_conn_ids or {}),
+        }
         self.gcp_conn_id = gcp_conn_id
         self.wasb_conn_id = wasb_conn_id
         self._gcp_provider = False  # the google provider builds the gs:// credentials
         self.source_kafka_conn_ids = dict(source_kafka_conn_ids or {})
-        self.kafka_config_id = kafka_config_id
+        self.kafka_config_id = kafka_config_id or DEFAULT_KAFKA_CONN_ID
         self.aws_conn_id = aws_conn_id
         self.webhdfs_conn_id = webhdfs_conn_id
         self.kafka_timeout = kafka_timeout
@@ -137,39 +165,70 @@ class SparkLagHook(HookSessionMixin, BaseHook):
             },
         )
 
+    def use_bundle(self, conn: Connection) -> ConnectionBundle:
+        """Take the ids of the ``sparklag`` connection ``conn`` that were not given to the hook."""
+        bundle = read_bundle(conn)
+        given = self._given
+        self.bundle = bundle
+        self.kafka_config_id = given["kafka_conn_id"] or bundle.kafka_conn_id
+        self.aws_conn_id = given["aws_conn_id"] or bundle.aws_conn_id
+        self.webhdfs_conn_id = given["webhdfs_conn_id"] or bundle.webhdfs_conn_id
+        self.gcp_conn_id = given["gcp_conn_id"] or bundle.gcp_conn_id
+        self.wasb_conn_id = given["wasb_conn_id"] or bundle.wasb_conn_id
+        self.source_kafka_conn_ids = {
+            **bundle.source_kafka_conn_ids,
+            **given["source_kafka_conn_ids"],
+        }
+        return bundle
+
+    def connection_ids(self) -> list[tuple[str, str]]:
+        """(what it is for, connection id) of every connection the hook reads, in order."""
+        ids = [("Kafka connection", self.kafka_config_id)]
+        ids += [("AWS connection", self.aws_conn_id)] if self.aws_conn_id else []
+        ids += [("WebHDFS connection", self.webhdfs_conn_id)] if self.webhdfs_conn_id else []
+        for source_id, conn_id in self.source_kafka_conn_ids.items():
+            ids.append((f"Kafka connection of source {source_id}", conn_id))
+        ids += [("Google Cloud connection", self.gcp_conn_id)] if self.gcp_conn_id else []
+        ids += [("Azure connection", self.wasb_conn_id)] if self.wasb_conn_id else []
+        return ids
+
+    def _resolve(self, read: Mapping[str, Connection]) -> ResolvedConnections:
+        """ResolvedConnections from the connections read, by id (each id read once)."""
+
+        def optional(conn_id: str | None) -> Connection | None:
+            return read[conn_id] if conn_id else None
+
+        return self._resolved(
+            read[self.kafka_config_id],
+            optional(self.aws_conn_id),
+            optional(self.webhdfs_conn_id),
+            {s: read[conn_id] for s, conn_id in self.source_kafka_conn_ids.items()},
+            optional(self.gcp_conn_id),
+            optional(self.wasb_conn_id),
+        )
+
     def get_conn(self) -> ResolvedConnections:
         """The Kafka config and storage options (read once per hook)."""
         if self._connections is None:
-            get = self.get_connection
-            read: dict[str, Connection] = {}  # a connection mapped twice is read once
-            for conn_id in self.source_kafka_conn_ids.values():
-                read.setdefault(conn_id, get(conn_id))
-            self._connections = self._resolved(
-                get(self.kafka_config_id),
-                get(self.aws_conn_id) if self.aws_conn_id else None,
-                get(self.webhdfs_conn_id) if self.webhdfs_conn_id else None,
-                {s: read[conn_id] for s, conn_id in self.source_kafka_conn_ids.items()},
-                get(self.gcp_conn_id) if self.gcp_conn_id else None,
-                get(self.wasb_conn_id) if self.wasb_conn_id else None,
-            )
+            if self.sparklag_conn_id and self.bundle is None:
+                self.use_bundle(self.get_connection(self.sparklag_conn_id))
+            read: dict[str, Connection] = {}  # a connection named twice is read once
+            for _, conn_id in self.connection_ids():
+                if conn_id not in read:
+                    read[conn_id] = self.get_connection(conn_id)
+            self._connections = self._resolve(read)
         return self._connections
 
     async def aget_conn(self) -> ResolvedConnections:
         """:meth:`get_conn` for the triggerer's event loop (async connection API)."""
         if self._connections is None:
-            kafka = await aget_connection(self, self.kafka_config_id)
-            aws = await aget_connection(self, self.aws_conn_id) if self.aws_conn_id else None
-            hdfs = (
-                await aget_connection(self, self.webhdfs_conn_id) if self.webhdfs_conn_id else None
-            )
+            if self.sparklag_conn_id and self.bundle is None:
+                self.use_bundle(await aget_connection(self, self.sparklag_conn_id))
             read: dict[str, Connection] = {}
-            for conn_id in self.source_kafka_conn_ids.values():
+            for _, conn_id in self.connection_ids():
                 if conn_id not in read:
                     read[conn_id] = await aget_connection(self, conn_id)
-            sources = {s: read[conn_id] for s, conn_id in self.source_kafka_conn_ids.items()}
-            gcp = await aget_connection(self, self.gcp_conn_id) if self.gcp_conn_id else None
-            wasb = await aget_connection(self, self.wasb_conn_id) if self.wasb_conn_id else None
-            self._connections = self._resolved(kafka, aws, hdfs, sources, gcp, wasb)
+            self._connections = self._resolve(read)
         return self._connections
 
     def scrub(self, message: str) -> str:
@@ -280,22 +339,105 @@ class SparkLagHook(HookSessionMixin, BaseHook):
     # -- connection test ---------------------------------------------------------------------
 
     def test_connection(self) -> tuple[bool, str]:
-        """Checks Kafka (cluster metadata) and each configured storage with a real request."""
+        """Tests every connection the hook uses, each with a real request bounded by the hook's
+        timeouts: Kafka (cluster metadata; each mapped source's cluster too), S3
+        (ListBuckets), WebHDFS (the root's status); GCS and Azure credentials are built by
+        gcsfs / adlfs. With a ``sparklag`` connection whose ``location`` is set, that
+        checkpoint is read too (committed batch, partitions). Airflow's connection "Test"
+        button calls this.
+
+        Returns ``(True, what answered)`` or ``(False, which part failed and why)``; the
+        message holds no secret of any connection.
+        """
+        passed: list[str] = []
+        part = "reading the connections"
         try:
-            conns = self.get_conn()
-            checked = [self._test_kafka(conns.kafka_config)]
-            for source_id, mapped in sorted(conns.source_kafka.items()):
-                checked.append(f"source {source_id}: {self._test_kafka(mapped.config)}")
-            s3 = self.s3_client()
-            if s3 is not None:
-                buckets = s3.options["client"].list_buckets().get("Buckets", [])
-                source = "amazon provider's AwsBaseHook" if s3.from_provider else "connection"
-                checked.append(f"S3 answered ({len(buckets)} buckets; client from the {source})")
-            if conns.webhdfs_options is not None:
-                checked.append(self._test_webhdfs(conns.webhdfs_options))
+            for name, test in self._tests():
+                part = name  # named in the message if this test fails
+                outcome = test()
+                if outcome:
+                    passed.append(outcome)
         except Exception as exc:
-            return False, self.scrub(f"{type(exc).__name__}: {exc}")
-        return True, "; ".join(checked)
+            failed = f"{part} failed: {type(exc).__name__}: {exc}"
+            before = f" (passed: {'; '.join(passed)})" if passed else ""
+            return False, self.scrub(failed + before)
+        return True, "; ".join(passed)
+
+    def _tests(self) -> Iterator[tuple[str, Callable[[], str | None]]]:
+        """(what is tested, the test), in order; each is made after the ones before passed."""
+        if self.sparklag_conn_id:
+            name = f"the sparklag connection {self.sparklag_conn_id!r}"
+            yield f"reading {name}", self._read_bundle
+        read: dict[str, Connection] = {}
+        for role, conn_id in self.connection_ids():
+            yield f"reading the {role} {conn_id!r}", partial(self._read_into, read, conn_id)
+        yield "reading the connections", partial(self._read_all, read)
+        conns = self.get_conn()
+        kafka = f"Kafka (connection {self.kafka_config_id!r})"
+        yield kafka, partial(self._test_kafka, conns.kafka_config)
+        for source_id, mapped in sorted(conns.source_kafka.items()):
+            kafka = f"Kafka of source {source_id} (connection {mapped.conn_id!r})"
+            yield kafka, partial(self._test_source, source_id, mapped.config)
+        if self.aws_conn_id:
+            yield f"S3 (connection {self.aws_conn_id!r})", self._test_s3
+        if conns.webhdfs_options is not None:
+            webhdfs = f"WebHDFS (connection {self.webhdfs_conn_id!r})"
+            yield webhdfs, partial(self._test_webhdfs, conns.webhdfs_options)
+        for scheme, store, conn_id in (
+            ("gs", "GCS", self.gcp_conn_id),
+            ("abfs", "Azure", self.wasb_conn_id),
+        ):
+            if conn_id:
+                yield f"{store} (connection {conn_id!r})", partial(self._test_fsspec, scheme, store)
+        location = self.bundle.location if self.bundle is not None else None
+        if location:
+            checkpoint = f"reading the checkpoint {redact_url(location)}"
+            yield checkpoint, partial(self._test_checkpoint, location)
+
+    def _read_bundle(self) -> None:
+        assert self.sparklag_conn_id
+        self.use_bundle(self.get_connection(self.sparklag_conn_id))
+
+    def _read_into(self, read: dict[str, Connection], conn_id: str) -> None:
+        if conn_id not in read:
+            read[conn_id] = self.get_connection(conn_id)
+
+    def _read_all(self, read: Mapping[str, Connection]) -> None:
+        # The connections just read replace any read before: the test is of what is saved now.
+        self._connections = self._resolve(read)
+
+    def _test_source(self, source_id: str, config: Mapping[str, Any]) -> str:
+        return f"source {source_id}: {self._test_kafka(config)}"
+
+    def _test_s3(self) -> str:
+        s3 = self.s3_client()
+        assert s3 is not None
+        buckets = s3.options["client"].list_buckets().get("Buckets", [])
+        source = "amazon provider's AwsBaseHook" if s3.from_provider else "connection"
+        return f"S3 answered ({len(buckets)} buckets; client from the {source})"
+
+    def _test_fsspec(self, scheme: str, store: str) -> str:
+        # Without a location there is nothing to read: listing every bucket or container would
+        # need rights a checkpoint reader does not have. gcsfs / adlfs build the filesystem
+        # from the connection (refusing options they cannot use); a location reads for real.
+        self.session.storage(f"{scheme}://")
+        return f"{store} client built from the connection"
+
+    def _test_checkpoint(self, location: str) -> str:
+        state = self.read_checkpoint(location, history=1)
+        shown = redact_url(location)
+        if state.committed is None:
+            return f"checkpoint {shown} read: no batch committed yet"
+        partitions = {
+            topic: len(offsets)
+            for source in state.committed.sources
+            if source.kind == "kafka" and source.kafka is not None
+            for topic, offsets in source.kafka.items()
+        }
+        topics = ", ".join(f"{topic} ({n} partitions)" for topic, n in sorted(partitions.items()))
+        return f"checkpoint {shown} read: committed batch {state.committed_batch_id}" + (
+            f", {topics}" if topics else ""
+        )
 
     def _test_kafka(self, config: Mapping[str, Any]) -> str:
         from airflow_sparklag.session import Session

@@ -3,7 +3,8 @@ rendered parameters and core errors become task outcomes.
 
 Operators declare the connection ids once through :class:`SparkLagHookMixin` (like the
 amazon provider's ``AwsBaseHookMixin``), with ``source_kafka_conn_ids`` for a query whose
-sources read different Kafka clusters (docs/multi-cluster.md); the hook is built on first
+sources read different Kafka clusters (docs/multi-cluster.md), or ``sparklag_conn_id`` for
+one ``sparklag`` connection bundling them (ids given to the task win); the hook is built on first
 use, after templates are rendered, and closed with the task. Parameters are read with
 :mod:`airflow_sparklag.params` inside :meth:`SparkLagHookMixin.read_params`: a value that
 cannot be read fails the task at once, naming the parameter, before anything is read or
@@ -29,18 +30,20 @@ CONN_FIELDS: tuple[str, ...] = (
     "source_kafka_conn_ids",
     "gcp_conn_id",
     "wasb_conn_id",
+    "sparklag_conn_id",
 )
 
 
 class SparkLagHookMixin:
     """Connection ids, the hook, and the two error boundaries of a task."""
 
-    kafka_config_id: str
+    kafka_config_id: str | None  # None: the sparklag connection's, else kafka_default
     aws_conn_id: str | None
     webhdfs_conn_id: str | None
     gcp_conn_id: str | None  # gs:// checkpoints: a google_cloud_platform connection
     wasb_conn_id: str | None  # abfs:// / abfss:// / az:// checkpoints: a wasb or adls connection
     source_kafka_conn_ids: Mapping[str, str] | str | None
+    sparklag_conn_id: str | None  # a `sparklag` connection bundling the ids (hooks/bundle.py)
     task_id: str
     # Snapshots and migrations read one cluster: they refuse a source mapping, not ignore it.
     one_cluster_only: ClassVar[bool] = False
@@ -48,15 +51,17 @@ class SparkLagHookMixin:
     def __init__(
         self,
         *,
-        kafka_config_id: str = "kafka_default",
+        kafka_config_id: str | None = None,
         aws_conn_id: str | None = None,
         webhdfs_conn_id: str | None = None,
         source_kafka_conn_ids: Mapping[str, str] | str | None = None,
         gcp_conn_id: str | None = None,
         wasb_conn_id: str | None = None,
+        sparklag_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.sparklag_conn_id = sparklag_conn_id
         self.gcp_conn_id = gcp_conn_id
         self.wasb_conn_id = wasb_conn_id
         self.kafka_config_id = kafka_config_id
@@ -83,14 +88,30 @@ class SparkLagHookMixin:
 
     @cached_property
     def hook(self) -> SparkLagHook:
-        return SparkLagHook(
+        hook = SparkLagHook(
             kafka_config_id=self.kafka_config_id,
             aws_conn_id=self.aws_conn_id,
             webhdfs_conn_id=self.webhdfs_conn_id,
             source_kafka_conn_ids=self.source_kafka_map(),
             gcp_conn_id=self.gcp_conn_id,
             wasb_conn_id=self.wasb_conn_id,
+            sparklag_conn_id=self.sparklag_conn_id,
         )
+        if self.one_cluster_only and self.sparklag_conn_id:
+            self.read_params(lambda: self._one_cluster_bundle(hook))
+        return hook
+
+    def _one_cluster_bundle(self, hook: SparkLagHook) -> None:
+        """Refuse a sparklag connection that maps sources to other clusters (read now)."""
+        from airflow_sparklag import params
+
+        hook.get_conn()
+        if hook.source_kafka_conn_ids:
+            raise params.invalid(
+                "sparklag_conn_id",
+                f"connection {self.sparklag_conn_id!r} maps sources to other Kafka clusters "
+                f"(source_kafka_conn_ids); {type(self).__name__} reads one Kafka cluster",
+            )
 
     def get_hook(self) -> SparkLagHook:
         return self.hook

@@ -85,6 +85,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
             "source_kafka_conn_ids": self.source_kafka_map() or None,
             "gcp_conn_id": self.gcp_conn_id,
             "wasb_conn_id": self.wasb_conn_id,
+            "sparklag_conn_id": self.sparklag_conn_id,
             "poll_interval": self.poke_interval,
             "deadline": deadline,
             "metric_name": metrics.job_name(self, self.metric_name),

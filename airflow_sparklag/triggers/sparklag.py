@@ -43,7 +43,7 @@ class _ConditionTrigger(BaseTrigger):
         self,
         location: str,
         *,
-        kafka_config_id: str = "kafka_default",
+        kafka_config_id: str | None = None,
         aws_conn_id: str | None = None,
         webhdfs_conn_id: str | None = None,
         poll_interval: float = 30.0,
@@ -52,8 +52,10 @@ class _ConditionTrigger(BaseTrigger):
         source_kafka_conn_ids: dict[str, str] | None = None,
         gcp_conn_id: str | None = None,
         wasb_conn_id: str | None = None,
+        sparklag_conn_id: str | None = None,
     ) -> None:
         super().__init__()
+        self.sparklag_conn_id = sparklag_conn_id  # a `sparklag` connection bundling the ids
         self.gcp_conn_id = gcp_conn_id
         self.wasb_conn_id = wasb_conn_id
         self.metric_name = metric_name  # the job's name in metrics (the sensor's)
@@ -84,6 +86,7 @@ class _ConditionTrigger(BaseTrigger):
                 "source_kafka_conn_ids": self.source_kafka_conn_ids or None,
                 "gcp_conn_id": self.gcp_conn_id,
                 "wasb_conn_id": self.wasb_conn_id,
+                "sparklag_conn_id": self.sparklag_conn_id,
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "metric_name": self.metric_name,
@@ -99,6 +102,7 @@ class _ConditionTrigger(BaseTrigger):
             source_kafka_conn_ids=self.source_kafka_conn_ids,
             gcp_conn_id=self.gcp_conn_id,
             wasb_conn_id=self.wasb_conn_id,
+            sparklag_conn_id=self.sparklag_conn_id,
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -5,13 +5,17 @@ triggerer (LocalExecutor, SQLite), driven only through the REST API, as a user w
   it), the job catches up, the trigger fires, the deploy starts the new version and the run
   succeeds;
 - the SLA check unpaused with the shipped sample configuration: its scheduled run is not failed
-  (and the migration DAG, unpaused too, starts nothing).
+  (and the migration DAG, unpaused too, starts nothing);
+- the connection form: the ``sparklag`` connection type is offered with its fields, and its
+  Test button (``POST /api/v2/connections/test``, enabled with ``[core] test_connection``)
+  runs SparkLagHook.test_connection() in the API server, which reads the checkpoint.
 
 If the deployment cannot start, the tests fail with the components' log tails.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -63,6 +67,8 @@ def deployment(kafka_conn, tmp_path_factory) -> Iterator[Deployment]:  # type: i
         env={
             "PYTHONPATH": str(REPO),
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+            # The connection form's Test button (off by default since Airflow 2.7).
+            "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
         },
     )
     holder = Deployment(cluster)
@@ -157,3 +163,56 @@ def test_sla_check_unpaused_with_the_sample_config_is_not_failed(deployment):
     finally:
         cluster.pause(SLA)
         cluster.pause(MIGRATION)
+
+
+@pytest.mark.testbed
+@pytest.mark.timeout(240)
+def test_connection_form_offers_sparklag_and_its_test_button_reads_the_checkpoint(
+    deployment, kafka, kafka_conn, healthy_job
+):
+    """What the UI's connection form asks the API server: the connection types with their
+    fields, then ``POST /api/v2/connections/test`` for the Test button."""
+    from airflow_sparklag.hooks.bundle import FIELDS
+
+    cluster = deployment.running()
+    types = {meta["connection_type"]: meta for meta in cluster.ui("GET", "/connections/hook_meta")}
+    sparklag = types["sparklag"]
+    assert sparklag["hook_name"] == "Spark Kafka lag"
+    assert sparklag["hook_class_name"] == "airflow_sparklag.hooks.sparklag.SparkLagHook"
+    assert list(sparklag["extra_fields"]) == list(FIELDS)
+    kafka_field = sparklag["extra_fields"]["kafka_conn_id"]
+    assert kafka_field["value"] == "kafka_default"
+    assert kafka_field["schema"]["title"] == "Kafka connection id"
+    hidden = {
+        name for name, field in sparklag["standard_fields"].items() if field and field["hidden"]
+    }
+    assert hidden == {"host", "url_schema", "login", "password", "port"}
+
+    def test_button(extra: dict[str, object]) -> dict[str, object]:
+        # The body the UI posts: hidden standard fields empty, port 0, every form field in
+        # the extra (unused ones null).
+        fields = dict.fromkeys(FIELDS, None)
+        body = {
+            "connection_id": "lag_smoke",
+            "conn_type": "sparklag",
+            "description": "",
+            "host": "",
+            "login": "",
+            "password": "",
+            "port": 0,
+            "schema": "",
+            "extra": json.dumps({**fields, **extra}),
+        }
+        return dict(cluster.api("POST", "/connections/test", body))
+
+    result = test_button({"kafka_conn_id": kafka_conn, "location": healthy_job.location})
+    assert result["status"] is True, result
+    message = str(result["message"])
+    assert f"Kafka {kafka.bootstrap} answered" in message, message
+    assert f"checkpoint {healthy_job.location} read: committed batch" in message, message
+    assert f"{healthy_job.topic} (3 partitions)" in message, message
+
+    result = test_button({"kafka_conn_id": kafka_conn, "aws_con_id": "aws_default"})
+    assert result["status"] is False, result
+    assert "extra.aws_con_id: unknown key" in str(result["message"]), result
+    print(f"Test button in a real deployment: {message}")

@@ -104,3 +104,33 @@ def test_twine_check_passes(wheel: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_provider_info_passes_airflows_schema_and_registers_sparklag() -> None:
+    """What ProvidersManager validates at start: the provider info against the running
+    Airflow's provider_info.schema.json (the airflow_compat tests register it on 2.11 and 3.0
+    too), with the `sparklag` connection type and its form."""
+    import json
+
+    import airflow
+    import jsonschema
+
+    schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
+    info = airflow_sparklag.get_provider_info()
+    jsonschema.validate(info, schema)
+    (connection_type,) = info["connection-types"]
+    assert connection_type["connection-type"] == "sparklag"
+    assert connection_type["hook-class-name"] == "airflow_sparklag.hooks.sparklag.SparkLagHook"
+    fields = connection_type["conn-fields"]
+    assert list(fields) == [
+        "kafka_conn_id",
+        "aws_conn_id",
+        "webhdfs_conn_id",
+        "gcp_conn_id",
+        "wasb_conn_id",
+        "source_kafka_conn_ids",
+        "location",
+    ]
+    assert all(field["label"] and field["schema"]["type"] for field in fields.values())
+    hidden = connection_type["ui-field-behaviour"]["hidden-fields"]
+    assert hidden == ["host", "schema", "login", "password", "port"]

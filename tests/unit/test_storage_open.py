@@ -158,7 +158,9 @@ def test_namenode_url_derived_from_location(location: str, expected: str) -> Non
 
 
 def test_hdfs_url_without_host_needs_explicit_namenode() -> None:
-    with pytest.raises(UnsupportedStorageURL, match="has no NameNode host; name one .* --webhdfs-url"):
+    with pytest.raises(
+        UnsupportedStorageURL, match="has no NameNode host; name one .* --webhdfs-url"
+    ):
         open_storage("hdfs:///ck")
     storage = open_storage(
         "hdfs:///ck", webhdfs_options={"url": ["http://a:9870", "http://b:9870"]}
