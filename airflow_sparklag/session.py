@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow_sparklag.errors import KafkaError
-from airflow_sparklag.storage import LOCAL_SCHEMES, S3_SCHEMES, Storage, scheme_of
+from airflow_sparklag.storage import LOCAL_SCHEMES, S3_SCHEMES, Storage, scheme_of, trim_location
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointReader, CheckpointState
@@ -280,7 +280,7 @@ class Session:
         """The reader of ``location``, kept for the session's life (it caches batch files)."""
         from airflow_sparklag.checkpoint import CheckpointReader
 
-        root = location.rstrip("/") or location
+        root = trim_location(location)
         key = (root, query_id)
         with self._lock:
             reader = self._readers.get(key)
@@ -296,7 +296,7 @@ class Session:
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop the readers of every checkpoint not in ``keep`` (a fleet lost some jobs)."""
-        wanted = {loc.rstrip("/") or loc for loc in keep}
+        wanted = {trim_location(loc) for loc in keep}
         with self._lock:
             for key in [k for k in self._readers if k[0] not in wanted]:
                 del self._readers[key]

@@ -36,6 +36,7 @@ __all__ = [
     "open_storage",
     "scheme_of",
     "seconds_option",
+    "trim_location",
 ]
 
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
@@ -263,13 +264,28 @@ def scheme_of(url: str) -> str:
     return urlsplit(url).scheme.lower()
 
 
+def trim_location(location: str) -> str:
+    """``location`` without trailing slashes, but never less than its scheme and authority:
+    ``"s3a://b/ck/"`` -> ``"s3a://b/ck"``, while ``"s3a://"`` and ``"/"`` stay as they are (a
+    bare ``"s3a:"`` would be read as a local directory named ``s3a:``).
+
+    >>> trim_location("s3a://bucket/ck//"), trim_location("s3a://"), trim_location("/")
+    ('s3a://bucket/ck', 's3a://', '/')
+    """
+    scheme, found, rest = location.partition("://")
+    if not found:
+        return location.rstrip("/") or location
+    trimmed = rest.rstrip("/")
+    return f"{scheme}://{trimmed}" if trimmed else location
+
+
 def join(root: str, *parts: str) -> str:
     """Join a checkpoint root (URL or path) and relative parts with ``/``.
 
     >>> join("s3a://bucket/ck/", "offsets", "12")
     's3a://bucket/ck/offsets/12'
     """
-    base = root.rstrip("/") or root  # keep a bare "/" as it is
+    base = trim_location(root)
     pieces = [part.strip("/") for part in parts if part.strip("/")]
     if not pieces:
         return base
@@ -302,6 +318,12 @@ def open_storage(
     ``docs/connections.md`` ("Time bounds").
     """
     scheme = scheme_of(url)
+    if scheme not in LOCAL_SCHEMES and scheme not in HDFS_SCHEMES and not urlsplit(url).netloc:
+        from airflow_sparklag.errors import UnsupportedStorageURL
+
+        raise UnsupportedStorageURL(
+            f"{url!r} names no bucket or container; expected {scheme}://bucket/path/to/checkpoint"
+        )
     if scheme in LOCAL_SCHEMES:
         from airflow_sparklag.storage.local import LocalStorage
 

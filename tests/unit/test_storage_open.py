@@ -159,7 +159,7 @@ def test_namenode_url_derived_from_location(location: str, expected: str) -> Non
 
 def test_hdfs_url_without_host_needs_explicit_namenode() -> None:
     with pytest.raises(
-        UnsupportedStorageURL, match="has no NameNode host; name one .* --webhdfs-url"
+        UnsupportedStorageURL, match=r"has no NameNode host; name one .* --webhdfs-url"
     ):
         open_storage("hdfs:///ck")
     storage = open_storage(
@@ -224,3 +224,29 @@ def test_every_namenode_down_or_standby_is_a_storage_error(standby_namenode: str
     assert message.startswith("hdfs://cluster/ck/offsets/3: OPEN failed on every NameNode")
     assert dead in message and "ConnectionError" in message
     assert standby_namenode in message and "StandbyException" in message
+
+
+@pytest.mark.parametrize("url", ["s3a://", "s3://", "gs://", "gs:///ck", "abfs://", "az:///x"])
+def test_a_url_without_bucket_is_refused_naming_it(url: str) -> None:
+    with pytest.raises(UnsupportedStorageURL, match="names no bucket or container"):
+        open_storage(url)
+
+
+@pytest.mark.parametrize(
+    ("given", "trimmed", "joined"),
+    [
+        ("s3a://b/ck/", "s3a://b/ck", "s3a://b/ck/offsets"),
+        ("s3a://b/ck//", "s3a://b/ck", "s3a://b/ck/offsets"),
+        ("s3a://", "s3a://", "s3a://offsets"),  # never "s3a:", a local directory name
+        ("file:///", "file:///", "file:///offsets"),
+        ("hdfs:///ck/", "hdfs:///ck", "hdfs:///ck/offsets"),
+        ("/", "/", "/offsets"),
+        ("/data/ck/", "/data/ck", "/data/ck/offsets"),
+        ("ck/", "ck", "ck/offsets"),
+    ],
+)
+def test_trim_location_keeps_scheme_and_authority(given: str, trimmed: str, joined: str) -> None:
+    from airflow_sparklag.storage import join, trim_location
+
+    assert trim_location(given) == trimmed
+    assert join(given, "offsets") == joined
