@@ -19,6 +19,8 @@ What it does, in one run:
    - ``ours-boto3``: ``FleetChecker(locations, history=1, max_workers=16).check()``, reads
      through boto3 (``s3_options={"reader": "boto3"}``);
    - ``ours-obstore``: the same with ``{"reader": "obstore"}`` (storage/s3_obstore.py);
+   - ``ours-lean``: the same with ``{"reader": "lean"}`` (storage/s3_lean.py: urllib3 and
+     SigV4 signing of our own, the listing walked only up to ``offsets/``);
    - ``before-boto3`` / ``before-obstore``: the same two with the package from
      ``--before-tree`` (a copy of the code before a change), for before/after in one run;
    - ``naive``: fleet_bench's baseline with the same 16 threads: list every object under the
@@ -54,13 +56,21 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fleet_bench import _CountingAdmin, _Meter, measure_baseline
+from fleet_bench import _client_cpu, _CountingAdmin, _Meter, measure_baseline
 from fleet_common import job_files, load_template
 
 _CODE_ENV = "SPARKLAG_BENCH_CODE"
 JOBS_PER_BUCKET = 100
 THREADS = 16
-METHODS = ("ours-boto3", "ours-obstore", "naive", "before-boto3", "before-obstore")
+METHODS = (
+    "ours-boto3",
+    "ours-obstore",
+    "ours-lean",
+    "naive",
+    "before-boto3",
+    "before-obstore",
+    "before-lean",
+)
 
 
 def _s3_stats(manifest: dict[str, Any]) -> dict[str, int]:
@@ -88,7 +98,19 @@ def measure_ours(
     meter = _Meter(manifest)
     before = _s3_stats(manifest)
     profiler = cProfile.Profile() if profile else None
+    # The reading phase ends before the judging starts: the client CPU and wall at that point
+    # split the check in two (read: storage and checkpoint parsing; judge: Kafka + verdicts).
+    read_states = checker.read_states
+    phase: dict[str, float] = {}
+
+    def timed_read_states(progress: Any = None) -> Any:
+        found = read_states(progress)
+        phase.update(cpu=_client_cpu(), wall=time.perf_counter())
+        return found
+
+    checker.read_states = timed_read_states  # type: ignore[method-assign]
     meter.start()
+    started = (_client_cpu(), time.perf_counter())
     if profiler:
         profiler.enable()
     results = checker.check()
@@ -107,6 +129,8 @@ def measure_ours(
     )
     return {
         **measured,
+        "read_cpu_seconds": phase["cpu"] - started[0],
+        "read_seconds": phase["wall"] - started[1],
         "s3_requests": _s3_requests(before, after),
         "kafka_requests": sum(kafka_calls.values()),
         "total_lag": sum(r.report.total_lag for r in results if r.report),
@@ -252,20 +276,36 @@ def setup(args: argparse.Namespace, workdir: Path) -> tuple[Path, list[Any]]:
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
-    print(
-        "\n| N | method | wall s | client CPU s | CPU ms per job | S3 requests | Kafka requests "
-        "| S3 server CPU s | broker CPU s | total lag | answers | x faster than naive |"
+    header = (
+        "N | run | method | wall s | client CPU s | CPU ms per job | of which reading s | "
+        "S3 requests | Kafka requests | S3 server CPU s | broker CPU s | total lag | answers | "
+        "x faster than naive (same run)"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    naive = {r["size"]: r["seconds"] for r in rows if r["method"] == "naive"}
+    print(f"\n| {header} |")
+    print("|---" * (header.count("|") + 1) + "|")
+    # each run's own naive measurement (the machine's load moves between runs)
+    naive = {(r["size"], r.get("run")): r["seconds"] for r in rows if r["method"] == "naive"}
     for r in rows:
-        ratio = naive.get(r["size"], 0) / r["seconds"] if r["method"] != "naive" else 1.0
-        print(
-            f"| {r['size']:,} | {r['method']} | {r['seconds']:.2f} | {r['cpu_seconds']:.2f} | "
-            f"{r['cpu_ms_per_job']:.2f} | {r['s3_requests']:,} | {r['kafka_requests']:,} | "
-            f"{r['s3_server_cpu_seconds']:.2f} | {r['kafka_server_cpu_seconds']:.2f} | "
-            f"{r['total_lag']:,} | {r.get('answers_digest', '-')} | {ratio:.1f}x |"
-        )
+        baseline = naive.get((r["size"], r.get("run")), 0)
+        ratio = baseline / r["seconds"] if r["method"] != "naive" else 1.0
+        reading = r.get("read_cpu_seconds")
+        cells = [
+            f"{r['size']:,}",
+            str(r.get("run", "-")),
+            r["method"],
+            f"{r['seconds']:.2f}",
+            f"{r['cpu_seconds']:.2f}",
+            f"{r['cpu_ms_per_job']:.2f}",
+            "-" if reading is None else f"{reading:.2f}",
+            f"{r['s3_requests']:,}",
+            f"{r['kafka_requests']:,}",
+            f"{r['s3_server_cpu_seconds']:.2f}",
+            f"{r['kafka_server_cpu_seconds']:.2f}",
+            f"{r['total_lag']:,}",
+            r.get("answers_digest", "-"),
+            f"{ratio:.1f}x",
+        ]
+        print("| " + " | ".join(cells) + " |")
 
 
 def run_benchmark(args: argparse.Namespace) -> None:
@@ -276,11 +316,12 @@ def run_benchmark(args: argparse.Namespace) -> None:
     rows: list[dict[str, Any]] = []
     try:
         for size in args.sizes:
-            for _ in range(args.runs):
+            for run in range(args.runs):
                 for method in args.methods:
                     row = subprocess_measure(
                         manifest, method, size, args.profile, args.py_spy, args.before_tree
                     )
+                    row["run"] = run + 1
                     print(json.dumps(row), flush=True)
                     rows.append(row)
     finally:

@@ -56,9 +56,10 @@ _LISTING_MEMBERS = ("IsTruncated", "KeyCount", "Name")
 FIRST_PAGE_KEYS = 320
 MAX_POOL_CONNECTIONS = 32  # botocore's default is 10
 # Who sends a fleet check's reads (list_checkpoint, read): boto3, obstore (Rust; see
-# s3_obstore), or "auto": obstore when it is installed and no ready boto3 client was handed in
-# (a handed-in client, the Airflow hook's, keeps every request on that client).
-READERS = ("boto3", "obstore", "auto")
+# s3_obstore), lean (plain sockets + our own SigV4 signing; see s3_lean), or "auto": obstore when it
+# is installed and no ready boto3 client was handed in (a handed-in client, the Airflow hook's,
+# keeps every request on that client).
+READERS = ("boto3", "obstore", "lean", "auto")
 # Servers that do not know conditional writes answer one of these to If-None-Match.
 _CONDITIONAL_WRITE_UNSUPPORTED = frozenset({"NotImplemented", "501", "InvalidArgument"})
 
@@ -221,8 +222,10 @@ class S3Storage:
 
     def prepare(self) -> None:
         """Build the clients now (the session does, under its lock, so that threads arriving
-        together share them)."""
-        _ = self.client
+        together share them). The lean reader with its own keys and endpoint needs no boto3
+        client: it is built when a write, HEAD or delimiter listing first needs it."""
+        if self.reader != "lean" or self._lean_settings() is None:
+            _ = self.client
         self._obstore()
 
     def _obstore(self) -> Any:
@@ -235,9 +238,48 @@ class S3Storage:
                 fast = self._fast
         return fast or None
 
+    def _lean_settings(self) -> tuple[Any, str | None, str | None] | None:
+        """(credentials, region, endpoint) of the lean reader when the options give static
+        keys and an endpoint (no boto3 needed); None: take them from the boto3 client."""
+        options = self._client_options
+        key, secret = options["aws_access_key_id"], options["aws_secret_access_key"]
+        if not self._client_options_only or not options["endpoint_url"] or not key or not secret:
+            return None
+        from airflow_sparklag.storage.s3_lean import StaticCredentials
+
+        credentials = StaticCredentials(key, secret, options["aws_session_token"])
+        return credentials, options["region_name"], options["endpoint_url"]
+
+    def _build_lean(self) -> Any:
+        from airflow_sparklag.storage.s3_lean import LeanReader
+
+        settings = self._lean_settings()
+        if settings is None:
+            client = self.client  # the default chain, an assumed role, the hook's client
+            credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
+            if credentials is None:
+                return None  # boto3 reports NoCredentials as usual
+            region = client.meta.region_name
+            endpoint = client.meta.endpoint_url
+            if endpoint in (f"https://s3.{region}.amazonaws.com", "https://s3.amazonaws.com"):
+                endpoint = None  # AWS itself: virtual-hosted addressing, as botocore
+            settings = credentials, region, endpoint
+        credentials, region, endpoint = settings
+        return LeanReader(
+            credentials=credentials,
+            region=region,
+            endpoint_url=endpoint,
+            connect_timeout=float(self._config["connect_timeout"]),
+            read_timeout=float(self._config["read_timeout"]),
+            max_attempts=int(self._config["retries"]["total_max_attempts"]),
+            secrets=self._secrets(),
+        )
+
     def _build_obstore(self) -> Any:
         from airflow_sparklag.storage.s3_obstore import ObstoreReader, obstore_available
 
+        if self.reader == "lean":
+            return self._build_lean()
         wanted = self.reader == "obstore" or (
             self.reader == "auto" and self._client_options_only and obstore_available()
         )
@@ -305,6 +347,10 @@ class S3Storage:
         bucket, key = split_s3_url(location)
         root = key.rstrip("/") + "/" if key.rstrip("/") else ""
         fast = self._obstore()
+        if fast is not None and self.reader == "lean":
+            listed, sent = fast.list_checkpoint(location, bucket, root, first_page)
+            self.requests.add("list", sent)
+            return listed
         if fast is not None:  # pages of 1,000 keys, parsed in Rust: first_page does not apply
             self.requests.add("list")
             listed = fast.list_checkpoint(location, bucket, root)
@@ -498,12 +544,14 @@ class S3Storage:
             raise StorageError(
                 f"{path}: {action} failed: {endpoint} did not answer like S3 (the answer "
                 f"could not be read: {type(exc).__name__}: {self._scrubbed(exc)[:200]}); check "
-                "endpoint_url and any proxy in between"
+                "the S3 endpoint (--s3-endpoint-url, the connection's endpoint_url) and any proxy "
+                "in between"
             ) from None  # the original may quote a credential (a refused header value)
         except NoCredentialsError as exc:
             raise StorageAccessDenied(
-                f"{path}: no AWS credentials found ({action}); pass aws_access_key_id and "
-                "aws_secret_access_key in s3_options or configure the default credential chain"
+                f"{path}: no AWS credentials found ({action}); give them in the aws connection, or "
+                "in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or an AWS profile (the default "
+                "credential chain)"
             ) from exc
         except BotoCoreError as exc:  # connection refused, timeouts, bad endpoint
             raise StorageError(
@@ -515,7 +563,8 @@ class S3Storage:
             raise StorageError(
                 f"{path}: {action} failed: {endpoint} did not answer like S3 (HTTP "
                 f"{_status(response)}, {_content_type(response)}, no ListObjectsV2 result); "
-                "check endpoint_url: a web page, a login portal or a proxy answered"
+                "check the S3 endpoint (--s3-endpoint-url, the connection's endpoint_url): a web "
+                "page, a login portal or a proxy answered"
             )
         return response
 
@@ -577,8 +626,8 @@ def _not_s3_error(response: Mapping[str, Any], action: str) -> str:
         return ""
     return (
         f"did not answer like S3 (HTTP {_status(response)}, {_content_type(response)}: not "
-        "S3's XML, or cut short); check endpoint_url: a web page, a login portal or a proxy "
-        "answered"
+        "S3's XML, or cut short); check the S3 endpoint (--s3-endpoint-url, the connection's "
+        "endpoint_url): a web page, a login portal or a proxy answered"
     )
 
 

@@ -142,7 +142,8 @@ def test_auto_keeps_a_handed_in_client_and_the_session_uses_obstore(endpoint: st
         assert s.storage_requests == 2
 
 
-def test_assumed_role_credentials_sign_every_obstore_request() -> None:
+@pytest.mark.parametrize("reader", ["obstore", "lean"])
+def test_assumed_role_credentials_sign_every_fast_reader_request(reader: str) -> None:
     """Credentials come from the boto3 client: a role assumed through (moto's) STS, refreshed
     by botocore. The light S3 server records each request's access key id."""
     import boto3
@@ -180,7 +181,7 @@ def test_assumed_role_credentials_sign_every_obstore_request() -> None:
         client.create_bucket(Bucket=BUCKET)
         for name in ("offsets/0", "commits/0", "metadata"):
             client.put_object(Bucket=BUCKET, Key=f"ck/{name}", Body=b"x")
-        storage = S3Storage(client=client, reader="obstore")
+        storage = S3Storage(client=client, reader=reader)
         assert [o.name for o in storage.list_checkpoint(f"s3a://{BUCKET}/ck")["offsets"]] == ["0"]
         assert storage.read(f"s3a://{BUCKET}/ck/metadata") == b"x"
         stats = light.RequestHandlerClass.store.stats  # type: ignore[attr-defined]
