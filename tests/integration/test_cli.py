@@ -207,7 +207,8 @@ def remote(spark, kafka, s3, hdfs):  # type: ignore[no-untyped-def]
     return {"topic": topic, "urls": urls}
 
 
-def test_status_on_s3_and_hdfs(remote, kafka, s3, hdfs, monkeypatch):
+@pytest.mark.parametrize("reader", [[], ["--s3-reader", "lean"]], ids=["boto3", "lean"])
+def test_status_on_s3_and_hdfs(remote, kafka, s3, hdfs, monkeypatch, reader):
     options = s3.options
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["aws_access_key_id"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["aws_secret_access_key"])
@@ -226,6 +227,7 @@ def test_status_on_s3_and_hdfs(remote, kafka, s3, hdfs, monkeypatch):
             "--webhdfs-url",
             hdfs.webhdfs_url,
             "--json",
+            *reader,
         ],
         capture_output=True,
         text=True,
