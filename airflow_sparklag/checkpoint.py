@@ -28,7 +28,7 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     UnsupportedCheckpointVersion,
 )
-from airflow_sparklag.storage import ObjectInfo, Storage, join
+from airflow_sparklag.storage import ObjectInfo, Storage, join, trim_location
 
 __all__ = [
     "BatchOffsets",
@@ -460,7 +460,7 @@ class CheckpointReader:
 
     def __init__(self, storage: Storage, location: str, *, query_id: bool = True) -> None:
         self.storage = storage
-        self.location = location.rstrip("/") or location
+        self.location = trim_location(location)
         self.wants_query_id = query_id
         self._offsets_cache: dict[int, tuple[ObjectInfo, BatchOffsets]] = {}
         self._metadata_read = False

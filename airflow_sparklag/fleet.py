@@ -31,7 +31,7 @@ from airflow_sparklag.monitor import (
     read_states,
 )
 from airflow_sparklag.session import Session
-from airflow_sparklag.storage import Children, join
+from airflow_sparklag.storage import Children, join, trim_location
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
@@ -74,7 +74,7 @@ def discover_checkpoints(
     if storage is None:
         storage = (session or Session()).storage(prefix)
     backend = storage
-    root = prefix.rstrip("/") or prefix
+    root = trim_location(prefix)
     found: list[str] = []
     level = [root]
     with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
@@ -145,7 +145,7 @@ class FleetChecker:
         self.max_depth = max_depth
         self.rediscover_seconds = rediscover_seconds
         self.query_ids = query_ids
-        self._given = list(dict.fromkeys(loc.rstrip("/") or loc for loc in locations))
+        self._given = list(dict.fromkeys(trim_location(loc) for loc in locations))
         self._locations: list[str] = list(self._given)
         self._discovered_at: float | None = None
         self.polls = 0

@@ -433,8 +433,9 @@ def _scan_locations(
 ) -> list[str]:
     """The given locations, then the checkpoints discovered under each prefix; no duplicates."""
     from airflow_sparklag.fleet import discover_checkpoints
+    from airflow_sparklag.storage import trim_location
 
-    found = [loc.rstrip("/") or loc for loc in locations]
+    found = [trim_location(loc) for loc in locations]
     prefixes = [prefix] if isinstance(prefix, str) else list(prefix or ())
     for root in prefixes:
         found.extend(discover_checkpoints(root, session=session, max_depth=max_depth))

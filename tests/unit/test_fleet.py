@@ -218,3 +218,13 @@ def test_rediscovery_picks_up_new_and_drops_deleted_jobs(tree: Path) -> None:
 def test_needs_locations_or_prefix() -> None:
     with pytest.raises(ValueError, match="locations or a prefix"):
         FleetChecker(kafka_config=KAFKA)
+
+
+def test_a_bare_scheme_stays_a_url_in_a_fleet() -> None:
+    """'s3a://' is not trimmed to 's3a:' (a local directory): its check fails naming it."""
+    checker = FleetChecker(["s3a://", "s3a://b/ck/"], kafka_config={"bootstrap.servers": "x:1"})
+    assert checker.locations == ["s3a://", "s3a://b/ck"]
+    checker = FleetChecker(["s3a://"], kafka_config={"bootstrap.servers": "x:1"})
+    states, failures = checker.read_states()
+    assert "s3a://" not in states
+    assert "names no bucket or container" in str(failures["s3a://"].error)
