@@ -1,18 +1,23 @@
 """The Spark fleet scan against the CLI on the same fleet, in one run (issue 14).
 
-    .venv/bin/python benchmarks/spark_scan_bench.py --jobs 200 [1000 ...] [--s3-server moto]
-        [--runs 1] [--batches 10] [--topics 20] [--partitions 32] [--master local[2]]
+    .venv/bin/python benchmarks/spark_scan_bench.py --jobs 200 [1000 ...]
+        [--s3-server light|moto|s3rver] [--runs 1] [--batches 10] [--topics 20]
+        [--partitions 32] [--master local[2]] [--cli-timeout 1800] [--no-cli]
 
 What it does:
 
-1. starts the test bed's Kafka broker and an S3 server (moto, the tests' server and the one
-   the 349 s DAG run used, or s3rver: about half moto's CPU per request, and its LIST cost
-   does not grow with the bucket), each its own process;
+1. starts the test bed's Kafka broker and an S3 server, each its own process: by default
+   the light in-memory server of the benchmarks (``testbed/light_s3.py``: ~0.1-0.5 ms of
+   server CPU per request, a LIST costs the same in a bucket of 100 or 220,000 keys, and it
+   counts requests), the only one of the three on which 10,000 jobs are measurable here;
+   or moto (the tests' server and the one the 349 s DAG run used) or s3rver;
 2. creates topics and, for each N, clones a real Spark checkpoint (--template, default
    tests/data/checkpoints/ck43) into N jobs under ``s3a://scan-<N>-<b>/checkpoints/`` (buckets
    of --jobs-per-bucket jobs, one --prefix each; by default one bucket per N), --batches
    retained batches each, varied lag. moto's and s3rver's LIST cost grows with the bucket
-   (a job's LIST took 2.9 s on s3rver with 10,000 jobs in its bucket), S3's does not;
+   (a job's LIST took 2.9 s on s3rver with 10,000 jobs in its bucket), S3's and the light
+   server's do not. The light server is loaded straight through its bulk endpoint (no
+   per-object PUT), as ``latency_bench.py`` does;
 3. for each N, in this order, each as its own process and timed from outside (wall):
    (a) ``sparklag status --prefix s3a://scan-<N>-0/checkpoints ... --json`` (the CLI);
    (b) Spark start-up alone: ``spark-submit`` of a script that starts a SparkSession and
@@ -22,7 +27,9 @@ What it does:
        (``--format json`` so that this script reads the result without pyarrow);
 4. checks that (c) gives every job the CLI's verdict and total lag, and prints the ratio
    scan / (CLI + start-up), the scan's own phase timings (its JSON summary) and the servers'
-   CPU. With several sizes it prints time(N) / time(smallest N).
+   CPU (and, on the light server, the S3 requests of each side). With several sizes it
+   prints time(N) / time(smallest N), the scan's phases, its time per job, and the CLI's
+   time (or how long it was let run: ``--cli-timeout``).
 
 One JSON line per measurement, then a summary. Not part of the test suite. Credentials reach
 both the CLI and spark-submit through the AWS environment variables, as in a deployment.
@@ -68,8 +75,10 @@ def load_average() -> str:
 def start_servers(args: argparse.Namespace, workdir: Path) -> tuple[Any, Any]:
     from testbed.kafka_broker import KafkaBroker
 
-    if args.s3_server == "s3rver":
-        from testbed.s3rver_server import S3rverServer as S3Server
+    if args.s3_server == "light":
+        from testbed.light_s3 import LightS3Server as S3Server
+    elif args.s3_server == "s3rver":
+        from testbed.s3rver_server import S3rverServer as S3Server  # type: ignore[assignment]
     else:
         from testbed.s3_server import S3Server  # type: ignore[assignment]
 
@@ -94,14 +103,11 @@ def build_fleets(args: argparse.Namespace, kafka: Any, s3: Any) -> dict[int, dic
         kafka.produce(topic, args.partitions * 20)
     ends = {topic: kafka.end_offsets(topic) for topic in topics}
     template = load_template(Path(args.template))
-    client = s3.client()
     fleets: dict[int, dict[str, Any]] = {}
     for size in args.jobs:
         started = time.monotonic()
         per_bucket = args.jobs_per_bucket or size
         buckets = [f"scan-{size}-{b}" for b in range((size + per_bucket - 1) // per_bucket)]
-        for bucket in buckets:
-            client.create_bucket(Bucket=bucket)
         rng = random.Random(size)
         objects: list[tuple[str, str, bytes]] = []
         for i in range(size):
@@ -112,12 +118,29 @@ def build_fleets(args: argparse.Namespace, kafka: Any, s3: Any) -> dict[int, dic
                 template, topic, ends[topic], batches=args.batches, state_objects=0, rng=rng
             )
             objects.extend((bucket, f"{prefix}/{rel}", body) for rel, body in files.items())
-        upload_s3(client, objects)
+        load_objects(s3, buckets, objects)
         seconds = time.monotonic() - started
         print(f"# fleet {size}: {len(objects)} objects in {seconds:.0f} s", file=sys.stderr)
         prefixes = [f"s3a://{bucket}/checkpoints" for bucket in buckets]
         fleets[size] = {"prefixes": prefixes, "objects": len(objects)}
     return fleets
+
+
+def load_objects(s3: Any, buckets: list[str], objects: list[tuple[str, str, bytes]]) -> None:
+    """Into the light server straight through its bulk endpoint (no per-object PUT, as
+    latency_bench.py does), else bucket by bucket with PUTs."""
+    if not hasattr(s3, "bulk_load"):
+        client = s3.client()
+        for bucket in buckets:
+            client.create_bucket(Bucket=bucket)
+        upload_s3(client, objects)
+        return
+    per_bucket: dict[str, list[tuple[str, bytes]]] = {bucket: [] for bucket in buckets}
+    for bucket, key, body in objects:
+        per_bucket[bucket].append((key, body))
+    for bucket, items in per_bucket.items():
+        for start in range(0, len(items), 50_000):  # requests of ~40 MB at most
+            s3.bulk_load(bucket, items[start : start + 50_000])
 
 
 def aws_env(s3: Any) -> dict[str, str]:
@@ -135,17 +158,37 @@ def aws_env(s3: Any) -> dict[str, str]:
 # -- the three measurements ------------------------------------------------------------------
 
 
-def timed(command: list[str], env: dict[str, str], log: Path, pids: dict[str, Any]) -> dict:
-    """Run ``command`` to its end; wall seconds, its stdout, and the servers' CPU meanwhile."""
+def timed(
+    command: list[str], ctx: dict, log: str, env: dict | None = None, timeout: float = 7200
+) -> dict:
+    """Run ``command`` to its end (or ``timeout``: then ``timed_out`` and no stdout); wall
+    seconds, its stdout, the servers' CPU meanwhile and, on the light server, the S3 requests
+    (every client's, counted by the server: discovery included)."""
+    pids, stats = ctx["pids"], ctx["s3_stats"]
     before = {name: group_cpu(pid) for name, pid in pids.items()}
+    requests_before = stats() if stats else {}
     started = time.perf_counter()
-    with open(log, "w") as errors:
-        done = subprocess.run(
-            command, env=env, stdout=subprocess.PIPE, stderr=errors, text=True, timeout=7200
+    with open(ctx["workdir"] / log, "w") as errors:
+        try:
+            done = subprocess.run(
+                command,
+                env=env or ctx["env"],
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                text=True,
+                timeout=timeout,
+            )
+            row: dict[str, Any] = {"returncode": done.returncode, "stdout": done.stdout}
+        except subprocess.TimeoutExpired:  # subprocess.run killed it
+            row = {"returncode": None, "stdout": "", "timed_out": timeout}
+    row["seconds"] = time.perf_counter() - started
+    row.update({f"{name}_cpu_seconds": group_cpu(pid) - before[name] for name, pid in pids.items()})
+    if stats:
+        after = stats()
+        row["s3_requests"] = sum(
+            n - requests_before.get(op, 0) for op, n in after.items() if op.startswith("op:")
         )
-    seconds = time.perf_counter() - started
-    cpu = {f"{name}_cpu_seconds": group_cpu(pid) - before[name] for name, pid in pids.items()}
-    return {"seconds": seconds, "returncode": done.returncode, "stdout": done.stdout, **cpu}
+    return row
 
 
 def spark_submit() -> str:
@@ -175,7 +218,8 @@ def prefix_args(fleet: dict) -> list[str]:
     return [arg for prefix in fleet["prefixes"] for arg in ("--prefix", prefix)]
 
 
-def run_cli(fleet: dict, ctx: dict) -> tuple[dict, dict[str, tuple]]:
+def run_cli(fleet: dict, ctx: dict) -> tuple[dict, dict[str, tuple] | None]:
+    """The CLI's run and its verdicts; ``None`` verdicts when it ran past ``--cli-timeout``."""
     command = [
         str(VENV_BIN / "sparklag"),
         "status",
@@ -187,7 +231,10 @@ def run_cli(fleet: dict, ctx: dict) -> tuple[dict, dict[str, tuple]]:
         "--json",
         "--no-progress",
     ]
-    row = timed(command, ctx["env"], ctx["workdir"] / "cli.log", ctx["pids"])
+    row = timed(command, ctx, "cli.log", timeout=ctx["cli_timeout"])
+    if row.get("timed_out"):
+        row.pop("stdout")
+        return row, None
     if row["returncode"] not in (0, 1, 2, 3, 4):
         raise RuntimeError(f"CLI failed ({row['returncode']}): {row['stdout'][-2000:]}")
     document = json.loads(row.pop("stdout"))
@@ -202,7 +249,7 @@ def run_startup(ctx: dict) -> dict:
     script = ctx["workdir"] / "startup.py"
     script.write_text(STARTUP_SCRIPT)
     command = [*spark_submit_args(ctx["master"], "sparklag-startup"), str(script)]
-    row = timed(command, ctx["env"], ctx["workdir"] / "startup.log", ctx["pids"])
+    row = timed(command, ctx, "startup.log")
     row.pop("stdout")
     if row["returncode"] != 0:
         raise RuntimeError(f"spark start-up failed: see {ctx['workdir'] / 'startup.log'}")
@@ -235,7 +282,7 @@ def run_scan(fleet: dict, ctx: dict, package: Path | None = None) -> tuple[dict,
         *ctx["scan_args"],
     ]
     log = ctx["workdir"] / "scan.log"
-    row = timed(command, env, log, ctx["pids"])
+    row = timed(command, ctx, log.name, env=env)
     if row["returncode"] != 0:
         # Python's traceback, without Spark's INFO/WARN lines (the shutdown alone fills a page)
         lines = [x for x in log.read_text().splitlines() if " INFO " not in x and " WARN " not in x]
@@ -266,21 +313,26 @@ def differences(cli: dict[str, tuple], scan: dict[str, tuple]) -> list[str]:
 def measure_size(size: int, fleet: dict, ctx: dict) -> dict[str, Any]:
     load = load_average()
     startup = run_startup(ctx)
-    cli, cli_verdicts = run_cli(fleet, ctx)
+    cli, cli_verdicts = run_cli(fleet, ctx) if ctx["cli"] else ({"skipped": True}, None)
     scan, scan_verdicts = run_scan(fleet, ctx)
-    wrong = differences(cli_verdicts, scan_verdicts)
+    # against the CLI's answers; without them (not run, or past --cli-timeout), the baseline
+    # scan's and this scan's answers against each other
+    reference = cli_verdicts
+    wrong = differences(reference, scan_verdicts) if reference is not None else []
     if ctx["baseline"] is not None:
         baseline, baseline_verdicts = run_scan(fleet, ctx, ctx["baseline"])
-        wrong += differences(cli_verdicts, baseline_verdicts)
+        wrong += differences(reference or scan_verdicts, baseline_verdicts)
         scan["baseline"] = baseline
+        reference = reference or baseline_verdicts
+    finished = "seconds" in cli and not cli.get("timed_out") and not cli.get("skipped")
     row = {
         "jobs": size,
         "objects": fleet["objects"],
         "cli": cli,
         "startup": startup,
         "scan": scan,
-        "ratio": scan["seconds"] / (cli["seconds"] + startup["seconds"]),
-        "same_verdicts": not wrong,
+        "ratio": scan["seconds"] / (cli["seconds"] + startup["seconds"]) if finished else None,
+        "same_verdicts": not wrong if reference is not None else None,
         "differences": wrong[:5],
         "health": dict(sorted(_count(v[0] for v in scan_verdicts.values()).items())),
         "load_before": load,
@@ -297,30 +349,62 @@ def _count(values: Any) -> dict[str, int]:
     return counts
 
 
+PHASES = ("discover", "spark_start", "read", "kafka", "judge_and_write")
+
+
+def _median(values: Any) -> float:
+    return statistics.median(list(values))
+
+
+def _scan_line(label: str, size: int, scans: list[dict]) -> str:
+    """One scan's medians: wall (and per job), in Spark, each phase, storage requests."""
+    wall = _median(s["seconds"] for s in scans)
+    inner = _median(s["summary"]["seconds"] for s in scans)
+    timings = [s["summary"]["timings"] for s in scans]
+    phases = ", ".join(
+        f"{phase} {_median(t.get(phase + '_seconds', 0.0) for t in timings):.1f}"
+        for phase in PHASES
+    )
+    requests = _median(s["summary"]["storage_requests"] for s in scans)
+    served = (
+        f", S3 requests served {_median(s['s3_requests'] for s in scans):.0f}"
+        if "s3_requests" in scans[0]
+        else ""
+    )
+    return (
+        f"N={size} {label}: wall {wall:.1f} s ({1000 * wall / size:.1f} ms per job), in Spark "
+        f"{inner:.1f} s; phases s: {phases}; read requests {requests:.0f}{served}"
+    )
+
+
+def _cli_text(runs: list[dict]) -> str:
+    cli = runs[0]["cli"]
+    if cli.get("skipped"):
+        return "CLI not run (--no-cli)"
+    if cli.get("timed_out"):
+        return f"CLI did not finish in {cli['timed_out']:.0f} s (killed)"
+    seconds = _median(r["cli"]["seconds"] for r in runs)
+    served = f", {runs[0]['cli']['s3_requests']} S3 requests" if "s3_requests" in cli else ""
+    return f"CLI {seconds:.1f} s{served}"
+
+
 def print_summary(rows: dict[int, list[dict[str, Any]]]) -> None:
     print("\n# summary (medians over runs)")
-    first: float | None = None
     smallest = min(rows)
+    first = _median(r["scan"]["seconds"] for r in rows[smallest])
     for size, runs in rows.items():
-        cli = statistics.median(r["cli"]["seconds"] for r in runs)
-        startup = statistics.median(r["startup"]["seconds"] for r in runs)
-        scan = statistics.median(r["scan"]["seconds"] for r in runs)
-        inner = statistics.median(r["scan"]["summary"]["seconds"] for r in runs)
-        same = all(r["same_verdicts"] for r in runs)
-        if "baseline" in runs[0]["scan"]:
-            before = statistics.median(r["scan"]["baseline"]["seconds"] for r in runs)
-            print(
-                f"N={size}: baseline package scan {before:.1f} s, "
-                f"scan / (CLI + start-up) = {before / (cli + startup):.2f}"
-            )
-        if size == smallest:
-            first = scan
-        scale = f", scan time / N={smallest}: {scan / first:.2f}" if first else ""
+        scans = [r["scan"] for r in runs]
+        print(_scan_line("scan", size, scans))
+        if "baseline" in scans[0]:
+            print(_scan_line("baseline scan", size, [s["baseline"] for s in scans]))
+        startup = _median(r["startup"]["seconds"] for r in runs)
+        ratios = [r["ratio"] for r in runs if r["ratio"] is not None]
+        ratio = f"scan / (CLI + start-up) = {_median(ratios):.2f}; " if ratios else ""
+        scan = _median(s["seconds"] for s in scans)
         print(
-            f"N={size}: CLI {cli:.1f} s, Spark start-up {startup:.1f} s, "
-            f"scan {scan:.1f} s (in Spark {inner:.1f} s); "
-            f"scan / (CLI + start-up) = {scan / (cli + startup):.2f}; "
-            f"same verdicts and lag as the CLI: {same}{scale}"
+            f"N={size}: {_cli_text(runs)}, Spark start-up {startup:.1f} s; {ratio}"
+            f"same verdicts and lag: {[r['same_verdicts'] for r in runs]}; "
+            f"scan time / N={smallest}: {scan / first:.2f} ({size / smallest:.0f}x the jobs)"
         )
 
 
@@ -328,7 +412,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Spark fleet scan vs the CLI, same fleet")
     parser.add_argument("--jobs", type=int, nargs="+", default=[200])
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--s3-server", choices=["moto", "s3rver"], default="moto")
+    parser.add_argument(
+        "--s3-server",
+        choices=["light", "moto", "s3rver"],
+        default="light",
+        help="light (default: testbed/light_s3.py, the only one here that serves 10,000 jobs "
+        "in reasonable time), moto (the tests' server) or s3rver",
+    )
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--partitions", type=int, default=32)
     parser.add_argument("--batches", type=int, default=10, help="retained batches per job")
@@ -349,6 +439,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a directory with another airflow_sparklag (e.g. the previous spark_scan.py): its "
         "scan runs right after this one on the same fleet, for a same-load comparison",
     )
+    parser.add_argument(
+        "--cli-timeout",
+        type=float,
+        default=1800,
+        help="seconds the CLI may run before it is killed and reported as not finished",
+    )
+    parser.add_argument("--no-cli", action="store_true", help="time only start-up and scan")
     parser.add_argument("--keep-workdir", action="store_true")
     return parser
 
@@ -368,6 +465,9 @@ def main() -> None:
             "scan_args": args.scan_arg,
             "baseline": Path(args.baseline_package) if args.baseline_package else None,
             "pids": {"s3": s3.process.pid, "kafka": kafka.process.pid},
+            "s3_stats": getattr(s3, "stats", None),
+            "cli": not args.no_cli,
+            "cli_timeout": args.cli_timeout,
         }
         rows = {
             size: [measure_size(size, fleets[size], ctx) for _ in range(args.runs)]
