@@ -28,7 +28,13 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     UnsupportedCheckpointVersion,
 )
-from airflow_sparklag.storage import ObjectInfo, Storage, join, trim_location
+from airflow_sparklag.storage import (
+    ObjectInfo,
+    Storage,
+    join,
+    refuse_bucketless,
+    trim_location,
+)
 
 __all__ = [
     "BatchOffsets",
@@ -460,6 +466,7 @@ class CheckpointReader:
 
     def __init__(self, storage: Storage, location: str, *, query_id: bool = True) -> None:
         self.storage = storage
+        refuse_bucketless(location)
         self.location = trim_location(location)
         self.wants_query_id = query_id
         self._offsets_cache: dict[int, tuple[ObjectInfo, BatchOffsets]] = {}

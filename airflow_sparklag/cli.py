@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -811,8 +812,8 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every outcome is an exit code and at most a line on stderr."""
-    _quiet_client_logs()
     secrets: list[str] = []
+    _quiet_client_logs(secrets)
     with _no_tracebacks(secrets) as outcome:
         args = build_parser().parse_args(argv)
         args.secrets = secrets
@@ -820,9 +821,11 @@ def main(argv: list[str] | None = None) -> int:
     return outcome.code
 
 
-def _quiet_client_logs() -> None:
+def _quiet_client_logs(secrets: list[str]) -> None:
     """librdkafka reports every refused connection as a log line; the command's own message
-    says what failed, once. (Python's last-resort handler would print them all to stderr.)"""
+    says what failed, once. Other libraries' warnings (gcsfs "out of retries", ...) are one
+    scrubbed line each on stderr, never their traceback: Python's last-resort handler would
+    print both. ``SPARKLAG_DEBUG=1`` leaves logging as Python has it."""
     import logging
 
     if os.environ.get("SPARKLAG_DEBUG"):
@@ -830,6 +833,30 @@ def _quiet_client_logs() -> None:
     chatter = logging.getLogger("airflow_sparklag.kafka.librdkafka")
     chatter.addHandler(logging.NullHandler())
     chatter.propagate = False
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)
+        handler.setFormatter(_OneLine(secrets))
+        root.addHandler(handler)
+
+
+class _OneLine(logging.Formatter):
+    """A log record as ``sparklag: warning from <logger>: <message>``, scrubbed, one line."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__()
+        self.secrets = secrets  # main()'s list: secrets found later are scrubbed too
+
+    def format(self, record: logging.LogRecord) -> str:
+        from airflow_sparklag.redact import scrub
+
+        try:
+            message = record.getMessage()
+        except Exception:  # a library's bad format string: its template, not a crash
+            message = str(record.msg)
+        line = " ".join(scrub(message, self.secrets).split())[:300]
+        return f"sparklag: {record.levelname.lower()} from {record.name}: {line}"
 
 
 class _Outcome:

@@ -31,7 +31,7 @@ from airflow_sparklag.monitor import (
     read_states,
 )
 from airflow_sparklag.session import Session
-from airflow_sparklag.storage import Children, join, trim_location
+from airflow_sparklag.storage import Children, join, refuse_bucketless, trim_location
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
@@ -71,6 +71,7 @@ def discover_checkpoints(
     >>> discover_checkpoints("s3a://bucket/checkpoints", session=session)   # doctest: +SKIP
     ['s3a://bucket/checkpoints/team-a/orders', 's3a://bucket/checkpoints/team-b/clicks']
     """
+    refuse_bucketless(prefix)
     if storage is None:
         storage = (session or Session()).storage(prefix)
     backend = storage

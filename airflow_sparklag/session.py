@@ -36,7 +36,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow_sparklag.errors import KafkaError
-from airflow_sparklag.storage import LOCAL_SCHEMES, S3_SCHEMES, Storage, scheme_of, trim_location
+from airflow_sparklag.storage import (
+    LOCAL_SCHEMES,
+    S3_SCHEMES,
+    Storage,
+    refuse_bucketless,
+    scheme_of,
+    trim_location,
+)
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointReader, CheckpointState
@@ -280,6 +287,7 @@ class Session:
         """The reader of ``location``, kept for the session's life (it caches batch files)."""
         from airflow_sparklag.checkpoint import CheckpointReader
 
+        refuse_bucketless(location)
         root = trim_location(location)
         key = (root, query_id)
         with self._lock:

@@ -34,6 +34,7 @@ __all__ = [
     "Storage",
     "join",
     "open_storage",
+    "refuse_bucketless",
     "scheme_of",
     "seconds_option",
     "trim_location",
@@ -279,6 +280,20 @@ def trim_location(location: str) -> str:
     return f"{scheme}://{trimmed}" if trimmed else location
 
 
+def refuse_bucketless(location: str) -> None:
+    """A checkpoint on an object store needs a bucket (container): ``s3a://`` or ``gs:///ck``
+    is :class:`~airflow_sparklag.errors.UnsupportedStorageURL` naming it. (A bare scheme is
+    fine for building that scheme's client, as a connection test does.)"""
+    scheme = scheme_of(location)
+    if scheme in LOCAL_SCHEMES or scheme in HDFS_SCHEMES or urlsplit(location).netloc:
+        return
+    from airflow_sparklag.errors import UnsupportedStorageURL
+
+    raise UnsupportedStorageURL(
+        f"{location!r} names no bucket or container; expected {scheme}://bucket/path/to/checkpoint"
+    )
+
+
 def join(root: str, *parts: str) -> str:
     """Join a checkpoint root (URL or path) and relative parts with ``/``.
 
@@ -318,12 +333,6 @@ def open_storage(
     ``docs/connections.md`` ("Time bounds").
     """
     scheme = scheme_of(url)
-    if scheme not in LOCAL_SCHEMES and scheme not in HDFS_SCHEMES and not urlsplit(url).netloc:
-        from airflow_sparklag.errors import UnsupportedStorageURL
-
-        raise UnsupportedStorageURL(
-            f"{url!r} names no bucket or container; expected {scheme}://bucket/path/to/checkpoint"
-        )
     if scheme in LOCAL_SCHEMES:
         from airflow_sparklag.storage.local import LocalStorage
 

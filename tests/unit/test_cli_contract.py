@@ -127,3 +127,26 @@ def test_userinfo_in_a_location_is_never_printed(tmp_path: Path) -> None:
     )
     assert secret not in proc.stdout + proc.stderr
     assert proc.returncode == 4, proc.stdout + proc.stderr
+
+
+def test_library_warnings_are_one_scrubbed_line_without_traceback() -> None:
+    """gcsfs logs "out of retries" with its traceback; Python's last-resort handler printed all
+    of it. The CLI's handler prints one line, scrubbed with the command's secrets."""
+    script = (
+        "import logging; from airflow_sparklag import cli\n"
+        "secrets = []; cli._quiet_client_logs(secrets); secrets.append('s3cr3t')\n"
+        "try:\n    raise ValueError('inner')\nexcept ValueError:\n"
+        "    logging.getLogger('gcsfs').exception('out of retries: token=%s', 's3cr3t')\n"
+        "logging.getLogger('gcsfs').info('not shown')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=_no_debug()
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["sparklag: error from gcsfs: out of retries: token=***"]
+
+
+def _no_debug() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "SPARKLAG_DEBUG"}

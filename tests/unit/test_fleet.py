@@ -228,3 +228,10 @@ def test_a_bare_scheme_stays_a_url_in_a_fleet() -> None:
     states, failures = checker.read_states()
     assert "s3a://" not in states
     assert "names no bucket or container" in str(failures["s3a://"].error)
+
+
+def test_discovery_under_a_bare_scheme_is_refused_naming_it() -> None:
+    from airflow_sparklag.errors import UnsupportedStorageURL
+
+    with pytest.raises(UnsupportedStorageURL, match="'gs://' names no bucket"):
+        discover_checkpoints("gs://")

@@ -228,8 +228,12 @@ def test_every_namenode_down_or_standby_is_a_storage_error(standby_namenode: str
 
 @pytest.mark.parametrize("url", ["s3a://", "s3://", "gs://", "gs:///ck", "abfs://", "az:///x"])
 def test_a_url_without_bucket_is_refused_naming_it(url: str) -> None:
+    from airflow_sparklag.session import Session
+
     with pytest.raises(UnsupportedStorageURL, match="names no bucket or container"):
-        open_storage(url)
+        Session().reader(url)
+    with pytest.raises(UnsupportedStorageURL, match="names no bucket or container"):
+        CheckpointReader(open_storage("/"), url)
 
 
 @pytest.mark.parametrize(
