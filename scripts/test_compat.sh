@@ -22,7 +22,11 @@ run() {  # run VENV PYTEST-ARGS...: one pytest run, its outcome in $LOGS/VENV.rc
   shift
   started=$(date +%s)
   set +e
-  "$COMPAT/$venv/bin/python" -m pytest -p no:cacheprovider --basetemp "$LOGS/$venv.tmp" "$@" \
+  # The venvs are shared by every checkout (~/.cache): their editable install points at the
+  # tree that built them. PYTHONPATH makes this tree's code win, also in the subprocesses the
+  # tests start (the `sparklag` script, `airflow dags test`).
+  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \
+    "$COMPAT/$venv/bin/python" -m pytest -p no:cacheprovider --basetemp "$LOGS/$venv.tmp" "$@" \
     >"$LOGS/$venv.log" 2>&1
   echo $? >"$LOGS/$venv.rc"
   set -e

@@ -119,6 +119,8 @@ def _contents(block: str) -> tuple[str, str, str, str]:
 
 
 def _timestamp(text: str) -> float:
+    if text.endswith(("Z", "z")):  # S3's "...000Z": Python 3.10's fromisoformat wants +00:00
+        text = text[:-1] + "+00:00"
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:

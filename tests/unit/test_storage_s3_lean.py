@@ -538,3 +538,19 @@ def test_credentials_that_cannot_be_a_header_are_refused_before_sending(
         assert (token or key_id) not in str(raised.value)
     finally:
         scripted.httpd.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("text", "epoch"),
+    [
+        ("2026-11-23T20:47:59.000Z", 1795466879.0),  # S3's form; Python 3.10 refused the Z
+        ("2026-11-23T20:47:59.500+00:00", 1795466879.5),
+        ("2026-11-23T21:47:59+01:00", 1795466879.0),
+    ],
+)
+def test_last_modified_forms_are_read_on_every_python(text: str, epoch: float) -> None:
+    from airflow_sparklag.storage.s3_lean import _timestamp
+
+    assert _timestamp(text) == epoch
+    with pytest.raises(NotS3, match="has no time zone"):
+        _timestamp("2026-11-23T20:47:59")
