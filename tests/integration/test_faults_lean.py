@@ -78,26 +78,3 @@ def test_lean_reset_peer_is_a_storage_error(
     assert isinstance(error, StorageError), error
     assert str(error).startswith(f"{s3_checkpoint}/ck35: list failed after 2 attempt(s)")
     assert elapsed < worst_case_seconds(**BOUNDS)
-
-
-def test_lean_answers_cut_short_are_storage_errors(
-    s3_proxy: Proxy, s3: S3Server, s3_checkpoint: str
-) -> None:
-    storage = _lean(s3_proxy, s3, **BOUNDS)
-    # Headers (~400 bytes) get through; the listing (~4 KB) and the object (64 KiB) do not.
-    with s3_proxy.toxic("limit_data", bytes=1200):
-        _, listing_error = _timed(lambda: CheckpointReader(storage, f"{s3_checkpoint}/ck35").read())
-        _, read_error = _timed(lambda: storage.read(f"{s3_checkpoint}/big"))
-    assert isinstance(listing_error, StorageError), listing_error
-    assert str(listing_error).startswith(f"{s3_checkpoint}/ck35: list failed")
-    assert isinstance(read_error, StorageError), read_error
-    assert str(read_error).startswith(f"{s3_checkpoint}/big: read failed")
-
-
-def test_lean_slow_link_within_the_read_timeout_works(
-    s3_proxy: Proxy, s3: S3Server, s3_checkpoint: str
-) -> None:
-    storage = _lean(s3_proxy, s3, connect_timeout=1.0, read_timeout=1.5, max_attempts=1)
-    with s3_proxy.toxic("latency", latency=400):
-        state = CheckpointReader(storage, f"{s3_checkpoint}/ck35").read(history=1)
-    assert state.committed_batch_id == 6
