@@ -104,6 +104,17 @@ def moto_in_thread() -> Iterator[str]:
         server.stop()
 
 
+def checkpoint_files(root: Path, *samples: str) -> list[tuple[str, bytes]]:
+    """(key, body) of every file of the sample checkpoints under ``root``, keyed
+    ``<sample>/<relative path>``: what the S3 reader tests upload."""
+    return [
+        (f"{sample}/{path.relative_to(root / sample).as_posix()}", path.read_bytes())
+        for sample in samples
+        for path in (root / sample).rglob("*")
+        if path.is_file()
+    ]
+
+
 def put_objects(
     client: Any, bucket: str, objects: Iterable[tuple[str, bytes]], *, create: bool = True
 ) -> None:

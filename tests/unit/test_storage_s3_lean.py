@@ -32,7 +32,7 @@ from airflow_sparklag.storage.s3_lean import (
     canonical_query,
     parse_listing,
 )
-from testbed.s3_server import moto_in_thread, put_objects
+from testbed.s3_server import checkpoint_files, moto_in_thread, put_objects
 from tests.unit.test_storage_hostile import S3_ANSWERS, CannedServer, server
 from tests.unit.test_storage_hostile import _s3 as hostile_s3
 
@@ -66,12 +66,7 @@ def _client(url: str) -> Any:
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
     with moto_in_thread() as url:
-        files = [
-            (f"{sample}/{path.relative_to(DATA / sample).as_posix()}", path.read_bytes())
-            for sample in ("ck43", "ck35")
-            for path in (DATA / sample).rglob("*")
-            if path.is_file()
-        ] + [(key, key.encode()) for key in EXTRA_KEYS]
+        files = checkpoint_files(DATA, "ck43", "ck35") + [(k, k.encode()) for k in EXTRA_KEYS]
         put_objects(_client(url), BUCKET, files)
         yield url
 

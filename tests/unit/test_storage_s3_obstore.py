@@ -22,7 +22,7 @@ from airflow_sparklag.errors import (
 from airflow_sparklag.session import Session
 from airflow_sparklag.storage.s3 import S3Storage
 from testbed.light_s3 import serve_in_thread
-from testbed.s3_server import moto_in_thread, put_objects
+from testbed.s3_server import checkpoint_files, moto_in_thread, put_objects
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 BUCKET = "obstore-reads"
@@ -49,12 +49,7 @@ def _client(url: str) -> Any:
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
     with moto_in_thread() as url:
-        files = [
-            (f"{sample}/{path.relative_to(DATA / sample).as_posix()}", path.read_bytes())
-            for sample in ("ck43", "ck35")
-            for path in (DATA / sample).rglob("*")
-            if path.is_file()
-        ] + [(key, key.encode()) for key in EXTRA_KEYS]
+        files = checkpoint_files(DATA, "ck43", "ck35") + [(k, k.encode()) for k in EXTRA_KEYS]
         put_objects(_client(url), BUCKET, files)
         yield url
 
