@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -456,9 +457,11 @@ class CheckpointReader:
     ``read(history, lazy_history=True)`` (what ``monitor.check``/``check_many`` do) costs the
     budget of ``history=1`` whatever ``history`` is: the older batches of the window are only
     listed (``state.unread_history``) and :meth:`read_history` GETs them, once, when a rule
-    needs them (``monitor.needs_history``: not for a caught-up job). So a default check of a
-    healthy job on S3 is LIST + GET offsets/C (+ GET metadata for the query id, once per
-    reader), constant in the number of state objects and of retained batches.
+    needs them (``monitor.needs_history``: not for a caught-up job; offsets/C-1 first for a job
+    with lag, the rest only if ``monitor.needs_rest_of_window``). So a default check of a
+    caught-up job on S3 is LIST + GET offsets/C (+ GET metadata for the query id, once per
+    reader), of a job with some lag that offsets/C-1 settles one GET more, constant in the
+    number of state objects and of retained batches.
 
     ``query_id=False`` never reads ``metadata`` (the state's ``query_id`` is then ``None``): lag
     and health do not need it, so a fleet check is LIST + GET offsets/C = 2 requests on S3.
@@ -567,10 +570,15 @@ class CheckpointReader:
             unread_history=unread,
         )
 
-    def read_history(self, state: CheckpointState) -> CheckpointState:
+    def read_history(
+        self, state: CheckpointState, newest: int | None = None, *, workers: int = 1
+    ) -> CheckpointState:
         """``state`` with the older batches a lazy :meth:`read` left unread: the same history
         an eager read of the same listing returns (a batch purged since is skipped as there).
-        One GET per batch not cached yet; a state with nothing unread is returned as is."""
+
+        ``newest=N`` reads only the N newest of them and leaves the others unread (a later
+        call reads those). One GET per batch not cached yet, ``workers`` at a time; a state
+        with nothing unread is returned as is."""
         if not state.unread_history:
             return state
         listed = {}
@@ -578,20 +586,30 @@ class CheckpointReader:
             batch_id = parse_batch_id(info.name)
             if batch_id is not None:
                 listed[batch_id] = info
-        past = self._read_batches(list(listed), listed)
-        return dataclasses.replace(state, history=past + state.history, unread_history=())
+        ids = list(listed)
+        take = ids if newest is None else ids[len(ids) - max(0, newest) :]
+        left = tuple(listed[i] for i in ids[: len(ids) - len(take)])
+        past = self._read_batches(take, listed, workers)
+        return dataclasses.replace(state, history=past + state.history, unread_history=left)
 
     def _read_batches(
-        self, wanted: list[int], offsets: Mapping[int, ObjectInfo]
+        self, wanted: list[int], offsets: Mapping[int, ObjectInfo], workers: int = 1
     ) -> tuple[BatchOffsets, ...]:
-        """The offsets files of ``wanted`` (older committed batches), oldest first."""
-        found: list[BatchOffsets] = []
-        for batch_id in wanted:
+        """The offsets files of ``wanted`` (older committed batches), oldest first; ``workers``
+        GETs at a time."""
+
+        def read(batch_id: int) -> BatchOffsets | None:
             try:
-                found.append(self._offsets(batch_id, offsets[batch_id]))
+                return self._offsets(batch_id, offsets[batch_id])
             except _Vanished:
-                continue  # purged by Spark (minBatchesToRetain) since the listing: expected
-        return tuple(found)
+                return None  # purged by Spark (minBatchesToRetain) since the listing: expected
+
+        if workers > 1 and len(wanted) > 1:
+            with ThreadPoolExecutor(max_workers=min(workers, len(wanted))) as pool:
+                found = list(pool.map(read, wanted))
+        else:
+            found = [read(batch_id) for batch_id in wanted]
+        return tuple(batch for batch in found if batch is not None)
 
     def _list_logs(self) -> tuple[dict[int, ObjectInfo], dict[int, ObjectInfo], bool | None]:
         """commits/ and offsets/ batches, and whether ``metadata`` was seen (None: not asked).

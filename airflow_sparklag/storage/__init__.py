@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import threading
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -158,9 +159,11 @@ class RequestCounter:
 
     def __init__(self) -> None:
         self.by_operation: Counter[str] = Counter()
+        self._lock = threading.Lock()  # readers share a backend across threads
 
     def add(self, operation: str, count: int = 1) -> None:
-        self.by_operation[operation] += count
+        with self._lock:
+            self.by_operation[operation] += count
 
     def __getitem__(self, operation: str) -> int:
         return self.by_operation[operation]
