@@ -210,9 +210,11 @@ class FleetChecker:
             lazy_history=True,
         )
 
-    def _complete(self, state: CheckpointState) -> CheckpointState:
-        """``state`` with its older batches read (its reader's cache: once per batch)."""
-        return self.session.reader(state.location, query_id=self.query_ids).read_history(state)
+    def _complete(self, state: CheckpointState, newest: int | None) -> CheckpointState:
+        """``state`` with its older batches read, all or the newest ``newest`` (its reader's
+        cache: once per batch)."""
+        reader = self.session.reader(state.location, query_id=self.query_ids)
+        return reader.read_history(state, newest)
 
     def check(
         self, *, now: float | None = None, progress: Progress | None = None
@@ -223,8 +225,9 @@ class FleetChecker:
         every job and are raised. ``progress(done, total)`` is called as checkpoints are read.
 
         The older batches of a job's window are read only when its report depends on them
-        (``monitor.needs_history``: not for a caught-up job), with the same verdict and report
-        as an eager read; a failure to read them gives that job a failed result.
+        (``monitor.needs_history``: not for a caught-up job; offsets/C-1 first, the rest only
+        when ``monitor.needs_rest_of_window``), with the same verdict and partition numbers as
+        an eager read; a failure to read them gives that job a failed result.
         """
         states, failures = self.read_states(progress)
         judged = (

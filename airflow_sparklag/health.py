@@ -498,6 +498,40 @@ def needs_record_ages(report: LagReport, thresholds: Thresholds, now: float) -> 
     return pace is not None and now - last > pace[1]
 
 
+def older_batches_could_decide(
+    report: LagReport, thresholds: Thresholds, now: float, *, dated: bool
+) -> bool:
+    """Could batches older than the two newest committed ones change the verdict of a report
+    that has those two (offsets/C-1 and offsets/C)?
+
+    The caller has already checked that no offset went back between them. Then only rules
+    judged over the whole window are left, and each is ruled out from what the report has:
+
+    - STOPPED (no ``max_commit_age_seconds``): needs an idle time above
+      ``STOPPED_MIN_IDLE_SECONDS`` since the newest batch, commit or plan;
+    - STALLED (a partition that does not move): needs a lagging partition that the newest batch
+      did not move, and record timestamps (``dated``: exact mode, or read for a seconds
+      threshold): the estimate always dates a waiting record after the newest batch;
+    - LAGGING (lag grew at every batch): needs a lagging partition whose lag is above what the
+      newest batch read (the last of the growing samples).
+    """
+    lagging = _lagging(report, thresholds)
+    if not lagging:
+        return False
+    if thresholds.max_commit_age_seconds is None:
+        last = _last_activity(report, thresholds)
+        if last is not None and now - last > STOPPED_MIN_IDLE_SECONDS:
+            return True
+    for p in lagging:
+        h = p.offset_history
+        if len(h) < 2 or h[-1] is None or h[-2] is None:
+            return True
+        read = h[-1] - h[-2]
+        if p.lag > read or (dated and read == 0):
+            return True
+    return False
+
+
 def rule_stalled(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
     """A batch runs too long, or batches commit while a lagging partition does not move.
 

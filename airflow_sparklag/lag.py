@@ -168,7 +168,9 @@ class HistoryBatch(_ToDict):
 class LagReport(_ToDict):
     """Everything known about a query's lag at `generated_at`.
 
-    Rates are records per second summed over all Kafka partitions of all sources.
+    Rates are records per second summed over all Kafka partitions of all sources, measured
+    over the batches in `history` (a check reads the older ones only when a rule needs them:
+    `monitor.needs_history`; then they span the two newest, or the whole window).
     `total_lag` and `max_lag` count the measured partitions; a topic its cluster lacks is in
     `missing_topics`, and its source's `lag` is None with the reason (`lag_unknown`).
     `production_rate` is an UPPER bound (the log end at the oldest retained batch is only known
@@ -298,6 +300,49 @@ def _looks_rate_limited(
         for topic, parts in topics.items()
         for partition, offset in parts.items()
     )
+    return backlog > totals[0]
+
+
+def rate_limit_possible(report: LagReport) -> bool:
+    """Could older batches, added before this report's history, make the rate-limit guess
+    (``_looks_rate_limited``) true?
+
+    The guess needs every step between batches (and to the in-flight plan) to read the same
+    number of records, more than zero, with more than that waiting now. The steps a report
+    already has are the newest ones: when they differ, read nothing, or read at least what
+    waits now, no older batch can make the guess true. True when the report has no step.
+    """
+    parts = list(report.partitions())
+    width = max((len(p.offset_history) for p in parts), default=0)
+    totals = [0] * max(0, width - 1)
+    for p in parts:
+        h = p.offset_history
+        for k in range(len(h) - 1):
+            a, b = h[k], h[k + 1]
+            if a is not None and b is not None:
+                totals[k] += max(0, b - a)
+    in_flight = any(p.planned_offset is not None for p in parts)
+    if in_flight:
+        totals.append(
+            sum(
+                max(0, p.planned_offset - p.offset_history[-1])
+                for p in parts
+                if p.planned_offset is not None
+                and p.offset_history
+                and p.offset_history[-1] is not None
+            )
+        )
+    if not totals or totals[0] <= 0 or any(t != totals[0] for t in totals):
+        return not totals
+    backlog = 0
+    for p in parts:
+        last = p.planned_offset if in_flight else (p.offset_history or (None,))[-1]
+        if last is None:
+            continue
+        ref = p.log_end_offset
+        if report.read_committed and p.last_stable_offset is not None:
+            ref = p.last_stable_offset
+        backlog += max(0, (last if ref is None else ref) - last)
     return backlog > totals[0]
 
 

@@ -23,9 +23,16 @@ from airflow_sparklag.health import (
     Thresholds,
     evaluate,
     needs_record_ages,
+    older_batches_could_decide,
 )
 from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
-from airflow_sparklag.lag import LagReport, Offsets, SourceCluster, compute_lag
+from airflow_sparklag.lag import (
+    LagReport,
+    Offsets,
+    SourceCluster,
+    compute_lag,
+    rate_limit_possible,
+)
 from airflow_sparklag.runs import (
     SCHEDULED_HISTORY,
     busy_interval,
@@ -270,8 +277,14 @@ def _exact_timestamps(
 WAITED_MIN_SECONDS = 10.0
 
 
+# A single check reads the older batches of its window this many at a time (a fleet reads
+# several jobs at a time instead, one batch each).
+WINDOW_READERS = 8
+
+
 Stamps = Mapping[int, Mapping[tuple[str, int], int | None]]  # cluster -> record timestamps
-Complete = Callable[["CheckpointState"], "CheckpointState"]  # reads a state's unread history
+# Reads a state's unread history: all of it (None), or its newest N batches.
+Complete = Callable[["CheckpointState", "int | None"], "CheckpointState"]
 
 
 def needs_history(report: LagReport, options: CheckOptions) -> bool:
@@ -282,11 +295,12 @@ def needs_history(report: LagReport, options: CheckOptions) -> bool:
     in-flight batch planned short of it. Such a report is judged on offsets/C alone, and has
     no consumption or production rate (they are measured across batches).
 
-    Yes for everything else: a lag (time lag estimated from the batches, rates, trend, STOPPED
-    and STALLED rules), a data loss or an offset beyond the log end (REWIND names the rewound
-    partitions too), a partition Kafka no longer has (topic recreated), a declared scheduled
-    job (its runs are found in the batches' times). The older batches' offsets and
-    batchTimestampMs are then read, and the report is exactly what a full read gives.
+    Yes for everything else: a lag (rate-limit guess, rates, trend, STOPPED and STALLED
+    rules), a data loss or an offset beyond the log end (REWIND names the rewound partitions
+    too), a partition Kafka no longer has (topic recreated), a declared scheduled job (its runs
+    are found in the batches' times). The judge then reads offsets/C-1 first and the rest of
+    the window only when ``needs_rest_of_window`` says it could matter; the verdict and every
+    partition's numbers are what a full read gives.
     """
     if options.runs_every is not None:
         return True
@@ -300,6 +314,45 @@ def needs_history(report: LagReport, options: CheckOptions) -> bool:
         if planned is not None and reference is not None and planned < reference:
             return True
     return False
+
+
+def needs_whole_window(report: LagReport, options: CheckOptions) -> bool:
+    """Does a report that ``needs_history`` need the whole window at once, rather than the
+    newest older batch first (``needs_rest_of_window``)? A declared schedule (its runs), a data
+    loss, an offset beyond the log end or a partition Kafka no longer has (REWIND and its
+    partitions are judged over the window) do."""
+    if options.runs_every is not None:
+        return True
+    return any(p.data_loss or p.ahead_of_log or p.removed_partition for p in report.partitions())
+
+
+def needs_rest_of_window(report: LagReport, options: CheckOptions, now: float) -> bool:
+    """Could the batches older than offsets/C-1 change this report's verdict or its
+    per-partition numbers (lag, time lag)? The report has offsets/C-1 and offsets/C.
+
+    Yes when an offset went back between the two (REWIND, and the time lag, are judged over
+    the window), when a partition is not in both, when the batches could be capped by a rate
+    limit (``lag.rate_limit_possible``: the time-lag estimate is then withheld), and when a
+    window rule could still fire (``health.older_batches_could_decide``). Otherwise the
+    verdict and every partition's numbers are those of the whole window: the estimated age of
+    a waiting record depends only on the newest batch, the in-flight plan and the live log
+    end. What is measured over the batches read (rates, catch-up, ``history``) then spans
+    the two newest batches.
+    """
+    if needs_whole_window(report, options):
+        return True
+    for p in report.partitions():
+        h = p.offset_history
+        if len(h) < 2 or h[-1] is None or h[-2] is None or h[-1] < h[-2]:
+            return True
+    if rate_limit_possible(report):
+        return True
+    thresholds = options.thresholds
+    dated = options.exact_time_lag or (
+        thresholds.max_lag_seconds is not None
+        and any(p.lag > 0 and p.lag_seconds is None for p in report.partitions())
+    )
+    return older_batches_could_decide(report, thresholds, now, dated=dated)
 
 
 class _Judge:
@@ -319,6 +372,7 @@ class _Judge:
         self.states = dict(states)
         self.complete = complete
         self.errors: dict[str, SparkLagError] = {}  # reading a state's history failed
+        self.stepped: set[str] = set()  # states with offsets/C-1 read, the rest maybe not
         self.options = options
         self.snapshots = snapshots
         self.snapshot = snapshots[0]
@@ -345,7 +399,7 @@ class _Judge:
             runs_every=self.options.runs_every,
             run_grace=self.options.grace,
             source_clusters=self.source_clusters(state, stamps),
-            estimate_ages=not state.unread_history,
+            estimate_ages=not state.unread_history or loc in self.stepped,
         )
 
     def source_clusters(
@@ -433,21 +487,44 @@ class _Judge:
 
     def with_history(self, reports: Mapping[str, LagReport]) -> dict[str, LagReport]:
         """The reports of the jobs whose lazily read states need their older batches
-        (``needs_history``), again on the whole window; the others are not in the result."""
+        (``needs_history``), again with them; the others are not in the result.
+
+        Newest first: a job whose report can be settled by offsets/C-1 reads that batch alone
+        (``needs_rest_of_window`` says whether the rest could still matter), the others and
+        those it cannot settle read the whole window."""
         wanted = [
             loc
             for loc, report in reports.items()
             if self.states[loc].unread_history and needs_history(report, self.options)
         ]
+        step = [loc for loc in wanted if not needs_whole_window(reports[loc], self.options)]
+        done = self.read_history({loc: 1 for loc in step})
+        self.stepped.update(done)
+        result = {loc: self.report(loc, None) for loc in done}
+        rest = [
+            loc
+            for loc in wanted
+            if loc not in self.errors
+            and self.states[loc].unread_history
+            and (loc not in result or needs_rest_of_window(result[loc], self.options, self.now))
+        ]
+        done = self.read_history(dict.fromkeys(rest))
+        self.stepped.difference_update(done)
+        result.update({loc: self.report(loc, None) for loc in done})
+        return result
+
+    def read_history(self, wanted: Mapping[str, int | None]) -> list[str]:
+        """Read the unread history of each state in ``wanted`` (all of it, or its newest N
+        batches), in parallel; the locations read, a failure recorded in ``errors``."""
         if not wanted:
-            return {}
+            return []
         complete = self.complete or (
-            lambda state: self.session.reader(state.location).read_history(state)
+            lambda state, newest: self.session.reader(state.location).read_history(state, newest)
         )
 
         def read(loc: str) -> CheckpointState | SparkLagError:
             try:
-                return complete(self.states[loc])
+                return complete(self.states[loc], wanted[loc])
             except SparkLagError as exc:
                 return exc
 
@@ -459,7 +536,7 @@ class _Judge:
                 self.errors[loc] = outcome
             else:
                 self.states[loc] = outcome
-        return {loc: self.report(loc, None) for loc in wanted if loc not in self.errors}
+        return [loc for loc in wanted if loc not in self.errors]
 
     def run(self) -> dict[str, CheckResult]:
         reports = {loc: self.report(loc, None) for loc in self.states}
@@ -669,7 +746,13 @@ def check(
     options = options or CheckOptions()
     reader = session.reader(location)
     state = reader.read(options.history_to_read, lazy_history=True)
-    judge = _judge(session, {location: state}, options, now, reader.read_history)
+    judge = _judge(
+        session,
+        {location: state},
+        options,
+        now,
+        lambda state, newest: reader.read_history(state, newest, workers=WINDOW_READERS),
+    )
     result = judge.run()[location]
     if location in judge.errors:
         raise judge.errors[location]
@@ -704,8 +787,8 @@ def check_many(
         lazy_history=True,
     )
 
-    def complete(state: CheckpointState) -> CheckpointState:
-        return session.reader(state.location, query_id=query_id).read_history(state)
+    def complete(state: CheckpointState, newest: int | None) -> CheckpointState:
+        return session.reader(state.location, query_id=query_id).read_history(state, newest)
 
     judged = judge_states(session, states, options, now=now, complete=complete) if states else {}
     return [judged.get(loc) or failures[loc] for loc in locations]

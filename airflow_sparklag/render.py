@@ -140,8 +140,12 @@ def summary_lines(report: LagReport) -> list[str]:
         catch_up = (
             _secs(report.catch_up_seconds) if report.catch_up_seconds is not None else "unknown"
         )
+        span = ""
+        if len(report.history) > 1:
+            span = f" over batches {report.history[0].batch_id}-{report.history[-1].batch_id}"
         lines.append(
-            f"rate        {report.consumption_rate:.1f} records/s consumed, catch-up {catch_up}"
+            f"rate        {report.consumption_rate:.1f} records/s consumed{span}, "
+            f"catch-up {catch_up}"
         )
     if report.missing_topics:
         lines.append(f"missing     topics not in Kafka: {', '.join(report.missing_topics)}")

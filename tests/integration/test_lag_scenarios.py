@@ -428,9 +428,11 @@ def test_async_progress_tracking_gaps(spark, kafka, tmp_path):
     state = CheckpointReader(open_storage(str(ck)), str(ck)).read()
     assert state.commit_ids == tuple(commits)
     assert result.report.committed_batch_id == commits[-1]
-    assert [h.batch_id for h in result.report.history] == [
-        b for b in commits if b in _ids(ck / "offsets")
-    ][-10:]
+    # The history is the newest committed batches that have offsets (a lagging job reads
+    # offsets/C-1 first, the rest of the window only when a rule needs it): ids with gaps.
+    read = [h.batch_id for h in result.report.history]
+    logged = [b for b in commits if b in _ids(ck / "offsets")]
+    assert len(read) >= 2 and read == logged[-len(read) :]
     assert_exact(result, kafka, merged(on_disk))
     assert result.report.total_lag >= 4
     # A batch planned but not durably committed when the query stopped is reported in flight.

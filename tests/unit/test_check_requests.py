@@ -1,4 +1,5 @@
-"""A single-job check reads the older batches only when the verdict or the numbers need them.
+"""A single-job check reads the older batches only when the verdict or the numbers need them:
+none for a caught-up job, offsets/C-1 alone when it settles every rule, else the whole window.
 
 Checkpoints are written from a real Spark 3.5 checkpoint's files (ck35: the ``metadata``, the
 offsets metadata line with its ``conf``, the commit) with Kafka source offsets; a fake Kafka
@@ -32,7 +33,7 @@ NOW = 1_800_000_000.0
 TOPIC = "orders"
 BUCKET = "lazy"
 # What only the window gives: a caught-up job's report differs from an eager one only here.
-WINDOW_FIELDS = ("history", "consumption_rate", "production_rate")
+WINDOW_FIELDS = ("history", "consumption_rate", "production_rate", "catch_up_seconds")
 
 
 @dataclass
@@ -186,6 +187,11 @@ def _growing() -> list:
     return batches
 
 
+def _capped() -> list:
+    """maxOffsetsPerTrigger-like: every batch read 50 records per partition, 10 s apart."""
+    return [(NOW - 2 - (11 - i) * 10, {0: 50 * (i + 1), 1: 50 * (i + 1)}) for i in range(12)]
+
+
 def _runs() -> list:
     """Two hourly runs of three batches; the last one ended 10 min ago."""
     starts = [NOW - 3600 - 600, NOW - 600]
@@ -203,76 +209,108 @@ def limits(**values: Any) -> CheckOptions:
     return CheckOptions(Thresholds(**values))
 
 
+# name: (batches, committed, kafka ends, kafka starts (and rate), options, expected verdict,
+#        what is read: "C-1" (offsets/C-1 settles it) or "window" (the whole window))
 CASES: dict[str, tuple[Any, ...]] = {
-    # name: (batches, committed, kafka ends, kafka starts (and rate), options, expected verdict)
     "lagging, records threshold": (
-        steady(lag=40), None, END, {}, limits(max_lag_records_total=50), Health.LAGGING,
+        steady(lag=40), None, END, {}, limits(max_lag_records_total=50), Health.LAGGING, "C-1",
     ),
-    "lagging, seconds threshold (time lag estimated from the window)": (
-        steady(lag=40), None, END, {}, limits(max_lag_seconds=1), Health.LAGGING,
+    "lagging, seconds threshold (time lag estimated)": (
+        steady(lag=40), None, END, {}, limits(max_lag_seconds=1), Health.LAGGING, "C-1",
     ),
     "lag within limits: rates and time lag": (
-        steady(lag=5), None, END, {}, CheckOptions(), Health.OK,
+        steady(lag=5), None, END, {}, CheckOptions(), Health.OK, "C-1",
     ),
-    "lag grew at every batch": (_growing(), None, END, {}, CheckOptions(), Health.LAGGING),
+    "lag within limits, exact time lag": (
+        steady(lag=5), None, END, {}, CheckOptions(exact_time_lag=True), Health.OK, "C-1",
+    ),
+    "lag grew at every batch": (
+        _growing(), None, END, {}, CheckOptions(), Health.LAGGING, "window",
+    ),
     "stalled: a partition does not move": (
-        _stalled(), None, {0: 1200, 1: 400}, {}, CheckOptions(exact_time_lag=True), Health.STALLED,
+        _stalled(), None, {0: 1200, 1: 400}, {}, CheckOptions(exact_time_lag=True),
+        Health.STALLED, "window",
     ),
     "stopped: no batch for 15 min with records waiting": (
-        _stopped(), None, {0: 1500, 1: 1500}, {}, CheckOptions(), Health.STOPPED,
+        _stopped(), None, {0: 1500, 1: 1500}, {}, CheckOptions(), Health.STOPPED, "window",
     ),
-    "data loss": (steady(), None, {0: 1300, 1: 1300}, {0: 1250}, CheckOptions(), Health.DATA_LOSS),
+    "data loss": (
+        steady(), None, {0: 1300, 1: 1300}, {0: 1250}, CheckOptions(), Health.DATA_LOSS, "window",
+    ),
     "rewind: beyond the log end": (
-        steady(), None, {0: 1000, 1: 1200}, {}, CheckOptions(), Health.REWIND,
+        steady(), None, {0: 1000, 1: 1200}, {}, CheckOptions(), Health.REWIND, "window",
+    ),
+    "rewind: offsets/C below offsets/C-1, same file size": (
+        [*steady(n=11, end=1900), (NOW - 1, {0: 1500, 1: 1500})], None, {0: 1510, 1: 1510}, {},
+        CheckOptions(), Health.REWIND, "window",
+    ),
+    "rate limited: every batch read 100 records, more wait": (
+        _capped(), None, {0: 900, 1: 900}, {}, CheckOptions(), Health.OK, "window",
+    ),
+    "rate limited, seconds threshold (records dated)": (
+        _capped(), None, {0: 900, 1: 900}, {}, limits(max_lag_seconds=60), Health.LAGGING,
+        "window",
     ),
     "in flight, lagging": (
         steady(n=13, lag=30), 12, {0: 1250, 1: 1250}, {}, limits(max_lag_records_total=10),
-        Health.LAGGING,
+        Health.LAGGING, "window",
     ),
     "in flight, stuck": (
-        steady(n=13), 12, END, {}, limits(max_in_flight_seconds=1), Health.STALLED,
+        steady(n=13), 12, END, {}, limits(max_in_flight_seconds=1), Health.STALLED, "window",
     ),
     "scheduled runs_every (caught up)": (
-        _runs(), None, {0: 600, 1: 600}, {}, CheckOptions(runs_every=3600), Health.OK,
+        _runs(), None, {0: 600, 1: 600}, {}, CheckOptions(runs_every=3600), Health.OK, "window",
     ),
     "scheduled runs_every, a missed run": (
         [(at - 7200, o) for at, o in _runs()], None, {0: 700, 1: 700}, {"rate": 0.01},
-        CheckOptions(runs_every=3600), Health.STOPPED,
+        CheckOptions(runs_every=3600), Health.STOPPED, "window",
     ),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_a_job_that_needs_its_window_reads_it_and_is_judged_as_before(
+def test_a_job_that_needs_older_batches_reads_them_and_is_judged_as_before(
     tmp_path: Path, name: str
 ) -> None:
-    batches, committed, ends, starts, options, expected = CASES[name]
+    batches, committed, ends, starts, options, expected, reads = CASES[name]
     location = _write(tmp_path, checkpoint_files(batches, committed))
     starts = dict(starts)
     rate = starts.pop("rate", 1.0)
-    result, _ = lazy(location, FakeKafka(dict(ends), dict(starts), rate), options)
+    result, requests = lazy(location, FakeKafka(dict(ends), dict(starts), rate), options)
     before = eager(location, FakeKafka(dict(ends), dict(starts), rate), options)
     assert result.verdict.health is expected, result.verdict
-    assert result.to_dict() == before.to_dict()
-    assert len(result.report.history) == len(before.report.history) > 1  # type: ignore[union-attr]
+    assert result.verdict == before.verdict
+    report, eager_report = result.report, before.report
+    assert report is not None and eager_report is not None
+    if reads == "window":
+        assert result.to_dict() == before.to_dict()
+        assert len(report.history) == len(eager_report.history) > 1
+        return
+    # offsets/C-1 settled it: every number but those measured over the batches read.
+    assert _without_window(result) == _without_window(before)
+    assert [h.batch_id for h in report.history] == [h.batch_id for h in eager_report.history][-2:]
+    # local disk: 2 LISTs, GET metadata, offsets/C, commits/C, offsets/C-1 (+ offsets/L)
+    assert requests == 6 + (committed is not None)
 
 
 def test_a_damaged_older_batch_fails_the_check_that_needs_it(tmp_path: Path) -> None:
-    files = checkpoint_files(steady(lag=40))
+    files = checkpoint_files(_growing())
     files["offsets/5"] = b"v1\n{not json"
     location = _write(tmp_path, files)
-    options = CheckOptions(Thresholds(max_lag_records_total=50))
     from airflow_sparklag.errors import CheckpointCorrupt
 
     with pytest.raises(CheckpointCorrupt, match="offsets/5"):
-        lazy(location, FakeKafka({0: 1200, 1: 1200}), options)
-    with Session(kafka_client=FakeKafka({0: 1200, 1: 1200})) as session:  # type: ignore[arg-type]
-        [result] = check_many(session, [location], options, now=NOW)
+        lazy(location, FakeKafka(dict(END)), CheckOptions())
+    with Session(kafka_client=FakeKafka(dict(END))) as session:  # type: ignore[arg-type]
+        [result] = check_many(session, [location], CheckOptions(), now=NOW)
     assert result.report is None and result.verdict.health is Health.UNKNOWN
     assert result.error is not None and result.error.startswith("CheckpointCorrupt")
-    # A caught-up job never reads it (as a check with history=1 never did).
-    result, _ = lazy(location, FakeKafka({0: 1200 - 40, 1: 1200 - 40}), options)
-    assert result.verdict.health is Health.OK
+    # A caught-up job never reads it (as a check with history=1 never did), nor one whose
+    # offsets/C-1 settles every rule (as a check with history=2 never did).
+    last = _growing()[-1][1]
+    for ends, expected in ((last, Health.OK), ({p: o + 5 for p, o in last.items()}, Health.OK)):
+        result, _ = lazy(location, FakeKafka(dict(ends)), CheckOptions())
+        assert result.verdict.health is expected
 
 
 HEALTHY: dict[str, tuple[Any, ...]] = {
@@ -314,7 +352,8 @@ def lazy_endpoint(endpoint: str) -> str:
     admin = _boto_client(endpoint)
     admin.create_bucket(Bucket=BUCKET)
     objects: dict[str, bytes] = {}
-    for name, batches in (("healthy", steady()), ("stateful", steady()), ("lagging", steady())):
+    shapes = (("healthy", steady()), ("stateful", steady()), ("lagging", steady()))
+    for name, batches in (*shapes, ("growing", _growing())):
         objects.update({f"{name}/{k}": v for k, v in checkpoint_files(batches).items()})
     for index in range(2000):
         objects[f"stateful/state/0/{index % 200}/{index}.delta"] = b"s"
@@ -358,21 +397,50 @@ def test_default_check_of_a_healthy_job_on_s3_is_list_and_get_whatever_the_state
         assert len(sent.urls) == 2, sent.urls  # LIST + GET offsets/11
 
 
-def test_check_of_a_lagging_job_on_s3_reads_its_window_once(lazy_endpoint: str) -> None:
+def test_check_of_a_lagging_job_on_s3_reads_offsets_c_minus_1_once(lazy_endpoint: str) -> None:
+    """Lag 100 per partition, as much as the newest batch read, 2 s after it: offsets/C-1
+    settles every rule (no trend, no rate limit, not idle), so the rest is not read."""
     location = f"s3a://{BUCKET}/lagging"
     options = CheckOptions(Thresholds(max_lag_records_total=50))
     with _s3_session(lazy_endpoint, FakeKafka({0: 1300, 1: 1300})) as session:
         storage, sent = _sent(session, location)
         result = check(session, location, options, now=NOW)
         assert result.verdict.health is Health.LAGGING
-        # LIST + GET offsets/11 + GET metadata + the 9 older batches of the window.
-        assert storage.requests.by_operation == {"list": 1, "read": 11}
-        assert len(sent.urls) == 12
+        # LIST + GET offsets/11 + GET metadata + GET offsets/10.
+        assert storage.requests.by_operation == {"list": 1, "read": 3}
+        assert sorted(url.split("/lazy/lagging/")[-1] for url in sent.urls[1:]) == [
+            "metadata",
+            "offsets/10",
+            "offsets/11",
+        ]
         sent.urls.clear()
         again = check(session, location, options, now=NOW)
-        assert len(sent.urls) == 1  # the window is cached: the listing only
+        assert len(sent.urls) == 1  # offsets/10 is cached: the listing only
         assert again.to_dict() == result.to_dict()
     with _s3_session(lazy_endpoint, FakeKafka({0: 1300, 1: 1300})) as session:
         state = session.read(location, history=10)
         before = judge_states(session, {location: state}, options, now=NOW)[location]
+    assert result.verdict == before.verdict
+    assert _without_window(result) == _without_window(before)
+
+
+def test_check_of_a_job_whose_lag_may_grow_on_s3_reads_its_window_once(
+    lazy_endpoint: str,
+) -> None:
+    location = f"s3a://{BUCKET}/growing"
+    ends = {p: o + 200 for p, o in _growing()[-1][1].items()}
+    with _s3_session(lazy_endpoint, FakeKafka(dict(ends))) as session:
+        storage, sent = _sent(session, location)
+        result = check(session, location, CheckOptions(), now=NOW)
+        assert result.verdict.health is Health.LAGGING
+        # LIST + GET offsets/11 + GET metadata + offsets/10, then the 8 older ones at once.
+        assert storage.requests.by_operation == {"list": 1, "read": 11}
+        assert len(sent.urls) == 12
+        sent.urls.clear()
+        again = check(session, location, CheckOptions(), now=NOW)
+        assert len(sent.urls) == 1  # the window is cached: the listing only
+        assert again.to_dict() == result.to_dict()
+    with _s3_session(lazy_endpoint, FakeKafka(dict(ends))) as session:
+        state = session.read(location, history=10)
+        before = judge_states(session, {location: state}, CheckOptions(), now=NOW)[location]
     assert result.to_dict() == before.to_dict()
