@@ -210,11 +210,13 @@ class FleetChecker:
             lazy_history=True,
         )
 
-    def _complete(self, state: CheckpointState, newest: int | None) -> CheckpointState:
-        """``state`` with its older batches read, all or the newest ``newest`` (its reader's
-        cache: once per batch)."""
+    def _complete(
+        self, state: CheckpointState, newest: int | None, workers: int
+    ) -> CheckpointState:
+        """``state`` with its older batches read, all or the newest ``newest``, ``workers``
+        GETs at a time (its reader's cache: once per batch)."""
         reader = self.session.reader(state.location, query_id=self.query_ids)
-        return reader.read_history(state, newest)
+        return reader.read_history(state, newest, workers=workers)
 
     def check(
         self, *, now: float | None = None, progress: Progress | None = None

@@ -277,14 +277,14 @@ def _exact_timestamps(
 WAITED_MIN_SECONDS = 10.0
 
 
-# A single check reads the older batches of its window this many at a time (a fleet reads
-# several jobs at a time instead, one batch each).
+# Older batches read at once: a single job's this many at a time, several jobs' fewer each
+# (MAX_READERS jobs at a time).
 WINDOW_READERS = 8
 
 
 Stamps = Mapping[int, Mapping[tuple[str, int], int | None]]  # cluster -> record timestamps
-# Reads a state's unread history: all of it (None), or its newest N batches.
-Complete = Callable[["CheckpointState", "int | None"], "CheckpointState"]
+# Reads a state's unread history: all of it (None) or its newest N batches, K GETs at a time.
+Complete = Callable[["CheckpointState", "int | None", int], "CheckpointState"]
 
 
 def needs_history(report: LagReport, options: CheckOptions) -> bool:
@@ -519,12 +519,15 @@ class _Judge:
         if not wanted:
             return []
         complete = self.complete or (
-            lambda state, newest: self.session.reader(state.location).read_history(state, newest)
+            lambda state, newest, workers: self.session.reader(state.location).read_history(
+                state, newest, workers=workers
+            )
         )
+        per_job = max(1, WINDOW_READERS // len(wanted))
 
         def read(loc: str) -> CheckpointState | SparkLagError:
             try:
-                return complete(self.states[loc], wanted[loc])
+                return complete(self.states[loc], wanted[loc], per_job)
             except SparkLagError as exc:
                 return exc
 
@@ -751,7 +754,7 @@ def check(
         {location: state},
         options,
         now,
-        lambda state, newest: reader.read_history(state, newest, workers=WINDOW_READERS),
+        lambda state, newest, workers: reader.read_history(state, newest, workers=workers),
     )
     result = judge.run()[location]
     if location in judge.errors:
@@ -787,8 +790,9 @@ def check_many(
         lazy_history=True,
     )
 
-    def complete(state: CheckpointState, newest: int | None) -> CheckpointState:
-        return session.reader(state.location, query_id=query_id).read_history(state, newest)
+    def complete(state: CheckpointState, newest: int | None, workers: int) -> CheckpointState:
+        reader = session.reader(state.location, query_id=query_id)
+        return reader.read_history(state, newest, workers=workers)
 
     judged = judge_states(session, states, options, now=now, complete=complete) if states else {}
     return [judged.get(loc) or failures[loc] for loc in locations]
