@@ -8,6 +8,11 @@ line and `conf` of a real Spark 3.5 checkpoint, `tests/data/checkpoints/ck35`, a
 offsets against a real 4-partition topic), then runs the CLI once per case and history, each
 in its own process (a first check: a new session), and counts the requests moto served (its
 access log). Prints a Markdown table: case, --history, requests (LIST / GET), verdict.
+
+``--s3-latency MS`` puts toxiproxy in front of moto (every S3 answer delayed by MS +- MS/4) and
+adds the median wall time of ``--repeat`` runs per row (the CLI process, start-up included:
+compare rows, not absolute times). ``--tree DIR`` runs another checkout's code (a
+``git worktree`` of an older commit) with this one's venv, for a before/after in one run.
 """
 
 from __future__ import annotations
@@ -102,10 +107,14 @@ def _served(log: Path, offset: int) -> tuple[int, list[str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--history", type=int, nargs="+", default=[10, 1])
+    parser.add_argument("--s3-latency", type=float, default=0.0, help="ms added per S3 answer")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per row with --s3-latency")
+    parser.add_argument("--tree", type=Path, default=REPO, help="checkout whose code runs")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="check-requests-"))
     s3 = S3Server(work / "s3").start()
     kafka = KafkaBroker(work / "kafka").start()
+    toxiproxy = None
     try:
         kafka.create_topic(TOPIC, PARTITIONS)
         for partition in range(PARTITIONS):
@@ -117,27 +126,46 @@ def main() -> int:
             os.environ,
             AWS_ACCESS_KEY_ID=s3.options["aws_access_key_id"],
             AWS_SECRET_ACCESS_KEY=s3.options["aws_secret_access_key"],
+            PYTHONPATH=str(args.tree.resolve()),
         )
-        print("| case | --history | S3 requests | of which | verdict |")
-        print("|---|---|---|---|---|")
+        endpoint = s3.endpoint
+        if args.s3_latency > 0:
+            from testbed.toxiproxy import Toxiproxy
+
+            toxiproxy = Toxiproxy(work / "toxiproxy").start()
+            proxy = toxiproxy.proxy("s3", f"127.0.0.1:{s3.port}")
+            proxy.add("latency", latency=int(args.s3_latency), jitter=int(args.s3_latency / 4))
+            endpoint = proxy.url
+        timed = args.s3_latency > 0
+        print(f"code: {args.tree.resolve()}; S3 latency {args.s3_latency:g} ms")
+        print("| case | --history | S3 requests | of which | verdict |" + (" wall s |" * timed))
+        print("|---|---|---|---|---|" + "---|" * timed)
         for name, url in urls.items():
             for history in args.history:
-                offset, _ = _served(log, 0)
                 command = [
                     str(REPO / ".venv" / "bin" / "sparklag"), "status", url,
-                    "--bootstrap-servers", kafka.bootstrap, "--s3-endpoint-url", s3.endpoint,
+                    "--bootstrap-servers", kafka.bootstrap, "--s3-endpoint-url", endpoint,
                     "--s3-region", "us-east-1", "--history", str(history), "--json",
                     *CASES[name][3],
                 ]  # fmt: skip
-                done = subprocess.run(command, capture_output=True, text=True, env=env)
-                time.sleep(0.3)  # the access log is written after the response
-                _, lines = _served(log, offset)
+                walls = []
+                for _ in range(args.repeat if timed else 1):
+                    offset, _ = _served(log, 0)
+                    started = time.perf_counter()
+                    done = subprocess.run(command, capture_output=True, text=True, env=env)
+                    walls.append(time.perf_counter() - started)
+                    time.sleep(0.3)  # the access log is written after the response
+                    _, lines = _served(log, offset)
                 verdict = json.loads(done.stdout)["verdict"]["health"] if done.stdout else "-"
                 lists = sum(" /check-requests?" in line or "list-type" in line for line in lines)
                 gets = len(lines) - lists
                 row = [name, str(history), str(len(lines)), f"{lists} LIST, {gets} GET", verdict]
+                if timed:
+                    row.append(f"{sorted(walls)[len(walls) // 2]:.3f}")
                 print("| " + " | ".join(row) + " |")
     finally:
+        if toxiproxy is not None:
+            toxiproxy.stop()
         kafka.stop()
         s3.stop()
     return 0
