@@ -7,7 +7,8 @@ per case to S3 (12 committed batches, offsets files in Spark's v1 format with th
 line and `conf` of a real Spark 3.5 checkpoint, `tests/data/checkpoints/ck35`, and Kafka source
 offsets against a real 4-partition topic), then runs the CLI once per case and history, each
 in its own process (a first check: a new session), and counts the requests moto served (its
-access log). Prints a Markdown table: case, --history, requests (LIST / GET), verdict.
+access log). Prints a Markdown table: case, --history, requests (LIST / GET), verdict. Each
+case's logs are written again before each run, the newest batch 10 s before it.
 
 ``--s3-latency MS`` puts toxiproxy in front of moto (every S3 answer delayed by MS +- MS/4) and
 adds the median wall time of ``--repeat`` runs per row (the CLI process, start-up included:
@@ -98,6 +99,17 @@ def _upload(s3: S3Server, ends: dict[int, int]) -> dict[str, str]:
     return urls
 
 
+def _refresh(s3: S3Server, ends: dict[int, int], name: str, url: str) -> None:
+    """Write ``name``'s offsets and commits again with batch times relative to now (the newest
+    10 s ago), so a case measured late in the run is not older than one measured early (a
+    check judges the time since the newest batch: past 30 s a job with lag reads its window)."""
+    client = s3.client()
+    prefix = url.split(f"{BUCKET}/", 1)[1]
+    lag, in_flight, _, _ = CASES[name]
+    for rel, body in _checkpoint(ends, lag, in_flight).items():
+        client.put_object(Bucket=BUCKET, Key=f"{prefix}/{rel}", Body=body)
+
+
 def _served(log: Path, offset: int) -> tuple[int, list[str]]:
     data = log.read_bytes()
     lines = [line.decode() for line in data[offset:].splitlines() if b'HTTP/1.1" ' in line]
@@ -150,6 +162,7 @@ def main() -> int:
                 ]  # fmt: skip
                 walls = []
                 for _ in range(args.repeat if timed else 1):
+                    _refresh(s3, ends, name, url)
                     offset, _ = _served(log, 0)
                     started = time.perf_counter()
                     done = subprocess.run(command, capture_output=True, text=True, env=env)
