@@ -49,3 +49,12 @@ def test_first_batch_and_last_run_lines() -> None:
     text = render(scheduled, evaluate(scheduled))
     assert "schedule    every 60.0m (+15.0m grace), 2 run(s) in the history read" in text
     assert "last run    batches 1..1 (1), started " in text
+
+
+def test_rate_line_names_the_batches_it_is_measured_over() -> None:
+    history = [batch(i, {"t": {0: 100 * (i + 1)}}, NOW - 30 + 10 * i) for i in range(3)]
+    report = compute_lag(state(history), snapshot({"t": {0: (0, 350)}}), now=NOW)
+    text = render(report, evaluate(report))
+    assert "rate        10.0 records/s consumed over batches 0-2, catch-up " in text
+    two = compute_lag(state(history[1:]), snapshot({"t": {0: (0, 350)}}), now=NOW)
+    assert "records/s consumed over batches 1-2, catch-up " in render(two, evaluate(two))
