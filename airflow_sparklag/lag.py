@@ -270,9 +270,7 @@ def _rates(
 
 
 def _looks_rate_limited(
-    series_offsets: Sequence[Mapping[str, Mapping[str, Mapping[int, int]]]],
-    planned: Mapping[str, Mapping[str, Mapping[int, int]]],
-    source_ends: Mapping[str, Mapping[str, Mapping[int, int]]],
+    series_offsets: Sequence[Offsets], planned: Offsets, source_ends: Offsets
 ) -> bool:
     """True when every observed batch read the same number of records while a backlog remained.
 
@@ -281,6 +279,30 @@ def _looks_rate_limited(
     least two batches (retained history plus the in-flight one) to say so.
     """
     positions = [*series_offsets, planned] if planned else list(series_offsets)
+    totals = _step_totals(positions)
+    if len(totals) < 2 or not _capped_steps(totals):
+        return False
+    return _backlog(positions[-1], source_ends) > totals[0]
+
+
+def rate_limit_possible(report: LagReport) -> bool:
+    """Could older batches, added before this report's history, make the rate-limit guess
+    (``_looks_rate_limited``) true?
+
+    The steps a report already has are the newest ones: when they differ, read nothing, or
+    read at least what waits now, no older batch can make the guess true. True when the
+    report has no step.
+    """
+    series, planned, ends = _positions_of(report)
+    positions = [*series, planned] if planned else series
+    totals = _step_totals(positions)
+    if not totals:
+        return True
+    return _capped_steps(totals) and _backlog(positions[-1], ends) > totals[0]
+
+
+def _step_totals(positions: Sequence[Offsets]) -> list[int]:
+    """Records read from each position to the next, summed over every partition in both."""
     totals: list[int] = []
     for before, after in itertools.pairwise(positions):
         total = 0
@@ -291,59 +313,49 @@ def _looks_rate_limited(
                     if base is not None:
                         total += max(0, offset - base)
         totals.append(total)
-    if len(totals) < 2 or totals[0] <= 0 or any(t != totals[0] for t in totals):
-        return False
-    last = positions[-1]
-    backlog = sum(
+    return totals
+
+
+def _capped_steps(totals: Sequence[int]) -> bool:
+    """Every step read the same number of records, more than none."""
+    return totals[0] > 0 and all(t == totals[0] for t in totals)
+
+
+def _backlog(last: Offsets, source_ends: Offsets) -> int:
+    """Records waiting beyond ``last`` (a partition without a reference end counts none)."""
+    return sum(
         max(0, source_ends.get(source_id, {}).get(topic, {}).get(partition, offset) - offset)
         for source_id, topics in last.items()
         for topic, parts in topics.items()
         for partition, offset in parts.items()
     )
-    return backlog > totals[0]
 
 
-def rate_limit_possible(report: LagReport) -> bool:
-    """Could older batches, added before this report's history, make the rate-limit guess
-    (``_looks_rate_limited``) true?
-
-    The guess needs every step between batches (and to the in-flight plan) to read the same
-    number of records, more than zero, with more than that waiting now. The steps a report
-    already has are the newest ones: when they differ, read nothing, or read at least what
-    waits now, no older batch can make the guess true. True when the report has no step.
-    """
-    parts = list(report.partitions())
-    width = max((len(p.offset_history) for p in parts), default=0)
-    totals = [0] * max(0, width - 1)
-    for p in parts:
-        h = p.offset_history
-        for k in range(len(h) - 1):
-            a, b = h[k], h[k + 1]
-            if a is not None and b is not None:
-                totals[k] += max(0, b - a)
-    in_flight = any(p.planned_offset is not None for p in parts)
-    if in_flight:
-        totals.append(
-            sum(
-                max(0, p.planned_offset - p.offset_history[-1])
-                for p in parts
-                if p.planned_offset is not None
-                and p.offset_history
-                and p.offset_history[-1] is not None
-            )
-        )
-    if not totals or totals[0] <= 0 or any(t != totals[0] for t in totals):
-        return not totals
-    backlog = 0
-    for p in parts:
-        last = p.planned_offset if in_flight else (p.offset_history or (None,))[-1]
-        if last is None:
-            continue
-        ref = p.log_end_offset
-        if report.read_committed and p.last_stable_offset is not None:
-            ref = p.last_stable_offset
-        backlog += max(0, (last if ref is None else ref) - last)
-    return backlog > totals[0]
+def _positions_of(report: LagReport) -> tuple[list[Offsets], Offsets, Offsets]:
+    """A report's committed series, in-flight plan and reference ends, as the offsets maps
+    ``_looks_rate_limited`` takes (source id -> topic -> partition -> offset)."""
+    width = max((len(p.offset_history) for p in report.partitions()), default=0)
+    series: list[dict[str, dict[str, dict[int, int]]]] = [{} for _ in range(width)]
+    planned: dict[str, dict[str, dict[int, int]]] = {}
+    ends: dict[str, dict[str, dict[int, int]]] = {}
+    for source in report.kafka_sources:
+        for topic in source.topics:
+            for p in topic.partitions:
+                for i, offset in enumerate(p.offset_history):
+                    if offset is not None:
+                        series[i].setdefault(source.source_id, {}).setdefault(p.topic, {})[
+                            p.partition
+                        ] = offset
+                if p.planned_offset is not None:
+                    planned.setdefault(source.source_id, {}).setdefault(p.topic, {})[
+                        p.partition
+                    ] = p.planned_offset
+                ref = p.log_end_offset
+                if report.read_committed and p.last_stable_offset is not None:
+                    ref = p.last_stable_offset
+                if ref is not None:
+                    ends.setdefault(source.source_id, {}).setdefault(p.topic, {})[p.partition] = ref
+    return list(series), planned, ends
 
 
 def _committed_series(state: CheckpointState) -> list[BatchOffsets]:

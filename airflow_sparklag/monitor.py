@@ -302,10 +302,10 @@ def needs_history(report: LagReport, options: CheckOptions) -> bool:
     the window only when ``needs_rest_of_window`` says it could matter; the verdict and every
     partition's numbers are what a full read gives.
     """
-    if options.runs_every is not None:
+    if needs_whole_window(report, options):
         return True
     for p in report.partitions():
-        if p.lag > 0 or p.data_loss or p.ahead_of_log or p.removed_partition:
+        if p.lag > 0:
             return True
         reference = p.log_end_offset
         if report.read_committed and p.last_stable_offset is not None:
