@@ -104,6 +104,29 @@ def moto_in_thread() -> Iterator[str]:
         server.stop()
 
 
+# What the in-process moto server accepts; the S3 reader tests sign with these.
+MOTO_CREDENTIALS = {
+    "aws_access_key_id": "testing",
+    "aws_secret_access_key": "testing",
+    "region_name": "us-east-1",
+}
+
+
+def moto_client(url: str) -> Any:
+    """A boto3 S3 client of the moto server at ``url``."""
+    import boto3
+
+    return boto3.session.Session().client("s3", endpoint_url=url, **MOTO_CREDENTIALS)
+
+
+@contextlib.contextmanager
+def moto_with_objects(bucket: str, objects: Iterable[tuple[str, bytes]]) -> Iterator[str]:
+    """``moto_in_thread`` with ``bucket`` created and holding the (key, body) pairs."""
+    with moto_in_thread() as url:
+        put_objects(moto_client(url), bucket, objects)
+        yield url
+
+
 def checkpoint_files(root: Path, *samples: str) -> list[tuple[str, bytes]]:
     """(key, body) of every file of the sample checkpoints under ``root``, keyed
     ``<sample>/<relative path>``: what the S3 reader tests upload."""

@@ -5,7 +5,6 @@ connect + read timeout (``worst_case_seconds``)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from testbed.toxiproxy import Proxy
 
 # The fault module's proxy and checkpoint (ck35 + a 64 KiB object) and its autouse fixture
 # that clears the proxy's toxics after each test.
-from tests.integration.test_faults import _no_toxics_left, s3_checkpoint, s3_proxy
+from tests.integration.test_faults import _no_toxics_left, _timed, s3_checkpoint, s3_proxy
 
 pytestmark = pytest.mark.testbed
 
@@ -31,15 +30,6 @@ __all__ = ["_no_toxics_left", "s3_checkpoint", "s3_proxy"]
 
 def _lean(proxy: Proxy, s3: S3Server, **bounds: Any) -> S3Storage:
     return S3Storage(**{**s3.options, "endpoint_url": proxy.url}, reader="lean", **bounds)
-
-
-def _timed(call: Any) -> tuple[float, BaseException | None]:
-    started = time.monotonic()
-    try:
-        call()
-    except Exception as exc:
-        return time.monotonic() - started, exc
-    return time.monotonic() - started, None
 
 
 def test_lean_reads_through_the_proxy(s3_proxy: Proxy, s3: S3Server, s3_checkpoint: str) -> None:

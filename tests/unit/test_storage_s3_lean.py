@@ -32,7 +32,7 @@ from airflow_sparklag.storage.s3_lean import (
     canonical_query,
     parse_listing,
 )
-from testbed.s3_server import checkpoint_files, moto_in_thread, put_objects
+from testbed.s3_server import MOTO_CREDENTIALS, checkpoint_files, moto_client, moto_with_objects
 from tests.unit.test_storage_hostile import S3_ANSWERS, CannedServer, server
 from tests.unit.test_storage_hostile import _s3 as hostile_s3
 
@@ -40,11 +40,7 @@ __all__ = ["server"]  # the canned server fixture, shared with test_storage_host
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 BUCKET = "lean-reads"
-CREDENTIALS = {
-    "aws_access_key_id": "testing",
-    "aws_secret_access_key": "testing",
-    "region_name": "us-east-1",
-}
+CREDENTIALS = MOTO_CREDENTIALS
 ODD = "odd & <keys> + ü %41"
 EXTRA_KEYS = (
     [f"ck43/state/0/{i % 200}/{i}.delta" for i in range(1500)]  # past one 1,000-key page
@@ -57,17 +53,10 @@ EXTRA_KEYS = (
 LOCATIONS = ["ck43", "ck35", "wide", "ck1", "ck10", ODD, "missing", ""]
 
 
-def _client(url: str) -> Any:
-    import boto3
-
-    return boto3.session.Session().client("s3", endpoint_url=url, **CREDENTIALS)
-
-
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    with moto_in_thread() as url:
-        files = checkpoint_files(DATA, "ck43", "ck35") + [(k, k.encode()) for k in EXTRA_KEYS]
-        put_objects(_client(url), BUCKET, files)
+    files = checkpoint_files(DATA, "ck43", "ck35") + [(k, k.encode()) for k in EXTRA_KEYS]
+    with moto_with_objects(BUCKET, files) as url:
         yield url
 
 
@@ -162,7 +151,7 @@ def test_writes_stay_on_boto3_and_the_session_uses_lean(endpoint: str) -> None:
 
 
 def test_a_handed_in_client_gives_its_credentials_endpoint_and_region(endpoint: str) -> None:
-    client = _client(endpoint)
+    client = moto_client(endpoint)
     lean = S3Storage(client=client, reader="lean")
     boto = S3Storage(client=client, reader="boto3")
     url = f"s3a://{BUCKET}/ck43"

@@ -22,15 +22,11 @@ from airflow_sparklag.errors import (
 from airflow_sparklag.session import Session
 from airflow_sparklag.storage.s3 import S3Storage
 from testbed.light_s3 import serve_in_thread
-from testbed.s3_server import checkpoint_files, moto_in_thread, put_objects
+from testbed.s3_server import MOTO_CREDENTIALS, checkpoint_files, moto_client, moto_with_objects
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 BUCKET = "obstore-reads"
-CREDENTIALS = {
-    "aws_access_key_id": "testing",
-    "aws_secret_access_key": "testing",
-    "region_name": "us-east-1",
-}
+CREDENTIALS = MOTO_CREDENTIALS
 EXTRA_KEYS = (
     [f"ck43/state/0/{i % 200}/{i}.delta" for i in range(1500)]  # past one 1,000-key page
     + ["ck43/offsets/", "ck43/commits/", "ck43/metadata.crc"]  # s3a markers, a stray file
@@ -40,17 +36,10 @@ EXTRA_KEYS = (
 )
 
 
-def _client(url: str) -> Any:
-    import boto3
-
-    return boto3.session.Session().client("s3", endpoint_url=url, **CREDENTIALS)
-
-
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    with moto_in_thread() as url:
-        files = checkpoint_files(DATA, "ck43", "ck35") + [(k, k.encode()) for k in EXTRA_KEYS]
-        put_objects(_client(url), BUCKET, files)
+    files = checkpoint_files(DATA, "ck43", "ck35") + [(k, k.encode()) for k in EXTRA_KEYS]
+    with moto_with_objects(BUCKET, files) as url:
         yield url
 
 
@@ -128,7 +117,7 @@ def test_writes_stay_on_boto3(endpoint: str) -> None:
 
 
 def test_auto_keeps_a_handed_in_client_and_the_session_uses_obstore(endpoint: str) -> None:
-    client = _client(endpoint)
+    client = moto_client(endpoint)
     assert S3Storage(client=client, reader="auto")._obstore() is None
     assert S3Storage(endpoint_url=endpoint, reader="auto", **CREDENTIALS)._obstore() is not None
     with Session(s3_options={"endpoint_url": endpoint, "reader": "obstore", **CREDENTIALS}) as s:
