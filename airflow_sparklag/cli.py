@@ -49,8 +49,10 @@ THRESHOLD_FLAGS = {
     "max_in_flight": "max_in_flight_seconds",
     "allowed_lag": "allowed_lag",
     "window": "window",
+    "min_window": "min_window",
 }
 DURATION_FLAGS = frozenset({"max_lag_seconds", "max_commit_age", "max_in_flight"})
+COUNT_FLAGS = frozenset({"max_lag", "max_total_lag", "allowed_lag", "window", "min_window"})
 PROGRESS_MIN = 10  # checkpoints from which `status` shows a progress line
 
 
@@ -135,18 +137,11 @@ def _thresholds(args: argparse.Namespace) -> Any:
 
 
 def _check_options(args: argparse.Namespace) -> CheckOptions:
-    from airflow_sparklag.monitor import CheckOptions
+    """The flags of ``CheckOptions``'s fields (made by :func:`option_flags`), and thresholds."""
+    from airflow_sparklag.monitor import OPTION_NAMES, CheckOptions
 
-    if args.run_grace is not None and args.runs_every is None:
-        raise UsageExit("--run-grace is the grace of a scheduled job: give --runs-every too")
-    return CheckOptions(
-        _thresholds(args),
-        args.history,
-        args.exact,
-        args.read_committed,
-        args.runs_every,
-        args.run_grace,
-    )
+    given = {name: getattr(args, name) for name in OPTION_NAMES if name != "thresholds"}
+    return CheckOptions(_thresholds(args), **given)
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -279,37 +274,39 @@ def _connection_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-def _check_flags(command: argparse.ArgumentParser) -> None:
+def option_flags(command: argparse.ArgumentParser, kind: type) -> None:
+    """A flag per field of an options dataclass that declares one (``params.option``): a
+    switch for a boolean (its default kept), a repeatable flag for a list, else a value read
+    by the field's reader, the error naming the flag."""
+    import dataclasses
+
     from airflow_sparklag import params
 
-    command.add_argument(
-        "--history",
-        type=_flag_type("history", lambda n, v: params.count(n, v, minimum=1)),
-        default=10,
-        help="batches of history to evaluate (default 10)",
-    )
-    command.add_argument(
-        "--exact", action="store_true", help="time lag from the record at the committed offset"
-    )
-    command.add_argument(
-        "--read-committed",
-        action="store_true",
-        default=None,
-        help="measure against the last stable offset (transactional topics)",
-    )
-    command.add_argument(
-        "--runs-every",
-        type=_flag_type("runs_every", params.positive_duration),
-        help="a scheduled job (AvailableNow/Once) started this often: 1h, 90m, 30s",
-    )
-    command.add_argument(
-        "--run-grace",
-        type=_flag_type("run_grace", params.duration),
-        help="with --runs-every: how late a run may start (default max(5m, 25%% of the period))",
-    )
+    for f in dataclasses.fields(kind):
+        flag, read = f.metadata["flag"], f.metadata["read"]
+        if flag is None:
+            continue
+        factory: Any = f.default_factory
+        default = f.default if f.default is not dataclasses.MISSING else factory()
+        spec: dict[str, Any] = {"dest": f.name, "help": f.metadata["doc"].replace("%", "%%")}
+        if read in (params.boolean, params.optional_boolean):
+            spec.update(action="store_true", default=default)
+        elif read is params.locations:
+            each = _flag_type(f.name, params.location)
+            spec.update(action="append", type=each, default=list(default))
+        else:
+            spec.update(type=_flag_type(f.name, read), default=default)
+        command.add_argument(flag, **spec)
+
+
+def _check_flags(command: argparse.ArgumentParser) -> None:
+    from airflow_sparklag import params
+    from airflow_sparklag.monitor import CheckOptions
+
+    option_flags(command, CheckOptions)
     for flag, field in THRESHOLD_FLAGS.items():
         reader = params.duration if flag in DURATION_FLAGS else params.number
-        if flag in ("max_lag", "max_total_lag", "allowed_lag", "window"):
+        if flag in COUNT_FLAGS:
             reader = params.count
         command.add_argument(
             f"--{flag.replace('_', '-')}",
@@ -569,7 +566,7 @@ def run_wait(args: argparse.Namespace) -> int:
 
 
 def add_snapshot_commands(sub: Any) -> None:
-    from airflow_sparklag import params
+    from airflow_sparklag.migration import MigrationOptions
 
     snapshot = sub.add_parser("snapshot", help="write a verified snapshot of committed offsets")
     snapshot.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
@@ -580,23 +577,7 @@ def add_snapshot_commands(sub: Any) -> None:
     migrate = sub.add_parser("migrate", help="snapshot, validate and archive a checkpoint")
     migrate.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
     migrate.add_argument("--archive", required=True, help="archive root for the old checkpoint")
-    migrate.add_argument("--snapshot-to", help="snapshot root (default: the archive directory)")
-    migrate.add_argument("--snapshot", help="use this existing snapshot instead of taking one")
-    migrate.add_argument(
-        "--file-sink-path", action="append", default=[], help="output path of a file sink"
-    )
-    migrate.add_argument("--move-sink-log", action="store_true", help="move sink logs aside")
-    migrate.add_argument(
-        "--quiet-period",
-        type=_flag_type("quiet_period", params.duration),
-        default=60.0,
-        help="time without commits before the job counts as stopped (default 60 s)",
-    )
-    migrate.add_argument("--force", action="store_true", help="migrate even if it looks alive")
-    migrate.add_argument(
-        "--allow-data-loss", action="store_true", help="start from the log start on data loss"
-    )
-    migrate.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    option_flags(migrate, MigrationOptions)
     _connection_flags(migrate)
 
 
@@ -646,22 +627,11 @@ def _export_group(session: Session, group: str, result: Any) -> dict[str, Any]:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    from airflow_sparklag.migration import migrate_checkpoint
+    from airflow_sparklag.migration import MIGRATION_OPTIONS, MigrationOptions, migrate_checkpoint
 
+    options = MigrationOptions(**{name: getattr(args, name) for name in MIGRATION_OPTIONS})
     with open_session(args) as session:
-        result = migrate_checkpoint(
-            args.checkpoint,
-            args.archive,
-            session=session,
-            snapshot_root=args.snapshot_to,
-            snapshot=args.snapshot,
-            quiet_period=args.quiet_period,
-            force=args.force,
-            allow_data_loss=args.allow_data_loss,
-            file_sink_paths=args.file_sink_path,
-            move_sink_log=args.move_sink_log,
-            dry_run=args.dry_run,
-        )
+        result = migrate_checkpoint(args.checkpoint, args.archive, session=session, options=options)
     payload = result.to_dict()
     _out(json.dumps(payload, indent=2) if args.json else _render_migration(payload), args)
     return EXIT_REFUSED if result.refusals else 0

@@ -135,12 +135,12 @@ class FleetChecker:
         max_depth: int = 4,
         rediscover_seconds: float | None = None,
         query_ids: bool = False,
-        **session_and_check: Any,
+        **options_and_session: Any,
     ) -> None:
         if not locations and not prefix:
             raise ValueError("FleetChecker needs checkpoint locations or a prefix to discover")
-        self.session, self._owns_session = _session_of(session, session_and_check)
-        self.options = options or CheckOptions.build(**session_and_check)
+        self.options = CheckOptions.take(options_and_session, options)
+        self.session, self._owns_session = _session_of(session, options_and_session)
         self.prefixes = [prefix] if isinstance(prefix, str) else list(prefix or ())
         self.max_workers = max_workers
         self.max_depth = max_depth
@@ -251,18 +251,13 @@ class FleetChecker:
         self.close()
 
 
-_SESSION_ARGS = ("kafka_config", "s3_options", "webhdfs_options", "fsspec_options", "kafka_timeout")
-
-
 def _session_of(session: Session | None, kwargs: dict[str, Any]) -> tuple[Session, bool]:
-    """The given session, or one of the checker's own from the session keyword arguments
-    (which are taken out of ``kwargs``; what remains must be check options)."""
-    own = {name: kwargs.pop(name) for name in _SESSION_ARGS if name in kwargs}
+    """The given session, or one of the checker's own from the session keyword arguments."""
     if session is not None:
-        if own:
-            raise TypeError(f"give either session or {', '.join(sorted(own))}, not both")
+        if kwargs:
+            raise TypeError(f"give either session or {', '.join(sorted(kwargs))}, not both")
         return session, False
-    return Session(**own), True
+    return Session(**kwargs), True
 
 
 def check_fleet(

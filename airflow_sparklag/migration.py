@@ -39,7 +39,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
@@ -75,9 +75,11 @@ if TYPE_CHECKING:
     from airflow_sparklag.kafka import KafkaSnapshot
 
 __all__ = [
+    "MIGRATION_OPTIONS",
     "DataLossRefused",
     "JobStillRunning",
     "Migration",
+    "MigrationOptions",
     "MigrationRefused",
     "MigrationResult",
     "SinkLogConflict",
@@ -278,6 +280,80 @@ def _paths(name: str, value: Any) -> tuple[str, ...]:
     for item in items:
         _path(name, item)
     return items
+
+
+@dataclass(frozen=True)
+class MigrationOptions:
+    """How to migrate: THE options of a migration, declared once (``params.option``). The CLI's
+    ``migrate`` flags and ``CheckpointMigrationOperator``'s keyword arguments are made from
+    these fields; every one has its row in docs/operators/checkpoint-migration.md. Typed
+    values only (text is read by ``params.options`` first); checked when made, before
+    anything is read or written.
+
+    >>> MigrationOptions(quiet_period=0, dry_run=True).dry_run
+    True
+    """
+
+    snapshot_root: str | None = params.option(
+        None,
+        read=params.optional_location,
+        flag="--snapshot-to",
+        doc="snapshot root (default: the archive directory)",
+    )
+    snapshot: str | None = params.option(
+        None,
+        read=params.optional_location,
+        flag="--snapshot",
+        doc="use this existing snapshot instead of taking one",
+    )
+    quiet_period: float = params.option(
+        60.0,
+        read=params.duration,
+        flag="--quiet-period",
+        doc="time without commits before the job counts as stopped (default 60 s)",
+    )
+    force: bool = params.option(
+        False, read=params.boolean, flag="--force", doc="migrate even if it looks alive"
+    )
+    allow_data_loss: bool = params.option(
+        False,
+        read=params.boolean,
+        flag="--allow-data-loss",
+        doc="start from the log start on data loss",
+    )
+    file_sink_paths: tuple[str, ...] = params.option(
+        factory=tuple,
+        read=params.locations,
+        flag="--file-sink-path",
+        doc="output path of a file sink the new query writes to (repeatable)",
+    )
+    move_sink_log: bool = params.option(
+        False, read=params.boolean, flag="--move-sink-log", doc="move sink logs aside"
+    )
+    dry_run: bool = params.option(
+        False, read=params.boolean, flag="--dry-run", doc="print the plan, change nothing"
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("force", "allow_data_loss", "move_sink_log", "dry_run"):
+            _flag(name, getattr(self, name))
+        object.__setattr__(self, "quiet_period", _seconds("quiet_period", self.quiet_period))
+        for name in ("snapshot_root", "snapshot"):
+            _optional_path(name, getattr(self, name))
+        object.__setattr__(self, "file_sink_paths", _paths("file_sink_paths", self.file_sink_paths))
+
+    @classmethod
+    def take(
+        cls, given: dict[str, Any], options: MigrationOptions | None = None
+    ) -> MigrationOptions:
+        """``options``, or the options among the keyword arguments ``given`` (taken out)."""
+        values = {name: given.pop(name) for name in MIGRATION_OPTIONS if name in given}
+        if options is not None and values:
+            raise TypeError(f"give either options or {', '.join(sorted(values))}, not both")
+        return options or cls(**values)
+
+
+MIGRATION_OPTIONS = tuple(f.name for f in fields(MigrationOptions))
 
 
 # -- checks ----------------------------------------------------------------------------------
@@ -495,29 +571,19 @@ class Migration:
         session: Session,
         location: str,
         archive_root: str,
+        options: MigrationOptions | None = None,
         *,
-        snapshot_root: str | None = None,
-        snapshot: str | None = None,
-        quiet_period: float = 60.0,
-        force: bool = False,
-        allow_data_loss: bool = False,
-        file_sink_paths: Iterable[str] = (),
-        move_sink_log: bool = False,
-        dry_run: bool = False,
         now: float | None = None,
         fault: Callable[[str], None] | None = None,
+        **given: Any,
     ) -> None:
-        self.dry_run = _flag("dry_run", dry_run)
-        self.force = _flag("force", force)
-        self.allow_data_loss = _flag("allow_data_loss", allow_data_loss)
-        self.move_sink_log = _flag("move_sink_log", move_sink_log)
-        self.quiet_period = _seconds("quiet_period", quiet_period)
+        """``options``, or its fields as keyword arguments (``dry_run=True``, ...)."""
+        self.options = MigrationOptions.take(given, options)
+        if given:
+            raise TypeError(f"Migration got unexpected arguments: {', '.join(sorted(given))}")
         self.now = _moment("now", now)
         self.location = _path("location", location)
         self.archive_root = _path("archive_root", archive_root)
-        self.snapshot_root = _optional_path("snapshot_root", snapshot_root)
-        self.given_snapshot = _optional_path("snapshot", snapshot)
-        self.file_sink_paths = _paths("file_sink_paths", file_sink_paths)
         self.session = session
         self.hit: Callable[[str], None] = fault or (lambda step: None)
         self.base = _base_dir(self.archive_root, self.location)
@@ -533,8 +599,8 @@ class Migration:
             journal = None  # the checkpoint is back (a new job used the path): a new migration
         if not self.session.has_kafka:
             raise ValueError("kafka_config (or kafka_client) is required to validate offsets")
-        run = _Run(journal or self._new_journal(), _Checks(self.dry_run))
-        for step in self.PLAN_STEPS if self.dry_run else self.STEPS:
+        run = _Run(journal or self._new_journal(), _Checks(self.options.dry_run))
+        for step in self.PLAN_STEPS if self.options.dry_run else self.STEPS:
             getattr(self, step)(run)
         return run.plan()
 
@@ -565,8 +631,8 @@ class Migration:
             _preflight(
                 state,
                 now=moment,
-                quiet_period=self.quiet_period,
-                force=self.force,
+                quiet_period=self.options.quiet_period,
+                force=self.options.force,
                 checks=run.checks,
             )
         elif _batch_ids(state) != journal.get("preflight").get("batches"):
@@ -578,7 +644,7 @@ class Migration:
                     f"{journal.path} and migrate again"
                 )
             )
-        if not self.dry_run and not journal.done("preflight"):
+        if not self.options.dry_run and not journal.done("preflight"):
             journal.record("preflight", batches=_batch_ids(state))
         self.hit("preflight")
 
@@ -603,7 +669,7 @@ class Migration:
         snap, path = self._snapshot_of(run)
         if run.state is not None:
             self._check_snapshot(run, run.state, snap, path)
-        if not self.dry_run and not journal.done("snapshot"):
+        if not self.options.dry_run and not journal.done("snapshot"):
             journal.record(
                 "snapshot",
                 path=path,
@@ -625,14 +691,14 @@ class Migration:
                     f"{journal.path} recorded ({recorded['checksum'][:12]}); refusing"
                 )
             return snap, path
-        if self.given_snapshot is not None:
-            path = self.given_snapshot
+        if self.options.snapshot is not None:
+            path = self.options.snapshot
             return load_snapshot(self.session.storage(path), path), path
         # The journal records the snapshot before archiving starts: the checkpoint was read.
         assert run.state is not None
         snap, _ = take_snapshot(run.state, self.session.kafka, now=self.now)
-        path = snapshot_path(self.snapshot_root or join(journal.run, "snapshots"), snap)
-        if not self.dry_run:
+        path = snapshot_path(self.options.snapshot_root or join(journal.run, "snapshots"), snap)
+        if not self.options.dry_run:
             save_snapshot(snap, self.session.storage(path), path)
         return snap, path
 
@@ -668,7 +734,11 @@ class Migration:
         snap, path = run.taken()
         kafka = self.session.kafka.snapshot(sorted(kafka_topics(snap)))
         starting, added, lost = _validate(
-            snap, kafka, allow_data_loss=self.allow_data_loss, checks=run.checks, force=self.force
+            snap,
+            kafka,
+            allow_data_loss=self.options.allow_data_loss,
+            checks=run.checks,
+            force=self.options.force,
         )
         sink_logs = self._checked_sink_logs(run)
         by_time: dict[str, dict[str, dict[str, int]]] = {}
@@ -698,7 +768,7 @@ class Migration:
             refusals=list(run.checks.refusals),
             warnings=warnings,
         )
-        if self.dry_run:
+        if self.options.dry_run:
             run.result = replace(plan, steps_done=run.journal.steps())
             return
         if not run.journal.done("validated"):
@@ -708,8 +778,10 @@ class Migration:
 
     def _checked_sink_logs(self, run: _Run) -> list[dict[str, Any]]:
         checked = []
-        for sink in _sink_logs(self.file_sink_paths, self.session.storage):
-            action = _sink_action(sink, move_sink_log=self.move_sink_log, run_dir=run.journal.run)
+        for sink in _sink_logs(self.options.file_sink_paths, self.session.storage):
+            action = _sink_action(
+                sink, move_sink_log=self.options.move_sink_log, run_dir=run.journal.run
+            )
             checked.append({**sink, "action": action})
             if action == "refused":
                 run.checks.refuse(_sink_conflict(sink))
@@ -737,7 +809,7 @@ class Migration:
     def sink_logs(self, run: _Run) -> None:
         """With ``move_sink_log``: move each file sink's ``_spark_metadata`` into the archive."""
         journal = run.journal
-        if self.move_sink_log and not journal.done("sink_logs"):
+        if self.options.move_sink_log and not journal.done("sink_logs"):
             moved = [
                 self._move_sink_log(journal, index, sink["log"])
                 for index, sink in enumerate(run.plan().sink_logs)
@@ -763,7 +835,7 @@ class Migration:
         """Record the outcome in the journal."""
         journal = run.journal
         archives = [journal.get("archived")]
-        if self.move_sink_log:
+        if self.options.move_sink_log:
             archives.extend(journal.get("sink_logs").get("moved", []))
         result = replace(
             run.plan(),
@@ -780,47 +852,24 @@ def migrate_checkpoint(
     archive_root: str,
     *,
     session: Session | None = None,
-    snapshot_root: str | None = None,
-    snapshot: str | None = None,
-    quiet_period: float = 60.0,
-    force: bool = False,
-    allow_data_loss: bool = False,
-    file_sink_paths: Iterable[str] = (),
-    move_sink_log: bool = False,
-    dry_run: bool = False,
+    options: MigrationOptions | None = None,
     now: float | None = None,
     fault: Callable[[str], None] | None = None,
-    **session_options: Any,
+    **options_and_session: Any,
 ) -> MigrationResult:
     """Snapshot, validate and archive ``location``; return the new query's starting offsets.
 
+    ``options`` (:class:`MigrationOptions`) or its fields as keyword arguments:
     ``snapshot``: path of an existing snapshot to use instead of taking one. ``snapshot_root``:
     where to write the snapshot (default: the migration's archive directory).
     ``file_sink_paths``: output paths of FILE sinks the new query will write to (their
     ``_spark_metadata`` is checked). ``fault``: test hook called with each step name.
-    Without ``session``, one is opened from ``session_options`` (``kafka_config``,
+    Without ``session``, one is opened from the other keyword arguments (``kafka_config``,
     ``kafka_client``, ``s3_options``, ``webhdfs_options``, ``fsspec_options``,
     ``kafka_timeout``) and closed before returning.
     Raises :class:`~airflow_sparklag.errors.InvalidParameter` (nothing read or written),
     :class:`MigrationRefused` subclasses (nothing changed), storage/Kafka errors.
     """
-
-    def run(with_session: Session) -> MigrationResult:
-        return Migration(
-            with_session,
-            location,
-            archive_root,
-            snapshot_root=snapshot_root,
-            snapshot=snapshot,
-            quiet_period=quiet_period,
-            force=force,
-            allow_data_loss=allow_data_loss,
-            file_sink_paths=file_sink_paths,
-            move_sink_log=move_sink_log,
-            dry_run=dry_run,
-            now=now,
-            fault=fault,
-        ).run()
-
-    with Session.using(session, **session_options) as active:
-        return run(active)
+    chosen = MigrationOptions.take(options_and_session, options)  # checked before a session
+    with Session.using(session, **options_and_session) as active:
+        return Migration(active, location, archive_root, chosen, now=now, fault=fault).run()

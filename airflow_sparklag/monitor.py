@@ -13,9 +13,10 @@ import numbers
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparklag import params
 from airflow_sparklag.errors import SparkLagError, StorageNotFound
 from airflow_sparklag.health import (
     Health,
@@ -67,7 +68,10 @@ def _period(name: str, value: Any) -> float | None:
 @dataclass(frozen=True)
 class CheckOptions:
     """How to judge a checkpoint: thresholds, history read, time-lag mode, isolation level,
-    and the job's shape.
+    and the job's shape. THE options of a check: the CLI's flags, the operators' and sensors'
+    keyword arguments and the triggers' serialized ``options`` are made from these fields
+    (each declared once with its reader, flag and doc line: ``params.option``; every field
+    has its row in docs/lag-and-health.md, "Check options").
 
     ``read_committed=None`` means read_uncommitted: Spark does not record the Kafka source's
     isolation level in the checkpoint, so pass True for jobs that read with
@@ -85,12 +89,39 @@ class CheckOptions:
     900.0
     """
 
-    thresholds: Thresholds = field(default_factory=Thresholds)
-    history: int = DEFAULT_HISTORY
-    exact_time_lag: bool = False
-    read_committed: bool | None = None
-    runs_every: float | None = None
-    run_grace: float | None = None
+    thresholds: Thresholds = params.option(  # noqa: RUF009 (a dataclasses.field)
+        factory=Thresholds, read=params.thresholds, flag=None, doc="health thresholds"
+    )
+    history: int = params.option(
+        DEFAULT_HISTORY,
+        read=params.batches,
+        flag="--history",
+        doc="batches of history to evaluate (default 10)",
+    )
+    exact_time_lag: bool = params.option(
+        False,
+        read=params.boolean,
+        flag="--exact",
+        doc="time lag from the record at the committed offset",
+    )
+    read_committed: bool | None = params.option(
+        None,
+        read=params.optional_boolean,
+        flag="--read-committed",
+        doc="measure against the last stable offset (transactional topics)",
+    )
+    runs_every: float | None = params.option(
+        None,
+        read=params.optional_positive_duration,
+        flag="--runs-every",
+        doc="a scheduled job (AvailableNow/Once) started this often: 1h, 90m, 30s",
+    )
+    run_grace: float | None = params.option(
+        None,
+        read=params.optional_duration,
+        flag="--run-grace",
+        doc="with --runs-every: how late a run may start (default max(5m, 25% of the period))",
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.thresholds, Thresholds):
@@ -102,7 +133,9 @@ class CheckOptions:
         object.__setattr__(self, "runs_every", _period("runs_every", self.runs_every))
         object.__setattr__(self, "run_grace", _period("run_grace", self.run_grace))
         if self.run_grace is not None and self.runs_every is None:
-            raise ValueError("run_grace is the grace of a scheduled job: give runs_every too")
+            raise params.invalid(
+                "run_grace", "is the grace of a scheduled job: give runs_every too"
+            )
 
     @property
     def grace(self) -> float | None:
@@ -119,45 +152,33 @@ class CheckOptions:
         return max(self.history, SCHEDULED_HISTORY)
 
     @classmethod
-    def build(
-        cls,
-        thresholds: Thresholds | Mapping[str, Any] | None = None,
-        history: int = DEFAULT_HISTORY,
-        exact_time_lag: bool = False,
-        read_committed: bool | None = None,
-        runs_every: float | None = None,
-        run_grace: float | None = None,
-    ) -> CheckOptions:
+    def build(cls, **values: Any) -> CheckOptions:
         """From plain Python values (a dict of thresholds is checked by ``Thresholds``)."""
-        return cls(
-            as_thresholds(thresholds),
-            history,
-            bool(exact_time_lag),
-            read_committed,
-            runs_every,
-            run_grace,
-        )
+        thresholds = values.pop("thresholds", None)
+        return cls(as_thresholds(thresholds), **values)
+
+    @classmethod
+    def take(cls, given: dict[str, Any], options: CheckOptions | None = None) -> CheckOptions:
+        """``options``, or the options among the keyword arguments ``given`` (taken out of
+        it; what remains is for someone else, e.g. a ``Session``). Both: a TypeError."""
+        values = {name: given.pop(name) for name in OPTION_NAMES if name in given}
+        if options is not None and values:
+            raise TypeError(f"give either options or {', '.join(sorted(values))}, not both")
+        return options or cls.build(**values)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "thresholds": {k: v for k, v in self.thresholds.to_dict().items() if v is not None},
-            "history": self.history,
-            "exact_time_lag": self.exact_time_lag,
-            "read_committed": self.read_committed,
-            "runs_every": self.runs_every,
-            "run_grace": self.run_grace,
-        }
+        values = {name: getattr(self, name) for name in OPTION_NAMES}
+        thresholds = self.thresholds.to_dict().items()
+        values["thresholds"] = {k: v for k, v in thresholds if v is not None}
+        return values
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> CheckOptions:
-        return cls.build(
-            values.get("thresholds"),
-            int(values.get("history", DEFAULT_HISTORY)),
-            bool(values.get("exact_time_lag", False)),
-            values.get("read_committed"),
-            values.get("runs_every"),
-            values.get("run_grace"),
-        )
+        return cls.build(**{k: v for k, v in values.items() if k in OPTION_NAMES})
+
+
+# The fields of CheckOptions, in order: the keyword arguments every check entry point takes.
+OPTION_NAMES = tuple(f.name for f in dataclasses.fields(CheckOptions))
 
 
 @dataclass(frozen=True)
@@ -804,56 +825,44 @@ def check_many(
 def check_checkpoint(
     location: str,
     *,
-    thresholds: Thresholds | Mapping[str, Any] | None = None,
-    history: int = DEFAULT_HISTORY,
-    exact_time_lag: bool = False,
-    read_committed: bool | None = None,
-    runs_every: float | None = None,
-    run_grace: float | None = None,
+    options: CheckOptions | None = None,
     now: float | None = None,
-    **session_options: Any,
+    **options_and_session: Any,
 ) -> CheckResult:
-    """:func:`check` in a session of its own (a script's one-off check); ``session_options``
-    are :class:`~airflow_sparklag.session.Session`'s (``kafka_config``, ``s3_options``, ...).
+    """:func:`check` in a session of its own (a script's one-off check). The keyword
+    arguments are ``CheckOptions`` fields (``thresholds``, ``history``, ...; or ``options``)
+    and :class:`~airflow_sparklag.session.Session`'s (``kafka_config``, ``s3_options``, ...).
 
     >>> check_checkpoint("/data/ck/orders", kafka_config={"bootstrap.servers": "k:9092"},
     ...                  thresholds={"max_lag_seconds": 600})      # doctest: +SKIP
     """
-    options = CheckOptions.build(
-        thresholds, history, exact_time_lag, read_committed, runs_every, run_grace
-    )
-    with Session(**session_options) as session:
-        return check(session, location, options, now=now)
+    chosen = CheckOptions.take(options_and_session, options)
+    with Session(**options_and_session) as session:
+        return check(session, location, chosen, now=now)
 
 
 def check_checkpoints(
     locations: Sequence[str],
     *,
-    thresholds: Thresholds | Mapping[str, Any] | None = None,
-    history: int = DEFAULT_HISTORY,
-    exact_time_lag: bool = False,
-    read_committed: bool | None = None,
-    runs_every: float | None = None,
-    run_grace: float | None = None,
+    options: CheckOptions | None = None,
     now: float | None = None,
     max_workers: int = MAX_READERS,
-    **session_options: Any,
+    **options_and_session: Any,
 ) -> list[CheckResult]:
-    """:func:`check_many` in a session of its own.
+    """:func:`check_many` in a session of its own; keyword arguments as :func:`check_checkpoint`.
 
     >>> results = check_checkpoints(["s3a://b/ck/a", "s3a://b/ck/b"],
     ...                             kafka_config={"bootstrap.servers": "k:9092"})  # doctest: +SKIP
     >>> [r.verdict.health.value for r in results]                                   # doctest: +SKIP
     ['OK', 'LAGGING']
     """
-    options = CheckOptions.build(
-        thresholds, history, exact_time_lag, read_committed, runs_every, run_grace
-    )
-    with Session(**session_options) as session:
-        return check_many(session, locations, options, now=now, max_workers=max_workers)
+    chosen = CheckOptions.take(options_and_session, options)
+    with Session(**options_and_session) as session:
+        return check_many(session, locations, chosen, now=now, max_workers=max_workers)
 
 
 __all__ = [
+    "OPTION_NAMES",
     "CheckOptions",
     "CheckResult",
     "check",

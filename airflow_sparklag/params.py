@@ -13,26 +13,30 @@ with :class:`~airflow_sparklag.errors.InvalidParameter` naming the parameter::
 
 A dangerous operation (migration, reset) reads all its parameters before it touches anything,
 so a value that cannot be read never runs it. The core's own types (``Thresholds``,
-``CheckOptions``) stay strict and know nothing of text.
+``CheckOptions``, ``MigrationOptions``) stay strict and know nothing of text: each of their
+fields names its reader here (:func:`option`), and :func:`options` reads a whole object.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import datetime
 import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_sparklag.errors import InvalidParameter
 from airflow_sparklag.health import Health, Thresholds
 
 __all__ = [
+    "batches",
     "boolean",
     "check_options",
+    "conn_id",
     "count",
     "duration",
     "health_names",
@@ -40,9 +44,13 @@ __all__ = [
     "locations",
     "mapping",
     "moment",
+    "option",
     "optional_boolean",
     "optional_count",
     "optional_duration",
+    "optional_location",
+    "optional_positive_duration",
+    "options",
     "positive_duration",
     "source_assignment",
     "source_map",
@@ -139,6 +147,10 @@ def optional_duration(name: str, value: Any) -> float | None:
     return None if is_none(value) else duration(name, value)
 
 
+def optional_positive_duration(name: str, value: Any) -> float | None:
+    return None if is_none(value) else positive_duration(name, value)
+
+
 def count(name: str, value: Any, *, minimum: int = 0) -> int:
     """A whole number >= ``minimum`` (int or its text; ``5.0`` is 5, ``5.5`` is refused)."""
     result = number(name, value)
@@ -151,6 +163,11 @@ def count(name: str, value: Any, *, minimum: int = 0) -> int:
 
 def optional_count(name: str, value: Any, *, minimum: int = 0) -> int | None:
     return None if is_none(value) else count(name, value, minimum=minimum)
+
+
+def batches(name: str, value: Any) -> int:
+    """A number of batches: a whole number >= 1."""
+    return count(name, value, minimum=1)
 
 
 def moment(name: str, value: Any) -> float | None:
@@ -273,6 +290,13 @@ def text(name: str, value: Any) -> str:
     raise invalid(name, f"must be a non-empty string, got {_shown(value)}")
 
 
+def conn_id(name: str, value: Any) -> str | None:
+    """An Airflow connection id, or None (None, or a template rendered to "")."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return text(name, value)
+
+
 def location(name: str, value: Any) -> str:
     """One checkpoint location (a path or URL); a list, also rendered as text, is refused."""
     if isinstance(value, str) and value.strip().startswith(("[", "(")):
@@ -288,6 +312,10 @@ def location(name: str, value: Any) -> str:
             "check (SparkLagFleetCheckOperator / `sparklag status --prefix`)",
         )
     raise invalid(name, f"must be a checkpoint path or URL, got {_shown(value)}")
+
+
+def optional_location(name: str, value: Any) -> str | None:
+    return None if is_none(value) else location(name, value)
 
 
 def locations(name: str, value: Any) -> list[str]:
@@ -321,29 +349,47 @@ def thresholds(name: str, value: Any) -> Thresholds:
         raise invalid(name, str(exc)) from None
 
 
-def check_options(
+Options = TypeVar("Options")
+
+
+def option(
+    default: Any = dataclasses.MISSING,
     *,
-    thresholds_value: Any = None,
-    history: Any = 10,
-    exact_time_lag: Any = False,
-    read_committed: Any = None,
-    runs_every: Any = None,
-    run_grace: Any = None,
+    read: Any,
+    doc: str,
+    flag: str | None,
+    factory: Any = dataclasses.MISSING,
 ) -> Any:
-    """``CheckOptions`` from rendered values, each error naming its parameter."""
+    """A field of an options dataclass, declared once: its default, the reader of its rendered
+    text (``read(name, value)``, one of this module's), its one-line ``doc`` and its CLI
+    ``flag`` (None: read from other flags). Operators, sensors, triggers and the CLI take every
+    field from the declaration, so a new option is this one field plus its docs line."""
+    return dataclasses.field(
+        default=default,
+        default_factory=factory,
+        metadata={"read": read, "doc": doc, "flag": flag},
+    )
+
+
+def options(kind: type[Options], values: Mapping[str, Any]) -> Options:
+    """An options object (``CheckOptions``, ``MigrationOptions``) from rendered values: each
+    field given read by its declared reader, each error naming the field; the others keep
+    their defaults."""
+    read = {
+        f.name: f.metadata["read"](f.name, values[f.name])
+        for f in dataclasses.fields(kind)  # type: ignore[arg-type]
+        if f.name in values
+    }
+    try:
+        return kind(**read)
+    except InvalidParameter:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise invalid(kind.__name__, str(exc)) from None
+
+
+def check_options(values: Mapping[str, Any]) -> Any:
+    """``CheckOptions`` from rendered values (``{"history": "5", "thresholds": "{...}"}``)."""
     from airflow_sparklag.monitor import CheckOptions
 
-    every = optional_duration("runs_every", runs_every)
-    if every is not None and every <= 0:
-        raise invalid("runs_every", f"must be more than 0 seconds, got {_shown(runs_every)}")
-    grace = optional_duration("run_grace", run_grace)
-    if grace is not None and every is None:
-        raise invalid("run_grace", "is the grace of a scheduled job: give runs_every too")
-    return CheckOptions(
-        thresholds("thresholds", thresholds_value),
-        count("history", history, minimum=1),
-        boolean("exact_time_lag", exact_time_lag),
-        optional_boolean("read_committed", read_committed),
-        every,
-        grace,
-    )
+    return options(CheckOptions, values)

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.health import Thresholds
     from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+    from airflow_sparklag.monitor import CheckOptions
 
 __all__ = ["JOB_COLUMNS", "PARTITION_COLUMNS", "ScanResult", "main", "scan", "write_scan"]
 
@@ -224,12 +225,13 @@ def _judge_partition(
 ) -> Iterator[tuple[tuple, list]]:
     """One Spark task of the lag pass: the options parsed and the broadcast snapshot loaded
     once per task, then (job row, partition rows) per cached state."""
-    from airflow_sparklag.health import Thresholds
+    from airflow_sparklag.monitor import CheckOptions
 
     options = json.loads(options_json)
     snapshot = snapshot_bc.value
-    thresholds = Thresholds.from_dict(options["thresholds"])
-    now, read_committed = float(options["now"]), bool(options["read_committed"])
+    check = CheckOptions.from_dict(options["options"])
+    thresholds, read_committed = check.thresholds, bool(check.read_committed)
+    now = float(options["now"])
     for row in rows:
         yield _judge_row(row, snapshot, thresholds, now, read_committed)
 
@@ -323,9 +325,7 @@ def scan(
     s3_options: dict[str, Any] | None = None,
     webhdfs_options: dict[str, Any] | None = None,
     fsspec_options: dict[str, Any] | None = None,
-    thresholds: Mapping[str, Any] | None = None,
-    history: int = 10,
-    read_committed: bool = False,
+    options: CheckOptions | None = None,
     num_slices: int | None = None,
     threads_per_task: int = THREADS_PER_TASK,
     max_depth: int = 4,
@@ -333,6 +333,7 @@ def scan(
     kafka_timeout: float = 30.0,
     now: float | None = None,
     query_ids: bool = False,
+    **check: Any,
 ) -> ScanResult:
     """Scan checkpoints on the executors of ``spark``; see the module docstring.
 
@@ -341,8 +342,15 @@ def scan(
     >>> result.jobs.groupBy("health").count().show()                        # doctest: +SKIP
 
     Call ``result.unpersist()`` when done with the DataFrames. ``query_ids=True`` also reads
-    each checkpoint's ``metadata`` to fill the ``query_id`` columns (+1 GET per job).
+    each checkpoint's ``metadata`` to fill the ``query_id`` columns (+1 GET per job). How jobs
+    are judged: ``options`` (``CheckOptions``) or its fields (``thresholds=``, ``history=``,
+    ``read_committed=``), carried to the executors as ``CheckOptions.to_dict()``.
     """
+    from airflow_sparklag.monitor import CheckOptions
+
+    chosen = CheckOptions.take(check, options)
+    if check:
+        raise TypeError(f"scan() got unexpected keyword arguments: {', '.join(sorted(check))}")
     storage: dict[str, Any] = {
         "s3_options": s3_options,
         "webhdfs_options": webhdfs_options,
@@ -359,7 +367,7 @@ def scan(
         timings["discover_seconds"] = time.perf_counter() - clock
         read_options = {
             "storage": storage,
-            "history": history,
+            "history": chosen.history_to_read,
             "threads": threads_per_task,
             "query_ids": query_ids,
         }
@@ -368,12 +376,12 @@ def scan(
         topics, tasks = _read_summary(states)
         timings["read_seconds"] = time.perf_counter() - clock - timings["discover_seconds"]
         clock = time.perf_counter()
+        read_committed = bool(chosen.read_committed)
         snapshot = _kafka_snapshot(session, topics, read_committed=read_committed)
         timings["kafka_seconds"] = time.perf_counter() - clock
     judge_options = {
         "now": snapshot.fetched_at if now is None else now,
-        "read_committed": read_committed,
-        "thresholds": dict(thresholds or {}),
+        "options": chosen.to_dict(),
     }
     partitions, jobs, judged = _judge(spark, states, snapshot, json.dumps(judge_options))
     return ScanResult(
@@ -552,6 +560,7 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> int:
     """Run a scan from the command line; prints a JSON summary. ``spark`` reuses a session."""
+    from airflow_sparklag import params
     from airflow_sparklag.cli import load_kafka_config
 
     args = build_parser().parse_args(argv)
@@ -585,9 +594,13 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         spark,
         locations,
         kafka_config=kafka_config,
-        thresholds=json.loads(args.thresholds) if args.thresholds else None,
-        history=args.history,
-        read_committed=args.read_committed,
+        options=params.check_options(
+            {
+                "thresholds": args.thresholds,
+                "history": args.history,
+                "read_committed": args.read_committed,
+            }
+        ),
         num_slices=args.slices,
         threads_per_task=args.threads_per_task,
         max_depth=args.max_depth,

@@ -12,10 +12,13 @@ Nothing heavy (confluent_kafka, boto3, requests) is imported until a check runs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparklag import params
 from airflow_sparklag.compat import BaseHook, aget_connection
 from airflow_sparklag.hooks.bundle import (
     CONN_TYPE,
@@ -51,9 +54,57 @@ if TYPE_CHECKING:
     from airflow_sparklag.monitor import CheckOptions, CheckResult
     from airflow_sparklag.session import Session
 
-__all__ = ["SHARED_CLIENTS", "SharedClientKey", "SharedClients", "SparkLagHook"]
+__all__ = ["SHARED_CLIENTS", "ConnectionIds", "SharedClientKey", "SharedClients", "SparkLagHook"]
 
 SharedClients = ClientCache  # the name the hook's cache had before it moved to the session
+
+
+def _conn(doc: str) -> Any:
+    return params.option(None, read=params.conn_id, flag=None, doc=doc)
+
+
+@dataclass(frozen=True)
+class ConnectionIds:
+    """The connection ids of a task, declared once. Operators and sensors take each field as a
+    flat, templated keyword argument (``operators/base.py``), triggers carry ``to_dict()``,
+    and :meth:`hook` builds the :class:`SparkLagHook` of them (docs/connections.md).
+
+    >>> ConnectionIds(kafka_config_id="kafka_prod", aws_conn_id="aws_lake").to_dict()["aws_conn_id"]
+    'aws_lake'
+    """
+
+    kafka_config_id: str | None = _conn("the kafka connection (default: kafka_default)")
+    aws_conn_id: str | None = _conn("the aws connection of s3:// and s3a:// checkpoints")
+    webhdfs_conn_id: str | None = _conn("the webhdfs connection of hdfs:// checkpoints")
+    source_kafka_conn_ids: Mapping[str, str] = params.option(
+        factory=dict,
+        read=params.source_map,
+        flag=None,
+        doc="source (index or name) -> kafka connection of its cluster",
+    )
+    gcp_conn_id: str | None = _conn("the google_cloud_platform connection of gs://")
+    wasb_conn_id: str | None = _conn("the wasb or adls connection of abfs://, abfss://, az://")
+    sparklag_conn_id: str | None = _conn("a sparklag connection bundling the ids")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe; an empty source mapping is None."""
+        values = {name: getattr(self, name) for name in CONN_FIELDS}
+        values["source_kafka_conn_ids"] = dict(self.source_kafka_conn_ids) or None
+        return values
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> ConnectionIds:
+        given = {k: v for k, v in values.items() if k in CONN_FIELDS}
+        given["source_kafka_conn_ids"] = dict(given.get("source_kafka_conn_ids") or {})
+        return cls(**given)
+
+    def hook(self, **settings: Any) -> SparkLagHook:
+        """The hook of these connections (``settings``: ``kafka_timeout``, ...)."""
+        return SparkLagHook(**self.to_dict(), **settings)
+
+
+# The fields of ConnectionIds: the connection keyword arguments of every task and trigger.
+CONN_FIELDS = tuple(f.name for f in dataclasses.fields(ConnectionIds))
 
 
 class SparkLagHook(HookSessionMixin, BaseHook):

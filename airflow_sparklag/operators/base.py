@@ -13,30 +13,81 @@ changed.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import Any, ClassVar, TypeVar
 
 from airflow_sparklag.compat import AirflowException, AirflowFailException
-from airflow_sparklag.hooks.sparklag import SparkLagHook
+from airflow_sparklag.hooks.sparklag import CONN_FIELDS, ConnectionIds, SparkLagHook
+from airflow_sparklag.monitor import OPTION_NAMES, CheckOptions
 
 T = TypeVar("T")
 
-# Connection ids are templated too, so that one DAG can serve several clusters via params.
-CONN_FIELDS: tuple[str, ...] = (
-    "kafka_config_id",
-    "aws_conn_id",
-    "webhdfs_conn_id",
-    "source_kafka_conn_ids",
-    "gcp_conn_id",
-    "wasb_conn_id",
-    "sparklag_conn_id",
-)
+__all__ = ["CHECK_FIELDS", "CONN_FIELDS", "FlatOptions", "SparkLagHookMixin"]
+
+# The check options as templated fields (thresholds, history, ...): CheckOptions' fields.
+CHECK_FIELDS: tuple[str, ...] = OPTION_NAMES
 
 
-class SparkLagHookMixin:
+def _flat_default(f: dataclasses.Field) -> Any:
+    """A field's default as a keyword argument: a factory-made one (a dict, Thresholds) is None."""
+    return None if f.default is dataclasses.MISSING else f.default
+
+
+class FlatOptions:
+    """Flat keyword arguments made from the fields of the options dataclasses a task declares
+    in ``flat_options`` (``ConnectionIds``, ``CheckOptions``, ``MigrationOptions``): each
+    field is an attribute of the task as given (templated, rendered later), and
+    :meth:`options` reads them into ONE object through ``params.options``.
+
+    The fields are added to the signature of each subclass's ``__init__``, so Airflow's
+    ``default_args``, ``partial()`` and ``expand()`` know them as they know any argument.
+    """
+
+    flat_options: ClassVar[tuple[type, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None or not cls.flat_options:
+            return
+        signature = inspect.signature(init)
+        given = list(signature.parameters.values())
+        names = {p.name for p in given}
+        extra = [
+            inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=_flat_default(f))
+            for kind in cls.flat_options
+            for f in dataclasses.fields(kind)
+            if f.name not in names
+        ]
+        rest = [p for p in given if p.kind is inspect.Parameter.VAR_KEYWORD]
+        head = [p for p in given if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        init.__signature__ = signature.replace(parameters=[*head, *extra, *rest])
+
+    def __init__(self, **kwargs: Any) -> None:
+        given = {
+            f.name: kwargs.pop(f.name, _flat_default(f))
+            for kind in type(self).flat_options
+            for f in dataclasses.fields(kind)
+        }
+        super().__init__(**kwargs)
+        for name, value in given.items():
+            setattr(self, name, value)
+
+    def options(self, kind: type[T]) -> T:
+        """The ``kind`` object of the task's rendered arguments (errors name the argument)."""
+        from airflow_sparklag import params
+
+        names = (f.name for f in dataclasses.fields(kind))  # type: ignore[arg-type]
+        return params.options(kind, {name: getattr(self, name) for name in names})
+
+
+class SparkLagHookMixin(FlatOptions):
     """Connection ids, the hook, and the two error boundaries of a task."""
 
+    flat_options: ClassVar[tuple[type, ...]] = (ConnectionIds,)
     kafka_config_id: str | None  # None: the sparklag connection's, else kafka_default
     aws_conn_id: str | None
     webhdfs_conn_id: str | None
@@ -48,55 +99,25 @@ class SparkLagHookMixin:
     # Snapshots and migrations read one cluster: they refuse a source mapping, not ignore it.
     one_cluster_only: ClassVar[bool] = False
 
-    def __init__(
-        self,
-        *,
-        kafka_config_id: str | None = None,
-        aws_conn_id: str | None = None,
-        webhdfs_conn_id: str | None = None,
-        source_kafka_conn_ids: Mapping[str, str] | str | None = None,
-        gcp_conn_id: str | None = None,
-        wasb_conn_id: str | None = None,
-        sparklag_conn_id: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.sparklag_conn_id = sparklag_conn_id
-        self.gcp_conn_id = gcp_conn_id
-        self.wasb_conn_id = wasb_conn_id
-        self.kafka_config_id = kafka_config_id
-        self.aws_conn_id = aws_conn_id
-        self.webhdfs_conn_id = webhdfs_conn_id
-        # source (index or name) -> `kafka` connection id of the cluster it reads
-        self.source_kafka_conn_ids = source_kafka_conn_ids
-
-    def source_kafka_map(self) -> dict[str, str]:
-        """The rendered ``source_kafka_conn_ids``, read (a value it cannot read fails)."""
+    def connection_ids(self) -> ConnectionIds:
+        """The task's rendered connection ids, read (a value it cannot read fails)."""
         from airflow_sparklag import params
 
-        def read() -> dict[str, str]:
-            mapped = params.source_map("source_kafka_conn_ids", self.source_kafka_conn_ids)
-            if mapped and self.one_cluster_only:
+        def read() -> ConnectionIds:
+            ids = self.options(ConnectionIds)
+            if ids.source_kafka_conn_ids and self.one_cluster_only:
                 raise params.invalid(
                     "source_kafka_conn_ids",
                     f"{type(self).__name__} reads one Kafka cluster (kafka_config_id); "
                     "measuring sources per cluster applies to checks and sensors",
                 )
-            return mapped
+            return ids
 
         return self.read_params(read)
 
     @cached_property
     def hook(self) -> SparkLagHook:
-        hook = SparkLagHook(
-            kafka_config_id=self.kafka_config_id,
-            aws_conn_id=self.aws_conn_id,
-            webhdfs_conn_id=self.webhdfs_conn_id,
-            source_kafka_conn_ids=self.source_kafka_map(),
-            gcp_conn_id=self.gcp_conn_id,
-            wasb_conn_id=self.wasb_conn_id,
-            sparklag_conn_id=self.sparklag_conn_id,
-        )
+        hook = self.connection_ids().hook()
         if self.one_cluster_only and self.sparklag_conn_id:
             self.read_params(lambda: self._one_cluster_bundle(hook))
         return hook
@@ -152,13 +173,12 @@ class SparkLagHookMixin:
             del self.__dict__["hook"]
 
 
-# How a task's check is judged: its attributes of these names, read by params.check_options.
-CHECK_PARAMS = ("history", "exact_time_lag", "read_committed", "runs_every", "run_grace")
+class CheckOptionsMixin(SparkLagHookMixin):
+    """A task that judges a check: the connection ids and ``CheckOptions``' fields as flat,
+    templated keyword arguments (``thresholds=``, ``history=``, ...), read into ONE
+    ``CheckOptions`` by :meth:`check_options`."""
 
+    flat_options: ClassVar[tuple[type, ...]] = (ConnectionIds, CheckOptions)
 
-def check_options_of(task: Any) -> Any:
-    """``CheckOptions`` from a task's rendered ``thresholds`` and :data:`CHECK_PARAMS`."""
-    from airflow_sparklag import params
-
-    given = {name: getattr(task, name) for name in CHECK_PARAMS}
-    return params.check_options(thresholds_value=task.thresholds, **given)
+    def check_options(self) -> CheckOptions:
+        return self.options(CheckOptions)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparklag import params
 from airflow_sparklag.compat import AirflowException, AirflowFailException, BaseOperator
 from airflow_sparklag.operators import metrics
-from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin, check_options_of
+from airflow_sparklag.operators.base import CHECK_FIELDS, CONN_FIELDS, CheckOptionsMixin
 from airflow_sparklag.operators.sparklag import DEFAULT_FAIL_ON, fail_on_names, health_name
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ XCOM_RESULTS = ("summary", "failing", "all")
 MESSAGE_JOBS = 10
 
 
-class SparkLagFleetCheckOperator(SparkLagHookMixin, BaseOperator):
+class SparkLagFleetCheckOperator(CheckOptionsMixin, BaseOperator):
     """Checks every given checkpoint (``locations``) and every one found under ``prefix``.
 
     One task, one Kafka snapshot for all topics, checkpoints read in parallel (at most
@@ -51,15 +51,10 @@ class SparkLagFleetCheckOperator(SparkLagHookMixin, BaseOperator):
         *CONN_FIELDS,
         "locations",
         "prefix",
-        "thresholds",
+        *CHECK_FIELDS,
         "fail_on",
         "fail_on_error",
         "max_failing",
-        "history",
-        "exact_time_lag",
-        "read_committed",
-        "runs_every",
-        "run_grace",
     )
     template_fields_renderers = {"thresholds": "json", "locations": "json"}
     ui_color = "#f4e3c1"
@@ -69,15 +64,9 @@ class SparkLagFleetCheckOperator(SparkLagHookMixin, BaseOperator):
         *,
         locations: Sequence[str] | str = (),
         prefix: str | Sequence[str] | None = None,
-        thresholds: dict[str, Any] | str | None = None,
         fail_on: Iterable[str] | str = DEFAULT_FAIL_ON,
         fail_on_error: bool | str = True,
         max_failing: int | str = 0,
-        history: int | str = 10,
-        exact_time_lag: bool | str = False,
-        read_committed: bool | str | None = None,
-        runs_every: float | str | None = None,
-        run_grace: float | str | None = None,
         max_depth: int = 4,
         max_workers: int = 16,
         xcom_results: str = "failing",
@@ -89,15 +78,9 @@ class SparkLagFleetCheckOperator(SparkLagHookMixin, BaseOperator):
             raise ValueError(f"xcom_results must be one of {XCOM_RESULTS}, not {xcom_results!r}")
         self.locations = locations
         self.prefix = prefix
-        self.thresholds = thresholds
         self.fail_on = fail_on
         self.fail_on_error = fail_on_error
         self.max_failing = max_failing
-        self.history = history
-        self.exact_time_lag = exact_time_lag
-        self.read_committed = read_committed
-        self.runs_every = runs_every  # every job of this fleet is scheduled this often
-        self.run_grace = run_grace
         self.max_depth = max_depth
         self.max_workers = max_workers
         self.xcom_results = xcom_results
@@ -107,7 +90,7 @@ class SparkLagFleetCheckOperator(SparkLagHookMixin, BaseOperator):
         return {
             "locations": params.locations("locations", self.locations),
             "prefixes": params.locations("prefix", self.prefix),
-            "options": check_options_of(self),
+            "options": self.check_options(),
             "fail_on": fail_on_names(self.fail_on),
             "fail_on_error": params.boolean("fail_on_error", self.fail_on_error),
             "max_failing": params.count("max_failing", self.max_failing),

@@ -9,10 +9,12 @@ errors with any connection secret scrubbed from the message.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_sparklag import params
 from airflow_sparklag.compat import AirflowFailException, BaseOperator
+from airflow_sparklag.hooks.sparklag import ConnectionIds
+from airflow_sparklag.migration import MIGRATION_OPTIONS, MigrationOptions
 from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
 
 if TYPE_CHECKING:
@@ -167,62 +169,23 @@ class CheckpointMigrationOperator(_SparkLagConnections):
     template_fields: Sequence[str] = (
         "checkpoint_location",
         "archive_root",
-        "snapshot_root",
-        "snapshot",
-        "file_sink_paths",
-        "quiet_period",
-        "force",
-        "allow_data_loss",
-        "move_sink_log",
-        "dry_run",
+        *MIGRATION_OPTIONS,
         *_CONN_FIELDS,
     )
+    flat_options: ClassVar[tuple[type, ...]] = (ConnectionIds, MigrationOptions)
 
-    def __init__(
-        self,
-        *,
-        checkpoint_location: str,
-        archive_root: str,
-        snapshot_root: str | None = None,
-        snapshot: str | None = None,
-        quiet_period: float = 60.0,
-        force: bool = False,
-        allow_data_loss: bool = False,
-        file_sink_paths: Sequence[str] = (),
-        move_sink_log: bool = False,
-        dry_run: bool = False,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, checkpoint_location: str, archive_root: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.checkpoint_location = checkpoint_location
         self.archive_root = archive_root
-        self.snapshot_root = snapshot_root
-        self.snapshot = snapshot
-        self.quiet_period = quiet_period
-        self.force = force
-        self.allow_data_loss = allow_data_loss
-        self.file_sink_paths = file_sink_paths
-        self.move_sink_log = move_sink_log
-        self.dry_run = dry_run
 
     def _read(self) -> dict[str, Any]:
         """Every parameter, read before anything is touched: a value that cannot be read
         (``dry_run="Ture"``, ``quiet_period="nan"``) fails the task and moves nothing."""
-        snapshot_root, snapshot = (
-            None if params.is_none(v) else params.location(n, v)
-            for n, v in (("snapshot_root", self.snapshot_root), ("snapshot", self.snapshot))
-        )
         return {
             "location": params.location("checkpoint_location", self.checkpoint_location),
             "archive_root": params.location("archive_root", self.archive_root),
-            "snapshot_root": snapshot_root,
-            "snapshot": snapshot,
-            "quiet_period": params.duration("quiet_period", self.quiet_period),
-            "force": params.boolean("force", self.force),
-            "allow_data_loss": params.boolean("allow_data_loss", self.allow_data_loss),
-            "file_sink_paths": params.locations("file_sink_paths", self.file_sink_paths),
-            "move_sink_log": params.boolean("move_sink_log", self.move_sink_log),
-            "dry_run": params.boolean("dry_run", self.dry_run),
+            "options": self.options(MigrationOptions),
         }
 
     def execute(self, context: Context) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from airflow_sparklag.conditions import breach_message
 from airflow_sparklag.health import DEFAULT_FAIL_ON as _FAIL_ON
 from airflow_sparklag.health import Health
 from airflow_sparklag.operators import metrics
-from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin, check_options_of
+from airflow_sparklag.operators.base import CHECK_FIELDS, CONN_FIELDS, CheckOptionsMixin
 from airflow_sparklag.render import seconds_text
 
 if TYPE_CHECKING:
@@ -24,15 +24,6 @@ if TYPE_CHECKING:
 DEFAULT_FAIL_ON = tuple(h.value for h in _FAIL_ON)
 # Numeric health for dashboards: 0 healthy .. 5 data loss, -1 unknown.
 HEALTH_CODES = {h.value: h.metric_value for h in Health}
-CHECK_FIELDS = (
-    "location",
-    "thresholds",
-    "history",
-    "exact_time_lag",
-    "read_committed",
-    "runs_every",
-    "run_grace",
-)
 
 
 def fail_on_names(fail_on: Iterable[str] | str) -> set[str]:
@@ -45,19 +36,14 @@ def health_name(health: Any) -> str:
     return str(getattr(health, "value", health)).upper()
 
 
-class _LagCheckBase(SparkLagHookMixin):
-    """Arguments and the check shared by the check and branch operators."""
+class _LagCheckBase(CheckOptionsMixin):
+    """Arguments and the check shared by the check and branch operators: ``location``, the
+    connection ids and ``CheckOptions``' fields (``thresholds``, ``history``, ...)."""
 
     def __init__(
         self,
         *,
         location: str,
-        thresholds: dict[str, Any] | str | None = None,
-        history: int | str = 10,
-        exact_time_lag: bool | str = False,
-        read_committed: bool | str | None = None,
-        runs_every: float | str | None = None,
-        run_grace: float | str | None = None,
         emit_metrics: bool = True,
         metric_prefix: str = metrics.PREFIX,
         metric_name: str | None = None,
@@ -65,19 +51,12 @@ class _LagCheckBase(SparkLagHookMixin):
     ) -> None:
         super().__init__(**kwargs)
         self.location = location
-        self.thresholds = thresholds
-        self.history = history
-        self.exact_time_lag = exact_time_lag
-        self.read_committed = read_committed
-        self.runs_every = runs_every  # a scheduled job: see docs/scheduled-jobs.md
-        self.run_grace = run_grace
         self.emit_metrics = emit_metrics
         self.metric_prefix = metric_prefix
         self.metric_name = metric_name
 
     def _read_check(self) -> tuple[str, Any]:
-        options = check_options_of(self)
-        return params.location("location", self.location), options
+        return params.location("location", self.location), self.check_options()
 
     def _check(self, location: str, options: Any) -> CheckResult:
         """The check, with its metrics: gauges of the result, or a failure by reason."""
@@ -126,7 +105,13 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
     ``/ck/orders: LAGGING: total lag 61200 > 50000. Total lag 61200. orders[2] lag=40100 ...``.
     """
 
-    template_fields: Sequence[str] = (*CONN_FIELDS, *CHECK_FIELDS, "fail_on", "metric_name")
+    template_fields: Sequence[str] = (
+        *CONN_FIELDS,
+        "location",
+        *CHECK_FIELDS,
+        "fail_on",
+        "metric_name",
+    )
     template_fields_renderers = {"thresholds": "json"}
     ui_color = "#f4e3c1"
 
@@ -174,7 +159,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
         )
     """
 
-    template_fields: Sequence[str] = (*CONN_FIELDS, *CHECK_FIELDS, "metric_name")
+    template_fields: Sequence[str] = (*CONN_FIELDS, "location", *CHECK_FIELDS, "metric_name")
     template_fields_renderers = {"thresholds": "json"}
     ui_color = "#f4e3c1"
 

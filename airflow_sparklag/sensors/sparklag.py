@@ -26,7 +26,12 @@ from airflow_sparklag.compat import (
 )
 from airflow_sparklag.conditions import CatchUpCondition, HealthCondition, ProgressCondition
 from airflow_sparklag.operators import metrics
-from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin, check_options_of
+from airflow_sparklag.operators.base import (
+    CHECK_FIELDS,
+    CONN_FIELDS,
+    CheckOptionsMixin,
+    SparkLagHookMixin,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -79,13 +84,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
 
     def _trigger_kwargs(self, deadline: float) -> dict[str, Any]:
         return {
-            "kafka_config_id": self.kafka_config_id,
-            "aws_conn_id": self.aws_conn_id,
-            "webhdfs_conn_id": self.webhdfs_conn_id,
-            "source_kafka_conn_ids": self.source_kafka_map() or None,
-            "gcp_conn_id": self.gcp_conn_id,
-            "wasb_conn_id": self.wasb_conn_id,
-            "sparklag_conn_id": self.sparklag_conn_id,
+            "connections": self.connection_ids().to_dict(),
             "poll_interval": self.poke_interval,
             "deadline": deadline,
             "metric_name": metrics.job_name(self, self.metric_name),
@@ -107,7 +106,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
         # Read the parameters before the first poke: BaseSensorOperator turns a failure inside
         # poke() into a skip under soft_fail/never_fail, and a value it cannot read must fail.
         _ = self._condition
-        self.source_kafka_map()
+        self.connection_ids()
         if not self.deferrable:
             return super().execute(context)
         probe = self._probe()
@@ -139,7 +138,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
         raise AirflowException(message or f"unexpected trigger event {event!r}")
 
 
-class SparkLagSensor(_CheckpointSensor):
+class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
     """Waits until a Spark query is healthy: its verdict is one of ``accept`` (default ``OK``).
 
     Fails at once (``AirflowFailException``, a skip with ``soft_fail``) on ``DATA_LOSS`` (the
@@ -165,49 +164,32 @@ class SparkLagSensor(_CheckpointSensor):
     template_fields: Sequence[str] = (
         *CONN_FIELDS,
         "location",
-        "thresholds",
+        *CHECK_FIELDS,
         "accept",
         "fail_fast",
-        "history",
-        "exact_time_lag",
-        "read_committed",
-        "runs_every",
-        "run_grace",
     )
     template_fields_renderers = {"thresholds": "json"}
 
     def __init__(
         self,
         *,
-        thresholds: dict[str, Any] | str | None = None,
         accept: Sequence[str] | str = ("OK",),
         fail_on_data_loss: bool = True,
         fail_on_stopped: bool = True,
         fail_fast: Sequence[str] | str | None = None,
-        history: int | str = 10,
-        exact_time_lag: bool | str = False,
-        read_committed: bool | str | None = None,
-        runs_every: float | str | None = None,
-        run_grace: float | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.thresholds = thresholds
         self.accept = accept
         self.fail_on_data_loss = fail_on_data_loss
         self.fail_on_stopped = fail_on_stopped
         self.fail_fast = fail_fast
-        self.history = history
-        self.exact_time_lag = exact_time_lag
-        self.read_committed = read_committed
-        self.runs_every = runs_every
-        self.run_grace = run_grace
 
     def condition(self) -> HealthCondition:
         from airflow_sparklag.conditions import HealthCondition
         from airflow_sparklag.health import Health
 
-        options = check_options_of(self)
+        options = self.check_options()
         accept = params.health_names("accept", self.accept)
         if not accept:
             raise params.invalid("accept", "give at least one verdict to wait for, e.g. OK")
@@ -228,17 +210,11 @@ class SparkLagSensor(_CheckpointSensor):
 
         condition = self._condition
         assert isinstance(condition, HealthCondition)
-        options = condition.options.to_dict()
         return SparkLagTrigger(
             condition.location,
-            thresholds=options["thresholds"] or None,
+            options=condition.options.to_dict(),
             accept=[h.value for h in condition.accept],
             fail_fast=[h.value for h in condition.fail_fast],
-            history=options["history"],
-            exact_time_lag=options["exact_time_lag"],
-            read_committed=options["read_committed"],
-            runs_every=options.get("runs_every"),
-            run_grace=options.get("run_grace"),
             **self._trigger_kwargs(deadline),
         )
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from airflow_sparklag.compat import BaseTrigger, TriggerEvent
@@ -30,41 +30,35 @@ from airflow_sparklag.conditions import (
     WaitCondition,
 )
 from airflow_sparklag.health import Health
-from airflow_sparklag.hooks.sparklag import SparkLagHook
-from airflow_sparklag.monitor import CheckOptions
+from airflow_sparklag.hooks.sparklag import CONN_FIELDS, ConnectionIds, SparkLagHook
+from airflow_sparklag.monitor import OPTION_NAMES, CheckOptions
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.redact import redact_url
 
 
 class _ConditionTrigger(BaseTrigger):
-    """Polls one condition every ``poll_interval`` seconds until done, failed or ``deadline``."""
+    """Polls one condition every ``poll_interval`` seconds until done, failed or ``deadline``.
+
+    The connections travel as ONE dict, ``connections`` (``ConnectionIds.to_dict()``); each id
+    may also be given as its own keyword argument (``kafka_config_id=...``), as before."""
 
     def __init__(
         self,
         location: str,
         *,
-        kafka_config_id: str | None = None,
-        aws_conn_id: str | None = None,
-        webhdfs_conn_id: str | None = None,
+        connections: Mapping[str, Any] | None = None,
         poll_interval: float = 30.0,
         deadline: float | None = None,
         metric_name: str | None = None,
-        source_kafka_conn_ids: dict[str, str] | None = None,
-        gcp_conn_id: str | None = None,
-        wasb_conn_id: str | None = None,
-        sparklag_conn_id: str | None = None,
+        **connection_ids: Any,
     ) -> None:
         super().__init__()
-        self.sparklag_conn_id = sparklag_conn_id  # a `sparklag` connection bundling the ids
-        self.gcp_conn_id = gcp_conn_id
-        self.wasb_conn_id = wasb_conn_id
         self.metric_name = metric_name  # the job's name in metrics (the sensor's)
         self.location = location
-        self.kafka_config_id = kafka_config_id
-        self.aws_conn_id = aws_conn_id
-        self.webhdfs_conn_id = webhdfs_conn_id
-        # source (index or name) -> `kafka` connection of its cluster (docs/multi-cluster.md)
-        self.source_kafka_conn_ids = dict(source_kafka_conn_ids or {})
+        self.connections = ConnectionIds.from_dict({**(connections or {}), **connection_ids})
+        unknown = set(connection_ids) - set(CONN_FIELDS)
+        if unknown:
+            raise TypeError(f"unexpected keyword arguments: {', '.join(sorted(unknown))}")
         self.poll_interval = float(poll_interval)
         self.deadline = deadline
 
@@ -80,13 +74,7 @@ class _ConditionTrigger(BaseTrigger):
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
                 "location": self.location,
-                "kafka_config_id": self.kafka_config_id,
-                "aws_conn_id": self.aws_conn_id,
-                "webhdfs_conn_id": self.webhdfs_conn_id,
-                "source_kafka_conn_ids": self.source_kafka_conn_ids or None,
-                "gcp_conn_id": self.gcp_conn_id,
-                "wasb_conn_id": self.wasb_conn_id,
-                "sparklag_conn_id": self.sparklag_conn_id,
+                "connections": self.connections.to_dict(),
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "metric_name": self.metric_name,
@@ -95,15 +83,7 @@ class _ConditionTrigger(BaseTrigger):
         )
 
     def _hook(self) -> SparkLagHook:
-        return SparkLagHook(
-            kafka_config_id=self.kafka_config_id,
-            aws_conn_id=self.aws_conn_id,
-            webhdfs_conn_id=self.webhdfs_conn_id,
-            source_kafka_conn_ids=self.source_kafka_conn_ids,
-            gcp_conn_id=self.gcp_conn_id,
-            wasb_conn_id=self.wasb_conn_id,
-            sparklag_conn_id=self.sparklag_conn_id,
-        )
+        return self.connections.hook()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = self._hook()
@@ -159,27 +139,23 @@ class SparkLagTrigger(_ConditionTrigger):
         self,
         location: str,
         *,
-        thresholds: dict[str, Any] | None = None,
+        options: Mapping[str, Any] | None = None,
         accept: Sequence[str] = tuple(h.value for h in DEFAULT_ACCEPT),
         fail_on_data_loss: bool = True,
         fail_fast: Sequence[str] | None = None,
-        history: int = 10,
-        exact_time_lag: bool = False,
-        read_committed: bool | None = None,
-        runs_every: float | None = None,
-        run_grace: float | None = None,
         fail_on_stopped: bool = True,
         **kwargs: Any,
     ) -> None:
+        # The check options travel as ONE dict (``CheckOptions.to_dict()``); each may also be
+        # given as its own keyword argument (thresholds=..., history=...), as before.
+        given = {name: kwargs.pop(name) for name in OPTION_NAMES if name in kwargs}
         super().__init__(location, **kwargs)
-        options = CheckOptions.build(
-            thresholds, history, exact_time_lag, read_committed, runs_every, run_grace
-        )
+        checked = CheckOptions.from_dict({**(options or {}), **given})
         if fail_fast is None:
             fail_fast = ["DATA_LOSS"] * fail_on_data_loss + ["STOPPED"] * fail_on_stopped
         self._health = HealthCondition(
             location,
-            options,
+            checked,
             tuple(Health(str(a).upper()) for a in accept),
             tuple(Health(str(f).upper()) for f in fail_fast),
         )
@@ -189,16 +165,10 @@ class SparkLagTrigger(_ConditionTrigger):
         return self._health
 
     def _condition_kwargs(self) -> dict[str, Any]:
-        options = self._health.options.to_dict()
         return {
-            "thresholds": options["thresholds"] or None,
+            "options": self._health.options.to_dict(),
             "accept": [h.value for h in self._health.accept],
             "fail_fast": [h.value for h in self._health.fail_fast],
-            "history": options["history"],
-            "exact_time_lag": options["exact_time_lag"],
-            "read_committed": options["read_committed"],
-            "runs_every": options.get("runs_every"),
-            "run_grace": options.get("run_grace"),
         }
 
 

@@ -183,10 +183,12 @@ def test_counts_are_whole_and_bounded() -> None:
 
 def test_check_options_name_each_parameter() -> None:
     options = params.check_options(
-        thresholds_value='{"max_lag_seconds": 30}',
-        history="5",
-        exact_time_lag="true",
-        read_committed="None",
+        {
+            "thresholds": '{"max_lag_seconds": 30}',
+            "history": "5",
+            "exact_time_lag": "true",
+            "read_committed": "None",
+        }
     )
     assert options.thresholds.max_lag_seconds == 30
     assert (options.history, options.exact_time_lag, options.read_committed) == (5, True, None)
@@ -194,8 +196,10 @@ def test_check_options_name_each_parameter() -> None:
         ({"history": "0"}, "history"),
         ({"exact_time_lag": "maybe"}, "exact_time_lag"),
         ({"read_committed": "Ture"}, "read_committed"),
-        ({"thresholds_value": "{'max_lag_seconds': 'nan'}"}, "thresholds.max_lag_seconds"),
+        ({"thresholds": "{'max_lag_seconds': 'nan'}"}, "thresholds.max_lag_seconds"),
+        ({"runs_every": "0"}, "runs_every"),
+        ({"run_grace": "5m"}, "run_grace"),
     ]:
         with pytest.raises(InvalidParameter) as caught:
-            params.check_options(**kwargs)
+            params.check_options(kwargs)
         assert caught.value.parameter == name
