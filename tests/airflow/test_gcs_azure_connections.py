@@ -154,7 +154,10 @@ def test_the_trigger_carries_the_connections(kind: str) -> None:
     _ = task._condition
     trigger = task._trigger(time.time() + 60)
     classpath, kwargs = trigger.serialize()
-    assert (kwargs["gcp_conn_id"], kwargs["wasb_conn_id"]) == ("gcp_x", "wasb_y")
+    assert (kwargs["connections"]["gcp_conn_id"], kwargs["connections"]["wasb_conn_id"]) == (
+        "gcp_x",
+        "wasb_y",
+    )
     rebuilt = type(trigger)(**json.loads(json.dumps(kwargs)))
     assert rebuilt.serialize() == (classpath, kwargs)
     hook = rebuilt._hook()

@@ -81,11 +81,14 @@ def test_the_trigger_carries_the_mapping_to_the_triggerers_hook(kind: str) -> No
     trigger = task._trigger(time.time() + 60)
     assert isinstance(trigger, (SparkLagTrigger, SparkKafkaCatchUpTrigger))
     classpath, kwargs = trigger.serialize()
-    assert kwargs["source_kafka_conn_ids"] == {"1": "kafka_b"}
+    assert kwargs["connections"]["source_kafka_conn_ids"] == {"1": "kafka_b"}
     rebuilt = type(trigger)(**json.loads(json.dumps(kwargs)))
     assert rebuilt.serialize() == (classpath, kwargs)
     assert rebuilt._hook().source_kafka_conn_ids == {"1": "kafka_b"}
     # Without a mapping the kwargs say so plainly.
     plain = TASKS[kind]()
     _ = plain._condition
-    assert plain._trigger(time.time() + 60).serialize()[1]["source_kafka_conn_ids"] is None
+    assert (
+        plain._trigger(time.time() + 60).serialize()[1]["connections"]["source_kafka_conn_ids"]
+        is None
+    )

@@ -93,7 +93,7 @@ def test_lag_sensor_deferrable_round_trip(kafka_conn, lagging_job):
     trigger = deferred.value.trigger
     assert isinstance(trigger, SparkLagTrigger)
     kwargs = trigger.serialize()[1]
-    assert kwargs["thresholds"]["max_lag_records_total"] == 10
+    assert kwargs["options"]["thresholds"]["max_lag_records_total"] == 10
     assert kwargs["accept"] == ["OK"]
     assert trigger.condition.options.thresholds.max_lag_records_total == 10
     assert SparkLagTrigger(**kwargs).condition == trigger.condition  # what the triggerer runs

@@ -186,7 +186,8 @@ def test_tasks_and_triggers_take_a_sparklag_connection(monkeypatch):
     sensor = SparkLagSensor(task_id="s", location="/ck", sparklag_conn_id="lag_task")
     trigger = sensor._trigger(deadline=1e12)
     _path, kwargs = trigger.serialize()
-    assert kwargs["sparklag_conn_id"] == "lag_task" and kwargs["kafka_config_id"] is None
+    assert kwargs["connections"]["sparklag_conn_id"] == "lag_task"
+    assert kwargs["connections"]["kafka_config_id"] is None
     rebuilt = type(trigger)(**kwargs)._hook()
     assert rebuilt.get_conn().kafka_config["bootstrap.servers"] == "t1:9092"
 
