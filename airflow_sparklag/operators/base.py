@@ -1,11 +1,13 @@
 """What every operator and sensor of the provider shares: its connections, its hook, and how
 rendered parameters and core errors become task outcomes.
 
-Operators declare the connection ids once through :class:`SparkLagHookMixin` (like the
-amazon provider's ``AwsBaseHookMixin``), with ``source_kafka_conn_ids`` for a query whose
-sources read different Kafka clusters (docs/multi-cluster.md), or ``sparklag_conn_id`` for
-one ``sparklag`` connection bundling them (ids given to the task win); the hook is built on first
-use, after templates are rendered, and closed with the task. Parameters are read with
+Operators take the connection ids (``ConnectionIds``: ``kafka_config_id``, ``aws_conn_id``,
+..., ``source_kafka_conn_ids`` for a query whose sources read different Kafka clusters,
+``sparklag_conn_id`` for one ``sparklag`` connection bundling them) and their options
+(``CheckOptions``, ``MigrationOptions``) as flat, templated keyword arguments made from the
+fields (:class:`FlatOptions`), and read each group into ONE object. The hook is declared once
+through :class:`SparkLagHookMixin` (like the amazon provider's ``AwsBaseHookMixin``), built
+on first use, after templates are rendered, and closed with the task. Parameters are read with
 :mod:`airflow_sparklag.params` inside :meth:`SparkLagHookMixin.read_params`: a value that
 cannot be read fails the task at once, naming the parameter, before anything is read or
 changed.
