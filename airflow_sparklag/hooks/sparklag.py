@@ -158,25 +158,20 @@ class SparkLagHook(HookSessionMixin, BaseHook):
         sparklag_conn_id: str | None = None,
     ) -> None:
         super().__init__()
-        # A `sparklag` connection bundling the ids below; read with the connections, on first
-        # use. Ids given here win over the bundle's (see hooks/bundle.py).
-        self.sparklag_conn_id = sparklag_conn_id or None
+        # Ids given here win over those of a `sparklag` connection bundling them (read with the
+        # connections, on first use; see hooks/bundle.py).
+        self.given = ConnectionIds(
+            kafka_config_id or None,
+            aws_conn_id,
+            webhdfs_conn_id,
+            dict(source_kafka_conn_ids or {}),
+            gcp_conn_id,
+            wasb_conn_id,
+            sparklag_conn_id or None,
+        )
         self.bundle: ConnectionBundle | None = None
-        self._given: dict[str, Any] = {
-            "kafka_conn_id": kafka_config_id or None,
-            "aws_conn_id": aws_conn_id,
-            "webhdfs_conn_id": webhdfs_conn_id,
-            "gcp_conn_id": gcp_conn_id,
-            "wasb_conn_id": wasb_conn_id,
-            "source_kafka_conn_ids": dict(source_kafka_conn_ids or {}),
-        }
-        self.gcp_conn_id = gcp_conn_id
-        self.wasb_conn_id = wasb_conn_id
         self._gcp_provider = False  # the google provider builds the gs:// credentials
-        self.source_kafka_conn_ids = dict(source_kafka_conn_ids or {})
-        self.kafka_config_id = kafka_config_id or DEFAULT_KAFKA_CONN_ID
-        self.aws_conn_id = aws_conn_id
-        self.webhdfs_conn_id = webhdfs_conn_id
+        self._use(self.given)
         self.kafka_timeout = kafka_timeout
         # Bound of each storage attempt (S3: 3 attempts); None keeps the backends' defaults.
         self.storage_timeout = storage_timeout
@@ -216,20 +211,36 @@ class SparkLagHook(HookSessionMixin, BaseHook):
             },
         )
 
+    def _use(self, ids: ConnectionIds) -> None:
+        """Read the connections of ``ids`` from now on (without a Kafka one: kafka_default)."""
+        self.ids = ids
+        self.sparklag_conn_id = ids.sparklag_conn_id
+        self.kafka_config_id = ids.kafka_config_id or DEFAULT_KAFKA_CONN_ID
+        self.aws_conn_id = ids.aws_conn_id
+        self.webhdfs_conn_id = ids.webhdfs_conn_id
+        self.gcp_conn_id = ids.gcp_conn_id
+        self.wasb_conn_id = ids.wasb_conn_id
+        self.source_kafka_conn_ids = dict(ids.source_kafka_conn_ids)
+
     def use_bundle(self, conn: Connection) -> ConnectionBundle:
         """Take the ids of the ``sparklag`` connection ``conn`` that were not given to the hook."""
         bundle = read_bundle(conn)
-        given = self._given
+        given = self.given
         self.bundle = bundle
-        self.kafka_config_id = given["kafka_conn_id"] or bundle.kafka_conn_id
-        self.aws_conn_id = given["aws_conn_id"] or bundle.aws_conn_id
-        self.webhdfs_conn_id = given["webhdfs_conn_id"] or bundle.webhdfs_conn_id
-        self.gcp_conn_id = given["gcp_conn_id"] or bundle.gcp_conn_id
-        self.wasb_conn_id = given["wasb_conn_id"] or bundle.wasb_conn_id
-        self.source_kafka_conn_ids = {
-            **bundle.source_kafka_conn_ids,
-            **given["source_kafka_conn_ids"],
-        }
+        self._use(
+            dataclasses.replace(
+                given,
+                kafka_config_id=given.kafka_config_id or bundle.kafka_conn_id,
+                aws_conn_id=given.aws_conn_id or bundle.aws_conn_id,
+                webhdfs_conn_id=given.webhdfs_conn_id or bundle.webhdfs_conn_id,
+                gcp_conn_id=given.gcp_conn_id or bundle.gcp_conn_id,
+                wasb_conn_id=given.wasb_conn_id or bundle.wasb_conn_id,
+                source_kafka_conn_ids={
+                    **bundle.source_kafka_conn_ids,
+                    **given.source_kafka_conn_ids,
+                },
+            )
+        )
         return bundle
 
     def connection_ids(self) -> list[tuple[str, str]]:

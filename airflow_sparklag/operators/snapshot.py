@@ -20,8 +20,6 @@ from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-_CONN_FIELDS = CONN_FIELDS
-
 
 class _SparkLagConnections(SparkLagHookMixin, BaseOperator):
     """Connections (one hook, one session) shared by the three operators."""
@@ -55,7 +53,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
         "checkpoint_location",
         "snapshot_root",
         "consumer_group",
-        *_CONN_FIELDS,
+        *CONN_FIELDS,
     )
 
     def __init__(
@@ -118,7 +116,7 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
     "total_lag", "committed_batch_id"}``.
     """
 
-    template_fields: Sequence[str] = ("checkpoint_location", "group_id", *_CONN_FIELDS)
+    template_fields: Sequence[str] = ("checkpoint_location", "group_id", *CONN_FIELDS)
 
     def __init__(self, *, checkpoint_location: str, group_id: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -170,7 +168,7 @@ class CheckpointMigrationOperator(_SparkLagConnections):
         "checkpoint_location",
         "archive_root",
         *MIGRATION_OPTIONS,
-        *_CONN_FIELDS,
+        *CONN_FIELDS,
     )
     flat_options: ClassVar[tuple[type, ...]] = (ConnectionIds, MigrationOptions)
 
