@@ -155,7 +155,9 @@ class CheckOptions:
     def build(cls, **values: Any) -> CheckOptions:
         """From plain Python values (a dict of thresholds is checked by ``Thresholds``)."""
         thresholds = values.pop("thresholds", None)
-        return cls(as_thresholds(thresholds), **values)
+        if not isinstance(thresholds, Thresholds):
+            thresholds = Thresholds.from_dict(thresholds)
+        return cls(thresholds, **values)
 
     @classmethod
     def take(cls, given: dict[str, Any], options: CheckOptions | None = None) -> CheckOptions:
@@ -204,12 +206,6 @@ class CheckResult:
             "verdict": self.verdict.to_dict(),
             "report": None if self.report is None else self.report.to_dict(),
         }
-
-
-def as_thresholds(value: Thresholds | Mapping[str, Any] | None) -> Thresholds:
-    if isinstance(value, Thresholds):
-        return value
-    return Thresholds.from_dict(value)
 
 
 def _topics(state: CheckpointState) -> set[str]:
