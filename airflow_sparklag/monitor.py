@@ -599,6 +599,18 @@ def judge_states(
     return _judge(session, states, options, now, complete).run()
 
 
+def judge_against(
+    session: Session,
+    states: Mapping[str, CheckpointState],
+    options: CheckOptions,
+    snapshot: KafkaSnapshot,
+    now: float,
+) -> dict[str, CheckResult]:
+    """:func:`judge_states` against a Kafka snapshot already taken (the Spark scan's executors
+    judge against the driver's one broadcast snapshot): the same reports and verdicts."""
+    return _Judge(session, states, options, {0: snapshot}, now).run()
+
+
 def _judge(
     session: Session,
     states: Mapping[str, CheckpointState],
@@ -796,6 +808,7 @@ __all__ = [
     "check_checkpoint",
     "check_checkpoints",
     "check_many",
+    "judge_against",
     "judge_states",
     "read_states",
 ]

@@ -1,10 +1,13 @@
 """Fleet scan on Spark: lag and health of thousands of streaming jobs in one Spark job.
 
-    spark-submit --py-files airflow_sparklag.zip -m airflow_sparklag.spark_scan \\
-        --prefix s3a://bucket/checkpoints --bootstrap-servers broker:9092 \\
-        --output s3a://bucket/sparklag/scan-2025-01-01 [--format parquet]
+spark-submit runs a file, the module's own (``python -m`` is not a spark-submit option):
 
-    python -m airflow_sparklag.spark_scan --checkpoints hdfs://nn:8020/ck/a hdfs://nn:8020/ck/b \\
+    spark-submit --py-files airflow_sparklag.zip \
+        "$(python -c 'import airflow_sparklag.spark_scan as m; print(m.__file__)')" \
+        --prefix s3a://bucket/checkpoints --bootstrap-servers broker:9092 \
+        --output s3a://bucket/sparklag/scan-2025-01-01 [--format json]
+
+    python -m airflow_sparklag.spark_scan --checkpoints hdfs://nn:8020/ck/a hdfs://nn:8020/ck/b \
         --bootstrap-servers broker:9092 --webhdfs-url http://nn:9870 --output /tmp/scan
 
 How it runs:
@@ -12,20 +15,23 @@ How it runs:
 1. the driver lists the checkpoints (``--checkpoints``, ``--checkpoints-file`` or discovery
    under ``--prefix``);
 2. executors read them in parallel (``mapPartitions`` over the locations, two tasks per core;
-   each Python worker keeps ONE storage session (one S3 client) for all its tasks, and a task
-   reads with a few threads, using the core ``CheckpointReader``; storage options travel as
-   JSON in the closure). The parsed states stay cached on the executors;
+   each Python worker keeps ONE session (one S3 client) for all its tasks, and a task reads
+   with a few threads, using the core ``CheckpointReader``; options travel as JSON in the
+   closure). The parsed states stay cached on the executors;
 3. the driver takes ONE Kafka snapshot (batched ListOffsets) for every topic of every job and
    broadcasts it;
-4. executors compute the per-partition lag and the per-job health from the cached states
-   (one pass, converted to Spark rows once and cached);
+4. executors judge each task's jobs with the CLI's own evaluation (``monitor.judge_against``:
+   the same report, time lag included, and verdict as ``sparklag status`` at that instant);
+   an executor reads record timestamps from Kafka only when a rule needs ages the estimate
+   cannot give (or ``--exact-time-lag``), as the CLI does;
 5. two tables are written: ``<output>/partitions`` (one row per job, topic and partition) and
-   ``<output>/jobs`` (one row per job with its health), Parquet by default or any
-   ``DataFrameWriter`` format.
+   ``<output>/jobs`` (one row per job with its health and, in ``result``, the CLI's
+   ``--json`` result as JSON text), JSON lines by default (readable with the standard
+   library) or any ``DataFrameWriter`` format.
 
-The one-line JSON summary says where the time went (``timings``: discovery, Spark start-up,
-read pass, Kafka snapshot, lag pass and writes) and how the read pass ran (``executors``: read
-tasks, Python workers, storage sessions built, slowest task, CPU of the read tasks).
+The one-line JSON summary gives the verdicts, the lag (total records, the largest time lag,
+the jobs with lag), where the time went (``timings``) and how the read pass ran
+(``executors``: read tasks, Python workers, sessions built, slowest task, CPU).
 
 From Python, :func:`scan` takes an existing SparkSession and returns the two DataFrames.
 pyspark is imported only inside the functions: importing this module is cheap.
@@ -55,8 +61,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from airflow_sparklag.checkpoint import CheckpointState
-    from airflow_sparklag.health import Thresholds
     from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+    from airflow_sparklag.monitor import CheckOptions, CheckResult
 
 __all__ = ["JOB_COLUMNS", "PARTITION_COLUMNS", "ScanResult", "main", "scan", "write_scan"]
 
@@ -107,7 +113,9 @@ JOB_COLUMNS: tuple[tuple[str, str], ...] = (
     ("topics", "array<string>"),
     ("partitions", "int"),
     ("missing_topics", "array<string>"),
+    ("time_lag_mode", "string"),
     ("scanned_at", "timestamp"),
+    ("result", "string"),  # the CLI's --json result of the job (report and verdict), as JSON
 )
 
 
@@ -160,17 +168,18 @@ _WORKER_PID = [0]
 _WORKER_LOCK = threading.Lock()
 
 
-def _worker_session(storage_json: str) -> tuple[Session, bool]:
-    """This worker's session for these storage options, and whether this call built it."""
+def _worker_session(session_json: str) -> tuple[Session, bool]:
+    """This worker's session for these options (storage, Kafka; JSON), and whether this call
+    built it. Its Kafka client is built only if a job's records must be dated."""
     with _WORKER_LOCK:
         if _WORKER_PID[0] != os.getpid():  # a forked child starts with no session
             _WORKER_SESSIONS.clear()
             _WORKER_PID[0] = os.getpid()
-        session = _WORKER_SESSIONS.get(storage_json)
+        session = _WORKER_SESSIONS.get(session_json)
         if session is not None:
             return session, False
-        session = Session(**json.loads(storage_json))
-        _WORKER_SESSIONS[storage_json] = session
+        session = Session(**json.loads(session_json))
+        _WORKER_SESSIONS[session_json] = session
         return session, True
 
 
@@ -185,7 +194,7 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
 
     started, cpu = time.perf_counter(), time.process_time()
     options = json.loads(options_json)
-    session, built = _worker_session(json.dumps(options["storage"], sort_keys=True))
+    session, built = _worker_session(options["session"])
     history = int(options["history"])
     query_ids = bool(options.get("query_ids", False))
 
@@ -220,35 +229,37 @@ def _timestamp(epoch: float | None) -> datetime | None:
 
 
 def _judge_partition(
-    rows: Iterable[tuple], snapshot_bc: Any, options_json: str
+    rows: Iterable[tuple], snapshot_bc: Any, judge_json: str
 ) -> Iterator[tuple[tuple, list]]:
-    """One Spark task of the lag pass: the options parsed and the broadcast snapshot loaded
-    once per task, then (job row, partition rows) per cached state."""
-    from airflow_sparklag.health import Thresholds
+    """One Spark task of the judge pass: its cached states judged together, as the CLI judges
+    them (``monitor.judge_against``: one report and verdict each, time lag included, at the
+    scan's one instant and against the broadcast snapshot), then (job row, partition rows)."""
+    from airflow_sparklag.health import Health, HealthVerdict
+    from airflow_sparklag.monitor import CheckOptions, CheckResult, judge_against
 
-    options = json.loads(options_json)
-    snapshot = snapshot_bc.value
-    thresholds = Thresholds.from_dict(options["thresholds"])
-    now, read_committed = float(options["now"]), bool(options["read_committed"])
+    judge = json.loads(judge_json)
+    session, _ = _worker_session(judge["session"])
+    options = CheckOptions.from_dict(judge["options"])
+    now = float(judge["now"])
+    rows = list(rows)
+    states = {row[0]: pickle.loads(row[1]) for row in rows if row[1] is not None}
+    results = judge_against(session, states, options, snapshot_bc.value, now) if states else {}
     for row in rows:
-        yield _judge_row(row, snapshot, thresholds, now, read_committed)
+        result = results.get(row[0])
+        if result is None:  # unreadable: as the CLI reports it
+            verdict = HealthVerdict(Health.UNKNOWN, row[2], "unreadable")
+            failed = json.dumps(CheckResult(None, verdict, row[0], row[2]).to_dict())
+            unreadable: tuple = (row[0], None, "UNKNOWN", "unreadable", row[2], row[2])
+            yield (*unreadable, *(None,) * 17, _timestamp(now), failed), []
+        else:
+            yield _job_rows(result, now)
 
 
-def _judge_row(
-    row: tuple, snapshot: KafkaSnapshot, thresholds: Thresholds, now: float, read_committed: bool
-) -> tuple[tuple, list]:
-    """Lag and health of one job from its cached state: (job row, partition rows)."""
-    from airflow_sparklag.health import evaluate
-    from airflow_sparklag.lag import compute_lag
-
+def _job_rows(result: CheckResult, now: float) -> tuple[tuple, list]:
+    """(job row, partition rows) of one judged job."""
+    report, verdict, location = result.report, result.verdict, result.location
+    assert report is not None
     scanned_at = _timestamp(now)
-    location, blob, error = row[0], row[1], row[2]
-    if blob is None:
-        unreadable: tuple = (location, None, "UNKNOWN", "unreadable", error, error)
-        return (*unreadable, *(None,) * 16, scanned_at), []
-    state = pickle.loads(blob)
-    report = compute_lag(state, snapshot, now=now, read_committed=read_committed)
-    verdict = evaluate(report, thresholds, now=now)
     partitions: list[tuple] = []
     topics: set[str] = set()
     for source in report.sources:
@@ -302,7 +313,9 @@ def _judge_row(
         sorted(topics),
         len(partitions),
         list(report.missing_topics),
+        report.time_lag_mode,
         scanned_at,
+        json.dumps(result.to_dict()),
     )
     return job, partitions
 
@@ -323,9 +336,7 @@ def scan(
     s3_options: dict[str, Any] | None = None,
     webhdfs_options: dict[str, Any] | None = None,
     fsspec_options: dict[str, Any] | None = None,
-    thresholds: Mapping[str, Any] | None = None,
-    history: int = 10,
-    read_committed: bool = False,
+    options: CheckOptions | None = None,
     num_slices: int | None = None,
     threads_per_task: int = THREADS_PER_TASK,
     max_depth: int = 4,
@@ -340,9 +351,14 @@ def scan(
     ...               kafka_config={"bootstrap.servers": "broker:9092"})   # doctest: +SKIP
     >>> result.jobs.groupBy("health").count().show()                        # doctest: +SKIP
 
-    Call ``result.unpersist()`` when done with the DataFrames. ``query_ids=True`` also reads
-    each checkpoint's ``metadata`` to fill the ``query_id`` columns (+1 GET per job).
+    ``options`` are the CLI's check options (thresholds, history, time-lag mode, isolation
+    level, schedule). Call ``result.unpersist()`` when done with the DataFrames.
+    ``query_ids=True`` also reads each checkpoint's ``metadata`` to fill the ``query_id``
+    columns (+1 GET per job).
     """
+    from airflow_sparklag.monitor import CheckOptions
+
+    options = options or CheckOptions()
     storage: dict[str, Any] = {
         "s3_options": s3_options,
         "webhdfs_options": webhdfs_options,
@@ -357,9 +373,11 @@ def scan(
     ) as session:
         unique = _scan_locations(session, locations, prefix, max_depth)
         timings["discover_seconds"] = time.perf_counter() - clock
+        # Executors open their own sessions from the same (JSON-safe) options.
+        session_json = json.dumps({"kafka_config": dict(kafka_config), **storage}, sort_keys=True)
         read_options = {
-            "storage": storage,
-            "history": history,
+            "session": session_json,
+            "history": options.history_to_read,
             "threads": threads_per_task,
             "query_ids": query_ids,
         }
@@ -368,12 +386,12 @@ def scan(
         topics, tasks = _read_summary(states)
         timings["read_seconds"] = time.perf_counter() - clock - timings["discover_seconds"]
         clock = time.perf_counter()
-        snapshot = _kafka_snapshot(session, topics, read_committed=read_committed)
+        snapshot = _kafka_snapshot(session, topics)
         timings["kafka_seconds"] = time.perf_counter() - clock
     judge_options = {
         "now": snapshot.fetched_at if now is None else now,
-        "read_committed": read_committed,
-        "thresholds": dict(thresholds or {}),
+        "options": options.to_dict(),
+        "session": session_json,
     }
     partitions, jobs, judged = _judge(spark, states, snapshot, json.dumps(judge_options))
     return ScanResult(
@@ -442,12 +460,13 @@ def _scan_locations(
     return list(dict.fromkeys(found))
 
 
-def _kafka_snapshot(session: Session, topics: Sequence[str], *, read_committed: bool) -> Any:
-    """ONE snapshot of every topic of every job, taken on the driver (an empty one if none)."""
+def _kafka_snapshot(session: Session, topics: Sequence[str]) -> Any:
+    """ONE snapshot of every topic of every job, taken on the driver (an empty one if none),
+    with the last stable offsets, as the CLI takes it."""
     from airflow_sparklag.kafka import KafkaSnapshot
 
     if topics:
-        return session.kafka.snapshot(topics, read_committed=read_committed)
+        return session.kafka.snapshot(topics, read_committed=True)
     return KafkaSnapshot({}, frozenset(), time.time(), None)
 
 
@@ -473,7 +492,7 @@ def write_scan(
     result: ScanResult,
     output: str,
     *,
-    fmt: str = "parquet",
+    fmt: str = "json",
     mode: str = "overwrite",
     options: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
@@ -505,6 +524,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
     parser.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
     parser.add_argument("--read-committed", action="store_true", help="lag against the LSO")
+    parser.add_argument(
+        "--exact-time-lag", action="store_true", help="time lag from record timestamps"
+    )
+    parser.add_argument("--runs-every", type=float, help="seconds between a scheduled job's runs")
+    parser.add_argument("--run-grace", type=float, help="grace after --runs-every (seconds)")
     parser.add_argument("--s3-endpoint-url", help="S3 endpoint (credentials: AWS default chain)")
     parser.add_argument("--s3-region", help="S3 region")
     parser.add_argument("--webhdfs-url", action="append", help="WebHDFS URL (repeat for HA)")
@@ -519,7 +543,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--query-ids", action="store_true", help="fill query_id from metadata (+1 GET per job)"
     )
     parser.add_argument("--output", required=True, help="directory for partitions/ and jobs/")
-    parser.add_argument("--format", default="parquet", help="Spark writer format (parquet)")
+    parser.add_argument(
+        "--format", default="json", help="Spark writer format (json: JSON lines; parquet, ...)"
+    )
     parser.add_argument("--mode", default="overwrite", help="Spark save mode (overwrite)")
     parser.add_argument(
         "--option", action="append", default=[], metavar="KEY=VALUE", help="writer option"
@@ -553,6 +579,7 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> int:
     """Run a scan from the command line; prints a JSON summary. ``spark`` reuses a session."""
     from airflow_sparklag.cli import load_kafka_config
+    from airflow_sparklag.monitor import CheckOptions
 
     args = build_parser().parse_args(argv)
     locations = list(args.checkpoints)
@@ -585,9 +612,14 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         spark,
         locations,
         kafka_config=kafka_config,
-        thresholds=json.loads(args.thresholds) if args.thresholds else None,
-        history=args.history,
-        read_committed=args.read_committed,
+        options=CheckOptions.build(
+            json.loads(args.thresholds) if args.thresholds else None,
+            args.history,
+            args.exact_time_lag,
+            args.read_committed or None,
+            args.runs_every,
+            args.run_grace,
+        ),
         num_slices=args.slices,
         threads_per_task=args.threads_per_task,
         max_depth=args.max_depth,
@@ -599,15 +631,14 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         paths = write_scan(
             result, args.output, fmt=args.format, mode=args.mode, options=writer_options
         )
-        health = {
-            row["health"]: row["count"] for row in result.jobs.groupBy("health").count().collect()
-        }
+        health, lag = verdicts_and_lag(result.jobs)
         timings["judge_and_write_seconds"] = time.monotonic() - clock
     finally:
         result.unpersist()
     summary = {
         "jobs": len(result.locations),
         "health": health,
+        "lag": lag,
         "topics": len(result.snapshot.partitions),
         "storage_requests": result.storage_requests,
         "seconds": round(time.monotonic() - started, 3),
@@ -617,6 +648,30 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
     }
     print(json.dumps(summary))
     return 0
+
+
+def verdicts_and_lag(jobs: DataFrame) -> tuple[dict[str, int], dict[str, Any]]:
+    """Jobs per verdict, and the fleet's lag: total records, the largest time lag (None when
+    no job's is known) and the jobs with lag; one pass over the cached jobs table."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        jobs.groupBy("health")
+        .agg(
+            F.count("*").alias("jobs"),
+            F.sum("total_lag").alias("records"),
+            F.max("max_lag_seconds").alias("seconds"),
+            F.sum(F.when(F.col("total_lag") > 0, 1).otherwise(0)).alias("lagging"),
+        )
+        .collect()
+    )
+    seconds = [row["seconds"] for row in rows if row["seconds"] is not None]
+    lag = {
+        "total_records": sum(row["records"] or 0 for row in rows),
+        "max_seconds": round(max(seconds), 3) if seconds else None,
+        "jobs_with_lag": sum(row["lagging"] for row in rows),
+    }
+    return {row["health"]: row["jobs"] for row in rows}, lag
 
 
 def _merged(main: Mapping[str, float], scanned: Mapping[str, float]) -> dict[str, float]:

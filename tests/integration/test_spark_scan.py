@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_sparklag import spark_scan
+from airflow_sparklag.monitor import CheckOptions
 from testbed import jobs
 
 pytestmark = pytest.mark.testbed
@@ -52,7 +53,7 @@ def test_scan_reads_s3_and_hdfs_checkpoints_on_executors(spark: Any, fleet: dict
         spark,
         locations,
         kafka_config=fleet["kafka_config"],
-        history=3,
+        options=CheckOptions(history=3),
         **fleet["storage"],
     )
     try:
@@ -84,7 +85,7 @@ def test_scan_discovers_under_a_prefix(spark: Any, fleet: dict) -> None:
         spark,
         prefix=f"s3a://checkpoints/scan-{fleet['run']}",
         kafka_config=fleet["kafka_config"],
-        history=1,
+        options=CheckOptions(history=1),
         **fleet["storage"],
     )
     try:
@@ -100,7 +101,7 @@ def test_scan_discovers_under_a_prefix(spark: Any, fleet: dict) -> None:
         spark,
         [fleet["locations"]["s3"]],
         kafka_config=fleet["kafka_config"],
-        history=1,
+        options=CheckOptions(history=1),
         query_ids=True,
         **fleet["storage"],
     )
@@ -132,16 +133,27 @@ def test_command_line_writes_both_tables(
     assert spark_scan.main(argv, spark=spark) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["jobs"] == 2 and summary["health"] == {"LAGGING": 2}
-    partitions = spark.read.parquet(str(output / "partitions"))
-    assert partitions.count() == 6
-    assert partitions.groupBy().sum("lag").collect()[0][0] == 24
-    jobs_table = spark.read.parquet(str(output / "jobs"))
-    assert {r["health"] for r in jobs_table.select("health").collect()} == {"LAGGING"}
-    # any Spark sink: JSON this time
-    assert (
-        spark_scan.main([*argv[:-1], str(tmp_path / "json"), "--format", "json"], spark=spark) == 0
-    )
-    assert spark.read.json(str(tmp_path / "json" / "jobs")).count() == 2
+    assert summary["lag"]["total_records"] == 24 and summary["lag"]["jobs_with_lag"] == 2
+    # JSON lines by default: read with the standard library, no Spark, no pyarrow
+    partitions = _json_lines(output / "partitions")
+    assert len(partitions) == 6 and sum(row["lag"] for row in partitions) == 24
+    jobs_table = _json_lines(output / "jobs")
+    assert {row["health"] for row in jobs_table} == {"LAGGING"}
+    for row in jobs_table:
+        result = json.loads(row["result"])  # the CLI's --json result of the job
+        assert result["verdict"]["health"] == "LAGGING" and result["report"]["total_lag"] == 12
+    # any Spark sink: Parquet this time
+    argv = [*argv[:-1], str(tmp_path / "parquet"), "--format", "parquet"]
+    assert spark_scan.main(argv, spark=spark) == 0
+    assert spark.read.parquet(str(tmp_path / "parquet" / "jobs")).count() == 2
+
+
+def _json_lines(directory: Path) -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for part in sorted(directory.glob("part-*"))
+        for line in part.read_text().splitlines()
+    ]
 
 
 @pytest.fixture(scope="module")
