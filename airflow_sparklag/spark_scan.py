@@ -128,10 +128,19 @@ class ScanResult:
     jobs: DataFrame
     snapshot: KafkaSnapshot
     locations: tuple[str, ...]
-    storage_requests: int  # reading the checkpoints; discovery on the driver not included
+    read_requests: int  # the read pass (offsets/C); discovery on the driver not included
     cached: tuple[Any, ...] = field(default=(), repr=False, compare=False)
     timings: Mapping[str, float] = field(default_factory=dict, compare=False)
     tasks: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
+    history_requests: Any = field(default=None, repr=False, compare=False)  # an accumulator
+
+    @property
+    def storage_requests(self) -> int:
+        """Requests of the read pass plus the older batches the judge pass read (as the CLI,
+        only for the jobs whose rules declare they need them); complete once the tables were
+        computed (collected, counted or written)."""
+        extra = self.history_requests.value if self.history_requests is not None else 0
+        return self.read_requests + int(extra)
 
     def unpersist(self) -> None:
         """Free the executors' cached states and results."""
@@ -200,7 +209,8 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
 
     def read(location: str) -> tuple:
         try:
-            state = session.read(location, history=history, query_id=query_ids)
+            reader = session.reader(location, query_id=query_ids)
+            state = reader.read(history, lazy_history=True)  # older batches: judge pass
         except SparkLagError as exc:
             return location, None, f"{type(exc).__name__}: {exc}", []
         return location, _dump_state(state), None, sorted(_topics(state))
@@ -229,7 +239,7 @@ def _timestamp(epoch: float | None) -> datetime | None:
 
 
 def _judge_partition(
-    rows: Iterable[tuple], snapshot_bc: Any, judge_json: str
+    rows: Iterable[tuple], snapshot_bc: Any, judge_json: str, requests: Any
 ) -> Iterator[tuple[tuple, list]]:
     """One Spark task of the judge pass: its cached states judged together, as the CLI judges
     them (``monitor.judge_against``: one report and verdict each, time lag included, at the
@@ -243,7 +253,12 @@ def _judge_partition(
     now = float(judge["now"])
     rows = list(rows)
     states = {row[0]: pickle.loads(row[1]) for row in rows if row[1] is not None}
-    results = judge_against(session, states, options, snapshot_bc.value, now) if states else {}
+    before = session.storage_requests
+    try:
+        results = judge_against(session, states, options, snapshot_bc.value, now) if states else {}
+    finally:
+        session.forget(())
+    requests.add(session.storage_requests - before)
     for row in rows:
         result = results.get(row[0])
         if result is None:  # unreadable: as the CLI reports it
@@ -393,7 +408,8 @@ def scan(
         "options": options.to_dict(),
         "session": session_json,
     }
-    partitions, jobs, judged = _judge(spark, states, snapshot, json.dumps(judge_options))
+    requests = spark.sparkContext.accumulator(0)
+    partitions, jobs, judged = _judge(spark, states, snapshot, json.dumps(judge_options), requests)
     return ScanResult(
         partitions,
         jobs,
@@ -403,6 +419,7 @@ def scan(
         (states, judged, partitions, jobs),
         timings,
         tuple(tasks),
+        requests,
     )
 
 
@@ -471,13 +488,13 @@ def _kafka_snapshot(session: Session, topics: Sequence[str]) -> Any:
 
 
 def _judge(
-    spark: SparkSession, states: Any, snapshot: KafkaSnapshot, judge_options: str
+    spark: SparkSession, states: Any, snapshot: KafkaSnapshot, judge_options: str, requests: Any
 ) -> tuple[DataFrame, DataFrame, Any]:
     """(partitions, jobs, cached RDD of judged rows): lag and health of every cached state,
     measured on the executors against the broadcast snapshot."""
     snapshot_bc = spark.sparkContext.broadcast(snapshot)
     judged = states.mapPartitions(
-        lambda rows: _judge_partition(rows, snapshot_bc, judge_options)
+        lambda rows: _judge_partition(rows, snapshot_bc, judge_options, requests)
     ).cache()
     # Converted to Spark rows once each and kept: writing both tables and counting the
     # verdicts afterwards need no further Python pass.
