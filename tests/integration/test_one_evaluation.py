@@ -3,21 +3,24 @@ check operators give the same report and verdict for the same jobs at the same m
 
 Four REAL Spark checkpoints (local disk, the test-bed broker):
 
-- ``caught_up``: a 0.5 s-trigger stream of 4 batches, stopped with nothing left: OK;
-- ``waiting``: the same, then a few records per partition: offsets/C-1 settles it;
+- ``caught_up``: a 0.5 s-trigger stream of 4 batches, stopped with nothing left;
+- ``waiting``: the same, then a few records on two partitions;
 - ``growing``: five AvailableNow runs reading 8..12 records per partition, then 13 more on
-  partition 0: LAGGING, "lag grew at every batch" (the whole window read);
-- ``stopped``: a stream of 4 batches, stopped, records produced at once, checked more than
-  ``STOPPED_MIN_IDLE_SECONDS`` later: STOPPED by the idle rule, which needs the waiting
-  records' age from their timestamps (the case the scan once called OK: it computed no time
-  lag).
+  partition 0: "lag grew at every batch" (the whole window read);
+- ``stopped``: a stream of 4 batches, stopped, then records on every partition.
 
-Every entry point is run once, one after another, within a few seconds, with nothing produced
-meanwhile: "the same moment" is the same Kafka state and checkpoints. What depends on the
-instant itself (``generated_at``, ages, the production rate measured up to the snapshot) is
-compared as the instant it points at, within the seconds between the runs; reasons are compared
-with their numbers masked. Everything else must be equal: every partition's offsets and lag,
-the history read, the verdict, its rule, partitions and findings.
+Judged twice by every entry point. First with ``max_commit_age_seconds`` of a day, so nothing
+depends on how long the jobs have been idle: OK, OK (offsets/C-1 settles it), LAGGING by the
+trend rule. Then at defaults, once every job with records waiting has been idle long enough to
+be STOPPED by the idle rule, which needs the waiting records' age from their timestamps (the
+case the scan once called OK: it computed no time lag); a verdict that stays so as time passes.
+
+The entry points run one after another, with nothing produced meanwhile: the same Kafka state
+and checkpoints. What depends on the instant itself (``generated_at``, ages, the production
+rate measured up to the snapshot) is compared as the instant it points at, within the seconds
+between the runs; reasons with their numbers masked; the query id is read by some entry points
+only (an option of each). Everything else must be equal: every partition's offsets and lag, the
+history read, the verdict, its rule, partitions and findings.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ import pytest
 from test_history_newest_first import new_topic, produce_per_partition, steady_job
 
 from airflow_sparklag import spark_scan
-from airflow_sparklag.health import STOPPED_MIN_IDLE_SECONDS
+from airflow_sparklag.health import Thresholds
+from airflow_sparklag.monitor import CheckOptions, check_many
 from airflow_sparklag.session import Session
 from testbed import jobs
 
@@ -42,7 +46,7 @@ PARTITIONS = 3
 KAFKA_CONN_ID = "sparklag_one_evaluation"
 # Numbers that depend on the instant of the check: compared as the instant they point at.
 AGES = ("lag_seconds", "max_lag_seconds", "commit_age_seconds", "age_seconds")
-INSTANTS = ("generated_at", "kafka_fetched_at")
+INSTANTS = ("generated_at", "kafka_fetched_at", "query_id")
 RATE_OF_INSTANT = ("production_rate", "catch_up_seconds")
 
 
@@ -52,7 +56,6 @@ def fleet(spark: Any, kafka: Any, tmp_path_factory: pytest.TempPathFactory) -> d
     stopped_topic, stopped = new_topic(kafka, "one-stopped"), root / "stopped"
     steady_job(spark, kafka, stopped, stopped_topic, bursts=4)
     produce_per_partition(kafka, stopped_topic, dict.fromkeys(range(PARTITIONS), 7))
-    idle_since = time.time()
 
     caught_up = root / "caught-up"
     steady_job(spark, kafka, caught_up, new_topic(kafka, "one-caught-up"), bursts=4)
@@ -66,9 +69,6 @@ def fleet(spark: Any, kafka: Any, tmp_path_factory: pytest.TempPathFactory) -> d
         produce_per_partition(kafka, growing_topic, dict.fromkeys(range(PARTITIONS), 8 + run))
         jobs.run_available_now(stream, str(growing))
     produce_per_partition(kafka, growing_topic, {0: 13})
-
-    # the idle rule: more than 30 s (and 5 busy intervals) idle, the records waiting as long
-    time.sleep(max(0.0, idle_since + STOPPED_MIN_IDLE_SECONDS + 5 - time.time()))
     return {
         "caught_up": str(caught_up),
         "waiting": str(waiting),
@@ -77,18 +77,23 @@ def fleet(spark: Any, kafka: Any, tmp_path_factory: pytest.TempPathFactory) -> d
     }
 
 
-def run_cli(locations: list[str], bootstrap: str, capsys: pytest.CaptureFixture[str]) -> dict:
+def run_cli(
+    locations: list[str], bootstrap: str, limits: dict, capsys: pytest.CaptureFixture[str]
+) -> dict:
     from airflow_sparklag import cli
 
+    flags = ["--max-commit-age", str(limits["max_commit_age_seconds"])] if limits else []
     capsys.readouterr()
-    cli.main(["status", *locations, "--bootstrap-servers", bootstrap, "--json", "--no-progress"])
+    cli.main(["status", *locations, "--bootstrap-servers", bootstrap, *flags, "--json",
+              "--no-progress"])  # fmt: skip
     document = json.loads(capsys.readouterr().out)
     return {result["location"]: result for result in document["results"]}
 
 
-def run_scan(spark: Any, locations: list[str], bootstrap: str) -> dict:
+def run_scan(spark: Any, locations: list[str], bootstrap: str, limits: dict) -> dict:
+    options = CheckOptions(Thresholds(**limits))
     result = spark_scan.scan(
-        spark, locations, kafka_config={"bootstrap.servers": bootstrap}, query_ids=True
+        spark, locations, kafka_config={"bootstrap.servers": bootstrap}, options=options
     )
     try:
         rows = result.jobs.collect()
@@ -97,12 +102,13 @@ def run_scan(spark: Any, locations: list[str], bootstrap: str) -> dict:
     return {row["location"]: json.loads(row["result"]) for row in rows}
 
 
-def run_exporter(locations: list[str], bootstrap: str) -> dict:
+def run_exporter(locations: list[str], bootstrap: str, limits: dict) -> dict:
     from airflow_sparklag.exporter import LagExporter
     from airflow_sparklag.fleet import FleetChecker
 
     with Session(kafka_config={"bootstrap.servers": bootstrap}) as session:
-        exporter = LagExporter(FleetChecker(locations, session=session, query_ids=True))
+        options = CheckOptions(Thresholds(**limits))
+        exporter = LagExporter(FleetChecker(locations, session=session, options=options))
         assert exporter.refresh()
         metrics = exporter.render()[0].decode()
         results = {r.location: r.to_dict() for r in exporter.results}
@@ -119,7 +125,7 @@ def _metric_value(health: str) -> int:
     return Health.parse(health).metric_value
 
 
-def run_airflow(locations: list[str], bootstrap: str) -> dict[str, dict]:
+def run_airflow(locations: list[str], bootstrap: str, limits: dict) -> dict[str, dict]:
     """The hook, SparkLagCheckOperator (one job each) and SparkLagFleetCheckOperator (all):
     their results, keyed by class."""
     import os
@@ -133,7 +139,8 @@ def run_airflow(locations: list[str], bootstrap: str) -> dict[str, dict]:
     )
     hook = SparkLagHook(KAFKA_CONN_ID)
     try:
-        by_hook = {loc: hook.check(loc).to_dict() for loc in locations}
+        options = CheckOptions(Thresholds(**limits))
+        by_hook = {loc: hook.check(loc, options=options).to_dict() for loc in locations}
     finally:
         hook.close()
     by_operator = {
@@ -141,6 +148,7 @@ def run_airflow(locations: list[str], bootstrap: str) -> dict[str, dict]:
             task_id=f"check-{uuid.uuid4().hex[:6]}",
             location=loc,
             kafka_config_id=KAFKA_CONN_ID,
+            thresholds=limits,
             fail_on=[],
         ).execute(_context())
         for loc in locations
@@ -149,6 +157,7 @@ def run_airflow(locations: list[str], bootstrap: str) -> dict[str, dict]:
         task_id="fleet",
         locations=locations,
         kafka_config_id=KAFKA_CONN_ID,
+        thresholds=limits,
         fail_on=[],
         xcom_results="all",
     ).execute(_context())
@@ -214,32 +223,59 @@ def _differences(a: Any, b: Any, tolerance: float, path: str) -> Any:
         yield path, a, b
 
 
-def test_every_entry_point_gives_the_same_report_and_verdict(
-    spark: Any, kafka: Any, fleet: dict[str, str], capsys: pytest.CaptureFixture[str]
-) -> None:
+def run_everywhere(
+    spark: Any, bootstrap: str, fleet: dict[str, str], limits: dict, capsys: Any
+) -> dict[str, dict]:
+    """Every entry point on the fleet, one after another; each job's result compared with the
+    CLI's. Returns the CLI's results by job name."""
     locations = list(fleet.values())
     started = time.time()
-    cli = run_cli(locations, kafka.bootstrap, capsys)
+    cli = run_cli(locations, bootstrap, limits, capsys)
     others = {
-        "spark scan": run_scan(spark, locations, kafka.bootstrap),
-        "exporter": run_exporter(locations, kafka.bootstrap),
-        **run_airflow(locations, kafka.bootstrap),
+        "spark scan": run_scan(spark, locations, bootstrap, limits),
+        "exporter": run_exporter(locations, bootstrap, limits),
+        **run_airflow(locations, bootstrap, limits),
     }
     tolerance = time.time() - started + 1.0
-    verdicts = {name: cli[loc]["verdict"]["health"] for name, loc in fleet.items()}
-    assert verdicts == {
-        "caught_up": "OK",
-        "waiting": "OK",
-        "growing": "LAGGING",
-        "stopped": "STOPPED",
-    }, {name: cli[loc]["verdict"] for name, loc in fleet.items()}
-    assert cli[fleet["stopped"]]["verdict"]["rule"] == "stopped_idle"
-    assert "grew at every batch" in cli[fleet["growing"]]["verdict"]["reason"]
-    # the lazy read, the same everywhere: the caught-up job read offsets/C alone, the waiting
-    # one offsets/C-1 too, the growing one its whole window
-    read = {name: len(cli[loc]["report"]["history"]) for name, loc in fleet.items()}
-    assert read["caught_up"] == 1 and read["waiting"] == 2 and read["growing"] == 5, read
     for entry, results in others.items():
         assert set(results) == set(locations), entry
         for name, location in fleet.items():
             assert_same(f"{entry}: {name}", results[location], cli[location], tolerance)
+    return {name: cli[location] for name, location in fleet.items()}
+
+
+def test_every_entry_point_gives_the_same_report_and_verdict(
+    spark: Any, kafka: Any, fleet: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    a_day = {"max_commit_age_seconds": 86400}
+    cli = run_everywhere(spark, kafka.bootstrap, fleet, a_day, capsys)
+    verdicts = {name: (r["verdict"]["health"], r["verdict"]["rule"]) for name, r in cli.items()}
+    assert verdicts["caught_up"] == ("OK", "ok") and verdicts["waiting"] == ("OK", "ok"), verdicts
+    assert verdicts["growing"] == ("LAGGING", "lagging"), verdicts
+    assert "grew at every batch" in cli["growing"]["verdict"]["reason"]
+    # the newest-first read, the same everywhere: the caught-up job read offsets/C alone, the
+    # waiting one offsets/C-1 too, the growing one its whole window
+    read = {name: len(r["report"]["history"]) for name, r in cli.items()}
+    assert read["caught_up"] == 1 and read["waiting"] == 2 and read["growing"] == 5, read
+
+    lagging = [loc for name, loc in fleet.items() if name != "caught_up"]
+    with Session(kafka_config={"bootstrap.servers": kafka.bootstrap}) as session:
+
+        def all_stopped() -> bool:
+            time.sleep(2.0)
+            return {r.verdict.rule for r in check_many(session, lagging)} == {"stopped_idle"}
+
+        jobs.wait_until(
+            all_stopped,
+            180,
+            "every job with records waiting STOPPED by the idle rule",
+        )
+    cli = run_everywhere(spark, kafka.bootstrap, fleet, {}, capsys)
+    verdicts = {name: (r["verdict"]["health"], r["verdict"]["rule"]) for name, r in cli.items()}
+    assert verdicts == {
+        "caught_up": ("OK", "ok"),
+        "waiting": ("STOPPED", "stopped_idle"),
+        "growing": ("STOPPED", "stopped_idle"),
+        "stopped": ("STOPPED", "stopped_idle"),
+    }, verdicts
+    assert [f["rule"] for f in cli["growing"]["verdict"]["findings"]] == ["stopped_idle", "lagging"]

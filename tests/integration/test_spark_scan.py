@@ -244,3 +244,35 @@ def test_scan_gives_the_cli_verdicts_and_lag(
     seen = {task["pid"] for task in first}
     assert all(task["sessions_built"] == 0 for task in second if task["pid"] in seen)
     assert scans[1].read_requests == scans[0].read_requests  # nothing cached across scans
+
+
+def test_spark_submit_runs_the_documented_command(fleet: dict, tmp_path: Path) -> None:
+    """docs/fleet.md's command: spark-submit runs the module's own file (spark-submit has no
+    ``-m``); the summary carries the lag, the tables are JSON lines."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
+    }
+    output = tmp_path / "submitted"
+    command = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master", "local[1]",
+        "--conf", f"spark.pyspark.python={sys.executable}",
+        "--conf", f"spark.pyspark.driver.python={sys.executable}",
+        spark_scan.__file__,
+        "--checkpoints", fleet["locations"]["s3"],
+        "--bootstrap-servers", fleet["kafka_config"]["bootstrap.servers"],
+        "--storage-options", json.dumps(fleet["storage"]),
+        "--output", str(output),
+    ]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["jobs"] == 1 and summary["lag"]["total_records"] == 12, summary
+    [job] = _json_lines(output / "jobs")
+    assert job["total_lag"] == 12 and json.loads(job["result"])["report"]["total_lag"] == 12
