@@ -317,9 +317,10 @@ class _Judge:
 
     def report(self, loc: str, stamps: Stamps | None) -> LagReport:
         """The report of ``loc``. A lazily read state's older batches are unread: its report
-        only says whether it needs them (``health.reads_needed``, which reads no ``lag_seconds``),
-        and a job whose partitions lag always does and is reported again with them; so the
-        time lag of such a first report is not estimated."""
+        only says whether it needs them (``health.reads_needed``, whose answer for offsets/C
+        alone does not depend on ``lag_seconds``), and a job whose partitions lag always does
+        and is reported again with them; so the time lag of such a first report is not
+        estimated."""
         state = self.states[loc]
         return compute_lag(
             state,
