@@ -19,8 +19,8 @@ The entry points run one after another, with nothing produced meanwhile: the sam
 and checkpoints. What depends on the instant itself (``generated_at``, ages, the production
 rate measured up to the snapshot) is compared as the instant it points at, within the seconds
 between the runs; reasons and notes with their numbers masked; the query id is read by some
-entry points only (an option of each). Everything else must be equal: every partition's offsets and lag, the
-history read, the verdict, its rule, partitions and findings.
+entry points only (an option of each). Everything else must be equal: every partition's
+offsets and lag, the history read, the verdict, its rule, partitions and findings.
 """
 
 from __future__ import annotations
