@@ -287,9 +287,10 @@ class Rule:
     declares the older history it needs to judge ``report`` as it would on the whole window
     (``dated``: the waiting records' ages will be read exactly); ``ages(report, thresholds,
     now)`` whether it would judge by record ages the estimate left unknown. A check reads
-    older batches, and record timestamps, from these declarations alone (``reads_needed``,
-    ``ages_needed``): a rule that declares too little gets a lazy verdict that differs from
-    the full read's (tests/unit/test_check_requests_shapes.py shows it).
+    older batches, and (unless asked for exact time lag) record timestamps, from these
+    declarations alone (``reads_needed``, ``ages_needed``): a rule that declares too little
+    gets a lazy verdict that differs from the full read's (tests/unit/
+    test_check_requests_shapes.py shows it).
     """
 
     name: str
