@@ -457,8 +457,8 @@ class CheckpointReader:
     ``read(history, lazy_history=True)`` (what ``monitor.check``/``check_many`` do) costs the
     budget of ``history=1`` whatever ``history`` is: the older batches of the window are only
     listed (``state.unread_history``) and :meth:`read_history` GETs them, once, when a rule
-    needs them (``monitor.needs_history``: not for a caught-up job; offsets/C-1 first for a job
-    with lag, the rest only if ``monitor.needs_rest_of_window``). So a default check of a
+    needs them (``health.reads_needed``: not for a caught-up job; offsets/C-1 first for a job
+    with lag, the rest only if it says the rest could matter). So a default check of a
     caught-up job on S3 is LIST + GET offsets/C (+ GET metadata for the query id, once per
     reader), of a job with some lag that offsets/C-1 settles one GET more, constant in the
     number of state objects and of retained batches.

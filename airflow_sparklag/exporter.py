@@ -180,6 +180,12 @@ class LagExporter:
                 self._rendered = {}
             return results is not None
 
+    @property
+    def results(self) -> list[CheckResult]:
+        """The check results of the last successful refresh (what the metrics show)."""
+        with self._lock:
+            return list(self._results)
+
     def start(self) -> None:
         """Refresh now and then every ``interval`` seconds in a daemon thread."""
         if self._thread is not None and self._thread.is_alive():

@@ -227,8 +227,8 @@ class FleetChecker:
         every job and are raised. ``progress(done, total)`` is called as checkpoints are read.
 
         The older batches of a job's window are read only when its report depends on them
-        (``monitor.needs_history``: not for a caught-up job; offsets/C-1 first, the rest only
-        when ``monitor.needs_rest_of_window``), with the same verdict and partition numbers as
+        (``health.reads_needed``: not for a caught-up job; offsets/C-1 first, the rest only
+        when it says the rest could matter), with the same verdict and partition numbers as
         an eager read; a failure to read them gives that job a failed result.
         """
         states, failures = self.read_states(progress)

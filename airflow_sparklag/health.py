@@ -22,6 +22,10 @@ also the order of severity, and the first one that fires is the verdict:
 A threshold the user set outranks the threshold-free rules: with `max_commit_age_seconds` only
 that age decides STOPPED, and records younger than `max_lag_seconds` are never STOPPED.
 
+Each rule also declares what it reads (`Rule.reads`: the older batches it needs; `Rule.ages`:
+record ages the estimate cannot give), and `reads_needed`/`ages_needed` are the one place a
+newest-first check learns from them what to read.
+
 None fired: OK, unless a topic is missing (UNKNOWN). Nothing committed yet: the rules run on the
 lag from the query's starting offsets and the verdict says no batch is committed (UNKNOWN when
 none fires). No batch at all or no Kafka source: UNKNOWN, no rule is run.
@@ -39,7 +43,15 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-from airflow_sparklag.lag import LagReport, PartitionLag, json_safe, single_cluster_warning
+from airflow_sparklag.lag import (
+    LagReport,
+    PartitionLag,
+    Reads,
+    json_safe,
+    more_history,
+    single_cluster_warning,
+    time_lag_reads,
+)
 from airflow_sparklag.runs import busy_interval, default_grace, observed_period
 
 
@@ -267,7 +279,24 @@ class HealthVerdict:
         return result
 
 
-Rule = Callable[[LagReport, Thresholds, float], "RuleResult | None"]
+@dataclass(frozen=True)
+class Rule:
+    """A health rule and what it reads, so a check reads no more and no less than it needs.
+
+    ``check(report, thresholds, now)`` is the rule. ``reads(report, thresholds, now, dated)``
+    declares the older history it needs to judge ``report`` as it would on the whole window
+    (``dated``: the waiting records' ages will be read exactly); ``ages(report, thresholds,
+    now)`` whether it would judge by record ages the estimate left unknown. A check reads
+    older batches, and (unless asked for exact time lag) record timestamps, from these
+    declarations alone (``reads_needed``, ``ages_needed``): a rule that declares too little
+    gets a lazy verdict that differs from the full read's (tests/unit/
+    test_check_requests_shapes.py shows it).
+    """
+
+    name: str
+    check: Callable[[LagReport, Thresholds, float], RuleResult | None]
+    reads: Callable[[LagReport, Thresholds, float, bool], Reads]
+    ages: Callable[[LagReport, Thresholds, float], bool] = lambda *_: False
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -498,40 +527,6 @@ def needs_record_ages(report: LagReport, thresholds: Thresholds, now: float) -> 
     return pace is not None and now - last > pace[1]
 
 
-def older_batches_could_decide(
-    report: LagReport, thresholds: Thresholds, now: float, *, dated: bool
-) -> bool:
-    """Could batches older than the two newest committed ones change the verdict of a report
-    that has those two (offsets/C-1 and offsets/C)?
-
-    The caller has already checked that no offset went back between them. Then only rules
-    judged over the whole window are left, and each is ruled out from what the report has:
-
-    - STOPPED (no ``max_commit_age_seconds``): needs an idle time above
-      ``STOPPED_MIN_IDLE_SECONDS`` since the newest batch, commit or plan;
-    - STALLED (a partition that does not move): needs a lagging partition that the newest batch
-      did not move, and record timestamps (``dated``: exact mode, or read for a seconds
-      threshold): the estimate always dates a waiting record after the newest batch;
-    - LAGGING (lag grew at every batch): needs a lagging partition whose lag is above what the
-      newest batch read (the last of the growing samples).
-    """
-    lagging = _lagging(report, thresholds)
-    if not lagging:
-        return False
-    if thresholds.max_commit_age_seconds is None:
-        last = _last_activity(report, thresholds)
-        if last is not None and now - last > STOPPED_MIN_IDLE_SECONDS:
-            return True
-    for p in lagging:
-        h = p.offset_history
-        if len(h) < 2 or h[-1] is None or h[-2] is None:
-            return True
-        read = h[-1] - h[-2]
-        if p.lag > read or (dated and read == 0):
-            return True
-    return False
-
-
 def rule_stalled(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
     """A batch runs too long, or batches commit while a lagging partition does not move.
 
@@ -639,7 +634,104 @@ def rule_lagging(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
     return None
 
 
-RULES: tuple[Rule, ...] = (rule_data_loss, rule_rewind, rule_stopped, rule_stalled, rule_lagging)
+# -- what each rule reads ------------------------------------------------------------------------
+
+
+def _newest_read(p: PartitionLag) -> int | None:
+    """Records the newest batch read from ``p`` (offsets/C - offsets/C-1); None unknown."""
+    h = p.offset_history
+    if len(h) < 2 or h[-1] is None or h[-2] is None:
+        return None
+    return h[-1] - h[-2]
+
+
+def reads_rewind(report: LagReport, thresholds: Thresholds, now: float, dated: bool) -> Reads:
+    """The window, at once, when lost records, an offset beyond the log end or a partition
+    Kafka no longer has point at a recreated topic, or an offset went back between the two
+    newest batches: the rewound partitions are named over the window. Otherwise nothing (the
+    known limit: a rewind older than offsets/C-1 that no offsets file shows)."""
+    for p in report.partitions():
+        if p.data_loss or p.ahead_of_log or p.removed_partition:
+            return Reads.WINDOW
+        read = _newest_read(p)
+        if read is not None and read < 0:
+            return Reads.WINDOW
+    return Reads.NOTHING
+
+
+def reads_stopped(report: LagReport, thresholds: Thresholds, now: float, dated: bool) -> Reads:
+    """A declared schedule: the window (its runs). Without ``max_commit_age_seconds``, a
+    lagging job idle for more than ``STOPPED_MIN_IDLE_SECONDS`` since its newest batch,
+    commit or plan: more (the busy-batch interval is measured over the window)."""
+    if report.schedule is not None and report.schedule.runs_every is not None:
+        return Reads.WINDOW
+    if not _lagging(report, thresholds) or thresholds.max_commit_age_seconds is not None:
+        return Reads.NOTHING
+    last = _last_activity(report, thresholds)
+    if last is not None and now - last > STOPPED_MIN_IDLE_SECONDS:
+        return more_history(report)
+    return Reads.NOTHING
+
+
+def reads_stalled(report: LagReport, thresholds: Thresholds, now: float, dated: bool) -> Reads:
+    """A lagging partition the newest batch did not move (or that is not in both newest
+    batches), when its records are dated exactly: more. The estimate always dates a waiting
+    record after the newest batch, so undated it cannot look stuck."""
+    for p in _lagging(report, thresholds):
+        read = _newest_read(p)
+        if read is None or (dated and read == 0):
+            return more_history(report)
+    return Reads.NOTHING
+
+
+def reads_lagging(report: LagReport, thresholds: Thresholds, now: float, dated: bool) -> Reads:
+    """A lagging partition whose lag is above what the newest batch read (the last of the
+    growing samples), or unknown: more. The thresholds need only the live lag."""
+    for p in _lagging(report, thresholds):
+        read = _newest_read(p)
+        if read is None or p.lag > read:
+            return more_history(report)
+    return Reads.NOTHING
+
+
+def ages_lagging(report: LagReport, thresholds: Thresholds, now: float) -> bool:
+    """A ``max_lag_seconds`` threshold and a lagging partition the estimate cannot date."""
+    return thresholds.max_lag_seconds is not None and any(
+        p.lag > 0 and p.lag_seconds is None for p in report.partitions()
+    )
+
+
+def _reads_nothing(report: LagReport, thresholds: Thresholds, now: float, dated: bool) -> Reads:
+    return Reads.NOTHING
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("data_loss", rule_data_loss, _reads_nothing),
+    Rule("rewind", rule_rewind, reads_rewind),
+    Rule("stopped", rule_stopped, reads_stopped, needs_record_ages),
+    Rule("stalled", rule_stalled, reads_stalled),
+    Rule("lagging", rule_lagging, reads_lagging, ages_lagging),
+)
+
+
+def ages_needed(report: LagReport, thresholds: Thresholds, now: float) -> bool:
+    """Does a rule need the age of waiting records the estimate could not give? (A check then
+    reads their timestamps.)"""
+    return any(rule.ages(report, thresholds, now) for rule in RULES)
+
+
+def reads_needed(
+    report: LagReport, thresholds: Thresholds, now: float, *, exact_time_lag: bool = False
+) -> Reads:
+    """The older history ``report`` needs for its verdict and every partition's numbers to be
+    those of the whole window: the most that the rules and the time-lag estimate declare.
+
+    The one place a newest-first check decides what to read: ``NOTHING`` settles the report,
+    ``OLDER`` reads offsets/C-1 and asks again, ``WINDOW`` reads the rest of the window.
+    """
+    dated = exact_time_lag or ages_needed(report, thresholds, now)
+    needs = (rule.reads(report, thresholds, now, dated) for rule in RULES)
+    return max(time_lag_reads(report), *needs)
 
 
 def evaluate(
@@ -670,7 +762,7 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
         return HealthVerdict(Health.UNKNOWN, "no committed batch yet", "no_commit")
     if not report.kafka_sources:
         return HealthVerdict(Health.UNKNOWN, "the query has no Kafka source", "no_kafka_source")
-    findings = tuple(r for r in (rule(report, thresholds, now) for rule in RULES) if r)
+    findings = tuple(r for r in (rule.check(report, thresholds, now) for rule in RULES) if r)
     pending = _first_batch_pending(report, now)
     if findings:
         first = findings[0]

@@ -13,6 +13,7 @@ lag says (the report's `notes` say so and show the last stable offset).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -170,7 +171,7 @@ class LagReport(_ToDict):
 
     Rates are records per second summed over all Kafka partitions of all sources, measured
     over the batches in `history` (a check reads the older ones only when a rule needs them:
-    `monitor.needs_history`; then they span the two newest, or the whole window).
+    `health.reads_needed`; then they span the two newest, or the whole window).
     `total_lag` and `max_lag` count the measured partitions; a topic its cluster lacks is in
     `missing_topics`, and its source's `lag` is None with the reason (`lag_unknown`).
     `production_rate` is an UPPER bound (the log end at the oldest retained batch is only known
@@ -285,20 +286,58 @@ def _looks_rate_limited(
     return _backlog(positions[-1], source_ends) > totals[0]
 
 
-def rate_limit_possible(report: LagReport) -> bool:
-    """Could older batches, added before this report's history, make the rate-limit guess
-    (``_looks_rate_limited``) true?
+class Reads(enum.IntEnum):
+    """How much older history a report must have before a rule (or the report's own numbers)
+    is judged as on the whole window: what a check reads beyond offsets/C, newest first.
 
-    The steps a report already has are the newest ones: when they differ, read nothing, or
-    read at least what waits now, no older batch can make the guess true. True when the
-    report has no step.
+    Each health rule declares it (``health.Rule.reads``), the time-lag estimate too
+    (``time_lag_reads``); ``health.reads_needed`` takes the most of them, in one place.
     """
+
+    NOTHING = 0  # what the report has settles it
+    OLDER = 1  # the next older batch (offsets/C-1 after offsets/C alone), then ask again
+    WINDOW = 2  # every batch of the window, at once
+
+
+def more_history(report: LagReport) -> Reads:
+    """offsets/C-1 when the report has only the newest batch, else the whole window."""
+    return Reads.OLDER if len(report.history) < 2 else Reads.WINDOW
+
+
+def time_lag_reads(report: LagReport) -> Reads:
+    """What this report's own numbers need: the time-lag estimate of a waiting record, the
+    rate-limit guess that withholds it (``_looks_rate_limited``), the rates.
+
+    A caught-up job (every partition at the log end, no in-flight batch planned short of it)
+    needs nothing: its records' age is 0 and the guess needs a backlog. A waiting one needs
+    offsets/C-1, and then the rest of the window when a partition is not in both, an offset
+    went back between them (the estimate is judged over the window), or older batches could
+    make the guess true: when the steps a report has differ, read nothing, or read at least
+    what waits now, no older batch can. Otherwise the estimate depends only on the newest
+    batch, the in-flight plan and the live log end.
+    """
+    if not any(p.lag > 0 or _planned_short(p, report.read_committed) for p in report.partitions()):
+        return Reads.NOTHING
+    if len(report.history) < 2:
+        return Reads.OLDER
+    for p in report.partitions():
+        h = p.offset_history
+        if len(h) < 2 or h[-1] is None or h[-2] is None or h[-1] < h[-2]:
+            return Reads.WINDOW
     series, planned, ends = _positions_of(report)
     positions = [*series, planned] if planned else series
     totals = _step_totals(positions)
-    if not totals:
-        return True
-    return _capped_steps(totals) and _backlog(positions[-1], ends) > totals[0]
+    if totals and not (_capped_steps(totals) and _backlog(positions[-1], ends) > totals[0]):
+        return Reads.NOTHING
+    return Reads.WINDOW
+
+
+def _planned_short(p: PartitionLag, read_committed: bool) -> bool:
+    """An in-flight batch planned short of the log end (of the last stable offset)."""
+    reference = p.log_end_offset
+    if read_committed and p.last_stable_offset is not None:
+        reference = p.last_stable_offset
+    return p.planned_offset is not None and reference is not None and p.planned_offset < reference
 
 
 def _step_totals(positions: Sequence[Offsets]) -> list[int]:
@@ -795,7 +834,7 @@ def compute_lag(
     scheduled job (seconds between runs, `run_grace` after it): the report then has a
     `schedule` with its last run. `estimate_ages=False` leaves the interpolated `lag_seconds`
     of lagging partitions unknown (`NOT_ESTIMATED`): for a preliminary report that is made
-    again once the older batches are read (`monitor.needs_history`).
+    again once the older batches are read (`health.reads_needed`).
 
     >>> report = compute_lag(state, snapshot, read_committed=True)   # doctest: +SKIP
     >>> json.dumps(report.to_dict())                                  # doctest: +SKIP

@@ -22,17 +22,17 @@ from airflow_sparklag.health import (
     Health,
     HealthVerdict,
     Thresholds,
+    ages_needed,
     evaluate,
-    needs_record_ages,
-    older_batches_could_decide,
+    reads_needed,
 )
 from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
 from airflow_sparklag.lag import (
     LagReport,
     Offsets,
+    Reads,
     SourceCluster,
     compute_lag,
-    rate_limit_possible,
 )
 from airflow_sparklag.runs import (
     SCHEDULED_HISTORY,
@@ -304,74 +304,6 @@ Stamps = Mapping[int, Mapping[tuple[str, int], int | None]]  # cluster -> record
 Complete = Callable[["CheckpointState", "int | None", int], "CheckpointState"]
 
 
-def needs_history(report: LagReport, options: CheckOptions) -> bool:
-    """Could the older batches of the window change this report's numbers or its verdict?
-
-    Not for a caught-up job: every partition at the log end (lag 0, so its age is 0 and no
-    trend, STOPPED or STALLED rule can fire; the rate-limit guess needs a backlog) and no
-    in-flight batch planned short of it. Such a report is judged on offsets/C alone, and has
-    no consumption or production rate (they are measured across batches).
-
-    Yes for everything else: a lag (rate-limit guess, rates, trend, STOPPED and STALLED
-    rules), a data loss or an offset beyond the log end (REWIND names the rewound partitions
-    too), a partition Kafka no longer has (topic recreated), a declared scheduled job (its runs
-    are found in the batches' times). The judge then reads offsets/C-1 first and the rest of
-    the window only when ``needs_rest_of_window`` says it could matter; the verdict and every
-    partition's numbers are what a full read gives.
-    """
-    if needs_whole_window(report, options):
-        return True
-    for p in report.partitions():
-        if p.lag > 0:
-            return True
-        reference = p.log_end_offset
-        if report.read_committed and p.last_stable_offset is not None:
-            reference = p.last_stable_offset
-        planned = p.planned_offset
-        if planned is not None and reference is not None and planned < reference:
-            return True
-    return False
-
-
-def needs_whole_window(report: LagReport, options: CheckOptions) -> bool:
-    """Does a report that ``needs_history`` need the whole window at once, rather than the
-    newest older batch first (``needs_rest_of_window``)? A declared schedule (its runs), a data
-    loss, an offset beyond the log end or a partition Kafka no longer has (REWIND and its
-    partitions are judged over the window) do."""
-    if options.runs_every is not None:
-        return True
-    return any(p.data_loss or p.ahead_of_log or p.removed_partition for p in report.partitions())
-
-
-def needs_rest_of_window(report: LagReport, options: CheckOptions, now: float) -> bool:
-    """Could the batches older than offsets/C-1 change this report's verdict or its
-    per-partition numbers (lag, time lag)? The report has offsets/C-1 and offsets/C.
-
-    Yes when an offset went back between the two (REWIND, and the time lag, are judged over
-    the window), when a partition is not in both, when the batches could be capped by a rate
-    limit (``lag.rate_limit_possible``: the time-lag estimate is then withheld), and when a
-    window rule could still fire (``health.older_batches_could_decide``). Otherwise the
-    verdict and every partition's numbers are those of the whole window: the estimated age of
-    a waiting record depends only on the newest batch, the in-flight plan and the live log
-    end. What is measured over the batches read (rates, catch-up, ``history``) then spans
-    the two newest batches.
-    """
-    if needs_whole_window(report, options):
-        return True
-    for p in report.partitions():
-        h = p.offset_history
-        if len(h) < 2 or h[-1] is None or h[-2] is None or h[-1] < h[-2]:
-            return True
-    if rate_limit_possible(report):
-        return True
-    thresholds = options.thresholds
-    dated = options.exact_time_lag or (
-        thresholds.max_lag_seconds is not None
-        and any(p.lag > 0 and p.lag_seconds is None for p in report.partitions())
-    )
-    return older_batches_could_decide(report, thresholds, now, dated=dated)
-
-
 class _Judge:
     """Reports and verdicts of several checkpoints against ONE Kafka snapshot per cluster
     (``snapshots[0]``: the main one), at ONE instant."""
@@ -402,9 +334,10 @@ class _Judge:
 
     def report(self, loc: str, stamps: Stamps | None) -> LagReport:
         """The report of ``loc``. A lazily read state's older batches are unread: its report
-        only says whether it needs them (``needs_history``, which reads no ``lag_seconds``),
-        and a job whose partitions lag always does and is reported again with them; so the
-        time lag of such a first report is not estimated."""
+        only says whether it needs them (``health.reads_needed``, whose answer for offsets/C
+        alone does not depend on ``lag_seconds``), and a job whose partitions lag always does
+        and is reported again with them; so the time lag of such a first report is not
+        estimated."""
         state = self.states[loc]
         return compute_lag(
             state,
@@ -494,27 +427,28 @@ class _Judge:
         except SparkLagError:
             return None
 
-    def needs_dating(self, report: LagReport) -> bool:
-        """A seconds threshold, or a STOPPED rule, needs ages the estimate cannot give."""
-        thresholds = self.options.thresholds
-        undated = any(p.lag > 0 and p.lag_seconds is None for p in report.partitions())
-        if undated and thresholds.max_lag_seconds is not None:
-            return True
-        return needs_record_ages(report, thresholds, self.now)
+    def reads(self, report: LagReport) -> Reads:
+        """The older batches ``report`` needs: what the rules and the time-lag estimate
+        declare (``health.reads_needed``, the one place that decides)."""
+        options = self.options
+        return reads_needed(
+            report, options.thresholds, self.now, exact_time_lag=options.exact_time_lag
+        )
 
     def with_history(self, reports: Mapping[str, LagReport]) -> dict[str, LagReport]:
         """The reports of the jobs whose lazily read states need their older batches
-        (``needs_history``), again with them; the others are not in the result.
+        (``reads_needed``), again with them; the others are not in the result.
 
         Newest first: a job whose report can be settled by offsets/C-1 reads that batch alone
-        (``needs_rest_of_window`` says whether the rest could still matter), the others and
+        (``reads_needed`` again says whether the rest could still matter), the others and
         those it cannot settle read the whole window."""
-        wanted = [
-            loc
+        needed = {
+            loc: self.reads(report)
             for loc, report in reports.items()
-            if self.states[loc].unread_history and needs_history(report, self.options)
-        ]
-        step = [loc for loc in wanted if not needs_whole_window(reports[loc], self.options)]
+            if self.states[loc].unread_history
+        }
+        wanted = [loc for loc, reads in needed.items() if reads]
+        step = [loc for loc in wanted if needed[loc] == Reads.OLDER]
         done = self.read_history({loc: 1 for loc in step})
         self.stepped.update(done)
         result = {loc: self.report(loc, None) for loc in done}
@@ -523,7 +457,7 @@ class _Judge:
             for loc in wanted
             if loc not in self.errors
             and self.states[loc].unread_history
-            and (loc not in result or needs_rest_of_window(result[loc], self.options, self.now))
+            and (loc not in result or self.reads(result[loc]))
         ]
         done = self.read_history(dict.fromkeys(rest))
         self.stepped.difference_update(done)
@@ -566,7 +500,10 @@ class _Judge:
             if self.options.exact_time_lag:
                 reports = self.dated(reports)
             else:
-                undated = {loc: r for loc, r in reports.items() if self.needs_dating(r)}
+                thresholds = self.options.thresholds
+                undated = {
+                    loc: r for loc, r in reports.items() if ages_needed(r, thresholds, self.now)
+                }
                 reports.update(self.dated(undated) if undated else {})
             if self.options.runs_every is not None:
                 reports = {loc: self.with_completeness(r) for loc, r in reports.items()}
@@ -674,10 +611,22 @@ def judge_states(
     waiting records. A declared scheduled job's last run is checked for completeness.
 
     States read with ``lazy_history`` (``read_states``) get their older batches read by
-    ``complete`` (default: the session's reader of the location) only when ``needs_history``
+    ``complete`` (default: the session's reader of the location) only when ``health.reads_needed``
     says the report depends on them; a failure to read them gives that job a failed result.
     """
     return _judge(session, states, options, now, complete).run()
+
+
+def judge_against(
+    session: Session,
+    states: Mapping[str, CheckpointState],
+    options: CheckOptions,
+    snapshot: KafkaSnapshot,
+    now: float,
+) -> dict[str, CheckResult]:
+    """:func:`judge_states` against a Kafka snapshot already taken (the Spark scan's executors
+    judge against the driver's one broadcast snapshot): the same reports and verdicts."""
+    return _Judge(session, states, options, {0: snapshot}, now).run()
 
 
 def _judge(
@@ -865,7 +814,7 @@ __all__ = [
     "check_checkpoint",
     "check_checkpoints",
     "check_many",
+    "judge_against",
     "judge_states",
-    "needs_history",
     "read_states",
 ]

@@ -1,10 +1,13 @@
 """Fleet scan on Spark: lag and health of thousands of streaming jobs in one Spark job.
 
-    spark-submit --py-files airflow_sparklag.zip -m airflow_sparklag.spark_scan \\
-        --prefix s3a://bucket/checkpoints --bootstrap-servers broker:9092 \\
-        --output s3a://bucket/sparklag/scan-2025-01-01 [--format parquet]
+spark-submit runs a file, the module's own (``python -m`` is not a spark-submit option):
 
-    python -m airflow_sparklag.spark_scan --checkpoints hdfs://nn:8020/ck/a hdfs://nn:8020/ck/b \\
+    spark-submit --py-files airflow_sparklag.zip \
+        "$(python -c 'import airflow_sparklag.spark_scan as m; print(m.__file__)')" \
+        --prefix s3a://bucket/checkpoints --bootstrap-servers broker:9092 \
+        --output s3a://bucket/sparklag/scan-2025-01-01 [--format json]
+
+    python -m airflow_sparklag.spark_scan --checkpoints hdfs://nn:8020/ck/a hdfs://nn:8020/ck/b \
         --bootstrap-servers broker:9092 --webhdfs-url http://nn:9870 --output /tmp/scan
 
 How it runs:
@@ -12,20 +15,23 @@ How it runs:
 1. the driver lists the checkpoints (``--checkpoints``, ``--checkpoints-file`` or discovery
    under ``--prefix``);
 2. executors read them in parallel (``mapPartitions`` over the locations, two tasks per core;
-   each Python worker keeps ONE storage session (one S3 client) for all its tasks, and a task
-   reads with a few threads, using the core ``CheckpointReader``; storage options travel as
-   JSON in the closure). The parsed states stay cached on the executors;
+   each Python worker keeps ONE session (one S3 client) for all its tasks, and a task reads
+   with a few threads, using the core ``CheckpointReader``; options travel as JSON in the
+   closure). The parsed states stay cached on the executors;
 3. the driver takes ONE Kafka snapshot (batched ListOffsets) for every topic of every job and
    broadcasts it;
-4. executors compute the per-partition lag and the per-job health from the cached states
-   (one pass, converted to Spark rows once and cached);
+4. executors judge each task's jobs with the CLI's own evaluation (``monitor.judge_against``:
+   the same report, time lag included, and verdict as ``sparklag status`` at that instant);
+   an executor reads record timestamps from Kafka only when a rule needs ages the estimate
+   cannot give (or ``--exact-time-lag``), as the CLI does;
 5. two tables are written: ``<output>/partitions`` (one row per job, topic and partition) and
-   ``<output>/jobs`` (one row per job with its health), Parquet by default or any
-   ``DataFrameWriter`` format.
+   ``<output>/jobs`` (one row per job with its health and, in ``result``, the CLI's
+   ``--json`` result as JSON text), JSON lines by default (readable with the standard
+   library) or any ``DataFrameWriter`` format.
 
-The one-line JSON summary says where the time went (``timings``: discovery, Spark start-up,
-read pass, Kafka snapshot, lag pass and writes) and how the read pass ran (``executors``: read
-tasks, Python workers, storage sessions built, slowest task, CPU of the read tasks).
+The one-line JSON summary gives the verdicts, the lag (total records, the largest time lag,
+the jobs with lag), where the time went (``timings``) and how the read pass ran
+(``executors``: read tasks, Python workers, sessions built, slowest task, CPU).
 
 From Python, :func:`scan` takes an existing SparkSession and returns the two DataFrames.
 pyspark is imported only inside the functions: importing this module is cheap.
@@ -55,9 +61,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from airflow_sparklag.checkpoint import CheckpointState
-    from airflow_sparklag.health import Thresholds
     from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
-    from airflow_sparklag.monitor import CheckOptions
+    from airflow_sparklag.monitor import CheckOptions, CheckResult
 
 __all__ = ["JOB_COLUMNS", "PARTITION_COLUMNS", "ScanResult", "main", "scan", "write_scan"]
 
@@ -108,7 +113,9 @@ JOB_COLUMNS: tuple[tuple[str, str], ...] = (
     ("topics", "array<string>"),
     ("partitions", "int"),
     ("missing_topics", "array<string>"),
+    ("time_lag_mode", "string"),
     ("scanned_at", "timestamp"),
+    ("result", "string"),  # the CLI's --json result of the job (report and verdict), as JSON
 )
 
 
@@ -121,10 +128,19 @@ class ScanResult:
     jobs: DataFrame
     snapshot: KafkaSnapshot
     locations: tuple[str, ...]
-    storage_requests: int  # reading the checkpoints; discovery on the driver not included
+    read_requests: int  # the read pass (offsets/C); discovery on the driver not included
     cached: tuple[Any, ...] = field(default=(), repr=False, compare=False)
     timings: Mapping[str, float] = field(default_factory=dict, compare=False)
     tasks: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
+    history_requests: Any = field(default=None, repr=False, compare=False)  # an accumulator
+
+    @property
+    def storage_requests(self) -> int:
+        """Requests of the read pass plus the older batches the judge pass read (as the CLI,
+        only for the jobs whose rules declare they need them); complete once the tables were
+        computed (collected, counted or written)."""
+        extra = self.history_requests.value if self.history_requests is not None else 0
+        return self.read_requests + int(extra)
 
     def unpersist(self) -> None:
         """Free the executors' cached states and results."""
@@ -161,17 +177,18 @@ _WORKER_PID = [0]
 _WORKER_LOCK = threading.Lock()
 
 
-def _worker_session(storage_json: str) -> tuple[Session, bool]:
-    """This worker's session for these storage options, and whether this call built it."""
+def _worker_session(session_json: str) -> tuple[Session, bool]:
+    """This worker's session for these options (storage, Kafka; JSON), and whether this call
+    built it. Its Kafka client is built only if a job's records must be dated."""
     with _WORKER_LOCK:
         if _WORKER_PID[0] != os.getpid():  # a forked child starts with no session
             _WORKER_SESSIONS.clear()
             _WORKER_PID[0] = os.getpid()
-        session = _WORKER_SESSIONS.get(storage_json)
+        session = _WORKER_SESSIONS.get(session_json)
         if session is not None:
             return session, False
-        session = Session(**json.loads(storage_json))
-        _WORKER_SESSIONS[storage_json] = session
+        session = Session(**json.loads(session_json))
+        _WORKER_SESSIONS[session_json] = session
         return session, True
 
 
@@ -186,13 +203,14 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
 
     started, cpu = time.perf_counter(), time.process_time()
     options = json.loads(options_json)
-    session, built = _worker_session(json.dumps(options["storage"], sort_keys=True))
+    session, built = _worker_session(options["session"])
     history = int(options["history"])
     query_ids = bool(options.get("query_ids", False))
 
     def read(location: str) -> tuple:
         try:
-            state = session.read(location, history=history, query_id=query_ids)
+            reader = session.reader(location, query_id=query_ids)
+            state = reader.read(history, lazy_history=True)  # older batches: judge pass
         except SparkLagError as exc:
             return location, None, f"{type(exc).__name__}: {exc}", []
         return location, _dump_state(state), None, sorted(_topics(state))
@@ -221,36 +239,42 @@ def _timestamp(epoch: float | None) -> datetime | None:
 
 
 def _judge_partition(
-    rows: Iterable[tuple], snapshot_bc: Any, options_json: str
+    rows: Iterable[tuple], snapshot_bc: Any, judge_json: str, requests: Any
 ) -> Iterator[tuple[tuple, list]]:
-    """One Spark task of the lag pass: the options parsed and the broadcast snapshot loaded
-    once per task, then (job row, partition rows) per cached state."""
-    from airflow_sparklag.monitor import CheckOptions
+    """One Spark task of the judge pass: its cached states judged together, as the CLI judges
+    them (``monitor.judge_against``: one report and verdict each, time lag included, at the
+    scan's one instant and against the broadcast snapshot), then (job row, partition rows)."""
+    from airflow_sparklag.health import Health, HealthVerdict
+    from airflow_sparklag.monitor import CheckOptions, CheckResult, judge_against
 
-    options = json.loads(options_json)
-    snapshot = snapshot_bc.value
-    check = CheckOptions.from_dict(options["options"])
-    thresholds, read_committed = check.thresholds, bool(check.read_committed)
-    now = float(options["now"])
+    judge = json.loads(judge_json)
+    session, _ = _worker_session(judge["session"])
+    options = CheckOptions.from_dict(judge["options"])
+    now = float(judge["now"])
+    rows = list(rows)
+    states = {row[0]: pickle.loads(row[1]) for row in rows if row[1] is not None}
+    before = session.storage_requests
+    try:
+        results = judge_against(session, states, options, snapshot_bc.value, now) if states else {}
+    finally:
+        session.forget(())
+    requests.add(session.storage_requests - before)
     for row in rows:
-        yield _judge_row(row, snapshot, thresholds, now, read_committed)
+        result = results.get(row[0])
+        if result is None:  # unreadable: as the CLI reports it
+            verdict = HealthVerdict(Health.UNKNOWN, row[2], "unreadable")
+            failed = json.dumps(CheckResult(None, verdict, row[0], row[2]).to_dict())
+            unreadable: tuple = (row[0], None, "UNKNOWN", "unreadable", row[2], row[2])
+            yield (*unreadable, *(None,) * 17, _timestamp(now), failed), []
+        else:
+            yield _job_rows(result, now)
 
 
-def _judge_row(
-    row: tuple, snapshot: KafkaSnapshot, thresholds: Thresholds, now: float, read_committed: bool
-) -> tuple[tuple, list]:
-    """Lag and health of one job from its cached state: (job row, partition rows)."""
-    from airflow_sparklag.health import evaluate
-    from airflow_sparklag.lag import compute_lag
-
+def _job_rows(result: CheckResult, now: float) -> tuple[tuple, list]:
+    """(job row, partition rows) of one judged job."""
+    report, verdict, location = result.report, result.verdict, result.location
+    assert report is not None
     scanned_at = _timestamp(now)
-    location, blob, error = row[0], row[1], row[2]
-    if blob is None:
-        unreadable: tuple = (location, None, "UNKNOWN", "unreadable", error, error)
-        return (*unreadable, *(None,) * 16, scanned_at), []
-    state = pickle.loads(blob)
-    report = compute_lag(state, snapshot, now=now, read_committed=read_committed)
-    verdict = evaluate(report, thresholds, now=now)
     partitions: list[tuple] = []
     topics: set[str] = set()
     for source in report.sources:
@@ -304,7 +328,9 @@ def _judge_row(
         sorted(topics),
         len(partitions),
         list(report.missing_topics),
+        report.time_lag_mode,
         scanned_at,
+        json.dumps(result.to_dict()),
     )
     return job, partitions
 
@@ -351,6 +377,7 @@ def scan(
     chosen = CheckOptions.take(check, options)
     if check:
         raise TypeError(f"scan() got unexpected keyword arguments: {', '.join(sorted(check))}")
+    options = chosen
     storage: dict[str, Any] = {
         "s3_options": s3_options,
         "webhdfs_options": webhdfs_options,
@@ -365,9 +392,11 @@ def scan(
     ) as session:
         unique = _scan_locations(session, locations, prefix, max_depth)
         timings["discover_seconds"] = time.perf_counter() - clock
+        # Executors open their own sessions from the same (JSON-safe) options.
+        session_json = json.dumps({"kafka_config": dict(kafka_config), **storage}, sort_keys=True)
         read_options = {
-            "storage": storage,
-            "history": chosen.history_to_read,
+            "session": session_json,
+            "history": options.history_to_read,
             "threads": threads_per_task,
             "query_ids": query_ids,
         }
@@ -376,14 +405,15 @@ def scan(
         topics, tasks = _read_summary(states)
         timings["read_seconds"] = time.perf_counter() - clock - timings["discover_seconds"]
         clock = time.perf_counter()
-        read_committed = bool(chosen.read_committed)
-        snapshot = _kafka_snapshot(session, topics, read_committed=read_committed)
+        snapshot = _kafka_snapshot(session, topics)
         timings["kafka_seconds"] = time.perf_counter() - clock
     judge_options = {
         "now": snapshot.fetched_at if now is None else now,
-        "options": chosen.to_dict(),
+        "options": options.to_dict(),
+        "session": session_json,
     }
-    partitions, jobs, judged = _judge(spark, states, snapshot, json.dumps(judge_options))
+    requests = spark.sparkContext.accumulator(0)
+    partitions, jobs, judged = _judge(spark, states, snapshot, json.dumps(judge_options), requests)
     return ScanResult(
         partitions,
         jobs,
@@ -393,6 +423,7 @@ def scan(
         (states, judged, partitions, jobs),
         timings,
         tuple(tasks),
+        requests,
     )
 
 
@@ -450,23 +481,24 @@ def _scan_locations(
     return list(dict.fromkeys(found))
 
 
-def _kafka_snapshot(session: Session, topics: Sequence[str], *, read_committed: bool) -> Any:
-    """ONE snapshot of every topic of every job, taken on the driver (an empty one if none)."""
+def _kafka_snapshot(session: Session, topics: Sequence[str]) -> Any:
+    """ONE snapshot of every topic of every job, taken on the driver (an empty one if none),
+    with the last stable offsets, as the CLI takes it."""
     from airflow_sparklag.kafka import KafkaSnapshot
 
     if topics:
-        return session.kafka.snapshot(topics, read_committed=read_committed)
+        return session.kafka.snapshot(topics, read_committed=True)
     return KafkaSnapshot({}, frozenset(), time.time(), None)
 
 
 def _judge(
-    spark: SparkSession, states: Any, snapshot: KafkaSnapshot, judge_options: str
+    spark: SparkSession, states: Any, snapshot: KafkaSnapshot, judge_options: str, requests: Any
 ) -> tuple[DataFrame, DataFrame, Any]:
     """(partitions, jobs, cached RDD of judged rows): lag and health of every cached state,
     measured on the executors against the broadcast snapshot."""
     snapshot_bc = spark.sparkContext.broadcast(snapshot)
     judged = states.mapPartitions(
-        lambda rows: _judge_partition(rows, snapshot_bc, judge_options)
+        lambda rows: _judge_partition(rows, snapshot_bc, judge_options, requests)
     ).cache()
     # Converted to Spark rows once each and kept: writing both tables and counting the
     # verdicts afterwards need no further Python pass.
@@ -481,7 +513,7 @@ def write_scan(
     result: ScanResult,
     output: str,
     *,
-    fmt: str = "parquet",
+    fmt: str = "json",
     mode: str = "overwrite",
     options: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
@@ -513,6 +545,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
     parser.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
     parser.add_argument("--read-committed", action="store_true", help="lag against the LSO")
+    parser.add_argument(
+        "--exact-time-lag", action="store_true", help="time lag from record timestamps"
+    )
+    parser.add_argument("--runs-every", type=float, help="seconds between a scheduled job's runs")
+    parser.add_argument("--run-grace", type=float, help="grace after --runs-every (seconds)")
     parser.add_argument("--s3-endpoint-url", help="S3 endpoint (credentials: AWS default chain)")
     parser.add_argument("--s3-region", help="S3 region")
     parser.add_argument("--webhdfs-url", action="append", help="WebHDFS URL (repeat for HA)")
@@ -527,7 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--query-ids", action="store_true", help="fill query_id from metadata (+1 GET per job)"
     )
     parser.add_argument("--output", required=True, help="directory for partitions/ and jobs/")
-    parser.add_argument("--format", default="parquet", help="Spark writer format (parquet)")
+    parser.add_argument(
+        "--format", default="json", help="Spark writer format (json: JSON lines; parquet, ...)"
+    )
     parser.add_argument("--mode", default="overwrite", help="Spark save mode (overwrite)")
     parser.add_argument(
         "--option", action="append", default=[], metavar="KEY=VALUE", help="writer option"
@@ -596,9 +635,16 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         kafka_config=kafka_config,
         options=params.check_options(
             {
-                "thresholds": args.thresholds,
-                "history": args.history,
-                "read_committed": args.read_committed,
+                name: value
+                for name, value in (
+                    ("thresholds", args.thresholds),
+                    ("history", args.history),
+                    ("exact_time_lag", args.exact_time_lag or None),
+                    ("read_committed", args.read_committed or None),
+                    ("runs_every", args.runs_every),
+                    ("run_grace", args.run_grace),
+                )
+                if value is not None
             }
         ),
         num_slices=args.slices,
@@ -612,15 +658,14 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         paths = write_scan(
             result, args.output, fmt=args.format, mode=args.mode, options=writer_options
         )
-        health = {
-            row["health"]: row["count"] for row in result.jobs.groupBy("health").count().collect()
-        }
+        health, lag = verdicts_and_lag(result.jobs)
         timings["judge_and_write_seconds"] = time.monotonic() - clock
     finally:
         result.unpersist()
     summary = {
         "jobs": len(result.locations),
         "health": health,
+        "lag": lag,
         "topics": len(result.snapshot.partitions),
         "storage_requests": result.storage_requests,
         "seconds": round(time.monotonic() - started, 3),
@@ -630,6 +675,30 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
     }
     print(json.dumps(summary))
     return 0
+
+
+def verdicts_and_lag(jobs: DataFrame) -> tuple[dict[str, int], dict[str, Any]]:
+    """Jobs per verdict, and the fleet's lag: total records, the largest time lag (None when
+    no job's is known) and the jobs with lag; one pass over the cached jobs table."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        jobs.groupBy("health")
+        .agg(
+            F.count("*").alias("jobs"),
+            F.sum("total_lag").alias("records"),
+            F.max("max_lag_seconds").alias("seconds"),
+            F.sum(F.when(F.col("total_lag") > 0, 1).otherwise(0)).alias("lagging"),
+        )
+        .collect()
+    )
+    seconds = [row["seconds"] for row in rows if row["seconds"] is not None]
+    lag = {
+        "total_records": sum(row["records"] or 0 for row in rows),
+        "max_seconds": round(max(seconds), 3) if seconds else None,
+        "jobs_with_lag": sum(row["lagging"] for row in rows),
+    }
+    return {row["health"]: row["jobs"] for row in rows}, lag
 
 
 def _merged(main: Mapping[str, float], scanned: Mapping[str, float]) -> dict[str, float]:

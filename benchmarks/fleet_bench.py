@@ -253,6 +253,7 @@ def measure_baseline(manifest: dict[str, Any], locations: list[str]) -> dict[str
 
 def measure_spark(manifest: dict[str, Any], locations: list[str], workdir: Path) -> dict[str, Any]:
     from airflow_sparklag import spark_scan
+    from airflow_sparklag.monitor import CheckOptions
     from testbed.spark import spark_session
 
     spark = spark_session(workdir / "spark-measure", memory="2g")
@@ -265,7 +266,7 @@ def measure_spark(manifest: dict[str, Any], locations: list[str], workdir: Path)
             locations,
             kafka_config={"bootstrap.servers": manifest["bootstrap"]},
             s3_options=manifest["s3_options"],
-            history=1,
+            options=CheckOptions(history=1),
         )
         jobs = result.jobs.count()
         partitions = result.partitions.count()

@@ -2,7 +2,7 @@
 
     fleet_scan -> summarize
 
-``fleet_scan`` runs ``python -m airflow_sparklag.spark_scan`` with ``spark-submit``: executors read
+``fleet_scan`` runs ``spark_scan.py`` (the module's file) with ``spark-submit``: executors read
 every checkpoint under ``params.prefix``, the driver takes one Kafka snapshot for all topics, and
 two tables land under ``params.output``/<run id>: ``partitions`` (lag per job, topic, partition)
 and ``jobs`` (health per job). spark-submit's output goes to the task log line by line while it

@@ -1,7 +1,8 @@
 """A check reads a REAL Spark checkpoint newest batch first, and judges it as a full read does.
 
 ``monitor.check`` reads offsets/C, then offsets/C-1 when the job lags, and the rest of the
-history window only when ``monitor.needs_rest_of_window`` says a rule could still depend on it.
+history window only when a rule's declaration says it could still depend on it
+(``health.reads_needed``).
 Every test here builds a real PySpark query on the test-bed broker (checkpoint on local disk),
 then compares the lazy check with the EAGER way (the whole window read, then judged), both at
 the same instant and against the same Kafka answer: same verdict, and the same report but for

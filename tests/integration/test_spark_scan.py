@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_sparklag import spark_scan
+from airflow_sparklag.monitor import CheckOptions
 from testbed import jobs
 
 pytestmark = pytest.mark.testbed
@@ -52,7 +53,7 @@ def test_scan_reads_s3_and_hdfs_checkpoints_on_executors(spark: Any, fleet: dict
         spark,
         locations,
         kafka_config=fleet["kafka_config"],
-        history=3,
+        options=CheckOptions(history=3),
         **fleet["storage"],
     )
     try:
@@ -74,8 +75,8 @@ def test_scan_reads_s3_and_hdfs_checkpoints_on_executors(spark: Any, fleet: dict
     broken = jobs_by_location[missing]
     assert broken["health"] == "UNKNOWN" and broken["error"].startswith("CheckpointNotFound")
     assert list(result.snapshot.partitions) == [fleet["topic"]]  # one snapshot, one topic
-    # first read of each checkpoint: LIST commits/, LIST offsets/, GET offsets/C,
-    # plus two older batches at most (history=3); the missing one costs its probes only
+    # first read of each checkpoint: LIST commits/, LIST offsets/, GET offsets/C, then in
+    # the judge pass two older batches at most (history=3); the missing one costs its probes
     assert 0 < result.storage_requests <= 2 * 6 + 5
 
 
@@ -84,7 +85,7 @@ def test_scan_discovers_under_a_prefix(spark: Any, fleet: dict) -> None:
         spark,
         prefix=f"s3a://checkpoints/scan-{fleet['run']}",
         kafka_config=fleet["kafka_config"],
-        history=1,
+        options=CheckOptions(history=1),
         **fleet["storage"],
     )
     try:
@@ -100,7 +101,7 @@ def test_scan_discovers_under_a_prefix(spark: Any, fleet: dict) -> None:
         spark,
         [fleet["locations"]["s3"]],
         kafka_config=fleet["kafka_config"],
-        history=1,
+        options=CheckOptions(history=1),
         query_ids=True,
         **fleet["storage"],
     )
@@ -132,16 +133,27 @@ def test_command_line_writes_both_tables(
     assert spark_scan.main(argv, spark=spark) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["jobs"] == 2 and summary["health"] == {"LAGGING": 2}
-    partitions = spark.read.parquet(str(output / "partitions"))
-    assert partitions.count() == 6
-    assert partitions.groupBy().sum("lag").collect()[0][0] == 24
-    jobs_table = spark.read.parquet(str(output / "jobs"))
-    assert {r["health"] for r in jobs_table.select("health").collect()} == {"LAGGING"}
-    # any Spark sink: JSON this time
-    assert (
-        spark_scan.main([*argv[:-1], str(tmp_path / "json"), "--format", "json"], spark=spark) == 0
-    )
-    assert spark.read.json(str(tmp_path / "json" / "jobs")).count() == 2
+    assert summary["lag"]["total_records"] == 24 and summary["lag"]["jobs_with_lag"] == 2
+    # JSON lines by default: read with the standard library, no Spark, no pyarrow
+    partitions = _json_lines(output / "partitions")
+    assert len(partitions) == 6 and sum(row["lag"] for row in partitions) == 24
+    jobs_table = _json_lines(output / "jobs")
+    assert {row["health"] for row in jobs_table} == {"LAGGING"}
+    for row in jobs_table:
+        result = json.loads(row["result"])  # the CLI's --json result of the job
+        assert result["verdict"]["health"] == "LAGGING" and result["report"]["total_lag"] == 12
+    # any Spark sink: Parquet this time
+    argv = [*argv[:-1], str(tmp_path / "parquet"), "--format", "parquet"]
+    assert spark_scan.main(argv, spark=spark) == 0
+    assert spark.read.parquet(str(tmp_path / "parquet" / "jobs")).count() == 2
+
+
+def _json_lines(directory: Path) -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for part in sorted(directory.glob("part-*"))
+        for line in part.read_text().splitlines()
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -227,8 +239,40 @@ def test_scan_gives_the_cli_verdicts_and_lag(
         }
         assert got == expected
     first, second = scans[0].tasks, scans[1].tasks
-    assert sum(task["requests"] for task in first) == scans[0].storage_requests > 0
+    assert sum(task["requests"] for task in first) == scans[0].read_requests > 0
     assert sum(task["sessions_built"] for task in first) <= len({task["pid"] for task in first})
     seen = {task["pid"] for task in first}
     assert all(task["sessions_built"] == 0 for task in second if task["pid"] in seen)
-    assert scans[1].storage_requests == scans[0].storage_requests  # nothing cached across scans
+    assert scans[1].read_requests == scans[0].read_requests  # nothing cached across scans
+
+
+def test_spark_submit_runs_the_documented_command(fleet: dict, tmp_path: Path) -> None:
+    """docs/fleet.md's command: spark-submit runs the module's own file (spark-submit has no
+    ``-m``); the summary carries the lag, the tables are JSON lines."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
+    }
+    output = tmp_path / "submitted"
+    command = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master", "local[1]",
+        "--conf", f"spark.pyspark.python={sys.executable}",
+        "--conf", f"spark.pyspark.driver.python={sys.executable}",
+        spark_scan.__file__,
+        "--checkpoints", fleet["locations"]["s3"],
+        "--bootstrap-servers", fleet["kafka_config"]["bootstrap.servers"],
+        "--storage-options", json.dumps(fleet["storage"]),
+        "--output", str(output),
+    ]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["jobs"] == 1 and summary["lag"]["total_records"] == 12, summary
+    [job] = _json_lines(output / "jobs")
+    assert job["total_lag"] == 12 and json.loads(job["result"])["report"]["total_lag"] == 12

@@ -1,7 +1,8 @@
 """Reading the window newest first never changes a verdict or a partition's numbers.
 
 A check reads offsets/C, then offsets/C-1 when the job lags, then the rest of the window only
-when ``monitor.needs_rest_of_window`` says a rule could still depend on it. This compares that
+when a rule (or the time-lag estimate) declares it could still depend on it
+(``health.reads_needed``). This compares that
 way with the eager one (the whole window read, then judged at the same instant) on several
 hundred generated job shapes: random batch sizes and intervals, quiet partitions, capped
 batches (maxOffsetsPerTrigger), idle spells, a batch in flight, lags, data loss and rewinds,
@@ -13,13 +14,16 @@ written from a real Spark 3.5 checkpoint's files (see test_check_requests).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from airflow_sparklag import health
 from airflow_sparklag.health import Thresholds
+from airflow_sparklag.lag import Reads
 from airflow_sparklag.monitor import CheckOptions
 from tests.unit.test_check_requests import (
     NOW,
@@ -122,11 +126,12 @@ def _unseen_rewind(batches: list, committed: int | None, read: int) -> bool:
     return any(o > newest[p] for _, offsets in done[:-read] for p, o in offsets.items())
 
 
-@pytest.mark.parametrize("block", range(8))
-def test_newest_first_reading_keeps_every_verdict_and_number(tmp_path: Path, block: int) -> None:
-    per_block = SHAPES // 8
+def compare(tmp_path: Path, seeds: range) -> tuple[list[int], int, int]:
+    """Each shape of ``seeds`` checked newest first and eagerly at the same instant: (seeds
+    whose verdict or numbers differ, shapes compared, shapes settled before the window)."""
+    differ: list[int] = []
     settled_early = compared = 0
-    for seed in range(block * per_block, (block + 1) * per_block):
+    for seed in seeds:
         batches, committed, ends, starts, rate, options = shape(seed)
         location = _write(tmp_path / str(seed), checkpoint_files(batches, committed))
         result, _ = lazy(location, FakeKafka(dict(ends), dict(starts), rate), options)
@@ -137,10 +142,44 @@ def test_newest_first_reading_keeps_every_verdict_and_number(tmp_path: Path, blo
         if read < len(full.history) and _unseen_rewind(batches, committed, read):
             continue  # the known limit: not compared
         compared += 1
-        assert result.verdict == before.verdict, (seed, result.verdict, before.verdict)
-        assert _without_window(result) == _without_window(before), seed
-        if len(report.history) == len(full.history):
-            assert result.to_dict() == before.to_dict(), seed
+        same = result.verdict == before.verdict and _without_window(result) == _without_window(
+            before
+        )
+        if read == len(full.history):
+            same = same and result.to_dict() == before.to_dict()
         else:
             settled_early += 1
+        if not same:
+            differ.append(seed)
+    return differ, compared, settled_early
+
+
+@pytest.mark.parametrize("block", range(8))
+def test_newest_first_reading_keeps_every_verdict_and_number(tmp_path: Path, block: int) -> None:
+    per_block = SHAPES // 8
+    seeds = range(block * per_block, (block + 1) * per_block)
+    differ, compared, settled_early = compare(tmp_path, seeds)
+    assert differ == []
     assert settled_early > 0 and compared > per_block * 0.9
+
+
+def _declares_nothing(report: Any, thresholds: Thresholds, now: float, dated: bool) -> Reads:
+    return Reads.NOTHING
+
+
+# Not "stalled": a partition the newest batch did not move has a lag above what it read, so
+# the lagging rule's declaration asks for the same batches.
+@pytest.mark.parametrize("name", ["lagging", "stopped"])
+def test_a_rule_that_declares_too_little_makes_lazy_and_eager_differ(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The comparison above can fail: a rule that says it needs no older batch (while its
+    check still reads the window) gets verdicts the full read does not give. The other
+    declarations stay, so only this rule's own needs go unread."""
+    rules = tuple(
+        dataclasses.replace(rule, reads=_declares_nothing) if rule.name == name else rule
+        for rule in health.RULES
+    )
+    monkeypatch.setattr(health, "RULES", rules)
+    differ, _, _ = compare(tmp_path, range(SHAPES))
+    assert differ, f"no shape shows the {name} rule's missing declaration"

@@ -144,7 +144,7 @@ def test_checker_request_budget_first_and_repeated_polls(tree: Path) -> None:
 
 
 def test_history_costs_no_extra_read_when_no_rule_needs_it(tmp_path: Path) -> None:
-    """The window is read lazily (monitor.needs_history): this job has no Kafka source, so
+    """The window is read lazily (health.reads_needed): this job has no Kafka source, so
     nothing depends on its older batches; a lagging job's window is read once
     (tests/unit/test_fleet_lazy_history.py)."""
     root = _copy("cka4.1.4", tmp_path / "job")

@@ -11,13 +11,7 @@ from airflow_sparklag.health import RULES, Health, Thresholds, evaluate
 
 
 def test_rule_order_is_worst_first() -> None:
-    assert [r.__name__ for r in RULES] == [
-        "rule_data_loss",
-        "rule_rewind",
-        "rule_stopped",
-        "rule_stalled",
-        "rule_lagging",
-    ]
+    assert [r.name for r in RULES] == ["data_loss", "rewind", "stopped", "stalled", "lagging"]
 
 
 def test_worst_rule_wins_and_all_findings_are_kept() -> None:
