@@ -372,12 +372,7 @@ def scan(
     are judged: ``options`` (``CheckOptions``) or its fields (``thresholds=``, ``history=``,
     ``read_committed=``), carried to the executors as ``CheckOptions.to_dict()``.
     """
-    from airflow_sparklag.monitor import CheckOptions
-
-    chosen = CheckOptions.take(check, options)
-    if check:
-        raise TypeError(f"scan() got unexpected keyword arguments: {', '.join(sorted(check))}")
-    options = chosen
+    options = _scan_options(options, check)
     storage: dict[str, Any] = {
         "s3_options": s3_options,
         "webhdfs_options": webhdfs_options,
@@ -392,7 +387,6 @@ def scan(
     ) as session:
         unique = _scan_locations(session, locations, prefix, max_depth)
         timings["discover_seconds"] = time.perf_counter() - clock
-        # Executors open their own sessions from the same (JSON-safe) options.
         session_json = json.dumps({"kafka_config": dict(kafka_config), **storage}, sort_keys=True)
         read_options = {
             "session": session_json,
@@ -425,6 +419,16 @@ def scan(
         tuple(tasks),
         requests,
     )
+
+
+def _scan_options(options: CheckOptions | None, check: dict[str, Any]) -> CheckOptions:
+    """``options``, or the option fields given to ``scan()`` as keywords (nothing else)."""
+    from airflow_sparklag.monitor import CheckOptions
+
+    chosen = CheckOptions.take(check, options)
+    if check:
+        raise TypeError(f"scan() got unexpected keyword arguments: {', '.join(sorted(check))}")
+    return chosen
 
 
 def default_slices(spark: SparkSession, jobs: int) -> int:
