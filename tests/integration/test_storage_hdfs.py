@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +91,31 @@ def test_reader_on_hdfs_checkpoint(hdfs: Any, root: str) -> None:
     assert storage.requests.by_operation == {"list": 2, "read": 4}
 
 
-def test_ha_fails_over_past_a_dead_namenode(hdfs: Any, root: str) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+@pytest.fixture
+def dead_namenode() -> Iterator[tuple[str, list[int]]]:
+    """A NameNode address that accepts connections and drops them at once, counting them."""
+    connections: list[int] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def drop() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = listener.accept()
+                connections.append(1)
+                connection.close()
+
+    threading.Thread(target=drop, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}", connections
+    listener.close()
+
+
+def test_ha_fails_over_past_a_dead_namenode_and_stays_on_the_live_one(
+    hdfs: Any, root: str, dead_namenode: tuple[str, list[int]]
+) -> None:
+    dead, connections = dead_namenode
     storage = _storage(hdfs, url=[dead, hdfs.webhdfs_url], connect_timeout=1)
     storage.write_atomic(f"{root}/metadata", b'{"id":"ha"}')
+    assert len(connections) == 1  # tried once, then the live NameNode is asked first
     assert storage.read(f"{root}/metadata") == b'{"id":"ha"}'
-    assert storage.namenode_urls[storage._active] == hdfs.webhdfs_url
+    assert [o.name for o in storage.list_dir(root)] == ["metadata"]
+    assert len(connections) == 1
