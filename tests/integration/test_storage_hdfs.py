@@ -119,3 +119,43 @@ def test_ha_fails_over_past_a_dead_namenode_and_stays_on_the_live_one(
     assert storage.read(f"{root}/metadata") == b'{"id":"ha"}'
     assert [o.name for o in storage.list_dir(root)] == ["metadata"]
     assert len(connections) == 1
+
+
+def test_hdfscli_list_and_rename_fall_short(hdfs: Any, root: str) -> None:
+    """Why listings use the raw LISTSTATUS and renames rename2 (docs/connections.md, "HDFS"):
+    HdfsCLI's list() asks twice for a directory of one entry and raises for a missing one; its
+    rename() moves a file INTO an existing directory and fails over a file without the cause.
+    Once this fails, HdfsCLI does better: use it."""
+    import requests
+    from hdfs import HdfsError, InsecureClient
+
+    sent: list[str] = []
+    session = requests.Session()
+    session.hooks["response"].append(lambda response, **_: sent.append(response.url))
+    client = InsecureClient(hdfs.webhdfs_url, user="root", session=session, timeout=10)
+    base = root.split(hdfs.namenode_uri, 1)[1]
+    for name in ("one/0", "a", "b"):
+        client.write(f"{base}/{name}", b"x")
+    client.makedirs(f"{base}/dir")
+    sent.clear()
+    assert client.list(f"{base}/one") == ["0"]
+    assert [url.split("op=")[1].split("&")[0] for url in sent] == ["LISTSTATUS", "GETFILESTATUS"]
+    with pytest.raises(HdfsError, match="does not exist"):
+        client.list(f"{base}/missing")
+    client.rename(f"{base}/one/0", f"{base}/dir")
+    assert client.list(f"{base}/dir") == ["0"]  # moved inside, not refused
+    with pytest.raises(HdfsError, match="Unable to rename") as raised:
+        client.rename(f"{base}/a", f"{base}/b")
+    assert raised.value.exception is None  # no FileAlreadyExistsException to map
+
+
+def test_rename_moves_a_directory_and_refuses_an_existing_target(hdfs: Any, root: str) -> None:
+    storage = _storage(hdfs)
+    storage.write_atomic(f"{root}/ck/offsets/0", b"v1")
+    storage.write_atomic(f"{root}/taken/x", b"x")
+    with pytest.raises(StorageAlreadyExists, match=f"{root}/taken: already exists"):
+        storage.rename(f"{root}/ck", f"{root}/taken")
+    assert storage.walk(f"{root}/taken") == {"x": 1}  # not moved inside it
+    assert storage.rename(f"{root}/ck", f"{root}/archive/2026/ck")
+    assert storage.walk(f"{root}/archive/2026/ck") == {"offsets/0": 2}
+    assert storage.walk(f"{root}/ck") == {}
