@@ -1,16 +1,28 @@
-"""HDFS backend over the WebHDFS REST API (``hdfs://`` and ``webhdfs://`` URLs).
+"""HDFS backend over WebHDFS (``hdfs://`` and ``webhdfs://`` URLs), through HdfsCLI.
 
-Uses ``requests`` directly (imported on first use) so that there is no JVM or libhdfs to install;
-every call has a timeout. Simple authentication only (``user.name``); Kerberos/SPNEGO is not
-supported.
+HdfsCLI (the ``hdfs`` package; the apache-hdfs provider's WebHDFSHook uses it too) sends every
+request: the URL, ``user.name``, the time bound, the DataNode redirects and NameNode HA (a
+connection error, a timeout, ``StandbyException`` or ``RetriableException`` moves on to the next
+NameNode, and the one that answered is asked first next time). It is imported on first use: DAG
+files import this package and must parse fast. No JVM, no libhdfs.
+
+What is left here (docs/connections.md, "HDFS"): HdfsCLI's raw endpoints where its methods send
+more requests than the operation needs or hide the answer; rename2 (``renameoptions``), which
+makes writes atomic and which HdfsCLI's ``rename`` does not send; answers checked, so a proxy's
+page is a StorageError and not a KeyError; errors that name every NameNode tried, where HdfsCLI
+raises only the last error.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
+import threading
 import uuid
-from typing import Any
-from urllib.parse import urlsplit
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+from urllib.parse import unquote, urlsplit
 
 from airflow_sparklag.errors import (
     StorageAccessDenied,
@@ -29,8 +41,8 @@ from airflow_sparklag.storage import (
 )
 
 DEFAULT_HTTP_PORT = 9870  # dfs.namenode.http-address since Hadoop 3
-# Exceptions a NameNode returns when another NameNode should be asked instead.
-_TRY_NEXT_NAMENODE = frozenset({"StandbyException", "RetriableException", "ObserverRetryOnActive"})
+# What HdfsCLI fails over on: raised once every NameNode answered it.
+_STANDBY = frozenset({"StandbyException", "RetriableException"})
 _NOT_FOUND = frozenset({"FileNotFoundException"})
 _ACCESS_DENIED = frozenset({"AccessControlException", "SecurityException"})
 _ALREADY_EXISTS = frozenset({"FileAlreadyExistsException"})
@@ -64,8 +76,60 @@ def namenode_url_for(location: str) -> str:
     return f"http://{parts.hostname}:{DEFAULT_HTTP_PORT}"
 
 
-class _TryNextNameNode(Exception):
-    """This NameNode is down or standby."""
+def hdfs_client(
+    namenode_urls: list[str], *, user: str | None, timeout: tuple[float, float], session: Any
+) -> Any:
+    """The HdfsCLI client for these NameNodes: the one place its class is chosen.
+
+    Simple authentication names the user (``InsecureClient``); without one the requests are
+    anonymous (``Client``). Credentials in a URL (``http://user:pw@gateway``) become the
+    session's basic auth, so that they never reach HdfsCLI's log lines or an error message.
+    """
+    from hdfs import Client, InsecureClient
+
+    hdfscli_logger = logging.getLogger("hdfs")
+    if hdfscli_logger.level == logging.NOTSET:  # INFO for every request: a fleet fills a task log
+        hdfscli_logger.setLevel(logging.WARNING)
+    plain = []
+    for url in namenode_urls:
+        parts = urlsplit(url)
+        if parts.username is not None and session.auth is None:
+            session.auth = (unquote(parts.username), unquote(parts.password or ""))
+        plain.append(parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl())
+    url = ";".join(plain)  # HdfsCLI's form of a list of NameNodes
+    if user:
+        return InsecureClient(url, user=user, timeout=timeout, session=session)
+    return Client(url, timeout=timeout, session=session)
+
+
+class Answer(NamedTuple):
+    """One request of an operation, as its error reports it."""
+
+    server: str  # scheme://host:port, never credentials
+    status: int | None  # None: no answer (refused, timed out, cut short)
+    problem: str  # "" for an answer below 400
+
+
+def noting_session() -> Any:
+    """A requests session noting, per thread, the answers of the current operation: HdfsCLI
+    moves on to the next NameNode and raises only the last error; ours name every one."""
+    import requests
+
+    class NotingSession(requests.Session):
+        local = threading.local()  # a class per session: per session, per thread
+
+        def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                response = super().request(method, url, *args, **kwargs)
+            except requests.RequestException as exc:
+                failed = exc.request.url if exc.request is not None else url
+                self.local.answers.append(Answer(_server(str(failed)), None, _describe(exc)))
+                raise
+            problem = _problem(response)
+            self.local.answers.append(Answer(_server(response.url), response.status_code, problem))
+            return response
+
+    return NotingSession()
 
 
 class WebHDFSStorage:
@@ -98,8 +162,6 @@ class WebHDFSStorage:
             seconds_option(read_timeout, "read_timeout"),
         )
         self.requests = RequestCounter()
-        self._active = 0
-        self._session: Any = None
 
     @classmethod
     def for_url(
@@ -136,19 +198,23 @@ class WebHDFSStorage:
 
     def read(self, path: str) -> bytes:
         self.requests.add("read")
-        # OPEN answers with a redirect to a DataNode; follow it ourselves so that a DataNode
-        # failure is reported as such and not mistaken for a dead NameNode.
-        response = self.namenode("GET", path, "OPEN", allow_redirects=False)
-        location = _redirect_target(response, path, "OPEN")
-        if location is None:
+        # requests follows the NameNode's redirect to a DataNode; HdfsCLI's read() would hand
+        # over the raw stream, without the status to check.
+        with self._call(path, "OPEN") as client, client._open(hdfs_path(path)) as response:
+            kind = response.headers.get("Content-Type", "")
+            if response.status_code != 200 or "json" in kind:
+                raise StorageError(
+                    f"{path}: OPEN answered HTTP {response.status_code} ({kind or 'no type'}) "
+                    f"at {_server(response.url)}, not the file; check that "
+                    "webhdfs_options['url'] is a NameNode's HTTP address"
+                )
             return bytes(response.content)
-        data_response = self._datanode("GET", location, path, "read")
-        return bytes(data_response.content)
 
     def exists(self, path: str) -> bool:
         self.requests.add("exists")
         try:
-            self.namenode("GET", path, "GETFILESTATUS")
+            with self._call(path, "GETFILESTATUS") as client:
+                client.status(hdfs_path(path))
         except StorageNotFound:
             return False
         return True
@@ -157,22 +223,11 @@ class WebHDFSStorage:
         self.requests.add("write")
         target = hdfs_path(path)
         directory, _, name = target.rpartition("/")
-        temp = f"{directory}/.{name}.{uuid.uuid4().hex}.tmp"
-        response = self.namenode(
-            "PUT", temp, "CREATE", {"overwrite": "false"}, allow_redirects=False
-        )
-        location = _redirect_target(response, path, "CREATE")
-        if location is not None:
-            self._datanode("PUT", location, path, "write", data=data)
+        temp = f"{directory}/.{name}.{uuid.uuid4().hex}.tmp"  # dot: no listing counts it
+        with self._call(path, "CREATE") as client:
+            client.write(temp, data=data, overwrite=False)
         try:
-            # rename2 (any renameoptions value) is atomic and, without OVERWRITE, fails with
-            # FileAlreadyExistsException instead of returning false like plain RENAME.
-            self.namenode(
-                "PUT",
-                temp,
-                "RENAME",
-                {"destination": target, "renameoptions": "OVERWRITE" if overwrite else "NONE"},
-            )
+            self._rename2(path, temp, target, overwrite=overwrite)
         except StorageAlreadyExists:
             self._delete_quietly(temp)
             raise StorageAlreadyExists(
@@ -210,232 +265,174 @@ class WebHDFSStorage:
 
     def delete(self, path: str) -> None:
         self.requests.add("delete")
-        with contextlib.suppress(StorageNotFound):
-            self.namenode("DELETE", path, "DELETE", {"recursive": "false"})
+        with contextlib.suppress(StorageNotFound), self._call(path, "DELETE") as client:
+            client.delete(hdfs_path(path))
 
     def remove_empty_directories(self, root: str) -> None:
         if self.walk(root):
             raise StorageError(f"{root}: still holds files; not removing it")
         self.requests.add("delete")
-        with contextlib.suppress(StorageNotFound):
-            self.namenode("DELETE", root, "DELETE", {"recursive": "true"})
+        with contextlib.suppress(StorageNotFound), self._call(root, "DELETE") as client:
+            client.delete(hdfs_path(root), recursive=True)
 
     def rename(self, src: str, dst: str) -> bool:
-        # Plain RENAME moves src INTO dst when dst is a directory: refuse an existing dst.
-        if self.exists(dst):
-            raise StorageAlreadyExists(f"{dst}: already exists; not renaming over it")
         target = hdfs_path(dst)
         self.requests.add("rename", 2)
-        self.namenode("PUT", target.rsplit("/", 1)[0] or "/", "MKDIRS")
-        response = self.namenode("PUT", src, "RENAME", {"destination": target})
-        if not _json(response, src, "RENAME").get("boolean"):
-            raise StorageError(f"{src}: HDFS refused to rename it to {dst}")
+        with self._call(dst, "MKDIRS") as client:
+            client.makedirs(target.rsplit("/", 1)[0] or "/")
+        try:
+            self._rename2(src, hdfs_path(src), target, overwrite=False)
+        except StorageAlreadyExists:
+            raise StorageAlreadyExists(f"{dst}: already exists; not renaming over it") from None
         return True
 
     def copy_from(self, source: Storage, src: str, dst: str) -> None:
         # WebHDFS has no server-side copy.
         self.write_atomic(dst, source.read(src), overwrite=True)
 
+    # -- requests through HdfsCLI ------------------------------------------------------------
+
     def _list_status(self, path: str) -> list[dict[str, Any]]:
-        """One LISTSTATUS: the FileStatus entries, ``[]`` when ``path`` is missing."""
+        """One LISTSTATUS: the FileStatus entries, ``[]`` when ``path`` is missing. (HdfsCLI's
+        list() raises for a missing directory and sends a second request when one entry is in.)
+        """
         self.requests.add("list")
         try:
-            response = self.namenode("GET", path, "LISTSTATUS")
+            with self._call(path, "LISTSTATUS") as client:
+                response = client._list_status(hdfs_path(path))
         except StorageNotFound:
             return []
-        return _file_statuses(_json(response, path, "LISTSTATUS"), path)
+        return _file_statuses(response, path)
 
-    # -- HTTP plumbing -----------------------------------------------------------------------
-
-    @property
-    def session(self) -> Any:
-        if self._session is None:
-            import requests
-
-            self._session = requests.Session()
-        return self._session
-
-    def namenode(
-        self,
-        method: str,
-        path: str,
-        op: str,
-        params: dict[str, str] | None = None,
-        *,
-        allow_redirects: bool = True,
-    ) -> Any:
-        """Send one operation to the active NameNode, failing over to the others.
-
-        Public for operations beyond the Storage interface, so that they share the HA
-        fail-over and error mapping.
-        """
-        query = {"op": op, **(params or {})}
-        if self.user:
-            query["user.name"] = self.user
-        hdfs_file = hdfs_path(path)
-        failures: list[str] = []
-        count = len(self.namenode_urls)
-        for attempt in range(count):
-            index = (self._active + attempt) % count
-            base = self.namenode_urls[index]
-            try:
-                url = f"{base}/webhdfs/v1{hdfs_file}"
-                response = self._send(method, url, query, allow_redirects, path=path, op=op)
-                _raise_for_status(response, path, op)
-            except _TryNextNameNode as exc:
-                failures.append(f"{base}: {exc}")
-                continue
-            self._active = index
-            return response
-        raise StorageError(
-            f"{path}: {op} failed on every NameNode ({'; '.join(failures)}); check that HDFS "
-            "is up and webhdfs_options['url'] lists the NameNodes' HTTP addresses"
-        )
-
-    def _datanode(self, method: str, url: str, path: str, action: str, data: bytes = b"") -> Any:
-        try:
-            response = self._send(
-                method,
-                url,
-                None,
-                True,
-                data=data if method == "PUT" else None,
-                path=path,
-                op=action,
-            )
-        except _TryNextNameNode as exc:
-            raise StorageError(f"{path}: {action} failed at DataNode {url}: {exc}") from exc
-        try:
-            _raise_for_status(response, path, action)
-        except _TryNextNameNode as exc:
-            raise StorageError(f"{path}: {action} failed at DataNode {url}: {exc}") from exc
-        return response
-
-    def _send(
-        self,
-        method: str,
-        url: str,
-        params: dict[str, str] | None,
-        allow_redirects: bool,
-        data: bytes | None = None,
-        *,
-        path: str,
-        op: str,
-    ) -> Any:
-        import requests
-
-        headers = {"Content-Type": "application/octet-stream"} if data is not None else None
-        try:
-            return self.session.request(
-                method,
-                url,
-                params=params,
-                data=data,
-                headers=headers,
-                timeout=self.timeout,
-                allow_redirects=allow_redirects,
-            )
-        except (requests.ConnectionError, requests.Timeout) as exc:
-            raise _TryNextNameNode(f"{type(exc).__name__}: {exc}") from exc
-        except requests.RequestException as exc:
-            server = "{0.scheme}://{0.netloc}".format(urlsplit(url))
-            problem = (
-                "the answer was cut short"
-                if isinstance(exc, requests.exceptions.ChunkedEncodingError)
-                else "the request failed"
-            )
-            raise StorageError(f"{path}: {op} failed at {server}: {problem} ({exc})") from exc
+    def _rename2(self, path: str, src: str, dst: str, *, overwrite: bool) -> None:
+        # rename2 (any renameoptions) is atomic and, without OVERWRITE, fails with
+        # FileAlreadyExistsException; HdfsCLI's rename() sends plain RENAME, which answers
+        # false over a file and moves src INTO an existing directory.
+        with self._call(path, "RENAME") as client:
+            client._rename(src, destination=dst, renameoptions="OVERWRITE" if overwrite else "NONE")
 
     def _delete_quietly(self, path: str) -> None:
         # A leftover dot-file temp is ignored by every reader, so a failed cleanup is harmless.
-        with contextlib.suppress(StorageError):
-            self.namenode("DELETE", path, "DELETE")
+        with contextlib.suppress(StorageError), self._call(path, "DELETE") as client:
+            client.delete(path)
+
+    @functools.cached_property
+    def _connected(self) -> tuple[Any, Any]:
+        """(HdfsCLI client, its session), built on first use."""
+        session = noting_session()
+        client = hdfs_client(
+            self.namenode_urls, user=self.user, timeout=self.timeout, session=session
+        )
+        return client, session
+
+    @contextlib.contextmanager
+    def _call(self, path: str, op: str) -> Iterator[Any]:
+        """One operation's requests (yields the HdfsCLI client): whatever goes wrong is a typed
+        error naming the path, the operation and where it failed."""
+        import requests
+        from hdfs import HdfsError
+
+        client, session = self._connected
+        answers: list[Answer] = []
+        session.local.answers = answers
+        try:
+            yield client
+        except (HdfsError, requests.RequestException) as exc:
+            raise self._error(path, op, exc, answers) from exc
+        except (KeyError, TypeError, ValueError) as exc:  # HdfsCLI reading a strange answer
+            if not answers:  # about no answer: a bug, to be seen as it is
+                raise
+            raise self._error(path, op, exc, answers) from exc
+
+    def _error(self, path: str, op: str, exc: Exception, answers: list[Answer]) -> StorageError:
+        import requests
+
+        server, status, problem = answers[-1] if answers else ("WebHDFS", None, "")
+        problem = problem or _describe(exc)
+        exception = getattr(exc, "exception", None)  # HdfsError: the Java exception's name
+        if exception in _STANDBY or isinstance(exc, (requests.ConnectionError, requests.Timeout)):
+            if server not in {_server(url) for url in self.namenode_urls}:
+                return StorageError(f"{path}: {op} failed at DataNode {server}: {problem}")
+            tried = "; ".join(f"{a.server}: {a.problem}" for a in answers if a.problem)
+            return StorageError(
+                f"{path}: {op} failed on every NameNode ({tried}); check that HDFS is up and "
+                "webhdfs_options['url'] lists the NameNodes' HTTP addresses"
+            )
+        if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+            return StorageError(
+                f"{path}: {op} failed at {server}: the answer was cut short ({problem})"
+            )
+        if isinstance(exc, (KeyError, TypeError, ValueError)):
+            return StorageError(
+                f"{path}: {op} answered HTTP {status} at {server} with something that is not "
+                f"WebHDFS's ({problem}); check that webhdfs_options['url'] is a NameNode"
+            )
+        # The Java exception first: HDFS answers 403 for FileAlreadyExistsException too.
+        if exception in _ALREADY_EXISTS:
+            return StorageAlreadyExists(f"{path}: already exists ({op} at {server})")
+        if exception in _NOT_FOUND or status == 404:
+            return StorageNotFound(f"{path}: no such file ({op} at {server}: {problem})")
+        if exception in _ACCESS_DENIED or status in (401, 403):
+            return StorageAccessDenied(
+                f"{path}: access denied ({op} at {server}: {problem}); check "
+                "webhdfs_options['user'] and the HDFS permissions of the checkpoint directory"
+            )
+        return StorageError(f"{path}: {op} failed at {server}: {problem}")
 
 
-def _json(response: Any, path: str, op: str) -> dict[str, Any]:
-    """A NameNode's JSON answer; a truncated or non-JSON body (a proxy's HTML page) is a
-    StorageError naming the path and operation."""
+def _server(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+
+def _describe(exc: BaseException) -> str:
+    """``ConnectionError: <reason>``, without the URL: its query may hold a delegation token."""
+    cause = exc.args[0] if exc.args else exc
+    return f"{type(exc).__name__}: {getattr(cause, 'reason', cause)}"
+
+
+def _problem(response: Any) -> str:
+    """What an answer says went wrong (``StandbyException: <first line>``, ``HTTP 500``), or
+    ``""`` below 400."""
+    if response.status_code < 400:
+        return ""
+    with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError):
+        remote = response.json()["RemoteException"]
+        return f"{remote['exception']}: {str(remote.get('message')).partition(chr(10))[0]}"
+    return f"HTTP {response.status_code}"
+
+
+def _file_statuses(response: Any, path: str) -> list[dict[str, Any]]:
+    """LISTSTATUS's FileStatus entries, each checked: a proxy's page or a damaged answer is a
+    StorageError naming the path, never a KeyError deep inside a listing."""
     try:
         document = response.json()
-    except ValueError as exc:  # JSONDecodeError, and requests' own subclass of it
-        snippet = response.text[:80].strip() if isinstance(response.text, str) else ""
-        raise StorageError(
-            f"{path}: {op} answered HTTP {response.status_code} with a body that is not JSON "
-            f"({snippet!r}); check that webhdfs_options['url'] points at the NameNode's HTTP "
-            "address and no proxy rewrites the answer"
-        ) from exc
-    if not isinstance(document, dict):
-        raise StorageError(f"{path}: {op} answered with unexpected JSON: {str(document)[:80]}")
-    return document
+    except ValueError:  # JSONDecodeError, and requests' own subclass of it
+        problem = f"a body that is not JSON ({response.text[:80].strip()!r})"
+    else:
+        wrapper = document.get("FileStatuses") if isinstance(document, dict) else None
+        statuses = wrapper.get("FileStatus") if isinstance(wrapper, dict) else None
+        if not isinstance(statuses, list):
+            problem = f"unexpected JSON, no FileStatuses.FileStatus list ({str(document)[:80]})"
+        else:
+            wrong = [status for status in statuses if not _is_file_status(status)]
+            if not wrong:
+                return statuses
+            problem = f"a FileStatus entry that is not one ({str(wrong[0])[:120]})"
+    raise StorageError(
+        f"{path}: LISTSTATUS answered HTTP {response.status_code} with {problem}; check that "
+        "webhdfs_options['url'] is a NameNode's HTTP address and no proxy rewrites the answer"
+    )
 
 
-def _file_statuses(document: dict[str, Any], path: str) -> list[dict[str, Any]]:
-    """LISTSTATUS's FileStatus entries, each checked: a damaged answer is a StorageError naming
-    the path, never a KeyError deep inside a listing."""
-    wrapper = document.get("FileStatuses")
-    statuses = wrapper.get("FileStatus") if isinstance(wrapper, dict) else None
-    if not isinstance(statuses, list):
-        raise StorageError(
-            f"{path}: LISTSTATUS answered without a FileStatuses.FileStatus list "
-            f"({str(document)[:80]}); check that webhdfs_options['url'] is a NameNode"
-        )
-    for status in statuses:
-        if not (
-            isinstance(status, dict)
-            and isinstance(status.get("pathSuffix"), str)
-            and status.get("type") in ("FILE", "DIRECTORY", "SYMLINK")
-            and _is_count(status.get("length", 0))
-            and _is_count(status.get("modificationTime", 0))
-        ):
-            raise StorageError(
-                f"{path}: LISTSTATUS answered with a FileStatus entry that is not one "
-                f"({str(status)[:120]})"
-            )
-    return statuses
+def _is_file_status(status: Any) -> bool:
+    return (
+        isinstance(status, dict)
+        and isinstance(status.get("pathSuffix"), str)
+        and status.get("type") in ("FILE", "DIRECTORY", "SYMLINK")
+        and all(_is_count(status.get(key, 0)) for key in ("length", "modificationTime"))
+    )
 
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _redirect_target(response: Any, path: str, op: str) -> str | None:
-    if response.status_code in (301, 302, 303, 307, 308):
-        location = response.headers.get("Location")
-        if not location:
-            raise StorageError(
-                f"{path}: {op} answered HTTP {response.status_code} without a Location to "
-                "follow; check that webhdfs_options['url'] is a NameNode"
-            )
-        return str(location)
-    if response.status_code == 200 and "json" in response.headers.get("Content-Type", ""):
-        location = _json(response, path, op).get("Location")  # the noredirect=true form
-        return str(location) if location else None
-    return None
-
-
-def _raise_for_status(response: Any, path: str, op: str) -> None:
-    """Map WebHDFS's RemoteException JSON to typed errors."""
-    if response.status_code < 400:
-        return
-    try:
-        remote = response.json().get("RemoteException", {})
-    except (ValueError, AttributeError):  # not JSON, or JSON that is not an object
-        remote = {}
-    if not isinstance(remote, dict):
-        remote = {}
-    exception = str(remote.get("exception", ""))
-    message = str(remote.get("message", "")).splitlines()[0] if remote.get("message") else ""
-    detail = f"{exception}: {message}" if exception else f"HTTP {response.status_code}"
-    if exception in _TRY_NEXT_NAMENODE:
-        raise _TryNextNameNode(detail)
-    # Match the Java exception first: HDFS answers 403 for FileAlreadyExistsException too.
-    if exception in _ALREADY_EXISTS:
-        raise StorageAlreadyExists(f"{path}: already exists ({op})")
-    if exception in _NOT_FOUND or response.status_code == 404:
-        raise StorageNotFound(f"{path}: no such file ({op}: {detail})")
-    if exception in _ACCESS_DENIED or response.status_code in (401, 403):
-        raise StorageAccessDenied(
-            f"{path}: access denied ({op}: {detail}); check webhdfs_options['user'] and the "
-            "HDFS permissions of the checkpoint directory"
-        )
-    raise StorageError(f"{path}: {op} failed: {detail}")

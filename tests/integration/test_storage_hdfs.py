@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +91,71 @@ def test_reader_on_hdfs_checkpoint(hdfs: Any, root: str) -> None:
     assert storage.requests.by_operation == {"list": 2, "read": 4}
 
 
-def test_ha_fails_over_past_a_dead_namenode(hdfs: Any, root: str) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+@pytest.fixture
+def dead_namenode() -> Iterator[tuple[str, list[int]]]:
+    """A NameNode address that accepts connections and drops them at once, counting them."""
+    connections: list[int] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def drop() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = listener.accept()
+                connections.append(1)
+                connection.close()
+
+    threading.Thread(target=drop, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}", connections
+    listener.close()
+
+
+def test_ha_fails_over_past_a_dead_namenode_and_stays_on_the_live_one(
+    hdfs: Any, root: str, dead_namenode: tuple[str, list[int]]
+) -> None:
+    dead, connections = dead_namenode
     storage = _storage(hdfs, url=[dead, hdfs.webhdfs_url], connect_timeout=1)
     storage.write_atomic(f"{root}/metadata", b'{"id":"ha"}')
+    assert len(connections) == 1  # tried once, then the live NameNode is asked first
     assert storage.read(f"{root}/metadata") == b'{"id":"ha"}'
-    assert storage.namenode_urls[storage._active] == hdfs.webhdfs_url
+    assert [o.name for o in storage.list_dir(root)] == ["metadata"]
+    assert len(connections) == 1
+
+
+def test_hdfscli_list_and_rename_fall_short(hdfs: Any, root: str) -> None:
+    """Why listings use the raw LISTSTATUS and renames rename2 (docs/connections.md, "HDFS"):
+    HdfsCLI's list() asks twice for a directory of one entry and raises for a missing one; its
+    rename() moves a file INTO an existing directory and fails over a file without the cause.
+    Once this fails, HdfsCLI does better: use it."""
+    import requests
+    from hdfs import HdfsError, InsecureClient
+
+    sent: list[str] = []
+    session = requests.Session()
+    session.hooks["response"].append(lambda response, **_: sent.append(response.url))
+    client = InsecureClient(hdfs.webhdfs_url, user="root", session=session, timeout=10)
+    base = root.split(hdfs.namenode_uri, 1)[1]
+    for name in ("one/0", "a", "b"):
+        client.write(f"{base}/{name}", b"x")
+    client.makedirs(f"{base}/dir")
+    sent.clear()
+    assert client.list(f"{base}/one") == ["0"]
+    assert [url.split("op=")[1].split("&")[0] for url in sent] == ["LISTSTATUS", "GETFILESTATUS"]
+    with pytest.raises(HdfsError, match="does not exist"):
+        client.list(f"{base}/missing")
+    client.rename(f"{base}/one/0", f"{base}/dir")
+    assert client.list(f"{base}/dir") == ["0"]  # moved inside, not refused
+    with pytest.raises(HdfsError, match="Unable to rename") as raised:
+        client.rename(f"{base}/a", f"{base}/b")
+    assert raised.value.exception is None  # no FileAlreadyExistsException to map
+
+
+def test_rename_moves_a_directory_and_refuses_an_existing_target(hdfs: Any, root: str) -> None:
+    storage = _storage(hdfs)
+    storage.write_atomic(f"{root}/ck/offsets/0", b"v1")
+    storage.write_atomic(f"{root}/taken/x", b"x")
+    with pytest.raises(StorageAlreadyExists, match=f"{root}/taken: already exists"):
+        storage.rename(f"{root}/ck", f"{root}/taken")
+    assert storage.walk(f"{root}/taken") == {"x": 1}  # not moved inside it
+    assert storage.rename(f"{root}/ck", f"{root}/archive/2026/ck")
+    assert storage.walk(f"{root}/archive/2026/ck") == {"offsets/0": 2}
+    assert storage.walk(f"{root}/ck") == {}

@@ -269,6 +269,20 @@ def test_webhdfs_redirect_without_location_is_a_storage_error(server: CannedServ
         storage.read("hdfs://nn/ck/offsets/1")
 
 
+def test_hdfscli_alone_takes_these_answers(server: CannedServer) -> None:
+    """Why read() and the error mapping check answers themselves (docs/connections.md, "HDFS"):
+    HdfsCLI reads an OPEN answered 307 without a Location as an empty file, and error JSON of
+    the wrong shape is a TypeError inside it. Once this fails, HdfsCLI checks: drop ours."""
+    from hdfs import Client
+
+    server.answer = (307, "text/plain", b"")
+    with Client(server.url, timeout=2).read("/ck/offsets/1") as file:
+        assert file.read() == b""
+    server.answer = (500, "application/json", b'{"RemoteException": "boom"}')
+    with pytest.raises(TypeError):
+        Client(server.url, timeout=2).list("/ck")
+
+
 def test_s3_errors_never_quote_the_credentials(server: CannedServer) -> None:
     # http.client refuses a header value with a line break and quotes it: the session token.
     storage = S3Storage(

@@ -226,6 +226,18 @@ def test_every_namenode_down_or_standby_is_a_storage_error(standby_namenode: str
     assert standby_namenode in message and "StandbyException" in message
 
 
+def test_hdfscli_alone_names_no_namenode(standby_namenode: str) -> None:
+    """Why WebHDFSStorage notes every answer (docs/connections.md, "HDFS"): after its fail-over
+    HdfsCLI raises the last NameNode's error only, naming neither NameNode."""
+    from hdfs import Client, HdfsError
+
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    with pytest.raises(HdfsError) as raised:
+        Client(f"{dead};{standby_namenode}", timeout=2).status("/ck")
+    assert raised.value.exception == "StandbyException"
+    assert "127.0.0.1" not in str(raised.value) and "Connection" not in str(raised.value)
+
+
 @pytest.mark.parametrize("url", ["s3a://", "s3://", "gs://", "gs:///ck", "abfs://", "az:///x"])
 def test_a_url_without_bucket_is_refused_naming_it(url: str) -> None:
     from airflow_sparklag.session import Session
