@@ -288,11 +288,31 @@ class KafkaOffsetsClient:
                             f"oauth_cb token callback failed ({failure}); check the token "
                             "provider (MSK IAM role, identity provider) and the callback's config"
                         ) from None
-                    raise KafkaError(
-                        f"Cannot create a Kafka client for {self.bootstrap_servers}: "
-                        f"{self.describe(exc)} (config: {redact_kafka_config(self._config)})"
-                    ) from exc
+                    raise self._unbuildable(exc) from exc
             return self._admin
+
+    def _unbuildable(self, exc: BaseException) -> KafkaError:
+        """Why librdkafka refused the config; a SASL mechanism missing from the build (GSSAPI in
+        the PyPI wheels) says which builds have it, not "recompile librdkafka"."""
+        text = self.describe(exc)
+        if "No provider for SASL mechanism" in text:
+            mechanism = str(
+                self._config.get("sasl.mechanism") or self._config.get("sasl.mechanisms")
+            )
+            built = re.search(r"Current build options: [A-Z_ ]+", text)
+            return KafkaError(
+                f"Kafka {self.bootstrap_servers}: this confluent-kafka cannot use SASL mechanism "
+                f"{mechanism}: its librdkafka was built without it"
+                f"{f' ({built.group(0).strip()})' if built else ''}. The PyPI wheels have no "
+                "Kerberos (GSSAPI): use a confluent-kafka built against a librdkafka with Cyrus "
+                "SASL (for example conda-forge's python-confluent-kafka), or another mechanism "
+                "the cluster offers (SCRAM, OAUTHBEARER). See docs/connections.md, 'Kafka with "
+                "Kerberos'."
+            )
+        return KafkaError(
+            f"Cannot create a Kafka client for {self.bootstrap_servers}: "
+            f"{text} (config: {redact_kafka_config(self._config)})"
+        )
 
     def admin(self) -> Any:
         """The AdminClient (built once), for requests this class has no method for; wait for

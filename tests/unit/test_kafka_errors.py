@@ -207,3 +207,21 @@ def test_a_cause_older_than_the_timeout_is_not_named() -> None:
     assert "refused" in str(client._unavailable("a metadata request"))
     client._client_log._cause = (time.monotonic() - 5, "refused")
     assert "refused" not in str(client._unavailable("a metadata request"))
+
+
+def test_kerberos_with_a_wheel_without_gssapi_says_which_builds_have_it() -> None:
+    # The PyPI wheels lack Cyrus SASL: librdkafka refuses the config when the client is built.
+    config = {
+        "bootstrap.servers": "127.0.0.1:9",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "GSSAPI",
+        "sasl.kerberos.keytab": "/etc/secret-canary.keytab",
+    }
+    started = time.monotonic()
+    with KafkaOffsetsClient(config, timeout=5) as kafka, pytest.raises(KafkaError) as caught:
+        kafka.snapshot(["orders"])
+    message = str(caught.value)
+    assert "cannot use SASL mechanism GSSAPI" in message
+    assert "Current build options: PLAIN SASL_SCRAM OAUTHBEARER" in message
+    assert "conda-forge" in message and "recompile" not in message
+    assert time.monotonic() - started < 1  # refused before any request
