@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import re
 import threading
 import time
 import uuid
@@ -34,6 +35,7 @@ _AUTHORIZATION_CODES = frozenset(
     {"TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED"}
 )
 _AUTH_CODES = _AUTHENTICATION_CODES | _AUTHORIZATION_CODES
+_ANSWER_GRACE = 1.0  # seconds other bootstrap servers get once one answered (cluster check)
 _POLL_INTERVAL = 0.2  # seconds between two looks at librdkafka's error callbacks while waiting
 
 
@@ -125,6 +127,54 @@ def _error_text(exc: BaseException) -> str:
     return f"{prefix}: {described}" if prefix else described
 
 
+# librdkafka's lines about a broker connection: "[rdkafka#producer-1] [thrd:host:9092/bootstrap]:
+# host:9092/bootstrap: Failed to resolve 'host:9092': ... (after 1ms in state CONNECT)".
+_LOG_PREFIX = re.compile(r"^(\[[^\]]*\]\s*)*\[thrd:[^\]]*\]:\s*(\S+/(bootstrap|\d+):\s*)?")
+_LOG_SUFFIX = re.compile(r"\s*\(after \d+ms in state \w+\)(, \d+ identical error\(s\) suppressed)?")
+_CONNECTION_FACILITY = "FAIL"  # librdkafka's facility of a failed broker connection
+
+
+class _ClientLog:
+    """librdkafka's log callback (the `logger` setting): each distinct line is logged once at its
+    own level, repeats at DEBUG, and the last connection failure is kept as the cause that a
+    "did not answer" error names (a mistyped host retried every 100 ms is 40 lines in 4 s)."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self._log = logging.getLogger(f"{__name__}.librdkafka")
+        self._secrets = list(secrets)
+        self._seen: dict[str, int] = {}
+        self._cause: tuple[float, str] | None = None  # (when, text), the last connection failure
+        self._lock = threading.Lock()
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        try:
+            line = fmt % args if args else str(fmt)
+        except (TypeError, ValueError):  # not the format librdkafka sends: keep it whole
+            line = " ".join(str(a) for a in (fmt, *args))
+        facility = str(args[0]) if args else ""
+        text = scrub(
+            _LOG_SUFFIX.sub("", _LOG_PREFIX.sub("", str(args[-1]) if args else line)), self._secrets
+        )
+        with self._lock:
+            repeats = self._seen.get(text, 0)
+            self._seen[text] = repeats + 1
+            if len(self._seen) > 200:  # a long-lived client: forget, do not grow
+                self._seen = {text: repeats + 1}
+            if facility == _CONNECTION_FACILITY and level >= logging.WARNING:
+                self._cause = (time.monotonic(), text)
+        self._log.log(level if repeats == 0 else logging.DEBUG, "%s", scrub(line, self._secrets))
+
+    def cause(self, within: float) -> str | None:
+        """The last connection failure librdkafka logged in the last `within` seconds (an older
+        one is history: the broker may have answered since), with how often it was seen."""
+        with self._lock:
+            if self._cause is None or time.monotonic() - self._cause[0] > within:
+                return None
+            text = self._cause[1]
+            count = self._seen.get(text, 1)
+        return text + (f" (seen {count} times)" if count > 1 else "")
+
+
 class KafkaOffsetsClient:
     """Reads partition offsets with a confluent-kafka AdminClient, every call bounded in time.
 
@@ -167,6 +217,8 @@ class KafkaOffsetsClient:
         self._admin_lock = threading.Lock()
         self._refusal: tuple[float, str, str] | None = None  # (when, code, text), last one
         self._refusal_lock = threading.Lock()
+        self._client_log = _ClientLog(self._secrets)
+        self._one_cluster: str | None = None  # the cluster id all bootstrap servers agreed on
 
     @property
     def timeout(self) -> float:
@@ -190,8 +242,9 @@ class KafkaOffsetsClient:
             # No KIP-714 telemetry: it costs a round trip on every new connection, which a
             # slow link pays within our timeout.
             "enable.metrics.push": False,
-            # librdkafka's own log lines go to Python logging instead of raw stderr.
-            "logger": logging.getLogger(f"{__name__}.librdkafka"),
+            # librdkafka's own log lines go to Python logging instead of raw stderr, repeats
+            # collapsed, the last connection failure kept for our error message.
+            "logger": self._client_log,
         }
         base.update(self._config)
         base["error_cb"] = self._on_error
@@ -235,11 +288,31 @@ class KafkaOffsetsClient:
                             f"oauth_cb token callback failed ({failure}); check the token "
                             "provider (MSK IAM role, identity provider) and the callback's config"
                         ) from None
-                    raise KafkaError(
-                        f"Cannot create a Kafka client for {self.bootstrap_servers}: "
-                        f"{self.describe(exc)} (config: {redact_kafka_config(self._config)})"
-                    ) from exc
+                    raise self._unbuildable(exc) from exc
             return self._admin
+
+    def _unbuildable(self, exc: BaseException) -> KafkaError:
+        """Why librdkafka refused the config; a SASL mechanism missing from the build (GSSAPI in
+        the PyPI wheels) says which builds have it, not "recompile librdkafka"."""
+        text = self.describe(exc)
+        if "No provider for SASL mechanism" in text:
+            mechanism = str(
+                self._config.get("sasl.mechanism") or self._config.get("sasl.mechanisms")
+            )
+            built = re.search(r"Current build options: [A-Z_ ]+", text)
+            return KafkaError(
+                f"Kafka {self.bootstrap_servers}: this confluent-kafka cannot use SASL mechanism "
+                f"{mechanism}: its librdkafka was built without it"
+                f"{f' ({built.group(0).strip()})' if built else ''}. The PyPI wheels have no "
+                "Kerberos (GSSAPI): use a confluent-kafka built against a librdkafka with Cyrus "
+                "SASL (for example conda-forge's python-confluent-kafka), or another mechanism "
+                "the cluster offers (SCRAM, OAUTHBEARER). See docs/connections.md, 'Kafka with "
+                "Kerberos'."
+            )
+        return KafkaError(
+            f"Cannot create a Kafka client for {self.bootstrap_servers}: "
+            f"{text} (config: {redact_kafka_config(self._config)})"
+        )
 
     def admin(self) -> Any:
         """The AdminClient (built once), for requests this class has no method for; wait for
@@ -263,6 +336,9 @@ class KafkaOffsetsClient:
     # -- errors -------------------------------------------------------------------------------
 
     def _unavailable(self, what: str, detail: str = "") -> KafkaUnavailable:
+        cause = self._client_log.cause(within=self._timeout + _POLL_INTERVAL)
+        if cause:  # what librdkafka saw says more than "Broker transport failure"
+            detail = f"{cause}; {detail}" if detail else cause
         extra = f" ({detail})" if detail else ""
         return KafkaUnavailable(
             f"Kafka bootstrap servers {self.bootstrap_servers} did not answer {what} within "
@@ -402,8 +478,68 @@ class KafkaOffsetsClient:
 
     # -- metadata -----------------------------------------------------------------------------
 
+    def _cluster_of_each_server(self, servers: list[str]) -> dict[str, str | None]:
+        """The cluster id each bootstrap server answers with (None: it did not answer in time),
+        one small client per server, all asked at once within the client timeout."""
+        from confluent_kafka.admin import AdminClient
+
+        futures: dict[str, concurrent.futures.Future] = {}
+        clients = []  # held until the answers are in: a freed handle cancels its requests
+        check_log = _ClientLog(self._secrets)  # a dead server's retries: one line, not forty
+        for server in servers:
+            config = self._client_config()
+            config["bootstrap.servers"] = server
+            config["logger"] = check_log
+            try:
+                clients.append(AdminClient(config))
+                futures[server] = clients[-1].describe_cluster(request_timeout=self._timeout)
+            except Exception:  # a client that cannot be built fails the main request too
+                continue
+        # Up to the timeout for a first answer, then a short grace for the others: a server that
+        # is down (one broker in maintenance) must not cost every check a whole timeout, and live
+        # servers answer within milliseconds of each other.
+        pending = list(futures.values())
+        _first, pending_set = concurrent.futures.wait(
+            pending, timeout=self._timeout, return_when=concurrent.futures.FIRST_COMPLETED
+        )
+        if pending_set:
+            concurrent.futures.wait(pending_set, timeout=min(_ANSWER_GRACE, self._timeout))
+        found: dict[str, str | None] = dict.fromkeys(servers)
+        for server, future in futures.items():
+            if future.done() and future.exception() is None:
+                found[server] = str(future.result().cluster_id or "") or None
+        return found
+
+    def _check_one_cluster(self) -> None:
+        """A bootstrap list must name brokers of ONE cluster: librdkafka takes metadata from
+        whichever answers first, so two clusters in one list give numbers from either. Checked
+        once per client, only when the list has several servers; a server that does not answer
+        is left to the request itself."""
+        servers = [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()]
+        if self._one_cluster is not None or len(servers) < 2:
+            return
+        clusters = self._cluster_of_each_server(servers)
+        by_cluster: dict[str, list[str]] = {}
+        for server, cluster in clusters.items():
+            if cluster is not None:
+                by_cluster.setdefault(cluster, []).append(server)
+        if len(by_cluster) > 1:
+            parts = "; ".join(
+                f"{', '.join(names)} belong to cluster {cluster}"
+                for cluster, names in sorted(by_cluster.items())
+            )
+            raise KafkaError(
+                f"Kafka bootstrap servers {self.bootstrap_servers} span {len(by_cluster)} "
+                f"clusters ({parts}): a bootstrap list must name brokers of one cluster. Give "
+                "each cluster its own list (a source read from another cluster: --source-servers "
+                "or source_kafka_conn_ids)."
+            )
+        if by_cluster:
+            self._one_cluster = next(iter(by_cluster))
+
     def _metadata(self, topics: Iterable[str]) -> tuple[dict[str, list[int]], set[str], str | None]:
         """Current partitions of each topic, the missing topics and the cluster id."""
+        self._check_one_cluster()
         admin = self._get_admin()
         wanted = sorted(set(topics))
         deadline = time.monotonic() + self._timeout  # the whole metadata round

@@ -27,7 +27,9 @@ from typing import Any
 import pytest
 
 from airflow_sparklag.conditions import CatchUpCondition
+from airflow_sparklag.errors import KafkaError
 from airflow_sparklag.health import Health
+from airflow_sparklag.kafka import KafkaOffsetsClient
 from airflow_sparklag.monitor import CheckResult, check_checkpoint
 from airflow_sparklag.session import Session
 from testbed import jobs
@@ -266,3 +268,52 @@ def test_airflow_hook_with_two_kafka_connections(union, monkeypatch):
         assert_truth(union, trigger_hook.check(union["ck"], thresholds=THRESHOLDS))
     finally:
         trigger_hook.close()
+
+
+def _cluster_id(bootstrap: str) -> str:
+    with KafkaOffsetsClient({"bootstrap.servers": bootstrap}, timeout=10) as client:
+        cluster = client.snapshot([]).cluster_id
+    assert cluster
+    return cluster
+
+
+def test_a_bootstrap_list_spanning_two_clusters_is_refused(kafka, cluster_b, tmp_path):
+    # Without the check, librdkafka takes metadata and offsets from whichever server answers:
+    # the mirrored `orders` on B gives lags that look right and are not.
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic, partitions=1)
+    cluster_b.create_topic(topic, partitions=1)
+    both = f"{kafka.bootstrap},{cluster_b.bootstrap}"
+    with (
+        KafkaOffsetsClient({"bootstrap.servers": both}, timeout=10) as client,
+        pytest.raises(KafkaError) as caught,
+    ):
+        client.snapshot([topic])
+    message = str(caught.value)
+    assert f"Kafka bootstrap servers {both} span 2 clusters" in message
+    for server in (kafka.bootstrap, cluster_b.bootstrap):
+        assert f"{server} belong to cluster {_cluster_id(server)}" in message
+    # The CLI: the check failed (exit 4), the message says why; a checkpoint is not needed to
+    # see it, but give it one so nothing else fails first.
+    ck = tmp_path / "ck"
+    (ck / "offsets").mkdir(parents=True)
+    (ck / "commits").mkdir()
+    (ck / "offsets" / "0").write_text(f'v1\n{{}}\n{{"{topic}":{{"0":0}}}}')
+    (ck / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    proc = subprocess.run(
+        [str(SPARKLAG), "status", str(ck), "-b", both],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 4, proc.stderr
+    assert "span 2 clusters" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_bootstrap_list_of_one_cluster_with_a_dead_server_still_answers(kafka):
+    # The same broker twice (two names) and a server that does not answer: one cluster.
+    port = kafka.bootstrap.rsplit(":", 1)[1]
+    servers = f"{kafka.bootstrap},localhost:{port},127.0.0.1:1"
+    with KafkaOffsetsClient({"bootstrap.servers": servers}, timeout=5) as client:
+        snapshot = client.snapshot([])
+    assert snapshot.cluster_id == _cluster_id(kafka.bootstrap)

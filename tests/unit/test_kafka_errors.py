@@ -6,6 +6,7 @@ tests/integration/test_faults.py."""
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -171,3 +172,56 @@ def test_a_failing_oauth_callback_is_named_with_its_reason() -> None:
     assert "oauth_cb token callback failed" in message
     assert "RuntimeError: identity provider answered 503" in message
     assert "CANARY" not in message and raised.value.__cause__ is None
+
+
+@pytest.mark.parametrize(
+    ("server", "cause"),
+    [
+        ("kafka-brokr.invalid:9092", "Failed to resolve 'kafka-brokr.invalid:9092'"),
+        ("127.0.0.1:1", "Connect to ipv4#127.0.0.1:1 failed: Connection refused"),
+    ],
+)
+def test_an_unreachable_broker_is_named_with_its_cause_once(
+    server: str, cause: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A real librdkafka client retries every ~100 ms and logs each failure: the error says the
+    # cause, and the log has it once (repeats go to DEBUG), not 40 times.
+    caplog.set_level(logging.DEBUG, logger="airflow_sparklag.kafka")
+    with (
+        KafkaOffsetsClient({"bootstrap.servers": server}, timeout=2) as client,
+        pytest.raises(KafkaUnavailable) as caught,
+    ):
+        client.snapshot(["orders"])
+    message = str(caught.value)
+    assert f"{server} did not answer a metadata request within 2 s ({cause}" in message
+    lines = [r for r in caplog.records if r.name.endswith("librdkafka")]
+    loud = [r for r in lines if r.levelno >= logging.WARNING]
+    assert len(loud) == 1 and cause in loud[0].getMessage(), [r.getMessage() for r in loud]
+    assert len(lines) > 3  # the repeats were seen, at DEBUG
+
+
+def test_a_cause_older_than_the_timeout_is_not_named() -> None:
+    # The broker may have answered since: a connection failure from long ago is no cause.
+    client = KafkaOffsetsClient({"bootstrap.servers": "127.0.0.1:1"}, timeout=1)
+    client._client_log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#1", "[thrd:x]: refused")
+    assert "refused" in str(client._unavailable("a metadata request"))
+    client._client_log._cause = (time.monotonic() - 5, "refused")
+    assert "refused" not in str(client._unavailable("a metadata request"))
+
+
+def test_kerberos_with_a_wheel_without_gssapi_says_which_builds_have_it() -> None:
+    # The PyPI wheels lack Cyrus SASL: librdkafka refuses the config when the client is built.
+    config = {
+        "bootstrap.servers": "127.0.0.1:9",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "GSSAPI",
+        "sasl.kerberos.keytab": "/etc/secret-canary.keytab",
+    }
+    started = time.monotonic()
+    with KafkaOffsetsClient(config, timeout=5) as kafka, pytest.raises(KafkaError) as caught:
+        kafka.snapshot(["orders"])
+    message = str(caught.value)
+    assert "cannot use SASL mechanism GSSAPI" in message
+    assert "Current build options: PLAIN SASL_SCRAM OAUTHBEARER" in message
+    assert "conda-forge" in message and "recompile" not in message
+    assert time.monotonic() - started < 1  # refused before any request
