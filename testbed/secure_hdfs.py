@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -220,21 +221,27 @@ class SecureHdfs:
             "KRB5_CONFIG": krb5_conf or self.krb5_conf,
             "KRB5CCNAME": f"FILE:{ccache}",
         }
+        # The `krb5` package (built with the apache-hdfs provider's Kerberos extra) does what
+        # `kinit -kt -l` does, in a child so that KRB5_CONFIG is read fresh.
         script = (
-            "import gssapi, sys\n"
-            "name = gssapi.Name(sys.argv[1], gssapi.NameType.kerberos_principal)\n"
-            "lifetime = int(sys.argv[3]) if sys.argv[3] else None\n"
-            "creds = gssapi.Credentials(name=name, usage='initiate', lifetime=lifetime,\n"
-            "    store={'client_keytab': sys.argv[2]})\n"
-            "creds.store(store={'ccache': sys.argv[4]}, overwrite=True)\n"
+            "import krb5, sys\n"
+            "ctx = krb5.init_context()\n"
+            "who = krb5.parse_name_flags(ctx, sys.argv[1].encode())\n"
+            "opt = krb5.get_init_creds_opt_alloc(ctx)\n"
+            "if sys.argv[3]: krb5.get_init_creds_opt_set_tkt_life(opt, int(sys.argv[3]))\n"
+            "keytab = krb5.kt_resolve(ctx, sys.argv[2].encode())\n"
+            "creds = krb5.get_init_creds_keytab(ctx, who, opt, keytab=keytab)\n"
+            "cache = krb5.cc_resolve(ctx, sys.argv[4].encode())\n"
+            "krb5.cc_initialize(ctx, cache, who)\n"
+            "krb5.cc_store_cred(ctx, cache, creds)\n"
         )
         subprocess.run(
             [
-                os.environ.get("PYTHON", "python3"),
+                os.environ.get("PYTHON", sys.executable),
                 "-c",
                 script,
                 self.principal(user),
-                str(keytab or self.keytab(user)),
+                f"FILE:{keytab or self.keytab(user)}",
                 str(lifetime or ""),
                 env["KRB5CCNAME"],
             ],

@@ -26,6 +26,8 @@ public class SecureHdfs {
     props.setProperty(MiniKdc.ORG_DOMAIN, realm.split("\\.")[1]);
     props.setProperty(MiniKdc.ORG_NAME, realm.split("\\.")[0]);
     props.setProperty(MiniKdc.TRANSPORT, "TCP");
+    // Short tickets on request (a client's expiry is tested with a 5 s ticket).
+    props.setProperty(MiniKdc.MIN_TICKET_LIFETIME, "1");
     dir.mkdirs();
     MiniKdc kdc = new MiniKdc(props, dir);
     kdc.start();
