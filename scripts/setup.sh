@@ -54,7 +54,7 @@ fi
 
 # --- jars ----------------------------------------------------------------------------------------
 mkdir -p "$CACHE/jars"
-for component in kafka spark-kafka s3a hdfs; do
+for component in kafka spark-kafka s3a hdfs kdc; do
   pom="testbed/jars/$component/pom.xml"
   dir="$CACHE/jars/$component"
   want=$(sha256sum "$pom" | cut -c1-16)
