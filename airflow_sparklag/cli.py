@@ -162,8 +162,15 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
         webhdfs_options["url"] = (
             args.webhdfs_url if len(args.webhdfs_url) > 1 else args.webhdfs_url[0]
         )
-    if args.hdfs_user:
-        webhdfs_options["user"] = args.hdfs_user
+    for key, value in (
+        ("user", args.hdfs_user),
+        ("kerberos", args.hdfs_kerberos),
+        ("principal", args.hdfs_principal),
+        ("keytab", args.hdfs_keytab),
+        ("verify", args.hdfs_ca_bundle),
+    ):
+        if value:
+            webhdfs_options[key] = value
     return {
         "s3_options": {**s3_options, **bounds},
         "webhdfs_options": {**webhdfs_options, **bounds},
@@ -264,7 +271,18 @@ def _connection_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--webhdfs-url", action="append", help="WebHDFS URL http://namenode:9870 (repeat for HA)"
     )
-    command.add_argument("--hdfs-user", help="user name for WebHDFS")
+    command.add_argument("--hdfs-user", help="user name for WebHDFS (simple authentication)")
+    command.add_argument(
+        "--hdfs-kerberos",
+        action="store_true",
+        help="Kerberized HDFS: log in to WebHDFS with SPNEGO, from the ticket cache kinit left "
+        "(KRB5CCNAME) unless --hdfs-principal and --hdfs-keytab are given",
+    )
+    command.add_argument("--hdfs-principal", help="Kerberos principal, e.g. spark@EXAMPLE.COM")
+    command.add_argument("--hdfs-keytab", help="keytab of --hdfs-principal (renewed from it)")
+    command.add_argument(
+        "--hdfs-ca-bundle", help="CA bundle (PEM) of HTTPS NameNodes (https:// --webhdfs-url)"
+    )
     command.add_argument(
         "--timeout",
         type=_flag_type("timeout", params.positive_duration),

@@ -42,6 +42,7 @@ from testbed.gcs_server import GcsServer  # noqa: E402
 from testbed.hdfs_cluster import HdfsCluster  # noqa: E402
 from testbed.kafka_broker import KafkaBroker  # noqa: E402
 from testbed.s3_server import S3Server  # noqa: E402
+from testbed.secure_hdfs import SecureHdfs  # noqa: E402
 from testbed.toxiproxy import Toxiproxy  # noqa: E402
 
 # py4j logs from __del__ at interpreter shutdown, after pytest closed the streams.
@@ -89,6 +90,17 @@ def hdfs(testbed_dir: Path) -> Iterator[HdfsCluster]:
     start = time.monotonic()
     cluster = HdfsCluster(testbed_dir / "hdfs").start()
     _timed("hdfs", start)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def secure_hdfs(testbed_dir: Path) -> Iterator[SecureHdfs]:
+    """A Kerberized HDFS: MiniKdc + secure MiniDFSCluster, WebHDFS over SPNEGO, HTTPS only."""
+    start = time.monotonic()
+    os.environ.setdefault("PYTHON", sys.executable)  # kinit runs the krb5 package from here
+    cluster = SecureHdfs(testbed_dir / "secure-hdfs").start()
+    _timed("secure hdfs", start)
     yield cluster
     cluster.stop()
 

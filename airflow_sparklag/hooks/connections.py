@@ -258,7 +258,40 @@ def webhdfs_options_from(conn: Connection) -> dict[str, Any]:
     options: dict[str, Any] = {"url": urls[0] if len(urls) == 1 else urls}
     if conn.login:
         options["user"] = conn.login
+    options.update(_webhdfs_kerberos(extra))
+    if extra.get("verify") not in (None, ""):  # the apache-hdfs provider's: CA bundle, false
+        verify = extra["verify"]
+        options["verify"] = verify if not isinstance(verify, str) else _bool_or_path(verify)
     return options
+
+
+def _webhdfs_kerberos(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Kerberos as the apache-hdfs provider decides it (Airflow's ``[core] security =
+    kerberos``: the ticket cache that ``airflow kerberos`` keeps fresh), or the extra's
+    ``kerberos`` / ``principal`` + ``keytab`` (a keytab renewed by the client itself)."""
+    found: dict[str, Any] = {}
+    try:
+        from airflow.configuration import conf
+
+        if str(conf.get("core", "security", fallback="")).lower() == "kerberos":
+            found["kerberos"] = True
+    except Exception:  # no Airflow configuration to read: the extra decides
+        pass
+    if _bool_or_path(str(extra.get("kerberos", ""))) is True:
+        found["kerberos"] = True
+    for key in ("principal", "keytab"):
+        if extra.get(key):
+            found[key] = str(extra[key])
+    return found
+
+
+def _bool_or_path(value: str) -> bool | str:
+    lowered = value.strip().lower()
+    if lowered in {"true", "1", "yes"}:
+        return True
+    if lowered in {"false", "0", "no", ""}:
+        return False
+    return value
 
 
 # -- GCS (gcsfs) and Azure (adlfs) -------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from airflow_sparklag.errors import (
+    InvalidParameter,
     StorageAccessDenied,
     StorageAlreadyExists,
     StorageError,
@@ -41,6 +43,7 @@ from airflow_sparklag.storage import (
 )
 
 DEFAULT_HTTP_PORT = 9870  # dfs.namenode.http-address since Hadoop 3
+_RENEW_BEFORE = 30  # seconds of ticket life left below which a keytab login is renewed
 # What HdfsCLI fails over on: raised once every NameNode answered it.
 _STANDBY = frozenset({"StandbyException", "RetriableException"})
 _NOT_FOUND = frozenset({"FileNotFoundException"})
@@ -81,15 +84,24 @@ def hdfs_client(
 ) -> Any:
     """The HdfsCLI client for these NameNodes: the one place its class is chosen.
 
-    Simple authentication names the user (``InsecureClient``); without one the requests are
-    anonymous (``Client``). Credentials in a URL (``http://user:pw@gateway``) become the
-    session's basic auth, so that they never reach HdfsCLI's log lines or an error message.
+    Kerberos (``session.auth`` set by :class:`Kerberos`) and anonymous requests use ``Client``;
+    simple authentication names the user (``InsecureClient``). Credentials in a URL
+    (``http://user:pw@gateway``) become the session's basic auth, so that they never reach
+    HdfsCLI's log lines or an error message.
     """
     from hdfs import Client, InsecureClient
 
-    hdfscli_logger = logging.getLogger("hdfs")
-    if hdfscli_logger.level == logging.NOTSET:  # INFO for every request: a fleet fills a task log
-        hdfscli_logger.setLevel(logging.WARNING)
+    # HdfsCLI logs every request at INFO and the body of every error answer at ERROR, and
+    # requests-gssapi each refused login at ERROR; every one of those failures reaches the
+    # caller as our typed error naming path, server and cause, so the lines only repeat it.
+    for name, level in (
+        ("hdfs", logging.WARNING),
+        ("hdfs.client", logging.CRITICAL),
+        ("requests_gssapi", logging.CRITICAL),
+    ):
+        library_logger = logging.getLogger(name)
+        if library_logger.level == logging.NOTSET:
+            library_logger.setLevel(level)
     plain = []
     for url in namenode_urls:
         parts = urlsplit(url)
@@ -97,9 +109,108 @@ def hdfs_client(
             session.auth = (unquote(parts.username), unquote(parts.password or ""))
         plain.append(parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl())
     url = ";".join(plain)  # HdfsCLI's form of a list of NameNodes
-    if user:
+    if user and not isinstance(session.auth, Kerberos):  # with Kerberos the ticket says who
         return InsecureClient(url, user=user, timeout=timeout, session=session)
     return Client(url, timeout=timeout, session=session)
+
+
+class Kerberos:
+    """SPNEGO for WebHDFS (requests-gssapi over MIT Kerberos): the credentials Hadoop users
+    expect, in this order: a principal + keytab (a private in-memory ticket cache that MIT
+    Kerberos refills from the keytab when the ticket expires, so a long fleet scan or ``wait``
+    never runs out), else the ambient ticket cache that ``kinit`` left (``KRB5CCNAME`` or the
+    default cache, read again at each login, so a renewed ticket is picked up).
+
+    Hadoop answers the first SPNEGO login with a ``hadoop.auth`` cookie that the session keeps;
+    the NameNode's redirects to DataNodes carry a delegation token. The service name is
+    ``HTTP@<host of the URL>``: name NameNodes as their principals do (``localhost``, FQDNs).
+    """
+
+    def __init__(self, principal: str | None = None, keytab: str | None = None) -> None:
+        if bool(principal) != bool(keytab):
+            raise InvalidParameter(
+                "give both a Kerberos principal and its keytab, or neither (then the ticket "
+                "cache that kinit left is used)",
+                "webhdfs_options.principal" if keytab else "webhdfs_options.keytab",
+            )
+        self.principal = principal
+        self.keytab = keytab
+
+    def auth(self) -> Any:
+        """The requests auth handler; a keytab that cannot log in fails here, naming why."""
+        import gssapi
+        from requests_gssapi import OPTIONAL, HTTPSPNEGOAuth
+
+        if not self.keytab:  # the ambient cache, looked up at each login
+            return HTTPSPNEGOAuth(mutual_authentication=OPTIONAL)
+        login = self._keytab_login
+
+        class KeytabSPNEGO(HTTPSPNEGOAuth):
+            """Logs in again from the keytab when the ticket is (nearly) expired."""
+
+            creds: Any
+
+            def generate_request_header(self, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    fresh = self.creds.lifetime > _RENEW_BEFORE
+                except gssapi.exceptions.GSSError:  # expired: a new login
+                    fresh = False
+                if not fresh:
+                    self.creds = login()
+                return super().generate_request_header(*args, **kwargs)
+
+        return KeytabSPNEGO(mutual_authentication=OPTIONAL, creds=login())
+
+    def _keytab_login(self) -> Any:
+        """Credentials from the keytab, in a private in-memory cache (never KRB5CCNAME's)."""
+        import gssapi
+
+        name = gssapi.Name(self.principal, gssapi.NameType.kerberos_principal)
+        store: dict[bytes | str, bytes | str] = {
+            "client_keytab": str(self.keytab),
+            "ccache": f"MEMORY:sparklag-{uuid.uuid4().hex}",
+        }
+        try:
+            creds = gssapi.Credentials(name=name, usage="initiate", store=store)
+            creds.inquire()  # logs in now: a wrong keytab is named here, not as a 401
+        except gssapi.exceptions.GSSError as exc:
+            raise StorageAccessDenied(
+                f"Kerberos login of {self.principal} with keytab {self.keytab} failed: "
+                f"{_gss_reason(exc)}. Check that the keytab holds this principal's current "
+                "key (klist -kt) and that the KDC in krb5.conf is the realm's"
+            ) from None
+        return creds
+
+    def problem(self) -> str:
+        """Why a 401 happened, as far as the client can tell."""
+        if self.keytab:
+            return (
+                f"the NameNode refused the ticket of {self.principal} (keytab {self.keytab}): "
+                "a keytab or ticket from another KDC or realm, or a clock skew over 5 minutes"
+            )
+        import gssapi
+
+        cache = os.environ.get("KRB5CCNAME", "the default ticket cache")
+        try:
+            creds = gssapi.Credentials(usage="initiate")
+            who, lifetime = str(creds.name), creds.lifetime
+        except gssapi.exceptions.ExpiredCredentialsError:
+            return f"the Kerberos ticket in {cache} has expired: run kinit, or give a keytab"
+        except gssapi.exceptions.GSSError as exc:
+            return (
+                f"no Kerberos ticket in {cache} ({_gss_reason(exc)}): run kinit, or give a "
+                "principal and keytab"
+            )
+        return (
+            f"the NameNode refused the ticket of {who} (valid {lifetime} s more): a ticket "
+            "from another KDC or realm, or a clock skew over 5 minutes"
+        )
+
+
+def _gss_reason(exc: BaseException) -> str:
+    """GSSAPI's own words (major and minor), without the object noise."""
+    text = str(getattr(exc, "gen_message", lambda: exc)())
+    return " ".join(text.split())[:300]
 
 
 class Answer(NamedTuple):
@@ -119,6 +230,8 @@ def noting_session() -> Any:
         local = threading.local()  # a class per session: per session, per thread
 
         def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> Any:
+            # Per request: requests lets REQUESTS_CA_BUNDLE override a session's `verify`.
+            kwargs.setdefault("verify", self.verify)
             try:
                 response = super().request(method, url, *args, **kwargs)
             except requests.RequestException as exc:
@@ -151,6 +264,10 @@ class WebHDFSStorage:
         user: str | None = None,
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
+        kerberos: bool = False,
+        principal: str | None = None,
+        keytab: str | None = None,
+        verify: bool | str = True,
     ) -> None:
         urls = [namenode_urls] if isinstance(namenode_urls, str) else list(namenode_urls)
         if not urls:
@@ -162,6 +279,9 @@ class WebHDFSStorage:
             seconds_option(read_timeout, "read_timeout"),
         )
         self.requests = RequestCounter()
+        wants_kerberos = kerberos not in (False, None, "", "false", "False") or principal or keytab
+        self.kerberos = Kerberos(principal, keytab) if wants_kerberos else None
+        self.verify = verify  # True, False or a CA bundle's path (HTTPS NameNodes)
 
     @classmethod
     def for_url(
@@ -173,13 +293,23 @@ class WebHDFSStorage:
         user: str | None = None,
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
+        kerberos: bool = False,
+        principal: str | None = None,
+        keytab: str | None = None,
+        verify: bool | str = True,
     ) -> WebHDFSStorage:
-        """Backend for a checkpoint URL; ``url`` (NameNode HTTP URL or list) overrides the host."""
+        """Backend for a checkpoint URL; ``url`` (NameNode HTTP URL or list) overrides the host.
+        ``kerberos=True`` (or a ``principal`` and ``keytab``) logs in with SPNEGO; ``verify``
+        is a CA bundle for HTTPS NameNodes (or False)."""
         return cls(
             url if url else namenode_url_for(location),
             user=user,
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
+            kerberos=kerberos,
+            principal=principal,
+            keytab=keytab,
+            verify=verify,
         )
 
     # -- Storage interface -------------------------------------------------------------------
@@ -320,6 +450,9 @@ class WebHDFSStorage:
     def _connected(self) -> tuple[Any, Any]:
         """(HdfsCLI client, its session), built on first use."""
         session = noting_session()
+        session.verify = self.verify
+        if self.kerberos is not None:
+            session.auth = self.kerberos.auth()
         client = hdfs_client(
             self.namenode_urls, user=self.user, timeout=self.timeout, session=session
         )
@@ -372,12 +505,22 @@ class WebHDFSStorage:
             return StorageAlreadyExists(f"{path}: already exists ({op} at {server})")
         if exception in _NOT_FOUND or status == 404:
             return StorageNotFound(f"{path}: no such file ({op} at {server}: {problem})")
-        if exception in _ACCESS_DENIED or status in (401, 403):
+        if status == 401:
+            return StorageAccessDenied(f"{path}: {op} at {server}: {self._unauthenticated()}")
+        if exception in _ACCESS_DENIED or status == 403:
             return StorageAccessDenied(
                 f"{path}: access denied ({op} at {server}: {problem}); check "
                 "webhdfs_options['user'] and the HDFS permissions of the checkpoint directory"
             )
         return StorageError(f"{path}: {op} failed at {server}: {problem}")
+
+    def _unauthenticated(self) -> str:
+        if self.kerberos is None:
+            return (
+                "HTTP 401: the NameNode asks for Kerberos (SPNEGO); run kinit and pass "
+                "--hdfs-kerberos (webhdfs_options['kerberos']=True), or give a principal and keytab"
+            )
+        return f"HTTP 401: {self.kerberos.problem()}"
 
 
 def _server(url: str) -> str:
