@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import Any, ClassVar, TypeVar
 
-from airflow_sparklag.compat import AirflowException, AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
+
 from airflow_sparklag.hooks.sparklag import SparkLagHook
 
 T = TypeVar("T")

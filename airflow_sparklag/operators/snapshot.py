@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperator
+
 from airflow_sparklag import params
-from airflow_sparklag.compat import AirflowFailException, BaseOperator
 from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
 
 if TYPE_CHECKING:
