@@ -14,7 +14,7 @@ from airflow import __version__
 if tuple(int(part) for part in __version__.split(".")[:2]) >= (3, 1):
     from airflow_sparklag.airflow.lag_page import SparkLagPlugin
 else:
-    from airflow.providers.common.compat.sdk import AirflowPlugin
+    from airflow.plugins_manager import AirflowPlugin
 
     class SparkLagPlugin(AirflowPlugin):  # type: ignore[no-redef]
         """No page: it needs Airflow 3.1+."""
