@@ -14,6 +14,8 @@ from airflow import __version__
 if tuple(int(part) for part in __version__.split(".")[:2]) >= (3, 1):
     from airflow_sparklag.airflow.lag_page import SparkLagPlugin
 else:
+    # The class lag_page's plugin derives from too (common.compat's AirflowPlugin is the Task
+    # SDK's on 3.3, another class).
     from airflow.plugins_manager import AirflowPlugin
 
     class SparkLagPlugin(AirflowPlugin):  # type: ignore[no-redef]
