@@ -83,45 +83,6 @@ def _flag_type(name: str, read: Callable[[str, Any], Any]) -> Callable[[str], An
     return convert
 
 
-def load_kafka_config(path: str | None, bootstrap_servers: str | None) -> dict[str, Any]:
-    """librdkafka settings from a JSON object or a .properties file, plus --bootstrap-server."""
-    config: dict[str, Any] = {}
-    if path:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise UsageExit(f"--kafka-config {path}: cannot read it ({reason})") from None
-        config = _parse_kafka_config(path, text)
-    if bootstrap_servers:
-        config["bootstrap.servers"] = bootstrap_servers
-    return config
-
-
-def _parse_kafka_config(path: str, text: str) -> dict[str, Any]:
-    if text.lstrip().startswith("{"):
-        try:
-            parsed = json.loads(text)
-        except ValueError as exc:
-            raise UsageExit(f"--kafka-config {path}: not valid JSON ({exc})") from None
-        if not isinstance(parsed, dict):
-            raise UsageExit(f"--kafka-config {path}: the JSON must be an object of settings")
-        return parsed
-    config: dict[str, Any] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            key, sep, value = line.partition(":")
-        if not sep or not key.strip():
-            raise UsageExit(f"--kafka-config {path}: line {number} is not 'key=value'")
-        config[key.strip()] = value.strip()
-    return config
-
-
 def _thresholds(args: argparse.Namespace) -> Any:
     from airflow_sparklag.health import Thresholds
 
@@ -179,6 +140,7 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def open_session(args: argparse.Namespace, *, kafka_required: bool = True) -> Session:
     """The one session of a command: storage options and Kafka from the flags."""
+    from airflow_sparklag.kafka import load_kafka_config
     from airflow_sparklag.session import Session
 
     config = load_kafka_config(args.kafka_config, args.bootstrap_servers)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import logging
 import re
 import threading
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_sparklag.errors import InvalidParameter, KafkaError, KafkaUnavailable
+from airflow_sparklag.errors import InvalidParameter, KafkaError, KafkaUnavailable, UsageError
 from airflow_sparklag.redact import kafka_secrets, redact_kafka_config, scrub
 
 log = logging.getLogger(__name__)
@@ -767,3 +768,43 @@ class KafkaOffsetsClient:
         finally:
             consumer.close()
         return result
+
+
+def load_kafka_config(path: str | None, bootstrap_servers: str | None) -> dict[str, Any]:
+    """librdkafka settings from a JSON object or a .properties file (``--kafka-config``), plus
+    ``--bootstrap-server``: what the CLI and the Spark fleet scan take from their flags."""
+    config: dict[str, Any] = {}
+    if path:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise UsageError(f"--kafka-config {path}: cannot read it ({reason})") from None
+        config = _parse_kafka_config(path, text)
+    if bootstrap_servers:
+        config["bootstrap.servers"] = bootstrap_servers
+    return config
+
+
+def _parse_kafka_config(path: str, text: str) -> dict[str, Any]:
+    if text.lstrip().startswith("{"):
+        try:
+            parsed = json.loads(text)
+        except ValueError as exc:
+            raise UsageError(f"--kafka-config {path}: not valid JSON ({exc})") from None
+        if not isinstance(parsed, dict):
+            raise UsageError(f"--kafka-config {path}: the JSON must be an object of settings")
+        return parsed
+    config: dict[str, Any] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            key, sep, value = line.partition(":")
+        if not sep or not key.strip():
+            raise UsageError(f"--kafka-config {path}: line {number} is not 'key=value'")
+        config[key.strip()] = value.strip()
+    return config

@@ -208,15 +208,6 @@ class CheckResult:
         }
 
 
-def _topics(state: CheckpointState) -> set[str]:
-    topics: set[str] = set()
-    for batch in (state.committed, state.in_flight):
-        for source in batch.sources if batch is not None else ():
-            if source.kind == "kafka" and source.kafka is not None:
-                topics.update(source.kafka)
-    return topics
-
-
 def _source_starts(session: Session, state: CheckpointState) -> Offsets | None:
     """Before the first commit: where each Kafka source of the in-flight batch started
     (``sources/<id>/0``, never purged), so its lag is counted from there. None otherwise."""

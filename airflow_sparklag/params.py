@@ -35,7 +35,6 @@ from airflow_sparklag.health import Health, Thresholds
 __all__ = [
     "batches",
     "boolean",
-    "check_options",
     "conn_id",
     "count",
     "duration",
@@ -386,10 +385,3 @@ def options(kind: type[Options], values: Mapping[str, Any]) -> Options:
         raise
     except (TypeError, ValueError) as exc:
         raise invalid(kind.__name__, str(exc)) from None
-
-
-def check_options(values: Mapping[str, Any]) -> Any:
-    """``CheckOptions`` from rendered values (``{"history": "5", "thresholds": "{...}"}``)."""
-    from airflow_sparklag.monitor import CheckOptions
-
-    return options(CheckOptions, values)

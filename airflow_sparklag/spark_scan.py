@@ -198,8 +198,8 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
     Yields ``(location, pickled state | None, error | None, topics, task stats | None)``; the
     task's stats (storage requests, seconds, worker pid, sessions built) ride on its first row.
     """
+    from airflow_sparklag.checkpoint import kafka_topics
     from airflow_sparklag.errors import SparkLagError
-    from airflow_sparklag.monitor import _topics
 
     started, cpu = time.perf_counter(), time.process_time()
     options = json.loads(options_json)
@@ -213,7 +213,7 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
             state = reader.read(history, lazy_history=True)  # older batches: judge pass
         except SparkLagError as exc:
             return location, None, f"{type(exc).__name__}: {exc}", []
-        return location, _dump_state(state), None, sorted(_topics(state))
+        return location, _dump_state(state), None, sorted(kafka_topics(state))
 
     batch = list(locations)
     before = session.storage_requests
@@ -604,7 +604,8 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> int:
     """Run a scan from the command line; prints a JSON summary. ``spark`` reuses a session."""
     from airflow_sparklag import params
-    from airflow_sparklag.cli import load_kafka_config
+    from airflow_sparklag.kafka import load_kafka_config
+    from airflow_sparklag.monitor import CheckOptions
 
     args = build_parser().parse_args(argv)
     locations = list(args.checkpoints)
@@ -637,7 +638,8 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         spark,
         locations,
         kafka_config=kafka_config,
-        options=params.check_options(
+        options=params.options(
+            CheckOptions,
             {
                 name: value
                 for name, value in (
@@ -649,7 +651,7 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
                     ("run_grace", args.run_grace),
                 )
                 if value is not None
-            }
+            },
         ),
         num_slices=args.slices,
         threads_per_task=args.threads_per_task,

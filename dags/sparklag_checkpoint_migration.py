@@ -26,7 +26,14 @@ from __future__ import annotations
 
 import datetime
 
-from airflow_sparklag.compat import DAG, AirflowFailException, AirflowSkipException, Param, task
+from airflow.providers.common.compat.sdk import (
+    DAG,
+    AirflowFailException,
+    AirflowSkipException,
+    Param,
+    task,
+)
+
 from airflow_sparklag.operators.snapshot import (
     CheckpointMigrationOperator,
     CheckpointSnapshotOperator,

@@ -37,7 +37,7 @@ import datetime
 import logging
 from typing import Any
 
-from airflow_sparklag.compat import DAG, Param, task
+from airflow.providers.common.compat.sdk import DAG, Param, task
 
 log = logging.getLogger("sparklag.fleet_scan")  # a DAG module's __name__ is mangled
 # An hourly scan that has not finished in 45 minutes is stuck: stop it before the next run.
@@ -142,8 +142,9 @@ with DAG(
     def fleet_scan(params: dict | None = None, run_id: str | None = None) -> dict:
         import sys
 
+        from airflow.providers.common.compat.sdk import AirflowFailException
+
         from airflow_sparklag import spark_scan  # cheap: pyspark is imported inside only
-        from airflow_sparklag.compat import AirflowFailException
 
         assert params is not None
         spark_submit, env = spark_submit_command(params["spark_submit"])

@@ -29,7 +29,8 @@ from __future__ import annotations
 import datetime
 import time
 
-from airflow_sparklag.compat import DAG, AirflowFailException, Param, task
+from airflow.providers.common.compat.sdk import DAG, AirflowFailException, Param, task
+
 from airflow_sparklag.operators.sparklag import SparkLagBranchOperator
 from airflow_sparklag.sensors.sparklag import SparkKafkaCatchUpSensor, SparkLagSensor
 

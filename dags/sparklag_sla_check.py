@@ -28,7 +28,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from airflow_sparklag.compat import DAG, Param, task
+from airflow.providers.common.compat.sdk import DAG, Param, task
+
 from airflow_sparklag.operators.sparklag import SparkLagCheckOperator
 
 DEFAULT_JOBS_FILE = str(Path(__file__).resolve().parent / "config" / "sla_jobs.json")
@@ -55,7 +56,7 @@ def describe(seconds: float | None) -> str:
 
 def job_kwargs(job: Any, index: int, defaults: dict[str, Any], source: str) -> dict[str, Any]:
     """One mapped check's arguments from one entry of the job list (checked)."""
-    from airflow_sparklag.compat import AirflowFailException
+    from airflow.providers.common.compat.sdk import AirflowFailException
 
     if not isinstance(job, dict) or not job.get("location"):
         raise AirflowFailException(f'{source}: jobs[{index}] needs a "location", got {job!r}')
@@ -123,7 +124,11 @@ with DAG(
 
     @task
     def load_jobs(params=None) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
-        from airflow_sparklag.compat import AirflowFailException, AirflowSkipException, Variable
+        from airflow.providers.common.compat.sdk import (
+            AirflowFailException,
+            AirflowSkipException,
+            Variable,
+        )
 
         text = Variable.get(JOBS_VARIABLE, None)  # default: positional on 2.11 and 3.x
         source = f"Variable {JOBS_VARIABLE}"
@@ -164,7 +169,8 @@ with DAG(
     @task(trigger_rule="all_done")
     def summary(ti=None) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
         """One line per job; fails the run (after logging all) when any job breached."""
-        from airflow_sparklag.compat import AirflowFailException, AirflowSkipException
+        from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSkipException
+
         from airflow_sparklag.operators.sparklag import DEFAULT_FAIL_ON
 
         jobs = ti.xcom_pull(task_ids="load_jobs") or []

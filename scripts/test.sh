@@ -13,6 +13,7 @@ VENV="${SPARKLAG_VENV:-.venv}"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 "$VENV/bin/mypy"
+"$VENV/bin/lint-imports"  # the layer contracts of pyproject.toml
 "$VENV/bin/pytest" -p no:cacheprovider "$@"
 t2=$(date +%s)
 # Airflow 2.11 and 3.0, Python 3.10 and 3.13 (scripts/test_compat.sh); not with a pytest selection.

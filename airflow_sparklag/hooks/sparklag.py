@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.common.compat.connection import get_async_connection
+from airflow.providers.common.compat.sdk import BaseHook
+
 from airflow_sparklag import params
-from airflow_sparklag.compat import BaseHook, aget_connection
 from airflow_sparklag.hooks.bundle import (
     CONN_TYPE,
     DEFAULT_KAFKA_CONN_ID,
@@ -285,11 +287,11 @@ class SparkLagHook(HookSessionMixin, BaseHook):
         """:meth:`get_conn` for the triggerer's event loop (async connection API)."""
         if self._connections is None:
             if self.sparklag_conn_id and self.bundle is None:
-                self.use_bundle(await aget_connection(self, self.sparklag_conn_id))
+                self.use_bundle(await get_async_connection(self.sparklag_conn_id, self))
             read: dict[str, Connection] = {}
             for _, conn_id in self.connection_ids():
                 if conn_id not in read:
-                    read[conn_id] = await aget_connection(self, conn_id)
+                    read[conn_id] = await get_async_connection(conn_id, self)
             self._connections = self._resolve(read)
         return self._connections
 

@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import Any, ClassVar, TypeVar
 
-from airflow_sparklag.compat import AirflowException, AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
+
 from airflow_sparklag.hooks.sparklag import CONN_FIELDS, ConnectionIds, SparkLagHook
 from airflow_sparklag.monitor import OPTION_NAMES, CheckOptions
 

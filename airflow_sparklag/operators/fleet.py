@@ -7,8 +7,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator
+
 from airflow_sparklag import params
-from airflow_sparklag.compat import AirflowException, AirflowFailException, BaseOperator
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CHECK_FIELDS, CONN_FIELDS, CheckOptionsMixin
 from airflow_sparklag.operators.sparklag import DEFAULT_FAIL_ON, fail_on_names, health_name

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 def _stats() -> Any:
-    from airflow_sparklag.compat import Stats
+    from airflow.providers.common.compat.sdk import Stats
 
     return Stats
 
@@ -63,7 +63,7 @@ def location_job(location: str) -> str:
 
 
 def backend_keeps_tags() -> bool:
-    from airflow_sparklag.compat import conf
+    from airflow.providers.common.compat.sdk import conf
 
     return any(
         conf.getboolean("metrics", option, fallback=False)

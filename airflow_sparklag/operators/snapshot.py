@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperator
+
 from airflow_sparklag import params
-from airflow_sparklag.compat import AirflowFailException, BaseOperator
 from airflow_sparklag.hooks.sparklag import ConnectionIds
 from airflow_sparklag.migration import MIGRATION_OPTIONS, MigrationOptions
 from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin

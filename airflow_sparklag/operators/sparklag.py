@@ -5,8 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.common.compat.sdk import (
+    AirflowFailException,
+    BaseBranchOperator,
+    BaseOperator,
+)
+
 from airflow_sparklag import params
-from airflow_sparklag.compat import AirflowFailException, BaseBranchOperator, BaseOperator
 from airflow_sparklag.conditions import breach_message
 from airflow_sparklag.health import DEFAULT_FAIL_ON as _FAIL_ON
 from airflow_sparklag.health import Health

@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparklag import params
-from airflow_sparklag.compat import (
+from airflow.providers.common.compat.sdk import (
     AirflowException,
     AirflowFailException,
     AirflowSensorTimeout,
@@ -24,6 +23,8 @@ from airflow_sparklag.compat import (
     PokeReturnValue,
     conf,
 )
+
+from airflow_sparklag import params
 from airflow_sparklag.conditions import CatchUpCondition, HealthCondition, ProgressCondition
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import (

@@ -21,7 +21,8 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from airflow_sparklag.compat import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
 from airflow_sparklag.conditions import (
     DEFAULT_ACCEPT,
     CatchUpCondition,

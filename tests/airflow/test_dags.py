@@ -470,7 +470,7 @@ def test_gated_deploy_dag_restarts_the_job(airflow_db, kafka, kafka_conn, topic,
 def test_provider_info_lists_importable_modules():
     import importlib
 
-    from airflow_sparklag import get_provider_info
+    from airflow_sparklag.airflow.provider_info import get_provider_info
 
     info = get_provider_info()
     for kind in ("hooks", "triggers", "sensors", "operators"):

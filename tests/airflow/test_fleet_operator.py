@@ -136,7 +136,7 @@ def test_no_locations_is_a_clear_failure() -> None:
 
 
 def test_registered_in_provider_info() -> None:
-    from airflow_sparklag.provider_info import provider_info
+    from airflow_sparklag.airflow.provider_info import get_provider_info
 
-    modules = [m for entry in provider_info()["operators"] for m in entry["python-modules"]]
+    modules = [m for entry in get_provider_info()["operators"] for m in entry["python-modules"]]
     assert "airflow_sparklag.operators.fleet" in modules

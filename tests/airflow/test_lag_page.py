@@ -1,4 +1,4 @@
-"""The "Streaming lag" page (airflow_sparklag/plugins/lag_page.py) in a real browser.
+"""The "Streaming lag" page (airflow_sparklag/airflow/lag_page.py) in a real browser.
 
 Checks are recorded in the suite's metadata database the way runs leave them (a DAG, a DAG run,
 a task instance of the operator's class, its XCom return value), then a real ``airflow
@@ -255,7 +255,7 @@ def test_page_refuses_requests_without_airflow_login():
     """The plugin's route depends on the API server's get_user: no JWT, no page."""
     from fastapi.testclient import TestClient
 
-    from airflow_sparklag.plugins.lag_page import create_app
+    from airflow_sparklag.airflow.lag_page import create_app
 
     response = TestClient(create_app()).get("/")
     assert response.status_code == 401

@@ -11,13 +11,13 @@ import datetime
 from typing import Any
 
 import pytest
-
-from airflow_sparklag.compat import (
+from airflow.providers.common.compat.sdk import (
     AirflowFailException,
     AirflowSensorTimeout,
     AirflowSkipException,
     TaskDeferred,
 )
+
 from airflow_sparklag.operators.sparklag import SparkLagBranchOperator, SparkLagCheckOperator
 from airflow_sparklag.sensors.sparklag import (
     SparkCheckpointProgressSensor,
@@ -305,7 +305,7 @@ def test_branch_operator_default_and_data_loss(kafka_conn, data_loss_job):
 
 @pytest.mark.airflow_compat
 def test_template_fields_render(tmp_path):
-    from airflow_sparklag.compat import DAG
+    from airflow.providers.common.compat.sdk import DAG
 
     with DAG("templating", schedule=None, params={"ck": "/data/ck"}) as dag:
         sensor = SparkLagSensor(

@@ -82,7 +82,7 @@ def test_options_read_from_rendered_text_name_the_field() -> None:
     assert (options.quiet_period, options.dry_run) == (300.0, True)
     with pytest.raises(params.InvalidParameter, match=r"^force: "):
         params.options(MigrationOptions, {"force": "Ture"})
-    assert params.check_options({}) == CheckOptions()
+    assert params.options(CheckOptions, {}) == CheckOptions()
 
 
 def test_options_travel_as_one_json_safe_dict() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import airflow_sparklag
+from airflow_sparklag.airflow.provider_info import get_provider_info
 
 try:
     import tomllib
@@ -53,10 +54,8 @@ def test_wheel_holds_every_module_of_the_package(wheel: Path) -> None:
         if "__pycache__" not in path.parts
     }
     assert expected - names == set()
-    for subpackage in ("hooks", "operators", "sensors", "triggers"):
+    for subpackage in ("airflow", "hooks", "operators", "sensors", "triggers"):
         assert f"airflow_sparklag/{subpackage}/__init__.py" in names
-    if (PACKAGE / "plugins").is_dir():
-        assert "airflow_sparklag/plugins/__init__.py" in names
 
 
 def test_wheel_carries_the_license(wheel: Path) -> None:
@@ -77,7 +76,7 @@ def test_wheel_version_is_the_package_version(wheel: Path) -> None:
     assert (
         wheel.name == f"airflow_provider_sparklag-{airflow_sparklag.__version__}-py3-none-any.whl"
     )
-    assert airflow_sparklag.get_provider_info()["versions"] == [airflow_sparklag.__version__]
+    assert get_provider_info()["versions"] == [airflow_sparklag.__version__]
 
 
 def test_wheel_declares_the_entry_points_of_pyproject(wheel: Path) -> None:
@@ -90,10 +89,27 @@ def test_wheel_declares_the_entry_points_of_pyproject(wheel: Path) -> None:
     parser.read_string(archive.read(f"{_dist_info(archive.namelist())}/entry_points.txt").decode())
     in_wheel = {group: dict(parser[group]) for group in parser.sections()}
     assert in_wheel == declared
-    # Airflow finds the provider through this one.
+    # Airflow finds the provider through this one, and its plugin through the other.
     assert in_wheel["apache_airflow_provider"] == {
-        "provider_info": "airflow_sparklag:get_provider_info"
+        "provider_info": "airflow_sparklag.airflow.provider_info:get_provider_info"
     }
+    plugin = "airflow_sparklag.airflow.plugin:SparkLagPlugin"
+    assert in_wheel["airflow.plugins"] == {"sparklag": plugin}
+
+
+def test_provider_info_entry_point_imports_no_airflow() -> None:
+    """Airflow reads the provider info whenever it lists providers: loading it stays cheap."""
+    code = (
+        "import sys\n"
+        "from airflow_sparklag.airflow.provider_info import get_provider_info\n"
+        "get_provider_info()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in {'airflow', 'confluent_kafka'}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"
 
 
 def test_twine_check_passes(wheel: Path) -> None:
@@ -116,7 +132,7 @@ def test_provider_info_passes_airflows_schema_and_registers_sparklag() -> None:
     import jsonschema
 
     schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
-    info = airflow_sparklag.get_provider_info()
+    info = get_provider_info()
     jsonschema.validate(info, schema)
     (connection_type,) = info["connection-types"]
     assert connection_type["connection-type"] == "sparklag"

@@ -16,6 +16,7 @@ import pytest
 from airflow_sparklag import params
 from airflow_sparklag.errors import InvalidParameter
 from airflow_sparklag.health import Health, Thresholds
+from airflow_sparklag.monitor import CheckOptions
 
 
 @pytest.mark.parametrize(
@@ -182,13 +183,14 @@ def test_counts_are_whole_and_bounded() -> None:
 
 
 def test_check_options_name_each_parameter() -> None:
-    options = params.check_options(
+    options = params.options(
+        CheckOptions,
         {
             "thresholds": '{"max_lag_seconds": 30}',
             "history": "5",
             "exact_time_lag": "true",
             "read_committed": "None",
-        }
+        },
     )
     assert options.thresholds.max_lag_seconds == 30
     assert (options.history, options.exact_time_lag, options.read_committed) == (5, True, None)
@@ -201,5 +203,5 @@ def test_check_options_name_each_parameter() -> None:
         ({"run_grace": "5m"}, "run_grace"),
     ]:
         with pytest.raises(InvalidParameter) as caught:
-            params.check_options(kwargs)
+            params.options(CheckOptions, kwargs)
         assert caught.value.parameter == name

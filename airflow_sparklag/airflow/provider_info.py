@@ -1,4 +1,6 @@
-"""What this provider registers with Airflow. Lists only what exists in the package."""
+"""What this provider registers with Airflow, read through the ``apache_airflow_provider`` entry
+point (pyproject.toml) whenever Airflow lists its providers: nothing here imports Airflow or a
+client. Lists only what exists in the package."""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ from typing import Any
 INTEGRATION = "Spark Structured Streaming (Kafka lag)"
 
 
-def provider_info() -> dict[str, Any]:
+def get_provider_info() -> dict[str, Any]:
+    """Provider metadata: name, versions, the modules of each kind, the connection type."""
     from airflow_sparklag import __version__
 
     info: dict[str, Any] = {
