@@ -115,6 +115,13 @@ class Store:
             self.stats[f"key:{match.group(1) if match else ''}"] += 1
 
 
+def _kind(key: str) -> str:
+    """The checkpoint part a key belongs to: its directory (``offsets``), or its name for a
+    top-level file (``metadata``)."""
+    parts = key.rsplit("/", 2)
+    return parts[-2] if len(parts) > 1 and parts[-2] in ("offsets", "commits") else parts[-1]
+
+
 def list_v2(bucket_name: str, bucket: Bucket, query: dict[str, str]) -> str:
     """The ListObjectsV2 XML answer (the same elements, in the same order, as S3's)."""
     prefix = query.get("prefix", "")
@@ -260,6 +267,8 @@ class Handler(BaseHTTPRequestHandler):
     def _get_object(self, bucket: Bucket, key: str) -> None:
         operation = "head" if self.command == "HEAD" else "read"
         self.store.count(operation, self.headers.get("Authorization"))
+        with self.store.lock:  # what was read: "read:offsets", "read:commits", "read:metadata"
+            self.store.stats[f"{operation}:{_kind(key)}"] += 1
         obj = bucket.objects.get(key)
         if obj is None:
             if self.command == "HEAD":

@@ -232,3 +232,18 @@ def test_obstore_takes_the_boto3_clients_settings(tmp_path: Path) -> None:
     assert (aws.region, aws.endpoint_url, aws.virtual_hosted) == ("us-east-1", None, True)
     assert aws.client_options["allow_invalid_certificates"] is True
     assert "proxy_url" not in aws.client_options and aws.retry["max_retries"] == 0
+
+
+def test_a_repeated_check_reads_no_file_it_has_already_read(endpoint: str) -> None:
+    """The exporter, `wait` and a sensor's polls keep one session: offsets and commits files
+    never change once written, so a second read of the whole window is the listing alone."""
+    with Session(s3_options={"endpoint_url": endpoint, **CREDENTIALS}) as session:
+        location = f"s3a://{BUCKET}/ck35"
+        first = session.read(location, history=10)
+        assert len(first.history) == 7  # batches 0-6, each offsets file read once
+        backend = session.storage(location)
+        assert backend.requests["read"] >= 7
+        backend.requests.reset()
+        again = session.read(location, history=10)
+        assert again == first
+        assert backend.requests.by_operation == {"list": 1}
