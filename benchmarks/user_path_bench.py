@@ -216,6 +216,10 @@ def run(args: argparse.Namespace) -> None:
     manifest, started, s3 = setup(args, workdir)
     rows = []
     try:
+        if args.hold:  # keep the test bed up for experiments by hand
+            command = _cli_command(json.loads(manifest.read_text()), max(args.sizes))
+            print(f"# manifest {manifest}; CLI: {' '.join(command)}", flush=True)
+            time.sleep(args.hold)
         for size in args.sizes:
             for number in range(1, args.runs + 1):
                 for method in ("naive", "cli"):
@@ -244,6 +248,7 @@ def main() -> None:
     parser.add_argument("--s3-jitter", type=int, default=5)
     parser.add_argument("--kafka-latency", type=int, default=2)
     parser.add_argument("--kafka-jitter", type=int, default=1)
+    parser.add_argument("--hold", type=float, default=0, help="seconds to keep the bed up first")
     run(parser.parse_args())
 
 

@@ -64,7 +64,7 @@ _LISTING_MEMBERS = ("IsTruncated", "KeyCount", "Name")
 # First page of list_checkpoint: Spark's default retention (minBatchesToRetain=100) keeps
 # ~101 offsets + ~101 commits files + metadata; the rest is margin for a lagging async purge.
 FIRST_PAGE_KEYS = 320
-MAX_POOL_CONNECTIONS = 32  # botocore's default is 10
+MAX_POOL_CONNECTIONS = 64  # botocore's default is 10; a check reads 64 checkpoints at once
 # Who sends a check's reads (list_checkpoint, read): obstore (Rust object_store; see s3_obstore),
 # the default wherever it installs (Python >= 3.11, where it comes with boto3), or boto3.
 READERS = ("boto3", "obstore")
@@ -440,9 +440,17 @@ class S3Storage:
             self.call(path, "write", self.client.put_object, Bucket=bucket, Key=key, Body=data)
 
     def list_children(self, path: str) -> Children:
-        files: set[str] = set()
-        directories: set[str] = set()
         prefix = _directory_prefix(path)
+        fast = self._obstore()
+        if fast is not None:  # fleet discovery: one listing per directory visited
+            bucket = split_s3_url(path)[0]
+            files, directories, pages = self._fast_call(
+                path, "list", bucket, fast.list_children, bucket, prefix
+            )
+            self.requests.add("list", pages)
+            return Children(frozenset(files), frozenset(directories))
+        files = set()
+        directories = set()
         for response in self._pages(path, Delimiter="/"):
             for item in response.get("Contents", []):
                 name = item["Key"][len(prefix) :]

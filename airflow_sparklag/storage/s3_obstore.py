@@ -226,6 +226,18 @@ class ObstoreReader:
                     )
         return found, 1 + max(0, seen - 1) // PAGE_KEYS
 
+    def list_children(self, bucket: str, prefix: str) -> tuple[set[str], set[str], int]:
+        """Names of the files and the subdirectories directly under key prefix ``prefix``
+        (``""`` or ending in ``/``), and the pages it took."""
+        import obstore
+
+        listed = obstore.list_with_delimiter(self.store(bucket), prefix.rstrip("/") or None)
+        files = {meta["path"][len(prefix) :] for meta in listed["objects"]}
+        directories = {common[len(prefix) :] for common in listed["common_prefixes"]}
+        seen = len(listed["objects"]) + len(listed["common_prefixes"])
+        pages = 1 + max(0, seen - 1) // PAGE_KEYS
+        return {f for f in files if f and "/" not in f}, {d for d in directories if d}, pages
+
     def describe(self, exc: BaseException) -> str:
         """The first line of ``exc``'s text without credentials."""
         text = scrub(str(exc), self._secrets).strip()
