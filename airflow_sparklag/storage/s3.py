@@ -68,6 +68,20 @@ MAX_POOL_CONNECTIONS = 64  # botocore's default is 10; a check reads 64 checkpoi
 # Who sends a check's reads (list_checkpoint, read): obstore (Rust object_store; see s3_obstore),
 # the default wherever it installs (Python >= 3.11, where it comes with boto3), or boto3.
 READERS = ("boto3", "obstore")
+# S3's answers to a request signed for the wrong region: boto3 follows them to the bucket's own.
+_REGION_REDIRECT = frozenset({"PermanentRedirect", "AuthorizationHeaderMalformed"})
+
+
+class _Boto3Fallback:
+    """What ``_fast_call`` answers when the request must go through boto3 instead."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+_BOTO3 = _Boto3Fallback()
+# How object_store names an answer it could not parse.
+_UNREADABLE = "invalid list response"
 # What an obstore error names instead of S3's message (its text is Rust's debug output).
 _ERROR_MESSAGE = {"AccessDenied": "Access Denied", "NoSuchKey": "no such key"}
 # Servers that do not know conditional writes answer one of these to If-None-Match.
@@ -217,6 +231,7 @@ class S3Storage:
         self.reader = _checked_reader(reader, client, session)
         self._fast: Any = None  # the obstore reader, once built (False: reads go through boto3)
         self._fast_lock = threading.Lock()
+        self._boto3_buckets: set[str] = set()  # buckets in another region (see _fast_call)
         self.requests = RequestCounter()
         self._client = client
         self._session = session
@@ -265,8 +280,10 @@ class S3Storage:
         _ = self.client
         self._obstore()
 
-    def _obstore(self) -> ObstoreReader | None:
-        """The obstore reader, or None when reads go through boto3."""
+    def _obstore(self, bucket: str = "") -> ObstoreReader | None:
+        """The obstore reader, or None when reads (of ``bucket``) go through boto3."""
+        if bucket in self._boto3_buckets:
+            return None
         fast = self._fast
         if fast is None:
             with self._fast_lock:
@@ -346,11 +363,12 @@ class S3Storage:
         """
         bucket, key = split_s3_url(location)
         root = key.rstrip("/") + "/" if key.rstrip("/") else ""
-        fast = self._obstore()
-        if fast is not None:  # pages of 1,000 keys, parsed in Rust: first_page does not apply
-            listed, pages = self._fast_call(
-                location, "list", bucket, fast.list_checkpoint, bucket, root
-            )
+        fast = self._obstore(bucket)
+        answer = None
+        if fast is not None:
+            answer = self._fast_call(location, "list", bucket, fast.list_checkpoint, root)
+        if answer:  # pages of 1,000 keys, parsed in Rust: first_page does not apply
+            listed, pages = answer
             self.requests.add("list", pages)
             if any(listed.values()):
                 return listed
@@ -390,9 +408,11 @@ class S3Storage:
     def read(self, path: str) -> bytes:
         bucket, key = split_s3_url(path)
         self.requests.add("read")
-        fast = self._obstore()
+        fast = self._obstore(bucket)
         if fast is not None:
-            return self._fast_call(path, "read", bucket, fast.read, bucket, key)
+            data = self._fast_call(path, "read", bucket, fast.read, key)
+            if data is not _BOTO3:
+                return bytes(data)
         response = self.call(path, "read", self.client.get_object, Bucket=bucket, Key=key)
         body = response["Body"]
         try:
@@ -441,12 +461,13 @@ class S3Storage:
 
     def list_children(self, path: str) -> Children:
         prefix = _directory_prefix(path)
-        fast = self._obstore()
-        if fast is not None:  # fleet discovery: one listing per directory visited
-            bucket = split_s3_url(path)[0]
-            files, directories, pages = self._fast_call(
-                path, "list", bucket, fast.list_children, bucket, prefix
-            )
+        bucket = split_s3_url(path)[0]
+        fast = self._obstore(bucket)
+        answer = None
+        if fast is not None:
+            answer = self._fast_call(path, "list", bucket, fast.list_children, prefix)
+        if answer:  # fleet discovery: one listing per directory visited
+            files, directories, pages = answer
             self.requests.add("list", pages)
             return Children(frozenset(files), frozenset(directories))
         files = set()
@@ -564,14 +585,19 @@ class S3Storage:
     def _fast_call(
         self, path: str, action: str, bucket: str, method: Callable[..., Any], *args: Any
     ) -> Any:
-        """Run one obstore read and turn its errors into the typed errors boto3's get."""
+        """Run one obstore read of ``bucket`` and turn its errors into the typed errors boto3's
+        get. ``_BOTO3`` (falsy) when S3 redirects to the bucket's own region: object_store
+        follows no such redirect, so that bucket's reads go through boto3 from then on."""
         fast = self._fast
         try:
-            return method(*args)
+            return method(bucket, *args)
         except Exception as exc:
             code, status = answer_of(exc)
             described = fast.describe(exc) if fast else type(exc).__name__
         endpoint = self._client_options.get("endpoint_url") or "the S3 endpoint"
+        if code in _REGION_REDIRECT:
+            self._boto3_buckets.add(bucket)
+            return _BOTO3
         if code:
             message = _ERROR_MESSAGE.get(code, code)
             raise s3_error(code, status, message, path, action, bucket) from None
@@ -580,6 +606,12 @@ class S3Storage:
                 f"{path}: {action} failed: {endpoint} did not answer like S3 (HTTP {status}, "
                 "not S3's XML error); check the S3 endpoint (--s3-endpoint-url, the "
                 "connection's endpoint_url): a web page, a login portal or a proxy answered"
+            )
+        if _UNREADABLE in described:  # a 200 answer object_store could not parse
+            raise StorageError(
+                f"{path}: {action} failed: {endpoint} did not answer like S3 (the answer could "
+                f"not be read: {described}); check the S3 endpoint (--s3-endpoint-url, the "
+                "connection's endpoint_url) and any proxy in between"
             )
         raise StorageError(
             f"{path}: {action} failed, could not talk to {endpoint}: {described}"

@@ -39,6 +39,7 @@ PAGE_KEYS = 1000  # keys of a full ListObjectsV2 page
 # What obstore's error text carries of S3's answer: the HTTP status and the XML error code.
 _STATUS = re.compile(r"non-2xx status code: (\d{3})")
 _CODE = re.compile(r"<Code>([^<]{1,100})</Code>")
+_REDIRECT = "Received redirect without LOCATION"  # object_store's own words for S3's 301
 
 
 def obstore_available() -> bool:
@@ -132,6 +133,8 @@ def answer_of(exc: BaseException) -> tuple[str, str]:
     """(S3 error code, HTTP status) of a failed obstore request, "" where it carries none
     (connection refused, timeouts): the same two things boto3's ``ClientError`` names."""
     text = str(exc)
+    if _REDIRECT in text:  # S3's 301 to a bucket's own region (it has no Location header)
+        return "PermanentRedirect", "301"
     status = _STATUS.search(text)
     code = _CODE.search(text)
     return (code.group(1) if code else "", status.group(1) if status else "")
