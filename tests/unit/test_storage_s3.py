@@ -88,6 +88,10 @@ class SentRequests(logging.Handler):
             self.urls.append(line.group(1))
 
 
+# The request budgets hold for both readers (obstore: the default on Python >= 3.11).
+READERS = pytest.mark.parametrize("reader", ["obstore", "boto3"])
+
+
 def _storage(endpoint: str, **options: Any) -> S3Storage:
     storage = open_storage(
         f"s3://{BUCKET}/x", s3_options={"endpoint_url": endpoint, **CREDENTIALS, **options}
@@ -192,8 +196,9 @@ def test_unreachable_endpoint_is_a_storage_error() -> None:
 # -- the checkpoint reader on S3 -------------------------------------------------------------
 
 
-def test_reader_first_check_budget_and_never_lists_state(endpoint: str) -> None:
-    storage = _storage(endpoint)
+@READERS
+def test_reader_first_check_budget_and_never_lists_state(endpoint: str, reader: str) -> None:
+    storage = _storage(endpoint, reader=reader)
     sent = SentRequests(storage)
     location = f"s3a://{BUCKET}/ck43"
     state = CheckpointReader(storage, location).read(history=1)
@@ -207,8 +212,9 @@ def test_reader_first_check_budget_and_never_lists_state(endpoint: str) -> None:
     assert not any("state" in url for url in sent.urls)
 
 
-def test_reader_second_check_only_lists(endpoint: str) -> None:
-    storage = _storage(endpoint)
+@READERS
+def test_reader_second_check_only_lists(endpoint: str, reader: str) -> None:
+    storage = _storage(endpoint, reader=reader)
     sent = SentRequests(storage)
     reader = CheckpointReader(storage, f"s3://{BUCKET}/ck35")
     first = reader.read(history=3)
@@ -349,16 +355,17 @@ def listing_endpoint(endpoint: str) -> str:
     return endpoint
 
 
-def _listing_storage(endpoint: str) -> tuple[S3Storage, SentRequests]:
-    storage = _storage(endpoint)
+def _listing_storage(endpoint: str, reader: str | None = None) -> tuple[S3Storage, SentRequests]:
+    storage = _storage(endpoint, reader=reader)
     return storage, SentRequests(storage)
 
 
+@READERS
 @pytest.mark.parametrize("name", ["plain", "stateful"])
 def test_first_check_is_three_requests_whatever_the_state_size(
-    listing_endpoint: str, name: str
+    listing_endpoint: str, name: str, reader: str
 ) -> None:
-    storage, sent = _listing_storage(listing_endpoint)
+    storage, sent = _listing_storage(listing_endpoint, reader)
     reader = CheckpointReader(storage, f"s3a://{LISTING_BUCKET}/{name}")
     state = reader.read(history=1)
     assert state.committed_batch_id == 6 and state.query_id is not None
@@ -396,8 +403,11 @@ def test_repeated_check_gets_only_the_new_batch(listing_endpoint: str) -> None:
     assert storage.requests.by_operation == {"list": 1, "read": 1}  # LIST + GET offsets/3
 
 
-def test_more_than_a_page_of_log_files_pages_but_never_into_state(listing_endpoint: str) -> None:
-    storage, sent = _listing_storage(listing_endpoint)
+@READERS
+def test_more_than_a_page_of_log_files_pages_but_never_into_state(
+    listing_endpoint: str, reader: str
+) -> None:
+    storage, sent = _listing_storage(listing_endpoint, reader)
     listing = storage.list_checkpoint(f"s3a://{LISTING_BUCKET}/long")
     assert len(listing["offsets"]) == len(listing["commits"]) == MANY_BATCHES
     assert [o.name for o in listing["metadata"]] == ["metadata"]
