@@ -180,6 +180,14 @@ def _checked_reader(reader: str | None, client: Any, session: Any) -> str:
     return chosen
 
 
+def _attempts(retries: Mapping[str, Any]) -> int:
+    """Attempts in all, the first included, from botocore's ``retries`` setting
+    (``max_attempts`` there counts retries only)."""
+    if retries.get("total_max_attempts"):
+        return int(retries["total_max_attempts"])
+    return int(retries.get("max_attempts", DEFAULT_MAX_ATTEMPTS - 1)) + 1
+
+
 def _directory_prefix(url: str) -> str:
     """The key prefix of the objects under a "directory": ``s3://b/a/`` -> ``a/``, and ``""``
     for the bucket itself."""
@@ -316,7 +324,7 @@ class S3Storage:
             verify=verify,
             proxies={k: v for k, v in proxies.items() if k in ("http", "https")},
             no_proxy=os.environ.get("NO_PROXY") or os.environ.get("no_proxy"),
-            attempts=int(self._config["retries"]["total_max_attempts"]),
+            attempts=_attempts(client.meta.config.retries or self._config["retries"]),
         )
         return ObstoreReader(provider, settings, self._secrets())
 

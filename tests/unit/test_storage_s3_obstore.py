@@ -247,3 +247,22 @@ def test_a_repeated_check_reads_no_file_it_has_already_read(endpoint: str) -> No
         again = session.read(location, history=10)
         assert again == first
         assert backend.requests.by_operation == {"list": 1}
+
+
+def test_obstore_follows_a_handed_in_clients_settings(endpoint: str) -> None:
+    """The Airflow hook hands in the amazon provider's client and its session: obstore reads
+    with that session's credentials and that client's endpoint, timeouts and attempts."""
+    import boto3
+    from botocore.config import Config
+
+    session = boto3.session.Session(**CREDENTIALS)
+    config = Config(read_timeout=7, retries={"max_attempts": 4, "mode": "standard"})
+    client = session.client("s3", endpoint_url=endpoint, config=config)
+    storage = S3Storage(client=client, session=session)
+    fast = storage._obstore()
+    assert fast is not None and fast.settings.endpoint_url == endpoint
+    assert fast.settings.retry["max_retries"] == 4  # botocore's max_attempts: retries
+    assert fast.settings.client_options["read_timeout"].total_seconds() == 7
+    assert (
+        storage.read(f"s3a://{BUCKET}/ck35/metadata") == (DATA / "ck35" / "metadata").read_bytes()
+    )
