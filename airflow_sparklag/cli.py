@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag.health import EXIT_CHECK_FAILED, EXIT_USAGE, Health
+from airflow_sparklag.storage.s3 import READERS
 
 if TYPE_CHECKING:
     from airflow_sparklag.monitor import CheckOptions, CheckResult
@@ -225,10 +226,9 @@ def _connection_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--s3-region", help="S3 region")
     command.add_argument(
         "--s3-reader",
-        choices=("boto3", "lean", "obstore", "auto"),
-        help="how checkpoint files are listed and read on S3: boto3 (default), lean (our "
-        "HTTP + SigV4 path, ~4x less CPU; not yet tried on AWS itself), obstore (the s3-fast "
-        "extra), auto; writes always go through boto3",
+        choices=READERS,
+        help="who lists and reads checkpoint files on S3: obstore (the default where it "
+        "installs, Python >= 3.11) or boto3; writes always go through boto3",
     )
     command.add_argument(
         "--webhdfs-url", action="append", help="WebHDFS URL http://namenode:9870 (repeat for HA)"

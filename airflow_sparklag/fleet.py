@@ -45,7 +45,7 @@ __all__ = [
     "list_children",
 ]
 
-MAX_READERS = 16  # checkpoints read at once: each read is a few small, latency-bound requests
+MAX_READERS = 64  # checkpoints read at once: each read is a few small, latency-bound requests
 
 
 def list_children(storage: Storage, path: str) -> Children:

@@ -48,7 +48,9 @@ if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.lag import PartitionLag
 
-MAX_READERS = 8  # checkpoints read at once; each read is a few small storage requests
+# Checkpoints read at once: each read is a few small, latency-bound storage requests, sent
+# outside the GIL by obstore (S3) or waiting on the network; 64 keep a 20 ms store busy.
+MAX_READERS = 64
 DEFAULT_HISTORY = 10  # batches of history a check reads (the trend rules' window)
 Progress = Callable[[int, int], None]  # (checkpoints read so far, total)
 
@@ -287,7 +289,7 @@ WAITED_MIN_SECONDS = 10.0
 
 # Older batches read at once: a single job's this many at a time, several jobs' fewer each
 # (MAX_READERS jobs at a time).
-WINDOW_READERS = 8
+WINDOW_READERS = 64
 
 
 Stamps = Mapping[int, Mapping[tuple[str, int], int | None]]  # cluster -> record timestamps

@@ -17,7 +17,7 @@ What it does:
    retained batches each, varied lag. moto's and s3rver's LIST cost grows with the bucket
    (a job's LIST took 2.9 s on s3rver with 10,000 jobs in its bucket), S3's and the light
    server's do not. The light server is loaded straight through its bulk endpoint (no
-   per-object PUT), as ``latency_bench.py`` does;
+   per-object PUT), as the latency benchmark did;
 3. for each N, in this order, each as its own process and timed from outside (wall):
    (a) ``sparklag status --prefix s3a://scan-<N>-0/checkpoints ... --json`` (the CLI);
    (b) Spark start-up alone: ``spark-submit`` of a script that starts a SparkSession and
@@ -128,7 +128,7 @@ def build_fleets(args: argparse.Namespace, kafka: Any, s3: Any) -> dict[int, dic
 
 def load_objects(s3: Any, buckets: list[str], objects: list[tuple[str, str, bytes]]) -> None:
     """Into the light server straight through its bulk endpoint (no per-object PUT, as
-    latency_bench.py does), else bucket by bucket with PUTs."""
+    the latency benchmark did), else bucket by bucket with PUTs."""
     if not hasattr(s3, "bulk_load"):
         client = s3.client()
         for bucket in buckets:

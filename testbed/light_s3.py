@@ -115,6 +115,13 @@ class Store:
             self.stats[f"key:{match.group(1) if match else ''}"] += 1
 
 
+def _kind(key: str) -> str:
+    """The checkpoint part a key belongs to: its directory (``offsets``), or its name for a
+    top-level file (``metadata``)."""
+    parts = key.rsplit("/", 2)
+    return parts[-2] if len(parts) > 1 and parts[-2] in ("offsets", "commits") else parts[-1]
+
+
 def list_v2(bucket_name: str, bucket: Bucket, query: dict[str, str]) -> str:
     """The ListObjectsV2 XML answer (the same elements, in the same order, as S3's)."""
     prefix = query.get("prefix", "")
@@ -260,6 +267,8 @@ class Handler(BaseHTTPRequestHandler):
     def _get_object(self, bucket: Bucket, key: str) -> None:
         operation = "head" if self.command == "HEAD" else "read"
         self.store.count(operation, self.headers.get("Authorization"))
+        with self.store.lock:  # what was read: "read:offsets", "read:commits", "read:metadata"
+            self.store.stats[f"{operation}:{_kind(key)}"] += 1
         obj = bucket.objects.get(key)
         if obj is None:
             if self.command == "HEAD":
@@ -330,13 +339,33 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, json.dumps({"loaded": len(items)}).encode())
 
 
+# The listen backlog: a client opening many connections at once (a fleet check's first
+# requests) must find each one accepted. socketserver calls listen() in the constructor, so the
+# size must be on the class: set on an instance after construction it is never used (the
+# backlog stayed 5 and the kernel's ListenOverflows counted dropped SYNs, ~1 s of retry each).
+LISTEN_BACKLOG = 1024
+
+
+class LightServer(ThreadingHTTPServer):
+    request_queue_size = LISTEN_BACKLOG
+    daemon_threads = True
+
+
 def make_server(port: int = 0, host: str = "127.0.0.1") -> ThreadingHTTPServer:
     """A server with an empty store of its own (``port=0``: an ephemeral port)."""
     handler = type("LightS3Handler", (Handler,), {"store": Store()})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
-    server.request_queue_size = 128
-    return server
+    return LightServer((host, port), handler)
+
+
+def listen_overflows() -> int:
+    """The kernel's count of connections dropped because a listen backlog was full
+    (``TcpExt: ListenOverflows`` in /proc/net/netstat); a benchmark checks it stays put."""
+    lines = Path("/proc/net/netstat").read_text().splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names.startswith("TcpExt:"):
+            fields = dict(zip(names.split()[1:], values.split()[1:], strict=True))
+            return int(fields.get("ListenOverflows", 0))
+    return 0
 
 
 def serve_in_thread() -> tuple[ThreadingHTTPServer, str]:

@@ -207,16 +207,29 @@ def amazon_s3_options(
     # client the amazon provider builds; the connection's ``config_kwargs`` override them.
     ours = Config(**client_config(**(bounds or {})), max_pool_connections=MAX_POOL_CONNECTIONS)
     config = ours.merge(hook.config)
-    client = hook.get_client_type(region_name=hook.region_name, config=config)
-    # endpoint_url only names the endpoint in S3Storage's error messages; the client is used.
-    return {"client": client, "endpoint_url": client.meta.endpoint_url}
+    session = hook.get_session(region_name=hook.region_name)
+    client = session.client(
+        "s3",
+        endpoint_url=hook.conn_config.get_service_endpoint_url(service_name="s3"),
+        config=config,
+        verify=hook.verify,
+    )
+    # The reads (obstore) take the credentials from the same session (an assumed role's,
+    # refreshed) and the rest from the client's settings. endpoint_url only names the
+    # endpoint in S3Storage's error messages; the client is used.
+    return {
+        "client": client,
+        "session": session,
+        "verify": hook.verify,
+        "endpoint_url": client.meta.endpoint_url,
+    }
 
 
 @dataclass(frozen=True)
 class S3Client:
     """A ready S3 client for an ``aws`` connection, and how it was built."""
 
-    options: dict[str, Any] = field(repr=False)  # {"client": ..., "endpoint_url": ...}
+    options: dict[str, Any] = field(repr=False)  # {"client": ..., "session": ..., ...}
     from_provider: bool  # built by the amazon provider's AwsBaseHook (else read directly)
 
 
@@ -238,8 +251,9 @@ def build_s3_client(
     from airflow_sparklag.storage.s3 import S3Storage
 
     direct = conns.s3_options or {}
-    client = S3Storage(**direct, **(bounds or {})).client
-    return S3Client({"client": client, "endpoint_url": direct.get("endpoint_url")}, False)
+    storage = S3Storage(**direct, **(bounds or {}))
+    options = {"client": storage.client, "session": storage.boto3_session}
+    return S3Client({**options, "endpoint_url": direct.get("endpoint_url")}, False)
 
 
 def webhdfs_options_from(conn: Connection) -> dict[str, Any]:

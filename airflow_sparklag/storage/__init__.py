@@ -33,6 +33,8 @@ __all__ = [
     "ObjectInfo",
     "RequestCounter",
     "Storage",
+    "checkpoint_listing_end",
+    "checkpoint_log_entry",
     "join",
     "open_storage",
     "refuse_bucketless",
@@ -133,6 +135,30 @@ def base64_md5(value: object) -> str | None:
         except (binascii.Error, ValueError):
             return None
     return raw.hex() if raw is not None and len(raw) == 16 else None
+
+
+def checkpoint_log_entry(key: str, root: str) -> tuple[str, str] | None:
+    """Where a listed key of the checkpoint at key prefix ``root`` (``""`` or ending in
+    ``/``) belongs: ``("commits", "12")``, ``("offsets", "12")``, ``("metadata", "metadata")``,
+    or None for anything else (``state/``, ``metadata.crc``, directory markers such as
+    ``offsets/``, nested keys). The one filter of every store that lists a checkpoint in one
+    request (S3 through boto3 or obstore).
+
+    >>> checkpoint_log_entry("ck/offsets/12", "ck/"), checkpoint_log_entry("ck/offsets/", "ck/")
+    (('offsets', '12'), None)
+    """
+    directory, slash, name = key[len(root) :].partition("/")
+    if slash:
+        if directory in CHECKPOINT_MARKERS and name and "/" not in name:
+            return directory, name
+        return None
+    return ("metadata", "metadata") if directory == "metadata" else None
+
+
+def checkpoint_listing_end(root: str) -> str:
+    """The first key after every ``<root>offsets/...`` key ("0" follows "/"): a listing that
+    starts after ``<root>commits`` has seen both logs and ``metadata`` once it reaches it."""
+    return root + "offsets0"
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
-"""S3 backend (``s3://``, ``s3a://``, ``s3n://``: same bucket and key) over boto3.
+"""S3 backend (``s3://``, ``s3a://``, ``s3n://``: same bucket and key): reads through obstore
+(``s3_obstore``, Python >= 3.11) or boto3, everything else through boto3.
 
-boto3 is imported when the first request is made, never at module import.
+boto3 and obstore are imported when the first request is made, never at module import.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,8 +29,16 @@ from airflow_sparklag.storage import (
     ObjectInfo,
     RequestCounter,
     Storage,
+    checkpoint_listing_end,
+    checkpoint_log_entry,
     etag_md5,
     seconds_option,
+)
+from airflow_sparklag.storage.s3_obstore import (
+    CREDENTIAL_TTL,
+    ObstoreReader,
+    answer_of,
+    settings_from,
 )
 
 _ACCESS_DENIED_CODES = frozenset(
@@ -54,12 +64,26 @@ _LISTING_MEMBERS = ("IsTruncated", "KeyCount", "Name")
 # First page of list_checkpoint: Spark's default retention (minBatchesToRetain=100) keeps
 # ~101 offsets + ~101 commits files + metadata; the rest is margin for a lagging async purge.
 FIRST_PAGE_KEYS = 320
-MAX_POOL_CONNECTIONS = 32  # botocore's default is 10
-# Who sends a fleet check's reads (list_checkpoint, read): boto3, obstore (Rust; see
-# s3_obstore), lean (plain sockets + our own SigV4 signing; see s3_lean), or "auto": obstore when it
-# is installed and no ready boto3 client was handed in (a handed-in client, the Airflow hook's,
-# keeps every request on that client).
-READERS = ("boto3", "obstore", "lean", "auto")
+MAX_POOL_CONNECTIONS = 64  # botocore's default is 10; a check reads 64 checkpoints at once
+# Who sends a check's reads (list_checkpoint, read): obstore (Rust object_store; see s3_obstore),
+# the default wherever it installs (Python >= 3.11, where it comes with boto3), or boto3.
+READERS = ("boto3", "obstore")
+# S3's answers to a request signed for the wrong region: boto3 follows them to the bucket's own.
+_REGION_REDIRECT = frozenset({"PermanentRedirect", "AuthorizationHeaderMalformed"})
+
+
+class _Boto3Fallback:
+    """What ``_fast_call`` answers when the request must go through boto3 instead."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+_BOTO3 = _Boto3Fallback()
+# How object_store names an answer it could not parse.
+_UNREADABLE = "invalid list response"
+# What an obstore error names instead of S3's message (its text is Rust's debug output).
+_ERROR_MESSAGE = {"AccessDenied": "Access Denied", "NoSuchKey": "no such key"}
 # Servers that do not know conditional writes answer one of these to If-None-Match.
 _CONDITIONAL_WRITE_UNSUPPORTED = frozenset({"NotImplemented", "501", "InvalidArgument"})
 
@@ -130,6 +154,40 @@ def _checked_bounds(
     return connect, read, max_attempts
 
 
+def default_reader() -> str:
+    """``obstore`` where it is installed (Python >= 3.11), else ``boto3``."""
+    return "obstore" if importlib.util.find_spec("obstore") is not None else "boto3"
+
+
+def _checked_reader(reader: str | None, client: Any, session: Any) -> str:
+    if reader is not None and reader not in READERS:
+        raise InvalidParameter(f"must be one of {', '.join(READERS)}, got {reader!r}", "reader")
+    if client is not None and session is None:
+        # a bare client hands its credentials to nobody: boto3 reads with it
+        if reader == "obstore":
+            raise InvalidParameter(
+                "obstore reads need the boto3 session the client was made from (session=...)",
+                "reader",
+            )
+        return "boto3"
+    chosen = reader or default_reader()
+    if chosen == "obstore" and importlib.util.find_spec("obstore") is None:
+        raise InvalidParameter(
+            "obstore is not installed (it installs with boto3 on Python >= 3.11: pip install "
+            "'airflow-provider-sparklag[amazon]'); use boto3",
+            "reader",
+        )
+    return chosen
+
+
+def _attempts(retries: Mapping[str, Any]) -> int:
+    """Attempts in all, the first included, from botocore's ``retries`` setting
+    (``max_attempts`` there counts retries only)."""
+    if retries.get("total_max_attempts"):
+        return int(retries["total_max_attempts"])
+    return int(retries.get("max_attempts", DEFAULT_MAX_ATTEMPTS - 1)) + 1
+
+
 def _directory_prefix(url: str) -> str:
     """The key prefix of the objects under a "directory": ``s3://b/a/`` -> ``a/``, and ``""``
     for the bucket itself."""
@@ -147,36 +205,45 @@ class S3Storage:
         storage.list_dir("s3a://bucket/checkpoints/orders/offsets")
 
     Credentials, region and endpoint come from the caller; anything left out falls back to
-    boto3's usual chain (environment, instance profile). A ready ``client`` may be passed
-    instead. Every request is bounded so that a health check never hangs on a dead endpoint:
-    ``max_attempts`` attempts in all (the first included), each of at most ``connect_timeout``
-    + ``read_timeout`` seconds: 60 s with the defaults (see :func:`worst_case_seconds`).
+    boto3's usual chain (environment, profile, web identity, SSO, instance profile). A ready
+    boto3 ``client`` may be passed instead, with the boto3 ``session`` it was made from (the
+    Airflow hook passes the amazon provider's): without that session reads go through boto3.
+    ``verify``: False, or a CA bundle path, as boto3's. Every request is bounded so that a
+    health check never hangs on a dead endpoint: ``max_attempts`` attempts in all (the first
+    included), each of at most ``connect_timeout`` + ``read_timeout`` seconds: 60 s with the
+    defaults (see :func:`worst_case_seconds`).
+
+    ``reader``: who sends a check's reads (``list_checkpoint``, ``read``): ``obstore`` (the
+    default where it installs, Python >= 3.11: see ``s3_obstore``) or ``boto3``. Every other
+    request goes through boto3.
     """
 
     def __init__(
         self,
         *,
         client: Any = None,
+        session: Any = None,
         endpoint_url: str | None = None,
         aws_access_key_id: str | None = None,
         aws_secret_access_key: str | None = None,
         aws_session_token: str | None = None,
         region_name: str | None = None,
+        verify: bool | str | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        reader: str = "boto3",
+        reader: str | None = None,
     ) -> None:
         # Checked now: a bound that cannot be applied must fail before anything is read.
         self._config = client_config(connect_timeout, read_timeout, max_attempts)
-        if reader not in READERS:
-            raise InvalidParameter(f"must be one of {', '.join(READERS)}, got {reader!r}", "reader")
-        self.reader = reader
-        self._fast: Any = None  # the obstore read path, once built (False: not used)
+        self.reader = _checked_reader(reader, client, session)
+        self._fast: Any = None  # the obstore reader, once built (False: reads go through boto3)
         self._fast_lock = threading.Lock()
+        self._boto3_buckets: set[str] = set()  # buckets in another region (see _fast_call)
         self.requests = RequestCounter()
         self._client = client
-        self._client_options_only = client is None
+        self._session = session
+        self._verify = verify
         self._client_options = {
             "endpoint_url": endpoint_url,
             "aws_access_key_id": aws_access_key_id,
@@ -192,44 +259,39 @@ class S3Storage:
             import botocore.session
             from botocore.config import Config
 
-            config = Config(
-                **self._config,
-                # a fleet check reads 16 checkpoints at once through this one client
-                max_pool_connections=MAX_POOL_CONNECTIONS,
-            )
+            # a check reads many checkpoints at once through this one client
+            config = Config(**self._config, max_pool_connections=MAX_POOL_CONNECTIONS)
             options = self._client_options
             # A session of our own: boto3's default session is shared and not thread-safe.
-            core = botocore.session.get_session()
-            # botocore's generic XML parser costs ~45 us per listed key, and it parses every
-            # LastModified with dateutil (~0.2 ms each): together most of a fleet check's
-            # client CPU. Listings go through a one-pass parser (same result, see
-            # s3_parsing), and ISO 8601 timestamps through the stdlib.
-            from airflow_sparklag.storage.s3_parsing import FastListParserFactory
-
-            factory = FastListParserFactory()
-            factory.set_parser_defaults(timestamp_parser=_parse_timestamp)
-            core.register_component("response_parser_factory", factory)
-            self._client = boto3.session.Session(botocore_session=core).client(
-                "s3",
-                config=config,
-                endpoint_url=options["endpoint_url"],
+            session = self._session or boto3.session.Session(
+                botocore_session=botocore.session.get_session(),
                 aws_access_key_id=options["aws_access_key_id"],
                 aws_secret_access_key=options["aws_secret_access_key"],
                 aws_session_token=options["aws_session_token"],
                 region_name=options["region_name"],
             )
+            self._client = session.client(
+                "s3", config=config, endpoint_url=options["endpoint_url"], verify=self._verify
+            )
+            self._session = session
         return self._client
+
+    @property
+    def boto3_session(self) -> Any:
+        """The boto3 session the client was made from (None for a bare client handed in)."""
+        _ = self.client
+        return self._session
 
     def prepare(self) -> None:
         """Build the clients now (the session does, under its lock, so that threads arriving
-        together share them). The lean reader with its own keys and endpoint needs no boto3
-        client: it is built when a write, HEAD or delimiter listing first needs it."""
-        if self.reader != "lean" or self._lean_settings() is None:
-            _ = self.client
+        together share them)."""
+        _ = self.client
         self._obstore()
 
-    def _obstore(self) -> Any:
-        """The obstore read path, or None when reads go through boto3."""
+    def _obstore(self, bucket: str = "") -> ObstoreReader | None:
+        """The obstore reader, or None when reads (of ``bucket``) go through boto3."""
+        if bucket in self._boto3_buckets:
+            return None
         fast = self._fast
         if fast is None:
             with self._fast_lock:
@@ -238,70 +300,33 @@ class S3Storage:
                 fast = self._fast
         return fast or None
 
-    def _lean_settings(self) -> tuple[Any, str | None, str | None] | None:
-        """(credentials, region, endpoint) of the lean reader when the options give static
-        keys and an endpoint (no boto3 needed); None: take them from the boto3 client."""
-        options = self._client_options
-        key, secret = options["aws_access_key_id"], options["aws_secret_access_key"]
-        if not self._client_options_only or not options["endpoint_url"] or not key or not secret:
+    def _build_obstore(self) -> ObstoreReader | None:
+        if self.reader != "obstore":
             return None
-        from airflow_sparklag.storage.s3_lean import StaticCredentials
+        import os
+        import urllib.request
 
-        credentials = StaticCredentials(key, secret, options["aws_session_token"])
-        return credentials, options["region_name"], options["endpoint_url"]
+        from obstore.auth.boto3 import Boto3CredentialProvider
 
-    def _build_lean(self) -> Any:
-        from airflow_sparklag.storage.s3_lean import LeanReader
-
-        settings = self._lean_settings()
-        if settings is None:
-            client = self.client  # the default chain, an assumed role, the hook's client
-            credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
-            if credentials is None:
-                return None  # boto3 reports NoCredentials as usual
-            region = client.meta.region_name
-            endpoint = client.meta.endpoint_url
-            if endpoint in (f"https://s3.{region}.amazonaws.com", "https://s3.amazonaws.com"):
-                endpoint = None  # AWS itself: virtual-hosted addressing, as botocore
-            settings = credentials, region, endpoint
-        credentials, region, endpoint = settings
-        return LeanReader(
-            credentials=credentials,
-            region=region,
-            endpoint_url=endpoint,
-            connect_timeout=float(self._config["connect_timeout"]),
-            read_timeout=float(self._config["read_timeout"]),
-            max_attempts=int(self._config["retries"]["total_max_attempts"]),
-            secrets=self._secrets(),
-        )
-
-    def _build_obstore(self) -> Any:
-        from airflow_sparklag.storage.s3_obstore import ObstoreReader, obstore_available
-
-        if self.reader == "lean":
-            return self._build_lean()
-        wanted = self.reader == "obstore" or (
-            self.reader == "auto" and self._client_options_only and obstore_available()
-        )
-        if not wanted:
-            return None
-        client = self.client
-        # botocore keeps the (possibly refreshing) credentials on the request signer; None when
-        # nothing is configured: boto3 then reports NoCredentials as usual.
-        credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
-        if credentials is None:
-            return None
-        config = client.meta.config
-        return ObstoreReader(
-            credentials=credentials,
+        client = self.client  # the settings every request of this backend is made with
+        try:
+            provider = Boto3CredentialProvider(self._session, ttl=CREDENTIAL_TTL)
+        except ValueError:
+            return None  # no credentials anywhere: boto3 reports NoCredentials as usual
+        verify = self._verify
+        if verify is None:
+            verify = os.environ.get("AWS_CA_BUNDLE") or None
+        proxies = client.meta.config.proxies or urllib.request.getproxies()
+        settings = settings_from(
             region=client.meta.region_name,
             endpoint_url=client.meta.endpoint_url,
-            connect_timeout=float(config.connect_timeout or DEFAULT_CONNECT_TIMEOUT),
-            read_timeout=float(config.read_timeout or DEFAULT_READ_TIMEOUT),
-            max_attempts=int(self._config["retries"]["total_max_attempts"]),
-            pool_size=int(config.max_pool_connections or MAX_POOL_CONNECTIONS),
-            secrets=self._secrets(),
+            config=client.meta.config,
+            verify=verify,
+            proxies={k: v for k, v in proxies.items() if k in ("http", "https")},
+            no_proxy=os.environ.get("NO_PROXY") or os.environ.get("no_proxy"),
+            attempts=_attempts(client.meta.config.retries or self._config["retries"]),
         )
+        return ObstoreReader(provider, settings, self._secrets())
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
         prefix = _directory_prefix(path)
@@ -346,21 +371,19 @@ class S3Storage:
         """
         bucket, key = split_s3_url(location)
         root = key.rstrip("/") + "/" if key.rstrip("/") else ""
-        fast = self._obstore()
-        if fast is not None and self.reader == "lean":
-            listed, sent = fast.list_checkpoint(location, bucket, root, first_page)
-            self.requests.add("list", sent)
-            return listed
-        if fast is not None:  # pages of 1,000 keys, parsed in Rust: first_page does not apply
-            self.requests.add("list")
-            listed = fast.list_checkpoint(location, bucket, root)
+        fast = self._obstore(bucket)
+        answer = None
+        if fast is not None:
+            answer = self._fast_call(location, "list", bucket, fast.list_checkpoint, root)
+        if answer:  # pages of 1,000 keys, parsed in Rust: first_page does not apply
+            listed, pages = answer
+            self.requests.add("list", pages)
             if any(listed.values()):
                 return listed
             # Nothing listed: object_store reads any XML (an XHTML page, another service's
             # answer) as an empty listing, which would pass for "no batch yet". boto3 asks
             # again and checks the answer is S3's (one request more, only when empty).
-        # "offsets0" is the first key after every "offsets/..." key ("0" follows "/").
-        end = root + "offsets0"
+        end = checkpoint_listing_end(root)
         found: dict[str, list[ObjectInfo]] = {"commits": [], "offsets": [], "metadata": []}
         token: str | None = None
         while True:
@@ -372,42 +395,32 @@ class S3Storage:
                 kwargs["MaxKeys"] = max(1, min(1000, first_page))
             self.requests.add("list")
             response = self.call(location, "list", self.client.list_objects_v2, **kwargs)
-            past_end = False
             for item in response.get("Contents", []):
-                full = item["Key"]
-                if full >= end:
-                    past_end = True
-                    break
-                directory, slash, name = full[len(root) :].partition("/")
-                if slash:
-                    if directory not in ("commits", "offsets") or not name or "/" in name:
-                        continue  # other directories, markers ("offsets/"), nested keys
-                elif directory == "metadata":
-                    name = directory
-                    directory = "metadata"
-                else:
-                    continue  # "metadata.crc" and other top-level files
-                modified = item.get("LastModified")
-                found[directory].append(
-                    ObjectInfo(
-                        name,
-                        int(item.get("Size", 0)),
-                        modified.timestamp() if modified is not None else 0.0,
-                        etag=item.get("ETag"),
+                if item["Key"] >= end:
+                    return found
+                entry = checkpoint_log_entry(item["Key"], root)
+                if entry is not None:
+                    modified = item.get("LastModified")
+                    found[entry[0]].append(
+                        ObjectInfo(
+                            entry[1],
+                            int(item.get("Size", 0)),
+                            modified.timestamp() if modified is not None else 0.0,
+                            etag=item.get("ETag"),
+                        )
                     )
-                )
-            if past_end or not response.get("IsTruncated"):
-                return found
-            token = response.get("NextContinuationToken")
+            token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
             if not token:
                 return found
 
     def read(self, path: str) -> bytes:
         bucket, key = split_s3_url(path)
         self.requests.add("read")
-        fast = self._obstore()
+        fast = self._obstore(bucket)
         if fast is not None:
-            return fast.read(path, bucket, key)
+            data = self._fast_call(path, "read", bucket, fast.read, key)
+            if data is not _BOTO3:
+                return bytes(data)
         response = self.call(path, "read", self.client.get_object, Bucket=bucket, Key=key)
         body = response["Body"]
         try:
@@ -455,9 +468,18 @@ class S3Storage:
             self.call(path, "write", self.client.put_object, Bucket=bucket, Key=key, Body=data)
 
     def list_children(self, path: str) -> Children:
-        files: set[str] = set()
-        directories: set[str] = set()
         prefix = _directory_prefix(path)
+        bucket = split_s3_url(path)[0]
+        fast = self._obstore(bucket)
+        answer = None
+        if fast is not None:
+            answer = self._fast_call(path, "list", bucket, fast.list_children, prefix)
+        if answer:  # fleet discovery: one listing per directory visited
+            files, directories, pages = answer
+            self.requests.add("list", pages)
+            return Children(frozenset(files), frozenset(directories))
+        files = set()
+        directories = set()
         for response in self._pages(path, Delimiter="/"):
             for item in response.get("Contents", []):
                 name = item["Key"][len(prefix) :]
@@ -568,6 +590,41 @@ class S3Storage:
             )
         return response
 
+    def _fast_call(
+        self, path: str, action: str, bucket: str, method: Callable[..., Any], *args: Any
+    ) -> Any:
+        """Run one obstore read of ``bucket`` and turn its errors into the typed errors boto3's
+        get. ``_BOTO3`` (falsy) when S3 redirects to the bucket's own region: object_store
+        follows no such redirect, so that bucket's reads go through boto3 from then on."""
+        fast = self._fast
+        try:
+            return method(bucket, *args)
+        except Exception as exc:
+            code, status = answer_of(exc)
+            described = fast.describe(exc) if fast else type(exc).__name__
+        endpoint = self._client_options.get("endpoint_url") or "the S3 endpoint"
+        if code in _REGION_REDIRECT:
+            self._boto3_buckets.add(bucket)
+            return _BOTO3
+        if code:
+            message = _ERROR_MESSAGE.get(code, code)
+            raise s3_error(code, status, message, path, action, bucket) from None
+        if status:  # an error answer without S3's XML: a web page, a proxy
+            raise StorageError(
+                f"{path}: {action} failed: {endpoint} did not answer like S3 (HTTP {status}, "
+                "not S3's XML error); check the S3 endpoint (--s3-endpoint-url, the "
+                "connection's endpoint_url): a web page, a login portal or a proxy answered"
+            )
+        if _UNREADABLE in described:  # a 200 answer object_store could not parse
+            raise StorageError(
+                f"{path}: {action} failed: {endpoint} did not answer like S3 (the answer could "
+                f"not be read: {described}); check the S3 endpoint (--s3-endpoint-url, the "
+                "connection's endpoint_url) and any proxy in between"
+            )
+        raise StorageError(
+            f"{path}: {action} failed, could not talk to {endpoint}: {described}"
+        )  # not chained: the original may quote a credential
+
     def _secrets(self) -> list[str]:
         options = self._client_options
         return [
@@ -581,22 +638,6 @@ class S3Storage:
         """``exc``'s text without the credentials (botocore and http.client may quote a header
         value, session token included)."""
         return scrub(str(exc), self._secrets())
-
-
-def _parse_timestamp(value: str) -> Any:
-    """S3 timestamps: ISO 8601 in listings (``2024-05-01T12:00:00.000Z``), parsed by the
-    stdlib; anything else (RFC 1123 ``Last-Modified`` headers) by botocore's own parser."""
-    from datetime import datetime
-
-    try:
-        parsed = datetime.fromisoformat(value)
-    except (TypeError, ValueError):
-        parsed = None
-    if parsed is None or parsed.tzinfo is None:
-        from botocore.utils import parse_timestamp
-
-        return parse_timestamp(value)
-    return parsed
 
 
 def _status(response: Mapping[str, Any]) -> str:
@@ -636,14 +677,28 @@ def _map_client_error(exc: Any, path: str, action: str, kwargs: dict[str, Any]) 
     code = str(error.get("Code", ""))
     status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
     message = error.get("Message") or code or status
-    bucket = kwargs.get("Bucket", "")
+    conditional = "IfNoneMatch" in kwargs
+    return s3_error(code, status, message, path, action, kwargs.get("Bucket", ""), conditional)
+
+
+def s3_error(
+    code: str,
+    status: str,
+    message: str,
+    path: str,
+    action: str,
+    bucket: str,
+    conditional: bool = False,
+) -> StorageError:
+    """The typed error of an S3 error answer, by its code (``NoSuchKey``) and HTTP status:
+    the one mapping of both readers."""
     if code == "NoSuchBucket":
         return BucketNotFound(
             f"{path}: bucket {bucket!r} does not exist; check the bucket name and the endpoint"
         )
     if code in ("PreconditionFailed", "412") or status == "412":
         return StorageAlreadyExists(f"{path}: already exists; pass overwrite=True to replace it")
-    if "IfNoneMatch" in kwargs and (code in _CONDITIONAL_WRITE_UNSUPPORTED or status == "501"):
+    if conditional and (code in _CONDITIONAL_WRITE_UNSUPPORTED or status == "501"):
         return ConditionalWriteUnsupported(f"{path}: server does not support If-None-Match")
     if code in _ACCESS_DENIED_CODES or status == "403":
         hint = ""

@@ -1,42 +1,45 @@
-"""The S3 read path of a fleet check (one ListObjectsV2 per checkpoint, GETs) over obstore.
+"""The S3 read path (one ListObjectsV2 per checkpoint, GETs) over obstore: the default on
+Python >= 3.11.
 
 obstore is the Python binding of Rust's ``object_store``: signing, HTTP, retries and the XML
-parse of a listing run in Rust, outside the GIL. A first fleet check through boto3 spent ~60%
-of its client CPU in botocore's per-request machinery and ~22% parsing listings
-(docs/benchmarks.md, "Fleet check with network latency"). Only reads go through here; writes,
-deletes, copies, HEADs and delimiter listings stay with boto3 (conditional writes, the error
-mapping the migration relies on).
+parse of a listing run in Rust, outside the GIL, so many requests are in flight from a few
+Python threads at little client CPU (docs/benchmarks.md). Only reads go through here; writes,
+deletes, copies, HEADs and delimiter listings stay with boto3.
 
-Credentials still come from boto3 / the amazon provider: from the boto3 client the backend
-would use (static keys, the default chain, an assumed role's refreshing credentials), asked
-again before they expire. The endpoint and region come from the same options or client.
+Everything comes from the settings the boto3 client is built from (:class:`ObstoreSettings`,
+made by ``S3Storage``): credentials through obstore's own ``Boto3CredentialProvider`` over the
+boto3 session (static keys, the default chain, web identity, SSO, an instance profile, the
+Airflow ``aws`` connection's assumed role: refreshing ones are asked again before they expire),
+region, endpoint, addressing style, proxy, CA bundle and ``verify``, timeouts and attempts.
 
 obstore is imported when the first store is built, never at module import.
 """
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
-from airflow_sparklag.errors import (
-    BucketNotFound,
-    StorageAccessDenied,
-    StorageError,
-    StorageNotFound,
-)
+from airflow_sparklag.errors import StorageError
 from airflow_sparklag.redact import scrub
-from airflow_sparklag.storage import ObjectInfo
+from airflow_sparklag.storage import ObjectInfo, checkpoint_listing_end, checkpoint_log_entry
 
-# Frozen credentials are asked again this often at most (botocore refreshes the underlying
-# ones itself, ~15 minutes before an assumed role's expire).
+# Frozen credentials are handed to obstore for this long at most (botocore refreshes the
+# underlying ones itself, 15 minutes before an assumed role's expire; a role may last 15 min).
 CREDENTIAL_TTL = timedelta(minutes=5)
 # Keys converted to Python objects at a time while a checkpoint listing is walked: Rust
 # parses a whole page (1,000 keys), Python only looks at keys until the first one past
 # offsets/, so a stateful checkpoint's state/ keys are never turned into objects.
 LIST_CHUNK = 256
+PAGE_KEYS = 1000  # keys of a full ListObjectsV2 page
+# What obstore's error text carries of S3's answer: the HTTP status and the XML error code.
+_STATUS = re.compile(r"non-2xx status code: (\d{3})")
+_CODE = re.compile(r"<Code>([^<]{1,100})</Code>")
+_REDIRECT = "Received redirect without LOCATION"  # object_store's own words for S3's 301
 
 
 def obstore_available() -> bool:
@@ -47,54 +50,112 @@ def obstore_available() -> bool:
     return True
 
 
-def credential_provider(credentials: Any) -> Callable[[], dict[str, Any]]:
-    """An obstore credential provider reading a botocore ``Credentials`` object (refreshable
-    or not): each call hands over its current frozen keys, valid for ``CREDENTIAL_TTL``."""
+@dataclass(frozen=True)
+class ObstoreSettings:
+    """How to reach S3, in obstore's terms, from the settings of the boto3 client.
 
-    def provide() -> dict[str, Any]:
-        frozen = credentials.get_frozen_credentials()
-        return {
-            "access_key_id": frozen.access_key,
-            "secret_access_key": frozen.secret_key,
-            "token": frozen.token,
-            "expires_at": datetime.now(timezone.utc) + CREDENTIAL_TTL,
-        }
+    ``endpoint_url`` None: AWS itself (object_store builds the regional URL).
+    ``virtual_hosted``: bucket in the host name (botocore's ``addressing_style``).
+    ``client_options`` / ``retry``: obstore's ``ClientConfig`` / ``RetryConfig``.
+    """
 
-    return provide
+    region: str
+    endpoint_url: str | None
+    virtual_hosted: bool
+    client_options: dict[str, Any]
+    retry: dict[str, Any]
+
+
+def settings_from(
+    *,
+    region: str | None,
+    endpoint_url: str | None,
+    config: Any,
+    verify: bool | str | None,
+    proxies: dict[str, str],
+    no_proxy: str | None,
+    attempts: int,
+) -> ObstoreSettings:
+    """obstore's settings from a botocore ``Config`` and the client's other arguments.
+
+    ``verify``: False skips certificate checks, a path is a CA bundle (PEM) trusted besides
+    the system roots (botocore's ``verify``/``AWS_CA_BUNDLE``). ``proxies``: botocore's
+    ``Config(proxies=...)`` or the environment's (``HTTPS_PROXY``); ``no_proxy``: the hosts
+    that bypass it."""
+    on_aws = endpoint_url is None or (urlsplit(endpoint_url).hostname or "").endswith(
+        ".amazonaws.com"
+    )
+    style = ((getattr(config, "s3", None) or {}).get("addressing_style") or "auto").lower()
+    virtual = style == "virtual" or (style == "auto" and on_aws)
+    connect = float(config.connect_timeout)
+    read = float(config.read_timeout)
+    options: dict[str, Any] = {
+        "connect_timeout": timedelta(seconds=connect),
+        "read_timeout": timedelta(seconds=read),
+        "timeout": timedelta(seconds=connect + read),
+        "pool_max_idle_per_host": str(config.max_pool_connections),
+        "allow_http": bool(endpoint_url and endpoint_url.startswith("http://")),
+    }
+    if verify is False:
+        options["allow_invalid_certificates"] = True
+    elif isinstance(verify, str) and verify:
+        options["root_certificate"] = _pem(verify, "verify (CA bundle)")
+    scheme = "http" if options["allow_http"] else "https"
+    proxy = proxies.get(scheme) or proxies.get("https" if scheme == "http" else "http")
+    if proxy:
+        options["proxy_url"] = proxy
+        proxy_ca = (getattr(config, "proxies_config", None) or {}).get("proxy_ca_bundle")
+        if proxy_ca:
+            options["proxy_ca_certificate"] = _pem(proxy_ca, "proxy_ca_bundle")
+        if no_proxy:
+            options["proxy_excludes"] = no_proxy
+    return ObstoreSettings(
+        region=region or "us-east-1",
+        endpoint_url=None if on_aws else endpoint_url,
+        virtual_hosted=virtual,
+        client_options=options,
+        retry={
+            "max_retries": max(0, attempts - 1),
+            "retry_timeout": timedelta(seconds=(connect + read) * attempts),
+        },
+    )
+
+
+def _pem(path: str, what: str) -> str:
+    try:
+        with open(path, encoding="ascii") as bundle:
+            return bundle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StorageError(f"{path}: the {what} cannot be read: {exc}") from None
+
+
+def answer_of(exc: BaseException) -> tuple[str, str]:
+    """(S3 error code, HTTP status) of a failed obstore request, "" where it carries none
+    (connection refused, timeouts): the same two things boto3's ``ClientError`` names."""
+    text = str(exc)
+    if _REDIRECT in text:  # S3's 301 to a bucket's own region (it has no Location header)
+        return "PermanentRedirect", "301"
+    status = _STATUS.search(text)
+    code = _CODE.search(text)
+    return (code.group(1) if code else "", status.group(1) if status else "")
 
 
 class ObstoreReader:
-    """List and read S3 objects through obstore: one ``S3Store`` per bucket, built once.
+    """List and read S3 objects through obstore; one ``S3Store`` per bucket (object_store
+    scopes a store, and its connection pool, to one bucket), all sharing one credential
+    provider. ``secrets`` are scrubbed from every error message.
 
-    ``credentials`` is a botocore ``Credentials`` object (``client._request_signer._credentials``
-    or ``session.get_credentials()``); ``secrets`` are scrubbed from every error message.
+    Example::
+
+        reader = ObstoreReader(Boto3CredentialProvider(session), settings_from(...))
+        reader.read("s3a://bucket/ck/offsets/3", "bucket", "ck/offsets/3")
     """
 
     def __init__(
-        self,
-        *,
-        credentials: Any,
-        region: str | None,
-        endpoint_url: str | None,
-        connect_timeout: float,
-        read_timeout: float,
-        max_attempts: int,
-        pool_size: int,
-        secrets: list[str] | None = None,
+        self, provider: Any, settings: ObstoreSettings, secrets: list[str] | None = None
     ) -> None:
-        self._provider = credential_provider(credentials)
-        self._region = region or "us-east-1"
-        self._endpoint = endpoint_url
-        self._client_options = {
-            "connect_timeout": timedelta(seconds=connect_timeout),
-            "timeout": timedelta(seconds=read_timeout),
-            "allow_http": bool(endpoint_url and endpoint_url.startswith("http://")),
-            "pool_max_idle_per_host": str(pool_size),
-        }
-        self._retry = {
-            "max_retries": max(0, max_attempts - 1),
-            "retry_timeout": timedelta(seconds=(connect_timeout + read_timeout) * max_attempts),
-        }
+        self._provider = provider
+        self.settings = settings
         self._secrets = list(secrets or [])
         self._stores: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -103,96 +164,84 @@ class ObstoreReader:
         with self._lock:
             store = self._stores.get(bucket)
             if store is None:
-                from obstore.store import S3Store
-
-                config: dict[str, Any] = {"region": self._region}
-                if self._endpoint:
-                    config["endpoint"] = self._endpoint
-                store = S3Store(
-                    bucket,
-                    config=config,  # type: ignore[arg-type]
-                    client_options=self._client_options,  # type: ignore[arg-type]
-                    retry_config=self._retry,  # type: ignore[arg-type]
-                    credential_provider=self._provider,  # type: ignore[arg-type]
-                )
-                self._stores[bucket] = store
+                store = self._stores[bucket] = self._new_store(bucket)
         return store
 
-    def read(self, path: str, bucket: str, key: str) -> bytes:
+    def _new_store(self, bucket: str) -> Any:
+        from obstore.store import S3Store
+
+        settings = self.settings
+        config: dict[str, Any] = {
+            "region": settings.region,
+            "virtual_hosted_style_request": settings.virtual_hosted,
+        }
+        endpoint = settings.endpoint_url
+        if endpoint and settings.virtual_hosted:
+            # object_store takes a virtual-hosted endpoint as the bucket's own URL
+            parts = urlsplit(endpoint)
+            endpoint = f"{parts.scheme}://{bucket}.{parts.netloc}{parts.path}"
+        if endpoint:
+            config["endpoint"] = endpoint.rstrip("/")
+        return S3Store(
+            bucket,
+            config=config,  # type: ignore[arg-type]
+            client_options=settings.client_options,  # type: ignore[arg-type]
+            retry_config=settings.retry,  # type: ignore[arg-type]
+            credential_provider=self._provider,
+        )
+
+    def read(self, bucket: str, key: str) -> bytes:
         import obstore
 
-        try:
-            return bytes(obstore.get(self.store(bucket), key).bytes())
-        except Exception as exc:
-            raise self._error(exc, path, "read", bucket) from None
+        return bytes(obstore.get(self.store(bucket), key).bytes())
 
-    def list_checkpoint(self, location: str, bucket: str, root: str) -> dict[str, list[ObjectInfo]]:
+    def list_checkpoint(self, bucket: str, root: str) -> tuple[dict[str, list[ObjectInfo]], int]:
         """``commits/``, ``offsets/`` and ``metadata`` of the checkpoint at key prefix ``root``
         (``""`` or ending in ``/``): one ListObjectsV2 from ``<root>commits`` on, stopped at
-        the first key past ``offsets/`` (see ``S3Storage.list_checkpoint``)."""
+        the first key past ``offsets/`` (see ``S3Storage.list_checkpoint``); and the pages
+        it took (S3 pages hold 1,000 keys)."""
         import obstore
 
-        end = root + "offsets0"
+        end = checkpoint_listing_end(root)
         found: dict[str, list[ObjectInfo]] = {"commits": [], "offsets": [], "metadata": []}
-        try:
-            stream = obstore.list(
-                self.store(bucket),
-                root.rstrip("/") or None,
-                offset=root + "commits",
-                chunk_size=LIST_CHUNK,
-            )
-            for chunk in stream:
-                if _collect(chunk, root, end, found):
-                    break
-        except Exception as exc:
-            raise self._error(exc, location, "list", bucket) from None
-        return found
-
-    def _error(self, exc: Exception, path: str, action: str, bucket: str) -> StorageError:
-        from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
-
-        text = scrub(str(exc), self._secrets)
-        if "NoSuchBucket" in text:
-            return BucketNotFound(
-                f"{path}: bucket {bucket!r} does not exist; check the bucket name and the endpoint"
-            )
-        if isinstance(exc, FileNotFoundError):  # obstore's NotFound
-            return StorageNotFound(f"{path}: no such object ({action})")
-        if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)) or "AccessDenied" in text:
-            return StorageAccessDenied(
-                f"{path}: access denied ({action}); check the credentials and the bucket/IAM "
-                f"policy for s3:GetObject and s3:ListBucket on {bucket!r}"
-            )
-        endpoint = self._endpoint or "the S3 endpoint"
-        first = text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
-        return StorageError(f"{path}: {action} failed ({endpoint}): {first}")
-
-
-def _collect(chunk: Any, root: str, end: str, found: dict[str, list[ObjectInfo]]) -> bool:
-    """Add a chunk's log files and ``metadata`` to ``found``; True once past ``offsets/``.
-
-    Per key: one slice looked up among the two log directories (``commits/`` and
-    ``offsets/`` have the same length), then the ObjectInfo; ~30% less than partitioning
-    every key (a fleet check walks ~200 keys per checkpoint)."""
-    start = len(root) + len("commits/")
-    logs = {root + "commits/": found["commits"], root + "offsets/": found["offsets"]}
-    metadata = root + "metadata"
-    for meta in chunk:
-        full = meta["path"]
-        if full >= end:
-            return True
-        entries = logs.get(full[:start])
-        if entries is not None:
-            name = full[start:]
-            if not name or "/" in name:
-                continue  # the directory marker, nested keys
-        elif full == metadata:
-            entries, name = found["metadata"], "metadata"
-        else:
-            continue  # "metadata.crc" and other top-level files
-        entries.append(
-            ObjectInfo(
-                name, int(meta["size"]), meta["last_modified"].timestamp(), etag=meta.get("e_tag")
-            )
+        stream = obstore.list(
+            self.store(bucket),
+            root.rstrip("/") or None,
+            offset=root + "commits",
+            chunk_size=LIST_CHUNK,
         )
-    return False
+        seen = 0
+        for chunk in stream:
+            for meta in chunk:
+                key = meta["path"]
+                if key >= end:
+                    return found, 1 + seen // PAGE_KEYS
+                seen += 1
+                entry = checkpoint_log_entry(key, root)
+                if entry is not None:
+                    found[entry[0]].append(
+                        ObjectInfo(
+                            entry[1],
+                            int(meta["size"]),
+                            meta["last_modified"].timestamp(),
+                            etag=meta.get("e_tag"),
+                        )
+                    )
+        return found, 1 + max(0, seen - 1) // PAGE_KEYS
+
+    def list_children(self, bucket: str, prefix: str) -> tuple[set[str], set[str], int]:
+        """Names of the files and the subdirectories directly under key prefix ``prefix``
+        (``""`` or ending in ``/``), and the pages it took."""
+        import obstore
+
+        listed = obstore.list_with_delimiter(self.store(bucket), prefix.rstrip("/") or None)
+        files = {meta["path"][len(prefix) :] for meta in listed["objects"]}
+        directories = {common[len(prefix) :] for common in listed["common_prefixes"]}
+        seen = len(listed["objects"]) + len(listed["common_prefixes"])
+        pages = 1 + max(0, seen - 1) // PAGE_KEYS
+        return {f for f in files if f and "/" not in f}, {d for d in directories if d}, pages
+
+    def describe(self, exc: BaseException) -> str:
+        """The first line of ``exc``'s text without credentials."""
+        text = scrub(str(exc), self._secrets).strip()
+        return text.splitlines()[0][:300] if text else type(exc).__name__

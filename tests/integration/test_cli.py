@@ -207,7 +207,7 @@ def remote(spark, kafka, s3, hdfs):  # type: ignore[no-untyped-def]
     return {"topic": topic, "urls": urls}
 
 
-@pytest.mark.parametrize("reader", [[], ["--s3-reader", "lean"]], ids=["boto3", "lean"])
+@pytest.mark.parametrize("reader", [[], ["--s3-reader", "boto3"]], ids=["default", "boto3"])
 def test_status_on_s3_and_hdfs(remote, kafka, s3, hdfs, monkeypatch, reader):
     options = s3.options
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["aws_access_key_id"])

@@ -123,3 +123,22 @@ def test_checkpoint_reads_equal_moto(servers: tuple[str, str], location: str) ->
         children = storage.list_children(f"s3://{BUCKET}/{location}")
         results.append((names, bodies, children, dict(storage.requests.by_operation)))
     assert results[0] == results[1]
+
+
+def test_the_server_listens_with_a_backlog_for_connection_bursts() -> None:
+    """The backlog is set before listen(): a burst of new connections (a check opening its
+    pools) is never dropped (each drop costs ~1 s of SYN retry and counts in ListenOverflows)."""
+    import subprocess
+
+    from testbed.light_s3 import LISTEN_BACKLOG, listen_overflows
+
+    server, _url = serve_in_thread()
+    try:
+        port = server.server_address[1]
+        shown = subprocess.run(
+            ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        assert int(shown[2]) == LISTEN_BACKLOG >= 1024  # Send-Q of a listening socket
+        assert listen_overflows() >= 0
+    finally:
+        server.shutdown()

@@ -83,6 +83,7 @@ def _s3(server: CannedServer) -> S3Storage:
         aws_secret_access_key="b",
         region_name="us-east-1",
         max_attempts=1,
+        reader="boto3",  # obstore's answers to the same: test_storage_obstore_hostile.py
     )
 
 

@@ -67,3 +67,22 @@ def test_a_proxy_error_page_on_read_is_a_storage_error_through_obstore(
     server.answer = (502, "text/html", b"<html>Bad Gateway</html>")
     with pytest.raises(StorageError, match=r"^s3a://b/ck/offsets/1: read failed"):
         _s3(server, "obstore").read("s3a://b/ck/offsets/1")
+
+
+def test_a_redirect_to_the_buckets_region_sends_that_buckets_reads_through_boto3(
+    server: CannedServer,
+) -> None:
+    """object_store follows no region redirect; boto3 does (this canned server answers 301 to
+    everything, so boto3's redirects end in its own error, still a StorageError naming the
+    path)."""
+    # As S3 answers: the bucket's region in the error (without it botocore HEADs the bucket,
+    # which this server also answers 301, and recurses until Python's limit).
+    redirect = ERROR_XML.format("PermanentRedirect").replace(
+        "</Error>", "<Region>eu-west-1</Region></Error>"
+    )
+    server.answer = (301, "application/xml", redirect.encode())
+    storage = _s3(server, "obstore")
+    assert storage._obstore("b") is not None
+    with pytest.raises(StorageError, match=r"^s3a://b/ck/offsets/1: read failed"):
+        storage.read("s3a://b/ck/offsets/1")
+    assert storage._obstore("b") is None and storage._obstore("other") is not None

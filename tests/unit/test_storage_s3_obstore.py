@@ -1,6 +1,7 @@
-"""The obstore read path of S3Storage (storage/s3_obstore.py) against a real (moto) S3 server:
-the same listings, bodies, checkpoint states and typed errors as boto3's; credentials taken
-from the boto3 client, an assumed role's included; writes stay on boto3."""
+"""The obstore read path of S3Storage (storage/s3_obstore.py, the default on Python >= 3.11)
+against a real (moto) S3 server: the same listings, bodies, checkpoint states and typed errors
+as boto3's; credentials from the boto3 session, an assumed role's included; writes stay on
+boto3."""
 
 from __future__ import annotations
 
@@ -21,8 +22,15 @@ from airflow_sparklag.errors import (
 )
 from airflow_sparklag.session import Session
 from airflow_sparklag.storage.s3 import S3Storage
+from airflow_sparklag.storage.s3_obstore import settings_from
 from testbed.light_s3 import serve_in_thread
-from testbed.s3_server import MOTO_CREDENTIALS, checkpoint_files, moto_client, moto_with_objects
+from testbed.s3_server import (
+    MOTO_CREDENTIALS,
+    checkpoint_files,
+    moto_client,
+    moto_in_thread,
+    moto_with_objects,
+)
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 BUCKET = "obstore-reads"
@@ -67,7 +75,8 @@ def test_checkpoint_listing_equals_boto3(endpoint: str, location: str) -> None:
     # An empty obstore listing is asked again through boto3 (obstore reads a 200 HTML page or
     # another service's XML as an empty listing: see test_storage_obstore_hostile.py).
     empty = not any(listed.values())
-    assert fast.requests.by_operation == {"list": 2 if empty else 1}
+    # (Both count pages: the bucket root pages through wide/'s 2,010 keys.)
+    assert fast.requests["list"] == boto.requests["list"] + (1 if empty else 0)
 
 
 def test_reads_equal_boto3_and_fill_content_md5(endpoint: str) -> None:
@@ -116,62 +125,144 @@ def test_writes_stay_on_boto3(endpoint: str) -> None:
     assert sent == ["HEAD", "PUT"]  # the read went through obstore
 
 
-def test_auto_keeps_a_handed_in_client_and_the_session_uses_obstore(endpoint: str) -> None:
+def test_a_bare_client_reads_through_boto3_and_the_session_through_obstore(
+    endpoint: str,
+) -> None:
     client = moto_client(endpoint)
-    assert S3Storage(client=client, reader="auto")._obstore() is None
-    assert S3Storage(endpoint_url=endpoint, reader="auto", **CREDENTIALS)._obstore() is not None
-    with Session(s3_options={"endpoint_url": endpoint, "reader": "obstore", **CREDENTIALS}) as s:
+    assert S3Storage(client=client)._obstore() is None  # its credentials are its own
+    with pytest.raises(InvalidParameter, match="session"):
+        S3Storage(client=client, reader="obstore")
+    assert S3Storage(endpoint_url=endpoint, **CREDENTIALS)._obstore() is not None  # default
+    with Session(s3_options={"endpoint_url": endpoint, **CREDENTIALS}) as s:
         state = s.read(f"s3a://{BUCKET}/ck35", history=1, query_id=False)
         assert state.committed_batch_id is not None
         assert s.storage_requests == 2
 
 
-@pytest.mark.parametrize("reader", ["obstore", "lean"])
-def test_assumed_role_credentials_sign_every_fast_reader_request(reader: str) -> None:
-    """Credentials come from the boto3 client: a role assumed through (moto's) STS, refreshed
-    by botocore. The light S3 server records each request's access key id."""
+@pytest.mark.parametrize("handed", ["session", "client and session"])
+def test_an_assumed_roles_refreshing_credentials_sign_every_read(
+    handed: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Credentials through obstore's Boto3CredentialProvider over the boto3 session: a
+    profile assuming a role through (moto's) STS, as an Airflow ``aws`` connection's
+    role_arn does. The light S3 server records each request's access key id."""
     import boto3
-    import botocore.session
-    from botocore.credentials import RefreshableCredentials
-    from moto.server import ThreadedMotoServer
 
-    sts_server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    sts_server.start()
-    light, light_url = serve_in_thread()
-    try:
-        host, port = sts_server.get_host_and_port()
-        sts = boto3.session.Session().client(
-            "sts", endpoint_url=f"http://{host}:{port}", **CREDENTIALS
+    with moto_in_thread() as sts_url:
+        config = tmp_path / "config"
+        config.write_text(
+            "[profile base]\naws_access_key_id = testing\naws_secret_access_key = testing\n"
+            "[profile role]\nrole_arn = arn:aws:iam::123456789012:role/r\n"
+            "source_profile = base\nregion = us-east-1\n"
         )
-        issued: list[str] = []
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", sts_url)
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+            monkeypatch.delenv(name, raising=False)
+        light, light_url = serve_in_thread()
+        try:
+            session = boto3.session.Session(profile_name="role")
+            client = session.client("s3", endpoint_url=light_url)
+            client.create_bucket(Bucket=BUCKET)
+            for name in ("offsets/0", "commits/0", "metadata"):
+                client.put_object(Bucket=BUCKET, Key=f"ck/{name}", Body=b"x")
+            given = {"client": client} if handed == "client and session" else {}
+            storage = S3Storage(session=session, endpoint_url=light_url, **given)
+            assert storage.reader == "obstore"
+            listing = storage.list_checkpoint(f"s3a://{BUCKET}/ck")
+            assert [o.name for o in listing["offsets"]] == ["0"]
+            assert storage.read(f"s3a://{BUCKET}/ck/metadata") == b"x"
+            stats = light.RequestHandlerClass.store.stats  # type: ignore[attr-defined]
+            assert stats["op:list"] == 1 and stats["op:read"] == 1
+            keys = {k.split(":", 1)[1] for k in stats if k.startswith("key:")}
+            role_key = session.get_credentials().get_frozen_credentials().access_key
+            assert keys == {role_key} and "testing" not in keys  # the role's, not the base's
+        finally:
+            light.shutdown()
 
-        def assume() -> dict[str, Any]:
-            creds = sts.assume_role(
-                RoleArn="arn:aws:iam::123456789012:role/r", RoleSessionName="sparklag"
-            )
-            issued.append(creds["Credentials"]["AccessKeyId"])
-            return {
-                "access_key": creds["Credentials"]["AccessKeyId"],
-                "secret_key": creds["Credentials"]["SecretAccessKey"],
-                "token": creds["Credentials"]["SessionToken"],
-                "expiry_time": creds["Credentials"]["Expiration"].isoformat(),
-            }
 
-        core = botocore.session.get_session()
-        core._credentials = RefreshableCredentials.create_from_metadata(assume(), assume, "sts")
-        client = boto3.session.Session(botocore_session=core).client(
-            "s3", endpoint_url=light_url, region_name="us-east-1"
-        )
-        client.create_bucket(Bucket=BUCKET)
-        for name in ("offsets/0", "commits/0", "metadata"):
-            client.put_object(Bucket=BUCKET, Key=f"ck/{name}", Body=b"x")
-        storage = S3Storage(client=client, reader=reader)
-        assert [o.name for o in storage.list_checkpoint(f"s3a://{BUCKET}/ck")["offsets"]] == ["0"]
-        assert storage.read(f"s3a://{BUCKET}/ck/metadata") == b"x"
-        stats = light.RequestHandlerClass.store.stats  # type: ignore[attr-defined]
-        assert stats["op:list"] == 1 and stats["op:read"] == 1
-        keys = {k.split(":", 1)[1] for k in stats if k.startswith("key:")}
-        assert keys == set(issued) and "testing" not in keys
-    finally:
-        light.shutdown()
-        sts_server.stop()
+def test_obstore_takes_the_boto3_clients_settings(tmp_path: Path) -> None:
+    """Proxy, CA bundle, verify, addressing style, timeouts and attempts: what the boto3
+    client is built with is what obstore is given."""
+    from botocore.config import Config
+
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    config = Config(
+        connect_timeout=2,
+        read_timeout=7,
+        max_pool_connections=32,
+        s3={"addressing_style": "path"},
+        proxies_config={"proxy_ca_bundle": str(bundle)},
+    )
+    custom = settings_from(
+        region="eu-west-1",
+        endpoint_url="https://minio.example:9000",
+        config=config,
+        verify=str(bundle),
+        proxies={"https": "http://proxy.example:3128"},
+        no_proxy="localhost,.internal",
+        attempts=3,
+    )
+    options = custom.client_options
+    assert (custom.region, custom.endpoint_url, custom.virtual_hosted) == (
+        "eu-west-1",
+        "https://minio.example:9000",
+        False,
+    )
+    assert options["root_certificate"] == bundle.read_text()
+    assert options["proxy_url"] == "http://proxy.example:3128"
+    assert options["proxy_ca_certificate"] == bundle.read_text()
+    assert options["proxy_excludes"] == "localhost,.internal"
+    assert (options["connect_timeout"].total_seconds(), options["timeout"].total_seconds()) == (
+        2,
+        9,
+    )
+    assert custom.retry["max_retries"] == 2 and not options["allow_http"]
+    aws = settings_from(
+        region=None,
+        endpoint_url="https://s3.us-east-1.amazonaws.com",
+        config=Config(connect_timeout=5, read_timeout=15, max_pool_connections=10),
+        verify=False,
+        proxies={},
+        no_proxy=None,
+        attempts=1,
+    )
+    assert (aws.region, aws.endpoint_url, aws.virtual_hosted) == ("us-east-1", None, True)
+    assert aws.client_options["allow_invalid_certificates"] is True
+    assert "proxy_url" not in aws.client_options and aws.retry["max_retries"] == 0
+
+
+def test_a_repeated_check_reads_no_file_it_has_already_read(endpoint: str) -> None:
+    """The exporter, `wait` and a sensor's polls keep one session: offsets and commits files
+    never change once written, so a second read of the whole window is the listing alone."""
+    with Session(s3_options={"endpoint_url": endpoint, **CREDENTIALS}) as session:
+        location = f"s3a://{BUCKET}/ck35"
+        first = session.read(location, history=10)
+        assert len(first.history) == 7  # batches 0-6, each offsets file read once
+        backend = session.storage(location)
+        assert backend.requests["read"] >= 7
+        backend.requests.reset()
+        again = session.read(location, history=10)
+        assert again == first
+        assert backend.requests.by_operation == {"list": 1}
+
+
+def test_obstore_follows_a_handed_in_clients_settings(endpoint: str) -> None:
+    """The Airflow hook hands in the amazon provider's client and its session: obstore reads
+    with that session's credentials and that client's endpoint, timeouts and attempts."""
+    import boto3
+    from botocore.config import Config
+
+    session = boto3.session.Session(**CREDENTIALS)
+    config = Config(read_timeout=7, retries={"max_attempts": 4, "mode": "standard"})
+    client = session.client("s3", endpoint_url=endpoint, config=config)
+    storage = S3Storage(client=client, session=session)
+    fast = storage._obstore()
+    assert fast is not None and fast.settings.endpoint_url == endpoint
+    assert fast.settings.retry["max_retries"] == 4  # botocore's max_attempts: retries
+    assert fast.settings.client_options["read_timeout"].total_seconds() == 7
+    assert (
+        storage.read(f"s3a://{BUCKET}/ck35/metadata") == (DATA / "ck35" / "metadata").read_bytes()
+    )
