@@ -48,10 +48,15 @@ log = logging.getLogger("sparklag.remediation")
 
 
 def load_config() -> dict[str, Any]:
-    """The Variable's JSON, or {} when it is not set (or is not a JSON object: logged)."""
+    """The Variable's JSON, or {} when it is not set (or unreadable, or not a JSON object:
+    logged)."""
     from airflow_sparklag.compat import Variable
 
-    text = Variable.get(CONFIG_VARIABLE, None)
+    try:
+        text = Variable.get(CONFIG_VARIABLE, None)
+    except Exception as exc:  # e.g. Airflow 3.0 parsing outside the dag-processor
+        log.warning("Variable %s unreadable (%s): no watcher", CONFIG_VARIABLE, exc)
+        return {}
     try:
         config = json.loads(text) if text else {}
     except ValueError as exc:
