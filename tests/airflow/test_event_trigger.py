@@ -197,3 +197,59 @@ def test_first_seen_unhealthy_fires_once_and_a_failed_check_keeps_the_side(
         )
 
     asyncio.run(scenario())
+
+
+def _poll(location: str, health: str) -> object:
+    from airflow_sparklag.health import Health, HealthVerdict
+    from airflow_sparklag.monitor import CheckResult
+
+    # A failed check has no report (the breach message then is the error).
+    error = None if health != "UNKNOWN" else "CheckpointNotFound: gone"
+    return CheckResult(
+        None, HealthVerdict(Health(health), f"{health} because", "rule"), location, error
+    )
+
+
+@pytest.mark.skipif(airflow_version() < (3, 0), reason="the trigger is Airflow 3 only")
+@pytest.mark.parametrize(
+    ("fire_on_recovery", "verdicts", "fired"),
+    [
+        (False, ["OK", "OK", "OK"], []),
+        (False, ["OK", "LAGGING", "LAGGING", "STALLED", "LAGGING"], ["unhealthy OK->LAGGING"]),
+        (False, ["LAGGING", "LAGGING"], ["unhealthy None->LAGGING"]),
+        (False, ["OK", "LAGGING", "OK", "LAGGING"], ["unhealthy OK->LAGGING"] * 2),
+        (
+            True,
+            ["OK", "LAGGING", "UNKNOWN", "LAGGING", "OK", "OK", "UNKNOWN", "OK"],
+            ["unhealthy OK->LAGGING", "recovered LAGGING->OK"],
+        ),
+        (True, ["UNKNOWN", "OK", "STOPPED"], ["unhealthy UNKNOWN->STOPPED"]),
+    ],
+)
+def test_transitions_table(fire_on_recovery, verdicts, fired):
+    """One job's verdicts poll after poll -> the events: only crossings of the set fire."""
+    from airflow_sparklag.hooks.sparklag import SparkLagHook
+    from airflow_sparklag.triggers.events import SparkLagEventTrigger
+
+    trigger = SparkLagEventTrigger("/ck/orders", fire_on_recovery=fire_on_recovery)
+    recorded: dict[str, str] = {}
+    events: list[str] = []
+    for health in verdicts:
+        new, recorded = trigger._transitions(
+            recorded, [_poll("/ck/orders", health)], SparkLagHook()
+        )
+        events += [f"{e['status']} {e['previous']}->{e['health']}" for e in new]
+    assert events == fired
+
+
+@pytest.mark.skipif(airflow_version() < (3, 0), reason="the trigger is Airflow 3 only")
+def test_payload_has_no_credentials_of_a_location():
+    from airflow_sparklag.hooks.sparklag import SparkLagHook
+    from airflow_sparklag.triggers.events import SparkLagEventTrigger
+
+    location = "s3a://AKIAKEY:s3cr%2Fet@lake/ck/orders"
+    trigger = SparkLagEventTrigger(location)
+    (event,), recorded = trigger._transitions({}, [_poll(location, "STALLED")], SparkLagHook())
+    text = json.dumps(event)
+    assert "AKIAKEY" not in text and "s3cr" not in text, text
+    assert event["job"] == "s3a://lake/ck/orders" and list(recorded) == [event["job"]]
