@@ -114,6 +114,7 @@ class SparkLagEventTrigger(SparkLagTrigger, BaseEventTrigger):
         self.rediscover_seconds = rediscover_seconds
         self.state_variable = state_variable or self._default_state_variable()
         self.polls = 0  # polls of this run (logged with each)
+        self.fleet: Any = None  # the run's FleetChecker
 
     def _condition_kwargs(self) -> dict[str, Any]:
         kwargs = super()._condition_kwargs()
@@ -147,14 +148,14 @@ class SparkLagEventTrigger(SparkLagTrigger, BaseEventTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = self._hook()
         recorded = await self._load_state()
-        fleet = None
+        self.fleet = fleet = None  # one checker, on one session, for every poll
         try:
             while True:
                 self.polls += 1
                 try:
                     if fleet is None:
                         await hook.aget_conn()
-                        fleet = hook.fleet_checker(
+                        self.fleet = fleet = hook.fleet_checker(
                             self.locations,
                             prefix=self.prefix,
                             options=self._health.options,

@@ -157,6 +157,10 @@ def test_one_event_per_transition_none_while_it_persists(kafka, kafka_conn, cons
             assert (recovered["previous"], recovered["health"]) == ("LAGGING", "OK")
             await watch.polls(5)
             assert len(watch.events) == 2, watch.events
+            # Every poll went through one checker on one session: its readers and clients
+            # lived between polls (one reader per job, none rebuilt).
+            assert trigger.fleet.polls == trigger.polls
+            assert sorted(k[0] for k in trigger.fleet.session._readers) == trigger.fleet.locations
         finally:
             await watch.stop()
 
