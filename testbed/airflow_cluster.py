@@ -165,6 +165,20 @@ class AirflowCluster:
             for part in ("metadatabase", "scheduler", "triggerer", "dag_processor")
         )
 
+    def restart(self, name: str, timeout: float = 120.0) -> None:
+        """Stop one component (SIGTERM, as a deployment's restart does) and start it again,
+        logging to a new file; returns once every component reports healthy."""
+        old = self.processes[name]
+        old.stop(timeout=30)
+        self.processes[name] = Process(
+            f"airflow {name}",
+            [self._airflow(), *old.popen.args[1:]],
+            self.logs / f"{name}-{time.monotonic_ns()}.log",
+            env=self.environment(),
+            cwd=self.workdir,
+        )
+        self.wait_for(self._healthy, timeout, f"{name} healthy again after a restart")
+
     def stop(self) -> None:
         for process in reversed(list(self.processes.values())):
             process.stop(timeout=20)

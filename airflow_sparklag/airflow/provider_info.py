@@ -32,7 +32,10 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["airflow_sparklag.triggers.sparklag"],
+                "python-modules": [
+                    "airflow_sparklag.triggers.sparklag",
+                    "airflow_sparklag.triggers.events",
+                ],
             }
         ],
         "sensors": [

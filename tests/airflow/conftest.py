@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 
 from testbed import jobs
+from testbed.airflow_cluster import AirflowCluster
 
 KAFKA_CONN_ID = "sparklag_kafka"
 AWS_CONN_ID = "sparklag_aws"
@@ -140,3 +143,47 @@ def airflow_env(tmp_path: Path) -> dict[str, str]:
     env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
     env.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(Path(__file__).resolve().parents[2] / "dags"))
     return env
+
+
+class Deployment:
+    """Starts the cluster on first use, inside a test, so a failed start fails that test."""
+
+    def __init__(self, cluster: AirflowCluster) -> None:
+        self.cluster = cluster
+        self.error: BaseException | None = None
+        self.started = False
+
+    def running(self) -> AirflowCluster:
+        if self.error is not None:
+            pytest.fail(f"the Airflow deployment did not start: {self.error}", pytrace=False)
+        if not self.started:
+            begin = time.monotonic()
+            try:
+                self.cluster.start(timeout=240)
+            except Exception as exc:
+                self.error = exc
+                pytest.fail(f"the Airflow deployment did not start: {exc}", pytrace=False)
+            self.started = True
+            print(f"Airflow deployment up in {time.monotonic() - begin:.1f}s at {self.cluster.url}")
+        return self.cluster
+
+
+@pytest.fixture(scope="session")
+def deployment(kafka_conn, tmp_path_factory) -> Iterator[Deployment]:  # type: ignore[no-untyped-def]
+    """ONE real deployment (api-server, scheduler, dag-processor, triggerer) for the test
+    session, running the example DAGs; the Kafka connection is in its environment (tasks run
+    under the scheduler's, triggers under the triggerer's)."""
+    repo = Path(__file__).resolve().parents[2]
+    cluster = AirflowCluster(
+        tmp_path_factory.mktemp("airflow-deployment"),
+        dags_folder=repo / "dags",
+        env={
+            "PYTHONPATH": str(repo),
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+            # The connection form's Test button (off by default since Airflow 2.7).
+            "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
+        },
+    )
+    holder = Deployment(cluster)
+    yield holder
+    cluster.stop()

@@ -16,64 +16,18 @@ If the deployment cannot start, the tests fail with the components' log tails.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from testbed.airflow_cluster import AirflowCluster
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
 GATED = "sparklag_gated_deploy"
 SLA = "sparklag_sla_check"
 MIGRATION = "sparklag_checkpoint_migration"
-
-
-class Deployment:
-    """Starts the cluster on first use, inside a test, so a failed start fails that test."""
-
-    def __init__(self, cluster: AirflowCluster) -> None:
-        self.cluster = cluster
-        self.error: BaseException | None = None
-        self.started = False
-
-    def running(self) -> AirflowCluster:
-        if self.error is not None:
-            pytest.fail(f"the Airflow deployment did not start: {self.error}", pytrace=False)
-        if not self.started:
-            begin = time.monotonic()
-            try:
-                self.cluster.start(timeout=240)
-            except Exception as exc:
-                self.error = exc
-                pytest.fail(f"the Airflow deployment did not start: {exc}", pytrace=False)
-            self.started = True
-            print(f"Airflow deployment up in {time.monotonic() - begin:.1f}s at {self.cluster.url}")
-        return self.cluster
-
-
-@pytest.fixture(scope="module")
-def deployment(kafka_conn, tmp_path_factory) -> Iterator[Deployment]:  # type: ignore[no-untyped-def]
-    """One deployment for this module; the Kafka connection is in its environment (tasks run
-    under the scheduler's, triggers under the triggerer's)."""
-    cluster = AirflowCluster(
-        tmp_path_factory.mktemp("airflow-deployment"),
-        dags_folder=DAGS,
-        env={
-            "PYTHONPATH": str(REPO),
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-            # The connection form's Test button (off by default since Airflow 2.7).
-            "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
-        },
-    )
-    holder = Deployment(cluster)
-    yield holder
-    cluster.stop()
 
 
 @pytest.mark.testbed

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import pytest
+from airflow.providers.common.compat.sdk import DAG
 
-from airflow_sparklag.compat import DAG
 from airflow_sparklag.hooks.sparklag import ConnectionIds
 from airflow_sparklag.migration import MigrationOptions
 from airflow_sparklag.operators.fleet import SparkLagFleetCheckOperator
