@@ -6,7 +6,8 @@
 #
 # Speed (docs/benchmarks.md, "Test suite"): the main run has SPARKLAG_WORKERS pytest-xdist
 # workers (default 2 per core, at least 3: most tests wait on Spark, Kafka or Airflow, not on
-# the CPU), a test file stays on one worker (its module fixtures start once), and every worker
+# the CPU), a test file stays on one worker (its module fixtures start once; tests/conftest.py
+# names the few files split across workers and the slow files that start first), and every worker
 # and the Airflow compatibility runs share one Kafka broker, S3 server and HDFS
 # (testbed/shared.py). The compatibility runs start with the main run, in the background.
 set -euo pipefail
@@ -40,7 +41,7 @@ fi
 cores=$(nproc 2>/dev/null || echo 2)
 workers="${SPARKLAG_WORKERS:-$(( cores * 2 > 3 ? cores * 2 : 3 ))}"
 set +e
-"$VENV/bin/pytest" -p no:cacheprovider -n "$workers" --dist loadfile --no-loadscope-reorder --durations=20 "$@"
+"$VENV/bin/pytest" -p no:cacheprovider -n "$workers" --dist loadgroup --no-loadscope-reorder --durations=20 "$@"
 main_rc=$?
 set -e
 t3=$(date +%s)

@@ -64,33 +64,49 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
 
 
 # The longest test files, longest first (measured: docs/benchmarks.md, "Test suite"). A parallel
-# run (scripts/test.sh: --dist loadfile --no-loadscope-reorder) hands files to workers in
+# run (scripts/test.sh: --dist loadgroup --no-loadscope-reorder) hands work to workers in
 # collection order, so these start first and no worker begins a minutes-long file at the end.
 SLOW_FILES = (
     "airflow/test_airflow_smoke.py",
-    "integration/test_alert_truth.py",
     "airflow/test_dags.py",
+    "airflow/test_params_boundary.py",
+    "integration/test_alert_truth.py",
     "integration/test_secret_canaries.py",
+    "airflow/test_metrics.py",
     "integration/test_lag_scenarios.py",
     "integration/test_history_newest_first.py",
     "integration/test_spark35_checkpoints.py",
     "integration/test_faults.py",
     "integration/test_migration_sigkill.py",
     "integration/test_migration_e2e.py",
+    "airflow/test_lag_page.py",
+    "airflow/test_hook_amazon.py",
 )
+# In a parallel run a file's tests stay on one worker (its module fixtures start once), except
+# in these files of long, independent tests (no module fixtures): each of their tests goes to
+# whichever worker is free. test_dags.py alone is half of tests/airflow (`airflow dags test`).
+SPLIT_FILES = ("airflow/test_dags.py",)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The SLOW_FILES first, then the integration and Airflow tests, then the unit tests; each
-    file's tests keep their order."""
+    file's tests keep their order. In an xdist worker, each file is one xdist_group."""
+
+    def path_of(item: pytest.Item) -> str:
+        return item.path.relative_to(REPO / "tests").as_posix()
 
     def rank(item: pytest.Item) -> tuple[int, int]:
-        path = item.path.relative_to(REPO / "tests").as_posix()
+        path = path_of(item)
         if path in SLOW_FILES:
             return (0, SLOW_FILES.index(path))
         return (2, 0) if path.startswith("unit/") else (1, 0)
 
     items.sort(key=rank)
+    if hasattr(config, "workerinput"):  # xdist registered its marker
+        for item in items:
+            if path_of(item) not in SPLIT_FILES:
+                item.add_marker(pytest.mark.xdist_group(path_of(item)))
 
 
 @pytest.fixture(scope="session")
