@@ -8,7 +8,7 @@
 # workers (default 2 per core, at least 3: most tests wait on Spark, Kafka or Airflow, not on
 # the CPU), a test file stays on one worker (its module fixtures start once; tests/conftest.py
 # names the few files split across workers and the slow files that start first), and every worker
-# and the Airflow compatibility runs share one Kafka broker, S3 server and HDFS
+# and the Airflow compatibility runs share one Kafka broker and HDFS MiniCluster
 # (testbed/shared.py). The compatibility runs start with the main run, in the background.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -6,7 +6,7 @@
 #   py3.10, py3.13             the unit tests of what differs between Python versions (below)
 # Two lanes run side by side (one per core); each run logs to its own file and has its own
 # pytest temp directory. Any failing run fails the script, with the tail of its log.
-# The Airflow runs share one Kafka broker, S3 server and HDFS (testbed/shared.py): the main
+# The Airflow runs share one Kafka broker and HDFS (testbed/shared.py): the main
 # run's when scripts/test.sh runs this beside it (SPARKLAG_SHARED_TESTBED), else their own.
 set -euo pipefail
 cd "$(dirname "$0")/.."

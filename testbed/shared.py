@@ -1,11 +1,12 @@
 """One test-bed server for all the workers of a parallel run (``pytest -n N``, pytest-xdist).
 
 Each xdist worker is its own Python process with its own session fixtures: without this, every
-worker would start its own Kafka broker, HDFS MiniCluster and S3 server (a JVM start-up of
-10-30 s of CPU each, on 2 cores, and its memory N times). Instead the first worker that needs
-one starts it under a file lock and writes the started object, minus its process handle, to the
-run's shared directory; the other workers load it from there. Tests already name their topics,
-buckets and paths uniquely (a uuid or the test's name), so one server serves every worker.
+worker would start its own Kafka broker and HDFS MiniCluster (a JVM start-up of 10-15 s each
+and its memory N times). Instead the first worker that needs one starts it under a file lock
+and writes the started object, minus its process handle, to the run's shared directory; the
+other workers load it from there. Tests already name their topics and paths uniquely (a uuid or
+the test's name), so one server serves every worker. (The S3 server is not shared: moto serves
+requests in one GIL, and one moto for every worker starved Spark's s3a queries.)
 
 The controller process of the run owns the directory and stops every server listed in it when
 the run ends (:func:`stop_all`): a worker that finishes early must not take the broker away
