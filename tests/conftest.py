@@ -30,9 +30,12 @@ os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(REPO / "dags"))
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
-os.environ.setdefault(
-    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}"
-)
+# A database set outside is kept; the one this file chose is not: pytest-xdist workers inherit
+# the controller's environment, and would all share its SQLite file (SPARKLAG_TEST_AIRFLOW_DB
+# marks it).
+_DB, _OURS = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "SPARKLAG_TEST_AIRFLOW_DB"
+if os.environ.get(_DB, os.environ.get(_OURS)) == os.environ.get(_OURS):
+    os.environ[_DB] = os.environ[_OURS] = f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}"
 
 # gcsfs >= 2026 asks a bucket's type over gRPC when it is imported with this on (the default);
 # fake-gcs-server does not serve gRPC: a 60 s stall per bucket. Tests only; real GCS is fine.
