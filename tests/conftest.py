@@ -66,6 +66,20 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
         terminalreporter.write_line(f"test bed start-up: {parts}")
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its start-up timings to the controller, which prints them."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["sparklag_timings"] = dict(_TIMINGS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:  # type: ignore[no-untyped-def]
+    worker = node.gateway.id
+    for name, seconds in getattr(node, "workeroutput", {}).get("sparklag_timings", {}).items():
+        _TIMINGS[f"{worker} {name}"] = seconds
+
+
 # The longest test files, longest first (measured: docs/benchmarks.md, "Test suite"). A parallel
 # run (scripts/test.sh: --dist loadgroup --no-loadscope-reorder) hands work to workers in
 # collection order, so these start first and no worker begins a minutes-long file at the end.
