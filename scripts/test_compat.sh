@@ -45,7 +45,7 @@ airflow_run() { run "$1" -m airflow_compat "${AIRFLOW_FILES[@]}"; }
 # What differs between Python versions, and the unit tests that read it (the main run, on 3.11,
 # runs all of tests/unit; pure rule and arithmetic code behaves the same on every version):
 #   every core module imports and compiles (3.11+ names such as datetime.UTC, enum.StrEnum or
-#     tomllib fail at import on 3.10): compileall and the import check below;
+#     tomllib fail at import on 3.10): the compile and import check below;
 #   datetime.fromisoformat (3.10 takes no "Z" and fewer forms): params, snapshot, time lag,
 #     history, S3 LastModified and fsspec timestamps;
 #   the checkpoint and state-file parsers (json, text, bytes handling);
