@@ -66,6 +66,7 @@ def log_tail(path: Path, lines: int = 40) -> str:
 
 
 _RUNNING: list[Process] = []
+_DETACHED: list[Process] = []  # kept alive: a collected Popen of a running child warns
 
 
 @atexit.register
@@ -129,6 +130,14 @@ class Process:
             f"{self.name} was not ready after {timeout:.0f}s ({what}; last check error: "
             f"{last_error or 'none'}). Log {self.log}:\n{log_tail(self.log)}"
         )
+
+    def detach(self) -> None:
+        """Leave the process running after this Python process ends (``testbed.shared``:
+        another process stops it)."""
+        self._log_handle.close()
+        if self in _RUNNING:
+            _RUNNING.remove(self)
+        _DETACHED.append(self)
 
     def stop(self, timeout: float = 20.0) -> None:
         if self.alive():

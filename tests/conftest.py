@@ -13,8 +13,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -29,9 +30,12 @@ os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(REPO / "dags"))
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
-os.environ.setdefault(
-    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}"
-)
+# A database set outside is kept; the one this file chose is not: pytest-xdist workers inherit
+# the controller's environment, and would all share its SQLite file (SPARKLAG_TEST_AIRFLOW_DB
+# marks it).
+_DB, _OURS = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "SPARKLAG_TEST_AIRFLOW_DB"
+if os.environ.get(_DB, os.environ.get(_OURS)) == os.environ.get(_OURS):
+    os.environ[_DB] = os.environ[_OURS] = f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}"
 
 # gcsfs >= 2026 asks a bucket's type over gRPC when it is imported with this on (the default);
 # fake-gcs-server does not serve gRPC: a 60 s stall per bucket. Tests only; real GCS is fine.
@@ -43,12 +47,14 @@ from testbed.hdfs_cluster import HdfsCluster  # noqa: E402
 from testbed.kafka_broker import KafkaBroker  # noqa: E402
 from testbed.s3_server import S3Server  # noqa: E402
 from testbed.secure_hdfs import SecureHdfs  # noqa: E402
+from testbed.shared import shared, stop_all  # noqa: E402
 from testbed.toxiproxy import Toxiproxy  # noqa: E402
 
 # py4j logs from __del__ at interpreter shutdown, after pytest closed the streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 _TIMINGS: dict[str, float] = {}
+Server = TypeVar("Server")
 
 
 def _timed(name: str, start: float) -> None:
@@ -61,37 +67,146 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
         terminalreporter.write_line(f"test bed start-up: {parts}")
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its start-up timings to the controller, which prints them."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["sparklag_timings"] = dict(_TIMINGS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:  # type: ignore[no-untyped-def]
+    worker = node.gateway.id
+    for name, seconds in getattr(node, "workeroutput", {}).get("sparklag_timings", {}).items():
+        _TIMINGS[f"{worker} {name}"] = seconds
+
+
+# The longest test files, longest first (measured: docs/benchmarks.md, "Test suite"). A parallel
+# run (scripts/test.sh: --dist loadgroup --no-loadscope-reorder) hands work to workers in
+# collection order, so these start first and no worker begins a minutes-long file at the end.
+SLOW_FILES = (
+    "airflow/test_airflow_smoke.py",
+    "airflow/test_dags.py",
+    "airflow/test_params_boundary.py",
+    "integration/test_alert_truth.py",
+    "integration/test_secret_canaries.py",
+    "airflow/test_metrics.py",
+    "integration/test_lag_scenarios.py",
+    "integration/test_history_newest_first.py",
+    "integration/test_spark35_checkpoints.py",
+    "integration/test_faults.py",
+    "integration/test_migration_sigkill.py",
+    "integration/test_migration_e2e.py",
+    "airflow/test_lag_page.py",
+    "airflow/test_hook_amazon.py",
+)
+# In a parallel run a file's tests stay on one worker (its module fixtures start once), except
+# in these files of long, independent tests (no module fixtures): each of their tests goes to
+# whichever worker is free. test_dags.py alone is half of tests/airflow (`airflow dags test`).
+SPLIT_FILES = ("airflow/test_dags.py",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The SLOW_FILES first, then the integration and Airflow tests, then the unit tests; each
+    file's tests keep their order. In an xdist worker, each file is one xdist_group."""
+
+    def path_of(item: pytest.Item) -> str:
+        return item.path.relative_to(REPO / "tests").as_posix()
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        path = path_of(item)
+        if path in SLOW_FILES:
+            return (0, SLOW_FILES.index(path))
+        return (2, 0) if path.startswith("unit/") else (1, 0)
+
+    items.sort(key=rank)
+    if hasattr(config, "workerinput"):  # xdist registered its marker
+        for item in items:
+            if path_of(item) not in SPLIT_FILES:
+                item.add_marker(pytest.mark.xdist_group(path_of(item)))
+
+
 @pytest.fixture(scope="session")
 def testbed_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("testbed")
 
 
+# --- parallel runs (pytest-xdist): one Kafka broker and HDFS for every worker ------------------
+_SHARED_KEY = "sparklag_shared_testbed"
+_SHARED_ENV = "SPARKLAG_SHARED_TESTBED"
+
+
+def _controller_shared_dir(config: pytest.Config) -> Path:
+    return config._tmp_path_factory.getbasetemp() / "shared-testbed"  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:  # type: ignore[no-untyped-def]
+    """xdist, in the controller: tell each worker where the run's shared servers live."""
+    node.workerinput[_SHARED_KEY] = str(_controller_shared_dir(node.config))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller of a parallel run stops the servers its workers shared (testbed.shared),
+    unless SPARKLAG_SHARED_TESTBED says a script shares them between runs and stops them."""
+    if config.pluginmanager.hasplugin("dsession") and not os.environ.get(_SHARED_ENV):
+        stop_all(_controller_shared_dir(config))
+
+
 @pytest.fixture(scope="session")
-def kafka(testbed_dir: Path) -> Iterator[KafkaBroker]:
-    start = time.monotonic()
-    broker = KafkaBroker(testbed_dir / "kafka").start()
-    _timed("kafka", start)
-    yield broker
-    broker.stop()
+def _shared_testbed(request: pytest.FixtureRequest) -> Path | None:
+    """Where the servers shared with other processes live: SPARKLAG_SHARED_TESTBED (scripts/
+    test.sh), else the run's directory in an xdist worker; None in a plain run."""
+    if os.environ.get(_SHARED_ENV):
+        return Path(os.environ[_SHARED_ENV])
+    workerinput = getattr(request.config, "workerinput", None)
+    return Path(workerinput[_SHARED_KEY]) if workerinput else None
+
+
+def _session_server(
+    shared_dir: Path | None, testbed_dir: Path, name: str, start: Callable[[Path], Server]
+) -> Iterator[Server]:
+    """`start(workdir)`'s server for the session: shared by the workers of a parallel run
+    (testbed/shared.py; the controller stops it), else started and stopped here."""
+    began = time.monotonic()
+    if shared_dir is not None:
+        shared_server = shared(shared_dir, name, lambda: start(shared_dir / name))
+        _timed(name, began)
+        yield shared_server
+        return
+    server = start(testbed_dir / name)
+    _timed(name, began)
+    yield server
+    server.stop()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def kafka(_shared_testbed: Path | None, testbed_dir: Path) -> Iterator[KafkaBroker]:
+    yield from _session_server(
+        _shared_testbed, testbed_dir, "kafka", lambda workdir: KafkaBroker(workdir).start()
+    )
+
+
+def _start_s3(workdir: Path) -> S3Server:
+    server = S3Server(workdir).start()
+    server.client().create_bucket(Bucket="checkpoints")
+    return server
 
 
 @pytest.fixture(scope="session")
 def s3(testbed_dir: Path) -> Iterator[S3Server]:
-    start = time.monotonic()
-    server = S3Server(testbed_dir / "s3").start()
-    server.client().create_bucket(Bucket="checkpoints")
-    _timed("s3", start)
-    yield server
-    server.stop()
+    # One per worker, not shared: moto spends ~3 ms of CPU in one GIL per request and s3a is
+    # chatty; one moto serving every worker and compat run starved Spark's S3 queries (an
+    # availableNow query on s3a:// did not finish in 180 s). It starts in ~2 s.
+    yield from _session_server(None, testbed_dir, "s3", _start_s3)
 
 
 @pytest.fixture(scope="session")
-def hdfs(testbed_dir: Path) -> Iterator[HdfsCluster]:
-    start = time.monotonic()
-    cluster = HdfsCluster(testbed_dir / "hdfs").start()
-    _timed("hdfs", start)
-    yield cluster
-    cluster.stop()
+def hdfs(_shared_testbed: Path | None, testbed_dir: Path) -> Iterator[HdfsCluster]:
+    yield from _session_server(
+        _shared_testbed, testbed_dir, "hdfs", lambda workdir: HdfsCluster(workdir).start()
+    )
 
 
 @pytest.fixture(scope="session")
