@@ -29,17 +29,33 @@ The apache-spark provider is not a dependency of this package, so the scan runs 
 
 (then check the number of jobs in the ``jobs`` table yourself). See docs/fleet.md for YARN,
 Kubernetes, EMR and Databricks.
+
+Configuration, so that a scheduled run needs no edit of this file: the Variable
+``sparklag_fleet_scan`` (a JSON object with any of the params below), then a manual run's conf
+on top. With neither, the hourly run is skipped with a log line saying how to configure it
+(unpausing the DAG before configuring it gives skipped runs, not failed ones)::
+
+    airflow variables set sparklag_fleet_scan '{"prefix": "s3a://lake/checkpoints",
+        "bootstrap_servers": "broker:9092", "output": "s3a://lake/sparklag/fleet-scan",
+        "master": "yarn"}'
+
+Spark's INFO lines (hundreds per run) go to the task log at DEBUG; ``spark_info_logs: true``
+logs them like the rest.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+import re
 from typing import Any
 
 from airflow.providers.common.compat.sdk import DAG, Param, task
 
 log = logging.getLogger("sparklag.fleet_scan")  # a DAG module's __name__ is mangled
+SETTINGS_VARIABLE = "sparklag_fleet_scan"
+# log4j's default pattern in spark-submit's output: "26/11/25 14:05:51 INFO SparkContext: ..."
+SPARK_INFO = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ")
 # An hourly scan that has not finished in 45 minutes is stuck: stop it before the next run.
 SCAN_TIMEOUT = datetime.timedelta(minutes=45)
 
@@ -64,8 +80,37 @@ def spark_submit_command(configured: str) -> tuple[str, dict[str, str]]:
     return str(Path(spark_home) / "bin" / "spark-submit"), env
 
 
-def run_streaming_output(command: list[str], env: dict[str, str]) -> tuple[int, list[str]]:
+def scan_settings(params: dict[str, Any], conf: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The params' defaults, the Variable's settings on top, a manual run's conf on top of
+    those; None when neither the Variable nor a conf says anything (nothing configured)."""
+    import json
+
+    from airflow.providers.common.compat.sdk import AirflowFailException, Variable
+
+    try:
+        raw = Variable.get(SETTINGS_VARIABLE, default=None)
+    except Exception:  # no Variable store to ask (a bare test run): not configured
+        raw = None
+    configured: dict[str, Any] = {}
+    if raw:
+        try:
+            configured = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        except ValueError as exc:
+            raise AirflowFailException(
+                f"Variable {SETTINGS_VARIABLE} is not a JSON object: {exc}"
+            ) from None
+        if not isinstance(configured, dict):
+            raise AirflowFailException(f"Variable {SETTINGS_VARIABLE} must be a JSON object")
+    if not configured and not conf:
+        return None
+    return {**params, **configured, **(conf or {})}
+
+
+def run_streaming_output(
+    command: list[str], env: dict[str, str], spark_info: bool = True
+) -> tuple[int, list[str]]:
     """Run ``command``, logging each output line as it comes; returns (exit code, last lines).
+    Without ``spark_info`` Spark's INFO lines go to DEBUG (and are counted at the end).
 
     The process gets its own session and is killed with its children when this task stops
     early (execution_timeout, a kill from the UI)."""
@@ -87,10 +132,19 @@ def run_streaming_output(command: list[str], env: dict[str, str]) -> tuple[int, 
     )
     try:
         assert process.stdout is not None
+        quiet = 0
         for line in process.stdout:
             line = line.rstrip("\n")
             tail.append(line)
-            log.info("spark-submit: %s", line)
+            if not spark_info and SPARK_INFO.match(line):
+                quiet += 1
+                log.debug("spark-submit: %s", line)
+            else:
+                log.info("spark-submit: %s", line)
+        if quiet:
+            log.info(
+                "%d Spark INFO lines logged at DEBUG (spark_info_logs: true shows them)", quiet
+            )
         return process.wait(), list(tail)
     finally:
         if process.poll() is None:
@@ -135,18 +189,29 @@ with DAG(
             "spark-submit", type="string", description="default: on PATH, else pyspark's own"
         ),
         "extra_args": Param([], type="array", description="more spark_scan arguments"),
+        "spark_info_logs": Param(False, type="boolean", description="Spark's INFO lines too"),
     },
 ) as dag:
 
     @task(execution_timeout=SCAN_TIMEOUT, retries=0)
-    def fleet_scan(params: dict | None = None, run_id: str | None = None) -> dict:
+    def fleet_scan(
+        params: dict | None = None, run_id: str | None = None, dag_run: Any = None
+    ) -> dict:
         import sys
 
-        from airflow.providers.common.compat.sdk import AirflowFailException
+        from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSkipException
 
         from airflow_sparklag import spark_scan  # cheap: pyspark is imported inside only
 
         assert params is not None
+        settings = scan_settings(dict(params), getattr(dag_run, "conf", None))
+        if settings is None:
+            raise AirflowSkipException(
+                f"not configured: set the Variable {SETTINGS_VARIABLE} to a JSON object "
+                '(e.g. {"prefix": "s3a://lake/checkpoints", "bootstrap_servers": "broker:9092",'
+                ' "output": "s3a://lake/sparklag/fleet-scan"}) or trigger the DAG with that conf'
+            )
+        params = settings
         spark_submit, env = spark_submit_command(params["spark_submit"])
         command = [
             spark_submit,
@@ -169,7 +234,9 @@ with DAG(
         ]
         log.info("running %s", " ".join(command))
         try:
-            returncode, tail = run_streaming_output(command, env)
+            returncode, tail = run_streaming_output(
+                command, env, spark_info=bool(params.get("spark_info_logs"))
+            )
         except FileNotFoundError:
             raise AirflowFailException(
                 f"{spark_submit} not found: install pyspark in the worker's environment or "

@@ -348,6 +348,16 @@ def test_fleet_scan_dag_fails_when_it_finds_no_checkpoint(airflow_db, tmp_path):
     print(f"fleet scan of an empty prefix failed after {elapsed:.1f}s")
 
 
+@pytest.mark.testbed
+def test_fleet_scan_dag_unpaused_before_it_is_configured_skips(airflow_db, tmp_path):
+    """Hourly, with no Variable sparklag_fleet_scan and no conf: the run is skipped and says
+    how to configure it, instead of failing on the default prefix every hour."""
+    output = dags_test("sparklag_fleet_scan", {}, airflow_env(tmp_path), timeout=300)
+    assert run_state(output) == "success", output[-4000:]
+    assert "not configured: set the Variable sparklag_fleet_scan" in output, output[-4000:]
+    assert "spark-submit: " not in output  # Spark never started
+
+
 def test_fleet_scan_streams_spark_submit_output_line_by_line():
     """The fleet scan's runner logs each line of the process's output as it comes, not at
     its end: a command printing a line every 0.3 s gives log records spread over its run."""
