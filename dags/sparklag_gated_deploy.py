@@ -89,6 +89,7 @@ with DAG(
         healthy_task_id="stop_old_job",
         lagging_task_id="wait_until_healthy",
         default_task_id="abort",
+        check_failed_task_id="abort",  # no checkpoint there, Kafka down: do not deploy
         **CONNECTIONS,
     )
     wait_until_healthy = SparkLagSensor(

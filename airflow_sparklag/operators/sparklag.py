@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import (
+    AirflowException,
     AirflowFailException,
     BaseBranchOperator,
     BaseOperator,
@@ -149,7 +150,10 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
     """Follows the task(s) that match the query's health verdict.
 
     Each ``*_task_id`` may be a task id or a list; a verdict with no task given follows
-    ``default_task_id`` (and without one the task fails). The check result goes to XCom under
+    ``default_task_id`` (and without one the task fails). ``check_failed_task_id`` is followed
+    when the check itself fails (no checkpoint there, storage or Kafka unreachable), with
+    ``{"verdict": {"health": "CHECK_FAILED", "reason": ...}}`` under the XCom key ``report``;
+    without it such a failure fails the task. The check result goes to XCom under
     the key ``report``.
 
     Example::
@@ -179,9 +183,11 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
         data_loss_task_id: str | list[str] | None = None,
         unknown_task_id: str | list[str] | None = None,
         default_task_id: str | list[str] | None = None,
+        check_failed_task_id: str | list[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.check_failed_task_id = check_failed_task_id
         self.branches = {
             "OK": healthy_task_id,
             "LAGGING": lagging_task_id,
@@ -197,7 +203,24 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
 
     def choose_branch(self, context: Context) -> str | list[str]:
         location, options = self.read_params(self._read_check)
-        result = self._check(location, options)
+        try:
+            result = self._check(location, options)
+        except AirflowFailException:  # a refusal or a bad parameter: no branch for that
+            raise
+        except AirflowException as exc:  # the check failed: missing checkpoint, Kafka down
+            if not self.check_failed_task_id:
+                raise
+            failed = {
+                "location": location,
+                "error": str(exc),
+                "verdict": {"health": "CHECK_FAILED", "reason": str(exc)},
+                "report": None,
+            }
+            context["ti"].xcom_push(key="report", value=failed)
+            self.log.warning(
+                "%s: the check failed (%s) -> %s", location, exc, self.check_failed_task_id
+            )
+            return self.check_failed_task_id
         health = health_name(result.verdict.health)
         context["ti"].xcom_push(key="report", value=result.to_dict())
         chosen = self.branches.get(health) or self.default_task_id

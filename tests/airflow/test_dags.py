@@ -358,6 +358,29 @@ def test_fleet_scan_dag_unpaused_before_it_is_configured_skips(airflow_db, tmp_p
     assert "spark-submit: " not in output  # Spark never started
 
 
+@pytest.mark.testbed
+def test_gated_deploy_takes_its_abort_branch_when_the_job_is_not_there(
+    airflow_db, kafka_conn, tmp_path
+):
+    """Triggered for a checkpoint that does not exist: check_health branches to abort (the
+    deploy is refused naming why) instead of failing, and nothing is stopped or started."""
+    missing = tmp_path / "no-such-checkpoint"
+    output = dags_test(
+        "sparklag_gated_deploy",
+        {
+            "checkpoint": str(missing),
+            "run_dir": str(tmp_path / "run"),
+            "kafka_config_id": kafka_conn,
+        },
+        airflow_env(tmp_path),
+        timeout=300,
+    )
+    assert run_state(output) == "failed", output[-4000:]
+    assert "deploy aborted: the running job is CHECK_FAILED" in output, output[-4000:]
+    assert "CheckpointNotFound" in output and str(missing) in output
+    assert not (tmp_path / "run").exists()  # stop_old_job / start_new_job never ran
+
+
 def test_fleet_scan_streams_spark_submit_output_line_by_line():
     """The fleet scan's runner logs each line of the process's output as it comes, not at
     its end: a command printing a line every 0.3 s gives log records spread over its run."""
