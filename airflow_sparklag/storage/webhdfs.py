@@ -32,6 +32,7 @@ from airflow_sparklag.errors import (
     StorageError,
     StorageNotFound,
     UnsupportedStorageURL,
+    UsageError,
 )
 from airflow_sparklag.storage import (
     HDFS_SCHEMES,
@@ -463,6 +464,10 @@ class WebHDFSStorage:
         """One operation's requests (yields the HdfsCLI client): whatever goes wrong is a typed
         error naming the path, the operation and where it failed."""
         import requests
+
+        _require("hdfs", "hdfs", "HDFS checkpoints are read through HdfsCLI")
+        if self.kerberos is not None:
+            _require("requests_gssapi", "kerberos", "Kerberized HDFS needs requests-gssapi")
         from hdfs import HdfsError
 
         client, session = self._connected
@@ -521,6 +526,16 @@ class WebHDFSStorage:
                 "--hdfs-kerberos (webhdfs_options['kerberos']=True), or give a principal and keytab"
             )
         return f"HTTP 401: {self.kerberos.problem()}"
+
+
+def _require(module: str, extra: str, why: str) -> None:
+    """A clear error, not an ImportError deep in a read, when an optional package is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise UsageError(
+            f"{why}, which is not installed: pip install 'airflow-provider-sparklag[{extra}]'"
+        )
 
 
 def _server(url: str) -> str:

@@ -266,3 +266,25 @@ def test_trim_location_keeps_scheme_and_authority(given: str, trimmed: str, join
 
     assert trim_location(given) == trimmed
     assert join(given, "offsets") == joined
+
+
+@pytest.mark.parametrize(
+    ("missing", "options", "extra"),
+    [("hdfs", {}, "[hdfs]"), ("requests_gssapi", {"kerberos": True}, "[kerberos]")],
+)
+def test_hdfs_without_its_extra_says_which_to_install(
+    monkeypatch: pytest.MonkeyPatch, missing: str, options: dict, extra: str
+) -> None:
+    # A package that is not installed cannot be made so in this venv: hide it from the finder.
+    import importlib.util
+
+    from airflow_sparklag.errors import UsageError
+    from airflow_sparklag.storage.webhdfs import WebHDFSStorage
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a)
+    )
+    storage = WebHDFSStorage("http://127.0.0.1:9", **options)
+    with pytest.raises(UsageError, match=rf"pip install 'airflow-provider-sparklag\{extra}'"):
+        storage.list_dir("/checkpoints/orders/offsets")
