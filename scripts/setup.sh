@@ -14,6 +14,43 @@ need "$PYTHON" "Python >= 3.10"
 need java "Java 17: apt-get update && apt-get install -y openjdk-17-jdk-headless"
 need mvn "Maven: apt-get update && apt-get install -y maven"
 
+fetch_jars() {  # fetch_jars COMPONENT...: Maven Central -> $CACHE/jars/<component>, once
+  mkdir -p "$CACHE/jars"
+  local component pom dir want
+  for component in "$@"; do
+    pom="testbed/jars/$component/pom.xml"
+    dir="$CACHE/jars/$component"
+    want=$(sha256sum "$pom" | cut -c1-16)
+    if [ "$(cat "$dir/.complete" 2>/dev/null)" != "$want" ]; then
+      echo "setup: fetching $component jars into $dir"
+      rm -rf "$dir.partial"
+      mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
+        -DoutputDirectory="$dir.partial" >"$CACHE/mvn-$component.log" 2>&1 || {
+          echo "setup: Maven could not fetch $component jars; log $CACHE/mvn-$component.log:" >&2
+          tail -n 20 "$CACHE/mvn-$component.log" >&2; exit 1; }
+      echo "$want" > "$dir.partial/.complete"
+      rm -rf "$dir" && mv "$dir.partial" "$dir"
+    fi
+  done
+}
+
+# --- `--demo`: only what scripts/demo.sh runs (the package with Airflow and PySpark, Kafka and
+# Spark's Kafka connector); the test command sets up the rest. -----------------------------------
+if [ "${1:-}" = "--demo" ]; then
+  want_py=$(cat pyproject.toml constraints.txt 2>/dev/null | sha256sum | cut -c1-16)
+  [ -x "$VENV/bin/python" ] || { echo "setup: creating virtualenv $VENV"; "$PYTHON" -m venv "$VENV"; }
+  if [ "$(cat "$VENV/.sparklag-installed" 2>/dev/null)" != "$want_py" ] \
+      && [ "$(cat "$VENV/.sparklag-demo-installed" 2>/dev/null)" != "$want_py" ]; then
+    echo "setup: installing Python packages for the demo (pip cache makes repeats fast)"
+    "$VENV/bin/pip" install -q --upgrade pip
+    "$VENV/bin/pip" install -q -c constraints.txt -e '.[airflow,spark]'
+    echo "$want_py" > "$VENV/.sparklag-demo-installed"
+  fi
+  fetch_jars kafka spark-kafka
+  echo "setup: demo ready in $(( $(date +%s) - start ))s (venv $VENV, jars $CACHE/jars)"
+  exit 0
+fi
+
 # --- Kerberos headers: the apache-hdfs provider (airflow-hdfs extra) builds gssapi from source ----
 if ! command -v krb5-config >/dev/null 2>&1; then
   echo "setup: installing libkrb5-dev (Debian package; gssapi for the apache-hdfs provider)"
@@ -53,22 +90,7 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 
 # --- jars ----------------------------------------------------------------------------------------
-mkdir -p "$CACHE/jars"
-for component in kafka spark-kafka s3a hdfs kdc; do
-  pom="testbed/jars/$component/pom.xml"
-  dir="$CACHE/jars/$component"
-  want=$(sha256sum "$pom" | cut -c1-16)
-  if [ "$(cat "$dir/.complete" 2>/dev/null)" != "$want" ]; then
-    echo "setup: fetching $component jars into $dir"
-    rm -rf "$dir.partial"
-    mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
-      -DoutputDirectory="$dir.partial" >"$CACHE/mvn-$component.log" 2>&1 || {
-        echo "setup: Maven could not fetch $component jars; log $CACHE/mvn-$component.log:" >&2
-        tail -n 20 "$CACHE/mvn-$component.log" >&2; exit 1; }
-    echo "$want" > "$dir.partial/.complete"
-    rm -rf "$dir" && mv "$dir.partial" "$dir"
-  fi
-done
+fetch_jars kafka spark-kafka s3a hdfs kdc
 bash scripts/setup_spark35.sh  # pyspark 3.5 venv + its Kafka connector (Spark 3.5 tests)
 bash scripts/setup_compat.sh  # Airflow 2.11 / 3.0 and Python 3.10 / 3.13 venvs (test_compat.sh)
 
