@@ -27,6 +27,28 @@ from testbed.spark import spark_session  # noqa: E402
 BIN = Path(sys.executable).parent
 
 
+def quiet_spark_session(workdir: Path):  # type: ignore[no-untyped-def]
+    """The Spark session, its JVM's start-up lines (Java's incubator notice, log4j's profile,
+    native-hadoop warnings) in ``spark-jvm.log`` instead of the demo's output: the JVM keeps
+    the file as its stderr; Python's own stderr comes back once the JVM is up."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark(\.|$)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = workdir / "spark-jvm.log"
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(log, "ab") as target:
+        os.dup2(target.fileno(), 2)
+    try:
+        session = spark_session(workdir)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    print(f"Spark's own log: {log}")
+    return session
+
+
 def step(text: str) -> None:
     print(f"\n=== {text}", flush=True)
 
@@ -45,7 +67,7 @@ def main() -> int:
         print("produced 6000 records to orders (4 partitions)")
 
         step("starting a PySpark Structured Streaming job on orders (100 records per batch)")
-        spark = spark_session(work / "spark")
+        spark = quiet_spark_session(work / "spark")
         stream = jobs.kafka_stream(
             spark, broker.bootstrap, topics=["orders"], options={"maxOffsetsPerTrigger": "100"}
         )
