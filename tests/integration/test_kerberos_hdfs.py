@@ -191,3 +191,89 @@ def test_a_user_without_permission_gets_403_naming_path_and_user(secure_hdfs, mo
     )
     with pytest.raises(StorageAccessDenied, match=r"/private.*user=bob"):
         bob.list_dir(f"{secure_hdfs.namenode_uri}/private")
+
+
+def test_fleet_and_snapshot_on_the_kerberized_cluster(kerberized, secure_hdfs, kafka):
+    """`status --prefix` discovers the checkpoint and `snapshot` writes one, both logged in
+    from a keytab."""
+    flags = [
+        "--webhdfs-url",
+        secure_hdfs.webhdfs_url,
+        "--hdfs-ca-bundle",
+        str(secure_hdfs.ca_bundle),
+        "--hdfs-principal",
+        secure_hdfs.principal("alice"),
+        "--hdfs-keytab",
+        str(secure_hdfs.keytab("alice")),
+    ]
+    env = {**os.environ, "KRB5_CONFIG": secure_hdfs.krb5_conf}
+    prefix = kerberized["location"].rsplit("/", 1)[0]
+    fleet = subprocess.run(
+        [str(SPARKLAG), "status", "--prefix", prefix, "-b", kafka.bootstrap, "--json", *flags],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    assert fleet.returncode in (0, 1, 2), fleet.stdout + fleet.stderr
+    document = json.loads(fleet.stdout)
+    locations = [r["location"] for r in document.get("results", [document])]
+    assert kerberized["location"] in locations
+    snapshots = f"{secure_hdfs.namenode_uri}/checkpoints/snapshots-{uuid.uuid4().hex[:6]}"
+    snap = subprocess.run(
+        [
+            str(SPARKLAG),
+            "snapshot",
+            kerberized["location"],
+            "--to",
+            snapshots,
+            "-b",
+            kafka.bootstrap,
+            "--json",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    assert snap.returncode == 0, snap.stdout + snap.stderr
+    written = json.loads(snap.stdout)
+    offsets = json.dumps(written)
+    committed = kerberized["committed"][kerberized["topic"]]
+    assert all(str(o) in offsets for o in committed.values())
+
+
+def test_airflow_hook_with_a_kerberos_webhdfs_connection(
+    kerberized, secure_hdfs, kafka, monkeypatch
+):
+    """A `webhdfs` connection whose extra asks for Kerberos (principal + keytab, CA bundle)."""
+    from airflow_sparklag.hooks.sparklag import SparkLagHook
+
+    monkeypatch.setenv("KRB5_CONFIG", secure_hdfs.krb5_conf)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_DEFAULT",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka.bootstrap}}),
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_HDFS_KRB",
+        json.dumps(
+            {
+                "conn_type": "webhdfs",
+                "host": "localhost",
+                "port": int(secure_hdfs.webhdfs_url.rsplit(":", 1)[1]),
+                "extra": {
+                    "use_ssl": True,
+                    "verify": str(secure_hdfs.ca_bundle),
+                    "principal": secure_hdfs.principal("alice"),
+                    "keytab": str(secure_hdfs.keytab("alice")),
+                },
+            }
+        ),
+    )
+    hook = SparkLagHook(webhdfs_conn_id="hdfs_krb")
+    offsets = hook.committed_offsets(kerberized["location"])["offsets"]
+    committed = kerberized["committed"][kerberized["topic"]]
+    assert {int(p): o for ps in offsets.values() for p, o in ps[kerberized["topic"]].items()} == (
+        committed
+    )
