@@ -38,6 +38,7 @@ from airflow_sparklag.storage.s3_obstore import (
     CREDENTIAL_TTL,
     ObstoreReader,
     answer_of,
+    header_safe_credentials,
     settings_from,
 )
 
@@ -313,6 +314,10 @@ class S3Storage:
             provider = Boto3CredentialProvider(self._session, ttl=CREDENTIAL_TTL)
         except ValueError:
             return None  # no credentials anywhere: boto3 reports NoCredentials as usual
+        if not header_safe_credentials(provider):
+            # object_store panics signing a header value with CR/LF, control or non-ASCII
+            # characters; boto3 refuses such a credential with an error naming the request.
+            return None
         verify = self._verify
         if verify is None:
             verify = os.environ.get("AWS_CA_BUNDLE") or None
@@ -416,7 +421,9 @@ class S3Storage:
     def read(self, path: str) -> bytes:
         bucket, key = split_s3_url(path)
         self.requests.add("read")
-        fast = self._obstore(bucket)
+        # object_store's paths drop a trailing "/": a directory marker ("ck/", which s3a
+        # writes) would be read as "ck" and be missing; boto3 reads the key as it is.
+        fast = self._obstore(bucket) if not key.endswith("/") else None
         if fast is not None:
             data = self._fast_call(path, "read", bucket, fast.read, key)
             if data is not _BOTO3:
@@ -602,6 +609,14 @@ class S3Storage:
         except Exception as exc:
             code, status = answer_of(exc)
             described = fast.describe(exc) if fast else type(exc).__name__
+        except BaseException as exc:  # a Rust panic (pyo3's PanicException): never a crash
+            if type(exc).__name__ != "PanicException":
+                raise
+            raise StorageError(
+                f"{path}: {action} failed inside obstore (object_store panicked: "
+                f"{scrub(str(exc), self._secrets())[:200]}); s3_options={{'reader': 'boto3'}} "
+                "reads through boto3"
+            ) from None
         endpoint = self._client_options.get("endpoint_url") or "the S3 endpoint"
         if code in _REGION_REDIRECT:
             self._boto3_buckets.add(bucket)

@@ -121,6 +121,20 @@ def settings_from(
     )
 
 
+def header_safe_credentials(provider: Any) -> bool:
+    """Whether the provider's credentials can go into an HTTP header as object_store signs
+    them (printable ASCII only); False also when they cannot be had now."""
+    try:
+        credentials = provider()
+    except Exception:
+        return False
+    values = (credentials.get(k) for k in ("access_key_id", "secret_access_key", "token"))
+    return all(
+        value is None or (isinstance(value, str) and all(" " <= ch <= "~" for ch in value))
+        for value in values
+    )
+
+
 def _pem(path: str, what: str) -> str:
     try:
         with open(path, encoding="ascii") as bundle:

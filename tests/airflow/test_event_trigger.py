@@ -159,7 +159,9 @@ def test_one_event_per_transition_none_while_it_persists(kafka, kafka_conn, cons
             assert len(watch.events) == 2, watch.events
             # Every poll went through one checker on one session: its readers and clients
             # lived between polls (one reader per job, none rebuilt).
-            assert trigger.fleet.polls == trigger.polls
+            # (one poll may be in flight when looked at: counted by the trigger, not yet by
+            # the checker)
+            assert trigger.polls - 1 <= trigger.fleet.polls <= trigger.polls
             assert sorted(k[0] for k in trigger.fleet.session._readers) == trigger.fleet.locations
         finally:
             await watch.stop()

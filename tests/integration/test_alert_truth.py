@@ -311,7 +311,8 @@ def test_a_run_that_died_left_records_behind(spark, kafka, tmp_path):
     assert (run.first_batch_id, run.complete, run.records_left) == (0, False, 300)
 
 
-def test_stopped_is_not_reported_before_records_waited(kafka, bursty, scheduled):
+def test_stopped_is_not_reported_before_records_waited(kafka, scheduled, bursty):
+    # `bursty` last: the slow `scheduled` set-up must not age its records before this check.
     # Right after the stop the 3,000 records have waited a few seconds: not STOPPED yet.
     result = status(kafka, bursty["ck"])
     assert time.time() - bursty["produced_at"] < STOPPED_MIN_IDLE_SECONDS
