@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from testbed.paths import classpath
-from testbed.process import JAVA_OPENS, Process, free_port, port_open
+from testbed.process import Process, free_port, hadoop_jvm, port_open
 
 
 class HdfsCluster:
@@ -29,22 +29,8 @@ class HdfsCluster:
     def start(self, timeout: float = 120.0) -> HdfsCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         details = self.workdir / "details.json"
-        log4j = self.workdir / "log4j.properties"
-        log4j.write_text(
-            "log4j.rootLogger=WARN, stdout\n"
-            "log4j.appender.stdout=org.apache.log4j.ConsoleAppender\n"
-            "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n"
-            "log4j.appender.stdout.layout.ConversionPattern=%d %p %c: %m%n\n"
-        )
         argv = [
-            "java",
-            f"-Xmx{self.heap}",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            *JAVA_OPENS,
-            f"-Dlog4j.configuration=file:{log4j}",
-            f"-Dtest.build.data={self.workdir / 'data'}",
-            "-Dhadoop.tmp.dir=" + str(self.workdir / "tmp"),
+            *hadoop_jvm(self.workdir, self.heap),
             "-cp",
             classpath("hdfs"),
             "org.apache.hadoop.mapreduce.MiniHadoopClusterManager",

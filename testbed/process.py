@@ -37,6 +37,29 @@ JAVA_OPENS = [
 ]
 
 
+def hadoop_jvm(workdir: Path, heap: str) -> list[str]:
+    """``java`` and the options every Hadoop JVM of the test bed starts with: a small heap,
+    Spark's --add-opens, log4j at WARN to stdout (written into ``workdir``), data and tmp
+    directories under ``workdir``."""
+    log4j = workdir / "log4j.properties"
+    log4j.write_text(
+        "log4j.rootLogger=WARN, stdout\n"
+        "log4j.appender.stdout=org.apache.log4j.ConsoleAppender\n"
+        "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n"
+        "log4j.appender.stdout.layout.ConversionPattern=%d %p %c: %m%n\n"
+    )
+    return [
+        "java",
+        f"-Xmx{heap}",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        *JAVA_OPENS,
+        f"-Dlog4j.configuration=file:{log4j}",
+        f"-Dtest.build.data={workdir / 'data'}",
+        f"-Dhadoop.tmp.dir={workdir / 'tmp'}",
+    ]
+
+
 class TestbedError(RuntimeError):
     """A test-bed component could not start; the message carries its log tail."""
 

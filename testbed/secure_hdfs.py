@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.paths import REPO, classpath
-from testbed.process import JAVA_OPENS, Process
+from testbed.process import Process, hadoop_jvm
 
 KRB5_CONF = """[libdefaults]
     default_realm = {realm}
@@ -159,22 +159,8 @@ class SecureHdfs:
         details = self.workdir / "details.json"
         details.unlink(missing_ok=True)
         conf = self._tls()
-        log4j = self.workdir / "log4j.properties"
-        log4j.write_text(
-            "log4j.rootLogger=WARN, stdout\n"
-            "log4j.appender.stdout=org.apache.log4j.ConsoleAppender\n"
-            "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n"
-            "log4j.appender.stdout.layout.ConversionPattern=%d %p %c: %m%n\n"
-        )
         argv = [
-            "java",
-            f"-Xmx{self.heap}",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            *JAVA_OPENS,
-            f"-Dlog4j.configuration=file:{log4j}",
-            f"-Dtest.build.data={self.workdir / 'data'}",
-            f"-Dhadoop.tmp.dir={self.workdir / 'tmp'}",
+            *hadoop_jvm(self.workdir, self.heap),
             "-cp",
             f"{classpath('hdfs')}:{classpath('kdc')}:{conf}",
             str(REPO / "testbed" / "java" / "SecureHdfs.java"),
