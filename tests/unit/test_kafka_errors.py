@@ -236,4 +236,4 @@ def test_a_bootstrap_list_of_dead_servers_fails_within_one_timeout() -> None:
         pytest.raises(KafkaUnavailable, match="did not answer a metadata request within 2 s"),
     ):
         kafka.snapshot(["orders"])
-    assert time.monotonic() - started < 2 * 2  # before: the check's timeout, then the request's
+    assert time.monotonic() - started < 2 + 1.0
