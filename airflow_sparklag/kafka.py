@@ -486,10 +486,11 @@ class KafkaOffsetsClient:
 
         futures: dict[str, concurrent.futures.Future] = {}
         clients = []  # held until the answers are in: a freed handle cancels its requests
+        check_log = _ClientLog(self._secrets)  # a dead server's retries: one line, not forty
         for server in servers:
             config = self._client_config()
             config["bootstrap.servers"] = server
-            config["logger"] = self._client_log  # a dead server's retries: one line, its cause
+            config["logger"] = check_log
             try:
                 clients.append(AdminClient(config))
                 futures[server] = clients[-1].describe_cluster(request_timeout=self._timeout)
@@ -499,12 +500,9 @@ class KafkaOffsetsClient:
         # is down (one broker in maintenance) must not cost every check a whole timeout, and live
         # servers answer within milliseconds of each other.
         pending = list(futures.values())
-        first, pending_set = concurrent.futures.wait(
+        _first, pending_set = concurrent.futures.wait(
             pending, timeout=self._timeout, return_when=concurrent.futures.FIRST_COMPLETED
         )
-        if pending and not first:  # no server answered at all: the cluster is unreachable,
-            # and the request after this must not wait a second timeout to say so
-            raise self._unavailable("a metadata request")
         if pending_set:
             concurrent.futures.wait(pending_set, timeout=min(_ANSWER_GRACE, self._timeout))
         found: dict[str, str | None] = dict.fromkeys(servers)
