@@ -86,6 +86,19 @@ class KafkaSnapshot:
 redact_config = redact_kafka_config
 
 
+# ListOffsets errors of a partition whose leadership is moving: asked again within the timeout.
+_LEADER_MOVING = frozenset(
+    {
+        "NOT_LEADER_FOR_PARTITION",
+        "LEADER_NOT_AVAILABLE",
+        "FENCED_LEADER_EPOCH",
+        "UNKNOWN_LEADER_EPOCH",
+        "OFFSET_NOT_AVAILABLE",
+        "NOT_LEADER_OR_FOLLOWER",
+    }
+)
+
+
 def _error_code(exc: BaseException) -> str:
     """librdkafka's error name (e.g. "_TRANSPORT") of a KafkaException, or "" if none."""
     if exc.args and hasattr(exc.args[0], "name"):
@@ -448,18 +461,6 @@ class KafkaOffsetsClient:
             found[key] = error if error is not None else future.result(timeout=0)
         return found
 
-    def _wait(self, futures: Mapping[Any, concurrent.futures.Future], what: str) -> dict:
-        """Results of all futures, bounded by the client timeout; errors translated."""
-        results = {}
-        for key, outcome in self.outcomes(futures, what).items():
-            if isinstance(outcome, BaseException):
-                topic = getattr(key, "topic", None)
-                if isinstance(key, tuple) and len(key) == 2:
-                    topic = getattr(key[1], "topic", topic)
-                raise self.translate(outcome, what, topic) from outcome
-            results[key] = outcome
-        return results
-
     def _blocking(self, call: Callable[[], Any], what: str) -> Any:
         """Run a blocking librdkafka call (bounded by its own timeout) in a helper thread, so
         that refused credentials are seen while it waits; its errors are raised as they are."""
@@ -599,13 +600,44 @@ class KafkaOffsetsClient:
         partitions: Mapping[str, list[int]],
         what: str,
     ) -> dict[str, dict[tuple[str, int], int]]:
-        """Send one ListOffsets per named request (spec, isolation) at once; wait for all."""
+        """Send one ListOffsets per named request (spec, isolation) at once; wait for all.
+
+        A partition whose leader is moving (a partition just added, a broker restarting:
+        NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, ...) is asked again after a short
+        pause, within the same client timeout; any other error is raised at once.
+        """
+        deadline = time.monotonic() + self._timeout
+        out: dict[str, dict[tuple[str, int], int]] = {name: {} for name in requests}
+        todo = {name: dict(partitions) for name in requests}
+        while True:
+            futures = self._send_list_offsets(requests, todo, what)
+            retry: dict[str, dict[str, list[int]]] = {}
+            for (name, tp), outcome in self.outcomes(futures, what, deadline).items():
+                if isinstance(outcome, BaseException):
+                    if _error_code(outcome) in _LEADER_MOVING and time.monotonic() < deadline:
+                        retry.setdefault(name, {}).setdefault(tp.topic, []).append(tp.partition)
+                        continue
+                    raise self.translate(outcome, what, tp.topic) from outcome
+                out[name][(tp.topic, tp.partition)] = int(outcome.offset)
+            if not retry:
+                return out
+            todo = retry
+            time.sleep(min(_POLL_INTERVAL, max(0.0, deadline - time.monotonic())))
+
+    def _send_list_offsets(
+        self,
+        requests: Mapping[str, tuple[Any, Any]],
+        partitions: Mapping[str, Mapping[str, list[int]]],
+        what: str,
+    ) -> dict[tuple[str, Any], concurrent.futures.Future]:
         from confluent_kafka import TopicPartition
 
         admin = self._get_admin()
         futures: dict[tuple[str, Any], concurrent.futures.Future] = {}
         for name, (spec, isolation) in requests.items():
-            query = {TopicPartition(t, p): spec for t, ps in partitions.items() for p in ps}
+            query = {
+                TopicPartition(t, p): spec for t, ps in partitions.get(name, {}).items() for p in ps
+            }
             if not query:
                 continue
             kwargs: dict[str, Any] = {"request_timeout": self._timeout}
@@ -616,11 +648,7 @@ class KafkaOffsetsClient:
                     futures[(name, tp)] = fut
             except Exception as exc:
                 raise self.translate(exc, what) from exc
-        results = self._wait(futures, what)
-        out: dict[str, dict[tuple[str, int], int]] = {name: {} for name in requests}
-        for (name, tp), info in results.items():
-            out[name][(tp.topic, tp.partition)] = int(info.offset)
-        return out
+        return futures
 
     # -- public calls -------------------------------------------------------------------------
 

@@ -212,14 +212,8 @@ class KafkaBroker:
             request_timeout=20,
         )
         futures[name].result(timeout=30)
-        # metadata propagates asynchronously; wait until every partition has a leader
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            md = self.admin().list_topics(name, timeout=5).topics.get(name)
-            if md and not md.error and len(md.partitions) == partitions:
-                return name
-            time.sleep(0.2)
-        raise TestbedError(f"topic {name} did not get {partitions} partitions in time")
+        self._wait_for_leaders(name, partitions)
+        return name
 
     def add_partitions(self, name: str, total: int) -> None:
         from confluent_kafka.admin import NewPartitions
@@ -227,6 +221,24 @@ class KafkaBroker:
         self.admin().create_partitions([NewPartitions(name, total)], request_timeout=20)[
             name
         ].result(timeout=30)
+        self._wait_for_leaders(name, total)
+
+    def _wait_for_leaders(self, name: str, partitions: int) -> None:
+        """Metadata and leadership propagate asynchronously: wait until the topic lists every
+        partition and each answers a ListOffsets (a new partition's first answers can be
+        NOT_LEADER_FOR_PARTITION)."""
+        deadline = time.monotonic() + 30
+        last: object = None
+        while time.monotonic() < deadline:
+            md = self.admin().list_topics(name, timeout=5).topics.get(name)
+            if md and not md.error and len(md.partitions) == partitions:
+                try:
+                    self.end_offsets(name, retry=False)
+                    return
+                except Exception as exc:  # retried until the deadline
+                    last = exc
+            time.sleep(0.2)
+        raise TestbedError(f"topic {name} did not get {partitions} led partitions in time: {last}")
 
     def produce(
         self, topic: str, n: int, partition: int | None = None, prefix: str = "r", start: int = 0
@@ -264,14 +276,23 @@ class KafkaBroker:
             )
         return n
 
-    def end_offsets(self, topic: str) -> dict[int, int]:
+    def end_offsets(self, topic: str, retry: bool = True) -> dict[int, int]:
+        """Log end offset of each partition; a partition whose leader is moving is asked again
+        (for up to 30 s) unless ``retry`` is False."""
         from confluent_kafka import TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
-        md = self.admin().list_topics(topic, timeout=10).topics[topic]
-        request = {TopicPartition(topic, p): OffsetSpec.latest() for p in md.partitions}
-        result = self.admin().list_offsets(request, request_timeout=10)
-        return {tp.partition: fut.result(timeout=15).offset for tp, fut in result.items()}
+        deadline = time.monotonic() + (30 if retry else 0)
+        while True:
+            md = self.admin().list_topics(topic, timeout=10).topics[topic]
+            request = {TopicPartition(topic, p): OffsetSpec.latest() for p in md.partitions}
+            result = self.admin().list_offsets(request, request_timeout=10)
+            try:
+                return {tp.partition: fut.result(timeout=15).offset for tp, fut in result.items()}
+            except Exception:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
 
 
 def str_uuid_base64() -> str:

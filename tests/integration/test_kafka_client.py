@@ -137,3 +137,48 @@ def test_unreachable_broker_fails_fast() -> None:
     message = str(info.value)
     assert f"127.0.0.1:{port}" in message and "3 s" in message
     assert "hunter2" not in message and "another-secret" not in message
+
+
+def _leader_moving_once(client, code: str):  # type: ignore[no-untyped-def]
+    """Fault injection (a leader election cannot be timed for real): the first ListOffsets
+    answers ``code`` for partition 1; later ones go to the real broker."""
+    from confluent_kafka import KafkaError as RdKafkaError
+    from confluent_kafka import KafkaException
+
+    admin = client._get_admin()
+    real = admin.list_offsets
+    calls = []
+
+    def list_offsets(query, **kwargs):  # type: ignore[no-untyped-def]
+        futures = real(query, **kwargs)
+        calls.append(sorted(tp.partition for tp in query))
+        if len(calls) == 1:
+            for tp in list(futures):
+                if tp.partition == 1:
+                    import concurrent.futures
+
+                    failed: concurrent.futures.Future = concurrent.futures.Future()
+                    failed.set_exception(KafkaException(RdKafkaError(getattr(RdKafkaError, code))))
+                    futures[tp] = failed
+        return futures
+
+    admin.list_offsets = list_offsets
+    return calls
+
+
+def test_a_moving_leader_is_asked_again_and_other_errors_are_not(kafka, client) -> None:  # type: ignore[no-untyped-def]
+    """NOT_LEADER_FOR_PARTITION (seen for real on a partition just added) is asked again
+    within the timeout and the numbers are exact; an authorization error fails at once."""
+    topic = _topic(kafka, partitions=2)
+    kafka.produce(topic, 5, partition=1)
+    calls = _leader_moving_once(client, "NOT_LEADER_FOR_PARTITION")
+    snap = client.snapshot([topic])
+    assert {p: o.log_end for p, o in snap.partitions[topic].items()} == {0: 0, 1: 5}
+    assert calls[0] == [0, 1] and calls[-1] == [1], calls
+
+    with KafkaOffsetsClient({"bootstrap.servers": kafka.bootstrap}, timeout=15) as other:
+        _leader_moving_once(other, "TOPIC_AUTHORIZATION_FAILED")
+        started = time.monotonic()
+        with pytest.raises(KafkaError):
+            other.snapshot([topic])
+        assert time.monotonic() - started < 5
