@@ -86,6 +86,8 @@ class KafkaSnapshot:
 redact_config = redact_kafka_config
 
 
+# What a bootstrap server that never answered leaves (dead, hung or filtered).
+_NO_ANSWER_CODES = frozenset({"_TIMED_OUT", "_TRANSPORT", "_ALL_BROKERS_DOWN", "REQUEST_TIMED_OUT"})
 # ListOffsets errors of a partition whose leadership is moving: asked again within the timeout.
 _LEADER_MOVING = frozenset(
     {
@@ -507,9 +509,19 @@ class KafkaOffsetsClient:
         if pending_set:
             concurrent.futures.wait(pending_set, timeout=min(_ANSWER_GRACE, self._timeout))
         found: dict[str, str | None] = dict.fromkeys(servers)
+        errors, answered = [], 0
         for server, future in futures.items():
-            if future.done() and future.exception() is None:
+            if not future.done():
+                errors.append("_TIMED_OUT")
+            elif future.exception() is not None:
+                errors.append(_error_code(future.exception()))  # type: ignore[arg-type]
+            else:
+                answered += 1
                 found[server] = str(future.result().cluster_id or "") or None
+        if not answered and errors and all(code in _NO_ANSWER_CODES for code in errors):
+            # No server answered within the timeout: the request after this one would wait a
+            # second timeout to learn the same (a list of hung servers failed in 2x the bound).
+            raise self._unavailable("a metadata request")
         return found
 
     def _check_one_cluster(self) -> None:

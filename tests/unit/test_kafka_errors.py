@@ -225,3 +225,29 @@ def test_kerberos_with_a_wheel_without_gssapi_says_which_builds_have_it() -> Non
     assert "Current build options: PLAIN SASL_SCRAM OAUTHBEARER" in message
     assert "conda-forge" in message and "recompile" not in message
     assert time.monotonic() - started < 1  # refused before any request
+
+
+def test_a_bootstrap_list_of_hung_servers_fails_within_one_timeout() -> None:
+    """Two servers that accept connections and never answer (a hung broker, a black-holing
+    proxy): the one-cluster check sees no answer within the timeout and says so at once;
+    before, the metadata request after it waited a second timeout (4 s for a 2 s bound)."""
+    import socket
+
+    listeners = []
+    for _ in range(2):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)  # accepted by the kernel, never read: no answer ever comes
+        listeners.append(sock)
+    servers = ",".join(f"127.0.0.1:{s.getsockname()[1]}" for s in listeners)
+    started = time.monotonic()
+    try:
+        with (
+            KafkaOffsetsClient({"bootstrap.servers": servers}, timeout=2) as kafka,
+            pytest.raises(KafkaUnavailable, match="did not answer a metadata request within 2 s"),
+        ):
+            kafka.snapshot(["orders"])
+    finally:
+        for sock in listeners:
+            sock.close()
+    assert time.monotonic() - started < 2 + 1.0
