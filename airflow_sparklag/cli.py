@@ -402,10 +402,11 @@ def _print_results(args: argparse.Namespace, results: list[CheckResult]) -> None
     results = sorted(results, key=lambda r: natural_key(r.location))
     if args.json:
         if len(results) == 1:
-            document: Any = results[0].to_dict()
-        else:
-            document = {"summary": summary_of(results), "results": [r.to_dict() for r in results]}
-        _out(json.dumps(document, indent=2), args)
+            _out(json.dumps(results[0].to_dict(), indent=2), args)
+        else:  # one result per line: json's C encoder (indent= runs the pure-Python one)
+            rows = ",\n".join(json.dumps(r.to_dict()) for r in results)
+            summary = json.dumps(summary_of(results))
+            _out(f'{{"summary": {summary},\n"results": [\n{rows}\n]}}', args)
         return
     if len(results) > 1 and not args.detail:
         _out(compact_table(results), args)

@@ -780,7 +780,9 @@ class KafkaOffsetsClient:
                     raise refused
                 if remaining <= 0:
                     break
-                for msg in consumer.consume(num_messages=500, timeout=min(remaining, 1.0)):
+                # consume() returns at num_messages or at its timeout: a short timeout, or a
+                # partition's first fetch (fewer records than asked) costs a whole second.
+                for msg in consumer.consume(num_messages=500, timeout=min(remaining, 0.05)):
                     key = (msg.topic(), msg.partition())
                     if key not in pending:
                         continue

@@ -28,9 +28,14 @@ if TYPE_CHECKING:
     from airflow_sparklag.kafka import KafkaSnapshot
 
 
+_JSON_LEAVES = frozenset({str, int, bool})
+
+
 def json_safe(value: Any) -> Any:
     """`value` turned into JSON types: dataclasses and mappings become dicts with string keys,
     tuples/sets become lists (sets sorted), NaN and infinities become None."""
+    if value is None or type(value) in _JSON_LEAVES:  # most values: answered first
+        return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: json_safe(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
