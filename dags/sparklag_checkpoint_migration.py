@@ -25,6 +25,7 @@ Connections come from params by id (``kafka_config_id``, ``aws_conn_id``, ``webh
 from __future__ import annotations
 
 import datetime
+import logging
 
 from airflow.providers.common.compat.sdk import (
     DAG,
@@ -40,6 +41,8 @@ from airflow_sparklag.operators.snapshot import (
 )
 from airflow_sparklag.operators.sparklag import SparkLagCheckOperator
 from airflow_sparklag.sensors.sparklag import SparkCheckpointProgressSensor
+
+log = logging.getLogger("sparklag.checkpoint_migration")  # a DAG module's __name__ is mangled
 
 CONNECTIONS = {
     "kafka_config_id": "{{ params.kafka_config_id }}",
@@ -99,7 +102,9 @@ with DAG(
     @task
     def stop_old_job(params=None) -> int | None:  # type: ignore[no-untyped-def]
         if not params["old_job_name"]:
-            raise AirflowSkipException("no old_job_name: the job is stopped outside this DAG")
+            reason = "no old_job_name: the job is stopped outside this DAG"
+            log.info("%s", reason)  # Airflow 3 logs a skip without its reason
+            raise AirflowSkipException(reason)
         from jobs.process_control import stop_job
 
         return stop_job(params["run_dir"], params["old_job_name"])

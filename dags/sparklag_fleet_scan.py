@@ -206,11 +206,13 @@ with DAG(
         assert params is not None
         settings = scan_settings(dict(params), getattr(dag_run, "conf", None))
         if settings is None:
-            raise AirflowSkipException(
+            reason = (
                 f"not configured: set the Variable {SETTINGS_VARIABLE} to a JSON object "
                 '(e.g. {"prefix": "s3a://lake/checkpoints", "bootstrap_servers": "broker:9092",'
                 ' "output": "s3a://lake/sparklag/fleet-scan"}) or trigger the DAG with that conf'
             )
+            log.warning("%s", reason)  # Airflow 3 logs only "Skipping task.", not the reason
+            raise AirflowSkipException(reason)
         params = settings
         spark_submit, env = spark_submit_command(params["spark_submit"])
         command = [

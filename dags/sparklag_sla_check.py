@@ -175,6 +175,7 @@ with DAG(
 
         jobs = ti.xcom_pull(task_ids="load_jobs") or []
         if not jobs:
+            log.info("no jobs were checked (see load_jobs)")
             raise AirflowSkipException("no jobs were checked (see load_jobs)")
         results = ti.xcom_pull(task_ids="check_sla") or []
         if isinstance(results, dict):  # a single mapped instance comes back unwrapped

@@ -93,6 +93,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
 
     def _fail(self, message: str) -> None:
         if self.soft_fail:
+            self.log.warning("%s", message)  # Airflow 3 logs a skip without its reason
             raise AirflowSkipException(message)
         raise AirflowFailException(message)
 
@@ -134,6 +135,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
             self._fail(message)
         if status == "timeout":
             if self.soft_fail:
+                self.log.warning("%s", message)
                 raise AirflowSkipException(message)
             raise AirflowSensorTimeout(message)
         raise AirflowException(message or f"unexpected trigger event {event!r}")

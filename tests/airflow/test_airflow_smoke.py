@@ -4,8 +4,8 @@ triggerer (LocalExecutor, SQLite), driven only through the REST API, as a user w
 - the gated deploy against a lagging job: its sensor is seen ``deferred`` (the triggerer holds
   it), the job catches up, the trigger fires, the deploy starts the new version and the run
   succeeds;
-- the SLA check unpaused with the shipped sample configuration: its scheduled run is not failed
-  (and the migration DAG, unpaused too, starts nothing);
+- every example DAG unpaused before any configuration: the SLA check's and the fleet scan's
+  scheduled runs succeed with their work skipped, the others start nothing;
 - the connection form: the ``sparklag`` connection type is offered with its fields, and its
   Test button (``POST /api/v2/connections/test``, enabled with ``[core] test_connection``)
   runs SparkLagHook.test_connection() in the API server, which reads the checkpoint.
@@ -28,6 +28,8 @@ DAGS = REPO / "dags"
 GATED = "sparklag_gated_deploy"
 SLA = "sparklag_sla_check"
 MIGRATION = "sparklag_checkpoint_migration"
+FLEET = "sparklag_fleet_scan"
+REMEDIATION = "sparklag_remediation"
 
 
 @pytest.mark.testbed
@@ -96,27 +98,41 @@ def test_gated_deploy_defers_in_the_triggerer_then_succeeds(
 
 
 @pytest.mark.testbed
-@pytest.mark.timeout(240)
-def test_sla_check_unpaused_with_the_sample_config_is_not_failed(deployment):
-    """Unpausing before configuring anything: the SLA check's scheduled run is skipped (not
-    failed), and the migration DAG (schedule=None) starts nothing."""
+@pytest.mark.timeout(300)
+def test_every_example_dag_unpaused_before_any_configuration_fails_nothing(deployment):
+    """A user unpauses every example DAG before configuring anything: the SLA check's and the
+    fleet scan's scheduled runs succeed with their work skipped (a log line says how to
+    configure them), and the DAGs without a schedule (gated deploy, migration) or whose
+    asset has no watcher yet (remediation) start nothing."""
     cluster = deployment.running()
-    cluster.wait_dag(SLA)
-    cluster.wait_dag(MIGRATION)
-    cluster.unpause(SLA)
-    cluster.unpause(MIGRATION)
+    scheduled = {  # DAG: (the task skipped, what its log says)
+        SLA: ("load_jobs", "shipped sample configuration"),
+        FLEET: ("fleet_scan", "not configured: set the Variable sparklag_fleet_scan"),
+    }
+    quiet = (GATED, MIGRATION, REMEDIATION)
+    dags = [*scheduled, *quiet]
+    for dag_id in dags:
+        cluster.wait_dag(dag_id)
+    for dag_id in dags:
+        cluster.unpause(dag_id)
     try:
-        runs = cluster.wait_for(lambda: cluster.runs(SLA), 90, f"a scheduled run of {SLA}")
-        run_id = runs[0]["dag_run_id"]
-        state = cluster.wait_run(SLA, run_id, timeout=120)
-        states = cluster.task_states(SLA, run_id)
-        assert state == "success", f"{states}\n{cluster.task_logs(SLA, run_id)}"
-        assert states["load_jobs"] == "skipped", states
-        assert "shipped sample configuration" in cluster.task_logs(SLA, run_id, lines=200)
-        assert cluster.runs(MIGRATION) == []
+        for dag_id, (skipped, said) in scheduled.items():
+            runs = cluster.wait_for(
+                lambda dag_id=dag_id: cluster.runs(dag_id), 90, f"a scheduled run of {dag_id}"
+            )
+            run_id = runs[0]["dag_run_id"]
+            state = cluster.wait_run(dag_id, run_id, timeout=150)
+            states = cluster.task_states(dag_id, run_id)
+            logs = cluster.task_logs(dag_id, run_id, lines=200)
+            assert state == "success", f"{dag_id}: {states}\n{logs}"
+            assert "failed" not in states.values(), states
+            assert states.get(skipped) == "skipped", f"{dag_id}: {states}"
+            assert said in logs, f"{dag_id}: {logs}"
+        for dag_id in quiet:
+            assert cluster.runs(dag_id) == [], dag_id
     finally:
-        cluster.pause(SLA)
-        cluster.pause(MIGRATION)
+        for dag_id in dags:
+            cluster.pause(dag_id)
 
 
 @pytest.mark.testbed
