@@ -48,11 +48,14 @@ THRESHOLD_FLAGS = {
     "max_lag_seconds": "max_lag_seconds",
     "max_commit_age": "max_commit_age_seconds",
     "max_in_flight": "max_in_flight_seconds",
+    "min_time_to_loss": "min_time_to_loss_seconds",
     "allowed_lag": "allowed_lag",
     "window": "window",
     "min_window": "min_window",
 }
-DURATION_FLAGS = frozenset({"max_lag_seconds", "max_commit_age", "max_in_flight"})
+DURATION_FLAGS = frozenset(
+    {"max_lag_seconds", "max_commit_age", "max_in_flight", "min_time_to_loss"}
+)
 COUNT_FLAGS = frozenset({"max_lag", "max_total_lag", "allowed_lag", "window", "min_window"})
 PROGRESS_MIN = 10  # checkpoints from which `status` shows a progress line
 

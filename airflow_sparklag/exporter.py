@@ -80,12 +80,15 @@ PARTITION_GAUGES = {
     "partition_committed_offset": "Next offset the query reads, from its last committed batch.",
     "partition_log_end_offset": "Log end offset (high watermark) of the partition.",
     "partition_log_start_offset": "Log start offset (earliest retained record).",
+    "partition_time_to_data_loss_seconds": "Seconds until retention deletes the oldest "
+    "unprocessed record (a lower bound; +Inf: never); absent when there is no lag or unknown.",
 }
 JOB_GAUGES = {
     "job_up": "1 when the checkpoint was read and judged at the last refresh, 0 when its check "
     "failed (see sparklag_check_errors_total).",
     "job_lag_records": "Records not processed yet, summed over the job's partitions.",
     "job_max_lag_seconds": "Largest known lag in seconds over the job's partitions.",
+    "job_time_to_data_loss_seconds": "The smallest time to data loss of the job's partitions.",
     "job_commit_age_seconds": "Seconds since the last batch commit, at the last refresh.",
     "job_last_commit_timestamp_seconds": "Epoch time of the last batch commit.",
     "job_in_flight_age_seconds": "Seconds the planned, uncommitted batch has run; 0 when no "
@@ -463,9 +466,11 @@ def _add_report(families: dict[str, Any], job: str, report: LagReport, limit: in
         put("partition_committed_offset", labels, p.committed_offset)
         put("partition_log_end_offset", labels, p.log_end_offset)
         put("partition_log_start_offset", labels, p.log_start_offset)
+        put("partition_time_to_data_loss_seconds", labels, p.time_to_loss_seconds)
     in_flight = report.in_flight
     put("job_lag_records", [job], report.total_lag)
     put("job_max_lag_seconds", [job], report.max_lag_seconds)
+    put("job_time_to_data_loss_seconds", [job], report.min_time_to_loss_seconds)
     put("job_commit_age_seconds", [job], report.commit_age_seconds)
     put("job_last_commit_timestamp_seconds", [job], report.committed_at)
     put("job_in_flight_age_seconds", [job], (in_flight.age_seconds or 0.0) if in_flight else 0.0)

@@ -16,8 +16,9 @@ also the order of severity, and the first one that fires is the verdict:
 4. STALLED   - the in-flight batch is older than `max_in_flight_seconds`, or batches keep
                committing while a lagging partition's offset does not move although its first
                unread record is older than the newest batch.
-5. LAGGING   - a lag threshold is breached, or a partition's lag grew at every batch of the
-               window.
+5. LAGGING   - retention would delete an unread record within `min_time_to_loss_seconds`
+               (rule `time_to_data_loss`), a lag threshold is breached, or a partition's lag
+               grew at every batch of the window.
 
 A threshold the user set outranks the threshold-free rules: with `max_commit_age_seconds` only
 that age decides STOPPED, and records younger than `max_lag_seconds` are never STOPPED.
@@ -200,6 +201,8 @@ class Thresholds:
     max_lag_seconds: float | None = None
     max_commit_age_seconds: float | None = None
     max_in_flight_seconds: float | None = None
+    # LAGGING when retention would delete an unread record within this many seconds.
+    min_time_to_loss_seconds: float | None = None
     # Lag (records per partition) that still counts as caught up: transactional topics keep
     # a commit marker after the last record, and some sources trail by a record or two.
     allowed_lag: int = 0
@@ -634,6 +637,38 @@ def rule_lagging(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
     return None
 
 
+def rule_time_to_loss(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
+    """Retention would delete an unread record sooner than ``min_time_to_loss_seconds``
+    (LAGGING, rule ``time_to_data_loss``): the job must catch up, or its retention grow,
+    before the records are lost. Partitions whose time to loss is unknown do not fire."""
+    limit = thresholds.min_time_to_loss_seconds
+    if limit is None:
+        return None
+    soon = [
+        p
+        for p in _lagging(report, thresholds)
+        if p.time_to_loss_seconds is not None and p.time_to_loss_seconds < limit
+    ]
+    if not soon:
+        return None
+    refs = _refs(soon)
+    first = min(p.time_to_loss_seconds or 0.0 for p in soon)
+    return RuleResult(
+        Health.LAGGING,
+        "time_to_data_loss",
+        f"retention deletes unread records in {first:.0f} s (< {limit:g} s) on {_names(refs)}",
+        refs,
+    )
+
+
+def ages_time_to_loss(report: LagReport, thresholds: Thresholds, now: float) -> bool:
+    """A ``min_time_to_loss_seconds`` threshold and a lagging partition the estimate cannot
+    date: the time to loss is counted from the record's age."""
+    return thresholds.min_time_to_loss_seconds is not None and any(
+        p.lag > thresholds.allowed_lag and p.lag_seconds is None for p in report.partitions()
+    )
+
+
 # -- what each rule reads ------------------------------------------------------------------------
 
 
@@ -710,6 +745,7 @@ RULES: tuple[Rule, ...] = (
     Rule("rewind", rule_rewind, reads_rewind),
     Rule("stopped", rule_stopped, reads_stopped, needs_record_ages),
     Rule("stalled", rule_stalled, reads_stalled),
+    Rule("time_to_data_loss", rule_time_to_loss, _reads_nothing, ages_time_to_loss),
     Rule("lagging", rule_lagging, reads_lagging, ages_lagging),
 )
 

@@ -82,6 +82,32 @@ class KafkaSnapshot:
         }
 
 
+@dataclass(frozen=True)
+class TopicRetention:
+    """What deletes a topic's records: ``retention.ms`` and ``retention.bytes`` (None:
+    unlimited, Kafka's -1) and whether ``cleanup.policy`` deletes at all (compact only:
+    records are never deleted by age or size, only superseded by key).
+
+    >>> TopicRetention(604_800_000, None, deletes=True).seconds
+    604800.0
+    """
+
+    retention_ms: int | None
+    retention_bytes: int | None
+    deletes: bool
+
+    @property
+    def seconds(self) -> float | None:
+        """Retention by time in seconds; None when records are not deleted by age."""
+        if not self.deletes or self.retention_ms is None:
+            return None
+        return self.retention_ms / 1000.0
+
+
+# How long a topic's retention settings are taken as known (a check, a sensor's polls).
+RETENTION_TTL_SECONDS = 300.0
+
+
 # The config with every value outside the allowlist of safe keys masked (kept for imports).
 redact_config = redact_kafka_config
 
@@ -231,6 +257,7 @@ class KafkaOffsetsClient:
         self._timeout = float(timeout)
         self._admin: Any = None
         self._admin_lock = threading.Lock()
+        self._retention: dict[str, tuple[float, TopicRetention | None]] = {}
         self._refusal: tuple[float, str, str] | None = None  # (when, code, text), last one
         self._refusal_lock = threading.Lock()
         self._client_log = _ClientLog(self._secrets)
@@ -731,6 +758,40 @@ class KafkaOffsetsClient:
                 result[topic][p] = offsets["latest"][(topic, p)] if found < 0 else found
         return result
 
+    def retention(self, topics: Iterable[str]) -> dict[str, TopicRetention | None]:
+        """Each topic's retention (DescribeConfigs, all topics in one request, remembered for
+        ``RETENTION_TTL_SECONDS``); None for a topic whose settings could not be read (no
+        DESCRIBE_CONFIGS permission, a topic gone): logged once, never a failed check."""
+        from confluent_kafka.admin import ConfigResource, ResourceType
+
+        now = time.monotonic()
+        cache = self._retention
+        wanted = sorted(
+            {t for t in topics if t not in cache or now - cache[t][0] > RETENTION_TTL_SECONDS}
+        )
+        if wanted:
+            answers: dict[str, Any]
+            try:
+                resources = [ConfigResource(ResourceType.TOPIC, t) for t in wanted]
+                futures = self._get_admin().describe_configs(
+                    resources, request_timeout=self._timeout
+                )
+                found = {r.name: f for r, f in futures.items()}
+                answers = self.outcomes(found, "a DescribeConfigs request")
+            except Exception as exc:  # unreachable or refused: the check says so elsewhere
+                answers = dict.fromkeys(wanted, exc)
+            for topic in wanted:
+                answer = answers.get(topic)
+                if answer is None or isinstance(answer, BaseException):
+                    why = "no answer" if answer is None else self.describe(answer)
+                    log.info(
+                        "Retention of topic %s not read (%s): time to loss unknown", topic, why
+                    )
+                    cache[topic] = (now, None)
+                else:
+                    cache[topic] = (now, _retention_of(answer))
+        return {t: cache[t][1] for t in topics}
+
     def record_timestamps(
         self, offsets: Mapping[tuple[str, int], int]
     ) -> dict[tuple[str, int], int | None]:
@@ -810,6 +871,22 @@ class KafkaOffsetsClient:
         finally:
             consumer.close()
         return result
+
+
+def _retention_of(entries: Mapping[str, Any]) -> TopicRetention:
+    """A TopicRetention from DescribeConfigs' ConfigEntry objects (name -> entry)."""
+
+    def number(name: str) -> int | None:
+        entry = entries.get(name)
+        try:
+            value = int(entry.value) if entry is not None and entry.value is not None else -1
+        except (TypeError, ValueError):
+            value = -1
+        return None if value < 0 else value
+
+    policy = entries.get("cleanup.policy")
+    policies = {p.strip() for p in str(getattr(policy, "value", None) or "delete").split(",")}
+    return TopicRetention(number("retention.ms"), number("retention.bytes"), "delete" in policies)
 
 
 def load_kafka_config(path: str | None, bootstrap_servers: str | None) -> dict[str, Any]:

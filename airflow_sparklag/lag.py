@@ -25,7 +25,7 @@ from airflow_sparklag.timelag import estimate_age, history_points
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
-    from airflow_sparklag.kafka import KafkaSnapshot
+    from airflow_sparklag.kafka import KafkaSnapshot, TopicRetention
 
 
 _JSON_LEAVES = frozenset({str, int, bool})
@@ -33,7 +33,7 @@ _JSON_LEAVES = frozenset({str, int, bool})
 
 def json_safe(value: Any) -> Any:
     """`value` turned into JSON types: dataclasses and mappings become dicts with string keys,
-    tuples/sets become lists (sets sorted), NaN and infinities become None."""
+    tuples/sets become lists (sets sorted), NaN and -inf become None, +inf "infinite"."""
     if value is None or type(value) in _JSON_LEAVES:  # most values: answered first
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -45,7 +45,7 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
-        return None
+        return "infinite" if value == math.inf else None  # +inf: "never" (time to data loss)
     if hasattr(value, "value") and hasattr(value, "name") and not isinstance(value, type):
         return json_safe(value.value)  # enums
     return value
@@ -96,6 +96,9 @@ class PartitionLag(_ToDict):
     offset_history: tuple[int | None, ...] = ()
     start_offset: int | None = None  # before the first commit: where the query started
     lag_seconds_unknown: str | None = None  # why lag_seconds is None, when it is
+    # Seconds until retention deletes the oldest unread record (a lower bound: Kafka deletes
+    # whole segments); math.inf: never (compacted or unlimited); None: no lag, or unknown.
+    time_to_loss_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,8 @@ class LagReport(_ToDict):
     # Several Kafka sources, none mapped to a cluster: all were measured against one cluster,
     # which is wrong when they read different ones (the checkpoint does not say).
     single_cluster_assumed: bool = False
+    # The smallest time_to_loss_seconds of a lagging partition (see PartitionLag).
+    min_time_to_loss_seconds: float | None = None
 
     @property
     def kafka_sources(self) -> tuple[SourceLag, ...]:
@@ -1002,4 +1007,56 @@ def _report(
         max_lag_partition=worst_part.partition if worst_part and worst_part.lag > 0 else None,
         max_lag_seconds=max(known) if known else None,
         rate_limited=basis.rate_limited,
+    )
+
+
+def time_to_loss(p: PartitionLag, retention: TopicRetention | None) -> float | None:
+    """Seconds until retention deletes the record at ``p``'s committed offset (its oldest
+    unread one): ``retention.ms`` minus that record's age (``lag_seconds``), at least 0. A
+    lower bound: Kafka deletes a segment once its NEWEST record is older than retention.ms,
+    so the record lives until its segment's last record expires. math.inf when records are
+    not deleted (compact-only policy, retention.ms -1); None when there is no lag or it cannot
+    tell (settings unread, the record's age unknown, or ``retention.bytes`` set: deletion by
+    size depends on the production volume, which the checkpoint does not record)."""
+    if p.data_loss:
+        return 0.0
+    if p.lag <= 0 or retention is None:
+        return None
+    if not retention.deletes:
+        return math.inf
+    if retention.retention_bytes is not None:
+        return None
+    limit = retention.seconds
+    if limit is None:
+        return math.inf
+    if p.lag_seconds is None:
+        return None
+    return max(0.0, limit - p.lag_seconds)
+
+
+def with_time_to_loss(
+    report: LagReport, retention: Mapping[str, Mapping[str, TopicRetention | None]]
+) -> LagReport:
+    """``report`` with each lagging partition's time to data loss; ``retention``: source id
+    -> topic -> its retention (DescribeConfigs of the source's cluster)."""
+    sources = []
+    for source in report.sources:
+        topics = []
+        for topic in source.topics:
+            settings = retention.get(source.source_id, {}).get(topic.topic)
+            parts = tuple(
+                dataclasses.replace(p, time_to_loss_seconds=time_to_loss(p, settings))
+                for p in topic.partitions
+            )
+            topics.append(dataclasses.replace(topic, partitions=parts))
+        sources.append(dataclasses.replace(source, topics=tuple(topics)))
+    known = [
+        p.time_to_loss_seconds
+        for s in sources
+        for t in s.topics
+        for p in t.partitions
+        if p.time_to_loss_seconds is not None
+    ]
+    return dataclasses.replace(
+        report, sources=tuple(sources), min_time_to_loss_seconds=min(known, default=None)
     )

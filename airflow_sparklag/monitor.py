@@ -33,6 +33,7 @@ from airflow_sparklag.lag import (
     Reads,
     SourceCluster,
     compute_lag,
+    with_time_to_loss,
 )
 from airflow_sparklag.runs import (
     SCHEDULED_HISTORY,
@@ -500,6 +501,7 @@ class _Judge:
                 reports.update(self.dated(undated) if undated else {})
             if self.options.runs_every is not None:
                 reports = {loc: self.with_completeness(r) for loc, r in reports.items()}
+            reports = self.with_time_to_loss(reports)
         results = {}
         for loc, report in reports.items():
             verdict = evaluate(report, self.options.thresholds, now=self.now)
@@ -509,6 +511,28 @@ class _Judge:
         for loc, error in self.errors.items():
             results[loc] = failed_result(loc, error)
         return results
+
+    def with_time_to_loss(self, reports: dict[str, LagReport]) -> dict[str, LagReport]:
+        """The lagging reports with each partition's time to data loss: the retention of
+        their topics, one DescribeConfigs per cluster (remembered by its client)."""
+        lagging = {loc: r for loc, r in reports.items() if r.total_lag > 0}
+        topics: dict[int, set[str]] = {}
+        for report in lagging.values():
+            for source in report.kafka_sources:
+                names = {t.topic for t in source.topics if t.lag}
+                topics.setdefault(self.session.cluster_of(source.source_id), set()).update(names)
+        retention = {
+            c: self.session.cluster_kafka(c).retention(sorted(names))
+            for c, names in topics.items()
+            if names
+        }
+        for loc, report in lagging.items():
+            by_source = {
+                s.source_id: retention.get(self.session.cluster_of(s.source_id), {})
+                for s in report.kafka_sources
+            }
+            reports[loc] = with_time_to_loss(report, by_source)
+        return reports
 
     def with_completeness(self, report: LagReport) -> LagReport:
         """The last run's completeness: its committed offsets against Kafka's offsets as of its

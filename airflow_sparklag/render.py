@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -134,6 +135,10 @@ def summary_lines(report: LagReport) -> list[str]:
     unknown = _time_lag_unknown(report)
     if unknown:
         lines.append(f"time lag    unknown: {unknown}; --exact reads the records' timestamps")
+    loss = report.min_time_to_loss_seconds
+    if loss is not None:
+        when = "never (retention keeps them)" if math.isinf(loss) else f"in {_secs(loss)} or later"
+        lines.append(f"data loss   the oldest unread records are deleted {when}")
     lines += [f"note        {note}" for note in report.notes]
     lines += _schedule_lines(report)
     if report.consumption_rate is not None:

@@ -131,6 +131,8 @@ class KafkaBroker:
                     "group.initial.rebalance.delay.ms=0",
                     "auto.create.topics.enable=false",
                     "log.flush.interval.messages=1000000",
+                    # retention is enforced within a second (tests of time to data loss)
+                    "log.retention.check.interval.ms=1000",
                     "num.network.threads=2",
                     "num.io.threads=2",
                     "background.threads=2",

@@ -54,6 +54,9 @@ class FakeKafka:
         parts = {p: PartitionOffsets(self.starts.get(p, 0), e, e) for p, e in self.ends.items()}
         return KafkaSnapshot({TOPIC: parts}, frozenset(), NOW, "c")
 
+    def retention(self, topics: list[str]) -> dict:
+        return dict.fromkeys(topics)  # settings unreadable: time to loss unknown
+
     def record_timestamps(self, offsets: dict[tuple[str, int], int]) -> dict:
         self.calls.append("record_timestamps")
         return {(t, p): int(self.written(p, o) * 1000) for (t, p), o in offsets.items()}

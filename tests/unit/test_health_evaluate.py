@@ -11,7 +11,14 @@ from airflow_sparklag.health import RULES, Health, Thresholds, evaluate
 
 
 def test_rule_order_is_worst_first() -> None:
-    assert [r.name for r in RULES] == ["data_loss", "rewind", "stopped", "stalled", "lagging"]
+    assert [r.name for r in RULES] == [
+        "data_loss",
+        "rewind",
+        "stopped",
+        "stalled",
+        "time_to_data_loss",
+        "lagging",
+    ]
 
 
 def test_worst_rule_wins_and_all_findings_are_kept() -> None:
@@ -81,6 +88,7 @@ def test_thresholds_defaults() -> None:
         "max_lag_seconds": None,
         "max_commit_age_seconds": None,
         "max_in_flight_seconds": None,
+        "min_time_to_loss_seconds": None,
         "allowed_lag": 0,
         "window": 10,
         "min_window": 3,

@@ -78,6 +78,9 @@ class FakeKafka:
         parts = {p: PartitionOffsets(0, end, end) for p, end in self.ends.items()}
         return KafkaSnapshot({"t": parts}, frozenset(), NOW, "c")
 
+    def retention(self, topics: list[str]) -> dict:
+        return dict.fromkeys(topics)  # settings unreadable: time to loss unknown
+
     def record_timestamps(self, offsets: dict[tuple[str, int], int]) -> dict:
         self.calls.append("record_timestamps")
         stamps = {key: self.written_at(off) for key, off in offsets.items()}

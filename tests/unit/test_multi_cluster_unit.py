@@ -37,6 +37,9 @@ class FakeCluster:
         self.calls.append(("snapshot", tuple(topics)))
         return snapshot_of(self.topics, topics)
 
+    def retention(self, topics: list[str]) -> dict:
+        return dict.fromkeys(topics)  # settings unreadable: time to loss unknown
+
     def record_timestamps(self, offsets: dict[tuple[str, int], int]) -> dict:
         self.calls.append(("record_timestamps", tuple(sorted(t for t, _ in offsets))))
         return {key: int((NOW - 60) * 1000) for key in offsets}
