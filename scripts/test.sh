@@ -42,7 +42,7 @@ fi
 cores=$(nproc 2>/dev/null || echo 2)
 workers="${SPARKLAG_WORKERS:-$(( cores * 2 > 3 ? cores * 2 : 3 ))}"
 set +e
-"$VENV/bin/pytest" -p no:cacheprovider -n "$workers" --dist loadgroup --no-loadscope-reorder --durations=20 "$@"
+"$VENV/bin/pytest" -p no:cacheprovider -n "$workers" --dist loadfile --no-loadscope-reorder --durations=20 "$@"
 main_rc=$?
 set -e
 t3=$(date +%s)

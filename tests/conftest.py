@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -82,7 +82,7 @@ def pytest_testnodedown(node, error) -> None:  # type: ignore[no-untyped-def]
 
 
 # The longest test files, longest first (measured: docs/benchmarks.md, "Test suite"). A parallel
-# run (scripts/test.sh: --dist loadgroup --no-loadscope-reorder) hands work to workers in
+# run (scripts/test.sh: --dist loadfile --no-loadscope-reorder) hands work to workers in
 # collection order, so these start first and no worker begins a minutes-long file at the end.
 SLOW_FILES = (
     "airflow/test_airflow_smoke.py",
@@ -106,25 +106,37 @@ SLOW_FILES = (
 SPLIT_FILES = ("airflow/test_dags.py",)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The SLOW_FILES first, then the integration and Airflow tests, then the unit tests; each
-    file's tests keep their order. In an xdist worker, each file is one xdist_group."""
-
-    def path_of(item: pytest.Item) -> str:
-        return item.path.relative_to(REPO / "tests").as_posix()
+    file's tests keep their order."""
 
     def rank(item: pytest.Item) -> tuple[int, int]:
-        path = path_of(item)
+        path = item.path.relative_to(REPO / "tests").as_posix()
         if path in SLOW_FILES:
             return (0, SLOW_FILES.index(path))
         return (2, 0) if path.startswith("unit/") else (1, 0)
 
     items.sort(key=rank)
-    if hasattr(config, "workerinput"):  # xdist registered its marker
-        for item in items:
-            if path_of(item) not in SPLIT_FILES:
-                item.add_marker(pytest.mark.xdist_group(path_of(item)))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """A parallel run (scripts/test.sh: ``--dist loadfile``) keeps a file's tests on one worker,
+    so its module fixtures start once, except the SPLIT_FILES, whose tests go one by one to
+    whichever worker is free. (Not with xdist_group marks: pytest 9.2 builds node ids from
+    ``Node._id``, so the "@group" suffix xdist 3.8 writes into ``_nodeid`` never reaches its
+    scheduler, and every file was spread over all workers, its module fixtures started on each.)
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    split = tuple(f"tests/{path}::" for path in SPLIT_FILES)
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if nodeid.startswith(split) else nodeid.split("::", 1)[0]
+
+    return FileScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
