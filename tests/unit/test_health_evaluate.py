@@ -11,7 +11,16 @@ from airflow_sparklag.health import RULES, Health, Thresholds, evaluate
 
 
 def test_rule_order_is_worst_first() -> None:
-    assert [r.name for r in RULES] == ["data_loss", "rewind", "stopped", "stalled", "lagging"]
+    assert [r.name for r in RULES] == [
+        "data_loss",
+        "rewind",
+        "stopped",
+        "stalled",
+        "lagging",
+        "short_history",
+    ]
+    # UNKNOWN sits below OK: the short-history rule decides only when no other rule fired.
+    assert [r.name for r in RULES][-1] == "short_history"
 
 
 def test_worst_rule_wins_and_all_findings_are_kept() -> None:
