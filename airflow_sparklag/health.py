@@ -19,6 +19,13 @@ also the order of severity, and the first one that fires is the verdict:
 5. LAGGING   - retention would delete an unread record within `min_time_to_loss_seconds`
                (rule `time_to_data_loss`), a lag threshold is breached, or a partition's lag
                grew at every batch of the window.
+6. UNKNOWN   - (`short_history`) where STOPPED would judge the job by its own pace but its
+               history is too short to measure one (one batch, a query restarted on a fresh
+               checkpoint, a continuous query's first epochs): nothing new for more than
+               `STOPPED_MIN_IDLE_SECONDS` while the oldest waiting record is older than that.
+               Never OK, never STOPPED: it may have stopped, or run on a slow trigger or a
+               schedule the history cannot show yet. Below OK in severity, so any other
+               finding comes first.
 
 A threshold the user set outranks the threshold-free rules: with `max_commit_age_seconds` only
 that age decides STOPPED, and records younger than `max_lag_seconds` are never STOPPED.
@@ -146,7 +153,8 @@ _POLICY: dict[Health, _Policy] = {
 # no Kafka source) is not a breach by default: there is nothing to measure.
 DEFAULT_FAIL_ON: tuple[Health, ...] = tuple(h for h in Health if h.is_breach)
 # The threshold-free STOPPED rule: a query with records waiting that has not planned a batch
-# for this many of its own busy-batch intervals, and at least this long, has stopped.
+# for this many of its own busy-batch intervals, and at least this long, has stopped. Too
+# short a history to measure that pace: past this long, the verdict is UNKNOWN, never OK.
 STOPPED_BUSY_INTERVALS = 5
 STOPPED_MIN_IDLE_SECONDS = 30.0
 # CLI exit codes beyond the verdicts' own (Health.exit_code, 0-3).
@@ -404,15 +412,32 @@ def rule_stopped(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
         return None
     if thresholds.max_commit_age_seconds is not None:
         return _stopped_commit_age(report, thresholds.max_commit_age_seconds, now, lagging)
-    fresh_limit = thresholds.max_lag_seconds
-    if fresh_limit is not None and all(
-        p.lag_seconds is not None and p.lag_seconds <= fresh_limit for p in lagging
-    ):
+    if _fresh(lagging, thresholds):
         return None
     schedule = report.schedule
     if schedule is not None and schedule.runs_every is not None:
         return _stopped_schedule(report, thresholds, now, lagging)
     return _stopped_idle(report, thresholds, now, lagging)
+
+
+def _fresh(lagging: list[PartitionLag], thresholds: Thresholds) -> bool:
+    """Every waiting record is younger than a ``max_lag_seconds`` the user set."""
+    limit = thresholds.max_lag_seconds
+    return limit is not None and all(
+        p.lag_seconds is not None and p.lag_seconds <= limit for p in lagging
+    )
+
+
+def _by_own_pace(report: LagReport, thresholds: Thresholds, lagging: list[PartitionLag]) -> bool:
+    """Would ``rule_stopped`` judge this job by its own pace? Records wait, neither
+    ``max_commit_age_seconds`` nor a schedule is declared, and they are not all fresh."""
+    schedule = report.schedule
+    return (
+        bool(lagging)
+        and thresholds.max_commit_age_seconds is None
+        and not (schedule is not None and schedule.runs_every is not None)
+        and not _fresh(lagging, thresholds)
+    )
 
 
 def _stopped_commit_age(
@@ -474,9 +499,9 @@ def _stopped_idle(
     if idle <= limit or waited is None or waited <= limit:
         return None
     reason = (
-        f"no batch for {idle:.0f} s while {report.total_lag} record(s) wait (the oldest for "
-        f"{waited:.0f} s): more than {STOPPED_BUSY_INTERVALS} times the {busy:.1f} s it "
-        "usually takes between batches"
+        f"no {_batch_word(report)} for {idle:.0f} s while {report.total_lag} record(s) wait (the "
+        f"oldest for {waited:.0f} s): more than {STOPPED_BUSY_INTERVALS} times the {busy:.1f} s "
+        f"it usually takes between {_batch_word(report, plural=True)}"
     )
     if report.schedule is not None and report.schedule.looks_scheduled:
         # Undeclared but runs-shaped (AvailableNow/Once started by a scheduler): idle within
@@ -495,7 +520,8 @@ def _stopped_idle(
 def _idle_limit(report: LagReport, thresholds: Thresholds) -> tuple[float, float] | None:
     """(busy-batch interval, idle limit) of the threshold-free STOPPED rule; None when the
     window holds fewer than `min_window` timed batches or no interval of a busy batch."""
-    busy = busy_interval(report.history[-thresholds.window :])
+    # Epochs of the continuous trigger come at its interval whether they read records or not.
+    busy = busy_interval(report.history[-thresholds.window :], every_batch=report.continuous)
     if len(_window_times(report, thresholds)) < thresholds.min_window or not busy:
         return None
     scaled = STOPPED_BUSY_INTERVALS * busy * _in_flight_scale(report)
@@ -513,8 +539,9 @@ def _in_flight_scale(report: LagReport) -> float:
 
 
 def needs_record_ages(report: LagReport, thresholds: Thresholds, now: float) -> bool:
-    """Would a STOPPED rule decide if the waiting records' age were known? (A check then reads
-    their timestamps: the estimate cannot date records that arrived after a quiet spell.)"""
+    """Would a STOPPED rule, or the short-history one, decide if the waiting records' age were
+    known? (A check then reads their timestamps: the estimate cannot date records that arrived
+    after a quiet spell, nor any of a continuous query.)"""
     lagging = _lagging(report, thresholds)
     if not lagging or all(p.lag_seconds is not None for p in lagging):
         return False
@@ -527,7 +554,53 @@ def needs_record_ages(report: LagReport, thresholds: Thresholds, now: float) -> 
     if schedule is not None and schedule.runs_every is not None:
         return now - last > schedule.runs_every + (schedule.grace or 0.0)
     pace = _idle_limit(report, thresholds)
-    return pace is not None and now - last > pace[1]
+    return now - last > (STOPPED_MIN_IDLE_SECONDS if pace is None else pace[1])
+
+
+def rule_short_history(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
+    """UNKNOWN, with the reason, for a job ``rule_stopped`` would judge by its own pace but
+    whose history is too short to measure one (``_idle_limit`` is None: fewer than
+    ``min_window`` timed batches in the window, or no interval of a busy batch), when nothing
+    new came for more than ``STOPPED_MIN_IDLE_SECONDS`` and the oldest waiting record is older
+    than that. Not STOPPED: one batch cannot tell a dead query from a slow trigger or a job
+    run on a schedule; but never OK. Before the first commit the verdict is UNKNOWN anyway."""
+    lagging = _lagging(report, thresholds)
+    if report.committed_batch_id is None or not _by_own_pace(report, thresholds, lagging):
+        return None
+    if _idle_limit(report, thresholds) is not None:
+        return None
+    last = _last_activity(report, thresholds)
+    waited = _oldest_waiting(lagging)
+    bound = STOPPED_MIN_IDLE_SECONDS
+    if last is None or now - last <= bound or waited is None or waited <= bound:
+        return None
+    timed = len(_window_times(report, thresholds))
+    if timed < thresholds.min_window:
+        words = _batch_word(report, plural=timed != 1)
+        short = f"{timed} {words} with a time in the window, {thresholds.min_window} needed"
+    else:
+        short = f"no interval between {_batch_word(report, plural=True)} that read records"
+    flight = report.in_flight
+    if flight is not None and flight.started_at is not None and flight.started_at >= last:
+        word = _batch_word(report)
+        quiet = f"{word} {flight.batch_id} in flight for {now - flight.started_at:.0f} s"
+    else:
+        quiet = f"no commit for {now - last:.0f} s"
+    return RuleResult(
+        Health.UNKNOWN,
+        "short_history",
+        f"not enough history to judge ({short}): {quiet} while {report.total_lag} record(s) "
+        f"wait, the oldest for {waited:.0f} s (more than {bound:g} s); declare runs_every or "
+        "max_commit_age_seconds to judge it",
+        _refs(lagging),
+    )
+
+
+def _batch_word(report: LagReport, *, plural: bool = False) -> str:
+    """What a job's batches are called: a continuous query's are epochs."""
+    if report.continuous:
+        return "epochs" if plural else "epoch"
+    return "batches" if plural else "batch"
 
 
 def rule_stalled(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
@@ -697,7 +770,8 @@ def reads_rewind(report: LagReport, thresholds: Thresholds, now: float, dated: b
 def reads_stopped(report: LagReport, thresholds: Thresholds, now: float, dated: bool) -> Reads:
     """A declared schedule: the window (its runs). Without ``max_commit_age_seconds``, a
     lagging job idle for more than ``STOPPED_MIN_IDLE_SECONDS`` since its newest batch,
-    commit or plan: more (the busy-batch interval is measured over the window)."""
+    commit or plan: more (the busy-batch interval is measured over the window, and only the
+    window says whether it is too short for one: the short-history rule reads the same)."""
     if report.schedule is not None and report.schedule.runs_every is not None:
         return Reads.WINDOW
     if not _lagging(report, thresholds) or thresholds.max_commit_age_seconds is not None:
@@ -747,6 +821,7 @@ RULES: tuple[Rule, ...] = (
     Rule("stalled", rule_stalled, reads_stalled),
     Rule("time_to_data_loss", rule_time_to_loss, _reads_nothing, ages_time_to_loss),
     Rule("lagging", rule_lagging, reads_lagging, ages_lagging),
+    Rule("short_history", rule_short_history, reads_stopped, needs_record_ages),
 )
 
 

@@ -164,8 +164,11 @@ class InFlightBatch(_ToDict):
 class HistoryBatch(_ToDict):
     """A retained committed batch: the x-axis of PartitionLag.offset_history.
 
-    `records` is how many offsets (all Kafka partitions of all sources) the batch read, counted
-    from the batch before it in the history; None for the oldest one.
+    `timestamp_ms` is the batch's `batchTimestampMs`; an epoch of the continuous trigger has
+    none (empty metadata line), so it gets its offsets file's modification time, when the
+    epoch ended (`batch_time_ms`). `records` is how many offsets (all Kafka partitions of all
+    sources) the batch read, counted from the batch before it in the history; None for the
+    oldest one.
     """
 
     batch_id: int
@@ -258,13 +261,13 @@ def _rates(
 ) -> tuple[float | None, float | None]:
     """(consumption rate, production-rate upper bound) over the retained history;
     ``source_ends``: source id -> topic -> partition -> reference offset in its cluster."""
-    timed = [b for b in series if b.batch_timestamp_ms is not None]
+    timed = [b for b in series if batch_time_ms(b) is not None]
     if not timed:
         return None, None
     first, last = timed[0], timed[-1]
     first_offsets, last_offsets = _kafka_offsets(first), _kafka_offsets(last)
-    t_first = (first.batch_timestamp_ms or 0) / 1000.0
-    t_last = (last.batch_timestamp_ms or 0) / 1000.0
+    t_first = (batch_time_ms(first) or 0) / 1000.0
+    t_last = (batch_time_ms(last) or 0) / 1000.0
     consumed = produced = 0
     for source_id, topics in first_offsets.items():
         for topic, parts in topics.items():
@@ -405,6 +408,15 @@ def _positions_of(report: LagReport) -> tuple[list[Offsets], Offsets, Offsets]:
                 if ref is not None:
                     ends.setdefault(source.source_id, {}).setdefault(p.topic, {})[p.partition] = ref
     return list(series), planned, ends
+
+
+def batch_time_ms(batch: BatchOffsets) -> int | None:
+    """When a batch ran: its ``batchTimestampMs``; for a continuous epoch, which has none, when
+    its offsets file was written (the epoch's end: Spark writes it once every reader reported
+    the epoch's end offsets), so epochs keep a clock; None when neither is known."""
+    if batch.batch_timestamp_ms is not None:
+        return batch.batch_timestamp_ms
+    return None if batch.modified is None else int(batch.modified * 1000)
 
 
 def _committed_series(state: CheckpointState) -> list[BatchOffsets]:
@@ -898,7 +910,7 @@ def _history(series: Sequence[BatchOffsets]) -> tuple[HistoryBatch, ...]:
                 for partition, offset in parts.items()
                 if (base := previous.get(source_id, {}).get(topic, {}).get(partition)) is not None
             )
-        batches.append(HistoryBatch(batch.batch_id, batch.batch_timestamp_ms, records))
+        batches.append(HistoryBatch(batch.batch_id, batch_time_ms(batch), records))
         previous = offsets
     return tuple(batches)
 

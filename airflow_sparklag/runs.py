@@ -136,14 +136,17 @@ def _seconds(batch: _Batch) -> float | None:
     return None if batch.timestamp_ms is None else batch.timestamp_ms / 1000.0
 
 
-def busy_interval(history: Sequence[_Batch]) -> float | None:
+def busy_interval(history: Sequence[_Batch], *, every_batch: bool = False) -> float | None:
     """The job's usual time between batches when it has records to read: the median of the
     intervals that END at a batch which read records (idle gaps are a minority of them in any
-    but a scheduled job, whose every interval is a gap). None without such an interval."""
+    but a scheduled job, whose every interval is a gap). None without such an interval.
+
+    ``every_batch``: the median of every interval, for the epochs of the continuous trigger,
+    which come at the trigger's interval whether they read records or not."""
     intervals = []
     for prev, cur in itertools.pairwise(history):
         t0, t1 = _seconds(prev), _seconds(cur)
-        if cur.records and t0 is not None and t1 is not None:
+        if (every_batch or cur.records) and t0 is not None and t1 is not None:
             intervals.append(t1 - t0)
     return statistics.median(intervals) if intervals else None
 

@@ -91,12 +91,18 @@ def test_discovers_checkpoints_under_a_prefix(kafka_conn, healthy_job, lagging_j
     shutil.copytree(healthy_job.location, fleet / "team-a" / "orders")
     shutil.copytree(lagging_job.location, fleet / "team-b" / "x" / "clicks")
     (fleet / "team-b" / "not-a-checkpoint").mkdir()
+    # A day's commit age decides STOPPED: past STOPPED_MIN_IDLE_SECONDS the one-batch lagging
+    # job would otherwise be UNKNOWN (too short a history to judge), whenever this runs.
     op = SparkLagFleetCheckOperator(
-        task_id="fleet", prefix=str(fleet), kafka_config_id=kafka_conn, max_failing=10
+        task_id="fleet",
+        prefix=str(fleet),
+        kafka_config_id=kafka_conn,
+        max_failing=10,
+        thresholds={"max_commit_age_seconds": 86400},
     )
     payload = op.execute(_context())
     assert payload["jobs"] == 2
-    assert payload["health"] == {"OK": 2}  # no thresholds: 15 records per partition is fine
+    assert payload["health"] == {"OK": 2}  # no lag thresholds: 15 records per partition is fine
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(AirflowFailException, match="no checkpoint found under"):

@@ -244,9 +244,13 @@ def test_sensor_reads_accept_rendered_from_a_list(kafka_conn, lagging_job, accep
 def test_thresholds_rendered_as_python_dict_text_work(kafka_conn, lagging_job, limit, fails):
     task, context = rendered(
         lag_check(lagging_job, kafka_conn, thresholds="{{ params.t }}"),
-        {"t": {"max_lag_records_total": limit}},
+        # A day's commit age decides STOPPED: past STOPPED_MIN_IDLE_SECONDS the session's
+        # one-batch job would otherwise be UNKNOWN (too short a history), whenever this runs.
+        {"t": {"max_lag_records_total": limit, "max_commit_age_seconds": 86400}},
     )
-    assert task.thresholds == f"{{'max_lag_records_total': {limit}}}"
+    assert task.thresholds == (
+        f"{{'max_lag_records_total': {limit}, 'max_commit_age_seconds': 86400}}"
+    )
     if fails:
         with pytest.raises(AirflowFailException, match=r"LAGGING: total lag 45 records > 10"):
             task.execute(context)

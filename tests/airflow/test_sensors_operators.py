@@ -272,7 +272,9 @@ def test_check_operator_fails_with_a_partition_summary(kafka_conn, lagging_job):
 
 @pytest.mark.parametrize(
     ("thresholds", "expected"),
-    [({}, "deploy"), ({"max_lag_records_total": 10}, "wait")],
+    # The commit age decides STOPPED: past STOPPED_MIN_IDLE_SECONDS the session's one-batch
+    # job would otherwise be UNKNOWN (too short a history to judge), whenever this runs.
+    [({"max_commit_age_seconds": 86400}, "deploy"), ({"max_lag_records_total": 10}, "wait")],
 )
 @pytest.mark.airflow_compat
 def test_branch_operator(kafka_conn, lagging_job, thresholds, expected):

@@ -27,6 +27,12 @@ pytestmark = pytest.mark.testbed
 SPARKLAG = Path(sys.executable).parent / "sparklag"
 
 
+# A day's commit age decides STOPPED. The checkpoints hold one batch each: without it, once
+# their records waited STOPPED_MIN_IDLE_SECONDS they are UNKNOWN (too short a history to
+# judge, exit 3), so verdicts would depend on when each test runs.
+DAY = ("--max-commit-age", "86400")
+
+
 def sparklag(*args: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(SPARKLAG), "status", *args], capture_output=True, text=True, timeout=timeout
@@ -73,7 +79,7 @@ def table_rows(stdout: str, topic: str) -> dict[int, dict[str, str]]:
 
 def test_table_shows_every_partition(checkpoints, kafka):
     topic = checkpoints["topic"]
-    proc = sparklag(checkpoints["lagging"], "--bootstrap-servers", kafka.bootstrap)
+    proc = sparklag(checkpoints["lagging"], "--bootstrap-servers", kafka.bootstrap, *DAY)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ends = kafka.end_offsets(topic)
     assert ends == {0: 12, 1: 10, 2: 17}
@@ -91,10 +97,14 @@ def test_table_shows_every_partition(checkpoints, kafka):
 
 def test_json_parses_and_matches(checkpoints, kafka):
     location = checkpoints["lagging"]
-    proc = sparklag(location, "--bootstrap-servers", kafka.bootstrap, "--json")
+    proc = sparklag(location, "--bootstrap-servers", kafka.bootstrap, "--json", *DAY)
     assert proc.returncode == 0, proc.stderr
     payload = json.loads(proc.stdout)
-    direct = check_checkpoint(location, kafka_config={"bootstrap.servers": kafka.bootstrap})
+    direct = check_checkpoint(
+        location,
+        kafka_config={"bootstrap.servers": kafka.bootstrap},
+        thresholds={"max_commit_age_seconds": 86400},
+    )
     assert payload["location"] == location and payload["error"] is None
     assert payload["verdict"]["health"] == "OK" == direct.verdict.health.value
     report = payload["report"]
@@ -120,7 +130,7 @@ def test_json_parses_and_matches(checkpoints, kafka):
         ("lagging", ["--max-lag", "5"], 1, "LAGGING"),
         ("lagging", ["--max-total-lag", "8"], 1, "LAGGING"),
         ("lagging", ["--max-commit-age", "0.001"], 2, "STOPPED"),
-        ("lagging", ["--window", "5", "--allowed-lag", "1"], 0, "OK"),
+        ("lagging", ["--window", "5", "--allowed-lag", "1", *DAY], 0, "OK"),
     ],
 )
 def test_exit_codes(checkpoints, kafka, which, flags, code, health):
@@ -174,6 +184,7 @@ def test_two_checkpoints_of_one_topic(checkpoints, kafka):
         "--bootstrap-servers",
         kafka.bootstrap,
         "--detail",
+        *DAY,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     sections = {s.strip().splitlines()[0]: s for s in proc.stdout.split("-" * 80)}
@@ -181,7 +192,11 @@ def test_two_checkpoints_of_one_topic(checkpoints, kafka):
     caught_up = next(s for head, s in sections.items() if checkpoints["caught_up"] in head)
     assert "lag         9 records" in lagging and "lag         0 records" in caught_up
     compact = sparklag(
-        checkpoints["lagging"], checkpoints["caught_up"], "--bootstrap-servers", kafka.bootstrap
+        checkpoints["lagging"],
+        checkpoints["caught_up"],
+        "--bootstrap-servers",
+        kafka.bootstrap,
+        *DAY,
     )
     lines = compact.stdout.strip().splitlines()
     assert lines[0].split()[:3] == ["JOB", "HEALTH", "LAG"] and len(lines) == 4
@@ -228,6 +243,7 @@ def test_status_on_s3_and_hdfs(remote, kafka, s3, hdfs, monkeypatch, reader):
             hdfs.webhdfs_url,
             "--json",
             *reader,
+            *DAY,
         ],
         capture_output=True,
         text=True,

@@ -26,7 +26,7 @@ import pytest
 
 from airflow_sparklag.exporter import LagExporter
 from airflow_sparklag.fleet import FleetChecker
-from airflow_sparklag.health import Health
+from airflow_sparklag.health import Health, Thresholds
 from airflow_sparklag.monitor import CheckOptions, check
 from airflow_sparklag.session import Session
 from testbed import jobs
@@ -74,7 +74,9 @@ def lagging(spark, kafka, tmp_path_factory) -> dict[str, Any]:  # type: ignore[n
 @pytest.fixture(scope="module")
 def served(prometheus, kafka, lagging, tmp_path_factory) -> Iterator[dict[str, Any]]:  # type: ignore[no-untyped-def]
     missing = str(tmp_path_factory.mktemp("gone") / "ck")
-    options = CheckOptions(exact_time_lag=True)
+    # A day's commit age decides STOPPED: the verdict taken here stays the exporter's later
+    # (the one-batch job is UNKNOWN once idle past STOPPED_MIN_IDLE_SECONDS otherwise).
+    options = CheckOptions(Thresholds(max_commit_age_seconds=86400), exact_time_lag=True)
     with Session(kafka_config={"bootstrap.servers": kafka.bootstrap}) as session:
         fleet = FleetChecker([lagging["checkpoint"], missing], session=session, options=options)
         exporter = LagExporter(fleet, interval=1.0)

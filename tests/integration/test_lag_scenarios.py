@@ -227,8 +227,10 @@ def test_stopped_query_is_stopped_past_commit_age(many, kafka):
     result = check(kafka, many["ck"], thresholds={"max_commit_age_seconds": 1})
     assert result.report.commit_age_seconds > 1
     assert result.verdict.health is Health.STOPPED, result.verdict
-    # Without the threshold a single-batch history decides nothing by itself.
-    assert check(kafka, many["ck"]).verdict.health is Health.OK
+    # Without the threshold a single batch never decides STOPPED by itself; once its records
+    # waited past STOPPED_MIN_IDLE_SECONDS it is not OK either (issue 25): UNKNOWN, and why.
+    later = check(kafka, many["ck"], now=time.time() + 3600).verdict
+    assert (later.health, later.rule) == (Health.UNKNOWN, "short_history"), later
     # Same age but nothing to read: not stopped (the caught-up report of the fixture).
     from airflow_sparklag.health import Thresholds, evaluate
 

@@ -112,7 +112,8 @@ def test_stopped_query_exact_on_storage(stopped, kafka, kind):
     for p in report.partitions():
         assert p.offset_history[-1] == at_stop[p.partition]
     assert report.query_id == state.query_id is not None
-    assert result.verdict.health in (Health.OK, Health.STOPPED, Health.LAGGING)
+    # Two batches: UNKNOWN (short history) once the records waited STOPPED_MIN_IDLE_SECONDS.
+    assert result.verdict.health in (Health.OK, Health.STOPPED, Health.LAGGING, Health.UNKNOWN)
     time.sleep(0.2)
     stopped_verdict = location.check(kafka, thresholds={"max_commit_age_seconds": 0.1}).verdict
     assert stopped_verdict.health is Health.STOPPED

@@ -18,7 +18,10 @@ def test_rule_order_is_worst_first() -> None:
         "stalled",
         "time_to_data_loss",
         "lagging",
+        "short_history",
     ]
+    # UNKNOWN sits below OK: the short-history rule decides only when no other rule fired.
+    assert [r.name for r in RULES][-1] == "short_history"
 
 
 def test_worst_rule_wins_and_all_findings_are_kept() -> None:
