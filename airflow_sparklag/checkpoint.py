@@ -770,3 +770,34 @@ def _batches(entries: list[ObjectInfo]) -> dict[int, ObjectInfo]:
 def _is_continuous(batch: BatchOffsets) -> bool:
     # Continuous mode writes an empty metadata line; micro-batch always writes the JSON.
     return batch.batch_timestamp_ms is None and batch.watermark_ms is None and not batch.conf
+
+
+# Real-time mode (Spark >= 4.1, ``trigger(realTime=...)``; its intervals are at least
+# spark.sql.streaming.realTimeMode.minBatchDuration, 5 s by default) writes offsets/N at the END
+# of interval N, just before commits/N, while batchTimestampMs is the interval's start. A
+# micro-batch writes offsets/N when it plans batch N (its batch time), commits/N after running it.
+REAL_TIME_MIN_INTERVAL = 2.0  # seconds from batchTimestampMs to offsets/C, at least
+REAL_TIME_MAX_WRITE_SHARE = 0.25  # offsets/C to commits/C, at most this share of that span
+
+
+def real_time_interval(state: CheckpointState) -> float | None:
+    """The newest checkpoint's interval (seconds from its ``batchTimestampMs`` to the time
+    ``offsets/C`` was written) when the files have real-time mode's shape, else None.
+
+    The checkpoint records no trigger, so the shape decides: ``offsets/C`` written at least
+    ``REAL_TIME_MIN_INTERVAL`` after its batch time and ``commits/C`` within a quarter of that
+    after it, with no batch in flight. A micro-batch query writes ``offsets/C`` as it plans
+    the batch (well under a second after its batch time) and commits after running it.
+    Storage times on S3 have 1 s resolution and the store's clock: intervals under ~4 s
+    there may go unrecognised.
+    """
+    batch = state.committed
+    if batch is None or state.in_flight is not None or state.commit_modified is None:
+        return None
+    if batch.batch_timestamp_ms is None or batch.modified is None:
+        return None
+    span = batch.modified - batch.batch_timestamp_ms / 1000.0
+    wrote = state.commit_modified - batch.modified
+    if span < REAL_TIME_MIN_INTERVAL or not 0 <= wrote <= REAL_TIME_MAX_WRITE_SHARE * span:
+        return None
+    return span

@@ -148,6 +148,9 @@ DEFAULT_FAIL_ON: tuple[Health, ...] = tuple(h for h in Health if h.is_breach)
 # for this many of its own busy-batch intervals, and at least this long, has stopped.
 STOPPED_BUSY_INTERVALS = 5
 STOPPED_MIN_IDLE_SECONDS = 30.0
+# A real-time query checkpoints every interval, records or not: this many intervals without
+# one (and STOPPED_MIN_IDLE_SECONDS) while records wait, and it has stopped.
+REAL_TIME_STOPPED_INTERVALS = 3
 # CLI exit codes beyond the verdicts' own (Health.exit_code, 0-3).
 EXIT_CHECK_FAILED = 4  # the check itself failed: bad checkpoint, unreachable storage or Kafka
 EXIT_USAGE = 64  # sysexits EX_USAGE: wrong arguments or configuration
@@ -509,6 +512,38 @@ def _in_flight_scale(report: LagReport) -> float:
     return max(1.0, flight.planned_records / statistics.median(usual))
 
 
+def rule_stopped_real_time(
+    report: LagReport, thresholds: Thresholds, now: float
+) -> RuleResult | None:
+    """A real-time query whose checkpoints stopped while records wait (its lag as of the
+    checkpoint or records produced since). It checkpoints every interval, records or not, so
+    no checkpoint for `REAL_TIME_STOPPED_INTERVALS` intervals and at least
+    `STOPPED_MIN_IDLE_SECONDS` (the user's `max_commit_age_seconds` instead, when set) means
+    it is not running."""
+    real_time = report.real_time
+    if real_time is None:
+        return None
+    waiting = [
+        p for p in report.partitions() if p.lag + (p.since_checkpoint or 0) > thresholds.allowed_lag
+    ]
+    limit = thresholds.max_commit_age_seconds
+    if limit is None:
+        limit = max(
+            STOPPED_MIN_IDLE_SECONDS, REAL_TIME_STOPPED_INTERVALS * real_time.interval_seconds
+        )
+    idle = now - real_time.checkpoint_at
+    if not waiting or idle <= limit:
+        return None
+    count = sum(p.lag + (p.since_checkpoint or 0) for p in waiting)
+    return RuleResult(
+        Health.STOPPED,
+        "stopped_real_time",
+        f"no checkpoint for {idle:.0f} s (> {limit:g} s; the real-time query checkpoints every "
+        f"{real_time.interval_seconds:.1f} s) while {count} record(s) wait",
+        _refs(waiting),
+    )
+
+
 def needs_record_ages(report: LagReport, thresholds: Thresholds, now: float) -> bool:
     """Would a STOPPED rule decide if the waiting records' age were known? (A check then reads
     their timestamps: the estimate cannot date records that arrived after a quiet spell.)"""
@@ -634,6 +669,36 @@ def rule_lagging(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
     return None
 
 
+def rule_lagging_real_time(
+    report: LagReport, thresholds: Thresholds, now: float
+) -> RuleResult | None:
+    """A real-time query falling behind: its lag as of each of its `min_window` newest
+    checkpoints grew, and the newest is more than its last interval read (it is more than an
+    interval behind). What a real-time batch reads is what the interval could process, flat
+    when the query is saturated, so `rule_lagging`'s trend cannot see it; its thresholds
+    judge the lag as of the checkpoint."""
+    real_time = report.real_time
+    if real_time is None or not report.history:
+        return None
+    lags = real_time.checkpoint_lags[-thresholds.min_window :]
+    read = report.history[-1].records
+    if len(lags) < thresholds.min_window or read is None:
+        return None
+    known = [lag for lag in lags if lag is not None]
+    if len(known) < len(lags) or known[-1] <= max(read, thresholds.allowed_lag):
+        return None
+    if not all(b > a for a, b in itertools.pairwise(known)):
+        return None
+    return RuleResult(
+        Health.LAGGING,
+        "lagging_real_time",
+        f"lag as of the checkpoint grew at each of the last {len(known)} checkpoints "
+        f"({' -> '.join(str(lag) for lag in known)} records), past what its last interval "
+        f"read ({read})",
+        _refs(_lagging(report, thresholds)),
+    )
+
+
 # -- what each rule reads ------------------------------------------------------------------------
 
 
@@ -694,6 +759,19 @@ def reads_lagging(report: LagReport, thresholds: Thresholds, now: float, dated: 
     return Reads.NOTHING
 
 
+def reads_lagging_real_time(
+    report: LagReport, thresholds: Thresholds, now: float, dated: bool
+) -> Reads:
+    """A real-time query whose lag as of its checkpoint is above what its newest interval
+    read (or that read is unknown): more (the trend over its checkpoints)."""
+    if report.real_time is None or report.total_lag <= thresholds.allowed_lag:
+        return Reads.NOTHING
+    read = report.history[-1].records if report.history else None
+    if read is None or report.total_lag > read:
+        return more_history(report)
+    return Reads.NOTHING
+
+
 def ages_lagging(report: LagReport, thresholds: Thresholds, now: float) -> bool:
     """A ``max_lag_seconds`` threshold and a lagging partition the estimate cannot date."""
     return thresholds.max_lag_seconds is not None and any(
@@ -709,8 +787,10 @@ RULES: tuple[Rule, ...] = (
     Rule("data_loss", rule_data_loss, _reads_nothing),
     Rule("rewind", rule_rewind, reads_rewind),
     Rule("stopped", rule_stopped, reads_stopped, needs_record_ages),
+    Rule("stopped_real_time", rule_stopped_real_time, _reads_nothing),
     Rule("stalled", rule_stalled, reads_stalled),
     Rule("lagging", rule_lagging, reads_lagging, ages_lagging),
+    Rule("lagging_real_time", rule_lagging_real_time, reads_lagging_real_time),
 )
 
 
@@ -784,6 +864,14 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
             if reasons
             else f"topic(s) {', '.join(report.missing_topics)} not found in the cluster",
             "topic_missing",
+        )
+    if report.real_time is not None:
+        return HealthVerdict(
+            Health.OK,
+            f"lag {report.total_lag} record(s) as of the newest "
+            f"checkpoint (real-time trigger; {report.real_time.produced_since} "
+            "produced since, read as they arrive)",
+            "ok",
         )
     return HealthVerdict(Health.OK, f"lag {report.total_lag} record(s)", "ok")
 

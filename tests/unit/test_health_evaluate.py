@@ -11,7 +11,15 @@ from airflow_sparklag.health import RULES, Health, Thresholds, evaluate
 
 
 def test_rule_order_is_worst_first() -> None:
-    assert [r.name for r in RULES] == ["data_loss", "rewind", "stopped", "stalled", "lagging"]
+    assert [r.name for r in RULES] == [
+        "data_loss",
+        "rewind",
+        "stopped",
+        "stopped_real_time",
+        "stalled",
+        "lagging",
+        "lagging_real_time",
+    ]
 
 
 def test_worst_rule_wins_and_all_findings_are_kept() -> None:
