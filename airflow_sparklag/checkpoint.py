@@ -786,18 +786,30 @@ def real_time_interval(state: CheckpointState) -> float | None:
 
     The checkpoint records no trigger, so the shape decides: ``offsets/C`` written at least
     ``REAL_TIME_MIN_INTERVAL`` after its batch time and ``commits/C`` within a quarter of that
-    after it, with no batch in flight. A micro-batch query writes ``offsets/C`` as it plans
-    the batch (well under a second after its batch time) and commits after running it.
-    Storage times on S3 have 1 s resolution and the store's clock: intervals under ~4 s
-    there may go unrecognised.
+    after it. A micro-batch query writes ``offsets/C`` as it plans the batch (well under a
+    second after its batch time) and commits after running it. An ``offsets/L`` without its
+    commit is real-time's too when it has that span (read between the two writes): the
+    interval is then C's, or L's before the first commit. Storage times on S3 have 1 s
+    resolution and the store's clock: intervals under ~4 s there may go unrecognised.
     """
-    batch = state.committed
-    if batch is None or state.in_flight is not None or state.commit_modified is None:
+    committed, flight = state.committed, state.in_flight
+    if flight is not None:
+        span = _span(flight)
+        if span is None or span < REAL_TIME_MIN_INTERVAL:
+            return None
+        if committed is None:
+            return span
+    span = None if committed is None else _span(committed)
+    if span is None or committed is None or committed.modified is None:
         return None
+    if state.commit_modified is None or span < REAL_TIME_MIN_INTERVAL:
+        return None
+    wrote = state.commit_modified - committed.modified
+    return span if 0 <= wrote <= REAL_TIME_MAX_WRITE_SHARE * span else None
+
+
+def _span(batch: BatchOffsets) -> float | None:
+    """Seconds from a batch's time to its offsets file's."""
     if batch.batch_timestamp_ms is None or batch.modified is None:
         return None
-    span = batch.modified - batch.batch_timestamp_ms / 1000.0
-    wrote = state.commit_modified - batch.modified
-    if span < REAL_TIME_MIN_INTERVAL or not 0 <= wrote <= REAL_TIME_MAX_WRITE_SHARE * span:
-        return None
-    return span
+    return batch.modified - batch.batch_timestamp_ms / 1000.0

@@ -838,7 +838,9 @@ def evaluate(
 
 def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> HealthVerdict:
     now = report.generated_at if now is None else now
-    if report.committed_batch_id is None and report.in_flight is None:
+    # A real-time query's first offsets file is written with its first checkpoint.
+    real_time = report.trigger == "real-time"
+    if report.committed_batch_id is None and (report.in_flight is None or real_time):
         return HealthVerdict(Health.UNKNOWN, "no committed batch yet", "no_commit")
     if not report.kafka_sources:
         return HealthVerdict(Health.UNKNOWN, "the query has no Kafka source", "no_kafka_source")

@@ -999,7 +999,8 @@ def _report(
     committed_at = _committed_at(state)
     consumption, production = _rates(list(series), bases.source_ends, snapshot.fetched_at)
     basis = bases.main
-    real_time = _real_time(state, series)
+    interval = real_time_interval(state)
+    real_time = _real_time(state, series, interval)
     return LagReport(
         location=state.location,
         query_id=state.query_id,
@@ -1025,14 +1026,15 @@ def _report(
         max_lag_partition=worst_part.partition if worst_part and worst_part.lag > 0 else None,
         max_lag_seconds=max(known) if known else None,
         rate_limited=basis.rate_limited,
-        trigger="continuous" if state.continuous else "real-time" if real_time else "micro-batch",
+        trigger="continuous" if state.continuous else "real-time" if interval else "micro-batch",
         real_time=real_time,
     )
 
 
-def _real_time(state: CheckpointState, series: Sequence[BatchOffsets]) -> RealTime | None:
-    """The real-time trigger's checkpoint times, when the files have its shape."""
-    interval = real_time_interval(state)
+def _real_time(
+    state: CheckpointState, series: Sequence[BatchOffsets], interval: float | None
+) -> RealTime | None:
+    """The real-time trigger's checkpoint times, once it has a committed checkpoint."""
     if interval is None or state.committed is None or state.committed.modified is None:
         return None
     times = tuple(b.modified for b in series)
@@ -1085,9 +1087,7 @@ def as_of_checkpoint(report: LagReport, ends: Sequence[Offsets | None]) -> LagRe
     lags = (*(None if e is None else _lag_at(report, i, e) for i, e in enumerate(older)),)
     lags += (measured.total_lag,)
     real_time = dataclasses.replace(real_time, checkpoint_lags=lags, produced_since=since)
-    return dataclasses.replace(
-        measured, real_time=real_time, notes=(*measured.notes, _note(real_time))
-    )
+    return dataclasses.replace(measured, real_time=real_time)
 
 
 def _lag_at(report: LagReport, index: int, ends: Offsets) -> int:
@@ -1102,14 +1102,6 @@ def _lag_at(report: LagReport, index: int, ends: Offsets) -> int:
                 if offset is not None and end is not None:
                     total += max(0, end - offset)
     return total
-
-
-def _note(real_time: RealTime) -> str:
-    return (
-        f"real-time trigger: lag as of the newest checkpoint ({real_time.checkpoint_at:.0f}, "
-        f"an interval of {real_time.interval_seconds:.1f} s); {real_time.produced_since} record(s)"
-        " produced since are read as they arrive or wait (an upper bound, not lag)"
-    )
 
 
 def _with_partitions(
