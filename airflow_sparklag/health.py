@@ -19,6 +19,11 @@ also the order of severity, and the first one that fires is the verdict:
 5. LAGGING   - a lag threshold is breached, or a partition's lag grew at every batch of the
                window.
 
+The real-time trigger (``report.real_time``: lag as of its newest checkpoint) adds a rule after
+STOPPED (`stopped_real_time`: no checkpoint for `REAL_TIME_STOPPED_INTERVALS` intervals while
+records wait) and one after LAGGING (`lagging_real_time`: the lag as of its checkpoints grew
+past what an interval reads).
+
 A threshold the user set outranks the threshold-free rules: with `max_commit_age_seconds` only
 that age decides STOPPED, and records younger than `max_lag_seconds` are never STOPPED.
 
