@@ -776,7 +776,9 @@ def _is_continuous(batch: BatchOffsets) -> bool:
 # spark.sql.streaming.realTimeMode.minBatchDuration, 5 s by default) writes offsets/N at the END
 # of interval N, just before commits/N, while batchTimestampMs is the interval's start. A
 # micro-batch writes offsets/N when it plans batch N (its batch time), commits/N after running it.
-REAL_TIME_MIN_INTERVAL = 2.0  # seconds from batchTimestampMs to offsets/C, at least
+# Seconds from batchTimestampMs to offsets/C, at least: under the 5 s minimum by the 1 s of S3's
+# times and some clock skew; a micro-batch would need a 4 s plan and a run of under 1 s.
+REAL_TIME_MIN_INTERVAL = 4.0
 REAL_TIME_MAX_WRITE_SHARE = 0.25  # offsets/C to commits/C, at most this share of that span
 
 
@@ -790,7 +792,8 @@ def real_time_interval(state: CheckpointState) -> float | None:
     second after its batch time) and commits after running it. An ``offsets/L`` without its
     commit is real-time's too when it has that span (read between the two writes): the
     interval is then C's, or L's before the first commit. Storage times on S3 have 1 s
-    resolution and the store's clock: intervals under ~4 s there may go unrecognised.
+    resolution and the store's clock. A query whose minBatchDuration was lowered under 4 s is
+    not recognised (it is judged as a micro-batch).
     """
     committed, flight = state.committed, state.in_flight
     if flight is not None:

@@ -17,6 +17,7 @@ task holds its slot for the whole interval and the session has two):
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 import uuid
@@ -28,6 +29,7 @@ import pytest
 
 from airflow_sparklag.health import Health
 from airflow_sparklag.monitor import CheckResult, check_checkpoint
+from airflow_sparklag.render import render
 from testbed import jobs
 
 pytestmark = pytest.mark.testbed
@@ -134,8 +136,6 @@ def waiting(kafka: Any, source: str, sink: str) -> int:
 
 def committed_on_disk(checkpoint: Path) -> int:
     """Partition 0's offset in offsets/C for the newest commits/C, parsed by hand."""
-    import json
-
     newest = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
     line = (checkpoint / "offsets" / str(newest)).read_text().split("\n")[2]
     return next(iter(json.loads(line).values()))["0"]
@@ -171,6 +171,10 @@ def test_real_time_keeping_up_falling_behind_and_stopped(
     assert f"while {stopped.report.total_lag + (stopped.report.real_time.produced_since or 0)}" in (
         stopped.verdict.reason
     )
+    text = render(stopped.report, stopped.verdict)  # the CLI's text; JSON and XCom: to_dict
+    assert "trigger     real-time, a checkpoint every" in text, text
+    report_dict = json.loads(json.dumps(stopped.to_dict()))["report"]
+    assert report_dict["trigger"] == "real-time" and report_dict["real_time"]["produced_since"]
     assert truth_waiting >= stopped.report.total_lag + (
         stopped.report.real_time.produced_since or 0
     )
