@@ -854,6 +854,8 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
     if findings:
         first = findings[0]
         reason = first.reason if pending is None else f"{first.reason} ({pending})"
+        if first.rule == "lagging" and report.real_time is not None:
+            reason = f"{reason} {_as_of_checkpoint(report)}"
         return HealthVerdict(first.health, reason, first.rule, first.partitions, findings)
     if pending is not None:
         return HealthVerdict(
@@ -874,13 +876,18 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
         )
     if report.real_time is not None:
         return HealthVerdict(
-            Health.OK,
-            f"lag {report.total_lag} record(s) as of the newest "
-            f"checkpoint (real-time trigger; {report.real_time.produced_since} "
-            "produced since, read as they arrive)",
-            "ok",
+            Health.OK, f"lag {report.total_lag} record(s) {_as_of_checkpoint(report)}", "ok"
         )
     return HealthVerdict(Health.OK, f"lag {report.total_lag} record(s)", "ok")
+
+
+def _as_of_checkpoint(report: LagReport) -> str:
+    """What a real-time query's lag is measured at, for its verdict's reason."""
+    since = report.real_time.produced_since if report.real_time else None
+    return (
+        f"as of the newest checkpoint (real-time trigger; {since} record(s) produced since, "
+        "read as they arrive)"
+    )
 
 
 def _first_batch_pending(report: LagReport, now: float) -> str | None:

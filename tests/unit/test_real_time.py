@@ -163,3 +163,13 @@ def test_the_trend_is_read_only_past_an_interval_behind() -> None:
     assert reads_lagging_real_time(keeping_up, Thresholds(), NOW, False) is Reads.NOTHING
     newest_only = real_time_report(part(9), ages=(5.0,), records=(None,))
     assert reads_lagging_real_time(newest_only, Thresholds(), NOW, False) is Reads.OLDER
+
+
+def test_the_reason_says_what_the_lag_is_measured_at() -> None:
+    found = real_time_report(part(300))
+    assert evaluate(found, now=NOW).reason.endswith("as of the newest checkpoint (real-time "
+                                                    "trigger; 0 record(s) produced since, read "
+                                                    "as they arrive)")  # fmt: skip
+    breached = evaluate(found, Thresholds(max_lag_records_total=100), now=NOW)
+    assert breached.health is Health.LAGGING
+    assert breached.reason.startswith("total lag 300 records > 100 as of the newest checkpoint")
