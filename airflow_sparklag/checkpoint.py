@@ -770,3 +770,49 @@ def _batches(entries: list[ObjectInfo]) -> dict[int, ObjectInfo]:
 def _is_continuous(batch: BatchOffsets) -> bool:
     # Continuous mode writes an empty metadata line; micro-batch always writes the JSON.
     return batch.batch_timestamp_ms is None and batch.watermark_ms is None and not batch.conf
+
+
+# Real-time mode (Spark >= 4.1, ``trigger(realTime=...)``; its intervals are at least
+# spark.sql.streaming.realTimeMode.minBatchDuration, 5 s by default) writes offsets/N at the END
+# of interval N, just before commits/N, while batchTimestampMs is the interval's start. A
+# micro-batch writes offsets/N when it plans batch N (its batch time), commits/N after running it.
+# Seconds from batchTimestampMs to offsets/C, at least: under the 5 s minimum by the 1 s of S3's
+# times and some clock skew; a micro-batch would need a 4 s plan and a run of under 1 s.
+REAL_TIME_MIN_INTERVAL = 4.0
+REAL_TIME_MAX_WRITE_SHARE = 0.25  # offsets/C to commits/C, at most this share of that span
+
+
+def real_time_interval(state: CheckpointState) -> float | None:
+    """The newest checkpoint's interval (seconds from its ``batchTimestampMs`` to the time
+    ``offsets/C`` was written) when the files have real-time mode's shape, else None.
+
+    The checkpoint records no trigger, so the shape decides: ``offsets/C`` written at least
+    ``REAL_TIME_MIN_INTERVAL`` after its batch time and ``commits/C`` within a quarter of that
+    after it. A micro-batch query writes ``offsets/C`` as it plans the batch (well under a
+    second after its batch time) and commits after running it. An ``offsets/L`` without its
+    commit is real-time's too when it has that span (read between the two writes): the
+    interval is then C's, or L's before the first commit. Storage times on S3 have 1 s
+    resolution and the store's clock. A query whose minBatchDuration was lowered under 4 s is
+    not recognised (it is judged as a micro-batch).
+    """
+    committed, flight = state.committed, state.in_flight
+    if flight is not None:
+        span = _span(flight)
+        if span is None or span < REAL_TIME_MIN_INTERVAL:
+            return None
+        if committed is None:
+            return span
+    span = None if committed is None else _span(committed)
+    if span is None or committed is None or committed.modified is None:
+        return None
+    if state.commit_modified is None or span < REAL_TIME_MIN_INTERVAL:
+        return None
+    wrote = state.commit_modified - committed.modified
+    return span if 0 <= wrote <= REAL_TIME_MAX_WRITE_SHARE * span else None
+
+
+def _span(batch: BatchOffsets) -> float | None:
+    """Seconds from a batch's time to its offsets file's."""
+    if batch.batch_timestamp_ms is None or batch.modified is None:
+        return None
+    return batch.modified - batch.batch_timestamp_ms / 1000.0

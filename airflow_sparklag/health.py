@@ -27,6 +27,11 @@ also the order of severity, and the first one that fires is the verdict:
                schedule the history cannot show yet. Below OK in severity, so any other
                finding comes first.
 
+The real-time trigger (``report.real_time``: lag as of its newest checkpoint) adds a rule after
+STOPPED (`stopped_real_time`: no checkpoint for `REAL_TIME_STOPPED_INTERVALS` intervals while
+records wait) and one after LAGGING (`lagging_real_time`: the lag as of its checkpoints grew
+past what an interval reads).
+
 A threshold the user set outranks the threshold-free rules: with `max_commit_age_seconds` only
 that age decides STOPPED, and records younger than `max_lag_seconds` are never STOPPED.
 
@@ -157,6 +162,9 @@ DEFAULT_FAIL_ON: tuple[Health, ...] = tuple(h for h in Health if h.is_breach)
 # short a history to measure that pace: past this long, the verdict is UNKNOWN, never OK.
 STOPPED_BUSY_INTERVALS = 5
 STOPPED_MIN_IDLE_SECONDS = 30.0
+# A real-time query checkpoints every interval, records or not: this many intervals without
+# one (and STOPPED_MIN_IDLE_SECONDS) while records wait, and it has stopped.
+REAL_TIME_STOPPED_INTERVALS = 3
 # CLI exit codes beyond the verdicts' own (Health.exit_code, 0-3).
 EXIT_CHECK_FAILED = 4  # the check itself failed: bad checkpoint, unreachable storage or Kafka
 EXIT_USAGE = 64  # sysexits EX_USAGE: wrong arguments or configuration
@@ -538,6 +546,38 @@ def _in_flight_scale(report: LagReport) -> float:
     return max(1.0, flight.planned_records / statistics.median(usual))
 
 
+def rule_stopped_real_time(
+    report: LagReport, thresholds: Thresholds, now: float
+) -> RuleResult | None:
+    """A real-time query whose checkpoints stopped while records wait (its lag as of the
+    checkpoint or records produced since). It checkpoints every interval, records or not, so
+    no checkpoint for `REAL_TIME_STOPPED_INTERVALS` intervals and at least
+    `STOPPED_MIN_IDLE_SECONDS` (the user's `max_commit_age_seconds` instead, when set) means
+    it is not running."""
+    real_time = report.real_time
+    if real_time is None:
+        return None
+    waiting = [
+        p for p in report.partitions() if p.lag + (p.since_checkpoint or 0) > thresholds.allowed_lag
+    ]
+    limit = thresholds.max_commit_age_seconds
+    if limit is None:
+        limit = max(
+            STOPPED_MIN_IDLE_SECONDS, REAL_TIME_STOPPED_INTERVALS * real_time.interval_seconds
+        )
+    idle = now - real_time.checkpoint_at
+    if not waiting or idle <= limit:
+        return None
+    count = sum(p.lag + (p.since_checkpoint or 0) for p in waiting)
+    return RuleResult(
+        Health.STOPPED,
+        "stopped_real_time",
+        f"no checkpoint for {idle:.0f} s (> {limit:g} s; the real-time query checkpoints every "
+        f"{real_time.interval_seconds:.1f} s) while {count} record(s) wait",
+        _refs(waiting),
+    )
+
+
 def needs_record_ages(report: LagReport, thresholds: Thresholds, now: float) -> bool:
     """Would a STOPPED rule, or the short-history one, decide if the waiting records' age were
     known? (A check then reads their timestamps: the estimate cannot date records that arrived
@@ -742,6 +782,36 @@ def ages_time_to_loss(report: LagReport, thresholds: Thresholds, now: float) -> 
     )
 
 
+def rule_lagging_real_time(
+    report: LagReport, thresholds: Thresholds, now: float
+) -> RuleResult | None:
+    """A real-time query falling behind: its lag as of each of its `min_window` newest
+    checkpoints grew, and the newest is more than its last interval read (it is more than an
+    interval behind). What a real-time batch reads is what the interval could process, flat
+    when the query is saturated, so `rule_lagging`'s trend cannot see it; its thresholds
+    judge the lag as of the checkpoint."""
+    real_time = report.real_time
+    if real_time is None or not report.history:
+        return None
+    lags = real_time.checkpoint_lags[-thresholds.min_window :]
+    read = report.history[-1].records
+    if len(lags) < thresholds.min_window or read is None:
+        return None
+    known = [lag for lag in lags if lag is not None]
+    if len(known) < len(lags) or known[-1] <= max(read, thresholds.allowed_lag):
+        return None
+    if not all(b > a for a, b in itertools.pairwise(known)):
+        return None
+    return RuleResult(
+        Health.LAGGING,
+        "lagging_real_time",
+        f"lag as of the checkpoint grew at each of the last {len(known)} checkpoints "
+        f"({' -> '.join(str(lag) for lag in known)} records), past what its last interval "
+        f"read ({read})",
+        _refs(_lagging(report, thresholds)),
+    )
+
+
 # -- what each rule reads ------------------------------------------------------------------------
 
 
@@ -803,6 +873,19 @@ def reads_lagging(report: LagReport, thresholds: Thresholds, now: float, dated: 
     return Reads.NOTHING
 
 
+def reads_lagging_real_time(
+    report: LagReport, thresholds: Thresholds, now: float, dated: bool
+) -> Reads:
+    """A real-time query whose lag as of its checkpoint is above what its newest interval
+    read (or that read is unknown): more (the trend over its checkpoints)."""
+    if report.real_time is None or report.total_lag <= thresholds.allowed_lag:
+        return Reads.NOTHING
+    read = report.history[-1].records if report.history else None
+    if read is None or report.total_lag > read:
+        return more_history(report)
+    return Reads.NOTHING
+
+
 def ages_lagging(report: LagReport, thresholds: Thresholds, now: float) -> bool:
     """A ``max_lag_seconds`` threshold and a lagging partition the estimate cannot date."""
     return thresholds.max_lag_seconds is not None and any(
@@ -818,9 +901,11 @@ RULES: tuple[Rule, ...] = (
     Rule("data_loss", rule_data_loss, _reads_nothing),
     Rule("rewind", rule_rewind, reads_rewind),
     Rule("stopped", rule_stopped, reads_stopped, needs_record_ages),
+    Rule("stopped_real_time", rule_stopped_real_time, _reads_nothing),
     Rule("stalled", rule_stalled, reads_stalled),
     Rule("time_to_data_loss", rule_time_to_loss, _reads_nothing, ages_time_to_loss),
     Rule("lagging", rule_lagging, reads_lagging, ages_lagging),
+    Rule("lagging_real_time", rule_lagging_real_time, reads_lagging_real_time),
     Rule("short_history", rule_short_history, reads_stopped, needs_record_ages),
 )
 
@@ -869,7 +954,9 @@ def evaluate(
 
 def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> HealthVerdict:
     now = report.generated_at if now is None else now
-    if report.committed_batch_id is None and report.in_flight is None:
+    # A real-time query's first offsets file is written with its first checkpoint.
+    real_time = report.trigger == "real-time"
+    if report.committed_batch_id is None and (report.in_flight is None or real_time):
         return HealthVerdict(Health.UNKNOWN, "no committed batch yet", "no_commit")
     if not report.kafka_sources:
         return HealthVerdict(Health.UNKNOWN, "the query has no Kafka source", "no_kafka_source")
@@ -878,6 +965,8 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
     if findings:
         first = findings[0]
         reason = first.reason if pending is None else f"{first.reason} ({pending})"
+        if first.rule == "lagging" and report.real_time is not None:
+            reason = f"{reason} {_as_of_checkpoint(report)}"
         return HealthVerdict(first.health, reason, first.rule, first.partitions, findings)
     if pending is not None:
         return HealthVerdict(
@@ -896,7 +985,20 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
             else f"topic(s) {', '.join(report.missing_topics)} not found in the cluster",
             "topic_missing",
         )
+    if report.real_time is not None:
+        return HealthVerdict(
+            Health.OK, f"lag {report.total_lag} record(s) {_as_of_checkpoint(report)}", "ok"
+        )
     return HealthVerdict(Health.OK, f"lag {report.total_lag} record(s)", "ok")
+
+
+def _as_of_checkpoint(report: LagReport) -> str:
+    """What a real-time query's lag is measured at, for its verdict's reason."""
+    since = report.real_time.produced_since if report.real_time else None
+    return (
+        f"as of the newest checkpoint (real-time trigger; {since} record(s) produced since, "
+        "read as they arrive)"
+    )
 
 
 def _first_batch_pending(report: LagReport, now: float) -> str | None:

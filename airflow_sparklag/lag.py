@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparklag.checkpoint import real_time_interval
 from airflow_sparklag.runs import Schedule, schedule_of
 from airflow_sparklag.timelag import estimate_age, history_points
 
@@ -99,6 +100,9 @@ class PartitionLag(_ToDict):
     # Seconds until retention deletes the oldest unread record (a lower bound: Kafka deletes
     # whole segments); math.inf: never (compacted or unlimited); None: no lag, or unknown.
     time_to_loss_seconds: float | None = None
+    # Real-time trigger: records produced after the newest checkpoint, which the query reads
+    # as they arrive: an UPPER bound of those waiting, never lag (`lag` is as of the checkpoint).
+    since_checkpoint: int | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,26 @@ class InFlightBatch(_ToDict):
     planned_records: int  # records between the committed and the planned offsets
     # source id -> topic -> partition -> planned offset
     planned_offsets: Mapping[str, Mapping[str, Mapping[int, int]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RealTime(_ToDict):
+    """A real-time query (Spark >= 4.1, ``trigger(realTime=...)``): it reads records as they
+    arrive and writes ``offsets/N`` and ``commits/N`` together at the END of each interval, so
+    no file tells how far the running interval got. Its report measures what is known: the lag
+    as of the newest checkpoint (Kafka's offsets at ``checkpoint_at``, ListOffsets by
+    timestamp) and, apart, the records produced since (an upper bound of those waiting).
+
+    >>> RealTime(5.1, checkpoint_at=100.0, checkpoint_times=(100.0,)).interval_seconds
+    5.1
+    """
+
+    interval_seconds: float  # the newest checkpoint's: batchTimestampMs to offsets/C written
+    checkpoint_at: float  # epoch seconds offsets/C was written: what its lag is measured at
+    checkpoint_times: tuple[float | None, ...]  # offsets/N written, for each batch of history
+    # Total lag as of each checkpoint of `history` (oldest first); None where not measured.
+    checkpoint_lags: tuple[int | None, ...] = ()
+    produced_since: int | None = None  # records produced after checkpoint_at (upper bound)
 
 
 @dataclass(frozen=True)
@@ -229,6 +253,9 @@ class LagReport(_ToDict):
     single_cluster_assumed: bool = False
     # The smallest time_to_loss_seconds of a lagging partition (see PartitionLag).
     min_time_to_loss_seconds: float | None = None
+    trigger: str = "micro-batch"  # "micro-batch" | "continuous" | "real-time"
+    # The real-time trigger: lag is as of its newest checkpoint (see RealTime).
+    real_time: RealTime | None = None
 
     @property
     def kafka_sources(self) -> tuple[SourceLag, ...]:
@@ -994,6 +1021,8 @@ def _report(
     committed_at = _committed_at(state)
     consumption, production = _rates(list(series), bases.source_ends, snapshot.fetched_at)
     basis = bases.main
+    interval = real_time_interval(state)
+    real_time = _real_time(state, series, interval)
     return LagReport(
         location=state.location,
         query_id=state.query_id,
@@ -1019,6 +1048,125 @@ def _report(
         max_lag_partition=worst_part.partition if worst_part and worst_part.lag > 0 else None,
         max_lag_seconds=max(known) if known else None,
         rate_limited=basis.rate_limited,
+        trigger="continuous" if state.continuous else "real-time" if interval else "micro-batch",
+        real_time=real_time,
+    )
+
+
+def _real_time(
+    state: CheckpointState, series: Sequence[BatchOffsets], interval: float | None
+) -> RealTime | None:
+    """The real-time trigger's checkpoint times, once it has a committed checkpoint."""
+    if interval is None or state.committed is None or state.committed.modified is None:
+        return None
+    times = tuple(b.modified for b in series)
+    return RealTime(interval, state.committed.modified, times)
+
+
+REAL_TIME_AGE = "as of the checkpoint only a record's timestamp dates it (exact mode)"
+
+
+def as_of_checkpoint(report: LagReport, ends: Sequence[Offsets | None]) -> LagReport:
+    """A real-time query's report measured as of its checkpoints: ``ends[i]`` (source id ->
+    topic -> partition -> offset) is Kafka's log end when ``history[i]``'s offsets file was
+    written (ListOffsets by timestamp), None where not asked; the last is the newest's.
+
+    Each partition's ``lag`` (and time lag) becomes the lag as of the newest checkpoint and
+    ``since_checkpoint`` the records produced after it (what the running interval reads or
+    still has to: an upper bound, never lag); ``real_time.checkpoint_lags`` the total lag as
+    of each checkpoint asked. Partitions with lost records or not in the checkpoint keep their
+    live numbers. A report that is not real-time, or without the newest ends, is returned as is.
+    """
+    real_time = report.real_time
+    if real_time is None or not ends or ends[-1] is None:
+        return report
+    newest = ends[-1]
+    behind = real_time.checkpoint_at - report.generated_at
+    since = 0
+
+    def at_checkpoint(source_id: str, p: PartitionLag) -> PartitionLag:
+        nonlocal since
+        end = newest.get(source_id, {}).get(p.topic, {}).get(p.partition)
+        if end is None or p.committed_offset is None or p.data_loss or p.log_end_offset is None:
+            return p
+        live = p.committed_offset + p.lag  # the reference end the live lag was measured to
+        end = min(end, live)
+        lag = max(0, end - p.committed_offset)
+        produced = max(0, live - max(end, p.committed_offset))
+        since += produced
+        seconds: float | None = 0.0
+        unknown = None
+        if lag and report.time_lag_mode == "exact" and p.lag_seconds is not None:
+            seconds = max(0.0, p.lag_seconds + behind)
+        elif lag:
+            seconds, unknown = None, REAL_TIME_AGE
+        return dataclasses.replace(
+            p, lag=lag, lag_seconds=seconds, lag_seconds_unknown=unknown, since_checkpoint=produced
+        )
+
+    measured = _with_partitions(report, at_checkpoint)
+    older = ends[:-1]
+    lags = (*(None if e is None else _lag_at(report, i, e) for i, e in enumerate(older)),)
+    lags += (measured.total_lag,)
+    real_time = dataclasses.replace(real_time, checkpoint_lags=lags, produced_since=since)
+    return dataclasses.replace(measured, real_time=real_time)
+
+
+def _lag_at(report: LagReport, index: int, ends: Offsets) -> int:
+    """Total lag as of ``history[index]``'s checkpoint: Kafka's ends then minus its offsets."""
+    total = 0
+    for source in report.kafka_sources:
+        for topic in source.topics:
+            for p in topic.partitions:
+                h = p.offset_history
+                offset = h[index] if index < len(h) else None
+                end = ends.get(source.source_id, {}).get(p.topic, {}).get(p.partition)
+                if offset is not None and end is not None:
+                    total += max(0, end - offset)
+    return total
+
+
+def _with_partitions(
+    report: LagReport, change: Callable[[str, PartitionLag], PartitionLag]
+) -> LagReport:
+    """``report`` with each Kafka partition ``change``d (given its source id) and every total
+    (topics, sources, the report's worst partition and catch-up) made again from them."""
+    sources = []
+    for source in report.sources:
+        topics = []
+        for topic in source.topics:
+            parts = tuple(change(source.source_id, p) for p in topic.partitions)
+            worst = max(parts, key=lambda pl: pl.lag, default=None)
+            known = [pl.lag_seconds for pl in parts if pl.lag_seconds is not None]
+            topics.append(
+                topic
+                if topic.missing
+                else dataclasses.replace(
+                    topic,
+                    partitions=parts,
+                    lag=sum(pl.lag for pl in parts),
+                    max_lag=worst.lag if worst else 0,
+                    max_lag_partition=worst.partition if worst and worst.lag > 0 else None,
+                    max_lag_seconds=max(known) if known else None,
+                )
+            )
+        lag = None if source.lag is None else sum(t.lag or 0 for t in topics)
+        sources.append(dataclasses.replace(source, topics=tuple(topics), lag=lag))
+    every = [p for s in sources for t in s.topics for p in t.partitions]
+    worst_part = max(every, key=lambda pl: pl.lag, default=None)
+    known = [p.lag_seconds for p in every if p.lag_seconds is not None]
+    total = sum(t.lag or 0 for s in sources for t in s.topics)
+    return dataclasses.replace(
+        report,
+        sources=tuple(sources),
+        total_lag=total,
+        max_lag=worst_part.lag if worst_part else 0,
+        max_lag_topic=worst_part.topic if worst_part and worst_part.lag > 0 else None,
+        max_lag_partition=worst_part.partition if worst_part and worst_part.lag > 0 else None,
+        max_lag_seconds=max(known) if known else None,
+        catch_up_seconds=_catch_up_seconds(
+            total, bool(sources), report.consumption_rate, report.production_rate
+        ),
     )
 
 

@@ -32,6 +32,7 @@ from airflow_sparklag.lag import (
     Offsets,
     Reads,
     SourceCluster,
+    as_of_checkpoint,
     compute_lag,
     with_time_to_loss,
 )
@@ -325,6 +326,8 @@ class _Judge:
         # also the Kafka source's default: pass True for jobs that read with read_committed.
         self.isolation = {loc: bool(options.read_committed) for loc in states}
         self.starts = {loc: _source_starts(session, st) for loc, st in states.items()}
+        # Real-time queries: Kafka's offsets when a checkpoint was written, per (job, time).
+        self.checkpoint_ends: dict[tuple[str, float | None], Offsets | None] = {}
 
     def report(self, loc: str, stamps: Stamps | None) -> LagReport:
         """The report of ``loc``. A lazily read state's older batches are unread: its report
@@ -333,7 +336,7 @@ class _Judge:
         and is reported again with them; so the time lag of such a first report is not
         estimated."""
         state = self.states[loc]
-        return compute_lag(
+        report = compute_lag(
             state,
             self.snapshot,
             now=self.now,
@@ -345,6 +348,40 @@ class _Judge:
             source_clusters=self.source_clusters(state, stamps),
             estimate_ages=not state.unread_history or loc in self.stepped,
         )
+        return self.at_checkpoints(report)
+
+    def at_checkpoints(self, report: LagReport) -> LagReport:
+        """A real-time query's report as of its checkpoints (``lag.as_of_checkpoint``):
+        Kafka's offsets when the newest was written; when the lag then is above what its
+        interval read (``health.rule_lagging_real_time`` may judge the trend), also when each
+        older one of the history was. One ListOffsets by timestamp per checkpoint, once."""
+        real_time = report.real_time
+        if real_time is None:
+            return report
+        times = real_time.checkpoint_times
+        unasked: list[Offsets | None] = [None] * (len(times) - 1)
+        measured = as_of_checkpoint(report, [*unasked, self.ends_at(report, times[-1])])
+        read = report.history[-1].records if report.history else None
+        limit = self.options.thresholds.allowed_lag
+        if read is None or measured.total_lag <= max(read, limit):
+            return measured
+        return as_of_checkpoint(report, [self.ends_at(report, t) for t in times])
+
+    def ends_at(self, report: LagReport, at: float | None) -> Offsets | None:
+        """source id -> topic -> partition -> Kafka's offset at ``at`` (epoch seconds), asked
+        once per job and time; None when unknown."""
+        key = (report.location, at)
+        if key not in self.checkpoint_ends:
+            found = None if at is None else self.offsets_at(report, int(at * 1000))
+            self.checkpoint_ends[key] = (
+                None
+                if found is None
+                else {
+                    s.source_id: found.get(self.session.cluster_of(s.source_id), {})
+                    for s in report.kafka_sources
+                }
+            )
+        return self.checkpoint_ends[key]
 
     def source_clusters(
         self, state: CheckpointState, stamps: Stamps | None

@@ -51,6 +51,8 @@ def flags(partition: PartitionLag) -> str:
         names.append(f"data_loss({partition.records_lost} lost)")
     if partition.ahead_of_log:
         names.append("ahead_of_log")
+    if partition.since_checkpoint:
+        names.append(f"+{partition.since_checkpoint}_since_checkpoint")
     return ",".join(names)
 
 
@@ -115,6 +117,14 @@ def summary_lines(report: LagReport) -> list[str]:
         if report.committed_batch_id is not None
         else "committed   nothing yet",
     ]
+    real_time = report.real_time
+    if real_time is not None:
+        lines.append(
+            f"trigger     real-time, a checkpoint every {_secs(real_time.interval_seconds)}: lag "
+            f"as of the newest ({_when(real_time.checkpoint_at)}); "
+            f"{_num(real_time.produced_since)} record(s) produced since, read as they arrive "
+            "(an upper bound of those waiting, not lag)"
+        )
     if report.in_flight is not None:
         lines.append(
             f"in flight   batch {report.in_flight.batch_id}, {report.in_flight.planned_records} "

@@ -15,9 +15,11 @@ def test_rule_order_is_worst_first() -> None:
         "data_loss",
         "rewind",
         "stopped",
+        "stopped_real_time",
         "stalled",
         "time_to_data_loss",
         "lagging",
+        "lagging_real_time",
         "short_history",
     ]
     # UNKNOWN sits below OK: the short-history rule decides only when no other rule fired.

@@ -1,0 +1,256 @@
+"""REAL real-time queries (Spark >= 4.1, ``trigger(realTime=...)``, Kafka to Kafka) on the REAL
+broker, judged against an independent truth: the records produced to the source topic and
+those the query wrote to its sink topic, counted by the broker and by a plain consumer.
+
+Real-time mode writes ``offsets/N`` and ``commits/N`` together at the END of each interval, so
+just before a checkpoint the live log is an interval of records past the newest offsets although
+the query has processed them. Two queries run side by side (one partition each: a real-time
+task holds its slot for the whole interval and the session has two):
+
+- ``steady`` keeps up: polled as fast as a check goes (so also just before its checkpoints),
+  with a total-lag threshold a live lag would breach every interval; then it is stopped while
+  records keep coming, and is STOPPED once no checkpoint came for 3 intervals and 30 s;
+- ``slow`` falls behind: its task sleeps 50 ms a record (20 records/s) while 30 records/s
+  arrive; LAGGING once its lag as of the checkpoints grew three times past an interval's read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparklag.health import Health
+from airflow_sparklag.monitor import CheckResult, check_checkpoint
+from airflow_sparklag.render import render
+from testbed import jobs
+
+pytestmark = pytest.mark.testbed
+
+INTERVAL = 5.0  # realTime="5 seconds": real-time mode's smallest interval by default
+STEADY_RATE = 50  # records/s into the steady query's topic
+SLOW_RATE = 30  # records/s into the slow query's topic, which processes 20/s
+# A lag a live measure reaches before every checkpoint (an interval is 250 records), and one
+# as of the checkpoint never does on a query that keeps up.
+TOTAL_LIMIT = 150
+
+
+class Producer:
+    """Writes ``rate`` records a second to ``topic`` until stopped; counts what was acked."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
+        from confluent_kafka import Producer as KafkaProducer
+
+        self.topic, self.rate = topic, rate
+        self.producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        sent = 0
+        began = time.monotonic()
+        while not self.stop.is_set():
+            due = int((time.monotonic() - began) * self.rate)
+            for i in range(sent, due):
+                self.producer.produce(self.topic, value=f"r-{i}".encode(), key=str(i).encode())
+            sent = max(sent, due)
+            self.producer.poll(0)
+            time.sleep(0.05)
+        self.producer.flush(30)
+
+
+@contextlib.contextmanager
+def producing(bootstrap: str, topic: str, rate: int) -> Iterator[Producer]:
+    producer = Producer(bootstrap, topic, rate)
+    producer.thread.start()
+    try:
+        yield producer
+    finally:
+        producer.stop.set()
+        producer.thread.join(30)
+
+
+def record_times(bootstrap: str, topic: str) -> list[float]:
+    """Every record's timestamp (epoch seconds) in ``topic``'s partition 0, read by a plain
+    consumer: the truth of when each was produced (source) or written by the query (sink)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"sparklag-truth-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    times: list[float] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            batch = consumer.consume(num_messages=1000, timeout=0.5)
+            if any(m.error() is not None and m.error().name() == "_PARTITION_EOF" for m in batch):
+                times += [m.timestamp()[1] / 1000.0 for m in batch if m.error() is None]
+                return times
+            times += [m.timestamp()[1] / 1000.0 for m in batch if m.error() is None]
+    finally:
+        consumer.close()
+    raise TimeoutError(f"no end of {topic} within 30 s")
+
+
+def start(spark: Any, kafka: Any, source: str, sink: str, checkpoint: Path, *, slow: bool) -> Any:
+    df = jobs.kafka_stream(spark, kafka.bootstrap, topics=[source])
+    value = "value"
+    if slow:  # 50 ms a record in the task itself (Thread.sleep through reflect): 20 records/s
+        nap = "reflect('java.lang.Thread', 'sleep', CAST(50 AS BIGINT))"
+        value = f"concat(CAST(value AS STRING), substr({nap}, 0, 0)) AS value"
+    return (
+        df.selectExpr("key", value)
+        .writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap)
+        .option("topic", sink)
+        .option("checkpointLocation", str(checkpoint))
+        .outputMode("update")
+        .trigger(realTime=f"{INTERVAL:.0f} seconds")
+        .start()
+    )
+
+
+def check(kafka: Any, checkpoint: Path, **thresholds: Any) -> CheckResult:
+    return check_checkpoint(
+        str(checkpoint), kafka_config={"bootstrap.servers": kafka.bootstrap}, thresholds=thresholds
+    )
+
+
+def waiting(kafka: Any, source: str, sink: str) -> int:
+    """Truth: records produced and not yet in the sink (the query maps one to one)."""
+    return kafka.end_offsets(source)[0] - kafka.end_offsets(sink)[0]
+
+
+def committed_on_disk(checkpoint: Path) -> int:
+    """Partition 0's offset in offsets/C for the newest commits/C, parsed by hand."""
+    newest = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    line = (checkpoint / "offsets" / str(newest)).read_text().split("\n")[2]
+    return next(iter(json.loads(line).values()))["0"]
+
+
+def test_real_time_keeping_up_falling_behind_and_stopped(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    topics = {
+        n: kafka.create_topic(f"rt-{n}-{tag}", partitions=1) for n in ("a", "a-out", "b", "b-out")
+    }
+    steady_ck, slow_ck = tmp_path / "steady", tmp_path / "slow"
+    with (
+        producing(kafka.bootstrap, topics["a"], STEADY_RATE),
+        producing(kafka.bootstrap, topics["b"], SLOW_RATE),
+    ):
+        steady = start(spark, kafka, topics["a"], topics["a-out"], steady_ck, slow=False)
+        slow = start(spark, kafka, topics["b"], topics["b-out"], slow_ck, slow=True)
+        try:
+            polls = keeps_up(kafka, steady, steady_ck, topics["a"], topics["a-out"])
+            steady.stop()
+            lagging, stopped = behind_and_stopped(kafka, slow, slow_ck, steady_ck)
+        finally:
+            jobs.stop_quietly(steady)
+            jobs.stop_quietly(slow)
+        truth_waiting = kafka.end_offsets(topics["a"])[0] - committed_on_disk(steady_ck)
+    assert polls["before_checkpoint"] >= 3, polls
+    assert stopped.report is not None
+    assert stopped.verdict.health is Health.STOPPED, stopped.verdict
+    assert stopped.verdict.rule == "stopped_real_time"
+    # Every record produced since the last checkpoint waits: the verdict counts them exactly.
+    assert f"while {stopped.report.total_lag + (stopped.report.real_time.produced_since or 0)}" in (
+        stopped.verdict.reason
+    )
+    text = render(stopped.report, stopped.verdict)  # the CLI's text; JSON and XCom: to_dict
+    assert "trigger     real-time, a checkpoint every" in text, text
+    report_dict = json.loads(json.dumps(stopped.to_dict()))["report"]
+    assert report_dict["trigger"] == "real-time" and report_dict["real_time"]["produced_since"]
+    assert truth_waiting >= stopped.report.total_lag + (
+        stopped.report.real_time.produced_since or 0
+    )
+    # The falling-behind query's lag as of each checkpoint, against the truth: records produced
+    # before the checkpoint's time minus records its sink had by then.
+    assert lagging.verdict.rule == "lagging_real_time", lagging.verdict
+    assert lagging.report is not None and lagging.report.real_time is not None
+    produced = record_times(kafka.bootstrap, topics["b"])
+    sunk = record_times(kafka.bootstrap, topics["b-out"])
+    real_time = lagging.report.real_time
+    truths = [
+        sum(t < at for t in produced) - sum(t <= at for t in sunk)
+        for at in real_time.checkpoint_times[-3:]
+        if at is not None
+    ]
+    assert truths == sorted(truths) and truths[0] < truths[-1], truths
+    for ours, truth in zip(real_time.checkpoint_lags[-3:], truths, strict=True):
+        assert ours is not None and abs(ours - truth) <= max(10, truth // 20), (ours, truth)
+
+
+def keeps_up(kafka: Any, query: Any, checkpoint: Path, source: str, sink: str) -> dict[str, int]:
+    """Polls the steady query for 4 intervals after its first checkpoint: never a breach,
+    the lag as of the checkpoint small while the truth says it keeps up; counts the polls
+    made in the last fifth of an interval (just before a checkpoint)."""
+    counts = {"polls": 0, "before_checkpoint": 0}
+    first = None
+    while first is None or time.monotonic() - first < 4 * INTERVAL:
+        if query.exception() is not None:
+            raise AssertionError(f"steady query failed: {query.exception()}")
+        result = check(kafka, checkpoint, max_lag_records_total=TOTAL_LIMIT)
+        truth = waiting(kafka, source, sink)
+        assert result.verdict.health in (Health.OK, Health.UNKNOWN), (result.verdict, truth)
+        report = result.report
+        if report is None or report.committed_batch_id is None:
+            assert result.verdict.rule == "no_commit", result.verdict
+            continue
+        first = first or time.monotonic()
+        assert report.trigger == "real-time" and report.real_time is not None, report
+        assert result.verdict.health is Health.OK, result.verdict
+        assert truth < INTERVAL * STEADY_RATE, truth  # the truth: it keeps up
+        part = next(report.partitions())
+        assert part.committed_offset is not None and part.log_end_offset is not None
+        # What the checkpoint has not got is split, never lost: lag then + produced since.
+        assert (
+            part.lag + (part.since_checkpoint or 0) == part.log_end_offset - part.committed_offset
+        )
+        assert report.total_lag <= TOTAL_LIMIT
+        counts["polls"] += 1
+        if (report.commit_age_seconds or 0.0) > 0.8 * report.real_time.interval_seconds:
+            counts["before_checkpoint"] += 1
+    return counts
+
+
+def behind_and_stopped(
+    kafka: Any, slow: Any, slow_ck: Path, stopped_ck: Path
+) -> tuple[CheckResult, CheckResult]:
+    """Polls the slow query until it is LAGGING (never STOPPED or STALLED), and the stopped
+    one until it is STOPPED: OK while its last checkpoint is within 3 intervals and 30 s,
+    STOPPED by 45 s after it. Within 150 s."""
+    deadline = time.monotonic() + 150
+    lagging = stopped = None
+    while lagging is None or stopped is None:
+        assert time.monotonic() < deadline, (lagging, stopped)
+        if lagging is None:
+            assert slow.exception() is None, f"slow query failed: {slow.exception()}"
+            result = check(kafka, slow_ck)
+            health = result.verdict.health
+            assert health in (Health.OK, Health.UNKNOWN, Health.LAGGING), result.verdict
+            lagging = result if health is Health.LAGGING else None
+        if stopped is None:
+            result = check(kafka, stopped_ck)
+            assert result.report is not None and result.report.real_time is not None
+            idle = time.time() - result.report.real_time.checkpoint_at
+            if idle <= 30:
+                assert result.verdict.health is Health.OK, (idle, result.verdict)
+            assert idle < 45, (idle, result.verdict)
+            stopped = result if result.verdict.health is Health.STOPPED else None
+        time.sleep(0.5)
+    return lagging, stopped

@@ -1,0 +1,175 @@
+"""The real-time trigger: recognised from the checkpoint's shape, measured as of its checkpoints,
+judged by rule_stopped_real_time and rule_lagging_real_time (one table each).
+
+The shapes are those of real queries (tests/integration/test_real_time_mode.py): offsets/N
+written ~5.1 s after its batchTimestampMs and commits/N 50-200 ms after it; a micro-batch
+writes offsets/N well under a second after its batch time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from test_health_support import NOW, part, report
+
+from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, real_time_interval
+from airflow_sparklag.health import (
+    Health,
+    Thresholds,
+    evaluate,
+    reads_lagging_real_time,
+    rule_lagging_real_time,
+    rule_stopped_real_time,
+)
+from airflow_sparklag.lag import Reads, RealTime, as_of_checkpoint
+
+T = 1_795_622_184.0  # a batch time
+
+
+def batch(batch_id: int, at: float, written: float) -> BatchOffsets:
+    return BatchOffsets(batch_id, 1, int(at * 1000), 0, {}, (), modified=written)
+
+
+def state(
+    committed: BatchOffsets | None, commit: float | None, flight: BatchOffsets | None = None
+) -> CheckpointState:
+    return CheckpointState(
+        "/ck", None, None if committed is None else committed.batch_id, committed, commit,
+        flight, (), (), (), continuous=False,
+    )  # fmt: skip
+
+
+SHAPES = [
+    # id, state, interval
+    ("real-time: offsets 5.1 s after the batch time, commit 0.1 s later",
+     state(batch(3, T, T + 5.1), T + 5.2), 5.1),
+    ("micro-batch: offsets planned at once, commit after the run",
+     state(batch(3, T, T + 0.2), T + 5.2), None),
+    ("micro-batch with a slow plan and a quick run: still not real-time",
+     state(batch(3, T, T + 3.0), T + 3.2), None),
+    ("real-time on S3: 1 s times", state(batch(3, T, T + 4.0), T + 5.0), 4.0),
+    ("a long run after a long plan is a micro-batch",
+     state(batch(3, T, T + 4.0), T + 6.0), None),
+    ("real-time, read between offsets/4 and commits/4: C's interval",
+     state(batch(3, T, T + 5.1), T + 5.2, batch(4, T + 5.3, T + 10.4)), 5.1),
+    ("real-time before its first commit: offsets/0's interval",
+     state(None, None, batch(0, T, T + 6.1)), pytest.approx(6.1)),
+    ("a micro-batch in flight is planned at its batch time",
+     state(batch(3, T, T + 5.1), T + 5.2, batch(4, T + 9.0, T + 9.1)), None),
+    ("nothing committed, nothing in flight", state(None, None), None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "shape", "interval"), SHAPES, ids=[c[0] for c in SHAPES])
+def test_real_time_is_recognised_from_the_files(
+    case: str, shape: CheckpointState, interval: float | None
+) -> None:
+    found = real_time_interval(shape)
+    assert found == (interval if interval is None else pytest.approx(interval))
+
+
+def real_time_report(*parts, ages=(15.0, 10.0, 5.0), records=(None, 250, 250), lags=()):  # type: ignore[no-untyped-def]
+    """A real-time report at NOW whose checkpoints were written ``ages`` seconds ago."""
+    base = report(*parts, batch_ages=ages, batch_records=records)
+    times = tuple(NOW - age for age in ages)
+    checkpoint = RealTime(5.0, times[-1], times, checkpoint_lags=lags, produced_since=0)
+    return dataclasses.replace(base, trigger="real-time", real_time=checkpoint)
+
+
+def test_the_lag_is_as_of_the_checkpoint_and_the_rest_is_produced_since() -> None:
+    live = real_time_report(part(260, committed=1000, history=(500, 750, 1000)))
+    # Kafka's end when each checkpoint was written: 751 (15 s ago), 1003 (10 s), 1010 (5 s).
+    ends = [{"0": {"t": {0: 751}}}, {"0": {"t": {0: 1003}}}, {"0": {"t": {0: 1010}}}]
+    measured = as_of_checkpoint(live, ends)
+    (p,) = measured.partitions()
+    assert (p.lag, p.since_checkpoint, measured.total_lag) == (10, 250, 10)
+    assert p.lag_seconds is None and p.lag_seconds_unknown  # only a record timestamp dates it
+    assert measured.real_time is not None
+    assert measured.real_time.checkpoint_lags == (251, 253, 10)
+    assert measured.real_time.produced_since == 250
+    assert measured.sources[0].lag == 10 and measured.sources[0].topics[0].lag == 10
+
+
+def test_exact_time_lag_is_moved_to_the_checkpoint() -> None:
+    live = real_time_report(part(260, committed=1000, lag_seconds=9.0))
+    live = dataclasses.replace(live, time_lag_mode="exact")
+    measured = as_of_checkpoint(live, [None, None, {"0": {"t": {0: 1010}}}])
+    (p,) = measured.partitions()
+    assert p.lag_seconds == pytest.approx(4.0)  # 9 s old now, 4 s old 5 s ago
+    assert measured.real_time is not None and measured.real_time.checkpoint_lags[:2] == (None, None)
+
+
+def test_a_report_without_the_checkpoint_ends_is_left_as_is() -> None:
+    live = real_time_report(part(260, committed=1000))
+    assert as_of_checkpoint(live, [None, None, None]) is live
+    micro = report(part(260))
+    assert as_of_checkpoint(micro, [{"0": {"t": {0: 0}}}]) is micro
+
+
+STOPPED = [
+    # id, lag, since, newest checkpoint age, thresholds, fires
+    ("a checkpoint 5 s ago", 0, 300, 5.0, {}, False),
+    ("3 intervals but under 30 s", 0, 300, 29.0, {}, False),
+    ("31 s without a checkpoint, records produced since", 0, 300, 31.0, {}, True),
+    ("31 s without a checkpoint, lag as of it", 40, 0, 31.0, {}, True),
+    ("31 s without a checkpoint, nothing waits", 0, 0, 31.0, {}, False),
+    ("within allowed_lag", 0, 2, 31.0, {"allowed_lag": 2}, False),
+    ("the user's max_commit_age_seconds decides", 0, 300, 31.0,
+     {"max_commit_age_seconds": 60}, False),
+    ("past the user's max_commit_age_seconds", 0, 300, 61.0,
+     {"max_commit_age_seconds": 60}, True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "lag", "since", "age", "limits", "fires"), STOPPED, ids=[c[0] for c in STOPPED]
+)
+def test_stopped_when_the_checkpoints_stop(
+    case: str, lag: int, since: int, age: float, limits: dict, fires: bool
+) -> None:
+    waiting = dataclasses.replace(part(lag), since_checkpoint=since)
+    found = real_time_report(waiting, ages=(age + 10, age + 5, age))
+    result = rule_stopped_real_time(found, Thresholds(**limits), NOW)
+    assert (result is not None) is fires
+    if result is not None:
+        assert result.health is Health.STOPPED and f"while {lag + since} record(s)" in result.reason
+
+
+LAGGING = [
+    # id, lag as of each checkpoint, records the newest interval read, fires
+    ("keeping up: small lags, by chance growing", (2, 5, 9), 250, False),
+    ("grew three times past an interval's read", (150, 260, 380), 250, True),
+    ("past an interval's read but shrinking: catching up", (500, 400, 300), 250, False),
+    ("grew, still under an interval's read", (50, 100, 150), 250, False),
+    ("only two checkpoints measured", (None, 260, 380), 250, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "lags", "read", "fires"), LAGGING, ids=[c[0] for c in LAGGING])
+def test_lagging_when_the_lag_as_of_the_checkpoints_grows(
+    case: str, lags: tuple, read: int, fires: bool
+) -> None:
+    found = real_time_report(part(lags[-1]), records=(None, read, read), lags=lags)
+    result = rule_lagging_real_time(found, Thresholds(), NOW)
+    assert (result is not None) is fires
+    assert evaluate(found, now=NOW).health is (Health.LAGGING if fires else Health.OK)
+
+
+def test_the_trend_is_read_only_past_an_interval_behind() -> None:
+    behind = real_time_report(part(300), records=(None, 250, 250))
+    assert reads_lagging_real_time(behind, Thresholds(), NOW, False) is Reads.WINDOW
+    keeping_up = real_time_report(part(9), records=(None, 250, 250))
+    assert reads_lagging_real_time(keeping_up, Thresholds(), NOW, False) is Reads.NOTHING
+    newest_only = real_time_report(part(9), ages=(5.0,), records=(None,))
+    assert reads_lagging_real_time(newest_only, Thresholds(), NOW, False) is Reads.OLDER
+
+
+def test_the_reason_says_what_the_lag_is_measured_at() -> None:
+    found = real_time_report(part(300))
+    assert evaluate(found, now=NOW).reason.endswith("as of the newest checkpoint (real-time "
+                                                    "trigger; 0 record(s) produced since, read "
+                                                    "as they arrive)")  # fmt: skip
+    breached = evaluate(found, Thresholds(max_lag_records_total=100), now=NOW)
+    assert breached.health is Health.LAGGING
+    assert breached.reason.startswith("total lag 300 records > 100 as of the newest checkpoint")
