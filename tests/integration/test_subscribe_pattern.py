@@ -19,6 +19,7 @@ import pytest
 
 from airflow_sparklag import cli
 from airflow_sparklag.health import Health
+from airflow_sparklag.kafka import KafkaOffsetsClient
 from airflow_sparklag.lag import UNREAD_TOPICS, LagReport
 from airflow_sparklag.monitor import CheckResult, check_checkpoint
 from testbed import jobs
@@ -89,6 +90,17 @@ def test_with_the_pattern_new_topics_wait_from_their_start(stopped, kafka):
     assert c in note and UNREAD_TOPICS not in report.notes
 
 
+def test_the_checkpoint_does_not_record_the_subscription(stopped):
+    """Why the pattern must be given: no file Spark wrote names it or the option (offsets/N
+    and its conf line, sources/0/0, metadata, commits/N)."""
+    ck = Path(stopped["ck"])
+    files = [f for f in ck.rglob("*") if f.is_file() and "state" not in f.parts]
+    assert {f.relative_to(ck).parts[0] for f in files} >= {"offsets", "commits", "sources"}
+    for f in files:
+        text = f.read_bytes().decode("utf-8", "replace")
+        assert stopped["pattern"] not in text and "subscribe" not in text.lower(), f
+
+
 def test_without_the_pattern_the_report_says_what_it_cannot_know(stopped, kafka):
     a, b, z, _c, _x = stopped["topics"]
     result = check(kafka, stopped["ck"])
@@ -107,6 +119,26 @@ def test_the_cli_shows_the_note_and_takes_the_pattern(stopped, kafka, capsys):
     (job,) = payload if isinstance(payload, list) else [payload]
     assert job["report"]["total_lag"] == 800
     assert job["report"]["subscribe_pattern"] == stopped["pattern"]
+
+
+def test_internal_topics_are_never_matched(kafka):
+    """Spark's Admin listing leaves Kafka's internal topics out; so does the check."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = kafka.create_topic(f"internal-{uuid.uuid4().hex[:8]}")
+    group = {"bootstrap.servers": kafka.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}"}
+    consumer = Consumer(group)
+    try:  # a committed group offset makes the broker create __consumer_offsets
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        consumer.close()
+    assert "__consumer_offsets" in kafka.admin().list_topics(timeout=10).topics
+    client = KafkaOffsetsClient({"bootstrap.servers": kafka.bootstrap}, timeout=10)
+    try:
+        snap = client.snapshot([topic], pattern="consumer_offsets|" + topic)
+    finally:
+        client.close()
+    assert snap.pattern_topics == {topic} and "__consumer_offsets" not in snap.partitions
 
 
 def test_spark_restarted_reads_exactly_what_the_pattern_check_counted(stopped, spark, kafka):
