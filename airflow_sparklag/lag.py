@@ -969,6 +969,12 @@ def single_cluster_warning(report: LagReport) -> str | None:
     )
 
 
+def _first_five(names: Sequence[str]) -> str:
+    """``a, b, c, d, e (+3 more)``: names in a note, never a thousand of them."""
+    more = f" (+{len(names) - 5} more)" if len(names) > 5 else ""
+    return ", ".join(names[:5]) + more
+
+
 UNREAD_TOPICS = (
     "topics the query has not read yet are not counted: if it subscribes by pattern, give the "
     "pattern (--subscribe-pattern, subscribe_pattern; docs/lag-and-health.md#subscriptions)"
@@ -989,11 +995,10 @@ def new_partitions_note(report: LagReport) -> str | None:
     ]
     if not added:
         return None
-    shown = ", ".join(added[:5]) + (f" (+{len(added) - 5} more)" if len(added) > 5 else "")
     return (
-        f"partitions not in the checkpoint counted from their log start ({shown}), as a "
-        "subscribing query reads them; a query of fixed partitions (assign) never does: give "
-        "--assign (assign=True; docs/lag-and-health.md#subscriptions)"
+        f"partitions not in the checkpoint counted from their log start ({_first_five(added)}), "
+        "as a subscribing query reads them; a query of fixed partitions (assign) never does: "
+        "give --assign (assign=True; docs/lag-and-health.md#subscriptions)"
     )
 
 
@@ -1007,19 +1012,17 @@ def subscription_note(report: LagReport) -> str | None:
     if pattern is None:
         return UNREAD_TOPICS
     if not any(s.pattern for s in read):
-        topics = sorted({t.topic for s in read for t in s.topics})
-        shown = ", ".join(topics[:5]) + (f" (+{len(topics) - 5} more)" if len(topics) > 5 else "")
+        topics = _first_five(sorted({t.topic for s in read for t in s.topics}))
         return (
-            f"subscribe_pattern '{pattern}' is not found in every topic of any source ({shown}): "
+            f"subscribe_pattern '{pattern}' is not found in every topic of any source ({topics}): "
             "not applied, topics the query has not read yet are not counted"
         )
     new = sorted({t.topic for s in read if s.pattern for t in s.topics if t.new_topic})
     if not new:
         return None
-    shown = ", ".join(new[:5]) + (f" (+{len(new) - 5} more)" if len(new) > 5 else "")
     return (
         f"subscribePattern '{pattern}': {len(new)} topic(s) the query has not read yet wait "
-        f"from their log start: {shown}"
+        f"from their log start: {_first_five(new)}"
     )
 
 
@@ -1029,7 +1032,6 @@ def _notes(report: LagReport, starts_known: bool) -> tuple[str, ...]:
     warning = single_cluster_warning(report)
     if warning is not None:
         notes.append(warning)
-
     parts = list(report.partitions())
     open_tx = [
         p
@@ -1045,14 +1047,10 @@ def _notes(report: LagReport, starts_known: bool) -> tuple[str, ...]:
     elif open_tx:
         notes.append(f"read_uncommitted: lag measured to the high watermark; {OFFSETS_NOT_RECORDS}")
     if open_tx:
-        shown = ", ".join(
-            f"{p.topic}:{p.partition} {p.last_stable_offset}<{p.log_end_offset}"
-            for p in open_tx[:5]
+        shown = _first_five(
+            [f"{p.topic}:{p.partition} {p.last_stable_offset}<{p.log_end_offset}" for p in open_tx]
         )
-        more = f" (+{len(open_tx) - 5} more)" if len(open_tx) > 5 else ""
-        notes.append(
-            f"open transactions: last stable offset below the high watermark on {shown}{more}"
-        )
+        notes.append(f"open transactions: last stable offset below the high watermark on {shown}")
     if report.committed_batch_id is None and report.in_flight is not None:
         notes.append(
             f"no batch committed yet: batch {report.in_flight.batch_id} is in flight; lag counted "
