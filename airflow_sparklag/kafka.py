@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_sparklag.errors import InvalidParameter, KafkaError, KafkaUnavailable, UsageError
@@ -36,6 +36,9 @@ _AUTHORIZATION_CODES = frozenset(
     {"TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED"}
 )
 _AUTH_CODES = _AUTHENTICATION_CODES | _AUTHORIZATION_CODES
+# Topics Kafka marks internal: Spark's subscribePattern never matches them (its Admin listing
+# leaves them out), and neither do we.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 _ANSWER_GRACE = 1.0  # seconds other bootstrap servers get once one answered (cluster check)
 _POLL_INTERVAL = 0.2  # seconds between two looks at librdkafka's error callbacks while waiting
 
@@ -69,6 +72,10 @@ class KafkaSnapshot:
     missing_topics: frozenset[str]
     fetched_at: float  # epoch seconds
     cluster_id: str | None
+    # The subscribePattern the cluster's topics were matched against, and the topics that
+    # matched it (their offsets are in `partitions` too); None: no pattern was asked for.
+    pattern: str | None = None
+    pattern_topics: frozenset[str] = field(default_factory=frozenset)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +86,8 @@ class KafkaSnapshot:
             "missing_topics": sorted(self.missing_topics),
             "fetched_at": self.fetched_at,
             "cluster_id": self.cluster_id,
+            "pattern": self.pattern,
+            "pattern_topics": sorted(self.pattern_topics),
         }
 
 
@@ -106,6 +115,25 @@ class TopicRetention:
 
 # How long a topic's retention settings are taken as known (a check, a sensor's polls).
 RETENTION_TTL_SECONDS = 300.0
+
+
+def subscribe_regex(pattern: str) -> re.Pattern[str]:
+    """Spark's ``subscribePattern`` as a Python regex. Spark (its default Admin-based offset
+    reader) subscribes to every topic the pattern is FOUND in (``findFirstIn``, not a match of
+    the whole name); anchor it (``^orders\\..*$``) to mean the whole name. Java syntax that
+    Python does not read (``\\p{Alpha}``, ``(?<name>...)``) is refused, naming the pattern.
+
+    >>> bool(subscribe_regex(r"orders\\..*").search("old-orders.a"))
+    True
+    """
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise InvalidParameter(
+            f"cannot read {pattern!r} as a regular expression ({exc}); give the pattern in the "
+            "syntax Java and Python share",
+            "subscribe_pattern",
+        ) from None
 
 
 # The config with every value outside the allowlist of safe keys masked (kept for imports).
@@ -578,11 +606,14 @@ class KafkaOffsetsClient:
         if by_cluster:
             self._one_cluster = next(iter(by_cluster))
 
-    def _metadata(self, topics: Iterable[str]) -> tuple[dict[str, list[int]], set[str], str | None]:
-        """Current partitions of each topic, the missing topics and the cluster id."""
+    def _metadata(
+        self, topics: Iterable[str], pattern: str | None = None
+    ) -> tuple[dict[str, list[int]], set[str], str | None, frozenset[str]]:
+        """Current partitions of each topic, the missing topics, the cluster id and the topics
+        ``pattern`` is found in (internal ones left out, as Spark does), whose partitions are
+        in the result too: the one all-topics metadata request lists them."""
         self._check_one_cluster()
         admin = self._get_admin()
-        wanted = sorted(set(topics))
         deadline = time.monotonic() + self._timeout  # the whole metadata round
         try:
             # All-topics metadata: one request, and it never auto-creates anything. The
@@ -595,6 +626,13 @@ class KafkaOffsetsClient:
             raise
         except Exception as exc:
             raise self.translate(exc, "a metadata request") from exc
+        matched: frozenset[str] = frozenset()
+        if pattern is not None:
+            regex = subscribe_regex(pattern)
+            matched = frozenset(
+                t for t in md.topics if regex.search(t) and t not in INTERNAL_TOPICS
+            )
+        wanted = sorted(set(topics) | matched)
         partitions: dict[str, list[int]] = {}
         missing: set[str] = set()
         for topic in wanted:
@@ -614,7 +652,7 @@ class KafkaOffsetsClient:
                 raise self.translate(Exception(tmd.error), "a metadata request", topic)
             partitions[topic] = sorted(tmd.partitions)
         cluster_id = getattr(md, "cluster_id", None)
-        return partitions, missing, (str(cluster_id) if cluster_id else None)
+        return partitions, missing, (str(cluster_id) if cluster_id else None), matched
 
     def _topic_metadata(self, admin: Any, topic: str, deadline: float) -> Any:
         remaining = deadline - time.monotonic()
@@ -691,8 +729,11 @@ class KafkaOffsetsClient:
 
     # -- public calls -------------------------------------------------------------------------
 
-    def snapshot(self, topics: Iterable[str], *, read_committed: bool = False) -> KafkaSnapshot:
-        """Log start, log end (and LSO when `read_committed`) of every partition of `topics`.
+    def snapshot(
+        self, topics: Iterable[str], *, read_committed: bool = False, pattern: str | None = None
+    ) -> KafkaSnapshot:
+        """Log start, log end (and LSO when `read_committed`) of every partition of `topics`,
+        and of every topic a `pattern` (a query's subscribePattern) is found in.
 
         One metadata request, then one batched ListOffsets per kind of offset (earliest, latest,
         and latest under READ_COMMITTED, which is the last stable offset), all in flight at once.
@@ -700,7 +741,7 @@ class KafkaOffsetsClient:
         from confluent_kafka import IsolationLevel
         from confluent_kafka.admin import OffsetSpec
 
-        partitions, missing, cluster_id = self._metadata(topics)
+        partitions, missing, cluster_id, matched = self._metadata(topics, pattern)
         requests: dict[str, tuple[Any, Any]] = {
             "earliest": (OffsetSpec.earliest(), None),
             "latest": (OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED),
@@ -725,6 +766,8 @@ class KafkaOffsetsClient:
             missing_topics=frozenset(missing),
             fetched_at=fetched_at,
             cluster_id=cluster_id,
+            pattern=pattern,
+            pattern_topics=matched,
         )
 
     def offsets_for_time(
@@ -738,7 +781,7 @@ class KafkaOffsetsClient:
         """
         from confluent_kafka.admin import OffsetSpec
 
-        partitions, missing, _ = self._metadata(topics)
+        partitions, missing, _, _ = self._metadata(topics)
         if missing:
             names = ", ".join(sorted(missing))
             raise KafkaError(f"Topic(s) {names} do not exist on {self.bootstrap_servers}.")

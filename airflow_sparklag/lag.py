@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag.checkpoint import real_time_interval
+from airflow_sparklag.kafka import subscribe_regex
 from airflow_sparklag.runs import Schedule, schedule_of
 from airflow_sparklag.timelag import estimate_age, history_points
 
@@ -112,7 +113,9 @@ class TopicLag(_ToDict):
     `missing` = the cluster the source is measured against has no such topic (deleted, or the
     source reads another cluster: docs/multi-cluster.md): its lag is unknown (`lag` None,
     `lag_unknown` says why, never 0), it has no partitions, and `checkpoint_offsets` keeps
-    where the query stands on it.
+    where the query stands on it. `new_topic` = the query has not read it yet (found by its
+    subscribePattern, or only in the in-flight batch): every partition is a `new_partition`,
+    waiting from its log start.
 
     >>> TopicLag("orders", missing=False, partitions=()).lag
     0
@@ -128,6 +131,7 @@ class TopicLag(_ToDict):
     lag_unknown: str | None = None  # why `lag` is None, when it is
     # A missing topic: partition -> offset the checkpoint holds (committed, or started at).
     checkpoint_offsets: Mapping[int, int] = field(default_factory=dict)
+    new_topic: bool = False
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,8 @@ class SourceLag(_ToDict):
     lag_unknown: str | None = None  # why `lag` is None, when it is
     # The bootstrap servers of the cluster the source is mapped to; None: the main cluster.
     cluster: str | None = None
+    # The subscribePattern its topics were counted by (found in every topic it read), if any.
+    pattern: str | None = None
 
 
 @dataclass(frozen=True)
@@ -256,6 +262,12 @@ class LagReport(_ToDict):
     trigger: str = "micro-batch"  # "micro-batch" | "continuous" | "real-time"
     # The real-time trigger: lag is as of its newest checkpoint (see RealTime).
     real_time: RealTime | None = None
+    # The query's subscribePattern as given (the checkpoint does not record it); None: not
+    # given, and topics the query has not read yet are not counted (a note says so).
+    subscribe_pattern: str | None = None
+    # The query reads fixed partitions (Spark's assign): partitions the checkpoint lacks are
+    # not counted.
+    assign: bool = False
 
     @property
     def kafka_sources(self) -> tuple[SourceLag, ...]:
@@ -668,7 +680,8 @@ class _Bases:
         ends: dict[int, dict[str, dict[int, int]]] = {}
         for view in (main, *views.values()):
             if id(view) not in ends:
-                ends[id(view)] = _reference_ends(view.snapshot, topics, read_committed)
+                wanted = topics | view.snapshot.pattern_topics
+                ends[id(view)] = _reference_ends(view.snapshot, wanted, read_committed)
         self.source_ends = {source_id: ends[id(view)] for source_id, view in views.items()}
         rate_limited = _looks_rate_limited(series_offsets, planned, self.source_ends)
         built: dict[int, LagBasis] = {}
@@ -704,8 +717,10 @@ def _topic_lag(
     series_offsets: Sequence[Offsets],
     *,
     started: bool = False,
+    assign: bool = False,
 ) -> TopicLag:
-    """Every partition of one topic of one source: those stored and those Kafka has.
+    """Every partition of one topic of one source: those stored and those Kafka has (with
+    ``assign``, a query of fixed partitions: those stored or planned only).
 
     ``stored`` holds the committed offsets, or with ``started`` the starting offsets of a query
     that has not committed yet."""
@@ -735,7 +750,7 @@ def _topic_lag(
             tuple(offsets.get(p) for offsets in topic_series),
             stored.get(p) if started else None,
         )
-        for p in sorted(set(stored) | in_kafka)
+        for p in sorted(set(stored) | (set(planned_parts) if assign else in_kafka))
     )
     worst = max(lags, key=lambda pl: pl.lag, default=None)
     known_seconds = [pl.lag_seconds for pl in lags if pl.lag_seconds is not None]
@@ -747,7 +762,26 @@ def _topic_lag(
         max_lag=worst.lag if worst else 0,
         max_lag_partition=worst.partition if worst and worst.lag > 0 else None,
         max_lag_seconds=max(known_seconds) if known_seconds else None,
+        new_topic=not stored,
     )
+
+
+def _subscribed_by(snapshot: KafkaSnapshot, pattern: str | None, read: set[str]) -> bool:
+    """Is ``pattern`` the subscription of a source that has read ``read``: found in every one
+    of them (Spark reads no other topic by a pattern), with the cluster's topics listed by it
+    in ``snapshot``?"""
+    if pattern is None or snapshot.pattern != pattern or not read:
+        return False
+    regex = subscribe_regex(pattern)
+    return all(regex.search(topic) for topic in read)
+
+
+def _unread_topics(snapshot: KafkaSnapshot, pattern: str | None, read: set[str]) -> set[str]:
+    """Topics a source subscribed by ``pattern`` will read that it has not read yet: those of
+    the cluster the pattern is found in (``snapshot.pattern_topics``)."""
+    if not _subscribed_by(snapshot, pattern, read):
+        return set()
+    return set(snapshot.pattern_topics) - read
 
 
 def _source_lags(
@@ -756,12 +790,15 @@ def _source_lags(
     planned: Offsets,
     series_offsets: Sequence[Offsets],
     source_starts: Offsets | None,
+    pattern: str | None = None,
+    assign: bool = False,
 ) -> list[SourceLag]:
     """One SourceLag per source of the committed batch; non-Kafka sources have no topics.
 
     Before the first commit: the sources of the in-flight batch, measured from the offsets the
     query started at (``source_starts``; a source whose start is unknown is listed with no
-    topics)."""
+    topics). Topics the source has not read yet (in the in-flight batch only, or found by
+    ``pattern``: ``_unread_topics``) wait from their log start."""
     started = state.committed is None
     batch = state.in_flight if started else state.committed
     starts = source_starts or {}
@@ -775,6 +812,8 @@ def _source_lags(
         if stored is None:  # no commit yet and its starting offsets unknown: not measured
             sources.append(SourceLag(source.source_id, "kafka", True, (), cluster=basis.cluster))
             continue
+        read = set(source.kafka) | set(stored) | set(planned.get(source.source_id, {}))
+        unread = _unread_topics(basis.snapshot, pattern, read)
         topics = [
             _topic_lag(
                 basis,
@@ -784,8 +823,9 @@ def _source_lags(
                 planned,
                 series_offsets,
                 started=started,
+                assign=assign,
             )
-            for topic in sorted(set(source.kafka) | set(stored))
+            for topic in sorted(read | unread)
         ]
         unknown = [t.lag_unknown or t.topic for t in topics if t.lag is None]
         sources.append(
@@ -797,6 +837,7 @@ def _source_lags(
                 None if unknown else sum(t.lag or 0 for t in topics),
                 lag_unknown="; ".join(unknown) if unknown else None,
                 cluster=basis.cluster,
+                pattern=pattern if _subscribed_by(basis.snapshot, pattern, read) else None,
             )
         )
     return sources
@@ -867,6 +908,8 @@ def compute_lag(
     run_grace: float | None = None,
     source_clusters: Mapping[str, SourceCluster] | None = None,
     estimate_ages: bool = True,
+    subscribe_pattern: str | None = None,
+    assign: bool = False,
 ) -> LagReport:
     """Lag of the query in `state` against the log in `snapshot`, at `now` (default: the
     snapshot's `fetched_at`, so every age in the report is measured from one instant).
@@ -884,6 +927,12 @@ def compute_lag(
     `schedule` with its last run. `estimate_ages=False` leaves the interpolated `lag_seconds`
     of lagging partitions unknown (`NOT_ESTIMATED`): for a preliminary report that is made
     again once the older batches are read (`health.reads_needed`).
+
+    `subscribe_pattern` (the query's subscribePattern; the snapshot must have listed the
+    cluster's topics by it: `KafkaOffsetsClient.snapshot(pattern=...)`) counts the topics it
+    is found in that the query has not read yet, every partition from its log start, as Spark
+    will read them; without it a note says such topics are not counted. `assign` (a query of
+    fixed partitions, Spark's `assign`) counts only the partitions the checkpoint has.
 
     >>> report = compute_lag(state, snapshot, read_committed=True)   # doctest: +SKIP
     >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
@@ -904,11 +953,17 @@ def compute_lag(
         observed=observed,
         estimate=estimate_ages,
     )
-    sources = _source_lags(bases.of, state, planned, series_offsets, source_starts)
+    sources = _source_lags(
+        bases.of, state, planned, series_offsets, source_starts, subscribe_pattern, assign
+    )
     in_flight = _in_flight(state, planned, now, source_starts)
     report = _report(state, snapshot, bases, series, sources, in_flight, now)
-    if not source_clusters and sum(s.is_kafka for s in sources) > 1:
-        report = dataclasses.replace(report, single_cluster_assumed=True)
+    report = dataclasses.replace(
+        report,
+        single_cluster_assumed=not source_clusters and sum(s.is_kafka for s in sources) > 1,
+        subscribe_pattern=subscribe_pattern,
+        assign=assign,
+    )
     notes = _notes(report, source_starts is not None)
     if runs_every is None:
         return dataclasses.replace(report, notes=notes)
@@ -963,6 +1018,63 @@ def single_cluster_warning(report: LagReport) -> str | None:
     )
 
 
+def _first_five(names: Sequence[str]) -> str:
+    """``a, b, c, d, e (+3 more)``: names in a note, never a thousand of them."""
+    more = f" (+{len(names) - 5} more)" if len(names) > 5 else ""
+    return ", ".join(names[:5]) + more
+
+
+UNREAD_TOPICS = (
+    "topics the query has not read yet are not counted: if it subscribes by pattern, give the "
+    "pattern (--subscribe-pattern, subscribe_pattern; docs/lag-and-health.md#subscriptions)"
+)
+
+
+def new_partitions_note(report: LagReport) -> str | None:
+    """Partitions of read topics the checkpoint lacks, counted from their log start: right for
+    `subscribe` and `subscribePattern`, which read partitions added to a topic; wrong for a
+    query of fixed partitions (`assign`), which the report cannot tell apart."""
+    added = [
+        f"{t.topic}:{p.partition}"
+        for s in report.kafka_sources
+        for t in s.topics
+        if not t.new_topic
+        for p in t.partitions
+        if p.new_partition
+    ]
+    if not added:
+        return None
+    return (
+        f"partitions not in the checkpoint counted from their log start ({_first_five(added)}), "
+        "as a subscribing query reads them; a query of fixed partitions (assign) never does: "
+        "give --assign (assign=True; docs/lag-and-health.md#subscriptions)"
+    )
+
+
+def subscription_note(report: LagReport) -> str | None:
+    """What the report says about topics the query has not read yet: not counted (no pattern
+    given, or it fits no source), or counted (the pattern found some); None otherwise."""
+    read = [s for s in report.kafka_sources if s.topics]
+    pattern = report.subscribe_pattern
+    if not read or report.assign:
+        return None
+    if pattern is None:
+        return UNREAD_TOPICS
+    if not any(s.pattern for s in read):
+        topics = _first_five(sorted({t.topic for s in read for t in s.topics}))
+        return (
+            f"subscribe_pattern '{pattern}' is not found in every topic of any source ({topics}): "
+            "not applied, topics the query has not read yet are not counted"
+        )
+    new = sorted({t.topic for s in read if s.pattern for t in s.topics if t.new_topic})
+    if not new:
+        return None
+    return (
+        f"subscribePattern '{pattern}': {len(new)} topic(s) the query has not read yet wait "
+        f"from their log start: {_first_five(new)}"
+    )
+
+
 def _notes(report: LagReport, starts_known: bool) -> tuple[str, ...]:
     """What a reader of the numbers must know, in the report itself."""
     notes = []
@@ -984,14 +1096,10 @@ def _notes(report: LagReport, starts_known: bool) -> tuple[str, ...]:
     elif open_tx:
         notes.append(f"read_uncommitted: lag measured to the high watermark; {OFFSETS_NOT_RECORDS}")
     if open_tx:
-        shown = ", ".join(
-            f"{p.topic}:{p.partition} {p.last_stable_offset}<{p.log_end_offset}"
-            for p in open_tx[:5]
+        shown = _first_five(
+            [f"{p.topic}:{p.partition} {p.last_stable_offset}<{p.log_end_offset}" for p in open_tx]
         )
-        more = f" (+{len(open_tx) - 5} more)" if len(open_tx) > 5 else ""
-        notes.append(
-            f"open transactions: last stable offset below the high watermark on {shown}{more}"
-        )
+        notes.append(f"open transactions: last stable offset below the high watermark on {shown}")
     if report.committed_batch_id is None and report.in_flight is not None:
         notes.append(
             f"no batch committed yet: batch {report.in_flight.batch_id} is in flight; lag counted "
@@ -1000,6 +1108,9 @@ def _notes(report: LagReport, starts_known: bool) -> tuple[str, ...]:
             else f"no batch committed yet: batch {report.in_flight.batch_id} is in flight and "
             "the query's starting offsets were not read, so its lag is not measured"
         )
+    for note in (subscription_note(report), new_partitions_note(report)):
+        if note is not None:
+            notes.append(note)
     return tuple(notes)
 
 

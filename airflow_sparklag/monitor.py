@@ -26,7 +26,7 @@ from airflow_sparklag.health import (
     evaluate,
     reads_needed,
 )
-from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot, subscribe_regex
 from airflow_sparklag.lag import (
     LagReport,
     Offsets,
@@ -82,6 +82,13 @@ class CheckOptions:
     ``kafka.isolation.level=read_committed``. ``exact_time_lag`` reads the record timestamp at
     each committed offset instead of estimating from the checkpoint's history.
 
+    ``subscribe_pattern`` is the query's ``subscribePattern`` (the checkpoint does not record
+    it): topics it is found in that the checkpoint has not seen yet are counted as waiting from
+    their log start, as Spark will read them (docs/lag-and-health.md, "Subscriptions").
+    ``assign`` declares a query of fixed partitions (Spark's ``assign``): partitions of its
+    topics that the checkpoint lacks are then not counted (they are, from their log start,
+    for a subscribing query, which reads partitions added to a topic).
+
     ``runs_every`` (seconds) declares a scheduled job (``Trigger.AvailableNow``/``Once`` started
     every so often): STOPPED then means "no run within runs_every + ``run_grace``" (default
     ``runs.default_grace``: max(5 min, 25 % of the period)), never "idle between runs", and the
@@ -126,6 +133,20 @@ class CheckOptions:
         flag="--run-grace",
         doc="with --runs-every: how late a run may start (default max(5m, 25% of the period))",
     )
+    subscribe_pattern: str | None = params.option(
+        None,
+        read=params.optional_text,
+        flag="--subscribe-pattern",
+        doc="the query's subscribePattern: topics it finds that it has not read yet wait "
+        "from their start",
+    )
+    assign: bool = params.option(
+        False,
+        read=params.boolean,
+        flag="--assign",
+        doc="the query reads fixed partitions (Spark's assign): partitions the checkpoint "
+        "lacks are not counted",
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.thresholds, Thresholds):
@@ -140,6 +161,14 @@ class CheckOptions:
             raise params.invalid(
                 "run_grace", "is the grace of a scheduled job: give runs_every too"
             )
+        if self.subscribe_pattern is not None:
+            if not isinstance(self.subscribe_pattern, str):
+                raise TypeError(f"subscribe_pattern must be text, got {self.subscribe_pattern!r}")
+            subscribe_regex(self.subscribe_pattern)  # refused here, before any request
+            if self.assign:
+                raise params.invalid(
+                    "assign", "a query reads by assign or by subscribe_pattern, not both"
+                )
 
     @property
     def grace(self) -> float | None:
@@ -347,6 +376,8 @@ class _Judge:
             run_grace=self.options.grace,
             source_clusters=self.source_clusters(state, stamps),
             estimate_ages=not state.unread_history or loc in self.stepped,
+            subscribe_pattern=self.options.subscribe_pattern,
+            assign=self.options.assign,
         )
         return self.at_checkpoints(report)
 
@@ -691,8 +722,12 @@ def _judge(
     complete: Complete | None,
 ) -> _Judge:
     """The judge of ``states``: one Kafka snapshot per cluster taken, at one instant."""
+    # The pattern's topics come in the same metadata answer: no extra request.
+    listed = {} if options.subscribe_pattern is None else {"pattern": options.subscribe_pattern}
     snapshots = {
-        cluster: session.cluster_kafka(cluster).snapshot(sorted(topics), read_committed=True)
+        cluster: session.cluster_kafka(cluster).snapshot(
+            sorted(topics), read_committed=True, **listed
+        )
         for cluster, topics in sorted(_cluster_topics(session, states).items())
     }
     if 0 not in snapshots:  # no source on the main cluster: nothing to ask it

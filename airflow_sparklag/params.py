@@ -49,6 +49,7 @@ __all__ = [
     "optional_duration",
     "optional_location",
     "optional_positive_duration",
+    "optional_text",
     "options",
     "positive_duration",
     "source_assignment",
@@ -287,6 +288,11 @@ def text(name: str, value: Any) -> str:
     if isinstance(value, str) and value.strip():
         return value.strip()
     raise invalid(name, f"must be a non-empty string, got {_shown(value)}")
+
+
+def optional_text(name: str, value: Any) -> str | None:
+    """A non-empty string, or None (None, or a template rendered to "", "None", "null")."""
+    return None if is_none(value) else text(name, value)
 
 
 def conn_id(name: str, value: Any) -> str | None:

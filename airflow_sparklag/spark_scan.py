@@ -399,7 +399,7 @@ def scan(
         topics, tasks = _read_summary(states)
         timings["read_seconds"] = time.perf_counter() - clock - timings["discover_seconds"]
         clock = time.perf_counter()
-        snapshot = _kafka_snapshot(session, topics)
+        snapshot = _kafka_snapshot(session, topics, options.subscribe_pattern)
         timings["kafka_seconds"] = time.perf_counter() - clock
     judge_options = {
         "now": snapshot.fetched_at if now is None else now,
@@ -485,13 +485,14 @@ def _scan_locations(
     return list(dict.fromkeys(found))
 
 
-def _kafka_snapshot(session: Session, topics: Sequence[str]) -> Any:
-    """ONE snapshot of every topic of every job, taken on the driver (an empty one if none),
-    with the last stable offsets, as the CLI takes it."""
+def _kafka_snapshot(session: Session, topics: Sequence[str], pattern: str | None) -> Any:
+    """ONE snapshot of every topic of every job (and of the topics ``pattern`` is found in),
+    taken on the driver (an empty one if none), with the last stable offsets, as the CLI
+    takes it."""
     from airflow_sparklag.kafka import KafkaSnapshot
 
     if topics:
-        return session.kafka.snapshot(topics, read_committed=True)
+        return session.kafka.snapshot(topics, read_committed=True, pattern=pattern)
     return KafkaSnapshot({}, frozenset(), time.time(), None)
 
 
@@ -554,6 +555,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--runs-every", type=float, help="seconds between a scheduled job's runs")
     parser.add_argument("--run-grace", type=float, help="grace after --runs-every (seconds)")
+    parser.add_argument(
+        "--subscribe-pattern", help="the jobs' subscribePattern (docs/lag-and-health.md)"
+    )
+    parser.add_argument("--assign", action="store_true", help="the jobs read fixed partitions")
     parser.add_argument("--s3-endpoint-url", help="S3 endpoint (credentials: AWS default chain)")
     parser.add_argument("--s3-region", help="S3 region")
     parser.add_argument("--webhdfs-url", action="append", help="WebHDFS URL (repeat for HA)")
@@ -601,11 +606,27 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _check_options(args: argparse.Namespace) -> CheckOptions:
+    """The check options given by the scan's flags (each read as the CLI reads it)."""
+    from airflow_sparklag import params
+    from airflow_sparklag.monitor import CheckOptions
+
+    given = {
+        "thresholds": args.thresholds,
+        "history": args.history,
+        "exact_time_lag": args.exact_time_lag or None,
+        "read_committed": args.read_committed or None,
+        "runs_every": args.runs_every,
+        "run_grace": args.run_grace,
+        "subscribe_pattern": args.subscribe_pattern,
+        "assign": args.assign or None,
+    }
+    return params.options(CheckOptions, {k: v for k, v in given.items() if v is not None})
+
+
 def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> int:
     """Run a scan from the command line; prints a JSON summary. ``spark`` reuses a session."""
-    from airflow_sparklag import params
     from airflow_sparklag.kafka import load_kafka_config
-    from airflow_sparklag.monitor import CheckOptions
 
     args = build_parser().parse_args(argv)
     locations = list(args.checkpoints)
@@ -638,21 +659,7 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         spark,
         locations,
         kafka_config=kafka_config,
-        options=params.options(
-            CheckOptions,
-            {
-                name: value
-                for name, value in (
-                    ("thresholds", args.thresholds),
-                    ("history", args.history),
-                    ("exact_time_lag", args.exact_time_lag or None),
-                    ("read_committed", args.read_committed or None),
-                    ("runs_every", args.runs_every),
-                    ("run_grace", args.run_grace),
-                )
-                if value is not None
-            },
-        ),
+        options=_check_options(args),
         num_slices=args.slices,
         threads_per_task=args.threads_per_task,
         max_depth=args.max_depth,

@@ -7,7 +7,11 @@ the ``jobs_file`` param (default ``dags/config/sla_jobs.json``)::
 
     {"kafka_config_id": "kafka_default",
      "jobs": [{"name": "orders", "location": "s3a://lake/checkpoints/orders",
-               "aws_conn_id": "aws_default", "thresholds": {"max_lag_seconds": 600}}]}
+               "aws_conn_id": "aws_default", "thresholds": {"max_lag_seconds": 600},
+               "subscribe_pattern": "^orders\\..*$"}]}
+
+(``subscribe_pattern``: only for a job that subscribes by pattern; docs/lag-and-health.md,
+"Subscriptions".)
 
 The shipped ``dags/config/sla_jobs.json`` is a sample (``"example": true``): while the
 configuration says so, ``load_jobs`` skips the run and logs how to configure it, so unpausing
@@ -63,6 +67,7 @@ def job_kwargs(job: Any, index: int, defaults: dict[str, Any], source: str) -> d
     return {
         "location": job["location"],
         "thresholds": job.get("thresholds") or {},
+        "subscribe_pattern": job.get("subscribe_pattern"),  # a job that subscribes by pattern
         "metric_name": job.get("name") or job["location"],
         "kafka_config_id": job.get("kafka_config_id", defaults["kafka_config_id"]),
         "aws_conn_id": job.get("aws_conn_id"),

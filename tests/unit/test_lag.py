@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
-from airflow_sparklag.lag import LagReport, compute_lag
+from airflow_sparklag.lag import UNREAD_TOPICS, LagReport, compute_lag
 
 try:
     from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
@@ -494,9 +494,9 @@ def test_first_batch_in_flight_without_starting_offsets_is_not_measured() -> Non
 def test_read_committed_report_says_lag_counts_offsets() -> None:
     st = state([batch(0, {"t": {0: 95}}, NOW - 10)])
     report = compute_lag(st, snapshot({"t": {0: (0, 100, 100)}}), now=NOW, read_committed=True)
-    (note,) = report.notes
+    note, unread = report.notes
     assert note.startswith("read_committed") and "marker" in note
-    assert assert_json_safe(report)["notes"] == [note]
+    assert assert_json_safe(report)["notes"] == [note, UNREAD_TOPICS] and unread == UNREAD_TOPICS
 
 
 def test_open_transaction_is_noted_with_the_last_stable_offset() -> None:
@@ -512,7 +512,7 @@ def test_open_transaction_is_noted_with_the_last_stable_offset() -> None:
 
 def test_no_note_without_transactions() -> None:
     st = state([batch(0, {"t": {0: 90}}, NOW - 10)])
-    assert compute_lag(st, snapshot({"t": {0: (0, 100, 100)}}), now=NOW).notes == ()
+    assert compute_lag(st, snapshot({"t": {0: (0, 100, 100)}}), now=NOW).notes == (UNREAD_TOPICS,)
 
 
 def test_history_counts_the_records_each_batch_read() -> None:
