@@ -106,7 +106,8 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
     """Checks a Spark query's lag and health; fails when the verdict is in ``fail_on``.
 
     The result (``CheckResult.to_dict()``: report and verdict) is the task's XCom return value,
-    also on failure. Gauges go to Airflow's metrics (StatsD/OpenTelemetry, when enabled) as
+    also on failure; a check that fails itself leaves ``CHECK_FAILED`` and its error there.
+    Gauges go to Airflow's metrics (StatsD/OpenTelemetry, when enabled) as
     ``<metric_prefix>.<job>.total_lag``, ``.max_lag``, ``.max_lag_seconds``,
     ``.commit_age_seconds`` and ``.health`` (0 OK, 1 lagging, ... 5 data loss, -1 unknown),
     ``<job>`` being ``metric_name`` or ``<dag_id>__<task_id>``; see ``operators/metrics.py``.
