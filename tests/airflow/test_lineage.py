@@ -137,6 +137,7 @@ with DAG("sparklag_lineage", start_date=datetime(2026, 1, 1), schedule=None):
             kafka_config_id={conn!r},
         )
     )
+    SparkLagCheckOperator(task_id="missing", location={missing!r}, kafka_config_id={conn!r})
 """
 
 
@@ -145,9 +146,11 @@ def test_openlineage_events_of_a_real_dag_run(airflow_db, kafka, kafka_conn, hea
     """The OpenLineage provider's file transport, in a real ``airflow dags test`` run."""
     dags = tmp_path / "dags"
     dags.mkdir()
-    root = str(tmp_path / "snapshots")
+    root, missing = str(tmp_path / "snapshots"), tmp_path / "never-written"
     (dags / "lineage_dag.py").write_text(
-        DAG_FILE.format(location=healthy_job.location, conn=kafka_conn, root=root)
+        DAG_FILE.format(
+            location=healthy_job.location, conn=kafka_conn, root=root, missing=str(missing)
+        )
     )
     events_file = tmp_path / "events.jsonl"
     env = airflow_env(tmp_path)
@@ -158,14 +161,17 @@ def test_openlineage_events_of_a_real_dag_run(airflow_db, kafka, kafka_conn, hea
     env["AIRFLOW__OPENLINEAGE__NAMESPACE"] = "sparklag-test"
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
     output = dags_test("sparklag_lineage", {}, env, timeout=300)
-    assert run_state(output) == "success", output[-4000:]
+    assert run_state(output) == "failed", output[-4000:]  # the "missing" task
     events = [json.loads(line) for line in events_file.read_text().splitlines() if line]
     done = {
         e["job"]["name"].rsplit(".", 1)[-1]: e
         for e in events
-        if e["eventType"] == "COMPLETE" and "." in e["job"]["name"]
+        if e["eventType"] in ("COMPLETE", "FAIL") and "." in e["job"]["name"]
     }
-    assert set(done) == {"check", "snapshot"}, [e["job"]["name"] for e in events]
+    assert set(done) == {"check", "snapshot", "missing"}, [e["job"]["name"] for e in events]
+    # a failed check still reports the checkpoint it tried
+    assert done["missing"]["eventType"] == "FAIL"
+    assert done["missing"]["inputs"][0]["name"] == str(missing)
     topic = {"namespace": f"kafka://{kafka.bootstrap}", "name": healthy_job.topic}
     ck = {"namespace": "file", "name": healthy_job.location}
     for task in ("check", "snapshot"):
