@@ -137,9 +137,12 @@ def time_chart(
 ) -> str:
     """A line of ``(epoch seconds, value)`` with a time axis, y labels in the left margin and
     each threshold (name -> value) as a dashed line."""
-    left, right, top_pad, bottom = 64, 16, 14, 34
     t0, t1 = points[0][0], points[-1][0]
     top = max([v for _, v in points] + list(thresholds.values())) * 1.1 or 1
+    y_labels = [(v, _y_text(v, unit)) for v in (0, top / 2 / 1.1, top / 1.1)]
+    # the y labels' own margin, wide enough for the longest (~7 px a character at 0.8rem)
+    left = 14 + 7 * max(len(text) for _, text in y_labels)
+    right, top_pad, bottom = 16, 14, 34
     inner_w, inner_h = width - left - right, height - top_pad - bottom
 
     def x(t: float) -> float:
@@ -149,10 +152,10 @@ def time_chart(
         return round(top_pad + inner_h - v / top * inner_h, 1)
 
     parts = [f'<line class="grid" x1="{left}" y1="{y(0)}" x2="{width - right}" y2="{y(0)}"/>']
-    for value in (0, top / 2 / 1.1, top / 1.1):
+    for value, text in y_labels:
         parts.append(
             f'<text class="axis y-label" x="{left - 6}" y="{y(value) + 4}" '
-            f'text-anchor="end">{escape(_y_text(value, unit))}</text>'
+            f'text-anchor="end">{escape(text)}</text>'
         )
     ticks = _ticks(t0, t1)
     for i, (t, label) in enumerate(ticks):

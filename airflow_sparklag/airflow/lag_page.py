@@ -194,7 +194,10 @@ def collect(rows: Iterable[Row]) -> list[JobView]:
 
 
 def _is_fleet(value: Any) -> bool:
-    return isinstance(value, Mapping) and ("results" in value or "failing" in value)
+    """Many jobs' results (a fleet check's, a scan's list): none is named by the task."""
+    return isinstance(value, list) or (
+        isinstance(value, Mapping) and ("results" in value or "failing" in value)
+    )
 
 
 def severity(health: str) -> int:
