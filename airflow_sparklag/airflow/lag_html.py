@@ -205,7 +205,8 @@ def _row(job: JobView, base: str) -> str:
         f'<td class="num">{seconds_text(last.catch_up_seconds)}</td>'
         f"<td>{sparkline(job.checks[-30:])}</td>"
         f'<td><a href="{escape(ti_href(base, last))}" target="_top">'
-        f"<time>{escape(_time(last.at))}</time></a></td></tr>"
+        f'<time title="{escape(_time(last.at))}">'
+        f"{escape(last.at.astimezone(timezone.utc).strftime('%m-%d %H:%M'))}</time></a></td></tr>"
     )
 
 
