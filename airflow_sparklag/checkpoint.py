@@ -128,6 +128,10 @@ class CheckpointState:
     unread_history: tuple[ObjectInfo, ...] = ()
 
 
+def _batch_id(entry: tuple[ObjectInfo, BatchOffsets]) -> int:
+    return entry[1].batch_id
+
+
 def kafka_topics(state: CheckpointState) -> set[str]:
     """The Kafka topics of the committed and in-flight batches' Kafka sources."""
     topics: set[str] = set()
@@ -487,6 +491,10 @@ class CheckpointReader:
         self._listed_keys: int | None = None  # keys of the last single listing (S3)
         self._query_id: str | None = None
         self._commit_checked: tuple[str, int, float] | None = None  # a small commits/C, read
+
+    def batches_read(self) -> list[BatchOffsets]:
+        """The offsets files this reader holds (those of its newest read), oldest first."""
+        return [batch for _, batch in sorted(self._offsets_cache.values(), key=_batch_id)]
 
     def read(self, history: int = 10, *, lazy_history: bool = False) -> CheckpointState:
         """A fresh snapshot; ``history`` bounds how many committed batches are returned.

@@ -302,6 +302,22 @@ class Session:
         """The checkpoint's state now; ``history`` committed batches of it at most."""
         return self.reader(location, query_id=query_id).read(history=history)
 
+    def sources_read(self) -> dict[str, dict[str, set[str]]]:
+        """What the session read, for lineage: each checkpoint -> the bootstrap servers of the
+        cluster each of its Kafka sources is measured against -> the topics (from the offsets
+        files read; a checkpoint that could not be read maps to ``{}``)."""
+        with self._lock:
+            readers = list(self._readers.values())
+        found: dict[str, dict[str, set[str]]] = {}
+        for reader in readers:
+            clusters = found.setdefault(reader.location, {})
+            for batch in reader.batches_read():
+                for source in batch.sources:
+                    if source.kind == "kafka" and source.kafka:
+                        servers = self.cluster_servers(self.cluster_of(source.source_id))
+                        clusters.setdefault(servers, set()).update(source.kafka)
+        return found
+
     def forget(self, keep: Iterable[str]) -> None:
         """Drop the readers of every checkpoint not in ``keep`` (a fleet lost some jobs)."""
         wanted = {trim_location(loc) for loc in keep}

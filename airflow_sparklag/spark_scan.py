@@ -48,6 +48,7 @@ import pickle
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -671,14 +672,13 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         paths = write_scan(
             result, args.output, fmt=args.format, mode=args.mode, options=writer_options
         )
-        health, lag = verdicts_and_lag(result.jobs)
+        judged = verdicts_and_lag(result.jobs)
         timings["judge_and_write_seconds"] = time.monotonic() - clock
     finally:
         result.unpersist()
     summary = {
         "jobs": len(result.locations),
-        "health": health,
-        "lag": lag,
+        **judged,  # health, lag, results
         "topics": len(result.snapshot.partitions),
         "storage_requests": result.storage_requests,
         "seconds": round(time.monotonic() - started, 3),
@@ -690,28 +690,31 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
     return 0
 
 
-def verdicts_and_lag(jobs: DataFrame) -> tuple[dict[str, int], dict[str, Any]]:
-    """Jobs per verdict, and the fleet's lag: total records, the largest time lag (None when
-    no job's is known) and the jobs with lag; one pass over the cached jobs table."""
-    from pyspark.sql import functions as F
+# Per job in the summary's "results" (what the "Streaming lag" page shows of a scan).
+RESULT_COLUMNS = (
+    "location",
+    "health",
+    "reason",
+    "error",
+    "total_lag",
+    "max_lag_seconds",
+    "commit_age_seconds",
+    "catch_up_seconds",
+)
 
-    rows = (
-        jobs.groupBy("health")
-        .agg(
-            F.count("*").alias("jobs"),
-            F.sum("total_lag").alias("records"),
-            F.max("max_lag_seconds").alias("seconds"),
-            F.sum(F.when(F.col("total_lag") > 0, 1).otherwise(0)).alias("lagging"),
-        )
-        .collect()
-    )
-    seconds = [row["seconds"] for row in rows if row["seconds"] is not None]
+
+def verdicts_and_lag(jobs: DataFrame) -> dict[str, Any]:
+    """``health``: jobs per verdict; ``lag``: the fleet's lag (total records, the largest
+    time lag, None when no job's is known, and the jobs with lag); ``results``: each job's
+    verdict and lag (``RESULT_COLUMNS``). One collect of the jobs table's small columns."""
+    results = [row.asDict() for row in jobs.select(*RESULT_COLUMNS).collect()]
+    seconds = [r["max_lag_seconds"] for r in results if r["max_lag_seconds"] is not None]
     lag = {
-        "total_records": sum(row["records"] or 0 for row in rows),
+        "total_records": sum(r["total_lag"] or 0 for r in results),
         "max_seconds": round(max(seconds), 3) if seconds else None,
-        "jobs_with_lag": sum(row["lagging"] for row in rows),
+        "jobs_with_lag": sum(1 for r in results if (r["total_lag"] or 0) > 0),
     }
-    return {row["health"]: row["jobs"] for row in rows}, lag
+    return {"health": dict(Counter(r["health"] for r in results)), "lag": lag, "results": results}
 
 
 def _merged(main: Mapping[str, float], scanned: Mapping[str, float]) -> dict[str, float]:

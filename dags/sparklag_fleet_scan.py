@@ -195,7 +195,7 @@ with DAG(
 
     @task(execution_timeout=SCAN_TIMEOUT, retries=0)
     def fleet_scan(
-        params: dict | None = None, run_id: str | None = None, dag_run: Any = None
+        params: dict | None = None, run_id: str | None = None, dag_run: Any = None, ti: Any = None
     ) -> dict:
         import sys
 
@@ -256,6 +256,8 @@ with DAG(
                 "file, offsets/ or commits/, at most 4 levels down; --max-depth in "
                 "extra_args goes deeper): check the prefix and that Spark can read it"
             )
+        # Each job's verdict, where the "Streaming lag" page reads a scan (not in the summary)
+        ti.xcom_push(key="sparklag_results", value=summary.pop("results", []))
         return summary
 
     @task

@@ -1,38 +1,52 @@
 """The "Streaming lag" page: an Airflow 3 plugin (FastAPI app + external view in the UI nav).
 
-The page lists every job the provider's operators have checked, read back from the metadata
-database: the XComs of SparkLagCheckOperator / SparkLagBranchOperator / SparkLagSensor
-(``CheckResult.to_dict()``) and SparkLagFleetCheckOperator (``failing`` / ``results``). Per job:
-the health badge and reason, the last check time, the total lag of every recorded check as an
-inline SVG chart, and links to the DAG runs that checked it. Server-rendered HTML, every value
-escaped; no JavaScript, no CDN.
+Two views, server-rendered HTML (every value escaped; no JavaScript, no CDN):
 
-Behind Airflow's own authentication: the route depends on the API server's ``get_user`` (JWT
-cookie or bearer token) and shows only checks of DAGs the user may read. Locations are shown as
-the operators recorded them (credentials are scrubbed before XCom); no connection is read.
+- ``/sparklag/``: every job any recorded check saw, one table row each, worst first (a check
+  that failed, then data loss ... lagging, unknown, OK): health, reason, lag (records,
+  seconds), commit age, catch-up time, a sparkline of its lag, the newest check. Counts per
+  health at the top; a form filters by health (``?health=STOPPED``) and searches names and
+  locations (``?q=orders``).
+- ``/sparklag/job?location=...``: one job: lag over time with a time axis and the thresholds of
+  the task that checked it, the newest check's partitions, and every check with a link to its
+  task instance.
+
+The checks come from the metadata database: XComs of the provider's check classes
+(``CheckResult.to_dict()``; a check that failed pushes ``CHECK_FAILED`` with its error before it
+fails the task, see ``operators/sparklag.py``), the fleet check's ``results`` / ``failing``, and
+any task's XCom under the key ``sparklag_results`` (the ``sparklag_fleet_scan`` DAG pushes the
+Spark scan's per-job results there). A job is its checkpoint location; its name is the mapped
+task's name (``map_index_template``, e.g. the SLA DAG's job names), else the task id, else (a
+fleet's jobs) the location's last part.
+
+Behind Airflow's own authentication: the routes depend on the API server's ``get_user`` and
+show only checks of DAGs the user may read. No connection is read.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from html import escape
 from typing import Any
-from urllib.parse import quote
 
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse
+
+from airflow_sparklag.airflow import lag_html
+from airflow_sparklag.airflow.lag_html import HEALTH_ORDER
 
 URL_PREFIX = "/sparklag"
 CHECK_OPERATORS = ("SparkLagCheckOperator", "SparkLagBranchOperator", "SparkLagSensor")
 FLEET_OPERATORS = ("SparkLagFleetCheckOperator",)
 XCOM_KEYS = ("return_value", "report")
-MAX_ROWS = 5000  # newest XComs read per page view
-MAX_POINTS = 200  # newest checks charted per job
-MAX_RUNS = 10  # newest run links per job
+RESULTS_KEY = "sparklag_results"  # any task's per-job results (the fleet scan DAG's)
+TABLE_CHECKS = 12  # newest XComs per task read for the table (the sparkline's points)
+MAX_POINTS = 200  # newest checks of a job in its view
+MAX_ROWS = 20000  # XComs read per view at most
 
 
 @dataclass(frozen=True)
@@ -43,10 +57,16 @@ class Check:
     health: str
     reason: str
     total_lag: int | None
+    max_lag_seconds: float | None
+    commit_age_seconds: float | None
+    catch_up_seconds: float | None
     at: datetime
     dag_id: str
     run_id: str
     task_id: str
+    map_index: int = -1
+    name: str = ""
+    report: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -58,193 +78,227 @@ class JobView:
     def last(self) -> Check:
         return self.checks[-1]
 
+    @property
+    def name(self) -> str:
+        """The newest name a task gave it, else its location's last part."""
+        named = next((c.name for c in reversed(self.checks) if c.name), "")
+        return named or self.location.rstrip("/").rsplit("/", 1)[-1] or self.location
 
-def _number(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+def _number(value: Any) -> float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _from_result(value: Mapping[str, Any]) -> tuple[str, str, str, int | None] | None:
-    """(location, health, reason, total_lag) of a ``CheckResult.to_dict()``."""
+Parsed = dict[str, Any]  # the Check fields one XCom entry gives
+MEASURES = ("total_lag", "max_lag_seconds", "commit_age_seconds", "catch_up_seconds")
+
+
+def _health(health: Any, error: Any) -> str:
+    """The verdict's name; a checkpoint a fleet could not read (UNKNOWN with an error) is a
+    check that failed."""
+    name = str(health or "UNKNOWN")
+    return "CHECK_FAILED" if error and name == "UNKNOWN" else name
+
+
+def _parsed(
+    value: Mapping[str, Any], health: Any, reason: Any, measured: Mapping[str, Any]
+) -> Parsed:
+    error = value.get("error")
+    parsed: Parsed = {
+        "location": str(value["location"]),
+        "health": _health(health, error),
+        "reason": str(error or reason or ""),
+        "report": None,
+    }
+    parsed.update((name, _number(measured.get(name))) for name in MEASURES)
+    if parsed["total_lag"] is not None:
+        parsed["total_lag"] = int(parsed["total_lag"])
+    return parsed
+
+
+def _from_result(value: Mapping[str, Any]) -> Parsed | None:
+    """The fields of a ``CheckResult.to_dict()`` (a failed check's has no report)."""
     verdict = value.get("verdict")
     if not isinstance(verdict, Mapping) or not value.get("location"):
         return None
-    report = value.get("report")
-    lag = _number(report.get("total_lag")) if isinstance(report, Mapping) else None
-    reason = str(value.get("error") or verdict.get("reason") or "")
-    return str(value["location"]), str(verdict.get("health", "UNKNOWN")), reason, lag
+    report = value.get("report") if isinstance(value.get("report"), Mapping) else None
+    parsed = _parsed(value, verdict.get("health"), verdict.get("reason"), report or {})
+    parsed["report"] = report
+    return parsed
 
 
-def _from_failing(value: Mapping[str, Any]) -> tuple[str, str, str, int | None] | None:
-    """(location, health, reason, total_lag) of one ``failing`` entry of a fleet check."""
+def _from_flat(value: Mapping[str, Any]) -> Parsed | None:
+    """The fields of a fleet entry (``failing`` of a fleet check, ``results`` of a scan)."""
     if not value.get("location"):
         return None
-    reason = str(value.get("error") or value.get("reason") or "")
-    health = str(value.get("health", "UNKNOWN"))
-    return str(value["location"]), health, reason, _number(value.get("total_lag"))
+    return _parsed(value, value.get("health"), value.get("reason"), value)
 
 
-def parse_xcom(value: Any) -> list[tuple[str, str, str, int | None]]:
-    """Every (location, health, reason, total_lag) an XCom value of our operators records."""
+def _entry(value: Any) -> Parsed | None:
+    if not isinstance(value, Mapping):
+        return None
+    return _from_result(value) if "verdict" in value else _from_flat(value)
+
+
+def _loaded(value: Any) -> Any:
+    """An XCom value as stored (JSON text) or already deserialized."""
     if isinstance(value, (str, bytes)):
         try:
-            value = json.loads(value)
+            return json.loads(value)
         except ValueError:
-            return []
+            return None
+    return value
+
+
+def parse_xcom(value: Any) -> list[Parsed]:
+    """Every job an XCom value of our tasks records: one check result, or a fleet's
+    ``results`` and ``failing`` entries (each location once, its full result first)."""
+    value = _loaded(value)
+    if isinstance(value, list):
+        value = {"results": value}
     if not isinstance(value, Mapping):
         return []
     if "verdict" in value:
         one = _from_result(value)
         return [one] if one else []
-    found: dict[str, tuple[str, str, str, int | None]] = {}
-    for entry in value.get("results") or ():  # xcom_results="all": every job
-        parsed = _from_result(entry) if isinstance(entry, Mapping) else None
-        if parsed:
-            found[parsed[0]] = parsed
-    for entry in value.get("failing") or ():
-        parsed = _from_failing(entry) if isinstance(entry, Mapping) else None
-        if parsed and parsed[0] not in found:
-            found[parsed[0]] = parsed
+    found: dict[str, Parsed] = {}
+    for entry in [*(value.get("results") or ()), *(value.get("failing") or ())]:
+        parsed = _entry(entry)
+        if parsed and parsed["location"] not in found:
+            found[parsed["location"]] = parsed
     return list(found.values())
 
 
-def collect(rows: Iterable[tuple[str, str, str, datetime, Any]]) -> list[JobView]:
-    """Jobs from XCom rows ``(dag_id, run_id, task_id, timestamp, value)``; the worst-looking
-    first (newest check not OK), then by location."""
+Row = tuple[str, str, str, int, str | None, datetime, Any]
+
+
+def collect(rows: Iterable[Row]) -> list[JobView]:
+    """Jobs from XCom rows ``(dag_id, run_id, task_id, map_index, task name, time, value)``,
+    worst health first, then by name."""
     jobs: dict[str, JobView] = {}
-    for dag_id, run_id, task_id, at, value in rows:
-        for location, health, reason, lag in parse_xcom(value):
-            check = Check(location, health, reason, lag, at, dag_id, run_id, task_id)
-            jobs.setdefault(location, JobView(location)).checks.append(check)
+    for dag_id, run_id, task_id, map_index, name, at, stored in rows:
+        value = _loaded(stored)
+        entries = parse_xcom(value)
+        # one task, one job: the task names it (a fleet's jobs are named by their location)
+        own = (name or task_id) if len(entries) == 1 and not _is_fleet(value) else ""
+        for parsed in entries:
+            check = Check(
+                at=at, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index,
+                name=own, **parsed,
+            )  # fmt: skip
+            jobs.setdefault(check.location, JobView(check.location)).checks.append(check)
     for job in jobs.values():
         job.checks.sort(key=lambda c: c.at)
         del job.checks[:-MAX_POINTS]
-    return sorted(jobs.values(), key=lambda j: (j.last.health == "OK", j.location))
+    return sorted(jobs.values(), key=lambda j: (severity(j.last.health), j.name.lower()))
 
 
-def chart_svg(checks: list[Check], width: int = 480, height: int = 120) -> str:
-    """Total lag of each check over time: a polyline with one circle per check."""
-    points = [c for c in checks if c.total_lag is not None]
-    if not points:
-        return '<p class="muted">no lag recorded (checks failed before measuring)</p>'
-    pad = 28
-    t0, t1 = points[0].at.timestamp(), points[-1].at.timestamp()
-    top = max(c.total_lag or 0 for c in points) or 1
-    span = (t1 - t0) or 1.0
-
-    def xy(c: Check) -> tuple[float, float]:
-        x = pad + (c.at.timestamp() - t0) / span * (width - 2 * pad) if t1 > t0 else width / 2
-        y = height - pad / 2 - (c.total_lag or 0) / top * (height - pad)
-        return round(x, 1), round(y, 1)
-
-    coords = [xy(c) for c in points]
-    line = " ".join(f"{x},{y}" for x, y in coords)
-    dots = "".join(
-        f'<circle class="point" cx="{x}" cy="{y}" r="3"><title>'
-        f"{escape(c.at.strftime('%Y-%m-%d %H:%M:%S'))}: {c.total_lag} records</title></circle>"
-        for (x, y), c in zip(coords, points, strict=True)
-    )
-    return (
-        f'<svg class="chart" width="{width}" height="{height}" role="img" '
-        f'aria-label="total lag over time, {len(points)} checks">'
-        f'<text x="2" y="12" class="axis">{top} records</text>'
-        f'<text x="2" y="{height - 2}" class="axis">0</text>'
-        f'<polyline fill="none" stroke="#3b6ea5" stroke-width="2" points="{line}"/>{dots}</svg>'
+def _is_fleet(value: Any) -> bool:
+    """Many jobs' results (a fleet check's, a scan's list): none is named by the task."""
+    return isinstance(value, list) or (
+        isinstance(value, Mapping) and ("results" in value or "failing" in value)
     )
 
 
-def _run_links(job: JobView, base: str) -> str:
-    seen: dict[tuple[str, str], Check] = {}
-    for check in reversed(job.checks):
-        seen.setdefault((check.dag_id, check.run_id), check)
-    links = []
-    for (dag_id, run_id), check in list(seen.items())[:MAX_RUNS]:
-        href = f"{base}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
-        links.append(
-            f'<li><a class="run" target="_top" href="{escape(href)}">{escape(dag_id)} / '
-            f"{escape(run_id)}</a> <span class='muted'>{escape(check.health)}, "
-            f"{escape(_time(check.at))}</span></li>"
-        )
-    return f'<ul class="runs">{"".join(links)}</ul>'
+def severity(health: str) -> int:
+    """Position in ``HEALTH_ORDER`` (worst 0); an unknown name sorts with UNKNOWN."""
+    return HEALTH_ORDER.index(health if health in HEALTH_ORDER else "UNKNOWN")
 
 
-def _time(at: datetime) -> str:
-    return at.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+def counts(jobs: Iterable[JobView]) -> dict[str, int]:
+    """Jobs per health of their newest check, worst first."""
+    found = Counter(job.last.health for job in jobs)
+    return {h: found[h] for h in sorted(found, key=severity)}
 
 
-def render_job(job: JobView, base: str = "") -> str:
-    last = job.last
-    lag = "unknown" if last.total_lag is None else f"{last.total_lag} records"
-    return (
-        f'<section class="job"><h2 class="location">{escape(job.location)}</h2>'
-        f'<p><span class="badge health-{escape(last.health)}">{escape(last.health)}</span> '
-        f'<span class="reason">{escape(last.reason)}</span></p>'
-        f'<p class="meta">Last check: <time>{escape(_time(last.at))}</time> · total lag '
-        f"{escape(lag)} · {len(job.checks)} checks recorded</p>"
-        f"{chart_svg(job.checks)}<h3>Checked by</h3>{_run_links(job, base)}</section>"
-    )
+def matching(jobs: list[JobView], health: str | None, text: str | None) -> list[JobView]:
+    """The jobs of one health (None: all) whose name or location contains ``text``."""
+    wanted = (text or "").strip().lower()
+    return [
+        job
+        for job in jobs
+        if (not health or job.last.health == health)
+        and (not wanted or wanted in job.name.lower() or wanted in job.location.lower())
+    ]
 
 
-STYLE = """
-body{font-family:system-ui,sans-serif;margin:1rem 1.5rem;color:#1f2933;background:#fff}
-h1{font-size:1.4rem}h2{font-size:1.05rem;margin:.2rem 0;word-break:break-all}
-h3{font-size:.9rem;margin:.6rem 0 .2rem}
-.job{border:1px solid #d9dee3;border-radius:8px;padding:.8rem 1rem;margin:0 0 1rem}
-.badge{display:inline-block;padding:.1rem .5rem;border-radius:10px;font-weight:600;
-font-size:.8rem;color:#fff;background:#7b8794}
-.health-OK{background:#2f855a}.health-LAGGING,.health-STALLED{background:#c05621}
-.health-FALLING_BEHIND{background:#b7791f}.health-DATA_LOSS,.health-ERROR{background:#c53030}
-.muted,.meta,.axis{color:#616e7c;font-size:.8rem}.axis{fill:#616e7c}
-.chart{background:#f7f9fb;border-radius:4px}.point{fill:#3b6ea5}.runs{margin:0;padding-left:1.2rem}
-"""
+# -- the database ------------------------------------------------------------------------------
 
 
-def render_page(jobs: list[JobView], base: str = "") -> str:
-    body = "".join(render_job(job, base) for job in jobs) or (
-        '<p class="empty">No checks recorded yet: run a DAG with SparkLagCheckOperator, '
-        "SparkLagFleetCheckOperator or SparkLagSensor.</p>"
-    )
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>Streaming lag</title><style>{STYLE}</style></head><body>"
-        f'<h1>Streaming lag</h1><p class="muted">{len(jobs)} jobs checked, newest checks '
-        f"from the XComs of the sparklag operators.</p>{body}</body></html>"
-    )
-
-
-def load_rows(dag_ids: set[str] | None) -> list[tuple[str, str, str, datetime, Any]]:
-    """XComs of our operators' task instances, newest first (``dag_ids``: only those DAGs)."""
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.xcom import XComModel
+def load_rows(
+    dag_ids: set[str] | None,
+    *,
+    per_task: int = TABLE_CHECKS,
+    tasks: Iterable[tuple[str, str, int]] | None = None,
+) -> list[Row]:
+    """XComs of our tasks (and under ``RESULTS_KEY`` of any), newest first: the newest
+    ``per_task`` of each task, so every task that recorded a check is there however old its
+    last one, and the page parses a bounded number of values (``dag_ids``: only those DAGs;
+    ``tasks``: only those ``(dag_id, task_id, map_index)``). Rows are ``(dag_id, run_id,
+    task_id, map_index, rendered map index, time, value)``."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.models.xcom import XComModel as X
     from airflow.utils.session import create_session
-    from sqlalchemy import and_, select
+    from sqlalchemy import and_, func, or_, select, tuple_
 
-    ti = TaskInstance
-    query = (
+    ours = and_(X.key.in_(XCOM_KEYS), TI.operator.in_(CHECK_OPERATORS + FLEET_OPERATORS))
+    newest = func.row_number().over(
+        partition_by=(X.dag_id, X.task_id, X.map_index, X.key), order_by=X.timestamp.desc()
+    )
+    inner = (
         select(
-            XComModel.dag_id,
-            XComModel.run_id,
-            XComModel.task_id,
-            XComModel.timestamp,
-            XComModel.value,
+            X.dag_id,
+            X.run_id,
+            X.task_id,
+            X.map_index,
+            TI.__table__.c.rendered_map_index,  # the column: None for an unmapped task
+            X.timestamp,
+            X.value,
+            newest.label("newest"),
         )
         .join(
-            ti,
+            TI,
             and_(
-                ti.dag_id == XComModel.dag_id,
-                ti.run_id == XComModel.run_id,
-                ti.task_id == XComModel.task_id,
-                ti.map_index == XComModel.map_index,
+                TI.dag_id == X.dag_id,
+                TI.run_id == X.run_id,
+                TI.task_id == X.task_id,
+                TI.map_index == X.map_index,
             ),
         )
-        .where(XComModel.key.in_(XCOM_KEYS))
-        .where(ti.operator.in_(CHECK_OPERATORS + FLEET_OPERATORS))
-        .order_by(XComModel.timestamp.desc())
-        .limit(MAX_ROWS)
+        .where(or_(ours, X.key == RESULTS_KEY))
     )
     if dag_ids is not None:
-        query = query.where(XComModel.dag_id.in_(sorted(dag_ids)))
+        inner = inner.where(X.dag_id.in_(sorted(dag_ids)))
+    if tasks is not None:
+        inner = inner.where(tuple_(X.dag_id, X.task_id, X.map_index).in_(sorted(tasks)))
+    found = inner.subquery()
+    query = (
+        select(*(found.c[i] for i in range(7)))
+        .where(found.c.newest <= per_task)
+        .order_by(found.c.timestamp.desc())
+        .limit(MAX_ROWS)
+    )
     with create_session() as session:
-        return [(r[0], r[1], r[2], r[3], r[4]) for r in session.execute(query)]
+        return [tuple(row) for row in session.execute(query)]
+
+
+def load_thresholds(check: Check) -> dict[str, Any]:
+    """The thresholds the task of ``check`` was rendered with (Airflow keeps the rendered
+    fields of recent task instances); ``{}`` when it kept none or the task had none."""
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    query = select(RTIF.rendered_fields).where(
+        RTIF.dag_id == check.dag_id,
+        RTIF.run_id == check.run_id,
+        RTIF.task_id == check.task_id,
+        RTIF.map_index == check.map_index,
+    )
+    with create_session() as session:
+        fields = session.execute(query).scalar()
+    thresholds = _loaded((fields or {}).get("thresholds")) if isinstance(fields, dict) else None
+    return dict(thresholds) if isinstance(thresholds, Mapping) else {}
 
 
 def _readable_dags(user: Any) -> set[str]:
@@ -269,11 +323,32 @@ def _current_user() -> Any:
 
 def create_app() -> FastAPI:
     app = FastAPI(title="Streaming lag", docs_url=None, redoc_url=None, openapi_url=None)
+    user_dependency = Depends(_current_user())
 
     @app.get("/", response_class=HTMLResponse)
-    def page(user: Any = Depends(_current_user())) -> HTMLResponse:  # noqa: B008
+    def fleet(
+        user: Any = user_dependency,
+        health: str | None = None,
+        q: str | None = None,
+    ) -> HTMLResponse:
         jobs = collect(load_rows(_readable_dags(user)))
-        return HTMLResponse(render_page(jobs, _base_path()))
+        wanted = health if health in HEALTH_ORDER else None
+        shown = matching(jobs, wanted, q)
+        html = lag_html.fleet_page(jobs, counts(jobs), shown, _base_path(), (wanted, q))
+        return HTMLResponse(html)
+
+    @app.get("/job", response_class=HTMLResponse)
+    def job(location: str, user: Any = user_dependency) -> HTMLResponse:
+        dag_ids = _readable_dags(user)
+        found = [j for j in collect(load_rows(dag_ids)) if j.location == location]
+        if not found:
+            raise HTTPException(404, "no check of this location in the DAGs you may read")
+        tasks = {(c.dag_id, c.task_id, c.map_index) for c in found[0].checks}
+        rows = load_rows(dag_ids, per_task=MAX_POINTS, tasks=tasks)  # its whole history
+        found = [j for j in collect(rows) if j.location == location]
+        checked = [c for c in reversed(found[0].checks) if c.report is not None]
+        thresholds = load_thresholds(checked[0]) if checked else {}
+        return HTMLResponse(lag_html.job_page(found[0], thresholds, _base_path()))
 
     return app
 

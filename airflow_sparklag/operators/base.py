@@ -25,6 +25,7 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 
 from airflow_sparklag.hooks.sparklag import CONN_FIELDS, ConnectionIds, SparkLagHook
 from airflow_sparklag.monitor import OPTION_NAMES, CheckOptions
+from airflow_sparklag.operators.lineage import LineageMixin
 
 T = TypeVar("T")
 
@@ -87,8 +88,9 @@ class FlatOptions:
         return params.options(kind, {name: getattr(self, name) for name in names})
 
 
-class SparkLagHookMixin(FlatOptions):
-    """Connection ids, the hook, and the two error boundaries of a task."""
+class SparkLagHookMixin(LineageMixin, FlatOptions):
+    """Connection ids, the hook, the two error boundaries of a task, and its lineage (what
+    its session read, recorded when the hook is closed: operators/lineage.py)."""
 
     flat_options: ClassVar[tuple[type, ...]] = (ConnectionIds,)
     kafka_config_id: str | None  # None: the sparklag connection's, else kafka_default
@@ -172,6 +174,7 @@ class SparkLagHookMixin(FlatOptions):
 
     def close_hook(self) -> None:
         if "hook" in self.__dict__:
+            self.record_reads()
             self.hook.close()
             del self.__dict__["hook"]
 

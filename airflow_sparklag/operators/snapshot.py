@@ -92,6 +92,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
             return payload
 
         payload = self._run(work)
+        self.record_writes(payload["path"])
         self.log.info(
             "Snapshot of %s batch %s written to %s",
             payload["checkpoint_location"],
@@ -203,6 +204,8 @@ class CheckpointMigrationOperator(_SparkLagConnections):
             return payload
 
         payload = self._run(work)
+        if payload["status"] != "planned":  # a dry run writes nothing
+            self.record_writes(payload["snapshot_path"], payload["archive_location"])
         for warning in payload["warnings"]:
             self.log.warning("%s", hook.scrub(warning))
         self.log.info(

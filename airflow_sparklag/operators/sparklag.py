@@ -37,6 +37,21 @@ def fail_on_names(fail_on: Iterable[str] | str) -> set[str]:
     return {h.value for h in params.health_names("fail_on", fail_on)}
 
 
+def push_check_failed(context: Context, location: str, exc: BaseException, key: str) -> dict:
+    """Record a check that failed (no checkpoint there, Kafka unreachable, a bad parameter)
+    under the XCom ``key`` a result would have: a failed task leaves no return value, and the
+    "Streaming lag" page and alerts must still see the job. The task's error text is already
+    scrubbed of secrets (``run_core``)."""
+    failed = {
+        "location": location,
+        "error": str(exc),
+        "verdict": {"health": "CHECK_FAILED", "reason": str(exc)},
+        "report": None,
+    }
+    context["ti"].xcom_push(key=key, value=failed)
+    return failed
+
+
 def health_name(health: Any) -> str:
     """``Health.OK`` -> ``"OK"``."""
     return str(getattr(health, "value", health)).upper()
@@ -91,7 +106,8 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
     """Checks a Spark query's lag and health; fails when the verdict is in ``fail_on``.
 
     The result (``CheckResult.to_dict()``: report and verdict) is the task's XCom return value,
-    also on failure. Gauges go to Airflow's metrics (StatsD/OpenTelemetry, when enabled) as
+    also on failure; a check that fails itself leaves ``CHECK_FAILED`` and its error there.
+    Gauges go to Airflow's metrics (StatsD/OpenTelemetry, when enabled) as
     ``<metric_prefix>.<job>.total_lag``, ``.max_lag``, ``.max_lag_seconds``,
     ``.commit_age_seconds`` and ``.health`` (0 OK, 1 lagging, ... 5 data loss, -1 unknown),
     ``<job>`` being ``metric_name`` or ``<dag_id>__<task_id>``; see ``operators/metrics.py``.
@@ -126,9 +142,13 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
         self.fail_on = fail_on
 
     def execute(self, context: Context) -> dict[str, Any]:
-        location, options = self.read_params(self._read_check)
-        fail_on = self.read_params(lambda: fail_on_names(self.fail_on))
-        result = self._check(location, options)
+        try:
+            location, options = self.read_params(self._read_check)
+            fail_on = self.read_params(lambda: fail_on_names(self.fail_on))
+            result = self._check(location, options)
+        except Exception as exc:
+            push_check_failed(context, str(self.location).strip(), exc, "return_value")
+            raise
         payload = result.to_dict()
         health = health_name(result.verdict.health)
         report = result.report
@@ -202,21 +222,16 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
             raise ValueError(f"{self.task_id}: give at least one *_task_id or default_task_id")
 
     def choose_branch(self, context: Context) -> str | list[str]:
-        location, options = self.read_params(self._read_check)
+        location = str(self.location).strip()
         try:
+            location, options = self.read_params(self._read_check)
             result = self._check(location, options)
-        except AirflowFailException:  # a refusal or a bad parameter: no branch for that
-            raise
-        except AirflowException as exc:  # the check failed: missing checkpoint, Kafka down
-            if not self.check_failed_task_id:
+        except Exception as exc:
+            push_check_failed(context, location, exc, "report")
+            # a refusal or a bad parameter (AirflowFailException) has no branch
+            branch = isinstance(exc, AirflowException) and not isinstance(exc, AirflowFailException)
+            if not (branch and self.check_failed_task_id):
                 raise
-            failed = {
-                "location": location,
-                "error": str(exc),
-                "verdict": {"health": "CHECK_FAILED", "reason": str(exc)},
-                "report": None,
-            }
-            context["ti"].xcom_push(key="report", value=failed)
             self.log.warning(
                 "%s: the check failed (%s) -> %s", location, exc, self.check_failed_task_id
             )

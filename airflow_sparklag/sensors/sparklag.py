@@ -69,7 +69,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
     def _condition(self) -> WaitCondition:
         return self.read_params(self.condition)
 
-    def _probe(self) -> Probe:
+    def _probe(self, context: Context) -> Probe:
         condition = self._condition
         job = metrics.job_name(self, self.metric_name)
         try:
@@ -98,7 +98,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
         raise AirflowFailException(message)
 
     def poke(self, context: Context) -> PokeReturnValue:
-        probe = self._probe()
+        probe = self._probe(context)
         if probe.failed:
             raise AirflowFailException(probe.message)  # soft_fail turns it into a skip
         self.log.info("%s", probe.message)
@@ -111,7 +111,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
         self.connection_ids()
         if not self.deferrable:
             return super().execute(context)
-        probe = self._probe()
+        probe = self._probe(context)
         if probe.failed:
             self._fail(probe.message)
         if probe.done:
@@ -207,6 +207,20 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
         return HealthCondition(
             params.location("location", self.location), options, accept, fail_fast
         )
+
+    def _probe(self, context: Context) -> Probe:
+        """A probe whose check failed, or whose verdict fails the sensor at once, is recorded
+        in XCom as a check's result is (the "Streaming lag" page shows the job)."""
+        from airflow_sparklag.operators.sparklag import push_check_failed
+
+        try:
+            probe = super()._probe(context)
+        except Exception as exc:
+            push_check_failed(context, str(self.location), exc, "return_value")
+            raise
+        if probe.failed:
+            context["ti"].xcom_push(key="return_value", value=probe.payload)
+        return probe
 
     def _trigger(self, deadline: float) -> BaseTrigger:
         from airflow_sparklag.triggers.sparklag import SparkLagTrigger

@@ -1,9 +1,12 @@
-"""The "Streaming lag" page (airflow_sparklag/airflow/lag_page.py) in a real browser.
+"""The "Streaming lag" page (airflow_sparklag/airflow/lag_page.py) in a real Airflow.
 
-Checks are recorded in the suite's metadata database the way runs leave them (a DAG, a DAG run,
-a task instance of the operator's class, its XCom return value), then a real ``airflow
-api-server`` loads the provider's plugin from its entry point and headless Chromium renders the
-page. ``SPARKLAG_SCREENSHOTS=1`` also writes docs/images/streaming-lag-page.png.
+A real ``airflow dags test`` run checks three configured jobs, two of which fail (a missing
+checkpoint, a mistyped threshold): the failed tasks record CHECK_FAILED in XCom. A longer
+history (a job's checks over an hour, with the thresholds Airflow keeps as rendered fields), a
+STOPPED job and a fleet scan's results are recorded in the same metadata database the way runs
+leave them. A real ``airflow api-server`` loads the plugin from its entry point; the test reads
+the served HTML, and headless Chromium renders both views (``SPARKLAG_SCREENSHOTS=1`` copies
+them to docs/images/).
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from typing import Any
 import pytest
 
 from testbed.process import free_port, log_tail
+from tests.airflow.conftest import airflow_env
+from tests.airflow.test_dags import dags_test, run_state
 
 REPO = Path(__file__).resolve().parents[2]
-SCREENSHOT = REPO / "docs" / "images" / "streaming-lag-page.png"
+SCREENSHOTS = REPO / "docs" / "images"
 BUNDLE = "sparklag-page-test"
 
 
@@ -34,6 +39,7 @@ def record_checks(checks: list[dict[str, Any]]) -> None:
     from airflow.models.dag import DagModel
     from airflow.models.dagbundle import DagBundleModel
     from airflow.models.dagrun import DagRun
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
@@ -91,25 +97,90 @@ def record_checks(checks: list[dict[str, Any]]) -> None:
                     dag_run_id=run,
                     task_id=c["task_id"],
                     map_index=-1,
-                    key="return_value",
+                    key=c.get("key", "return_value"),
                     dag_id=c["dag_id"],
                     run_id=c["run_id"],
                     timestamp=at,
                     value=XComModel.serialize_value(c["value"]),
                 )
             )
+            if "thresholds" in c:  # what Airflow keeps of the rendered template fields
+                session.execute(
+                    insert(RenderedTaskInstanceFields.__table__).values(
+                        dag_id=c["dag_id"],
+                        run_id=c["run_id"],
+                        task_id=c["task_id"],
+                        map_index=-1,
+                        rendered_fields={"thresholds": c["thresholds"]},
+                    )
+                )
 
 
-def check_result(location: str, lag: int, limit: int) -> dict[str, Any]:
+def check_result(location: str, lag: int, limit: int, health: str | None = None) -> dict:
     """A ``CheckResult.to_dict()`` as SparkLagCheckOperator returns it (the fields shown)."""
-    health = "LAGGING" if lag > limit else "OK"
-    reason = f"total lag {lag} > {limit}" if lag > limit else "within thresholds"
+    breach = lag > limit
     return {
         "location": location,
         "error": None,
-        "verdict": {"health": health, "reason": reason, "rule": "max_lag_records_total"},
-        "report": {"total_lag": lag, "max_lag_seconds": None},
+        "verdict": {
+            "health": health or ("LAGGING" if breach else "OK"),
+            "reason": f"total lag {lag} > {limit}" if breach else "within thresholds",
+            "rule": "max_lag_records_total",
+        },
+        "report": {
+            "total_lag": lag,
+            "max_lag_seconds": lag / 10,
+            "commit_age_seconds": 30.0,
+            "catch_up_seconds": None,
+            "sources": [
+                {"topics": [{"partitions": [{"topic": "orders", "partition": 0, "lag": lag}]}]}
+            ],
+        },
     }
+
+
+JOBS_DAG = """
+from datetime import datetime
+from airflow.sdk import DAG
+from airflow_sparklag.operators.sparklag import SparkLagCheckOperator
+
+with DAG("{dag_id}", start_date=datetime(2026, 1, 1), schedule=None):
+    SparkLagCheckOperator.partial(
+        task_id="check_sla", map_index_template="{{{{ task.metric_name }}}}",
+        kafka_config_id={conn!r}, retries=0,
+    ).expand_kwargs({jobs!r})
+"""
+
+
+def run_configured_jobs(dag_id: str, jobs: list[dict], conn: str, tmp_path: Path) -> str:
+    """``airflow dags test`` of one mapped check per job (the SLA DAG's shape)."""
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "jobs_dag.py").write_text(JOBS_DAG.format(dag_id=dag_id, conn=conn, jobs=jobs))
+    env = airflow_env(tmp_path)
+    env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
+    return dags_test(dag_id, {}, env, timeout=300)
+
+
+def get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return response.read().decode()
+
+
+def rows(html: str) -> list[tuple[str, str]]:
+    """(health, job name) of each table row, in order."""
+    return re.findall(
+        r'<tr class="job" data-health="([A-Z_]+)"><td><a class="name" href="[^"]*">([^<]*)</a>',
+        html,
+    )
+
+
+def background(health: str) -> str:
+    from airflow_sparklag.airflow.lag_html import STYLE
+
+    match = re.search(r"\.health-" + health + r"\{background:(#[0-9a-f]+)", STYLE)
+    assert match, health
+    return match.group(1)
 
 
 def start_api_server(home: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -168,89 +239,6 @@ def chromium(*args: str, timeout: float = 60) -> str:
     return done.stdout
 
 
-def section(dom: str, location: str) -> str:
-    """The HTML of the page's section for ``location`` (as escaped in the page)."""
-    from html import escape
-
-    match = re.search(
-        r'<section class="job"><h2 class="location">'
-        + re.escape(escape(location))
-        + r"</h2>(.*?)</section>",
-        dom,
-        re.S,
-    )
-    assert match, f"{location} is not on the page:\n{dom[:3000]}"
-    return match.group(1)
-
-
-def test_streaming_lag_page_in_chromium(airflow_db, tmp_path):
-    tag = uuid.uuid4().hex[:6]
-    orders, clicks = f"s3a://lake/ck/orders-{tag}", f"s3a://lake/ck/<clicks>-{tag}"
-    sla, fleet = f"sparklag_sla_check_{tag}", f"sparklag_fleet_scan_{tag}"
-    t0 = datetime.now(timezone.utc) - timedelta(hours=1)
-    checks: list[dict[str, Any]] = [
-        {
-            "dag_id": sla,
-            "run_id": f"scheduled__{i}",
-            "task_id": "check_orders",
-            "operator": "SparkLagCheckOperator",
-            "at": t0 + timedelta(minutes=10 * i),
-            "value": check_result(orders, lag, 5000),
-        }
-        for i, lag in enumerate([0, 1200, 5400, 9100])
-    ]
-    checks.append(
-        {
-            "dag_id": fleet,
-            "run_id": "scheduled__fleet",
-            "task_id": "fleet",
-            "operator": "SparkLagFleetCheckOperator",
-            "at": t0 + timedelta(minutes=35),
-            "value": {
-                "jobs": 3,
-                "health": {"OK": 2, "DATA_LOSS": 1},
-                "storage_requests": 9,
-                "failing": [
-                    {
-                        "location": clicks,
-                        "health": "DATA_LOSS",
-                        "reason": "offsets deleted by retention",
-                        "total_lag": 42,
-                        "max_lag_seconds": None,
-                        "error": None,
-                    }
-                ],
-            },
-        }
-    )
-    started = time.monotonic()
-    record_checks(checks)
-    proc, url = start_api_server(Path(airflow_db), tmp_path / "api-server.log")
-    try:
-        server_up = time.monotonic() - started
-        dom = chromium("--dump-dom", f"{url}/sparklag/")
-        shot = tmp_path / "page.png"
-        chromium("--window-size=1000,900", f"--screenshot={shot}", f"{url}/sparklag/")
-    finally:
-        stop(proc)
-    assert "<h1>Streaming lag</h1>" in dom
-    mine = section(dom, orders)
-    assert '<span class="badge health-LAGGING">LAGGING</span>' in mine
-    assert "total lag 9100 &gt; 5000" in mine
-    assert len(re.findall(r'<circle class="point"', mine)) == 4
-    assert mine.count('class="run"') == 4
-    assert f'href="/dags/{sla}/runs/scheduled__3"' in mine
-    theirs = section(dom, clicks)  # the fleet's failing job; its "<" escaped, not markup
-    assert '<span class="badge health-DATA_LOSS">DATA_LOSS</span>' in theirs
-    assert len(re.findall(r'<circle class="point"', theirs)) == 1
-    assert f'href="/dags/{fleet}/runs/scheduled__fleet"' in theirs
-    assert shot.stat().st_size > 10_000
-    if os.environ.get("SPARKLAG_SCREENSHOTS") == "1":
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shot, SCREENSHOT)
-    print(f"api-server up {server_up:.1f}s, page checks {time.monotonic() - started:.1f}s")
-
-
 def test_page_refuses_requests_without_airflow_login():
     """The plugin's route depends on the API server's get_user: no JWT, no page."""
     from fastapi.testclient import TestClient
@@ -260,3 +248,174 @@ def test_page_refuses_requests_without_airflow_login():
     response = TestClient(create_app()).get("/")
     assert response.status_code == 401
     assert "Streaming lag" not in response.text
+
+
+@pytest.mark.testbed
+def test_fleet_page_shows_every_configured_job(
+    airflow_db, kafka, kafka_conn, healthy_job, tmp_path
+):
+    tag = uuid.uuid4().hex[:6]
+    jobs_dag, missing = f"sparklag_jobs_{tag}", str(tmp_path / "never-written")
+    configured = [
+        {"location": healthy_job.location, "metric_name": f"orders-{tag}", "thresholds": {}},
+        {"location": missing, "metric_name": f"payments-{tag}", "thresholds": {}},
+        {
+            "location": healthy_job.location + "-typo",
+            "metric_name": f"clicks-{tag}",
+            "thresholds": {"max_lag_record": 5},  # mistyped: the task fails before reading
+        },
+    ]
+    output = run_configured_jobs(jobs_dag, configured, kafka_conn, tmp_path)
+    assert "CheckpointNotFound" in output, output[-4000:]
+    # The fleet scan DAG (spark-submit) over a prefix: a real checkpoint and a damaged one
+    prefix = tmp_path / "fleet"
+    shutil.copytree(healthy_job.location, prefix / f"scanned-{tag}")
+    (prefix / f"broken-{tag}" / "offsets").mkdir(parents=True)
+    (prefix / f"broken-{tag}" / "offsets" / "0").write_text("not an offsets file")
+    conf = {
+        "prefix": str(prefix),
+        "bootstrap_servers": kafka.bootstrap,
+        "output": str(tmp_path / "scan"),
+        "master": "local[1]",
+    }
+    scanned = dags_test("sparklag_fleet_scan", conf, airflow_env(tmp_path), timeout=300)
+    assert run_state(scanned) == "success", scanned[-4000:]
+
+    # 15 checks of one job (with its thresholds), a STOPPED job, a fleet scan's results.
+    history, sla, scan = f"s3a://lake/ck/history-{tag}", f"sla_{tag}", f"sparklag_fleet_scan_{tag}"
+    t0 = datetime.now(timezone.utc) - timedelta(hours=1)
+    checks: list[dict[str, Any]] = [
+        {
+            "dag_id": sla,
+            "run_id": f"scheduled__{i}",
+            "task_id": f"history_{tag}",
+            "operator": "SparkLagCheckOperator",
+            "at": t0 + timedelta(minutes=2 * i),
+            "value": check_result(history, lag, 5000),
+            "thresholds": {"max_lag_records_total": 5000, "max_lag_seconds": 600},
+        }
+        for i, lag in enumerate([0, 0, 300, 600, 800, 1200, 1500, 2400, 3000] + [5400, 9100] * 3)
+    ]
+    checks.append(
+        {
+            "dag_id": sla,
+            "run_id": "scheduled__stopped",
+            "task_id": f"stopped_{tag}",
+            "operator": "SparkLagCheckOperator",
+            "at": t0 + timedelta(minutes=31),
+            "value": check_result(f"/ck/stopped-{tag}", 700, 5000, health="STOPPED"),
+        }
+    )
+    checks.append(
+        {
+            "dag_id": scan,
+            "run_id": "scheduled__scan",
+            "task_id": "fleet_scan",
+            "operator": "@task",
+            "key": "sparklag_results",
+            "at": t0 + timedelta(minutes=35),
+            "value": [
+                {
+                    "location": f"s3a://lake/ck/<idle>-{tag}",
+                    "health": "UNKNOWN",
+                    "reason": "no batch",
+                },
+                {
+                    "location": f"s3a://lake/ck/gone-{tag}",
+                    "health": "UNKNOWN",
+                    "reason": "unreadable",
+                    "error": "CheckpointNotFound: s3a://lake/ck/gone",
+                },
+            ],
+        }
+    )
+    record_checks(checks)
+
+    proc, url = start_api_server(Path(airflow_db), tmp_path / "api-server.log")
+    try:
+        started = time.monotonic()
+        fleet = get(f"{url}/sparklag/")
+        first_page = time.monotonic() - started
+        stopped_only = get(f"{url}/sparklag/?health=STOPPED")
+        searched = get(f"{url}/sparklag/?q=orders-{tag}")
+        job_view = get(f"{url}/sparklag/job?location={history}")
+        shots = {}
+        for name, path in (("fleet", "/sparklag/"), ("job", f"/sparklag/job?location={history}")):
+            shots[name] = tmp_path / f"{name}.png"
+            chromium("--window-size=1200,900", f"--screenshot={shots[name]}", f"{url}{path}")
+    finally:
+        stop(proc)
+
+    mine = [(health, name) for health, name in rows(fleet) if tag in name]
+    assert mine == [  # failed checks first (then by name), then worst to best
+        ("CHECK_FAILED", f"broken-{tag}"),
+        ("CHECK_FAILED", f"clicks-{tag}"),
+        ("CHECK_FAILED", f"gone-{tag}"),
+        ("CHECK_FAILED", f"payments-{tag}"),
+        ("STOPPED", f"stopped_{tag}"),
+        ("LAGGING", f"history_{tag}"),
+        ("UNKNOWN", f"&lt;idle&gt;-{tag}"),  # escaped, not markup
+        ("OK", f"orders-{tag}"),
+        ("OK", f"scanned-{tag}"),
+    ], fleet[:3000]
+    assert "CheckpointCorrupt" in fleet  # the scan's error for the damaged checkpoint
+    assert "max_lag_record" in fleet and "CheckpointNotFound" in fleet  # the errors, shown
+    assert re.search(r"CHECK_FAILED \d+</a>", fleet) and re.search(r"STOPPED \d+</a>", fleet)
+    assert {h for h, _ in rows(stopped_only)} == {"STOPPED"}
+    assert [name for _, name in rows(searched)] == [f"orders-{tag}"]
+    assert background("STOPPED") != background("UNKNOWN") != background("CHECK_FAILED")
+
+    # the job view: a time axis, both thresholds, y labels left of the plot, links to the TIs
+    assert len(re.findall(r'class="axis x-label"[^>]*>\d\d:\d\d<', job_view)) == 10
+    assert "max_lag_records_total 5,000</text>" in job_view
+    assert "max_lag_seconds 10.0m</text>" in job_view
+    plot_left = min(float(x) for x in re.findall(r'<circle class="point" cx="([\d.]+)"', job_view))
+    y_labels = re.findall(r'class="axis y-label" x="([\d.]+)"[^>]*text-anchor="end"', job_view)
+    assert y_labels and all(float(x) < plot_left for x in y_labels)
+    # the table reads a task's newest 12 checks (its sparkline); the job view all 15
+    assert 'aria-label="lag trend, 12 checks"' in fleet
+    assert job_view.count('href="/dags/' + sla + "/runs/scheduled__") == 15
+    assert all(shot.stat().st_size > 10_000 for shot in shots.values())
+    assert first_page < 5, first_page
+    if os.environ.get("SPARKLAG_SCREENSHOTS") == "1":
+        shutil.copyfile(shots["fleet"], SCREENSHOTS / "streaming-lag-fleet.png")
+        shutil.copyfile(shots["job"], SCREENSHOTS / "streaming-lag-job.png")
+    print(f"fleet page served in {first_page:.2f}s")
+
+
+@pytest.mark.testbed
+def test_a_failed_check_records_check_failed_in_xcom(kafka_conn, tmp_path):
+    """Each check class pushes CHECK_FAILED with its error where a result would go, then fails."""
+    from airflow.providers.common.compat.sdk import AirflowException
+
+    from airflow_sparklag.operators.sparklag import SparkLagBranchOperator, SparkLagCheckOperator
+    from airflow_sparklag.sensors.sparklag import SparkLagSensor
+    from tests.airflow.test_sensors_operators import context
+
+    missing = str(tmp_path / "none")
+    tasks = [
+        (
+            SparkLagCheckOperator(task_id="c", location=missing, kafka_config_id=kafka_conn),
+            "return_value",
+        ),
+        (
+            SparkLagBranchOperator(
+                task_id="b", location=missing, kafka_config_id=kafka_conn, default_task_id="x"
+            ),
+            "report",
+        ),
+        (
+            SparkLagSensor(
+                task_id="s", location=missing, kafka_config_id=kafka_conn, deferrable=False
+            ),
+            "return_value",
+        ),
+    ]
+    for task, key in tasks:
+        ctx = context()
+        with pytest.raises(AirflowException, match="CheckpointNotFound"):
+            task.execute(ctx)
+        pushed = ctx["ti"].pushed[key]
+        assert pushed["location"] == missing and pushed["report"] is None
+        assert pushed["verdict"]["health"] == "CHECK_FAILED"
+        assert "CheckpointNotFound" in pushed["error"] and missing in pushed["error"]

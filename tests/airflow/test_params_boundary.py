@@ -163,6 +163,14 @@ def lag_check(job: Any, kafka_conn: str, **fields: Any) -> Callable[[], SparkLag
     return make
 
 
+def assert_no_check_ran(pushed: dict, name: str) -> None:
+    """Only the failure record the "Streaming lag" page shows: CHECK_FAILED naming the
+    parameter, no report (nothing was read)."""
+    (failed,) = pushed.values()
+    assert failed["report"] is None and failed["verdict"]["health"] == "CHECK_FAILED"
+    assert invalid(name) in failed["error"]
+
+
 def test_check_refuses_an_unknown_verdict_in_fail_on(kafka_conn, lagging_job):
     task, context = rendered(
         lag_check(lagging_job, kafka_conn, fail_on=["{{ params.f }}"]), {"f": "LAGGIN"}
@@ -170,7 +178,7 @@ def test_check_refuses_an_unknown_verdict_in_fail_on(kafka_conn, lagging_job):
     with pytest.raises(AirflowFailException) as failure:
         task.execute(context)
     assert invalid("fail_on") + "unknown verdict 'LAGGIN'" in str(failure.value)
-    assert context["ti"].pushed == {}  # no check ran
+    assert_no_check_ran(context["ti"].pushed, "fail_on")
 
 
 @pytest.mark.parametrize(
@@ -283,7 +291,7 @@ def test_unreadable_thresholds_are_refused_naming_the_threshold(
     with pytest.raises(AirflowFailException) as failure:
         task.execute(context)
     assert invalid(name) in str(failure.value)
-    assert context["ti"].pushed == {}
+    assert_no_check_ran(context["ti"].pushed, name)
 
 
 # -- locations ---------------------------------------------------------------------------------

@@ -135,6 +135,10 @@ def test_command_line_writes_both_tables(
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["jobs"] == 2 and summary["health"] == {"LAGGING": 2}
     assert summary["lag"]["total_records"] == 24 and summary["lag"]["jobs_with_lag"] == 2
+    # each job's verdict, for the "Streaming lag" page (the fleet scan DAG pushes it to XCom)
+    assert sorted(
+        (r["location"], r["health"], r["total_lag"]) for r in summary["results"]
+    ) == sorted((location, "LAGGING", 12) for location in argv[1:3])
     # JSON lines by default: read with the standard library, no Spark, no pyarrow
     partitions = _json_lines(output / "partitions")
     assert len(partitions) == 6 and sum(row["lag"] for row in partitions) == 24

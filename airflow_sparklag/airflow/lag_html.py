@@ -1,0 +1,336 @@
+"""HTML and SVG of the "Streaming lag" page (lag_page.py reads the checks; this draws them).
+
+Every value is escaped. Charts are inline SVG: a time axis with dated ticks, a y axis whose
+labels sit in their own margin (never over the line), and each threshold a dashed line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from html import escape
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+from airflow_sparklag.render import seconds_text
+
+if TYPE_CHECKING:
+    from airflow_sparklag.airflow.lag_page import Check, JobView
+
+# Worst first: the page's order, and the health filter's choices.
+HEALTH_ORDER = (
+    "CHECK_FAILED",
+    "DATA_LOSS",
+    "REWIND",
+    "STOPPED",
+    "STALLED",
+    "LAGGING",
+    "UNKNOWN",
+    "OK",
+)
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:1rem 1.5rem;color:#1f2933;background:#fff}
+h1{font-size:1.4rem;margin:.2rem 0}h2{font-size:1.05rem;margin:1rem 0 .3rem}
+a{color:#1d4e89}.muted,.axis{color:#616e7c;font-size:.8rem}.axis{fill:#616e7c}
+.badge{display:inline-block;padding:.05rem .45rem;border-radius:9px;font-weight:600;
+font-size:.75rem;color:#fff;background:#7b8794;white-space:nowrap;text-decoration:none}
+.health-OK{background:#2f855a}.health-LAGGING{background:#c05621}
+.health-STALLED{background:#975a16}.health-STOPPED{background:#6b46c1}
+.health-REWIND{background:#2b6cb0}.health-DATA_LOSS{background:#c53030}
+.health-CHECK_FAILED{background:#1a202c}.health-UNKNOWN{background:#a0aec0;color:#1a202c}
+.counts{display:flex;gap:.4rem;flex-wrap:wrap;margin:.5rem 0}.counts a{padding:.2rem .6rem}
+table{border-collapse:collapse;width:100%;font-size:.85rem}
+th,td{text-align:left;padding:.3rem .5rem;border-bottom:1px solid #e4e7eb;vertical-align:top}
+th{background:#f5f7fa;position:sticky;top:0}td.num{text-align:right;white-space:nowrap}
+td.reason{max-width:28rem}.loc{display:block;color:#616e7c;font-size:.75rem;word-break:break-all}
+form{margin:.6rem 0}.chart{background:#f7f9fb;border-radius:4px}.spark{vertical-align:middle}
+.line{fill:none;stroke:#3b6ea5;stroke-width:2}.point{fill:#3b6ea5}
+.threshold{stroke:#c53030;stroke-width:1.5;stroke-dasharray:6 4}
+.threshold-label{fill:#c53030;paint-order:stroke;stroke:#f7f9fb;stroke-width:4px}
+time{white-space:nowrap}
+.grid{stroke:#d9dee3;stroke-width:1}
+"""
+
+
+def _time(at: datetime) -> str:
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def badge(health: str, href: str | None = None, text: str | None = None) -> str:
+    label = escape(text or health)
+    css = f"badge health-{escape(health)}"
+    if href is None:
+        return f'<span class="{css}">{label}</span>'
+    return f'<a class="{css}" href="{escape(href)}">{label}</a>'
+
+
+def page(title: str, body: str) -> str:
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>{body}</body></html>"
+    )
+
+
+def job_href(location: str) -> str:
+    return "job?" + urlencode({"location": location})
+
+
+def ti_href(base: str, check: Check) -> str:
+    """The task instance in Airflow's UI (a mapped one by its index)."""
+    path = (
+        f"{base}/dags/{quote(check.dag_id, safe='')}/runs/{quote(check.run_id, safe='')}"
+        f"/tasks/{quote(check.task_id, safe='')}"
+    )
+    return path + (f"/mapped/{check.map_index}" if check.map_index >= 0 else "")
+
+
+# -- charts ------------------------------------------------------------------------------------
+
+
+def sparkline(checks: Sequence[Check], width: int = 120, height: int = 24) -> str:
+    points = [(c.at.timestamp(), c.total_lag) for c in checks if c.total_lag is not None]
+    if len(points) < 2:
+        return '<span class="muted">-</span>'
+    t0, t1 = points[0][0], points[-1][0]
+    top = max(lag for _, lag in points) or 1
+    coords = " ".join(
+        f"{round(1 + (t - t0) / ((t1 - t0) or 1) * (width - 2), 1)},"
+        f"{round(height - 2 - lag / top * (height - 4), 1)}"
+        for t, lag in points
+    )
+    return (
+        f'<svg class="spark" width="{width}" height="{height}" role="img" '
+        f'aria-label="lag trend, {len(points)} checks"><polyline class="line" '
+        f'style="stroke-width:1.5" points="{coords}"/></svg>'
+    )
+
+
+def _ticks(t0: float, t1: float, count: int = 5) -> list[tuple[float, str]]:
+    """Times along the axis, labelled by time of day (and the date when the span is long)."""
+    span = t1 - t0
+    fmt = "%H:%M" if span < 86400 else "%m-%d %H:%M"
+    if span < 120:
+        fmt = "%H:%M:%S"
+    steps = max(1, count - 1)
+    return [
+        (
+            t0 + span * i / steps,
+            datetime.fromtimestamp(t0 + span * i / steps, timezone.utc).strftime(fmt),
+        )
+        for i in range(steps + 1 if span else 1)
+    ]
+
+
+def _y_text(value: float, unit: str) -> str:
+    """An axis label, short enough for the margin: ``9,100``, ``45.0s``, ``15.2m``."""
+    return seconds_text(value) if unit == "s" else f"{round(value):,}"
+
+
+def time_chart(
+    points: Sequence[tuple[float, float]],
+    *,
+    unit: str,
+    thresholds: Mapping[str, float],
+    width: int = 760,
+    height: int = 240,
+) -> str:
+    """A line of ``(epoch seconds, value)`` with a time axis, y labels in the left margin and
+    each threshold (name -> value) as a dashed line."""
+    t0, t1 = points[0][0], points[-1][0]
+    top = max([v for _, v in points] + list(thresholds.values())) * 1.1 or 1
+    y_labels = [(v, _y_text(v, unit)) for v in (0, top / 2 / 1.1, top / 1.1)]
+    # the y labels' own margin, wide enough for the longest (~7 px a character at 0.8rem)
+    left = 14 + 7 * max(len(text) for _, text in y_labels)
+    right, top_pad, bottom = 16, 14, 34
+    inner_w, inner_h = width - left - right, height - top_pad - bottom
+
+    def x(t: float) -> float:
+        return round(left + ((t - t0) / (t1 - t0) * inner_w if t1 > t0 else inner_w / 2), 1)
+
+    def y(v: float) -> float:
+        return round(top_pad + inner_h - v / top * inner_h, 1)
+
+    parts = [f'<line class="grid" x1="{left}" y1="{y(0)}" x2="{width - right}" y2="{y(0)}"/>']
+    for value, text in y_labels:
+        parts.append(
+            f'<text class="axis y-label" x="{left - 6}" y="{y(value) + 4}" '
+            f'text-anchor="end">{escape(text)}</text>'
+        )
+    ticks = _ticks(t0, t1)
+    for i, (t, label) in enumerate(ticks):
+        anchor = "start" if i == 0 and len(ticks) > 1 else "middle"
+        anchor = "end" if i == len(ticks) - 1 and len(ticks) > 1 else anchor
+        parts.append(
+            f'<line class="grid" x1="{x(t)}" y1="{y(0)}" x2="{x(t)}" y2="{y(0) + 4}"/>'
+            f'<text class="axis x-label" x="{x(t)}" y="{height - 12}" '
+            f'text-anchor="{anchor}">{escape(label)}</text>'
+        )
+    for name, value in thresholds.items():
+        parts.append(
+            f'<line class="threshold" x1="{left}" y1="{y(value)}" x2="{width - right}" '
+            f'y2="{y(value)}"><title>{escape(name)}</title></line><text class="axis '
+            f'threshold-label" x="{width - right - 4}" y="{y(value) - 4}" text-anchor="end">'
+            f"{escape(name)} {escape(_y_text(value, unit))}</text>"
+        )
+    line = " ".join(f"{x(t)},{y(v)}" for t, v in points)
+    parts.append(f'<polyline class="line" points="{line}"/>')
+    parts.extend(
+        f'<circle class="point" cx="{x(t)}" cy="{y(v)}" r="2.5"><title>'
+        f"{escape(_time(datetime.fromtimestamp(t, timezone.utc)))}: "
+        f"{escape(_y_text(v, unit))}</title></circle>"
+        for t, v in points
+    )
+    return (
+        f'<svg class="chart" width="{width}" height="{height}" role="img" '
+        f'aria-label="{len(points)} checks over time">{"".join(parts)}</svg>'
+    )
+
+
+# -- the fleet table ---------------------------------------------------------------------------
+
+
+def _row(job: JobView, base: str) -> str:
+    last = job.last
+    lag = "-" if last.total_lag is None else f"{last.total_lag:,}"
+    return (
+        f'<tr class="job" data-health="{escape(last.health)}">'
+        f'<td><a class="name" href="{escape(job_href(job.location))}">{escape(job.name)}</a>'
+        f'<span class="loc">{escape(job.location)}</span></td>'
+        f"<td>{badge(last.health)}</td>"
+        f'<td class="reason">{escape(last.reason)}</td>'
+        f'<td class="num">{lag}</td>'
+        f'<td class="num">{seconds_text(last.max_lag_seconds)}</td>'
+        f'<td class="num">{seconds_text(last.commit_age_seconds)}</td>'
+        f'<td class="num">{seconds_text(last.catch_up_seconds)}</td>'
+        f"<td>{sparkline(job.checks[-30:])}</td>"
+        f'<td><a href="{escape(ti_href(base, last))}" target="_top">'
+        f'<time title="{escape(_time(last.at))}">'
+        f"{escape(last.at.astimezone(timezone.utc).strftime('%m-%d %H:%M'))}</time></a></td></tr>"
+    )
+
+
+def _filter_form(health: str | None, text: str | None) -> str:
+    options = "".join(
+        f'<option value="{h}"{" selected" if h == health else ""}>{h}</option>'
+        for h in HEALTH_ORDER
+    )
+    return (
+        '<form method="get" action="">'
+        '<label>Health <select name="health"><option value="">all</option>'
+        f"{options}</select></label> "
+        '<label>Name <input type="search" name="q" placeholder="job name or location" '
+        f'value="{escape(text or "")}"></label> <button type="submit">Filter</button></form>'
+    )
+
+
+def fleet_page(
+    jobs: Sequence[JobView],
+    per_health: Mapping[str, int],
+    shown: Sequence[JobView],
+    base: str,
+    query: tuple[str | None, str | None],
+) -> str:
+    """Counts per health (each a filter link), the filter form (``query``: health, text) and
+    the table of the ``shown`` jobs."""
+    health, text = query
+    links = [badge("UNKNOWN", "?", f"all {len(jobs)}")] + [
+        badge(h, "?" + urlencode({"health": h}), f"{h} {n}") for h, n in per_health.items()
+    ]
+    rows = "".join(_row(job, base) for job in shown)
+    table = (
+        '<table class="jobs"><thead><tr><th>Job</th><th>Health</th><th>Reason</th>'
+        "<th>Lag (records)</th><th>Lag (time)</th><th>Commit age</th><th>Catch-up in</th>"
+        f"<th>Trend</th><th>Last check</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+    empty = (
+        '<p class="empty">No checks recorded yet: run a DAG with SparkLagCheckOperator, '
+        "SparkLagFleetCheckOperator or SparkLagSensor, or the sparklag_fleet_scan DAG.</p>"
+    )
+    summary = (
+        f'<p class="muted summary">{len(jobs)} jobs; showing {len(shown)}. Newest checks from '
+        "the XComs of the sparklag tasks.</p>"
+    )
+    body = (
+        f'<h1>Streaming lag</h1><div class="counts">{"".join(links)}</div>{summary}'
+        f"{_filter_form(health, text)}{table if jobs else empty}"
+    )
+    return page("Streaming lag", body)
+
+
+# -- one job -----------------------------------------------------------------------------------
+
+
+def _partitions(report: Mapping[str, Any] | None) -> str:
+    rows = []
+    for source in (report or {}).get("sources") or ():
+        for topic in source.get("topics") or ():
+            for p in topic.get("partitions") or ():
+                cells = (
+                    p.get(k) for k in ("partition", "committed_offset", "log_end_offset", "lag")
+                )
+                numbers = "".join(
+                    f'<td class="num">{"-" if v is None else escape(str(v))}</td>' for v in cells
+                )
+                rows.append(
+                    f"<tr><td>{escape(str(p.get('topic')))}</td>{numbers}"
+                    f'<td class="num">{seconds_text(p.get("lag_seconds"))}</td></tr>'
+                )
+    if not rows:
+        return '<p class="muted">No partitions in the newest check.</p>'
+    return (
+        '<table class="partitions"><thead><tr><th>Topic</th><th>Partition</th>'
+        "<th>Committed</th><th>Log end</th><th>Lag</th><th>Lag (time)</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _checks_table(job: JobView, base: str) -> str:
+    rows = "".join(
+        f'<tr><td><a href="{escape(ti_href(base, c))}" target="_top">{escape(_time(c.at))}</a>'
+        f"</td><td>{escape(c.dag_id)} / {escape(c.task_id)}</td><td>{badge(c.health)}</td>"
+        f'<td class="num">{"-" if c.total_lag is None else f"{c.total_lag:,}"}</td>'
+        f'<td class="reason">{escape(c.reason)}</td></tr>'
+        for c in reversed(job.checks)
+    )
+    return (
+        '<table class="checks"><thead><tr><th>Checked</th><th>DAG / task</th><th>Health</th>'
+        f"<th>Lag</th><th>Reason</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
+def _chart_of(job: JobView, attr: str, unit: str, limits: Mapping[str, float]) -> str:
+    points = [
+        (c.at.timestamp(), float(getattr(c, attr)))
+        for c in job.checks
+        if getattr(c, attr) is not None
+    ]
+    if not points:
+        return '<p class="muted">Not measured (checks that failed measure nothing).</p>'
+    return time_chart(points, unit=unit, thresholds=limits)
+
+
+def job_page(job: JobView, thresholds: Mapping[str, Any], base: str) -> str:
+    """The job's lag over time (records, then time) with its thresholds, the newest check's
+    partitions and every check."""
+    last = job.last
+    records = {
+        name: float(v)
+        for name in ("max_lag_records_total",)
+        if isinstance(v := thresholds.get(name), (int, float))
+    }
+    seconds = {
+        name: float(v)
+        for name in ("max_lag_seconds",)
+        if isinstance(v := thresholds.get(name), (int, float))
+    }
+    body = (
+        f'<p><a href="./">&larr; all jobs</a></p><h1 class="name">{escape(job.name)}</h1>'
+        f'<p class="muted">{escape(job.location)}</p><p>{badge(last.health)} '
+        f'<span class="reason">{escape(last.reason)}</span></p>'
+        f"<h2>Total lag (records)</h2>{_chart_of(job, 'total_lag', 'records', records)}"
+        f"<h2>Lag (time)</h2>{_chart_of(job, 'max_lag_seconds', 's', seconds)}"
+        f"<h2>Partitions (newest check)</h2>{_partitions(last.report)}"
+        f"<h2>Checks ({len(job.checks)})</h2>{_checks_table(job, base)}"
+    )
+    return page(f"{job.name} - Streaming lag", body)

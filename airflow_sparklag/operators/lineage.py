@@ -1,0 +1,116 @@
+"""OpenLineage for every operator and sensor: what a task read and wrote, as datasets.
+
+Inputs are what the task's session read (``Session.sources_read``): each checkpoint, and the
+Kafka topics its sources read, named as OpenLineage's naming spec and the apache-kafka provider
+name them (namespace ``kafka://<first bootstrap server>``, name the topic). Outputs are what a
+snapshot or a migration wrote (the snapshot file, the archived checkpoint). The OpenLineage
+provider calls :meth:`LineageMixin.get_openlineage_facets_on_complete` after the task (and on
+failure: a failed check still read its checkpoint); without that provider nothing calls it,
+and nothing here imports it before then.
+
+Storage locations map to the spec's namespaces (``s3a://b/ck`` -> ``s3://b`` + ``ck``,
+``hdfs://nn:8020/ck`` -> ``hdfs://nn:8020`` + ``/ck``, a local path -> ``file`` + the path, gs://,
+abfss://container@account...). No credentials: user names and passwords in a URL are dropped.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from airflow_sparklag.session import Session
+
+# Schemes whose dataset namespace is the scheme and bucket/container (OpenLineage naming).
+S3_SCHEMES = ("s3", "s3a", "s3n")
+AZURE_SCHEMES = ("abfs", "abfss", "wasb", "wasbs", "az")
+
+Dataset = tuple[str, str]  # (namespace, name)
+
+
+def storage_dataset(location: str) -> Dataset:
+    """``location`` as an OpenLineage dataset (namespace, name), without credentials."""
+    if "://" not in location:
+        path = location[len("file:") :] if location.startswith("file:") else location
+        return "file", path
+    parts = urlsplit(location)
+    scheme = parts.scheme.lower()
+    host = parts.hostname or ""
+    authority = f"{host}:{parts.port}" if parts.port else host
+    if scheme == "file":
+        return "file", parts.path
+    if scheme in S3_SCHEMES:
+        return f"s3://{authority}", parts.path.lstrip("/")
+    if scheme in ("gs", "gcs"):
+        return f"gs://{authority}", parts.path.lstrip("/")
+    if scheme in AZURE_SCHEMES:
+        container = parts.username  # abfss://<container>@<account>.dfs.core.windows.net
+        where = f"{container}@{authority}" if container else authority
+        return f"{scheme}://{where}", parts.path.lstrip("/")
+    return f"{scheme}://{authority}", parts.path or "/"  # hdfs://nn:8020 + /ck, webhdfs
+
+
+def kafka_namespace(bootstrap_servers: str) -> str:
+    """``kafka://host:port`` of the first bootstrap server (``SASL_SSL://h:9093`` -> h:9093)."""
+    first = bootstrap_servers.split(",")[0].strip()
+    return f"kafka://{first.rsplit('://', 1)[-1]}"
+
+
+def datasets_read(sources: dict[str, dict[str, set[str]]]) -> list[Dataset]:
+    """Checkpoints then topics (sorted, each once) of ``Session.sources_read()``."""
+    checkpoints = {storage_dataset(location) for location in sources}
+    topics = {
+        (kafka_namespace(servers), topic)
+        for clusters in sources.values()
+        for servers, names in clusters.items()
+        if servers and servers != "-"
+        for topic in names
+    }
+    return sorted(checkpoints) + sorted(topics)
+
+
+class LineageMixin:
+    """Records a task's inputs and outputs; reports them to OpenLineage when it is installed.
+
+    The hook's session is read before the hook is closed (:meth:`record_reads`) and once more
+    when OpenLineage asks (a sensor in poke mode keeps its hook open); operators that write add
+    their outputs with :meth:`record_writes`. A sensor resumed after deferring read nothing in
+    its own process (the triggerer did): it reports its ``location``, without the topics.
+    """
+
+    def record_reads(self) -> None:
+        """Add what the open hook's session read (before the hook is closed)."""
+        session: Session | None = getattr(self.__dict__.get("hook"), "_session", None)
+        if session is None:
+            return
+        read = self.__dict__.setdefault("_lineage_inputs", {})
+        for dataset in datasets_read(session.sources_read()):
+            read[dataset] = None
+
+    def record_writes(self, *locations: str | None) -> None:
+        written = self.__dict__.setdefault("_lineage_outputs", {})
+        for location in locations:
+            if location:
+                written[storage_dataset(location)] = None
+
+    def lineage(self) -> tuple[list[Dataset], list[Dataset]]:
+        """(inputs, outputs) as (namespace, name) pairs, in the order first seen."""
+        self.record_reads()  # a sensor poking in this process keeps its hook open
+        inputs = list(self.__dict__.get("_lineage_inputs", {}))
+        location = getattr(self, "location", None)
+        if not inputs and isinstance(location, str) and location:
+            inputs = [storage_dataset(location)]
+        return (
+            inputs,
+            list(self.__dict__.get("_lineage_outputs", {})),
+        )
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        from airflow.providers.common.compat.openlineage.facet import Dataset as OLDataset
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        inputs, outputs = self.lineage()
+        return OperatorLineage(
+            inputs=[OLDataset(namespace=ns, name=name) for ns, name in inputs],
+            outputs=[OLDataset(namespace=ns, name=name) for ns, name in outputs],
+        )

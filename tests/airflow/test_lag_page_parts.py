@@ -1,0 +1,92 @@
+"""The "Streaming lag" page's pure parts: reading XCom values into jobs, ordering, filtering,
+naming, and the chart's geometry (tests/airflow/test_lag_page.py serves them in Airflow)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+from airflow_sparklag.airflow.lag_html import STYLE, time_chart
+from airflow_sparklag.airflow.lag_page import collect, counts, matching, parse_xcom
+
+T0 = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
+
+
+def result(location: str, health: str, lag: int | None = 0, error: str | None = None) -> dict:
+    report = None if lag is None else {"total_lag": lag, "max_lag_seconds": 2.5}
+    return {"location": location, "error": error, "verdict": {"health": health}, "report": report}
+
+
+def row(task: str, minutes: int, value, name: str | None = None):
+    return (
+        "dag",
+        f"run{minutes}",
+        task,
+        -1 if name is None else 0,
+        name,
+        T0 + timedelta(minutes=minutes),
+        value,
+    )
+
+
+def test_xcom_values_of_every_kind():
+    failed = result("/ck/a", "CHECK_FAILED", lag=None, error="CheckpointNotFound: /ck/a")
+    assert parse_xcom(failed)[0]["health"] == "CHECK_FAILED"
+    assert parse_xcom(failed)[0]["reason"] == "CheckpointNotFound: /ck/a"
+    scan = [
+        {"location": "/ck/b", "health": "UNKNOWN", "error": "CheckpointCorrupt: /ck/b/offsets/0"},
+        {"location": "/ck/c", "health": "OK", "total_lag": 3, "max_lag_seconds": 1.5},
+    ]
+    parsed = {p["location"]: p for p in parse_xcom(scan)}  # a scan's list (sparklag_results)
+    assert parsed["/ck/b"]["health"] == "CHECK_FAILED"  # unreadable is a failed check
+    assert (parsed["/ck/c"]["health"], parsed["/ck/c"]["total_lag"]) == ("OK", 3)
+    fleet = {"jobs": 2, "failing": [{"location": "/ck/d", "health": "LAGGING", "total_lag": 9}]}
+    assert [p["location"] for p in parse_xcom(fleet)] == ["/ck/d"]
+    assert parse_xcom('{"location": "/ck/e", "verdict": {"health": "OK"}}')[0]["health"] == "OK"
+    assert parse_xcom("not json") == [] and parse_xcom({"unrelated": 1}) == []
+
+
+def test_jobs_worst_first_named_and_filtered():
+    jobs = collect(
+        [
+            row("check_orders", 0, result("/ck/orders", "LAGGING", 10), name="orders"),
+            row("check_orders", 5, result("/ck/orders", "OK", 0), name="orders"),
+            row("check_x", 1, result("/ck/x", "STOPPED", 7)),
+            row("fleet", 2, {"failing": [{"location": "/ck/team/y", "health": "DATA_LOSS"}]}),
+            row("fleet", 3, [{"location": "/ck/z", "health": "UNKNOWN", "error": "boom"}]),
+        ]
+    )
+    assert [(j.name, j.last.health) for j in jobs] == [
+        ("z", "CHECK_FAILED"),
+        ("y", "DATA_LOSS"),
+        ("check_x", "STOPPED"),
+        ("orders", "OK"),  # the newest check decides
+    ]
+    assert counts(jobs) == {"CHECK_FAILED": 1, "DATA_LOSS": 1, "STOPPED": 1, "OK": 1}
+    assert [j.name for j in matching(jobs, "STOPPED", None)] == ["check_x"]
+    assert [j.name for j in matching(jobs, None, "TEAM")] == ["y"]  # the location matches too
+    orders = jobs[-1]
+    assert [c.total_lag for c in orders.checks] == [10, 0]  # oldest first
+    # a fleet's later check of the same location keeps the name a task gave it
+    again = collect([*[row("check_orders", 0, result("/ck/o", "OK"), name="o1")],
+                     row("fleet", 9, [{"location": "/ck/o", "health": "OK"}])])  # fmt: skip
+    assert again[0].name == "o1" and again[0].last.task_id == "fleet"
+
+
+def test_chart_keeps_y_labels_left_of_the_plot_and_draws_thresholds():
+    points = [(T0.timestamp() + 600 * i, v) for i, v in enumerate([0, 50_000, 1_234_567])]
+    svg = time_chart(points, unit="records", thresholds={"max_lag_records_total": 100_000})
+    plot_left = min(float(x) for x in re.findall(r'<circle class="point" cx="([\d.]+)"', svg))
+    for x, text in re.findall(r'class="axis y-label" x="([\d.]+)"[^>]*>([^<]*)<', svg):
+        # right-aligned at x, about 7 px per character: the longest label still fits the margin
+        assert float(x) < plot_left and len(text) * 7 <= float(x), (x, text)
+    assert re.findall(r'class="axis x-label"[^>]*>([^<]*)<', svg) == [
+        "12:00", "12:05", "12:10", "12:15", "12:20",
+    ]  # fmt: skip
+    assert 'class="threshold"' in svg and "max_lag_records_total 100,000" in svg
+
+
+def test_stopped_unknown_and_failed_have_their_own_colours():
+    colours = dict(re.findall(r"\.health-([A-Z_]+)\{background:(#[0-9a-f]+)", STYLE))
+    verdicts = ["OK", "LAGGING", "STALLED", "STOPPED", "REWIND", "DATA_LOSS", "UNKNOWN"]
+    assert len({colours[h] for h in [*verdicts, "CHECK_FAILED"]}) == 8
