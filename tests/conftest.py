@@ -98,6 +98,11 @@ SLOW_FILES = (
     "integration/test_migration_sigkill.py",
     "integration/test_migration_e2e.py",
     "airflow/test_lag_page.py",
+    "airflow/test_lag_page_parts.py",
+    "integration/test_real_time_mode.py",
+    "integration/test_short_history.py",
+    "integration/test_time_to_loss.py",
+    "integration/test_subscribe_pattern.py",
     "airflow/test_hook_amazon.py",
 )
 # In a parallel run a file's tests stay on one worker (its module fixtures start once), except
