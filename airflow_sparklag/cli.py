@@ -168,13 +168,10 @@ def _port(name: str, port: int) -> int:
 def _source_kafka(args: argparse.Namespace, config: dict[str, Any]) -> dict[str, Any]:
     """``--source-servers SOURCE=SERVERS``: the source's cluster config is the main one with
     ``bootstrap.servers`` replaced (docs/multi-cluster.md)."""
+    from airflow_sparklag import params
+
     given = getattr(args, "source_servers", None) or []
-    mapped: dict[str, Any] = {}
-    for source, servers in given:
-        if source in mapped:
-            raise UsageExit(f"--source-servers: source {source} is given twice")
-        mapped[source] = {**config, "bootstrap.servers": servers}
-    return mapped
+    return params.source_configs("--source-servers", given, config)
 
 
 # Credentials the AWS default chain reads from the environment (not the *_FILE paths).

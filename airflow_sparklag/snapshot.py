@@ -46,7 +46,7 @@ from airflow_sparklag.storage import Storage, join
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
-    from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+    from airflow_sparklag.kafka import KafkaSnapshot
 
 __all__ = [
     "EARLIEST",
@@ -666,7 +666,11 @@ def export_to_group(session: Session, group_id: str, result: SnapshotResult) -> 
             for t, ps in view.partitions.items()
         }
         exports[session.cluster_servers(cluster)] = export_offsets(
-            configs[cluster], group_id, offsets, timeout=session.kafka_timeout, log_ends=ends or None
+            configs[cluster],
+            group_id,
+            offsets,
+            timeout=session.kafka_timeout,
+            log_ends=ends or None,
         ).to_dict()
     if len(exports) == 1:
         return next(iter(exports.values()))

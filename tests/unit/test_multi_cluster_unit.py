@@ -278,7 +278,7 @@ def test_cli_source_servers_keep_the_rest_of_the_kafka_config(tmp_path) -> None:
     twice = cli.build_parser().parse_args(
         ["status", "/ck", "-b", A, "--source-servers", f"1={B}", "--source-servers", "1=c:1"]
     )
-    with pytest.raises(cli.UsageExit, match="given twice"):
+    with pytest.raises(InvalidParameter, match="--source-servers: source 1 is given twice"):
         cli.open_session(twice)
     for command in (["snapshot", "/ck", "--to", "/s"], ["migrate", "/ck", "--archive", "/a"],
                     ["history", "/ck"]):  # fmt: skip
