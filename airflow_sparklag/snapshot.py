@@ -537,15 +537,15 @@ def load_snapshot(storage: Storage, path: str) -> Snapshot:
 @dataclass(frozen=True)
 class SnapshotResult:
     """A written, verified snapshot plus the Kafka view it was taken with: each Kafka source's
-    own cluster's (``kafka``: source id -> snapshot; empty without Kafka)."""
+    own cluster's (``kafka``: source id -> snapshot; None without Kafka)."""
 
     snapshot: Snapshot
     path: str | None  # None when not written (dry run)
-    kafka: Mapping[str, KafkaSnapshot] = field(default_factory=dict)
+    kafka: Mapping[str, KafkaSnapshot] | None
 
     def starting_offsets(self, source_id: str | None = None) -> dict[str, dict[str, int]]:
         sid = self.snapshot.kafka_source_id(source_id)
-        return self.snapshot.starting_offsets(self.kafka.get(sid), source_id=sid)
+        return self.snapshot.starting_offsets((self.kafka or {}).get(sid), source_id=sid)
 
     def starting_offsets_json(self, source_id: str | None = None) -> str:
         return json.dumps(self.starting_offsets(source_id), separators=(",", ":"))
@@ -603,12 +603,12 @@ def take_snapshot(
     *,
     now: float | None = None,
     record_timestamps: bool = True,
-) -> tuple[Snapshot, dict[str, KafkaSnapshot]]:
+) -> tuple[Snapshot, dict[str, KafkaSnapshot] | None]:
     """Build a snapshot of ``state`` with each Kafka source's cluster (servers, id) and record
     times read from that cluster; without Kafka in the session, a snapshot without them."""
     draft = build_snapshot(state, now=now)
     if not session.has_kafka and not session.source_kafka:
-        return draft, {}
+        return draft, None
     sources = draft.committed.kafka_sources()
     views = source_snapshots(session, sources)
     timestamps = None
@@ -623,6 +623,8 @@ def take_snapshot(
             }
             timestamps[sid] = session.kafka_for(sid).record_timestamps(wanted) if wanted else {}
     main = [views[sid] for sid in sources if session.cluster_of(sid) == 0]
+    if not main and session.has_kafka:  # no source reads it: its id all the same
+        main = [session.kafka.snapshot([])]
     snapshot = build_snapshot(
         state,
         cluster_id=main[0].cluster_id if main else None,
@@ -661,7 +663,7 @@ def export_to_group(session: Session, group_id: str, result: SnapshotResult) -> 
     for cluster, offsets in sorted(by_cluster.items()):
         ends = {
             t: {p: po.log_end for p, po in ps.items()}
-            for sid, view in result.kafka.items()
+            for sid, view in (result.kafka or {}).items()
             if session.cluster_of(sid) == cluster
             for t, ps in view.partitions.items()
         }
