@@ -3,7 +3,9 @@
 The query unions `orders` on cluster A (the session's broker) with `payments` on cluster B (a
 second broker started here). Cluster B also holds a topic named `orders` (a mirror) with other
 offsets, so measuring the `orders` source against B gives numbers that look right and are not.
-After the query stopped, more records are produced on each cluster.
+After the query stopped, more records are produced on each cluster. The same query is then
+snapshotted, migrated (and restarted on the new checkpoint), rebuilt by `history`, served by
+the exporter and scanned on Spark, each source mapped to its cluster.
 
 The truth is independent of the package:
 
