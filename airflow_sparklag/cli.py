@@ -168,25 +168,13 @@ def _port(name: str, port: int) -> int:
     return port
 
 
-# Commands that measure each source against its own cluster (the others read the main one).
-SOURCE_SERVERS_COMMANDS = frozenset({"status", "wait", "serve"})
-
-
 def _source_kafka(args: argparse.Namespace, config: dict[str, Any]) -> dict[str, Any]:
     """``--source-servers SOURCE=SERVERS``: the source's cluster config is the main one with
     ``bootstrap.servers`` replaced (docs/multi-cluster.md)."""
+    from airflow_sparklag import params
+
     given = getattr(args, "source_servers", None) or []
-    if given and args.command not in SOURCE_SERVERS_COMMANDS:
-        raise UsageExit(
-            f"--source-servers: `{args.command}` reads one cluster; it applies to "
-            f"{', '.join(sorted(SOURCE_SERVERS_COMMANDS))}"
-        )
-    mapped: dict[str, Any] = {}
-    for source, servers in given:
-        if source in mapped:
-            raise UsageExit(f"--source-servers: source {source} is given twice")
-        mapped[source] = {**config, "bootstrap.servers": servers}
-    return mapped
+    return params.source_configs("--source-servers", given, config)
 
 
 # Credentials the AWS default chain reads from the environment (not the *_FILE paths).
@@ -221,7 +209,7 @@ def _connection_flags(command: argparse.ArgumentParser) -> None:
         type=_flag_type("source_servers", params.source_assignment),
         metavar="SOURCE=SERVERS",
         help="measure a source (its index or name) against another cluster, the rest of "
-        "--kafka-config unchanged; repeatable (status, wait, serve)",
+        "--kafka-config unchanged; repeatable",
     )
     command.add_argument(
         "--s3-endpoint-url", help="S3 endpoint (credentials: the AWS default chain)"
@@ -566,13 +554,13 @@ def add_snapshot_commands(sub: Any) -> None:
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
-    from airflow_sparklag.snapshot import snapshot_checkpoint
+    from airflow_sparklag.snapshot import export_to_group, snapshot_checkpoint
 
     with open_session(args, kafka_required=bool(args.consumer_group)) as session:
         result = snapshot_checkpoint(args.checkpoint, args.to, session=session)
         payload = result.to_dict()
         if args.consumer_group:
-            payload["consumer_group"] = _export_group(session, args.consumer_group, result)
+            payload["consumer_group"] = export_to_group(session, args.consumer_group, result)
     if args.json:
         _out(json.dumps(payload, indent=2), args)
         return 0
@@ -591,23 +579,6 @@ def run_snapshot(args: argparse.Namespace) -> int:
         lines.append(f"group       {group['group_id']} (lag {group['total_lag']})")
     _out("\n".join(lines), args)
     return 0
-
-
-def _export_group(session: Session, group: str, result: Any) -> dict[str, Any]:
-    from airflow_sparklag.consumer_group import export_offsets
-
-    offsets = {
-        t: {int(p): o for p, o in ps.items()}
-        for t, ps in result.snapshot.starting_offsets(source_id=None).items()
-    }
-    ends = None
-    if result.kafka:
-        ends = {
-            t: {p: po.log_end for p, po in ps.items()} for t, ps in result.kafka.partitions.items()
-        }
-    return export_offsets(
-        session.kafka_config, group, offsets, timeout=session.kafka_timeout, log_ends=ends
-    ).to_dict()
 
 
 def run_migrate(args: argparse.Namespace) -> int:

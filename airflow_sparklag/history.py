@@ -67,6 +67,9 @@ MAX_PARALLEL_CALLS = 8  # ListOffsets-by-time calls in flight at once
 Positions = Mapping[str, Mapping[str, Mapping[int, int]]]
 # topic -> partition -> offset
 TopicOffsets = Mapping[str, Mapping[int, int]]
+# What one cluster answered: its log ends at each batch time (time_ms -> topic -> partition ->
+# offset) and the live snapshot (None: no ``now`` point)
+Answers = tuple[Mapping[int, TopicOffsets], "KafkaSnapshot | None"]
 
 APPROXIMATIONS = (
     "log end at a batch's time = Kafka's first offset whose record timestamp is >= "
@@ -274,6 +277,10 @@ def record_age(table: OffsetTimeTable, offset: int, at_ms: float) -> RecordAge:
     return RecordAge(age(stamped), age(before), age(after))
 
 
+def _log_ends(snapshot: KafkaSnapshot) -> dict[str, dict[int, int]]:
+    return {t: {p: po.log_end for p, po in ps.items()} for t, ps in snapshot.partitions.items()}
+
+
 def log_end_tables(
     log_ends_at: Mapping[int, TopicOffsets], snapshot: KafkaSnapshot | None
 ) -> dict[tuple[str, int], OffsetTimeTable]:
@@ -281,8 +288,7 @@ def log_end_tables(
     tables: dict[tuple[str, int], OffsetTimeTable] = {}
     answers: list[tuple[float, TopicOffsets]] = [(float(t), e) for t, e in log_ends_at.items()]
     if snapshot is not None:
-        live = {t: {p: po.log_end for p, po in ps.items()} for t, ps in snapshot.partitions.items()}
-        answers.append((snapshot.fetched_at * 1000.0, live))
+        answers.append((snapshot.fetched_at * 1000.0, _log_ends(snapshot)))
     for time_ms, ends in answers:
         for topic, parts in ends.items():
             for partition, offset in parts.items():
@@ -307,14 +313,17 @@ class _At:
     planned: Positions  # the batch's own end offsets (what it reads up to)
     processed: Positions | None  # None: the position at that time is unknown
     why_unprocessed: str
-    log_ends: TopicOffsets | None
+    log_ends: Mapping[str, TopicOffsets]  # "" (the main cluster) or a mapped source's id ->
 
 
-def _partition_point(
-    at: _At, tables: Mapping[tuple[str, int], OffsetTimeTable], source_id: str, topic: str, p: int
-) -> PartitionPoint:
+# "" (the main cluster) or a mapped source's id -> (topic, partition) -> its table
+Tables = Mapping[str, Mapping[tuple[str, int], OffsetTimeTable]]
+
+
+def _partition_point(at: _At, tables: Tables, source_id: str, topic: str, p: int) -> PartitionPoint:
+    cluster = source_id if source_id in tables else ""
     planned = at.planned.get(source_id, {}).get(topic, {}).get(p)
-    log_end = (at.log_ends or {}).get(topic, {}).get(p)
+    log_end = at.log_ends.get(cluster, {}).get(topic, {}).get(p)
     processed = None if at.processed is None else at.processed.get(source_id, {}).get(topic, {})
     offset = None if processed is None else processed.get(p)
     why = None
@@ -341,13 +350,13 @@ def _partition_point(
     if lag == 0:
         age = RecordAge(0.0, 0.0, 0.0)
     else:
-        age = record_age(tables.get((topic, p), OffsetTimeTable()), offset, at.time_ms)
+        age = record_age(tables[cluster].get((topic, p), OffsetTimeTable()), offset, at.time_ms)
     return PartitionPoint(
         source_id, topic, p, log_end, offset, planned, lag, *age[:3], unknown=age.unknown
     )
 
 
-def _history_point(at: _At, tables: Mapping[tuple[str, int], OffsetTimeTable]) -> HistoryPoint:
+def _history_point(at: _At, tables: Tables) -> HistoryPoint:
     keys = sorted(
         {
             (sid, topic, p)
@@ -371,7 +380,7 @@ def _history_point(at: _At, tables: Mapping[tuple[str, int], OffsetTimeTable]) -
 
 
 def _batch_points(
-    plan: HistoryPlan, log_ends_at: Mapping[int, TopicOffsets], start_offsets: Positions | None
+    plan: HistoryPlan, answers: Mapping[str, Answers], start_offsets: Positions | None
 ) -> Iterator[_At]:
     for kind, batch in plan.shown:
         previous = plan.by_id.get(batch.batch_id - 1)
@@ -385,7 +394,7 @@ def _batch_points(
             processed = start_offsets
             why = "the source's start offsets (sources/<id>/0) could not be read"
         time_ms = int(batch.batch_timestamp_ms or 0)
-        ends = log_ends_at.get(time_ms)
+        ends = {key: answer[0].get(time_ms) or {} for key, answer in answers.items()}
         yield _At(kind, batch.batch_id, time_ms, _kafka(batch), processed, why, ends)
 
 
@@ -398,24 +407,29 @@ def reconstruct(
     start_offsets: Positions | None = None,
     kafka_calls: int = 0,
     now: float | None = None,
+    source_answers: Mapping[str, Answers] | None = None,
 ) -> LagHistory:
     """The history from what was read: the checkpoint's state, Kafka's log end at each batch
     time (``time_ms -> topic -> partition -> offset``), the live snapshot (None: no ``now``
-    point) and batch 0's start offsets (``sources/<id>/0``). No I/O."""
+    point) and batch 0's start offsets (``sources/<id>/0``). No I/O.
+
+    ``source_answers``: the same two answers from another cluster, for each source measured
+    against one (source id -> (log ends at each time, live snapshot); docs/multi-cluster.md)."""
     plan = plan_history(state, batches)
-    tables = log_end_tables(log_ends_at, snapshot)
-    ats = list(_batch_points(plan, log_ends_at, start_offsets))
-    if snapshot is not None and state.committed is not None:
-        live = {t: {p: po.log_end for p, po in ps.items()} for t, ps in snapshot.partitions.items()}
+    answers = {"": (log_ends_at, snapshot), **(source_answers or {})}
+    tables = {key: log_end_tables(ends, live) for key, (ends, live) in answers.items()}
+    ats = list(_batch_points(plan, answers, start_offsets))
+    lives = {key: live for key, (_, live) in answers.items() if live is not None}
+    if lives and state.committed is not None:
         ats.append(
             _At(
                 "now",
                 None,
-                int(snapshot.fetched_at * 1000),
+                int((snapshot or next(iter(lives.values()))).fetched_at * 1000),
                 _kafka(state.in_flight),
                 _kafka(state.committed),
                 "",
-                live,
+                {key: _log_ends(live) for key, live in lives.items()},
             )
         )
     return LagHistory(
@@ -488,12 +502,27 @@ def history(
         raise ValueError(f"batches must be a whole number >= 1, got {batches!r}")
     state = session.read(location, history=batches + 1)
     plan = plan_history(state, batches)
-    topics = sorted(plan.topics)
-    ends = log_ends_at(session.kafka, topics, plan.times, max_parallel=max_parallel)
+    # Each source is measured against its own cluster (Session.cluster_of; 0 is the main one).
+    of_source = {sid: session.cluster_of(sid) for b in plan.by_id.values() for sid in _kafka(b)}
+    topics: dict[int, set[str]] = {}
+    for b in plan.by_id.values():
+        for sid, positions in _kafka(b).items():
+            topics.setdefault(of_source[sid], set()).update(positions)
+    answers: dict[int, Answers] = {}
+    for cluster, names in sorted(topics.items()):
+        client = session.cluster_kafka(cluster)
+        ends = log_ends_at(client, sorted(names), plan.times, max_parallel=max_parallel)
+        answers[cluster] = (ends, client.snapshot(sorted(names)) if include_now else None)
     starts = (
         start_offsets(session, state.location, plan.start_sources) if plan.start_sources else None
     )
-    snapshot = session.kafka.snapshot(topics) if include_now and topics else None
+    main_ends, main_snapshot = answers.get(0, ({}, None))
     return reconstruct(
-        state, ends, snapshot, batches=batches, start_offsets=starts, kafka_calls=len(ends)
+        state,
+        main_ends,
+        main_snapshot,
+        batches=batches,
+        start_offsets=starts,
+        kafka_calls=sum(len(ends) for ends, _ in answers.values()),
+        source_answers={sid: answers[c] for sid, c in of_source.items() if c != 0},
     )

@@ -60,10 +60,10 @@ from airflow_sparklag.session import Session
 from airflow_sparklag.snapshot import (
     EARLIEST,
     Snapshot,
-    kafka_topics,
     load_snapshot,
     save_snapshot,
     snapshot_path,
+    source_snapshots,
     strip_credentials,
     take_snapshot,
     utc_iso,
@@ -396,34 +396,42 @@ def _preflight(
         )
 
 
+def _wrong_cluster(snapshot: Snapshot, sid: str, kafka: KafkaSnapshot) -> TopicGone | None:
+    """The refusal when source ``sid`` was snapshotted on another cluster than ``kafka``'s (a
+    snapshot without per-source clusters, from older tools, names the main one for all)."""
+    recorded = snapshot.committed.source(sid)
+    taken_on = recorded.cluster_id or snapshot.kafka_cluster_id
+    if not taken_on or not kafka.cluster_id or taken_on == kafka.cluster_id:
+        return None
+    servers = f" ({recorded.bootstrap_servers})" if recorded.bootstrap_servers else ""
+    return TopicGone(
+        f"{snapshot.checkpoint_location}: source {sid}: snapshot was taken on Kafka cluster "
+        f"{taken_on}{servers}, the configured cluster is {kafka.cluster_id}: wrong bootstrap "
+        "servers (or source mapping)?"
+    )
+
+
 def _validate(
     snapshot: Snapshot,
-    kafka: KafkaSnapshot,
+    kafka: Mapping[str, KafkaSnapshot],
     *,
     allow_data_loss: bool,
     checks: _Checks,
     force: bool,
 ) -> tuple[dict[str, dict[str, dict[str, int]]], dict[str, list[int]], dict[str, dict[str, int]]]:
-    """startingOffsets per source, partitions added, records lost (per topic/partition)."""
+    """startingOffsets per source, partitions added, records lost (per topic/partition);
+    ``kafka``: each source's own cluster's snapshot."""
     where = snapshot.checkpoint_location
-    if (
-        snapshot.kafka_cluster_id
-        and kafka.cluster_id
-        and snapshot.kafka_cluster_id != (kafka.cluster_id)
-    ) and not force:
-        checks.refuse(
-            TopicGone(
-                f"{where}: snapshot was taken on Kafka cluster {snapshot.kafka_cluster_id}, "
-                f"the configured cluster is {kafka.cluster_id}: wrong bootstrap servers?"
-            )
-        )
     starting: dict[str, dict[str, dict[str, int]]] = {}
     added: dict[str, list[int]] = {}
     lost: dict[str, dict[str, int]] = {}
     for sid, topics in snapshot.committed.kafka_sources().items():
+        wrong = None if force else _wrong_cluster(snapshot, sid, kafka[sid])
+        if wrong is not None:
+            checks.refuse(wrong)
         starting[sid] = {}
         for topic, parts in sorted(topics.items()):
-            if topic in kafka.missing_topics or topic not in kafka.partitions:
+            if topic in kafka[sid].missing_topics or topic not in kafka[sid].partitions:
                 checks.refuse(
                     TopicGone(
                         f"{where}: topic {topic!r} no longer exists in Kafka: the new query "
@@ -432,7 +440,7 @@ def _validate(
                     )
                 )
                 continue
-            live = kafka.partitions[topic]
+            live = kafka[sid].partitions[topic]
             offsets: dict[str, int] = {}
             for partition, committed in sorted(parts.items()):
                 log = live.get(partition)
@@ -696,7 +704,7 @@ class Migration:
             return load_snapshot(self.session.storage(path), path), path
         # The journal records the snapshot before archiving starts: the checkpoint was read.
         assert run.state is not None
-        snap, _ = take_snapshot(run.state, self.session.kafka, now=self.now)
+        snap, _ = take_snapshot(run.state, self.session, now=self.now)
         path = snapshot_path(self.options.snapshot_root or join(journal.run, "snapshots"), snap)
         if not self.options.dry_run:
             save_snapshot(snap, self.session.storage(path), path)
@@ -732,7 +740,7 @@ class Migration:
     def validate(self, run: _Run) -> None:
         """Check the snapshot against Kafka and the file sinks; the result is the plan."""
         snap, path = run.taken()
-        kafka = self.session.kafka.snapshot(sorted(kafka_topics(snap)))
+        kafka = source_snapshots(self.session, snap.committed.kafka_sources())
         starting, added, lost = _validate(
             snap,
             kafka,

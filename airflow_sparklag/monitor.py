@@ -706,12 +706,13 @@ def judge_against(
     session: Session,
     states: Mapping[str, CheckpointState],
     options: CheckOptions,
-    snapshot: KafkaSnapshot,
+    snapshots: Mapping[int, KafkaSnapshot],
     now: float,
 ) -> dict[str, CheckResult]:
-    """:func:`judge_states` against a Kafka snapshot already taken (the Spark scan's executors
-    judge against the driver's one broadcast snapshot): the same reports and verdicts."""
-    return _Judge(session, states, options, {0: snapshot}, now).run()
+    """:func:`judge_states` against Kafka snapshots already taken, one per cluster of the
+    session (``Session.cluster_of``; 0, the main one, required): the Spark scan's executors
+    judge against the driver's broadcast snapshots. The same reports and verdicts."""
+    return _Judge(session, states, options, snapshots, now).run()
 
 
 def _judge(

@@ -271,6 +271,19 @@ def source_assignment(name: str, value: Any) -> tuple[str, str]:
     return source.strip(), target.strip()
 
 
+def source_configs(
+    name: str, pairs: Iterable[tuple[str, str]], config: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """``SOURCE=SERVERS`` pairs (read by :func:`source_assignment`): each source's Kafka
+    config, the main ``config`` with ``bootstrap.servers`` replaced (docs/multi-cluster.md)."""
+    mapped: dict[str, dict[str, Any]] = {}
+    for source, servers in pairs:
+        if source in mapped:
+            raise invalid(name, f"source {source} is given twice")
+        mapped[source] = {**config, "bootstrap.servers": servers}
+    return mapped
+
+
 def health_names(name: str, value: Any) -> tuple[Health, ...]:
     """Verdict names (``OK``, ``LAGGING``, ...; any case) in any form :func:`strings` reads."""
     verdicts: list[Health] = []

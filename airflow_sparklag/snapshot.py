@@ -46,7 +46,7 @@ from airflow_sparklag.storage import Storage, join
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
-    from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+    from airflow_sparklag.kafka import KafkaSnapshot
 
 __all__ = [
     "EARLIEST",
@@ -87,6 +87,10 @@ class SnapshotSource:
     kind: str  # "kafka" | "other" | "none"
     kafka: Mapping[str, Mapping[int, int]] | None
     raw: str | None = None  # the offset as Spark wrote it, for non-Kafka sources
+    # The cluster the source's offsets were read against (docs/multi-cluster.md); None in
+    # snapshots taken without Kafka and in those older tools wrote.
+    bootstrap_servers: str | None = None
+    cluster_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         offsets = None
@@ -95,12 +99,17 @@ class SnapshotSource:
                 topic: {str(p): int(o) for p, o in sorted(parts.items())}
                 for topic, parts in sorted(self.kafka.items())
             }
-        return {
+        document = {
             "source_id": self.source_id,
             "kind": self.kind,
             "offsets": offsets,
             "raw": self.raw if self.kind == "other" else None,
         }
+        # Only when known: an older document, without them, keeps its checksum.
+        for key in ("bootstrap_servers", "cluster_id"):
+            if getattr(self, key) is not None:
+                document[key] = getattr(self, key)
+        return document
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any]) -> SnapshotSource:
@@ -116,6 +125,8 @@ class SnapshotSource:
             kind=str(document["kind"]),
             kafka=kafka,
             raw=document.get("raw"),
+            bootstrap_servers=document.get("bootstrap_servers"),
+            cluster_id=document.get("cluster_id"),
         )
 
 
@@ -150,6 +161,9 @@ class SnapshotBatch:
 
     def kafka_sources(self) -> dict[str, Mapping[str, Mapping[int, int]]]:
         return {s.source_id: s.kafka for s in self.sources if s.kind == "kafka" and s.kafka}
+
+    def source(self, source_id: str) -> SnapshotSource:
+        return next(s for s in self.sources if s.source_id == source_id)
 
 
 @dataclass(frozen=True)
@@ -391,7 +405,9 @@ def strip_credentials(location: str) -> str:
     return redact_url(location)
 
 
-def _batch(batch: BatchOffsets, file_time: float | None) -> SnapshotBatch:
+def _batch(
+    batch: BatchOffsets, file_time: float | None, clusters: Mapping[str, tuple[str, str | None]]
+) -> SnapshotBatch:
     return SnapshotBatch(
         batch_id=batch.batch_id,
         batch_timestamp_ms=batch.batch_timestamp_ms,
@@ -407,6 +423,8 @@ def _batch(batch: BatchOffsets, file_time: float | None) -> SnapshotBatch:
                     else None
                 ),
                 raw=s.raw if s.kind == "other" else None,
+                bootstrap_servers=clusters.get(s.source_id, (None, None))[0],
+                cluster_id=clusters.get(s.source_id, (None, None))[1],
             )
             for s in batch.sources
         ),
@@ -417,14 +435,17 @@ def build_snapshot(
     state: CheckpointState,
     *,
     cluster_id: str | None = None,
-    record_timestamps: Mapping[tuple[str, int], int | None] | None = None,
+    record_timestamps: Mapping[str, Mapping[tuple[str, int], int | None]] | None = None,
     kafka_fetched_at: float | None = None,
     now: float | None = None,
+    clusters: Mapping[str, tuple[str, str | None]] | None = None,
 ) -> Snapshot:
     """A sealed snapshot of ``state``'s COMMITTED batch (pure: no I/O).
 
-    ``record_timestamps`` ({(topic, partition): ms | None}, the record at each committed offset)
-    makes :meth:`Snapshot.starting_offsets_by_timestamp` available.
+    ``record_timestamps`` ({source id: {(topic, partition): ms | None}}, the record at each
+    committed offset) makes :meth:`Snapshot.starting_offsets_by_timestamp` available.
+    ``clusters`` ({source id: (bootstrap servers, cluster id)}) records the cluster each Kafka
+    source was read against; ``cluster_id`` is the main cluster's.
     """
     from airflow_sparklag import __version__
 
@@ -439,18 +460,18 @@ def build_snapshot(
             "processed offsets to carry over; let the query commit a batch first, or start the "
             "new query from earliest"
         )
-    committed = _batch(state.committed, state.commit_modified)
+    committed = _batch(state.committed, state.commit_modified, clusters or {})
     timestamps: dict[str, dict[str, dict[int, int | None]]] | None = None
     if record_timestamps is not None:
         timestamps = {}
         for sid, topics in committed.kafka_sources().items():
+            stamps = record_timestamps.get(sid, {})
             timestamps[sid] = {
-                topic: {p: record_timestamps.get((topic, p)) for p in parts}
-                for topic, parts in topics.items()
+                topic: {p: stamps.get((topic, p)) for p in parts} for topic, parts in topics.items()
             }
     in_flight = None
     if state.in_flight is not None:
-        in_flight = _batch(state.in_flight, state.in_flight.modified)
+        in_flight = _batch(state.in_flight, state.in_flight.modified, clusters or {})
     moment = now if now is not None else datetime.datetime.now(datetime.timezone.utc).timestamp()
     return Snapshot(
         query_id=state.query_id,
@@ -515,14 +536,16 @@ def load_snapshot(storage: Storage, path: str) -> Snapshot:
 
 @dataclass(frozen=True)
 class SnapshotResult:
-    """A written, verified snapshot plus the Kafka view it was taken with."""
+    """A written, verified snapshot plus the Kafka view it was taken with: each Kafka source's
+    own cluster's (``kafka``: source id -> snapshot; None without Kafka)."""
 
     snapshot: Snapshot
     path: str | None  # None when not written (dry run)
-    kafka: KafkaSnapshot | None
+    kafka: Mapping[str, KafkaSnapshot] | None
 
     def starting_offsets(self, source_id: str | None = None) -> dict[str, dict[str, int]]:
-        return self.snapshot.starting_offsets(self.kafka, source_id=source_id)
+        sid = self.snapshot.kafka_source_id(source_id)
+        return self.snapshot.starting_offsets((self.kafka or {}).get(sid), source_id=sid)
 
     def starting_offsets_json(self, source_id: str | None = None) -> str:
         return json.dumps(self.starting_offsets(source_id), separators=(",", ":"))
@@ -531,10 +554,16 @@ class SnapshotResult:
         """JSON-safe (XCom, ``--json``)."""
         starting: dict[str, Any] = {}
         by_time: dict[str, Any] = {}
+        clusters: dict[str, Any] = {}
         for sid in self.snapshot.committed.kafka_sources():
-            starting[sid] = self.snapshot.starting_offsets(self.kafka, source_id=sid)
+            starting[sid] = self.starting_offsets(sid)
             if self.snapshot.record_timestamps_ms is not None:
                 by_time[sid] = self.snapshot.starting_offsets_by_timestamp(source_id=sid)
+            source = self.snapshot.committed.source(sid)
+            clusters[sid] = {
+                "bootstrap_servers": source.bootstrap_servers,
+                "cluster_id": source.cluster_id,
+            }
         return {
             "path": self.path,
             "query_id": self.snapshot.query_id,
@@ -548,6 +577,7 @@ class SnapshotResult:
             "starting_offsets": starting,
             "starting_offsets_by_timestamp": by_time,
             "kafka_cluster_id": self.snapshot.kafka_cluster_id,
+            "source_clusters": clusters,
         }
 
 
@@ -555,37 +585,103 @@ def kafka_topics(snapshot: Snapshot) -> set[str]:
     return {t for topics in snapshot.committed.kafka_sources().values() for t in topics}
 
 
+def source_snapshots(
+    session: Session, sources: Mapping[str, Mapping[str, Mapping[int, int]]]
+) -> dict[str, KafkaSnapshot]:
+    """Each Kafka source's view of its own cluster (``Session.cluster_of``): one snapshot per
+    cluster, of the topics of the sources it serves."""
+    topics: dict[int, set[str]] = {}
+    for sid, offsets in sources.items():
+        topics.setdefault(session.cluster_of(sid), set()).update(offsets)
+    taken = {c: session.cluster_kafka(c).snapshot(sorted(t)) for c, t in sorted(topics.items())}
+    return {sid: taken[session.cluster_of(sid)] for sid in sources}
+
+
 def take_snapshot(
     state: CheckpointState,
-    client: KafkaOffsetsClient | None,
+    session: Session,
     *,
     now: float | None = None,
     record_timestamps: bool = True,
-) -> tuple[Snapshot, KafkaSnapshot | None]:
-    """Build a snapshot of ``state`` with the cluster id (and record times) from ``client``."""
+) -> tuple[Snapshot, dict[str, KafkaSnapshot] | None]:
+    """Build a snapshot of ``state`` with each Kafka source's cluster (servers, id) and record
+    times read from that cluster; without Kafka in the session, a snapshot without them."""
     draft = build_snapshot(state, now=now)
-    if client is None:
+    if not session.has_kafka and not session.source_kafka:
         return draft, None
-    topics = kafka_topics(draft)
-    kafka = client.snapshot(sorted(topics))
+    sources = draft.committed.kafka_sources()
+    views = source_snapshots(session, sources)
     timestamps = None
     if record_timestamps:
-        wanted = {
-            (topic, p): o
-            for parts_by_topic in draft.committed.kafka_sources().values()
-            for topic, parts in parts_by_topic.items()
-            if topic not in kafka.missing_topics
-            for p, o in parts.items()
-        }
-        timestamps = client.record_timestamps(wanted) if wanted else {}
+        timestamps = {}
+        for sid, topics in sources.items():
+            wanted = {
+                (topic, p): o
+                for topic, parts in topics.items()
+                if topic not in views[sid].missing_topics
+                for p, o in parts.items()
+            }
+            timestamps[sid] = session.kafka_for(sid).record_timestamps(wanted) if wanted else {}
+    main = [views[sid] for sid in sources if session.cluster_of(sid) == 0]
+    if not main and session.has_kafka:  # no source reads it: its id all the same
+        main = [session.kafka.snapshot([])]
     snapshot = build_snapshot(
         state,
-        cluster_id=kafka.cluster_id,
+        cluster_id=main[0].cluster_id if main else None,
         record_timestamps=timestamps,
-        kafka_fetched_at=kafka.fetched_at,
+        kafka_fetched_at=max((v.fetched_at for v in views.values()), default=None),
         now=now,
+        clusters={
+            sid: (session.cluster_servers(session.cluster_of(sid)), view.cluster_id)
+            for sid, view in views.items()
+        },
     )
-    return snapshot, kafka
+    return snapshot, views
+
+
+def export_to_group(session: Session, group_id: str, result: SnapshotResult) -> dict[str, Any]:
+    """Commit the snapshot's offsets to ``group_id`` on each Kafka source's own cluster, within
+    the session's Kafka timeout: one cluster gives its ``ConsumerGroupExport.to_dict()``,
+    several give ``{"group_id", "total_lag", "clusters": {servers: export}}``."""
+    from airflow_sparklag.consumer_group import export_offsets
+
+    by_cluster: dict[int, dict[str, dict[int, int]]] = {}
+    configs: dict[int, Mapping[str, Any]] = {}
+    for sid, topics in result.snapshot.committed.kafka_sources().items():
+        cluster = session.cluster_of(sid)
+        configs[cluster] = session.source_kafka.get(sid, session.kafka_config)
+        offsets = by_cluster.setdefault(cluster, {})
+        for topic, parts in topics.items():
+            mine = {int(p): int(o) for p, o in parts.items()}
+            if offsets.setdefault(topic, mine) != mine:
+                raise SnapshotError(
+                    f"snapshot of {result.snapshot.checkpoint_location}: two Kafka sources read "
+                    f"topic {topic!r} on cluster {session.cluster_servers(cluster)} at different "
+                    "offsets: one consumer group cannot hold both"
+                )
+    exports = {}
+    for cluster, offsets in sorted(by_cluster.items()):
+        ends = {
+            t: {p: po.log_end for p, po in ps.items()}
+            for sid, view in (result.kafka or {}).items()
+            if session.cluster_of(sid) == cluster
+            for t, ps in view.partitions.items()
+        }
+        exports[session.cluster_servers(cluster)] = export_offsets(
+            configs[cluster],
+            group_id,
+            offsets,
+            timeout=session.kafka_timeout,
+            log_ends=ends or None,
+        ).to_dict()
+    if len(exports) == 1:
+        return next(iter(exports.values()))
+    total = [e["total_lag"] for e in exports.values()]
+    return {
+        "group_id": group_id,
+        "total_lag": None if None in total else sum(total),
+        "clusters": exports,
+    }
 
 
 def snapshot_checkpoint(
@@ -619,8 +715,7 @@ def _snapshot(
     now: float | None,
 ) -> SnapshotResult:
     state = session.read(location, history=1)
-    client = session.kafka if session.has_kafka else None
-    snapshot, kafka = take_snapshot(state, client, now=now, record_timestamps=record_timestamps)
+    snapshot, kafka = take_snapshot(state, session, now=now, record_timestamps=record_timestamps)
     path = None
     if write:
         path = save_snapshot(

@@ -19,7 +19,8 @@ How it runs:
    with a few threads, using the core ``CheckpointReader``; options travel as JSON in the
    closure). The parsed states stay cached on the executors;
 3. the driver takes ONE Kafka snapshot (batched ListOffsets) for every topic of every job and
-   broadcasts it;
+   broadcasts it; sources mapped to other clusters (``--source-servers SOURCE=SERVERS``,
+   ``source_kafka=``, as the CLI maps them) get one snapshot per cluster, broadcast together;
 4. executors judge each task's jobs with the CLI's own evaluation (``monitor.judge_against``:
    the same report, time lag included, and verdict as ``sparklag status`` at that instant);
    an executor reads record timestamps from Kafka only when a rule needs ages the estimate
@@ -123,7 +124,8 @@ JOB_COLUMNS: tuple[tuple[str, str], ...] = (
 @dataclass(frozen=True)
 class ScanResult:
     """The two tables of a scan (DataFrames over data cached on the executors), the Kafka
-    snapshot they were measured against, and the storage requests the executors sent."""
+    snapshots they were measured against (``snapshot``: the main cluster's; ``snapshots``:
+    every cluster's, see ``Session.cluster_of``), and the storage requests the executors sent."""
 
     partitions: DataFrame
     jobs: DataFrame
@@ -134,6 +136,7 @@ class ScanResult:
     timings: Mapping[str, float] = field(default_factory=dict, compare=False)
     tasks: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
     history_requests: Any = field(default=None, repr=False, compare=False)  # an accumulator
+    snapshots: Mapping[int, KafkaSnapshot] = field(default_factory=dict, compare=False)
 
     @property
     def storage_requests(self) -> int:
@@ -199,8 +202,8 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
     Yields ``(location, pickled state | None, error | None, topics, task stats | None)``; the
     task's stats (storage requests, seconds, worker pid, sessions built) ride on its first row.
     """
-    from airflow_sparklag.checkpoint import kafka_topics
     from airflow_sparklag.errors import SparkLagError
+    from airflow_sparklag.monitor import _cluster_topics
 
     started, cpu = time.perf_counter(), time.process_time()
     options = json.loads(options_json)
@@ -214,7 +217,8 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
             state = reader.read(history, lazy_history=True)  # older batches: judge pass
         except SparkLagError as exc:
             return location, None, f"{type(exc).__name__}: {exc}", []
-        return location, _dump_state(state), None, sorted(kafka_topics(state))
+        topics = _cluster_topics(session, {location: state})  # cluster -> topics
+        return location, _dump_state(state), None, {c: sorted(t) for c, t in topics.items()}
 
     batch = list(locations)
     before = session.storage_requests
@@ -240,11 +244,11 @@ def _timestamp(epoch: float | None) -> datetime | None:
 
 
 def _judge_partition(
-    rows: Iterable[tuple], snapshot_bc: Any, judge_json: str, requests: Any
+    rows: Iterable[tuple], snapshots_bc: Any, judge_json: str, requests: Any
 ) -> Iterator[tuple[tuple, list]]:
     """One Spark task of the judge pass: its cached states judged together, as the CLI judges
     them (``monitor.judge_against``: one report and verdict each, time lag included, at the
-    scan's one instant and against the broadcast snapshot), then (job row, partition rows)."""
+    scan's one instant and against the broadcast snapshots), then (job row, partition rows)."""
     from airflow_sparklag.health import Health, HealthVerdict
     from airflow_sparklag.monitor import CheckOptions, CheckResult, judge_against
 
@@ -256,7 +260,7 @@ def _judge_partition(
     states = {row[0]: pickle.loads(row[1]) for row in rows if row[1] is not None}
     before = session.storage_requests
     try:
-        results = judge_against(session, states, options, snapshot_bc.value, now) if states else {}
+        results = judge_against(session, states, options, snapshots_bc.value, now) if states else {}
     finally:
         session.forget(())
     requests.add(session.storage_requests - before)
@@ -360,6 +364,7 @@ def scan(
     kafka_timeout: float = 30.0,
     now: float | None = None,
     query_ids: bool = False,
+    source_kafka: Mapping[str, Mapping[str, Any]] | None = None,
     **check: Any,
 ) -> ScanResult:
     """Scan checkpoints on the executors of ``spark``; see the module docstring.
@@ -372,23 +377,24 @@ def scan(
     each checkpoint's ``metadata`` to fill the ``query_id`` columns (+1 GET per job). How jobs
     are judged: ``options`` (``CheckOptions``) or its fields (``thresholds=``, ``history=``,
     ``read_committed=``), carried to the executors as ``CheckOptions.to_dict()``.
+    ``source_kafka``: source -> its cluster's librdkafka config (docs/multi-cluster.md).
     """
     options = _scan_options(options, check)
-    storage: dict[str, Any] = {
+    opened: dict[str, Any] = {
+        "kafka_config": dict(kafka_config),
+        "source_kafka": {source: dict(config) for source, config in (source_kafka or {}).items()},
         "s3_options": s3_options,
         "webhdfs_options": webhdfs_options,
         "fsspec_options": fsspec_options,
     }
     timings: dict[str, float] = {}
     clock = time.perf_counter()
-    # The driver's session: discovery and the one Kafka snapshot. Executors open their own
-    # sessions from the same (JSON-safe) storage options.
-    with Session(
-        kafka_config=kafka_config, kafka_client=kafka_client, kafka_timeout=kafka_timeout, **storage
-    ) as session:
+    # The driver's session: discovery and the Kafka snapshots. Executors open their own
+    # sessions from the same (JSON-safe) options.
+    with Session(kafka_client=kafka_client, kafka_timeout=kafka_timeout, **opened) as session:
         unique = _scan_locations(session, locations, prefix, max_depth)
         timings["discover_seconds"] = time.perf_counter() - clock
-        session_json = json.dumps({"kafka_config": dict(kafka_config), **storage}, sort_keys=True)
+        session_json = json.dumps(opened, sort_keys=True)
         read_options = {
             "session": session_json,
             "history": options.history_to_read,
@@ -400,25 +406,26 @@ def scan(
         topics, tasks = _read_summary(states)
         timings["read_seconds"] = time.perf_counter() - clock - timings["discover_seconds"]
         clock = time.perf_counter()
-        snapshot = _kafka_snapshot(session, topics, options.subscribe_pattern)
+        snapshots = _kafka_snapshots(session, topics, options.subscribe_pattern)
         timings["kafka_seconds"] = time.perf_counter() - clock
     judge_options = {
-        "now": snapshot.fetched_at if now is None else now,
+        "now": max(s.fetched_at for s in snapshots.values()) if now is None else now,
         "options": options.to_dict(),
         "session": session_json,
     }
     requests = spark.sparkContext.accumulator(0)
-    partitions, jobs, judged = _judge(spark, states, snapshot, json.dumps(judge_options), requests)
+    partitions, jobs, judged = _judge(spark, states, snapshots, json.dumps(judge_options), requests)
     return ScanResult(
         partitions,
         jobs,
-        snapshot,
+        snapshots[0],
         tuple(unique),
         sum(task["requests"] for task in tasks),
         (states, judged, partitions, jobs),
         timings,
         tuple(tasks),
         requests,
+        snapshots,
     )
 
 
@@ -448,25 +455,31 @@ def _read_states(spark: SparkSession, unique: list[str], slices: int, read_optio
     )
 
 
-def _task_summary(rows: Iterable[tuple]) -> Iterator[tuple[list[str], list[dict]]]:
-    topics: set[str] = set()
+def _merge_topics(into: dict[int, set[str]], topics: Mapping[int, Iterable[str]]) -> None:
+    for cluster, names in topics.items():
+        into.setdefault(cluster, set()).update(names)
+
+
+def _task_summary(rows: Iterable[tuple]) -> Iterator[tuple[dict[int, list[str]], list[dict]]]:
+    topics: dict[int, set[str]] = {}
     stats: list[dict] = []
     for row in rows:
-        topics.update(row[3])
+        _merge_topics(topics, row[3] or {})
         if row[4] is not None:
             stats.append(row[4])
-    yield sorted(topics), stats
+    yield {c: sorted(t) for c, t in topics.items()}, stats
 
 
-def _read_summary(states: Any) -> tuple[list[str], list[dict[str, Any]]]:
-    """Runs the read pass (filling the cache): every topic, and each task's stats. Topics are
-    merged on the executors: the driver gets one small row per task, not one per job."""
-    topics: set[str] = set()
+def _read_summary(states: Any) -> tuple[dict[int, list[str]], list[dict[str, Any]]]:
+    """Runs the read pass (filling the cache): every topic of each cluster, and each task's
+    stats. Topics are merged on the executors: the driver gets one small row per task, not one
+    per job."""
+    topics: dict[int, set[str]] = {}
     tasks: list[dict[str, Any]] = []
     for task_topics, stats in states.mapPartitions(_task_summary).collect():
-        topics.update(task_topics)
+        _merge_topics(topics, task_topics)
         tasks.extend(stats)
-    return sorted(topics), tasks
+    return {c: sorted(t) for c, t in topics.items()}, tasks
 
 
 def _scan_locations(
@@ -486,25 +499,37 @@ def _scan_locations(
     return list(dict.fromkeys(found))
 
 
-def _kafka_snapshot(session: Session, topics: Sequence[str], pattern: str | None) -> Any:
-    """ONE snapshot of every topic of every job (and of the topics ``pattern`` is found in),
-    taken on the driver (an empty one if none), with the last stable offsets, as the CLI
-    takes it."""
+def _kafka_snapshots(
+    session: Session, topics: Mapping[int, Sequence[str]], pattern: str | None
+) -> dict[int, KafkaSnapshot]:
+    """ONE snapshot per cluster of every topic its jobs' sources read there (and of the topics
+    ``pattern`` is found in), taken on the driver (the main cluster's is empty if none), with
+    the last stable offsets, as the CLI takes them."""
     from airflow_sparklag.kafka import KafkaSnapshot
 
-    if topics:
-        return session.kafka.snapshot(topics, read_committed=True, pattern=pattern)
-    return KafkaSnapshot({}, frozenset(), time.time(), None)
+    listed = {} if pattern is None else {"pattern": pattern}
+    snapshots = {
+        c: session.cluster_kafka(c).snapshot(names, read_committed=True, **listed)
+        for c, names in sorted(topics.items())
+        if names
+    }
+    if 0 not in snapshots:
+        snapshots[0] = KafkaSnapshot({}, frozenset(), time.time(), None)
+    return snapshots
 
 
 def _judge(
-    spark: SparkSession, states: Any, snapshot: KafkaSnapshot, judge_options: str, requests: Any
+    spark: SparkSession,
+    states: Any,
+    snapshots: Mapping[int, KafkaSnapshot],
+    judge_options: str,
+    requests: Any,
 ) -> tuple[DataFrame, DataFrame, Any]:
     """(partitions, jobs, cached RDD of judged rows): lag and health of every cached state,
-    measured on the executors against the broadcast snapshot."""
-    snapshot_bc = spark.sparkContext.broadcast(snapshot)
+    measured on the executors against the broadcast snapshots (one per cluster)."""
+    snapshots_bc = spark.sparkContext.broadcast(dict(snapshots))
     judged = states.mapPartitions(
-        lambda rows: _judge_partition(rows, snapshot_bc, judge_options, requests)
+        lambda rows: _judge_partition(rows, snapshots_bc, judge_options, requests)
     ).cache()
     # Converted to Spark rows once each and kept: writing both tables and counting the
     # verdicts afterwards need no further Python pass.
@@ -550,6 +575,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-depth", type=int, default=4, help="discovery depth under --prefix")
     parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
     parser.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
+    parser.add_argument(
+        "--source-servers",
+        action="append",
+        default=[],
+        metavar="SOURCE=SERVERS",
+        help="measure a source (its index or name) against another cluster, the rest of "
+        "--kafka-config unchanged; repeatable (docs/multi-cluster.md)",
+    )
     parser.add_argument("--read-committed", action="store_true", help="lag against the LSO")
     parser.add_argument(
         "--exact-time-lag", action="store_true", help="time lag from record timestamps"
@@ -625,18 +658,38 @@ def _check_options(args: argparse.Namespace) -> CheckOptions:
     return params.options(CheckOptions, {k: v for k, v in given.items() if v is not None})
 
 
+def _given_locations(args: argparse.Namespace) -> list[str]:
+    """``--checkpoints``, then the lines of ``--checkpoints-file``."""
+    locations = list(args.checkpoints)
+    if args.checkpoints_file:
+        with open(args.checkpoints_file) as handle:
+            locations.extend(line.strip() for line in handle if line.strip())
+    return locations
+
+
+def _source_kafka(given: Sequence[str], config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``--source-servers SOURCE=SERVERS``, read as the CLI reads them."""
+    from airflow_sparklag import params
+    from airflow_sparklag.errors import InvalidParameter
+
+    flag = "--source-servers"
+    try:
+        pairs = [params.source_assignment(flag, value) for value in given]
+        return params.source_configs(flag, pairs, config)
+    except InvalidParameter as exc:
+        raise SystemExit(f"spark_scan: {exc}") from None
+
+
 def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> int:
     """Run a scan from the command line; prints a JSON summary. ``spark`` reuses a session."""
     from airflow_sparklag.kafka import load_kafka_config
 
     args = build_parser().parse_args(argv)
-    locations = list(args.checkpoints)
-    if args.checkpoints_file:
-        with open(args.checkpoints_file) as handle:
-            locations.extend(line.strip() for line in handle if line.strip())
+    locations = _given_locations(args)
     if not locations and not args.prefix:
         raise SystemExit("spark_scan: give --checkpoints, --checkpoints-file or --prefix")
     kafka_config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
+    source_kafka = _source_kafka(args.source_servers, kafka_config)  # usage errors: before Spark
     writer_options = dict(option.split("=", 1) for option in args.option)
     clock = time.monotonic()
     if args.prefix:
@@ -665,6 +718,7 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         threads_per_task=args.threads_per_task,
         max_depth=args.max_depth,
         query_ids=args.query_ids,
+        source_kafka=source_kafka,
         **_storage_options(args),
     )
     try:
@@ -679,7 +733,7 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
     summary = {
         "jobs": len(result.locations),
         **judged,  # health, lag, results
-        "topics": len(result.snapshot.partitions),
+        "topics": sum(len(s.partitions) for s in result.snapshots.values()),
         "storage_requests": result.storage_requests,
         "seconds": round(time.monotonic() - started, 3),
         "timings": _rounded(_merged(timings, result.timings)),

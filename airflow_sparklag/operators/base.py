@@ -101,43 +101,14 @@ class SparkLagHookMixin(LineageMixin, FlatOptions):
     source_kafka_conn_ids: Mapping[str, str] | str | None
     sparklag_conn_id: str | None  # a `sparklag` connection bundling the ids (hooks/bundle.py)
     task_id: str
-    # Snapshots and migrations read one cluster: they refuse a source mapping, not ignore it.
-    one_cluster_only: ClassVar[bool] = False
 
     def connection_ids(self) -> ConnectionIds:
         """The task's rendered connection ids, read (a value it cannot read fails)."""
-        from airflow_sparklag import params
-
-        def read() -> ConnectionIds:
-            ids = self.options(ConnectionIds)
-            if ids.source_kafka_conn_ids and self.one_cluster_only:
-                raise params.invalid(
-                    "source_kafka_conn_ids",
-                    f"{type(self).__name__} reads one Kafka cluster (kafka_config_id); "
-                    "measuring sources per cluster applies to checks and sensors",
-                )
-            return ids
-
-        return self.read_params(read)
+        return self.read_params(lambda: self.options(ConnectionIds))
 
     @cached_property
     def hook(self) -> SparkLagHook:
-        hook = self.connection_ids().hook()
-        if self.one_cluster_only and self.sparklag_conn_id:
-            self.read_params(lambda: self._one_cluster_bundle(hook))
-        return hook
-
-    def _one_cluster_bundle(self, hook: SparkLagHook) -> None:
-        """Refuse a sparklag connection that maps sources to other clusters (read now)."""
-        from airflow_sparklag import params
-
-        hook.get_conn()
-        if hook.source_kafka_conn_ids:
-            raise params.invalid(
-                "sparklag_conn_id",
-                f"connection {self.sparklag_conn_id!r} maps sources to other Kafka clusters "
-                f"(source_kafka_conn_ids); {type(self).__name__} reads one Kafka cluster",
-            )
+        return self.connection_ids().hook()
 
     def get_hook(self) -> SparkLagHook:
         return self.hook

@@ -25,8 +25,6 @@ if TYPE_CHECKING:
 class _SparkLagConnections(SparkLagHookMixin, BaseOperator):
     """Connections (one hook, one session) shared by the three operators."""
 
-    one_cluster_only = True  # source_kafka_conn_ids is refused: these read one cluster
-
     def _run(self, work: Any) -> Any:
         try:
             return self.run_core(work)
@@ -71,7 +69,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
         self.consumer_group = consumer_group
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_sparklag.snapshot import snapshot_checkpoint
+        from airflow_sparklag.snapshot import export_to_group, snapshot_checkpoint
 
         location, root, group = self.read_params(
             lambda: (
@@ -88,7 +86,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
             result = snapshot_checkpoint(location, root, session=hook.session)
             payload = result.to_dict()
             if group:
-                payload["consumer_group"] = _export(hook.session, group, result)
+                payload["consumer_group"] = export_to_group(hook.session, group, result)
             return payload
 
         payload = self._run(work)
@@ -126,7 +124,7 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
         self.group_id = group_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_sparklag.snapshot import snapshot_checkpoint
+        from airflow_sparklag.snapshot import export_to_group, snapshot_checkpoint
 
         location = self.read_params(
             lambda: params.location("checkpoint_location", self.checkpoint_location)
@@ -138,7 +136,7 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
             result = snapshot_checkpoint(
                 location, "", session=hook.session, record_timestamps=False, write=False
             )
-            payload = _export(hook.session, group_id, result)
+            payload = export_to_group(hook.session, group_id, result)
             payload["committed_batch_id"] = result.snapshot.committed.batch_id
             return payload
 
@@ -218,18 +216,3 @@ class CheckpointMigrationOperator(_SparkLagConnections):
             # Dry run: the plan is the result, but a refused plan must not look green.
             raise AirflowFailException(hook.scrub("; ".join(payload["refusals"])))
         return payload
-
-
-def _export(session: Any, group_id: str, result: Any) -> dict:
-    """Commit the snapshot's offsets to ``group_id`` within the session's Kafka timeout."""
-    from airflow_sparklag.consumer_group import export_offsets
-
-    snapshot, kafka = result.snapshot, result.kafka
-    committed = snapshot.committed.kafka_sources()[snapshot.kafka_source_id()]
-    offsets = {t: {int(p): int(o) for p, o in ps.items()} for t, ps in committed.items()}
-    ends = None
-    if kafka is not None:
-        ends = {t: {p: po.log_end for p, po in ps.items()} for t, ps in kafka.partitions.items()}
-    return export_offsets(
-        session.kafka_config, group_id, offsets, timeout=session.kafka_timeout, log_ends=ends
-    ).to_dict()

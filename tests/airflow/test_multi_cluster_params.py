@@ -17,7 +17,11 @@ from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_sparklag.operators.fleet import SparkLagFleetCheckOperator
-from airflow_sparklag.operators.snapshot import CheckpointSnapshotOperator
+from airflow_sparklag.operators.snapshot import (
+    CheckpointMigrationOperator,
+    CheckpointSnapshotOperator,
+    ConsumerGroupExportOperator,
+)
 from airflow_sparklag.operators.sparklag import SparkLagBranchOperator, SparkLagCheckOperator
 from airflow_sparklag.sensors.sparklag import (
     SparkCheckpointProgressSensor,
@@ -63,15 +67,23 @@ def test_a_mapping_that_cannot_be_read_fails_naming_it(bad: Any) -> None:
         _ = task.hook
 
 
-def test_snapshots_refuse_a_mapping() -> None:
-    task = CheckpointSnapshotOperator(
-        task_id="t",
-        checkpoint_location="/ck",
-        snapshot_root="/snaps",
-        source_kafka_conn_ids={"1": "kafka_b"},
-    )
-    with pytest.raises(AirflowFailException, match="reads one Kafka cluster"):
-        _ = task.hook
+def test_snapshots_and_migrations_take_a_mapping() -> None:
+    # Each Kafka source is snapshotted, validated and exported on its own cluster.
+    for task in (
+        CheckpointSnapshotOperator(
+            task_id="t", checkpoint_location="/ck", snapshot_root="/s", source_kafka_conn_ids=M
+        ),
+        ConsumerGroupExportOperator(
+            task_id="t", checkpoint_location="/ck", group_id="g", source_kafka_conn_ids=M
+        ),
+        CheckpointMigrationOperator(
+            task_id="t", checkpoint_location="/ck", archive_root="/a", source_kafka_conn_ids=M
+        ),
+    ):
+        assert task.hook.source_kafka_conn_ids == {"1": "kafka_b"}
+
+
+M = {"1": "kafka_b"}
 
 
 @pytest.mark.parametrize("kind", ["health", "catch_up"])

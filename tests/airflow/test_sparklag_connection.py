@@ -190,12 +190,12 @@ def test_tasks_and_triggers_take_a_sparklag_connection(monkeypatch):
     rebuilt = type(trigger)(**kwargs)._hook()
     assert rebuilt.get_conn().kafka_config["bootstrap.servers"] == "t1:9092"
 
-    # A snapshot reads one cluster: a bundle mapping sources elsewhere is refused, not ignored.
+    # A snapshot reads each source on its own cluster: the bundle's mapping applies.
     snapshot = CheckpointSnapshotOperator(
         task_id="snap", checkpoint_location="/ck", snapshot_root="/snap", sparklag_conn_id="lag_two"
     )
-    with pytest.raises(Exception, match=r"sparklag_conn_id: .*reads one Kafka cluster"):
-        snapshot.get_hook()
+    conns = snapshot.get_hook().get_conn()
+    assert conns.source_kafka["1"].config["bootstrap.servers"] == "t2:9092"
 
 
 # -- the Test button, against the test bed ------------------------------------------------------

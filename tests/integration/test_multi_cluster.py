@@ -3,7 +3,9 @@
 The query unions `orders` on cluster A (the session's broker) with `payments` on cluster B (a
 second broker started here). Cluster B also holds a topic named `orders` (a mirror) with other
 offsets, so measuring the `orders` source against B gives numbers that look right and are not.
-After the query stopped, more records are produced on each cluster.
+After the query stopped, more records are produced on each cluster. The same query is then
+snapshotted, migrated (and restarted on the new checkpoint), rebuilt by `history`, served by
+the exporter and scanned on Spark, each source mapped to its cluster.
 
 The truth is independent of the package:
 
@@ -317,3 +319,214 @@ def test_a_bootstrap_list_of_one_cluster_with_a_dead_server_still_answers(kafka)
     with KafkaOffsetsClient({"bootstrap.servers": servers}, timeout=5) as client:
         snapshot = client.snapshot([])
     assert snapshot.cluster_id == _cluster_id(kafka.bootstrap)
+
+
+# -- every command over the two clusters: snapshot, migrate, history, serve, the Spark scan -------
+
+
+def sparklag(*args: str) -> dict[str, Any]:
+    """A CLI command's --json payload; the command must succeed."""
+    proc = subprocess.run(
+        [str(SPARKLAG), *args, "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return dict(json.loads(proc.stdout))
+
+
+def mapped_flags(union: dict[str, Any]) -> list[str]:
+    return ["-b", union["a"], "--source-servers", f"1={union['b']}"]
+
+
+def as_text(offsets: dict[int, int]) -> dict[str, int]:
+    return {str(p): o for p, o in offsets.items()}
+
+
+def test_snapshot_records_each_sources_cluster_and_exports_to_it(union, tmp_path):
+    from confluent_kafka import Consumer, TopicPartition
+
+    orders, payments, committed = union["orders"], union["payments"], union["committed"]
+    group = f"spark-union-{uuid.uuid4().hex[:6]}"
+    root = str(tmp_path / "snaps")
+    payload = sparklag(
+        "snapshot", union["ck"], "--to", root, "--consumer-group", group, *mapped_flags(union)
+    )
+    assert payload["starting_offsets"] == {
+        "0": {orders: as_text(committed["0"][orders])},
+        "1": {payments: as_text(committed["1"][payments])},
+    }
+    ids = {"a": _cluster_id(union["a"]), "b": _cluster_id(union["b"])}
+    assert ids["a"] != ids["b"]
+    assert payload["kafka_cluster_id"] == ids["a"]
+    assert payload["source_clusters"] == {
+        "0": {"bootstrap_servers": union["a"], "cluster_id": ids["a"]},
+        "1": {"bootstrap_servers": union["b"], "cluster_id": ids["b"]},
+    }
+    # The document itself records them, and the record times come from each source's cluster.
+    document = json.loads(Path(payload["path"]).read_text())
+    recorded = {
+        s["source_id"]: (s["bootstrap_servers"], s["cluster_id"])
+        for s in document["committed_batch"]["sources"]
+    }
+    assert recorded == {"0": (union["a"], ids["a"]), "1": (union["b"], ids["b"])}
+    for source, bootstrap, topic, after in (
+        ("0", union["a"], orders, ORDERS_AFTER),
+        ("1", union["b"], payments, PAYMENTS_AFTER),
+    ):
+        waiting = {p: o for p, o in committed[source][topic].items() if after[p]}
+        truth = jobs.timestamps_at(bootstrap, {topic: waiting})
+        by_time = payload["starting_offsets_by_timestamp"][source][topic]
+        assert {(topic, int(p)): by_time[p] for p in as_text(waiting)} == truth
+    # The group holds each source's offsets on that source's cluster, read back by a consumer.
+    export = payload["consumer_group"]
+    assert export["total_lag"] == sum(union["truth"].values())
+    assert set(export["clusters"]) == {union["a"], union["b"]}
+    for source, bootstrap, topic in (("0", union["a"], orders), ("1", union["b"], payments)):
+        assert export["clusters"][bootstrap]["offsets"] == {
+            topic: as_text(committed[source][topic])
+        }
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+        try:
+            wanted = [TopicPartition(topic, p) for p in committed[source][topic]]
+            found = {tp.partition: tp.offset for tp in consumer.committed(wanted, timeout=30)}
+        finally:
+            consumer.close()
+        assert found == committed[source][topic]
+
+
+def test_migration_validates_on_each_cluster_and_the_restart_loses_and_repeats_nothing(
+    union, spark, tmp_path
+):
+    import shutil
+
+    orders, payments, committed = union["orders"], union["payments"], union["committed"]
+    ck = tmp_path / "ck"
+    shutil.copytree(union["ck"], ck)
+    archive = str(tmp_path / "archive")
+    moved = sparklag("migrate", str(ck), "--archive", archive, "--quiet-period", "0",
+                     *mapped_flags(union))  # fmt: skip
+    assert moved["status"] == "completed" and not moved["refusals"] and not ck.exists()
+    assert moved["starting_offsets"] == {
+        "0": {orders: as_text(committed["0"][orders])},
+        "1": {payments: as_text(committed["1"][payments])},
+    }
+    assert moved["partitions_added"] == {} and moved["records_lost"] == {}
+
+    # The snapshot is never applied to the wrong cluster: source 1 measured against A.
+    again = tmp_path / "again"
+    shutil.copytree(union["ck"], again)
+    refused = subprocess.run(
+        [str(SPARKLAG), "migrate", str(again), "--archive", archive, "--quiet-period", "0",
+         "--snapshot", moved["snapshot_path"], "-b", union["a"], "--dry-run", "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode == 5, refused.stderr
+    reasons = json.loads(refused.stdout)["refusals"]
+    assert any(
+        f"source 1: snapshot was taken on Kafka cluster {_cluster_id(union['b'])} "
+        f"({union['b']}), the configured cluster is {_cluster_id(union['a'])}" in r
+        for r in reasons
+    ), reasons
+
+    # The new query on a new checkpoint, each source from its startingOffsets on its cluster,
+    # reads exactly the records produced after the old run: none lost, none twice.
+    a = jobs.kafka_stream(spark, union["a"], topics=[orders],
+                          starting=json.dumps(moved["starting_offsets"]["0"]))  # fmt: skip
+    b = jobs.kafka_stream(spark, union["b"], topics=[payments],
+                          starting=json.dumps(moved["starting_offsets"]["1"]))  # fmt: skip
+    out = str(tmp_path / "out-v2")
+    jobs.run_available_now(
+        jobs.select_value(a.union(b)), str(tmp_path / "ck-v2"), sink="parquet", path=out
+    )
+    rows = [(r["topic"], r["partition"], r["offset"]) for r in spark.read.parquet(out).collect()]
+    assert len(rows) == len(set(rows)) == sum(union["truth"].values())
+    source = {orders: "0", payments: "1"}
+    expected_rows = {
+        (topic, p, committed[source[topic]][topic][p] + i)
+        for (topic, p), n in union["truth"].items()
+        for i in range(n)
+    }
+    assert set(rows) == expected_rows
+
+
+def test_history_reads_each_source_on_its_cluster(union):
+    past = sparklag("history", union["ck"], *mapped_flags(union))
+    source = {union["orders"]: "0", union["payments"]: "1"}
+    now = past["points"][-1]
+    assert now["kind"] == "now" and now["total_lag"] == sum(union["truth"].values())
+    assert {(p["source_id"], p["topic"], p["partition"]): p["lag"] for p in now["partitions"]} == {
+        (source[t], t, p): n for (t, p), n in union["truth"].items()
+    }
+    # The last batch planned up to the committed offsets: Kafka's log end at its time, asked
+    # of each source's cluster, is exactly there (records produced after are stamped later).
+    last = [p for p in past["points"] if p["kind"] == "committed"][-1]
+    at_batch = {(p["source_id"], p["topic"], p["partition"]): p for p in last["partitions"]}
+    for s, topics in union["committed"].items():
+        for topic, parts in topics.items():
+            for partition, offset in parts.items():
+                point = at_batch[(s, topic, partition)]
+                assert point["planned_offset"] == offset
+                assert point["log_end_offset"] == offset, point
+
+
+def test_the_exporter_serves_each_source_against_its_cluster(union):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    proc = subprocess.run(
+        [str(SPARKLAG), "serve", union["ck"], "--once", *mapped_flags(union)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    samples = {
+        (s.name, s.labels.get("topic"), s.labels.get("partition")): s.value
+        for family in text_string_to_metric_families(proc.stdout)
+        for s in family.samples
+    }
+    ends = {union["orders"]: _ends(union["a"], union["orders"]),
+            union["payments"]: _ends(union["b"], union["payments"])}  # fmt: skip
+    for (topic, p), n in union["truth"].items():
+        committed = union["committed"]["0" if topic == union["orders"] else "1"][topic][p]
+        assert samples[("sparklag_partition_lag_records", topic, str(p))] == n
+        assert samples[("sparklag_partition_committed_offset", topic, str(p))] == committed
+        assert samples[("sparklag_partition_log_end_offset", topic, str(p))] == ends[topic][p]
+    assert samples[("sparklag_job_lag_records", None, None)] == sum(union["truth"].values())
+
+
+def _ends(bootstrap: str, topic: str) -> dict[int, int]:
+    with KafkaOffsetsClient({"bootstrap.servers": bootstrap}, timeout=10) as client:
+        return {p: po.log_end for p, po in client.snapshot([topic]).partitions[topic].items()}
+
+
+def test_the_spark_scan_measures_each_source_against_its_cluster(union, spark, tmp_path, capsys):
+    from airflow_sparklag import spark_scan
+
+    out = str(tmp_path / "scan")
+    flags = ["--bootstrap-servers", union["a"], "--source-servers", f"1={union['b']}"]
+    code = spark_scan.main(
+        ["--checkpoints", union["ck"], *flags, "--output", out, "--thresholds",
+         json.dumps(THRESHOLDS)],
+        spark=spark,
+    )  # fmt: skip
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["topics"] == 2 and summary["lag"]["total_records"] == sum(
+        union["truth"].values()
+    )
+    rows = [
+        json.loads(line)
+        for path in sorted(Path(out, "partitions").glob("*.json"))
+        for line in path.read_text().splitlines()
+    ]
+    source = {union["orders"]: "0", union["payments"]: "1"}
+    assert {(r["source_id"], r["topic"], r["partition"]): r["lag"] for r in rows} == {
+        (source[t], t, p): n for (t, p), n in union["truth"].items()
+    }
+    for r in rows:
+        committed = union["committed"][r["source_id"]][r["topic"]][r["partition"]]
+        assert r["committed_offset"] == committed
+        assert r["log_end_offset"] == committed + union["truth"][(r["topic"], r["partition"])]
+    (job,) = [
+        json.loads(line)
+        for path in sorted(Path(out, "jobs").glob("*.json"))
+        for line in path.read_text().splitlines()
+    ]
+    assert_truth(union, json.loads(job["result"]))

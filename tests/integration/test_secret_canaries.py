@@ -1109,20 +1109,12 @@ ENTRY_POINTS: dict[str, Callable[[Run], None]] = {
     "SparkLagHook": hook_calls,
     "SparkLagHook.test_connection": connection_test,
 }
-# Entry points that read one cluster: they refuse source_kafka_conn_ids.
-ONE_CLUSTER = {
-    "CheckpointSnapshotOperator",
-    "ConsumerGroupExportOperator",
-    "CheckpointMigrationOperator",
-}
 NO_KAFKA = {"SparkCheckpointProgressSensor poke", "SparkCheckpointProgressSensor deferred"}
 
 
 def expected(entry: str, scenario: Scenario) -> str | None:
     if entry == "SparkCheckpointProgressSensor poke" and scenario.storage.endswith("-missing"):
         return None  # "no checkpoint yet" is a poke that is not done, no error
-    if scenario.kafka == "source-cluster" and entry in ONE_CLUSTER:
-        return r"reads one Kafka cluster"
     if entry == "SparkLagHook.test_connection":
         if scenario.storage == "local":
             return KAFKA_EXPECT[scenario.kafka]

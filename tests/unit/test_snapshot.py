@@ -111,7 +111,9 @@ def test_nothing_committed_is_refused():
 
 def test_starting_offsets_name_every_partition_and_timestamps():
     timestamps = {("orders", 0): 1_700_000_000_000, ("orders", 1): None}
-    snap = build_snapshot(_state(), record_timestamps=timestamps, kafka_fetched_at=NOW, now=NOW)
+    snap = build_snapshot(
+        _state(), record_timestamps={"0": timestamps}, kafka_fetched_at=NOW, now=NOW
+    )
     assert snap.starting_offsets(_kafka({0: (0, 130), 1: (0, 90), 2: (0, 5)})) == {
         "orders": {"0": 100, "1": 90, "2": -2}
     }
@@ -139,12 +141,42 @@ def test_strip_credentials():
 # -- migration validation rules ---------------------------------------------------------------
 
 
-def _validate_with(kafka: KafkaSnapshot, *, allow_data_loss: bool = False, dry_run=False):
-    snap = build_snapshot(_state(), cluster_id="cluster-a", now=NOW)
+def _validate_with(
+    kafka: KafkaSnapshot, *, allow_data_loss: bool = False, dry_run=False, clusters=None
+):
+    snap = build_snapshot(_state(), cluster_id="cluster-a", now=NOW, clusters=clusters)
     checks = _Checks(dry_run)
-    return _validate(snap, kafka, allow_data_loss=allow_data_loss, checks=checks, force=False), (
-        checks
+    outcome = _validate(
+        snap, {"0": kafka}, allow_data_loss=allow_data_loss, checks=checks, force=False
     )
+    return outcome, checks
+
+
+def test_validate_refuses_a_source_snapshotted_on_another_cluster():
+    kafka = _kafka({0: (0, 130), 1: (0, 95)})  # cluster-a
+    # recorded per source (cluster-b), it outranks the document's main cluster id
+    with pytest.raises(TopicGone, match=r"source 0: snapshot was taken on Kafka cluster "
+                       r"cluster-b \(b:9092\), the configured cluster is cluster-a"):  # fmt: skip
+        _validate_with(kafka, clusters={"0": ("b:9092", "cluster-b")})
+    (starting, _, _), _ = _validate_with(kafka, clusters={"0": ("a:9092", "cluster-a")})
+    assert starting == {"0": {"orders": {"0": 100, "1": 90}}}
+    # an older snapshot (no per-source cluster): the document's cluster id decides
+    other = KafkaSnapshot(kafka.partitions, frozenset(), NOW, "cluster-z")
+    with pytest.raises(TopicGone, match="source 0: snapshot was taken on Kafka cluster cluster-a,"):
+        _validate_with(other)
+
+
+def test_each_source_records_its_cluster_and_older_documents_still_read():
+    snap = build_snapshot(_state(), cluster_id="c", now=NOW, clusters={"0": ("b:9092", "cb")})
+    document = snap.to_dict()
+    assert document["committed_batch"]["sources"][0]["bootstrap_servers"] == "b:9092"
+    assert document["committed_batch"]["sources"][0]["cluster_id"] == "cb"
+    assert Snapshot.from_json(snap.to_json()).committed.source("0").cluster_id == "cb"
+    # A document written before sources recorded their cluster: same checksum, still valid.
+    older = build_snapshot(_state(), cluster_id="c", now=NOW).to_dict()
+    assert "cluster_id" not in older["committed_batch"]["sources"][0]
+    read = Snapshot.from_dict(older)
+    assert read.committed.source("0").cluster_id is None and read.kafka_cluster_id == "c"
 
 
 def test_validate_partitions_added_start_from_earliest():
