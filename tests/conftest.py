@@ -124,6 +124,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=rank)
 
 
+@pytest.hookimpl(optionalhook=True)  # the compatibility venvs have no pytest-xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """A parallel run (scripts/test.sh: ``--dist loadfile``) keeps a file's tests on one worker,
     so its module fixtures start once, except the SPLIT_FILES, whose tests go one by one to

@@ -46,6 +46,8 @@ PARTITIONS = 3
 KAFKA_CONN_ID = "sparklag_one_evaluation"
 # Numbers that depend on the instant of the check: compared as the instant they point at.
 AGES = ("lag_seconds", "max_lag_seconds", "commit_age_seconds", "age_seconds")
+# Times left until a moment (retention deleting a record): compared as the moment they point at.
+COUNTDOWNS = ("time_to_loss_seconds", "min_time_to_loss_seconds")
 INSTANTS = ("generated_at", "kafka_fetched_at", "query_id")
 RATE_OF_INSTANT = ("production_rate", "catch_up_seconds")
 # Texts that may quote an age or a gap up to the instant: compared with their numbers masked.
@@ -181,7 +183,8 @@ def _context() -> dict[str, Any]:
 
 def instant_free(value: Any, at: float) -> Any:
     """``value`` (a result's JSON) with every number that depends on the instant ``at`` turned
-    into what it points at: an age into the time it started, the instant itself dropped;
+    into what it points at: an age into the time it started, a countdown into the time it
+    ends, the instant itself dropped;
     reasons with their numbers masked."""
     if isinstance(value, dict):
         out = {}
@@ -190,6 +193,8 @@ def instant_free(value: Any, at: float) -> Any:
                 continue
             if key in AGES and isinstance(item, (int, float)):
                 out[key] = ("since", at - item)
+            elif key in COUNTDOWNS and isinstance(item, (int, float)):
+                out[key] = ("since", at + item)
             elif key in WORDED:
                 out[key] = json.loads(re.sub(r"\d+(\.\d+)?", "0", json.dumps(item)))
             else:

@@ -233,7 +233,9 @@ def test_available_now_runs_lag_is_exact_and_run_complete(spark35, kafka):
     # The declared scheduled job: two runs seen, the last one is run 2 and it was complete.
     assert result.verdict.health is Health.OK, result.verdict
     schedule = result.report.schedule
-    assert schedule is not None and schedule.declared and schedule.runs_seen == 2
+    # Two runs, or three when a loaded machine stretched a pause inside run 1 past the run gap
+    # (half of runs_every: 30 s; seen once in a fresh-clone run beside five other sessions).
+    assert schedule is not None and schedule.declared and schedule.runs_seen in (2, 3)
     run = schedule.last_run
     assert run is not None and not run.in_progress and run.start_known
     assert (run.first_batch_id, run.last_batch_id) == (run2[0][0], run2[-1][0])
