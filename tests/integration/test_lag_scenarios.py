@@ -29,6 +29,8 @@ import pytest
 from airflow_sparklag.checkpoint import CheckpointReader
 from airflow_sparklag.health import Health
 from airflow_sparklag.monitor import CheckResult, check_checkpoint, check_checkpoints
+from airflow_sparklag.monitor import check as monitor_check
+from airflow_sparklag.session import Session
 from airflow_sparklag.storage import open_storage
 from testbed import jobs
 
@@ -485,6 +487,55 @@ def test_offsets_v2_named_sources(spark, kafka, tmp_path):
     assert_exact(result, kafka, merged(on_disk))
     lags = {s.source_id: s.lag for s in result.report.sources}
     assert lags == {"orders": 3, "payments": 6}
+    # A named source is mapped to its cluster by its name (here the same broker, named apart).
+    port = kafka.bootstrap.rsplit(":", 1)[1]
+    with Session(
+        kafka_config={"bootstrap.servers": kafka.bootstrap},
+        source_kafka={"payments": {"bootstrap.servers": f"localhost:{port}"}},
+    ) as session:
+        mapped = monitor_check(session, str(ck))
+    clusters = {s.source_id: s.cluster for s in mapped.report.sources}
+    assert clusters == {"orders": None, "payments": f"localhost:{port}"}, clusters
+    assert {s.source_id: s.lag for s in mapped.report.sources} == lags
+
+
+# -- commit log v2: state checkpoint format 2 (state unique ids) ---------------------------------
+
+
+def test_commit_log_v2_with_state_unique_ids(spark, kafka, tmp_path):
+    """A stateful query (RocksDB) with stateStore.checkpointFormatVersion=2 writes commits v2
+    with ``stateUniqueIds``: the committed offsets are exact and the verdict is not false."""
+    topic = kafka.create_topic(f"cv2-{uid()}", partitions=2)
+    kafka.produce(topic, 12)
+    ck = tmp_path / "ck"
+    provider = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    with sql_conf(
+        spark,
+        **{
+            "spark.sql.streaming.stateStore.providerClass": provider,
+            "spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
+            "spark.sql.shuffle.partitions": "2",
+        },
+    ):
+        # streaming deduplication: a stateful operator that append mode allows
+        distinct = values(jobs.kafka_stream(spark, kafka.bootstrap, topics=[topic]))
+        query = jobs.start_query(
+            distinct.dropDuplicates(["v"]), str(ck), trigger={"availableNow": True}
+        )
+        try:
+            assert query.awaitTermination(180), "the stateful availableNow run did not finish"
+            assert query.exception() is None, query.exception()
+        finally:
+            jobs.stop_quietly(query)
+    kafka.produce(topic, 5, start=100)
+    newest = _ids(ck / "commits")[-1]
+    text = (ck / "commits" / str(newest)).read_text()
+    assert text.startswith("v2\n") and "stateUniqueIds" in text, text[:300]
+    _, on_disk = disk_committed(ck)
+    result = check(kafka, ck)
+    assert_exact(result, kafka, merged(on_disk))
+    assert result.report.total_lag == 5
+    assert result.verdict.health is Health.OK, result.verdict
 
 
 # -- short history: minBatchesToRetain=2 -----------------------------------------------------------
