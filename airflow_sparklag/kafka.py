@@ -234,11 +234,17 @@ class _ClientLog:
                 self._cause = (time.monotonic(), text)
         self._log.log(level if repeats == 0 else logging.DEBUG, "%s", scrub(line, self._secrets))
 
-    def cause(self, within: float) -> str | None:
-        """The last connection failure librdkafka logged in the last `within` seconds (an older
-        one is history: the broker may have answered since), with how often it was seen."""
+    def answered(self) -> None:
+        """The cluster answered: an earlier connection failure is history, no cause."""
         with self._lock:
-            if self._cause is None or time.monotonic() - self._cause[0] > within:
+            self._cause = None
+
+    def cause(self) -> str | None:
+        """The last connection failure librdkafka logged since the cluster last answered,
+        with how often it was seen. (Not "in the last N seconds": librdkafka logs a repeated
+        failure once, so a handshake refused at the first connection is the cause still.)"""
+        with self._lock:
+            if self._cause is None:
                 return None
             text = self._cause[1]
             count = self._seen.get(text, 1)
@@ -407,7 +413,7 @@ class KafkaOffsetsClient:
     # -- errors -------------------------------------------------------------------------------
 
     def _unavailable(self, what: str, detail: str = "") -> KafkaUnavailable:
-        cause = self._client_log.cause(within=self._timeout + _POLL_INTERVAL)
+        cause = self._client_log.cause()
         if cause:  # what librdkafka saw says more than "Broker transport failure"
             detail = f"{cause}; {detail}" if detail else cause
         extra = f" ({detail})" if detail else ""
@@ -626,6 +632,7 @@ class KafkaOffsetsClient:
             raise
         except Exception as exc:
             raise self.translate(exc, "a metadata request") from exc
+        self._client_log.answered()
         matched: frozenset[str] = frozenset()
         if pattern is not None:
             regex = subscribe_regex(pattern)

@@ -41,11 +41,15 @@ def push_check_failed(context: Context, location: str, exc: BaseException, key: 
     """Record a check that failed (no checkpoint there, Kafka unreachable, a bad parameter)
     under the XCom ``key`` a result would have: a failed task leaves no return value, and the
     "Streaming lag" page and alerts must still see the job. The task's error text is already
-    scrubbed of secrets (``run_core``)."""
+    scrubbed of the connections' secrets (``run_core``); the location and the text lose any
+    URL userinfo here (``s3a://KEY:SECRET@bucket/...``)."""
+    from airflow_sparklag.redact import redact_url, scrub
+
+    error = scrub(str(exc), ())
     failed = {
-        "location": location,
-        "error": str(exc),
-        "verdict": {"health": "CHECK_FAILED", "reason": str(exc)},
+        "location": redact_url(location),
+        "error": error,
+        "verdict": {"health": "CHECK_FAILED", "reason": error},
         "report": None,
     }
     context["ti"].xcom_push(key=key, value=failed)
