@@ -6,6 +6,7 @@ labels sit in their own margin (never over the line), and each threshold a dashe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from html import escape
@@ -190,6 +191,11 @@ def time_chart(
 # -- the fleet table ---------------------------------------------------------------------------
 
 
+def _loss_text(seconds: float | None) -> str:
+    """Time until retention deletes an unread record: ``never`` when it does not delete."""
+    return "never" if seconds is not None and math.isinf(seconds) else seconds_text(seconds)
+
+
 def _row(job: JobView, base: str) -> str:
     last = job.last
     lag = "-" if last.total_lag is None else f"{last.total_lag:,}"
@@ -203,6 +209,7 @@ def _row(job: JobView, base: str) -> str:
         f'<td class="num">{seconds_text(last.max_lag_seconds)}</td>'
         f'<td class="num">{seconds_text(last.commit_age_seconds)}</td>'
         f'<td class="num">{seconds_text(last.catch_up_seconds)}</td>'
+        f'<td class="num">{_loss_text(last.min_time_to_loss_seconds)}</td>'
         f"<td>{sparkline(job.checks[-30:])}</td>"
         f'<td><a href="{escape(ti_href(base, last))}" target="_top">'
         f'<time title="{escape(_time(last.at))}">'
@@ -241,6 +248,7 @@ def fleet_page(
     table = (
         '<table class="jobs"><thead><tr><th>Job</th><th>Health</th><th>Reason</th>'
         "<th>Lag (records)</th><th>Lag (time)</th><th>Commit age</th><th>Catch-up in</th>"
+        "<th>Data loss in</th>"
         f"<th>Trend</th><th>Last check</th></tr></thead><tbody>{rows}</tbody></table>"
     )
     empty = (

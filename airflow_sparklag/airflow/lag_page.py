@@ -26,6 +26,7 @@ show only checks of DAGs the user may read. No connection is read.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -67,6 +68,8 @@ class Check:
     map_index: int = -1
     name: str = ""
     report: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    # retention deletes an unread record in this many seconds (math.inf: never; None: unknown)
+    min_time_to_loss_seconds: float | None = None
 
 
 @dataclass
@@ -111,6 +114,8 @@ def _parsed(
         "report": None,
     }
     parsed.update((name, _number(measured.get(name))) for name in MEASURES)
+    loss = measured.get("min_time_to_loss_seconds")
+    parsed["min_time_to_loss_seconds"] = math.inf if loss == "infinite" else _number(loss)
     if parsed["total_lag"] is not None:
         parsed["total_lag"] = int(parsed["total_lag"])
     return parsed

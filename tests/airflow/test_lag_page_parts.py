@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
-from airflow_sparklag.airflow.lag_html import STYLE, time_chart
+from airflow_sparklag.airflow.lag_html import STYLE, fleet_page, time_chart
 from airflow_sparklag.airflow.lag_page import collect, counts, matching, parse_xcom
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
@@ -90,3 +90,25 @@ def test_stopped_unknown_and_failed_have_their_own_colours():
     colours = dict(re.findall(r"\.health-([A-Z_]+)\{background:(#[0-9a-f]+)", STYLE))
     verdicts = ["OK", "LAGGING", "STALLED", "STOPPED", "REWIND", "DATA_LOSS", "UNKNOWN"]
     assert len({colours[h] for h in [*verdicts, "CHECK_FAILED"]}) == 8
+
+
+def test_time_to_data_loss_is_a_column():
+    def losing(location: str, loss) -> dict:  # type: ignore[no-untyped-def]
+        value = result(location, "LAGGING", 5)
+        value["report"]["min_time_to_loss_seconds"] = loss
+        return value
+
+    jobs = collect(
+        [
+            row("a", 0, losing("/ck/a", 7200.0)),
+            row("b", 0, losing("/ck/b", "infinite")),
+            row("c", 0, losing("/ck/c", None)),
+        ]
+    )
+    losses = {j.location: j.last.min_time_to_loss_seconds for j in jobs}
+    assert losses == {"/ck/a": 7200.0, "/ck/b": float("inf"), "/ck/c": None}
+    html = fleet_page(jobs, counts(jobs), jobs, "http://airflow", (None, None))
+    assert "<th>Data loss in</th>" in html
+    # the last number cell of each row, before the trend
+    cells = re.findall(r'<td class="num">([^<]*)</td><td>(?:<svg|<span class="muted">)', html)
+    assert sorted(cells) == ["-", "2.0h", "never"], cells
