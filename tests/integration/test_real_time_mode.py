@@ -180,7 +180,10 @@ def test_real_time_keeping_up_falling_behind_and_stopped(
     )
     # The falling-behind query's lag as of each checkpoint, against the truth: records produced
     # before the checkpoint's time minus records its sink had by then.
-    assert lagging.verdict.rule == "lagging_real_time", lagging.verdict
+    # LAGGING by the real-time rule; the micro-batch trend may fire first when what the
+    # intervals read grew too (seen once on a loaded machine): both are in the findings.
+    assert lagging.verdict.health is Health.LAGGING, lagging.verdict
+    assert "lagging_real_time" in {f.rule for f in lagging.verdict.findings}, lagging.verdict
     assert lagging.report is not None and lagging.report.real_time is not None
     produced = record_times(kafka.bootstrap, topics["b"])
     sunk = record_times(kafka.bootstrap, topics["b-out"])
