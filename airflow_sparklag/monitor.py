@@ -264,7 +264,7 @@ def _source_starts(session: Session, state: CheckpointState) -> Offsets | None:
     return starts
 
 
-def _cluster_topics(session: Session, states: Mapping[str, CheckpointState]) -> dict[int, set[str]]:
+def cluster_topics(session: Session, states: Mapping[str, CheckpointState]) -> dict[int, set[str]]:
     """The topics to ask each cluster for (0: the main one; see ``Session.cluster_of``)."""
     topics: dict[int, set[str]] = {}
     for state in states.values():
@@ -723,19 +723,30 @@ def _judge(
     complete: Complete | None,
 ) -> _Judge:
     """The judge of ``states``: one Kafka snapshot per cluster taken, at one instant."""
-    # The pattern's topics come in the same metadata answer: no extra request.
-    listed = {} if options.subscribe_pattern is None else {"pattern": options.subscribe_pattern}
+    topics = cluster_topics(session, states)
+    snapshots = cluster_snapshots(session, topics, options.subscribe_pattern)
+    at = max(s.fetched_at for s in snapshots.values()) if now is None else now
+    return _Judge(session, states, options, snapshots, at, complete)
+
+
+def cluster_snapshots(
+    session: Session, topics: Mapping[int, Iterable[str]], pattern: str | None = None
+) -> dict[int, KafkaSnapshot]:
+    """ONE snapshot per cluster (cluster -> its topics, ``cluster_topics``), with the last
+    stable offsets; the main cluster's (0) is empty when no source reads it. ``pattern``'s
+    topics come in the same metadata answer: no extra request."""
+    listed = {} if pattern is None else {"pattern": pattern}
     snapshots = {
         cluster: session.cluster_kafka(cluster).snapshot(
-            sorted(topics), read_committed=True, **listed
+            sorted(names), read_committed=True, **listed
         )
-        for cluster, topics in sorted(_cluster_topics(session, states).items())
+        for cluster, names in sorted(topics.items())
+        if names
     }
     if 0 not in snapshots:  # no source on the main cluster: nothing to ask it
         fetched = max((s.fetched_at for s in snapshots.values()), default=None)
         snapshots[0] = KafkaSnapshot({}, frozenset(), fetched or time.time(), None)
-    at = max(s.fetched_at for s in snapshots.values()) if now is None else now
-    return _Judge(session, states, options, snapshots, at, complete)
+    return snapshots
 
 
 def failed_result(location: str, error: SparkLagError) -> CheckResult:
@@ -904,6 +915,8 @@ __all__ = [
     "check_checkpoint",
     "check_checkpoints",
     "check_many",
+    "cluster_snapshots",
+    "cluster_topics",
     "judge_against",
     "judge_states",
     "read_states",

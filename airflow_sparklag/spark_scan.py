@@ -57,6 +57,7 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparklag.monitor import cluster_snapshots
 from airflow_sparklag.session import Session
 
 if TYPE_CHECKING:
@@ -203,7 +204,7 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
     task's stats (storage requests, seconds, worker pid, sessions built) ride on its first row.
     """
     from airflow_sparklag.errors import SparkLagError
-    from airflow_sparklag.monitor import _cluster_topics
+    from airflow_sparklag.monitor import cluster_topics
 
     started, cpu = time.perf_counter(), time.process_time()
     options = json.loads(options_json)
@@ -217,7 +218,7 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
             state = reader.read(history, lazy_history=True)  # older batches: judge pass
         except SparkLagError as exc:
             return location, None, f"{type(exc).__name__}: {exc}", []
-        topics = _cluster_topics(session, {location: state})  # cluster -> topics
+        topics = cluster_topics(session, {location: state})  # cluster -> topics
         return location, _dump_state(state), None, {c: sorted(t) for c, t in topics.items()}
 
     batch = list(locations)
@@ -406,7 +407,7 @@ def scan(
         topics, tasks = _read_summary(states)
         timings["read_seconds"] = time.perf_counter() - clock - timings["discover_seconds"]
         clock = time.perf_counter()
-        snapshots = _kafka_snapshots(session, topics, options.subscribe_pattern)
+        snapshots = cluster_snapshots(session, topics, options.subscribe_pattern)
         timings["kafka_seconds"] = time.perf_counter() - clock
     judge_options = {
         "now": max(s.fetched_at for s in snapshots.values()) if now is None else now,
@@ -497,25 +498,6 @@ def _scan_locations(
     for root in prefixes:
         found.extend(discover_checkpoints(root, session=session, max_depth=max_depth))
     return list(dict.fromkeys(found))
-
-
-def _kafka_snapshots(
-    session: Session, topics: Mapping[int, Sequence[str]], pattern: str | None
-) -> dict[int, KafkaSnapshot]:
-    """ONE snapshot per cluster of every topic its jobs' sources read there (and of the topics
-    ``pattern`` is found in), taken on the driver (the main cluster's is empty if none), with
-    the last stable offsets, as the CLI takes them."""
-    from airflow_sparklag.kafka import KafkaSnapshot
-
-    listed = {} if pattern is None else {"pattern": pattern}
-    snapshots = {
-        c: session.cluster_kafka(c).snapshot(names, read_committed=True, **listed)
-        for c, names in sorted(topics.items())
-        if names
-    }
-    if 0 not in snapshots:
-        snapshots[0] = KafkaSnapshot({}, frozenset(), time.time(), None)
-    return snapshots
 
 
 def _judge(
