@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from airflow_sparklag import spark_scan
-from airflow_sparklag.health import STOPPED_MIN_IDLE_SECONDS, Health, Thresholds
+from airflow_sparklag.health import STOPPED_MIN_IDLE_SECONDS, Health, Thresholds, ages_needed
 from airflow_sparklag.lag import LagReport
 from airflow_sparklag.monitor import CheckOptions, CheckResult, check, check_many
 from airflow_sparklag.session import Session
@@ -85,7 +85,14 @@ def test_one_batch_then_records_wait(spark: Any, kafka: Any, topic: str, tmp_pat
         assert re.search(
             r"while 200 record\(s\) wait, the oldest for 3[4-7] s", late.verdict.reason
         ), late.verdict.reason
-        assert late.report is not None and late.report.time_lag_mode == "exact"
+        # Dated either way: by the records' own timestamps, or by the estimate when the gap
+        # between the batch and the Kafka snapshot is small against the records' age (then
+        # nothing needs reading: the CI run that expected "exact" met such a gap).
+        assert late.report is not None
+        lagging = [p for p in late.report.partitions() if p.lag]
+        assert lagging and all(p.lag_seconds is not None for p in lagging)
+        if late.report.time_lag_mode == "estimate":
+            assert not ages_needed(late.report, Thresholds(), past)
         # What the user declared decides: a schedule (between runs: fine), a commit age.
         scheduled = check(session, ck, CheckOptions(runs_every=3600), now=past)
         assert verdict_of(scheduled) == (Health.OK, "ok"), scheduled.verdict
