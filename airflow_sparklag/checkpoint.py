@@ -26,6 +26,7 @@ from typing import Any
 from airflow_sparklag.errors import (
     CheckpointCorrupt,
     CheckpointNotFound,
+    SparkLagError,
     StorageNotFound,
     UnsupportedCheckpointVersion,
 )
@@ -126,6 +127,10 @@ class CheckpointState:
     # read(lazy_history=True): the older committed batches of the window, listed but not read
     # (their offsets files, oldest first); CheckpointReader.read_history(state) reads them.
     unread_history: tuple[ObjectInfo, ...] = ()
+    # When a batch has real-time mode's shape (``real_time_interval``): the LastModified of
+    # what Spark wrote before it began (the offsets file below it, else ``metadata``).
+    # A copied checkpoint has every file written at copy time, after every batch time.
+    written_before: float | None = None
 
 
 def _batch_id(entry: tuple[ObjectInfo, BatchOffsets]) -> int:
@@ -523,7 +528,8 @@ class CheckpointReader:
     def _read_once(self, history: int, lazy_history: bool = False) -> CheckpointState:
         # commits/ first: offsets/N is written before commits/N, so any commit we see has its
         # offsets file in the listing that follows (no false "commits ahead of offsets").
-        commits, offsets, metadata_listed = self._list_logs()
+        commits, offsets, metadata = self._list_logs()
+        metadata_listed = None if metadata is None else bool(metadata)
         query_id = self._read_query_id(metadata_listed) if self.wants_query_id else None
         commit_ids = tuple(sorted(commits))
         offsets_ids = tuple(sorted(offsets))
@@ -586,7 +592,30 @@ class CheckpointReader:
             commit_ids=commit_ids,
             continuous=current is not None and _is_continuous(current),
             unread_history=unread,
+            written_before=self._written_before(in_flight or committed, offsets, metadata),
         )
+
+    def _written_before(
+        self,
+        newest: BatchOffsets | None,
+        offsets: Mapping[int, ObjectInfo],
+        metadata: list[ObjectInfo] | None,
+    ) -> float | None:
+        """``CheckpointState.written_before`` for ``newest``: only when it has real-time's
+        span (one listing of the checkpoint's root more, without S3's combined listing, when
+        it is the first batch)."""
+        span = None if newest is None else _span(newest)
+        if newest is None or span is None or span < REAL_TIME_MIN_INTERVAL:
+            return None
+        earlier = [i for i in offsets if i < newest.batch_id]
+        if earlier:
+            return offsets[max(earlier)].modified
+        if metadata is None:
+            try:
+                metadata = [e for e in self.storage.list_dir(self.location) if e.name == "metadata"]
+            except SparkLagError:
+                return None
+        return metadata[0].modified if metadata else None
 
     def read_history(
         self, state: CheckpointState, newest: int | None = None, *, workers: int = 1
@@ -629,8 +658,10 @@ class CheckpointReader:
             found = [read(batch_id) for batch_id in wanted]
         return tuple(batch for batch in found if batch is not None)
 
-    def _list_logs(self) -> tuple[dict[int, ObjectInfo], dict[int, ObjectInfo], bool | None]:
-        """commits/ and offsets/ batches, and whether ``metadata`` was seen (None: not asked).
+    def _list_logs(
+        self,
+    ) -> tuple[dict[int, ObjectInfo], dict[int, ObjectInfo], list[ObjectInfo] | None]:
+        """commits/ and offsets/ batches, and ``metadata`` as listed (None: not asked).
 
         A backend with ``list_checkpoint`` (S3) lists both logs and ``metadata`` in one
         request; the others list commits/ then offsets/. Either way commits/ is listed first
@@ -650,7 +681,7 @@ class CheckpointReader:
             return (
                 _batches(listing["commits"]),
                 _batches(listing["offsets"]),
-                bool(listing.get("metadata")),
+                list(listing.get("metadata") or ()),
             )
         commits = _batches(self.storage.list_dir(join(self.location, "commits")))
         offsets = _batches(self.storage.list_dir(join(self.location, "offsets")))
@@ -788,6 +819,9 @@ def _is_continuous(batch: BatchOffsets) -> bool:
 # times and some clock skew; a micro-batch would need a 4 s plan and a run of under 1 s.
 REAL_TIME_MIN_INTERVAL = 4.0
 REAL_TIME_MAX_WRITE_SHARE = 0.25  # offsets/C to commits/C, at most this share of that span
+# An interval begins when the previous checkpoint is written (0.3-0.5 s later in real queries):
+# what Spark wrote before it is at most this long after its batch time (S3 has 1 s times).
+REAL_TIME_START_SLACK = 2.0
 
 
 def real_time_interval(state: CheckpointState) -> float | None:
@@ -802,7 +836,20 @@ def real_time_interval(state: CheckpointState) -> float | None:
     interval is then C's, or L's before the first commit. Storage times on S3 have 1 s
     resolution and the store's clock. A query whose minBatchDuration was lowered under 4 s is
     not recognised (it is judged as a micro-batch).
+
+    And the interval began after what Spark wrote before it (``written_before``: the previous
+    offsets file, or ``metadata`` for the first): a checkpoint copied by ``aws s3 sync``,
+    ``distcp`` or ``cp -r`` has all its files written at copy time, long after every batch time,
+    and the same "offsets long after the batch time, the commit just after" shape.
     """
+    newest = state.in_flight or state.committed
+    if (
+        newest is None
+        or newest.batch_timestamp_ms is None
+        or state.written_before is None
+        or state.written_before > newest.batch_timestamp_ms / 1000.0 + REAL_TIME_START_SLACK
+    ):
+        return None
     committed, flight = state.committed, state.in_flight
     if flight is not None:
         span = _span(flight)

@@ -54,43 +54,48 @@ def list_children(storage: Storage, path: str) -> Children:
 
 
 def discover_checkpoints(
-    prefix: str,
+    prefix: str | Sequence[str],
     *,
     session: Session | None = None,
     storage: Storage | None = None,
     max_depth: int = 4,
     max_workers: int = MAX_READERS,
 ) -> list[str]:
-    """Checkpoint roots at or under ``prefix`` (sorted), at most ``max_depth`` levels down.
+    """Checkpoint roots at or under ``prefix`` (one or several; sorted), at most ``max_depth``
+    levels down.
 
-    Costs one listing per directory visited (level by level, ``max_workers`` at once). A
-    checkpoint's own subdirectories are never listed, and directories whose name starts with
-    ``.`` or ``_`` (``_spark_metadata``, ``_temporary``, hidden ones) are skipped. The listings
-    go through ``storage``, else ``session``'s backend for the prefix, else a local session's.
+    Costs one listing per directory visited (level by level, every prefix's directories of a
+    level together, ``max_workers`` at once). A checkpoint's own subdirectories are never
+    listed, and directories whose name starts with ``.`` or ``_`` (``_spark_metadata``,
+    ``_temporary``, hidden ones) are skipped. The listings go through ``storage``, else
+    ``session``'s backend for each prefix, else a local session's.
 
     >>> discover_checkpoints("s3a://bucket/checkpoints", session=session)   # doctest: +SKIP
     ['s3a://bucket/checkpoints/team-a/orders', 's3a://bucket/checkpoints/team-b/clicks']
     """
-    refuse_bucketless(prefix)
+    prefixes = [prefix] if isinstance(prefix, str) else list(prefix)
+    for each in prefixes:
+        refuse_bucketless(each)
     if storage is None:
-        storage = (session or Session()).storage(prefix)
-    backend = storage
-    root = trim_location(prefix)
-    found: list[str] = []
-    level = [root]
+        own = session or Session()
+        backends = [own.storage(each) for each in prefixes]
+    else:
+        backends = [storage] * len(prefixes)
+    level = [(b, trim_location(each)) for b, each in zip(backends, prefixes, strict=True)]
+    found: set[str] = set()
     with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
         for depth in range(max_depth + 1):
             if not level:
                 break
-            next_level: list[str] = []
-            for directory, children in zip(
-                level, pool.map(lambda d: list_children(backend, d), level), strict=True
+            next_level: list[tuple[Storage, str]] = []
+            for (backend, directory), children in zip(
+                level, pool.map(lambda entry: list_children(*entry), level), strict=True
             ):
                 if children.is_checkpoint:
-                    found.append(directory)
+                    found.add(directory)
                 elif depth < max_depth:
                     next_level.extend(
-                        join(directory, name)
+                        (backend, join(directory, name))
                         for name in sorted(children.directories)
                         if not name.startswith((".", "_"))
                     )
@@ -161,16 +166,12 @@ class FleetChecker:
 
     def discover(self) -> list[str]:
         """List the prefixes again; readers of vanished checkpoints are dropped."""
-        found: list[str] = []
-        for prefix in self.prefixes:
-            found.extend(
-                discover_checkpoints(
-                    prefix,
-                    session=self.session,
-                    max_depth=self.max_depth,
-                    max_workers=self.max_workers,
-                )
-            )
+        found = discover_checkpoints(
+            self.prefixes,
+            session=self.session,
+            max_depth=self.max_depth,
+            max_workers=self.max_workers,
+        )
         self._locations = list(dict.fromkeys([*self._given, *found]))
         self._discovered_at = time.monotonic()
         self.session.forget(self._locations)

@@ -495,8 +495,8 @@ def _scan_locations(
 
     found = [trim_location(loc) for loc in locations]
     prefixes = [prefix] if isinstance(prefix, str) else list(prefix or ())
-    for root in prefixes:
-        found.extend(discover_checkpoints(root, session=session, max_depth=max_depth))
+    if prefixes:
+        found.extend(discover_checkpoints(prefixes, session=session, max_depth=max_depth))
     return list(dict.fromkeys(found))
 
 

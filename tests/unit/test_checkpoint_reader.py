@@ -335,3 +335,24 @@ def test_reader_cache_keeps_only_the_window(tmp_path: Path) -> None:
     assert sorted(reader._offsets_cache) == [5, 6]
     # Asking for a longer window again re-reads what was dropped, with the same result.
     assert [b.batch_id for b in reader.read(history=7).history] == [0, 1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("sample", [s[0] for s in SAMPLES])
+def test_a_copied_checkpoint_is_not_taken_for_real_time_mode(sample: str, tmp_path: Path) -> None:
+    """A copy (`cp -r`, `aws s3 sync`, `distcp`, a git checkout of these samples) writes every
+    file at copy time: each offsets file long after its batch time and its commit right after
+    it, the shape real-time mode leaves. None of these queries ran in real-time mode, and what
+    was written before their newest batch (the previous offsets file or ``metadata``) is dated
+    after that batch began, which no real-time interval is."""
+    from airflow_sparklag.checkpoint import real_time_interval
+
+    copy = _copy(sample, tmp_path)
+    later = os.stat(copy / "offsets").st_mtime + 86_400  # copied a day after the run
+    for path in copy.rglob("*"):
+        os.utime(path, (later, later))
+    state = _reader(copy)[0].read()
+    newest = state.in_flight or state.committed
+    assert newest is not None
+    if newest.batch_timestamp_ms is not None:  # continuous mode has no batch time
+        assert state.written_before is not None and state.written_before > later - 1
+    assert real_time_interval(state) is None

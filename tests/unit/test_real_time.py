@@ -32,12 +32,23 @@ def batch(batch_id: int, at: float, written: float) -> BatchOffsets:
 
 
 def state(
-    committed: BatchOffsets | None, commit: float | None, flight: BatchOffsets | None = None
+    committed: BatchOffsets | None,
+    commit: float | None,
+    flight: BatchOffsets | None = None,
+    before: float | None = None,
 ) -> CheckpointState:
+    """``before``: when what Spark wrote before the newest batch was (the previous offsets file
+    or ``metadata``); by default 0.3 s after that batch's time, as in real queries."""
+    newest = flight or committed
+    if before is None and newest is not None and newest.batch_timestamp_ms is not None:
+        before = newest.batch_timestamp_ms / 1000 - 0.3
     return CheckpointState(
         "/ck", None, None if committed is None else committed.batch_id, committed, commit,
-        flight, (), (), (), continuous=False,
+        flight, (), (), (), continuous=False, written_before=before,
     )  # fmt: skip
+
+
+COPIED = T + 86_400.0  # `aws s3 sync` a day later: every file written then
 
 
 SHAPES = [
@@ -58,6 +69,16 @@ SHAPES = [
     ("a micro-batch in flight is planned at its batch time",
      state(batch(3, T, T + 5.1), T + 5.2, batch(4, T + 9.0, T + 9.1)), None),
     ("nothing committed, nothing in flight", state(None, None), None),
+    ("a copied micro-batch checkpoint: offsets and commit written together a day later",
+     state(batch(3, T, COPIED), COPIED + 0.01, before=COPIED), None),
+    ("a copied one-batch checkpoint: metadata written at copy time too",
+     state(batch(0, T, COPIED), COPIED, before=COPIED), None),
+    ("a copy in flight", state(batch(3, T, COPIED), COPIED, batch(4, T + 5, COPIED), COPIED),
+     None),
+    ("real-time: the previous checkpoint 1.5 s after the batch time (S3's 1 s times)",
+     state(batch(3, T, T + 5.1), T + 5.2, before=T + 1.5), 5.1),
+    ("nothing known about what was written before",
+     dataclasses.replace(state(batch(3, T, T + 5.1), T + 5.2), written_before=None), None),
 ]  # fmt: skip
 
 
