@@ -138,6 +138,29 @@ def test_same_numbers_on_every_storage_in_one_call(stopped, kafka, s3, hdfs):
     assert len({tuple(h.batch_id for h in r.report.history) for r in results}) == 1
 
 
+@pytest.mark.parametrize("kind", STORAGES)
+def test_a_copied_checkpoint_is_the_same_micro_batch_job(stopped, kafka, kind):
+    """A copy on the same store (as `aws s3 sync`, `distcp` or `cp -r` make: every file written
+    at copy time, each offsets file long after its batch time and its commit right after it)
+    is the same micro-batch job with the same numbers, never taken for a real-time query
+    (whose files have that shape: a stopped copy then read OK)."""
+    original = stopped["locations"][kind]
+    storage = open_storage(original.url, **original.options)
+    copy = Location(f"{original.url}-copy", original.options)
+    for relative, _size in sorted(storage.walk(original.url).items()):
+        if relative and not relative.endswith("/"):
+            storage.write_atomic(
+                f"{copy.url}/{relative}", storage.read(f"{original.url}/{relative}"), overwrite=True
+            )
+    first, second = original.check(kafka), copy.check(kafka)
+    assert second.report is not None and first.report is not None
+    assert (first.report.trigger, second.report.trigger) == ("micro-batch", "micro-batch")
+    assert second.report.real_time is None
+    assert partition_rows(second) == partition_rows(first)
+    aged = {"max_commit_age_seconds": 0.1}
+    assert copy.check(kafka, thresholds=aged).verdict.health is Health.STOPPED
+
+
 # -- a slow batch in flight on every storage -------------------------------------------------
 
 
