@@ -11,7 +11,6 @@ matters to. Request counts are real HTTP requests to a moto S3 server.
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
 from airflow_sparklag.monitor import CheckOptions, CheckResult, check, check_many, judge_states
 from airflow_sparklag.session import Session
 from airflow_sparklag.storage import open_storage
+from testbed.s3_server import put_objects
 from tests.unit.test_storage_s3 import CREDENTIALS, SentRequests, _boto_client, endpoint
 
 __all__ = ["endpoint"]  # the moto server fixture, shared with test_storage_s3
@@ -360,9 +360,7 @@ def lazy_endpoint(endpoint: str) -> str:
         objects.update({f"{name}/{k}": v for k, v in checkpoint_files(batches).items()})
     for index in range(2000):
         objects[f"stateful/state/0/{index % 200}/{index}.delta"] = b"s"
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(lambda kv: admin.put_object(Bucket=BUCKET, Key=kv[0], Body=kv[1]),
-                      objects.items()))  # fmt: skip
+    put_objects(admin, BUCKET, objects.items(), create=False)
     return endpoint
 
 

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -350,13 +349,7 @@ def listing_endpoint(endpoint: str) -> str:
     objects["ck10/offsets/"] = b""
     objects["ck10/offsets/sub/3"] = b"x"
     objects["ck10/commits.crc"] = b"x"
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        list(
-            pool.map(
-                lambda item: admin.put_object(Bucket=LISTING_BUCKET, Key=item[0], Body=item[1]),
-                objects.items(),
-            )
-        )
+    put_objects(admin, LISTING_BUCKET, objects.items(), create=False)
     return endpoint
 
 
