@@ -32,7 +32,7 @@ pytestmark = pytest.mark.testbed
 RATE = 40  # records/s, steady
 SOAK = 30.0  # seconds judged while running
 POLL = 2.0  # seconds between checks
-COMMIT_AGE = 5.0  # the user's max_commit_age_seconds: async commits come every second
+COMMIT_AGE = 10.0  # the user's max_commit_age_seconds: async commits come every second
 FALSE_WHILE_RUNNING = {Health.LAGGING, Health.STALLED, Health.STOPPED, Health.REWIND}
 
 
@@ -77,8 +77,8 @@ def test_async_progress_tracking_soak_then_stopped(spark: Any, kafka: Any, tmp_p
     # Stopped with records waiting: STOPPED past the user's commit age, and by the
     # threshold-free rule once no batch came for its bound; never LAGGING/STALLED/REWIND.
     committed, on_disk = disk_committed(ck)
-    aged = check(kafka, ck, max_commit_age_seconds=COMMIT_AGE)
-    assert aged.verdict.health is Health.STOPPED, aged.verdict
+    aged = until_stopped(kafka, ck, stopped_at + COMMIT_AGE, max_commit_age_seconds=COMMIT_AGE)
+    assert aged.verdict.rule == "stopped", aged.verdict
     assert aged.report is not None and aged.report.committed_batch_id == committed
     counted = assert_exact(aged, kafka, merged(on_disk))
     assert sum(counted.values()) >= RATE // 2, counted
@@ -90,21 +90,25 @@ def test_async_progress_tracking_soak_then_stopped(spark: Any, kafka: Any, tmp_p
         assert flight.planned_offsets == planned
     else:
         assert flight is None
-    verdict = stopped_by_own_pace(kafka, ck, stopped_at)
-    assert verdict.rule == "stopped_idle", verdict
+    # Threshold-free: no batch for 30 s (STOPPED_MIN_IDLE_SECONDS; its last batch on disk
+    # may be up to a tracking interval older than the stop).
+    idle = until_stopped(kafka, ck, stopped_at + STOPPED_MIN_IDLE_SECONDS)
+    assert idle.verdict.rule == "stopped_idle", idle.verdict
+    assert time.time() - stopped_at > STOPPED_MIN_IDLE_SECONDS - 2, idle.verdict
 
 
 def soak(kafka: Any, query: Any, checkpoint: Path) -> Counter[str]:
     """Checks the running query every POLL s for SOAK s after its first commit, with default
-    thresholds and with max_commit_age_seconds: OK every time (UNKNOWN before the first
-    commit); counts what it saw (offsets ahead of the commit, gaps in the history read)."""
+    thresholds and (once it committed: a first batch on a loaded machine may take longer)
+    with max_commit_age_seconds: OK every time (UNKNOWN before the first commit); counts what
+    it saw (offsets ahead of the commit, gaps in the history read)."""
     seen: Counter[str] = Counter()
     first = None
     deadline = time.monotonic() + SOAK + 90
     while first is None or time.monotonic() - first < SOAK:
         assert time.monotonic() < deadline, seen
         assert query.exception() is None, f"query failed: {query.exception()}"
-        for thresholds in ({}, {"max_commit_age_seconds": COMMIT_AGE}):
+        for thresholds in ({}, {"max_commit_age_seconds": COMMIT_AGE}) if first else ({},):
             result = check(kafka, checkpoint, **thresholds)
             health = result.verdict.health
             assert health not in FALSE_WHILE_RUNNING, (thresholds, result.verdict)
@@ -119,19 +123,18 @@ def soak(kafka: Any, query: Any, checkpoint: Path) -> Counter[str]:
             seen["offsets_ahead"] += report.in_flight is not None
             seen["polls"] += 1
         time.sleep(POLL)
+    print(f"async soak: {dict(seen)}")
     return seen
 
 
-def stopped_by_own_pace(kafka: Any, checkpoint: Path, stopped_at: float) -> Any:
-    """Default thresholds after the stop: OK while within the threshold-free bound (at least
-    STOPPED_MIN_IDLE_SECONDS without a batch), STOPPED past it, within 20 s more."""
-    deadline = stopped_at + STOPPED_MIN_IDLE_SECONDS + 20
+def until_stopped(kafka: Any, checkpoint: Path, due: float, **thresholds: Any) -> CheckResult:
+    """Checks the stopped query until STOPPED, at most 20 s past ``due`` (epoch seconds):
+    OK before, never another verdict."""
     while True:
-        result = check(kafka, checkpoint)
+        result = check(kafka, checkpoint, **thresholds)
         health = result.verdict.health
-        assert health in (Health.OK, Health.STOPPED), result.verdict
+        assert health in (Health.OK, Health.STOPPED), (thresholds, result.verdict)
         if health is Health.STOPPED:
-            assert time.time() - stopped_at > STOPPED_MIN_IDLE_SECONDS, result.verdict
-            return result.verdict
-        assert time.time() < deadline, result.verdict
-        time.sleep(2.0)
+            return result
+        assert time.time() < due + 20, (thresholds, result.verdict)
+        time.sleep(1.0)
