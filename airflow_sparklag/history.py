@@ -213,11 +213,15 @@ class HistoryPlan:
     real_time: bool = False  # points at offsets/N's write, processed = offsets/N
 
     def time_ms(self, batch: BatchOffsets) -> int | None:
-        """When the point of ``batch`` is: its batch time; a real-time checkpoint's offsets
-        file's write (its interval's end, when its offsets were reached)."""
-        if not self.real_time:
-            return batch.batch_timestamp_ms
-        return None if batch.modified is None else round(batch.modified * 1000)
+        return _point_time_ms(batch, self.real_time)
+
+
+def _point_time_ms(batch: BatchOffsets, real_time: bool) -> int | None:
+    """When the point of ``batch`` is: its batch time; a real-time checkpoint's offsets file's
+    write (its interval's end, when its offsets were reached)."""
+    if not real_time:
+        return batch.batch_timestamp_ms
+    return None if batch.modified is None else round(batch.modified * 1000)
 
 
 def plan_history(state: CheckpointState, batches: int) -> HistoryPlan:
@@ -230,8 +234,7 @@ def plan_history(state: CheckpointState, batches: int) -> HistoryPlan:
     chosen = [("committed", b) for b in committed[-batches:]] if batches > 0 else []
     if state.in_flight is not None:
         chosen.append(("in_flight", state.in_flight))
-    timed = HistoryPlan((), {}, frozenset(), (), (), None, real_time)
-    shown = tuple((kind, b) for kind, b in chosen if timed.time_ms(b) is not None)
+    shown = tuple((kind, b) for kind, b in chosen if _point_time_ms(b, real_time) is not None)
     by_id = {b.batch_id: b for b in [*committed, *(b for _, b in chosen)]}
     topics = frozenset(
         topic for b in by_id.values() for positions in _kafka(b).values() for topic in positions
@@ -252,7 +255,7 @@ def plan_history(state: CheckpointState, batches: int) -> HistoryPlan:
         shown=shown,
         by_id=by_id,
         topics=topics,
-        times=tuple(sorted({t for b in asked if (t := timed.time_ms(b))})),
+        times=tuple(sorted({t for b in asked if (t := _point_time_ms(b, real_time))})),
         start_sources=tuple(_kafka(first)) if first is not None else (),
         unknown=unknown,
         real_time=real_time,
