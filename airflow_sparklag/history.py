@@ -20,6 +20,13 @@ reported as unknown (with ``lag_seconds_min`` set), never extrapolated.
 
 The last point, ``kind="now"``, is the committed offsets against the live log end.
 
+A real-time query (``checkpoint.real_time_interval``) writes ``offsets/N`` at the END of its
+interval, with the offsets it had reached then, while ``batchTimestampMs`` is the interval's
+start: each of its points is at the time ``offsets/N`` was written, with those offsets as
+processed (the lag as of that checkpoint, as ``lag.as_of_checkpoint`` measures the newest
+one). Its ``now`` point has no lag: the running interval reads records as they arrive and no
+file says how far it got (committed to the live log end is an upper bound).
+
     >>> with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
     ...     past = history(session, "s3a://bucket/ck/orders", batches=20)   # doctest: +SKIP
     >>> [(point.batch_id, point.total_lag) for point in past.points]         # doctest: +SKIP
@@ -42,6 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from airflow_sparklag.checkpoint import real_time_interval
 from airflow_sparklag.lag import json_safe
 from airflow_sparklag.timelag import OffsetTimeTable
 
@@ -86,6 +94,22 @@ APPROXIMATIONS = (
     "answers (lag_seconds_min .. lag_seconds_max) and interpolated linearly in between",
     "lag is measured against the high watermark: on transactional topics read with "
     "read_committed, markers and open transactions count as lag",
+)
+REAL_TIME_APPROXIMATIONS = (
+    "real-time trigger: a point is a checkpoint, at the time offsets/N was written (the "
+    "storage's modification time, 1 s resolution on S3) at the end of its interval, with the "
+    "offsets reached then as processed; batchTimestampMs (the interval's start) is not used",
+    "log end at a checkpoint's time = Kafka's first offset whose record timestamp is >= that "
+    "time: exact for topics with message.timestamp.type=LogAppendTime; with CreateTime it "
+    "trusts the producers' clocks and append order",
+    APPROXIMATIONS[3],
+    APPROXIMATIONS[4],
+    "the now point has no lag: the running interval reads records as they arrive and no file "
+    "says how far it got; committed offsets to the live log end are an upper bound",
+)
+REAL_TIME_NOW = (
+    "real-time trigger: the running interval reads records as they arrive and no file says "
+    "how far it got; the newest checkpoint to the live log end is an upper bound, not lag"
 )
 
 
@@ -186,10 +210,23 @@ class HistoryPlan:
     times: tuple[int, ...]  # distinct batch times (ms) to ask Kafka about
     start_sources: tuple[str, ...]  # Kafka source ids whose sources/<id>/0 batch 0 needs
     unknown: str | None
+    real_time: bool = False  # points at offsets/N's write, processed = offsets/N
+
+    def time_ms(self, batch: BatchOffsets) -> int | None:
+        return _point_time_ms(batch, self.real_time)
+
+
+def _point_time_ms(batch: BatchOffsets, real_time: bool) -> int | None:
+    """When the point of ``batch`` is: its batch time; a real-time checkpoint's offsets file's
+    write (its interval's end, when its offsets were reached)."""
+    if not real_time:
+        return batch.batch_timestamp_ms
+    return None if batch.modified is None else round(batch.modified * 1000)
 
 
 def plan_history(state: CheckpointState, batches: int) -> HistoryPlan:
     """The last ``batches`` committed batches (plus the in-flight one) that carry a time."""
+    real_time = real_time_interval(state) is not None
     committed = sorted(
         (b for b in state.history if b.batch_id <= (state.committed_batch_id or 0)),
         key=lambda b: b.batch_id,
@@ -197,7 +234,7 @@ def plan_history(state: CheckpointState, batches: int) -> HistoryPlan:
     chosen = [("committed", b) for b in committed[-batches:]] if batches > 0 else []
     if state.in_flight is not None:
         chosen.append(("in_flight", state.in_flight))
-    shown = tuple((kind, b) for kind, b in chosen if b.batch_timestamp_ms is not None)
+    shown = tuple((kind, b) for kind, b in chosen if _point_time_ms(b, real_time) is not None)
     by_id = {b.batch_id: b for b in [*committed, *(b for _, b in chosen)]}
     topics = frozenset(
         topic for b in by_id.values() for positions in _kafka(b).values() for topic in positions
@@ -208,18 +245,20 @@ def plan_history(state: CheckpointState, batches: int) -> HistoryPlan:
             unknown = "the batches carry no time (continuous trigger): nothing to date"
         else:
             unknown = "no batch is retained yet: the query has not planned one"
-    first = next((b for _, b in shown if b.batch_id == 0), None)
+    # A real-time batch processed its own offsets: batch 0 needs no start offsets.
+    first = next((b for _, b in shown if b.batch_id == 0 and not real_time), None)
     # The batch before the first shown one is asked about too: its answer brackets the
     # records the first point has not read yet.
     base = by_id.get(shown[0][1].batch_id - 1) if shown else None
-    timed = [b for _, b in shown] + ([base] if base is not None else [])
+    asked = [b for _, b in shown] + ([base] if base is not None else [])
     return HistoryPlan(
         shown=shown,
         by_id=by_id,
         topics=topics,
-        times=tuple(sorted({b.batch_timestamp_ms for b in timed if b.batch_timestamp_ms})),
+        times=tuple(sorted({t for b in asked if (t := _point_time_ms(b, real_time))})),
         start_sources=tuple(_kafka(first)) if first is not None else (),
         unknown=unknown,
+        real_time=real_time,
     )
 
 
@@ -314,10 +353,33 @@ class _At:
     processed: Positions | None  # None: the position at that time is unknown
     why_unprocessed: str
     log_ends: Mapping[str, TopicOffsets]  # "" (the main cluster) or a mapped source's id ->
+    unmeasured: str | None = None  # why no lag is measured at this point (real-time's now)
 
 
 # "" (the main cluster) or a mapped source's id -> (topic, partition) -> its table
 Tables = Mapping[str, Mapping[tuple[str, int], OffsetTimeTable]]
+
+
+def _unmeasured(at: _At, topic: str, p: int, offset: int | None, log_end: int | None) -> str | None:
+    """Why the lag of one partition at ``at`` is not measured; None when it is."""
+    if at.unmeasured is not None:
+        return at.unmeasured
+    if at.processed is None:
+        return at.why_unprocessed
+    if offset is None:
+        return (
+            f"partition new in batch {at.batch_id}: Spark read it from the log start, which the "
+            "checkpoint does not record"
+        )
+    if log_end is None:
+        return f"Kafka has no partition {topic}-{p} now (topic deleted, or recreated smaller)"
+    if log_end < offset:
+        return (
+            f"Kafka's offset for this time ({log_end}) is below the offset already processed "
+            f"({offset}): record timestamps are out of append order (set by producers) or the "
+            "topic was recreated"
+        )
+    return None
 
 
 def _partition_point(at: _At, tables: Tables, source_id: str, topic: str, p: int) -> PartitionPoint:
@@ -326,22 +388,7 @@ def _partition_point(at: _At, tables: Tables, source_id: str, topic: str, p: int
     log_end = at.log_ends.get(cluster, {}).get(topic, {}).get(p)
     processed = None if at.processed is None else at.processed.get(source_id, {}).get(topic, {})
     offset = None if processed is None else processed.get(p)
-    why = None
-    if processed is None:
-        why = at.why_unprocessed
-    elif offset is None:
-        why = (
-            f"partition new in batch {at.batch_id}: Spark read it from the log start, which the "
-            "checkpoint does not record"
-        )
-    elif log_end is None:
-        why = f"Kafka has no partition {topic}-{p} now (topic deleted, or recreated smaller)"
-    elif log_end < offset:
-        why = (
-            f"Kafka's offset for this time ({log_end}) is below the offset already processed "
-            f"({offset}): record timestamps are out of append order (set by producers) or the "
-            "topic was recreated"
-        )
+    why = _unmeasured(at, topic, p, offset, log_end)
     if why is not None or offset is None or log_end is None:
         return PartitionPoint(
             source_id, topic, p, log_end, offset, planned, None, None, None, None, why
@@ -390,10 +437,12 @@ def _batch_points(
             "minBatchesToRetain) or was never written (async progress tracking): what had been "
             "processed at this time is unknown"
         )
-        if batch.batch_id == 0:
+        if plan.real_time:
+            processed = _kafka(batch)  # reached when its offsets file was written
+        elif batch.batch_id == 0:
             processed = start_offsets
             why = "the source's start offsets (sources/<id>/0) could not be read"
-        time_ms = int(batch.batch_timestamp_ms or 0)
+        time_ms = plan.time_ms(batch) or 0
         ends = {key: answer[0].get(time_ms) or {} for key, answer in answers.items()}
         yield _At(kind, batch.batch_id, time_ms, _kafka(batch), processed, why, ends)
 
@@ -430,6 +479,7 @@ def reconstruct(
                 _kafka(state.committed),
                 "",
                 {key: _log_ends(live) for key, live in lives.items()},
+                REAL_TIME_NOW if plan.real_time else None,
             )
         )
     return LagHistory(
@@ -437,6 +487,7 @@ def reconstruct(
         generated_at=time.time() if now is None else now,
         points=tuple(_history_point(at, tables) for at in ats),
         kafka_calls=kafka_calls,
+        approximations=REAL_TIME_APPROXIMATIONS if plan.real_time else APPROXIMATIONS,
         unknown=plan.unknown,
     )
 

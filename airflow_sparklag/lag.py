@@ -194,11 +194,12 @@ class RealTime(_ToDict):
 class HistoryBatch(_ToDict):
     """A retained committed batch: the x-axis of PartitionLag.offset_history.
 
-    `timestamp_ms` is the batch's `batchTimestampMs`; an epoch of the continuous trigger has
-    none (empty metadata line), so it gets its offsets file's modification time, when the
-    epoch ended (`batch_time_ms`). `records` is how many offsets (all Kafka partitions of all
-    sources) the batch read, counted from the batch before it in the history; None for the
-    oldest one.
+    `timestamp_ms` is when the batch's offsets were reached (`batch_time_ms`): its
+    `batchTimestampMs`; for an epoch of the continuous trigger, which has none (empty metadata
+    line), and a real-time checkpoint, whose `batchTimestampMs` is its interval's start, its
+    offsets file's modification time (the epoch's or interval's end). `records` is how many
+    offsets (all Kafka partitions of all sources) the batch read, counted from the batch
+    before it in the history; None for the oldest one.
     """
 
     batch_id: int
@@ -297,16 +298,19 @@ def _rates(
     series: list[BatchOffsets],
     source_ends: Mapping[str, Mapping[str, Mapping[int, int]]],
     fetched_at: float,
+    real_time: bool = False,
 ) -> tuple[float | None, float | None]:
     """(consumption rate, production-rate upper bound) over the retained history;
-    ``source_ends``: source id -> topic -> partition -> reference offset in its cluster."""
-    timed = [b for b in series if batch_time_ms(b) is not None]
+    ``source_ends``: source id -> topic -> partition -> reference offset in its cluster.
+    Each batch's offsets are dated when they were reached (``batch_time_ms``): the upper bound
+    holds only then (the log end was at least the first batch's offsets at that time)."""
+    timed = [b for b in series if batch_time_ms(b, real_time) is not None]
     if not timed:
         return None, None
     first, last = timed[0], timed[-1]
     first_offsets, last_offsets = _kafka_offsets(first), _kafka_offsets(last)
-    t_first = (batch_time_ms(first) or 0) / 1000.0
-    t_last = (batch_time_ms(last) or 0) / 1000.0
+    t_first = (batch_time_ms(first, real_time) or 0) / 1000.0
+    t_last = (batch_time_ms(last, real_time) or 0) / 1000.0
     consumed = produced = 0
     for source_id, topics in first_offsets.items():
         for topic, parts in topics.items():
@@ -449,13 +453,17 @@ def _positions_of(report: LagReport) -> tuple[list[Offsets], Offsets, Offsets]:
     return list(series), planned, ends
 
 
-def batch_time_ms(batch: BatchOffsets) -> int | None:
-    """When a batch ran: its ``batchTimestampMs``; for a continuous epoch, which has none, when
-    its offsets file was written (the epoch's end: Spark writes it once every reader reported
-    the epoch's end offsets), so epochs keep a clock; None when neither is known."""
-    if batch.batch_timestamp_ms is not None:
+def batch_time_ms(batch: BatchOffsets, real_time: bool = False) -> int | None:
+    """When a batch's offsets were reached: its ``batchTimestampMs`` (a micro-batch plans up
+    to them then); for a continuous epoch, which has none, and for a ``real_time`` checkpoint,
+    whose ``batchTimestampMs`` is its interval's START while its offsets are those of the END,
+    when its offsets file was written (Spark writes it at the epoch's or interval's end);
+    None when not known."""
+    if batch.batch_timestamp_ms is not None and not real_time:
         return batch.batch_timestamp_ms
-    return None if batch.modified is None else int(batch.modified * 1000)
+    if batch.modified is not None:
+        return int(batch.modified * 1000)
+    return None if real_time else batch.batch_timestamp_ms
 
 
 def _committed_series(state: CheckpointState) -> list[BatchOffsets]:
@@ -528,6 +536,10 @@ class _TimeTables:
 RATE_LIMITED = "batches look capped by maxOffsetsPerTrigger: the history cannot date records"
 NO_TIMESTAMP = "the record's timestamp could not be read"
 NOT_ESTIMATED = "not estimated (a preliminary report)"
+REAL_TIME_AGE = (
+    "real-time trigger: its batch times are its intervals' starts, so only the record's "
+    "timestamp dates it as of the checkpoint (exact time lag)"
+)
 
 
 @dataclass(frozen=True)
@@ -543,9 +555,10 @@ class LagBasis:
     rate_limited: bool
     time_tables: _TimeTables
     cluster: str | None = None  # a mapped source's cluster (bootstrap servers); None: main
-    # False: lag_seconds of a lagging partition is not estimated (NOT_ESTIMATED), for a report
-    # that is only asked whether it needs the older batches, then made again with them.
-    estimate: bool = True
+    # Why lag_seconds of a lagging partition is not estimated, when it is not: NOT_ESTIMATED
+    # for a report only asked whether it needs the older batches (then made again with them);
+    # REAL_TIME_AGE for a real-time query (its batch times are its intervals' starts).
+    unestimated: str | None = None
 
     @property
     def cluster_name(self) -> str:
@@ -565,8 +578,8 @@ class LagBasis:
             return max(0.0, (self.now_ms - ts) / 1000.0), None
         if self.rate_limited:
             return None, RATE_LIMITED
-        if not self.estimate:
-            return None, NOT_ESTIMATED
+        if self.unestimated is not None:
+            return None, self.unestimated
         return self.time_tables.age(topic, partition, position, self.now_ms)
 
 
@@ -671,7 +684,7 @@ class _Bases:
         planned: Offsets,
         committed: Offsets,
         observed: Sequence[BatchOffsets],
-        estimate: bool = True,
+        unestimated: str | None = None,
     ) -> None:
         every = [*series_offsets, planned, committed]
         topics = {topic for offsets in every for parts in offsets.values() for topic in parts}
@@ -699,7 +712,7 @@ class _Bases:
                     observed, ends[id(view)], view.snapshot.fetched_at * 1000.0
                 ),
                 cluster=view.servers,
-                estimate=estimate,
+                unestimated=unestimated,
             )
         self.main = built[id(main)]
         self._of = {source_id: built[id(view)] for source_id, view in views.items()}
@@ -942,6 +955,7 @@ def compute_lag(
     planned = _kafka_offsets(state.in_flight)
     series_offsets = [_kafka_offsets(b) for b in series]
     observed = [*series, state.in_flight] if state.in_flight is not None else series
+    interval = real_time_interval(state)  # a real-time query's batch times cannot date records
     bases = _Bases(
         SourceCluster(snapshot, None, record_timestamps),
         source_clusters or {},
@@ -951,13 +965,13 @@ def compute_lag(
         planned=planned,
         committed=_kafka_offsets(state.committed),
         observed=observed,
-        estimate=estimate_ages,
+        unestimated=REAL_TIME_AGE if interval else None if estimate_ages else NOT_ESTIMATED,
     )
     sources = _source_lags(
         bases.of, state, planned, series_offsets, source_starts, subscribe_pattern, assign
     )
     in_flight = _in_flight(state, planned, now, source_starts)
-    report = _report(state, snapshot, bases, series, sources, in_flight, now)
+    report = _report(state, snapshot, bases, series, sources, in_flight, now, interval)
     report = dataclasses.replace(
         report,
         single_cluster_assumed=not source_clusters and sum(s.is_kafka for s in sources) > 1,
@@ -977,8 +991,9 @@ def compute_lag(
     return dataclasses.replace(report, notes=notes, schedule=schedule)
 
 
-def _history(series: Sequence[BatchOffsets]) -> tuple[HistoryBatch, ...]:
-    """The retained batches, each with the offsets it read beyond the one before it."""
+def _history(series: Sequence[BatchOffsets], real_time: bool) -> tuple[HistoryBatch, ...]:
+    """The retained batches, each with the offsets it read beyond the one before it, dated
+    when its offsets were reached (``batch_time_ms``)."""
     batches = []
     previous: Offsets | None = None
     for batch in series:
@@ -992,7 +1007,7 @@ def _history(series: Sequence[BatchOffsets]) -> tuple[HistoryBatch, ...]:
                 for partition, offset in parts.items()
                 if (base := previous.get(source_id, {}).get(topic, {}).get(partition)) is not None
             )
-        batches.append(HistoryBatch(batch.batch_id, batch_time_ms(batch), records))
+        batches.append(HistoryBatch(batch.batch_id, batch_time_ms(batch, real_time), records))
         previous = offsets
     return tuple(batches)
 
@@ -1122,17 +1137,19 @@ def _report(
     sources: Sequence[SourceLag],
     in_flight: InFlightBatch | None,
     now: float,
+    interval: float | None,
 ) -> LagReport:
-    """The report: the sources' lags, their totals and worst partition, rates and catch-up."""
+    """The report: the sources' lags, their totals and worst partition, rates and catch-up;
+    ``interval``: a real-time query's (``checkpoint.real_time_interval``), else None."""
     all_parts = [p for s in sources for t in s.topics for p in t.partitions]
     worst_part = max(all_parts, key=lambda pl: pl.lag, default=None)
     known = [p.lag_seconds for p in all_parts if p.lag_seconds is not None]
     # Measured lag only: a missing topic's lag is unknown (None, listed in missing_topics).
     total_lag = sum(t.lag or 0 for s in sources for t in s.topics)
     committed_at = _committed_at(state)
-    consumption, production = _rates(list(series), bases.source_ends, snapshot.fetched_at)
+    at_end = interval is not None
+    consumption, production = _rates(list(series), bases.source_ends, snapshot.fetched_at, at_end)
     basis = bases.main
-    interval = real_time_interval(state)
     real_time = _real_time(state, series, interval)
     return LagReport(
         location=state.location,
@@ -1142,7 +1159,7 @@ def _report(
         commit_age_seconds=None if committed_at is None else max(0.0, now - committed_at),
         in_flight=in_flight,
         sources=tuple(sources),
-        history=_history(series),
+        history=_history(series, at_end),
         consumption_rate=consumption,
         production_rate=production,
         catch_up_seconds=_catch_up_seconds(total_lag, bool(sources), consumption, production),
@@ -1172,9 +1189,6 @@ def _real_time(
         return None
     times = tuple(b.modified for b in series)
     return RealTime(interval, state.committed.modified, times)
-
-
-REAL_TIME_AGE = "as of the checkpoint only a record's timestamp dates it (exact mode)"
 
 
 def as_of_checkpoint(report: LagReport, ends: Sequence[Offsets | None]) -> LagReport:
@@ -1210,7 +1224,7 @@ def as_of_checkpoint(report: LagReport, ends: Sequence[Offsets | None]) -> LagRe
         if lag and report.time_lag_mode == "exact" and p.lag_seconds is not None:
             seconds = max(0.0, p.lag_seconds + behind)
         elif lag:
-            seconds, unknown = None, REAL_TIME_AGE
+            seconds, unknown = None, p.lag_seconds_unknown or REAL_TIME_AGE
         return dataclasses.replace(
             p, lag=lag, lag_seconds=seconds, lag_seconds_unknown=unknown, since_checkpoint=produced
         )

@@ -100,6 +100,7 @@ SLOW_FILES = (
     "airflow/test_lag_page.py",
     "airflow/test_lag_page_parts.py",
     "integration/test_real_time_mode.py",
+    "integration/test_async_progress.py",
     "integration/test_short_history.py",
     "integration/test_time_to_loss.py",
     "integration/test_subscribe_pattern.py",

@@ -15,7 +15,6 @@ Checkpoints are local here; ``test_lag_storage.py`` runs the core scenarios on S
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import threading
 import time
@@ -390,64 +389,7 @@ def test_continuous_trigger(spark, kafka, tmp_path):
     assert result.report.committed_at is not None  # from the commit file, no batch timestamp
 
 
-# -- async progress tracking: ids with gaps -------------------------------------------------------
-
-
-def test_async_progress_tracking_gaps(spark, kafka, tmp_path):
-    tag = uid()
-    topic = kafka.create_topic(f"async-{tag}", partitions=2)
-    sink = kafka.create_topic(f"async-{tag}-out", partitions=1)
-    ck = tmp_path / "ck"
-    df = jobs.kafka_stream(spark, kafka.bootstrap, topics=[topic]).selectExpr("key", "value")
-    query = (
-        df.writeStream.format("kafka")
-        .option("kafka.bootstrap.servers", kafka.bootstrap)
-        .option("topic", sink)
-        .option("checkpointLocation", str(ck))
-        .option("asyncProgressTrackingEnabled", "true")
-        .option("asyncProgressTrackingCheckpointIntervalMs", "1000")
-        .trigger(processingTime="100 milliseconds")
-        .start()
-    )
-
-    def gaps() -> bool:
-        commits = _ids(ck / "commits")
-        return len(commits) >= 3 and any(b - a > 1 for a, b in itertools.pairwise(commits))
-
-    try:
-        # Keep data coming (batches every 100 ms, progress on disk at most once a second) until
-        # the commit log shows gaps; adapts to a slow machine where batches take longer.
-        deadline = time.monotonic() + 90
-        produced = 0
-        while not gaps() and time.monotonic() < deadline:
-            produced += kafka.produce(topic, 3, start=produced)
-            time.sleep(0.3)
-    finally:
-        query.stop()
-    commits = _ids(ck / "commits")
-    assert gaps(), commits
-    _, on_disk = disk_committed(ck)
-    kafka.produce(topic, 4, start=100)
-    result = check(kafka, ck)
-    state = CheckpointReader(open_storage(str(ck)), str(ck)).read()
-    assert state.commit_ids == tuple(commits)
-    assert result.report.committed_batch_id == commits[-1]
-    # The history is the newest committed batches that have offsets (a lagging job reads
-    # offsets/C-1 first, the rest of the window only when a rule needs it): ids with gaps.
-    read = [h.batch_id for h in result.report.history]
-    logged = [b for b in commits if b in _ids(ck / "offsets")]
-    assert len(read) >= 2 and read == logged[-len(read) :]
-    assert_exact(result, kafka, merged(on_disk))
-    assert result.report.total_lag >= 4
-    # A batch planned but not durably committed when the query stopped is reported in flight.
-    newest = _ids(ck / "offsets")[-1]
-    if newest > commits[-1]:
-        flight = result.report.in_flight
-        assert flight is not None and flight.batch_id == newest
-        planned = {sid: o for sid, o in disk_offsets(ck, newest).items() if o is not None}
-        assert flight.planned_offsets == planned
-    else:
-        assert result.report.in_flight is None
+# Async progress tracking (ids with gaps, offsets ahead of commits): test_async_progress.py.
 
 
 # -- offsets v2 with named sources ----------------------------------------------------------------

@@ -6,6 +6,7 @@ tests/integration/test_history.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -193,3 +194,38 @@ def test_caught_up_partitions_have_zero_seconds_and_history_is_json_safe():
     payload = json.loads(json.dumps(result.to_dict()))
     assert payload["points"][0]["partitions"][0]["lag_seconds"] == 0.0
     assert payload["approximations"]
+
+
+# -- real-time trigger: points at each checkpoint's write, with the offsets reached then --------
+
+
+def test_real_time_points_are_the_checkpoints_with_their_own_offsets():
+    from airflow_sparklag.history import REAL_TIME_APPROXIMATIONS, REAL_TIME_NOW
+
+    # Interval N runs from its batch time to its offsets file's write 5 s later (ms, seconds).
+    starts = [T0, T0 + 5_100, T0 + 10_200]
+    written = [(t + 5_000) / 1000.0 for t in starts]
+    batches = [
+        dataclasses.replace(batch(n, {"t": {0: 250 * (n + 1)}}, starts[n]), modified=written[n])
+        for n in range(3)
+    ]
+    # offsets/1 was written before interval 2 began (written_before: not a copy)
+    st = dataclasses.replace(
+        state(batches), commit_modified=written[-1] + 0.1, written_before=written[-2]
+    )
+    plan = plan_history(st, 10)
+    assert plan.real_time and plan.times == tuple(round(w * 1000) for w in written)
+    assert plan.start_sources == ()  # batch 0 processed its own offsets
+    # Kafka's end at each write: 3, 5, 2 records past the offsets reached then.
+    ends = {
+        round(w * 1000): {"t": {0: 250 * (n + 1) + (3, 5, 2)[n]}} for n, w in enumerate(written)
+    }
+    past = reconstruct(st, ends, snapshot({0: 900}, T0 + 17_000))
+    *points, now = past.points
+    assert [p.time_ms for p in points] == list(plan.times)
+    assert [p.total_lag for p in points] == [3, 5, 2]
+    assert [p.partitions[0].processed_offset for p in points] == [250, 500, 750]
+    assert now.kind == "now" and now.total_lag is None
+    assert now.partitions[0].unknown == REAL_TIME_NOW
+    assert (now.partitions[0].processed_offset, now.partitions[0].log_end_offset) == (750, 900)
+    assert past.approximations == REAL_TIME_APPROXIMATIONS

@@ -9,6 +9,7 @@ writes offsets/N well under a second after its batch time.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from test_health_support import NOW, part, report
@@ -61,7 +62,9 @@ SHAPES = [
      state(batch(3, T, T + 3.0), T + 3.2), None),
     ("real-time on S3: 1 s times", state(batch(3, T, T + 4.0), T + 5.0), 4.0),
     ("a long run after a long plan is a micro-batch",
-     state(batch(3, T, T + 4.0), T + 6.0), None),
+     state(batch(3, T, T + 4.0), T + 6.1), None),
+    ("real-time on a loaded machine: the commit 1.5 s after the offsets",
+     state(batch(3, T, T + 5.3), T + 6.8), 5.3),
     ("real-time, read between offsets/4 and commits/4: C's interval",
      state(batch(3, T, T + 5.1), T + 5.2, batch(4, T + 5.3, T + 10.4)), 5.1),
     ("real-time before its first commit: offsets/0's interval",
@@ -194,3 +197,33 @@ def test_the_reason_says_what_the_lag_is_measured_at() -> None:
     breached = evaluate(found, Thresholds(max_lag_records_total=100), now=NOW)
     assert breached.health is Health.LAGGING
     assert breached.reason.startswith("total lag 300 records > 100 as of the newest checkpoint")
+
+
+def test_the_report_dates_each_checkpoint_when_its_offsets_were_reached() -> None:
+    """batchTimestampMs is an interval's start, its offsets those of the end: the history, the
+    rates and the time lag use the offsets file's write, never the interval's start."""
+    from airflow_sparklag.checkpoint import SourceOffset
+    from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
+    from airflow_sparklag.lag import REAL_TIME_AGE, compute_lag
+
+    def checkpoint(n: int) -> BatchOffsets:
+        offsets = {"t": {0: 250 * (n + 1)}}
+        source = SourceOffset("0", "kafka", offsets, json.dumps(offsets))
+        start = T + 5.1 * n
+        return BatchOffsets(n, 1, int(start * 1000), 0, {}, (source,), modified=start + 5.0)
+
+    batches = [checkpoint(n) for n in range(3)]
+    written = [b.modified for b in batches]
+    shape = CheckpointState(
+        "/ck", None, 2, batches[-1], T + 15.3, None, tuple(batches), (0, 1, 2), (0, 1, 2),
+        continuous=False, written_before=written[-2],
+    )  # fmt: skip
+    live = KafkaSnapshot({"t": {0: PartitionOffsets(0, 850, None)}}, frozenset(), T + 17.2, None)
+    report = compute_lag(shape, live)
+    assert report.trigger == "real-time"
+    assert [h.timestamp_ms for h in report.history] == [int(w * 1000) for w in written]
+    assert report.consumption_rate == pytest.approx(500 / (written[2] - written[0]))
+    # An upper bound: 600 records since offsets/0 was reached (not since its interval began).
+    assert report.production_rate == pytest.approx(600 / (T + 17.2 - written[0]))
+    (p,) = report.partitions()
+    assert (p.lag_seconds, p.lag_seconds_unknown) == (None, REAL_TIME_AGE)
