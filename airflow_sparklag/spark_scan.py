@@ -10,6 +10,10 @@ spark-submit runs a file, the module's own (``python -m`` is not a spark-submit 
     python -m airflow_sparklag.spark_scan --checkpoints hdfs://nn:8020/ck/a hdfs://nn:8020/ck/b \
         --bootstrap-servers broker:9092 --webhdfs-url http://nn:9870 --output /tmp/scan
 
+On a Kerberized HDFS the scan logs in to WebHDFS as spark-submit did (``--principal`` and
+``--keytab``: ``spark.kerberos.*``), on the driver and the executors, unless ``--hdfs-kerberos``
+(the ticket cache) or ``--hdfs-principal``/``--hdfs-keytab`` say otherwise (docs/connections.md).
+
 How it runs:
 
 1. the driver lists the checkpoints (``--checkpoints``, ``--checkpoints-file`` or discovery
