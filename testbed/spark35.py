@@ -22,6 +22,7 @@ import queue
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -70,6 +71,7 @@ class SparkDriver:
         self.log = workdir / "driver.log"
         self.version: str | None = None
         self.info: dict[str, Any] = {}
+        self.start_seconds = 0.0  # from start() to the driver's first answer
         self._popen: subprocess.Popen[bytes] | None = None
         self._commands: IO[bytes] | None = None
         self._replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
@@ -84,6 +86,7 @@ class SparkDriver:
         return env
 
     def start(self, timeout: float = 300.0) -> SparkDriver:
+        began = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.fifo is not None and not self.fifo.exists():
             os.mkfifo(self.fifo)
@@ -101,6 +104,7 @@ class SparkDriver:
         threading.Thread(target=self._read, args=(self._popen.stdout,), daemon=True).start()
         self.info = self._answer(timeout, "start")
         self.version = self.info["spark"]
+        self.start_seconds = time.monotonic() - began
         # The driver holds the FIFO open (read and write) before its first answer: no block.
         self._commands = open(self.fifo, "wb") if self.fifo else self._popen.stdin  # noqa: SIM115
         return self
