@@ -12,7 +12,8 @@ spark-submit runs a file, the module's own (``python -m`` is not a spark-submit 
 
 On a Kerberized HDFS the scan logs in to WebHDFS as spark-submit did (``--principal`` and
 ``--keytab``: ``spark.kerberos.*``), on the driver and the executors, unless ``--hdfs-kerberos``
-(the ticket cache) or ``--hdfs-principal``/``--hdfs-keytab`` say otherwise (docs/connections.md).
+(the ticket cache), ``--hdfs-principal``/``--hdfs-keytab`` or ``--hdfs-user`` (simple
+authentication) say otherwise (docs/connections.md).
 
 How it runs:
 
@@ -636,7 +637,7 @@ def _storage_options(args: argparse.Namespace, spark: SparkSession | None = None
     ):
         if value:
             webhdfs[key] = value
-    if spark is not None and not {"kerberos", "principal", "keytab"} & webhdfs.keys():
+    if spark is not None and not {"user", "kerberos", "principal", "keytab"} & webhdfs.keys():
         conf = spark.sparkContext.getConf()
         login = {k: conf.get(f"spark.kerberos.{k}", None) for k in ("principal", "keytab")}
         if all(login.values()):
