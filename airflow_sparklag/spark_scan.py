@@ -10,6 +10,11 @@ spark-submit runs a file, the module's own (``python -m`` is not a spark-submit 
     python -m airflow_sparklag.spark_scan --checkpoints hdfs://nn:8020/ck/a hdfs://nn:8020/ck/b \
         --bootstrap-servers broker:9092 --webhdfs-url http://nn:9870 --output /tmp/scan
 
+On a Kerberized HDFS the scan logs in to WebHDFS as spark-submit did (``--principal`` and
+``--keytab``: ``spark.kerberos.*``), on the driver and the executors, unless ``--hdfs-kerberos``
+(the ticket cache), ``--hdfs-principal``/``--hdfs-keytab`` or ``--hdfs-user`` (simple
+authentication) say otherwise (docs/connections.md).
+
 How it runs:
 
 1. the driver lists the checkpoints (``--checkpoints``, ``--checkpoints-file`` or discovery
@@ -580,6 +585,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--webhdfs-url", action="append", help="WebHDFS URL (repeat for HA)")
     parser.add_argument("--hdfs-user", help="user name for WebHDFS")
     parser.add_argument(
+        "--hdfs-kerberos", action="store_true", help="SPNEGO from the ticket cache (KRB5CCNAME)"
+    )
+    parser.add_argument(
+        "--hdfs-principal", help="Kerberos principal (default: spark-submit's --principal)"
+    )
+    parser.add_argument("--hdfs-keytab", help="its keytab (default: spark-submit's --keytab)")
+    parser.add_argument("--hdfs-ca-bundle", help="CA bundle (PEM) of HTTPS NameNodes")
+    parser.add_argument(
         "--storage-options",
         help='JSON {"s3_options": {...}, "webhdfs_options": {...}, "fsspec_options": {...}}',
     )
@@ -603,7 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
+def _storage_options(args: argparse.Namespace, spark: SparkSession | None = None) -> dict[str, Any]:
+    """Storage options from the flags; Kerberos for WebHDFS from the flags, else the principal
+    and keytab Spark logged in with (spark-submit's --principal/--keytab: spark.kerberos.*)."""
     options: dict[str, Any] = json.loads(args.storage_options) if args.storage_options else {}
     s3 = dict(options.get("s3_options") or {})
     if args.s3_endpoint_url:
@@ -613,8 +628,20 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
     webhdfs = dict(options.get("webhdfs_options") or {})
     if args.webhdfs_url:
         webhdfs["url"] = args.webhdfs_url if len(args.webhdfs_url) > 1 else args.webhdfs_url[0]
-    if args.hdfs_user:
-        webhdfs["user"] = args.hdfs_user
+    for key, value in (
+        ("user", args.hdfs_user),
+        ("kerberos", args.hdfs_kerberos),
+        ("principal", args.hdfs_principal),
+        ("keytab", args.hdfs_keytab),
+        ("verify", args.hdfs_ca_bundle),
+    ):
+        if value:
+            webhdfs[key] = value
+    if spark is not None and not {"user", "kerberos", "principal", "keytab"} & webhdfs.keys():
+        conf = spark.sparkContext.getConf()
+        login = {k: conf.get(f"spark.kerberos.{k}", None) for k in ("principal", "keytab")}
+        if all(login.values()):
+            webhdfs.update(login)
     return {
         "s3_options": s3 or None,
         "webhdfs_options": webhdfs or None,
@@ -674,22 +701,26 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
     source_kafka = _source_kafka(args.source_servers, kafka_config)  # usage errors: before Spark
     writer_options = dict(option.split("=", 1) for option in args.option)
     clock = time.monotonic()
+    # Under spark-submit Spark's JVM already runs (and logged in with --principal/--keytab):
+    # its session first, so that discovery logs in as it does. From `python -m`, find the jobs
+    # before starting Spark: an empty prefix is an answer in seconds.
+    if spark is None and "PYSPARK_GATEWAY_PORT" in os.environ:
+        spark = _spark_session()
+    timings = {"spark_start_seconds": time.monotonic() - clock}
+    clock = time.monotonic()
     if args.prefix:
-        # Find the jobs before starting Spark: an empty prefix is an answer in seconds.
-        with Session(**_storage_options(args)) as session:
+        with Session(**_storage_options(args, spark)) as session:
             locations = _scan_locations(session, locations, args.prefix, args.max_depth)
         if not locations:
             prefixes = ", ".join(args.prefix)
             print(f"spark_scan: no checkpoint found under {prefixes} (max depth {args.max_depth})",
                   file=sys.stderr)  # fmt: skip
             return 3
-    timings = {"discover_seconds": time.monotonic() - clock}
-    clock = time.monotonic()
+    timings["discover_seconds"] = time.monotonic() - clock
     if spark is None:
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.builder.appName("sparklag-fleet-scan").getOrCreate()
-    timings["spark_start_seconds"] = time.monotonic() - clock
+        clock = time.monotonic()
+        spark = _spark_session()
+        timings["spark_start_seconds"] = time.monotonic() - clock
     started = time.monotonic()
     result = scan(
         spark,
@@ -701,7 +732,7 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         max_depth=args.max_depth,
         query_ids=args.query_ids,
         source_kafka=source_kafka,
-        **_storage_options(args),
+        **_storage_options(args, spark),
     )
     try:
         clock = time.monotonic()
@@ -724,6 +755,12 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
     }
     print(json.dumps(summary))
     return 0
+
+
+def _spark_session() -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.appName("sparklag-fleet-scan").getOrCreate()
 
 
 # Per job in the summary's "results" (what the "Streaming lag" page shows of a scan).

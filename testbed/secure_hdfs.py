@@ -59,6 +59,14 @@ SSL_CLIENT = """<configuration>
 """
 
 
+def _site(properties: dict[str, str]) -> str:
+    """A Hadoop *-site.xml."""
+    rows = "".join(
+        f"<property><name>{k}</name><value>{v}</value></property>\n" for k, v in properties.items()
+    )
+    return f"<configuration>\n{rows}</configuration>\n"
+
+
 def _keytool(*args: str) -> None:
     subprocess.run(["keytool", *args], check=True, capture_output=True, timeout=60)
 
@@ -237,6 +245,27 @@ class SecureHdfs:
             env={**os.environ, **env},
         )
         return env
+
+    def client_conf(self) -> Path:
+        """A Hadoop client configuration directory (HADOOP_CONF_DIR) for this cluster, as a
+        Spark or hdfs client of a Kerberized estate has it: Kerberos, the NameNode's principal,
+        SASL data transfer protection, HTTPS only with the ssl-client truststore."""
+        conf = self.workdir / "client-conf"
+        conf.mkdir(exist_ok=True)
+        sites = {
+            "core-site.xml": {"hadoop.security.authentication": "kerberos"},
+            "hdfs-site.xml": {
+                "dfs.namenode.kerberos.principal": f"hdfs/localhost@{self.realm}",
+                "dfs.data.transfer.protection": "authentication",
+                "dfs.http.policy": "HTTPS_ONLY",
+                "dfs.client.https.keystore.resource": "ssl-client.xml",
+            },
+        }
+        for name, properties in sites.items():
+            (conf / name).write_text(_site(properties))
+        ssl_client = (self.workdir / "tls" / "conf" / "ssl-client.xml").read_text()
+        (conf / "ssl-client.xml").write_text(ssl_client)
+        return conf
 
     def stop(self) -> None:
         if self.process:

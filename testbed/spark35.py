@@ -1,4 +1,6 @@
-"""A Spark 3.5 driver process (pyspark 3.5 in its own venv, Scala 2.12 Kafka connector).
+"""A Spark 3.5 driver process (pyspark 3.5 in its own venv, Scala 2.12 Kafka connector), and
+the driver process in general (:class:`SparkDriver`; testbed/spark_kerberos.py runs one under
+spark-submit).
 
 The suite's own SparkSession is pyspark 4.x, in the main venv; Spark allows one per process and
 pyspark 3.5 needs Python <= 3.11, so Spark 3.5 queries run in a child process:
@@ -20,6 +22,7 @@ import queue
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -53,34 +56,57 @@ def _read(path: Path) -> str:
         return ""
 
 
-class Spark35:
-    """One Spark 3.5 driver; ``call`` sends a command and returns its answer."""
+class SparkDriver:
+    """A driver process running ``spark35_driver.py``; ``call`` sends a command and returns its
+    answer. :meth:`command` and :meth:`environment` say how it starts (subclasses: which Spark,
+    which launcher); ``info`` is the driver's first answer (Spark version, Hadoop user)."""
+
+    name = "Spark driver"
+    # Where commands go: the driver's stdin, or (spark-submit, whose Python child's stdin is not
+    # the launcher's) a FIFO named as the driver's third argument.
+    fifo: Path | None = None
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.log = workdir / "driver.log"
         self.version: str | None = None
+        self.info: dict[str, Any] = {}
+        self.start_seconds = 0.0  # from start() to the driver's first answer
         self._popen: subprocess.Popen[bytes] | None = None
+        self._commands: IO[bytes] | None = None
         self._replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
 
-    def start(self, timeout: float = 300.0) -> Spark35:
-        self.workdir.mkdir(parents=True, exist_ok=True)
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str]:
+        """The parent's environment without its Spark settings, the driver bound to loopback."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED)}
-        env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=str(python()))
-        classpath = ":".join(jars("spark35-kafka"))
+        env["SPARK_LOCAL_IP"] = "127.0.0.1"
+        return env
+
+    def start(self, timeout: float = 300.0) -> SparkDriver:
+        began = time.monotonic()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.fifo is not None and not self.fifo.exists():
+            os.mkfifo(self.fifo)
         with open(self.log, "ab") as log:
             self._popen = subprocess.Popen(
-                [str(python()), str(DRIVER), classpath, str(self.workdir)],
+                self.command(),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
-                env=env,
+                env=self.environment(),
                 cwd=self.workdir,
                 start_new_session=True,
             )
         assert self._popen.stdout is not None
         threading.Thread(target=self._read, args=(self._popen.stdout,), daemon=True).start()
-        self.version = self._answer(timeout, "start")["spark"]
+        self.info = self._answer(timeout, "start")
+        self.version = self.info["spark"]
+        self.start_seconds = time.monotonic() - began
+        # The driver holds the FIFO open (read and write) before its first answer: no block.
+        self._commands = open(self.fifo, "wb") if self.fifo else self._popen.stdin  # noqa: SIM115
         return self
 
     def _read(self, stream: IO[bytes]) -> None:
@@ -96,33 +122,33 @@ class Spark35:
         except queue.Empty:
             self.stop()
             raise TestbedError(
-                f"Spark 3.5 driver: no answer to {what} in {timeout:.0f}s. "
+                f"{self.name}: no answer to {what} in {timeout:.0f}s. "
                 f"Log {self.log}:\n{log_tail(self.log)}"
             ) from None
         if answer is None:
             raise TestbedError(
-                f"Spark 3.5 driver exited during {what}. Log {self.log}:\n{log_tail(self.log)}"
+                f"{self.name} exited during {what}. Log {self.log}:\n{log_tail(self.log)}"
             )
         if not answer.get("ok"):
-            raise TestbedError(f"Spark 3.5 driver: {what} failed: {answer.get('trace')}")
+            raise TestbedError(f"{self.name}: {what} failed: {answer.get('trace')}")
         return answer
 
     def call(self, cmd: str, timeout: float = 240.0, **args: Any) -> dict[str, Any]:
-        if self._popen is None or self._popen.stdin is None:
-            raise TestbedError("Spark 3.5 driver is not running")
-        self._popen.stdin.write((json.dumps({"cmd": cmd, **args}) + "\n").encode())
-        self._popen.stdin.flush()
+        if self._popen is None or self._commands is None:
+            raise TestbedError(f"{self.name} is not running")
+        self._commands.write((json.dumps({"cmd": cmd, **args}) + "\n").encode())
+        self._commands.flush()
         return self._answer(timeout, cmd)
 
     def stop(self, timeout: float = 60.0) -> None:
         """Asks the driver to stop its queries and exit; ends its process group if it does not."""
         popen, self._popen = self._popen, None
+        commands, self._commands = self._commands, None
         if popen is None:
             return
-        with contextlib.suppress(OSError, ValueError):
-            assert popen.stdin is not None
-            popen.stdin.write(b'{"cmd": "quit"}\n')
-            popen.stdin.close()
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            commands.write(b'{"cmd": "quit"}\n')  # type: ignore[union-attr]
+            commands.close()  # type: ignore[union-attr]
         try:
             popen.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -132,3 +158,15 @@ class Spark35:
         # The JVM that pyspark started is in the same (our own) process group.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(popen.pid, signal.SIGTERM)
+
+
+class Spark35(SparkDriver):
+    """The Spark 3.5 driver: pyspark 3.5 from its venv, the Scala 2.12 Kafka connector."""
+
+    name = "Spark 3.5 driver"
+
+    def command(self) -> list[str]:
+        return [str(python()), str(DRIVER), ":".join(jars("spark35-kafka")), str(self.workdir)]
+
+    def environment(self) -> dict[str, str]:
+        return {**super().environment(), "PYSPARK_PYTHON": str(python())}

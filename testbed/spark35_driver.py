@@ -1,9 +1,9 @@
 """A Spark 3.5 driver the test bed runs in the pyspark 3.5 venv (scripts/setup_spark35.sh).
 
 Not imported by the suite: ``testbed/spark35.py`` starts it with that venv's python and sends it
-one JSON command per line on stdin; each answer is one line on stdout starting with ``REPLY``
-(anything else there is Spark's or py4j's chatter). Standard library and pyspark only: the main
-venv's packages are not here.
+one JSON command per line on stdin (or on a FIFO named by the third argument); each answer is
+one line on stdout starting with ``REPLY`` (anything else there is Spark's or py4j's chatter).
+Standard library and pyspark only (the ``scan`` command excepted).
 
 Commands (``{"cmd": ..., ...}``):
 
@@ -12,7 +12,15 @@ Commands (``{"cmd": ..., ...}``):
 - ``available_now``: run a ``Trigger.AvailableNow`` query on ``topic`` into ``checkpoint`` until
   it ends; answers with its progress.
 - ``stop``: stop the query named ``name``; answers with its progress.
+- ``files``: the text of every file under ``path`` (relative path -> text), read with Spark's
+  own Hadoop client (as the driver logged in: an independent reading of a checkpoint).
+- ``scan``: ``airflow_sparklag.spark_scan.main(argv)`` in this driver (a driver of the main
+  venv, where the package is installed); answers with its exit code and summary.
 - ``quit``: stop everything and exit.
+
+The first answer names the Spark version and the Hadoop user (``user``; ``keytab``: whether it
+logged in from a keytab, as spark-submit does with ``--principal``/``--keytab``). Under
+spark-submit (testbed/spark_kerberos.py) the session takes spark-submit's configuration.
 
 Progress is ``[[batch id, input rows], ...]`` of the batches the query reported.
 """
@@ -109,6 +117,33 @@ class Driver:
             raise RuntimeError(str(query.exception()))
         return {"progress": progress(query)}
 
+    def files(self, command: dict[str, Any]) -> dict[str, Any]:
+        jvm = self.spark.sparkContext._jvm
+        root = jvm.org.apache.hadoop.fs.Path(command["path"])
+        fs = root.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        found, prefix = {}, len(fs.makeQualified(root).toString()) + 1
+        listing = fs.listFiles(root, True)
+        while listing.hasNext():
+            path = listing.next().getPath()
+            stream = fs.open(path)
+            try:
+                text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+            finally:
+                stream.close()
+            found[path.toString()[prefix:]] = text
+        return {"files": found}
+
+    def scan(self, command: dict[str, Any]) -> dict[str, Any]:
+        import contextlib
+        import io
+
+        from airflow_sparklag import spark_scan
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = spark_scan.main(command["argv"])
+        return {"code": code, "summary": json.loads(out.getvalue().strip().splitlines()[-1])}
+
     def stop(self, command: dict[str, Any]) -> dict[str, Any]:
         query = self.queries.pop(command["name"])
         query.stop()
@@ -129,10 +164,21 @@ def reply(payload: dict[str, Any]) -> None:
 
 def main() -> None:
     classpath, workdir = sys.argv[1], sys.argv[2]
+    # Commands from stdin, or from a FIFO (argv[3]) opened read-write: it never blocks here
+    # and never ends while the test bed holds its own end.
+    commands = os.fdopen(os.open(sys.argv[3], os.O_RDWR), "r") if len(sys.argv) > 3 else sys.stdin
     spark = session(classpath, workdir)
     driver = Driver(spark)
-    reply({"ok": True, "spark": spark.version})
-    for line in sys.stdin:
+    user = spark.sparkContext._jvm.org.apache.hadoop.security.UserGroupInformation.getLoginUser()
+    reply(
+        {
+            "ok": True,
+            "spark": spark.version,
+            "user": user.getUserName(),
+            "keytab": user.isFromKeytab(),
+        }
+    )
+    for line in commands:
         command = json.loads(line)
         if command["cmd"] == "quit":
             break
