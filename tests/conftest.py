@@ -97,6 +97,8 @@ SLOW_FILES = (
     "integration/test_faults.py",
     "integration/test_migration_sigkill.py",
     "integration/test_migration_e2e.py",
+    "integration/test_kerberos_spark.py",
+    "integration/test_kerberos_hdfs.py",
     "airflow/test_lag_page.py",
     "airflow/test_lag_page_parts.py",
     "integration/test_real_time_mode.py",
