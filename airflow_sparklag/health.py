@@ -840,15 +840,16 @@ def reads_rewind(report: LagReport, thresholds: Thresholds, now: float, dated: b
 def reads_stopped(report: LagReport, thresholds: Thresholds, now: float, dated: bool) -> Reads:
     """A declared schedule: the window (its runs). Without ``max_commit_age_seconds``, a
     lagging job idle for more than ``STOPPED_MIN_IDLE_SECONDS`` since its newest batch,
-    commit or plan: more (the busy-batch interval is measured over the window, and only the
-    window says whether it is too short for one: the short-history rule reads the same)."""
+    commit or plan: the whole window at once (the busy-batch interval is measured over the
+    window, and only the window says whether it is too short for one: the short-history rule
+    reads the same; offsets/C-1 alone never settles it, so it is not read as a step first)."""
     if report.schedule is not None and report.schedule.runs_every is not None:
         return Reads.WINDOW
     if not _lagging(report, thresholds) or thresholds.max_commit_age_seconds is not None:
         return Reads.NOTHING
     last = _last_activity(report, thresholds)
     if last is not None and now - last > STOPPED_MIN_IDLE_SECONDS:
-        return more_history(report)
+        return Reads.WINDOW
     return Reads.NOTHING
 
 
