@@ -76,17 +76,20 @@ def _realm(secure_hdfs: Any) -> Iterator[None]:
             os.environ["KRB5_CONFIG"] = before
 
 
-def _copy_in(secure_hdfs: Any, local: Path, location: str) -> dict[str, bytes]:
-    """The local checkpoint written to `location` as alice (keytab); its files by name."""
+def _copy_in(secure_hdfs: Any, local: Path, *locations: str) -> dict[str, bytes]:
+    """The local checkpoint written to each location as alice (keytab), 8 files at once
+    through one storage; its files by name."""
+    from concurrent.futures import ThreadPoolExecutor
+
     alice = _alice(secure_hdfs)
     files = {
         path.relative_to(local).as_posix(): path.read_bytes()
         for path in local.rglob("*")
         if path.is_file() and not path.name.endswith(".crc")
     }
-    with _realm(secure_hdfs):
-        for relative, data in files.items():
-            alice.write_atomic(f"{location}/{relative}", data)
+    with _realm(secure_hdfs), ThreadPoolExecutor(8) as pool:
+        writes = [(f"{at}/{name}", data) for at in locations for name, data in files.items()]
+        list(pool.map(lambda write: alice.write_atomic(*write), writes))
     return files
 
 
@@ -226,6 +229,28 @@ def test_fleet_and_snapshot_on_the_kerberized_cluster(kerberized, secure_hdfs, k
     offsets = json.dumps(written)
     committed = kerberized["committed"][kerberized["topic"]]
     assert all(str(o) in offsets for o in committed.values())
+
+
+def test_a_fleet_written_and_scanned_by_many_threads_at_once(kerberized, secure_hdfs, kafka):
+    """Eight checkpoints written through one storage by 8 threads, then scanned by `status
+    --prefix` (its readers share one session): concurrent SPNEGO logins, each thread with its
+    own security context (a shared one fails with MutualAuthenticationError on a 200)."""
+    prefix = f"{secure_hdfs.namenode_uri}/checkpoints/fleet-{uuid.uuid4().hex[:8]}"
+    locations = [f"{prefix}/job-{i}" for i in range(8)]
+    _copy_in(secure_hdfs, kerberized["local"], *locations)
+    fleet = _sparklag(
+        secure_hdfs, "status", "--prefix", prefix, "-b", kafka.bootstrap, "--json",
+        *_keytab_flags(secure_hdfs), timeout=180,
+    )  # fmt: skip
+    assert fleet.returncode in (0, 1, 2), fleet.stdout + fleet.stderr
+    results = json.loads(fleet.stdout)["results"]
+    assert sorted(r["location"] for r in results) == locations
+    committed = kerberized["committed"][kerberized["topic"]]
+    for result in results:
+        assert result["error"] is None, result["error"]
+        (source,) = result["report"]["sources"]
+        (topic,) = source["topics"]
+        assert {p["partition"]: p["committed_offset"] for p in topic["partitions"]} == committed
 
 
 def test_airflow_hook_with_a_kerberos_webhdfs_connection(
