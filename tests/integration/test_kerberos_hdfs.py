@@ -1,7 +1,7 @@
 """A Kerberized HDFS (MiniKdc + secure MiniDFSCluster: WebHDFS over SPNEGO, HTTPS only, block
 tokens, data transfer protection), read and written by every command and Airflow class: status
-(fleet too), history, snapshot, migrate (kill -9 mid-way, then resumed), serve --once, a long
-wait, the hook, and sensors and operators in one real `airflow dags test` run.
+(fleet too), history, snapshot, migrate (kill -9 mid-way, then resumed), serve, a long wait,
+the hook, and sensors and operators in one real `airflow dags test` run.
 
 The checkpoint is written by a REAL PySpark query on the local file system and copied in with
 the package's own Kerberos client: Spark writing to the secure MiniDFSCluster itself needs the
@@ -337,30 +337,52 @@ def test_history_from_the_ticket_cache(kerberized, secure_hdfs, kafka):
     assert {p["partition"]: p["lag"] for p in now["partitions"]} == AFTER
 
 
-def test_exporter_once_from_a_keytab(kerberized, secure_hdfs, kafka):
-    """`sparklag serve --once`: the metrics of a Kerberized checkpoint."""
+def _scrape(url: str) -> dict[tuple[str, str | None], float]:
+    import urllib.request
+
     from prometheus_client.parser import text_string_to_metric_families
 
-    proc = _sparklag(
-        secure_hdfs,
-        "serve",
-        kerberized["location"],
-        "--once",
-        "-b",
-        kafka.bootstrap,
-        *_keytab_flags(secure_hdfs),
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    samples = {
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    return {
         (s.name, s.labels.get("partition")): s.value
-        for family in text_string_to_metric_families(proc.stdout)
+        for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def test_exporter_serves_across_ticket_and_cookie_expiry(kerberized, secure_hdfs, kafka, tmp_path):
+    """`sparklag serve`, refreshing every second with 2 s tickets and the 3 s hadoop.auth
+    cookie: scraped once a refresh after both expired has succeeded, the metrics are those of
+    the Kerberized checkpoint and no refresh or check failed on the way."""
+    short = tmp_path / "krb5.conf"
+    short.write_text(Path(secure_hdfs.krb5_conf).read_text().replace("1h", "2s"))
+    argv = [str(SPARKLAG), "serve", kerberized["location"], "--address", "127.0.0.1"]
+    argv += ["--port", "0", "--interval", "1", "-b", kafka.bootstrap, *_keytab_flags(secure_hdfs)]
+    env = {**os.environ, "KRB5_CONFIG": str(short), "KRB5CCNAME": f"FILE:{tmp_path}/none.cc"}
+    started = time.time()
+    with subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env) as server:
+        try:
+            assert server.stderr is not None
+            first = server.stderr.readline()  # "sparklag: serving http://...:<port>/metrics ..."
+            url = first.split("serving ", 1)[1].split()[0]
+            refreshed_at = "sparklag_last_refresh_timestamp_seconds", None
+            jobs.wait_until(
+                lambda: _scrape(url).get(refreshed_at, 0) > started + 4.5,
+                60,
+                "a refresh after the ticket and the cookie expired",
+            )
+            samples = _scrape(url)
+        finally:
+            server.terminate()
+            _, rest = server.communicate(timeout=30)
+    _assert_no_credentials(first + rest, secure_hdfs)
+    failures = [k for k, v in samples.items() if "errors_total" in k[0] and v]
+    assert not failures and samples[("sparklag_job_up", None)] == 1, (failures, rest)
     committed = kerberized["committed"][kerberized["topic"]]
     for p in range(3):
         assert samples[("sparklag_partition_lag_records", str(p))] == AFTER[p]
         assert samples[("sparklag_partition_committed_offset", str(p))] == committed[p]
-    assert samples[("sparklag_job_up", None)] == 1
     assert samples[("sparklag_job_lag_records", None)] == sum(AFTER.values())
 
 
