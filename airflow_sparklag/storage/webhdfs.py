@@ -140,24 +140,27 @@ class Kerberos:
     def auth(self) -> Any:
         """The requests auth handler; a keytab that cannot log in fails here, naming why."""
         import gssapi
-        from requests_gssapi import OPTIONAL, HTTPSPNEGOAuth
+        from requests_gssapi import OPTIONAL
 
+        spnego = _per_thread_spnego()
         if not self.keytab:  # the ambient cache, looked up at each login
-            return HTTPSPNEGOAuth(mutual_authentication=OPTIONAL)
+            return spnego(mutual_authentication=OPTIONAL)
         login = self._keytab_login
+        renewing = threading.Lock()  # one login for all threads
 
-        class KeytabSPNEGO(HTTPSPNEGOAuth):
+        class KeytabSPNEGO(spnego):  # type: ignore[misc,valid-type]
             """Logs in again from the keytab when the ticket is (nearly) expired."""
 
             creds: Any
 
             def generate_request_header(self, *args: Any, **kwargs: Any) -> Any:
-                try:
-                    fresh = self.creds.lifetime > _RENEW_BEFORE
-                except gssapi.exceptions.GSSError:  # expired: a new login
-                    fresh = False
-                if not fresh:
-                    self.creds = login()
+                with renewing:
+                    try:
+                        fresh = self.creds.lifetime > _RENEW_BEFORE
+                    except gssapi.exceptions.GSSError:  # expired: a new login
+                        fresh = False
+                    if not fresh:
+                        self.creds = login()
                 return super().generate_request_header(*args, **kwargs)
 
         return KeytabSPNEGO(mutual_authentication=OPTIONAL, creds=login())
@@ -206,6 +209,39 @@ class Kerberos:
             f"the NameNode refused the ticket of {who} (valid {lifetime} s more): a ticket "
             "from another KDC or realm, or a clock skew over 5 minutes"
         )
+
+
+def _per_thread_spnego() -> type:
+    """requests-gssapi's auth with its per-request state (each host's security context, the
+    body position to rewind) kept per thread. One session serves a fleet scan's threads: with
+    one shared context, concurrent SPNEGO logins step each other's contexts and fail
+    (``MutualAuthenticationError`` on an HTTP 200)."""
+    from requests_gssapi import HTTPSPNEGOAuth
+
+    class PerThreadSPNEGO(HTTPSPNEGOAuth):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._state = threading.local()
+            super().__init__(*args, **kwargs)
+
+        @property
+        def context(self) -> dict[str, Any]:
+            if not hasattr(self._state, "context"):
+                self._state.context = {}
+            return self._state.context
+
+        @context.setter
+        def context(self, value: dict[str, Any]) -> None:
+            self._state.context = value
+
+        @property
+        def pos(self) -> int | None:
+            return getattr(self._state, "pos", None)
+
+        @pos.setter
+        def pos(self, value: int | None) -> None:
+            self._state.pos = value
+
+    return PerThreadSPNEGO
 
 
 def _gss_reason(exc: BaseException) -> str:

@@ -67,6 +67,9 @@ public class SecureHdfs {
     conf.set("hadoop.http.authentication.kerberos.principal", http);
     conf.set("hadoop.http.authentication.kerberos.keytab", keytab);
     conf.setBoolean("hadoop.http.authentication.simple.anonymous.allowed", false);
+    // The hadoop.auth cookie lives 3 s (default 10 h): a client running longer (a `wait`, an
+    // exporter) logs in with SPNEGO again, with a renewed ticket, as it would after 10 h.
+    conf.set("hadoop.http.authentication.token.validity", "3");
     conf.setBoolean("dfs.block.access.token.enable", true);
     conf.set("dfs.data.transfer.protection", "authentication");
     conf.set("dfs.http.policy", "HTTPS_ONLY");

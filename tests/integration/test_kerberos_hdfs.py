@@ -1,21 +1,28 @@
 """A Kerberized HDFS (MiniKdc + secure MiniDFSCluster: WebHDFS over SPNEGO, HTTPS only, block
-tokens, data transfer protection), read by `sparklag status` and the storage backend.
+tokens, data transfer protection), read and written by every command and Airflow class: status
+(fleet too), history, snapshot, migrate (kill -9 mid-way, then resumed), serve, a long wait,
+the hook, and sensors and operators in one real `airflow dags test` run.
 
 The checkpoint is written by a REAL PySpark query on the local file system and copied in with
 the package's own Kerberos client: Spark writing to the secure MiniDFSCluster itself needs the
-cluster's SASL data transfer and keystores in Spark's Hadoop configuration, not tried yet. The
+cluster's SASL data transfer and keystores in Spark's Hadoop configuration, not tried here. The
 truth is independent of the package: the committed offsets parsed by hand from the local copy,
-and the records produced after the query stopped.
+and the records produced after the query stopped. Every command's output is checked for leaked
+credentials (SPNEGO tokens, the auth cookie, delegation tokens, keytab bytes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +53,46 @@ def _storage(secure_hdfs: Any, **options: Any) -> WebHDFSStorage:
     )
 
 
+def _alice(secure_hdfs: Any) -> WebHDFSStorage:
+    """The storage as alice, who owns /checkpoints, logged in from her keytab."""
+    return _storage(
+        secure_hdfs,
+        principal=secure_hdfs.principal("alice"),
+        keytab=str(secure_hdfs.keytab("alice")),
+    )
+
+
+@contextlib.contextmanager
+def _realm(secure_hdfs: Any) -> Iterator[None]:
+    """KRB5_CONFIG naming the cluster's KDC, for this process's own Kerberos clients."""
+    before = os.environ.get("KRB5_CONFIG")
+    os.environ["KRB5_CONFIG"] = secure_hdfs.krb5_conf
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("KRB5_CONFIG", None)
+        else:
+            os.environ["KRB5_CONFIG"] = before
+
+
+def _copy_in(secure_hdfs: Any, local: Path, *locations: str) -> dict[str, bytes]:
+    """The local checkpoint written to each location as alice (keytab), 8 files at once
+    through one storage; its files by name."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    alice = _alice(secure_hdfs)
+    files = {
+        path.relative_to(local).as_posix(): path.read_bytes()
+        for path in local.rglob("*")
+        if path.is_file() and not path.name.endswith(".crc")
+    }
+    with _realm(secure_hdfs), ThreadPoolExecutor(8) as pool:
+        writes = [(f"{at}/{name}", data) for at in locations for name, data in files.items()]
+        list(pool.map(lambda write: alice.write_atomic(*write), writes))
+    return files
+
+
 @pytest.fixture(scope="module")
 def kerberized(spark, kafka, secure_hdfs, tmp_path_factory):  # type: ignore[no-untyped-def]
     topic = kafka.create_topic(f"krb-{uuid.uuid4().hex[:8]}", partitions=3)
@@ -53,32 +100,21 @@ def kerberized(spark, kafka, secure_hdfs, tmp_path_factory):  # type: ignore[no-
         kafka.produce(topic, 6, partition=p, start=p * 100)
     local = tmp_path_factory.mktemp("krb") / "ck"
     jobs.run_available_now(jobs.kafka_stream(spark, kafka.bootstrap, topics=[topic]), str(local))
+    time.sleep(0.01)
+    between = time.time()  # after every record the query read, before the ones it did not
+    time.sleep(0.01)
     for p, n in AFTER.items():
         if n:
             kafka.produce(topic, n, partition=p, start=p * 100 + 50)
-    alice = _storage(
-        secure_hdfs,
-        principal=secure_hdfs.principal("alice"),
-        keytab=str(secure_hdfs.keytab("alice")),
-    )
     location = f"{secure_hdfs.namenode_uri}/checkpoints/{uuid.uuid4().hex[:8]}"
-    before = os.environ.get("KRB5_CONFIG")
-    os.environ["KRB5_CONFIG"] = secure_hdfs.krb5_conf  # where the realm's KDC is
-    try:
-        for path in local.rglob("*"):
-            if path.is_file() and not path.name.endswith(".crc"):
-                relative = path.relative_to(local).as_posix()
-                alice.write_atomic(f"{location}/{relative}", path.read_bytes())
-    finally:
-        if before is None:
-            os.environ.pop("KRB5_CONFIG", None)
-        else:
-            os.environ["KRB5_CONFIG"] = before
+    _copy_in(secure_hdfs, local, location)
     return {
         "topic": topic,
         "local": local,
         "location": location,
         "committed": _committed(local),
+        "batches": sorted(int(p.name) for p in (local / "commits").iterdir() if p.name.isdigit()),
+        "between": between,
         "dir": tmp_path_factory.mktemp("krb-cc"),
     }
 
@@ -86,22 +122,9 @@ def kerberized(spark, kafka, secure_hdfs, tmp_path_factory):  # type: ignore[no-
 def _status(
     kerberized: dict, secure_hdfs: Any, kafka: Any, env: dict[str, str], *flags: str
 ) -> subprocess.CompletedProcess[str]:
-    argv = [
-        str(SPARKLAG),
-        "status",
-        kerberized["location"],
-        "-b",
-        kafka.bootstrap,
-        "--json",
-        "--webhdfs-url",
-        secure_hdfs.webhdfs_url,
-        "--hdfs-ca-bundle",
-        str(secure_hdfs.ca_bundle),
-        *flags,
-    ]
-    return subprocess.run(
-        argv, capture_output=True, text=True, timeout=120, env={**os.environ, **env}
-    )
+    location = kerberized["location"]
+    argv = ["status", location, "-b", kafka.bootstrap, "--json", *_https(secure_hdfs), *flags]
+    return _sparklag(secure_hdfs, *argv, env=env)
 
 
 def test_status_from_the_ticket_cache_kinit_left(kerberized, secure_hdfs, kafka):
@@ -117,25 +140,6 @@ def test_status_from_the_ticket_cache_kinit_left(kerberized, secure_hdfs, kafka)
     assert {p: v["lag"] for p, v in partitions.items()} == AFTER
 
 
-def test_keytab_login_and_renewal(kerberized, secure_hdfs, tmp_path, monkeypatch):
-    # Tickets of 4 s: after they expire the client logs in again from the keytab by itself.
-    short = tmp_path / "krb5.conf"
-    short.write_text(Path(secure_hdfs.krb5_conf).read_text().replace("1h", "4s"))
-    monkeypatch.setenv("KRB5_CONFIG", str(short))
-    monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path}/none.cc")  # no ambient ticket
-    storage = _storage(
-        secure_hdfs,
-        principal=secure_hdfs.principal("alice"),
-        keytab=str(secure_hdfs.keytab("alice")),
-    )
-    offsets = f"{kerberized['location']}/offsets"
-    first = sorted(o.name for o in storage.list_dir(offsets))
-    assert first
-    time.sleep(6)
-    storage._connected[1].cookies.clear()  # no hadoop.auth cookie: a new SPNEGO login
-    assert sorted(o.name for o in storage.list_dir(offsets)) == first
-
-
 def test_no_ticket_names_the_cache_and_the_way_out(kerberized, secure_hdfs, kafka):
     env = {"KRB5_CONFIG": secure_hdfs.krb5_conf, "KRB5CCNAME": f"FILE:{kerberized['dir']}/empty.cc"}
     proc = _status(kerberized, secure_hdfs, kafka, env, "--hdfs-kerberos")
@@ -145,8 +149,8 @@ def test_no_ticket_names_the_cache_and_the_way_out(kerberized, secure_hdfs, kafk
 
 
 def test_expired_ticket_is_named(kerberized, secure_hdfs, kafka):
-    env = secure_hdfs.kinit("alice", kerberized["dir"] / "short.cc", lifetime=3)
-    time.sleep(5)
+    env = secure_hdfs.kinit("alice", kerberized["dir"] / "short.cc", lifetime=1)
+    time.sleep(2)
     proc = _status(kerberized, secure_hdfs, kafka, env, "--hdfs-kerberos")
     assert proc.returncode == 4, proc.stderr
     assert "has expired: run kinit, or give a keytab" in proc.stdout
@@ -196,52 +200,42 @@ def test_a_user_without_permission_gets_403_naming_path_and_user(secure_hdfs, mo
 def test_fleet_and_snapshot_on_the_kerberized_cluster(kerberized, secure_hdfs, kafka):
     """`status --prefix` discovers the checkpoint and `snapshot` writes one, both logged in
     from a keytab."""
-    flags = [
-        "--webhdfs-url",
-        secure_hdfs.webhdfs_url,
-        "--hdfs-ca-bundle",
-        str(secure_hdfs.ca_bundle),
-        "--hdfs-principal",
-        secure_hdfs.principal("alice"),
-        "--hdfs-keytab",
-        str(secure_hdfs.keytab("alice")),
-    ]
-    env = {**os.environ, "KRB5_CONFIG": secure_hdfs.krb5_conf}
+    flags = ["-b", kafka.bootstrap, "--json", *_keytab_flags(secure_hdfs)]
     prefix = kerberized["location"].rsplit("/", 1)[0]
-    fleet = subprocess.run(
-        [str(SPARKLAG), "status", "--prefix", prefix, "-b", kafka.bootstrap, "--json", *flags],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-    )
+    fleet = _sparklag(secure_hdfs, "status", "--prefix", prefix, *flags, timeout=180)
     assert fleet.returncode in (0, 1, 2), fleet.stdout + fleet.stderr
     document = json.loads(fleet.stdout)
     locations = [r["location"] for r in document.get("results", [document])]
     assert kerberized["location"] in locations
     snapshots = f"{secure_hdfs.namenode_uri}/checkpoints/snapshots-{uuid.uuid4().hex[:6]}"
-    snap = subprocess.run(
-        [
-            str(SPARKLAG),
-            "snapshot",
-            kerberized["location"],
-            "--to",
-            snapshots,
-            "-b",
-            kafka.bootstrap,
-            "--json",
-            *flags,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-    )
+    snap = _sparklag(secure_hdfs, "snapshot", kerberized["location"], "--to", snapshots, *flags)
     assert snap.returncode == 0, snap.stdout + snap.stderr
     written = json.loads(snap.stdout)
     offsets = json.dumps(written)
     committed = kerberized["committed"][kerberized["topic"]]
     assert all(str(o) in offsets for o in committed.values())
+
+
+def test_a_fleet_written_and_scanned_by_many_threads_at_once(kerberized, secure_hdfs, kafka):
+    """Eight checkpoints written through one storage by 8 threads, then scanned by `status
+    --prefix` (its readers share one session): concurrent SPNEGO logins, each thread with its
+    own security context (a shared one fails with MutualAuthenticationError on a 200)."""
+    prefix = f"{secure_hdfs.namenode_uri}/checkpoints/fleet-{uuid.uuid4().hex[:8]}"
+    locations = [f"{prefix}/job-{i}" for i in range(8)]
+    _copy_in(secure_hdfs, kerberized["local"], *locations)
+    fleet = _sparklag(
+        secure_hdfs, "status", "--prefix", prefix, "-b", kafka.bootstrap, "--json",
+        *_keytab_flags(secure_hdfs), timeout=180,
+    )  # fmt: skip
+    assert fleet.returncode in (0, 1, 2), fleet.stdout + fleet.stderr
+    results = json.loads(fleet.stdout)["results"]
+    assert sorted(r["location"] for r in results) == locations
+    committed = kerberized["committed"][kerberized["topic"]]
+    for result in results:
+        assert result["error"] is None, result["error"]
+        (source,) = result["report"]["sources"]
+        (topic,) = source["topics"]
+        assert {p["partition"]: p["committed_offset"] for p in topic["partitions"]} == committed
 
 
 def test_airflow_hook_with_a_kerberos_webhdfs_connection(
@@ -277,3 +271,388 @@ def test_airflow_hook_with_a_kerberos_webhdfs_connection(
     assert {int(p): o for ps in offsets.values() for p, o in ps[kerberized["topic"]].items()} == (
         committed
     )
+
+
+# -- every command on the Kerberized cluster ---------------------------------------------------
+
+
+def _https(secure_hdfs: Any) -> list[str]:
+    bundle = str(secure_hdfs.ca_bundle)
+    return ["--webhdfs-url", secure_hdfs.webhdfs_url, "--hdfs-ca-bundle", bundle]
+
+
+def _keytab_flags(secure_hdfs: Any) -> list[str]:
+    keytab = str(secure_hdfs.keytab("alice"))
+    principal = secure_hdfs.principal("alice")
+    return [*_https(secure_hdfs), "--hdfs-principal", principal, "--hdfs-keytab", keytab]
+
+
+def _sparklag(
+    secure_hdfs: Any, *argv: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`sparklag <argv>` logged in from alice's keytab (or `env`'s ticket cache), checked for
+    leaked credentials."""
+    proc = subprocess.run(
+        [str(SPARKLAG), *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "KRB5_CONFIG": secure_hdfs.krb5_conf, **(env or {})},
+    )
+    _assert_no_credentials(proc.stdout + proc.stderr, secure_hdfs)
+    return proc
+
+
+def _assert_no_credentials(text: str, secure_hdfs: Any) -> None:
+    """Canaries: no SPNEGO token, auth cookie, delegation token or keytab bytes in `text`."""
+    import base64
+
+    for marker in ("Negotiate ", "hadoop.auth", "delegation=", "testbed-store"):
+        assert marker not in text, f"{marker!r} in the output"
+    keytab = secure_hdfs.keytab("alice").read_bytes()
+    for start in range(len(keytab) - 16):
+        window = keytab[start : start + 16]
+        if all(32 <= b < 127 for b in window):  # principal names and realms may be printed
+            continue
+        for form in (window.hex(), base64.b64encode(window).decode()[:20]):
+            assert form not in text, f"keytab bytes at {start} in the output"
+
+
+def test_history_from_the_ticket_cache(kerberized, secure_hdfs, kafka):
+    """`sparklag history`: a point per retained batch (offsets/N as the checkpoint has them),
+    then now, whose lag is what was produced after the query stopped."""
+    env = secure_hdfs.kinit("alice", kerberized["dir"] / "history.cc")
+    argv = ["history", kerberized["location"], "-b", kafka.bootstrap, "--json"]
+    proc = _sparklag(secure_hdfs, *argv, *_https(secure_hdfs), "--hdfs-kerberos", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    points = json.loads(proc.stdout)["points"]
+    local = kerberized["local"]
+    assert [p["batch_id"] for p in points] == [*kerberized["batches"], None]
+    for point in points[:-1]:
+        lines = (local / "offsets" / str(point["batch_id"])).read_text().split("\n")
+        planned = json.loads(lines[2])[kerberized["topic"]]
+        assert {str(p["partition"]): p["planned_offset"] for p in point["partitions"]} == planned
+    now = points[-1]
+    assert now["kind"] == "now"
+    assert {p["partition"]: p["lag"] for p in now["partitions"]} == AFTER
+
+
+def _scrape(url: str) -> dict[tuple[str, str | None], float]:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        (s.name, s.labels.get("partition")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_exporter_serves_across_ticket_and_cookie_expiry(kerberized, secure_hdfs, kafka, tmp_path):
+    """`sparklag serve`, refreshing every second with 2 s tickets and the 3 s hadoop.auth
+    cookie: scraped once a refresh after both expired has succeeded, the metrics are those of
+    the Kerberized checkpoint and no refresh or check failed on the way."""
+    short = tmp_path / "krb5.conf"
+    short.write_text(Path(secure_hdfs.krb5_conf).read_text().replace("1h", "2s"))
+    argv = [str(SPARKLAG), "serve", kerberized["location"], "--address", "127.0.0.1"]
+    argv += ["--port", "0", "--interval", "1", "-b", kafka.bootstrap, *_keytab_flags(secure_hdfs)]
+    env = {**os.environ, "KRB5_CONFIG": str(short), "KRB5CCNAME": f"FILE:{tmp_path}/none.cc"}
+    started = time.time()
+    with subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env) as server:
+        try:
+            assert server.stderr is not None
+            first = server.stderr.readline()  # "sparklag: serving http://...:<port>/metrics ..."
+            url = first.split("serving ", 1)[1].split()[0]
+            refreshed_at = "sparklag_last_refresh_timestamp_seconds", None
+            jobs.wait_until(
+                lambda: _scrape(url).get(refreshed_at, 0) > started + 4.5,
+                60,
+                "a refresh after the ticket and the cookie expired",
+            )
+            samples = _scrape(url)
+        finally:
+            server.terminate()
+            _, rest = server.communicate(timeout=30)
+    _assert_no_credentials(first + rest, secure_hdfs)
+    failures = [k for k, v in samples.items() if "errors_total" in k[0] and v]
+    assert not failures and samples[("sparklag_job_up", None)] == 1, (failures, rest)
+    committed = kerberized["committed"][kerberized["topic"]]
+    for p in range(3):
+        assert samples[("sparklag_partition_lag_records", str(p))] == AFTER[p]
+        assert samples[("sparklag_partition_committed_offset", str(p))] == committed[p]
+    assert samples[("sparklag_job_lag_records", None)] == sum(AFTER.values())
+
+
+def test_wait_outlives_tickets_and_cookies_from_a_keytab(kerberized, secure_hdfs, kafka, tmp_path):
+    """`sparklag wait` for 6 s with 2 s tickets and the cluster's 3 s hadoop.auth cookie: each
+    poll reads the checkpoint again, logging in again from the keytab (renewed) when the
+    cookie has expired."""
+    short = tmp_path / "krb5.conf"
+    short.write_text(Path(secure_hdfs.krb5_conf).read_text().replace("1h", "2s"))
+    newest = max(kerberized["batches"])
+    proc = _sparklag(
+        secure_hdfs,
+        "wait",
+        "progress",
+        kerberized["location"],
+        "--after-batch",
+        str(newest),  # the query has stopped: never met
+        "--poll-interval",
+        "1",
+        "--max-wait",
+        "6",
+        "-b",
+        kafka.bootstrap,
+        *_keytab_flags(secure_hdfs),
+        env={"KRB5_CONFIG": str(short), "KRB5CCNAME": f"FILE:{tmp_path}/none.cc"},
+    )
+    polls = proc.stderr.strip().splitlines()
+    assert proc.returncode == 75, proc.stdout + proc.stderr  # gave up waiting, no auth error
+    assert len(polls) >= 5 and all(f"batch {newest}" in line for line in polls[:-1]), polls
+
+
+KILLED_AT = """
+import os, signal, sys
+from airflow_sparklag import cli, migration
+
+step = sys.argv[1]
+made = migration.Migration.__init__
+
+
+def at_step(self, *args, **kwargs):
+    made(self, *args, **kwargs)
+    self.hit = lambda current: current == step and os.kill(os.getpid(), signal.SIGKILL)
+
+
+migration.Migration.__init__ = at_step
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+
+def _tree(storage: WebHDFSStorage, root: str) -> dict[str, bytes]:
+    return {name: storage.read(f"{root}/{name}") for name in storage.walk(root)}
+
+
+def test_migration_killed_mid_way_loses_no_checkpoint_or_snapshot(
+    kerberized, secure_hdfs, kafka, monkeypatch
+):
+    """`sparklag migrate` from a snapshot `sparklag snapshot` wrote, kill -9'd by itself right
+    after its snapshot step, then right after the archive's rename: after each kill the whole
+    checkpoint is somewhere (its place or the archive) and the snapshot reads back verified; a
+    third run completes. Nothing on the cluster is written as anyone but alice (her keytab)."""
+    from airflow_sparklag.snapshot import load_snapshot
+
+    monkeypatch.setenv("KRB5_CONFIG", secure_hdfs.krb5_conf)
+    base = f"{secure_hdfs.namenode_uri}/checkpoints/mig-{uuid.uuid4().hex[:8]}"
+    location, archive, snapshots = f"{base}/ck", f"{base}/archive", f"{base}/snapshots"
+    original = _copy_in(secure_hdfs, kerberized["local"], location)
+    flags = ["-b", kafka.bootstrap, *_keytab_flags(secure_hdfs)]
+    taken = _sparklag(secure_hdfs, "snapshot", location, "--to", snapshots, "--json", *flags)
+    assert taken.returncode == 0, taken.stdout + taken.stderr
+    snapshot = json.loads(taken.stdout)["path"]
+    argv = ["migrate", location, "--archive", archive, "--snapshot", snapshot, *flags]
+    argv += ["--quiet-period", "0", "--json"]
+    alice = _alice(secure_hdfs)
+    for step in ("snapshot", "archive:renamed"):
+        killed = subprocess.run(
+            [sys.executable, "-c", KILLED_AT, step, *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "KRB5_CONFIG": secure_hdfs.krb5_conf},
+        )
+        assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+        (journal_name,) = [n for n in alice.walk(archive) if n.endswith("journal.json")]
+        journal = json.loads(alice.read(f"{archive}/{journal_name}"))
+        assert journal["steps"]["snapshot"]["path"] == snapshot
+        archived = {
+            name.split("/checkpoint/", 1)[1]: data
+            for name, data in _tree(alice, archive).items()
+            if "/checkpoint/" in name
+        }
+        whole = (original, {}) if step == "snapshot" else ({}, original)
+        assert (_tree(alice, location), archived) == whole, f"after the kill at {step}"
+        assert load_snapshot(alice, snapshot).committed.batch_id == max(kerberized["batches"])
+
+    done = _sparklag(secure_hdfs, *argv)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "completed" and result["snapshot_path"] == snapshot
+    assert [a["method"] for a in result["archives"]] == ["resumed"]
+    assert _tree(alice, location) == {}
+    assert _tree(alice, result["archive_location"]) == original
+    committed = kerberized["committed"][kerberized["topic"]]
+    starting = result["starting_offsets"]["0"][kerberized["topic"]]
+    assert {int(p): o for p, o in starting.items()} == committed
+    # The snapshot root as a user lists it: the one snapshot, verified.
+    assert [f"{snapshots}/{n}" for n in alice.walk(snapshots)] == [snapshot]
+
+
+KERBEROS_DAG = """
+from airflow.sdk import DAG
+
+from airflow_sparklag.operators.snapshot import (
+    CheckpointMigrationOperator,
+    CheckpointSnapshotOperator,
+)
+from airflow_sparklag.operators.sparklag import SparkLagCheckOperator
+from airflow_sparklag.sensors.sparklag import (
+    SparkCheckpointProgressSensor,
+    SparkKafkaCatchUpSensor,
+)
+
+keytab = {{"webhdfs_conn_id": "krb_keytab", "kafka_config_id": "krb_kafka"}}
+bundle = {{"sparklag_conn_id": "krb_bundle"}}  # its webhdfs connection: Airflow's ticket cache
+with DAG("sparklag_kerberos", schedule=None):
+    SparkCheckpointProgressSensor(
+        task_id="progress", location={location!r}, after_batch_id=-1, poke_interval=1,
+        timeout=60, **keytab
+    )
+    SparkKafkaCatchUpSensor(
+        task_id="caught_up", location={location!r}, target_time={between!r},
+        poke_interval=1, timeout=60, **bundle
+    )
+    SparkCheckpointProgressSensor(  # defers: the checkpoint is copied in when it has
+        task_id="appears", location={appearing!r}, after_batch_id=-1, deferrable=True,
+        poke_interval=1, timeout=120, **bundle
+    )
+    SparkLagCheckOperator(task_id="check", location={location!r}, fail_on="DATA_LOSS", **bundle)
+    CheckpointSnapshotOperator(
+        task_id="snapshot", checkpoint_location={location!r}, snapshot_root={snapshots!r},
+        **keytab
+    )
+    CheckpointMigrationOperator(
+        task_id="migrate", checkpoint_location={moved!r}, archive_root={archive!r},
+        quiet_period=0, **bundle
+    )
+"""
+
+
+def _webhdfs_connection(secure_hdfs: Any, **extra: Any) -> str:
+    return json.dumps(
+        {
+            "conn_type": "webhdfs",
+            "host": "localhost",
+            "port": int(secure_hdfs.webhdfs_url.rsplit(":", 1)[1]),
+            "password": PASSWORD_CANARY,  # unused by WebHDFS: never printed either
+            "extra": {"use_ssl": True, "verify": str(secure_hdfs.ca_bundle), **extra},
+        }
+    )
+
+
+PASSWORD_CANARY = "canary-Pw-4f1d9"
+
+
+def _dags_test_copying_in(env: dict[str, str], local: Path, location: str, secure_hdfs: Any) -> str:
+    """`airflow dags test sparklag_kerberos`, copying the checkpoint in at `location` once a
+    sensor has deferred waiting for it; the whole output, colors removed."""
+    import threading
+
+    from tests.airflow.test_dags import REPO
+
+    started = time.monotonic()
+    lines: list[str] = []
+    with subprocess.Popen(
+        [str(Path(sys.executable).parent / "airflow"), "dags", "test", "sparklag_kerberos"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=REPO,
+    ) as proc:
+        watchdog = threading.Timer(300, proc.kill)  # a hung run ends the output: the test fails
+        watchdog.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if "; deferring" in line and not any("; deferring" in seen for seen in lines):
+                    _copy_in(secure_hdfs, local, location)
+                lines.append(line)
+        finally:
+            watchdog.cancel()
+            proc.kill()
+    print(f"airflow dags test sparklag_kerberos: {time.monotonic() - started:.1f}s")
+    return re.sub(r"\x1b\[[0-9;]*m", "", "".join(lines))
+
+
+def test_sensors_and_operators_in_a_real_airflow_run(
+    airflow_db, kerberized, secure_hdfs, kafka, tmp_path
+):
+    """`airflow dags test` with Airflow's `[core] security = kerberos` (the ticket cache
+    `airflow kerberos` keeps: `[kerberos] ccache`) and a `webhdfs` connection whose extra
+    carries a principal + keytab: sensors (one deferred), the check, a snapshot and a
+    migration, all on the Kerberized cluster."""
+    from airflow_sparklag.snapshot import load_snapshot
+    from tests.airflow.conftest import airflow_env
+    from tests.airflow.test_dags import run_state
+
+    base = f"{secure_hdfs.namenode_uri}/checkpoints/af-{uuid.uuid4().hex[:8]}"
+    moved, archive, snapshots = f"{base}/ck", f"{base}/archive", f"{base}/snapshots"
+    appearing = f"{base}/appearing"
+    original = _copy_in(secure_hdfs, kerberized["local"], moved)
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "kerberos_dag.py").write_text(
+        KERBEROS_DAG.format(
+            location=kerberized["location"],
+            between=kerberized["between"],
+            snapshots=snapshots,
+            appearing=appearing,
+            moved=moved,
+            archive=archive,
+        )
+    )
+    cache = kerberized["dir"] / "airflow.cc"
+    secure_hdfs.kinit("alice", cache)  # what `airflow kerberos` leaves in [kerberos] ccache
+    env = airflow_env(tmp_path)
+    env.update(
+        {
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__CORE__SECURITY": "kerberos",
+            "AIRFLOW__KERBEROS__CCACHE": f"FILE:{cache}",
+            "AIRFLOW__KERBEROS__PRINCIPAL": secure_hdfs.principal("alice"),
+            "AIRFLOW__KERBEROS__KEYTAB": str(secure_hdfs.keytab("alice")),
+            "KRB5_CONFIG": secure_hdfs.krb5_conf,
+            "AIRFLOW_CONN_KRB_KAFKA": json.dumps(
+                {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka.bootstrap}}
+            ),
+            "AIRFLOW_CONN_KRB_KEYTAB": _webhdfs_connection(
+                secure_hdfs,
+                principal=secure_hdfs.principal("alice"),
+                keytab=str(secure_hdfs.keytab("alice")),
+            ),
+            "AIRFLOW_CONN_KRB_CACHE": _webhdfs_connection(secure_hdfs),
+            "AIRFLOW_CONN_KRB_BUNDLE": json.dumps(
+                {
+                    "conn_type": "sparklag",
+                    "extra": {"kafka_conn_id": "krb_kafka", "webhdfs_conn_id": "krb_cache"},
+                }
+            ),
+        }
+    )
+    env.pop("KRB5CCNAME", None)
+    output = _dags_test_copying_in(env, kerberized["local"], appearing, secure_hdfs)
+    assert run_state(output) == "success", output[-6000:]
+    # `appears` deferred; its trigger (the bundle: Airflow's ticket cache) saw the copy land.
+    assert "appearing: no checkpoint yet; deferring" in output, output[-6000:]
+    assert "[DAG TEST] Trigger completed" in output, output[-6000:]
+    assert PASSWORD_CANARY not in output
+    _assert_no_credentials(output, secure_hdfs)
+    with _realm(secure_hdfs):
+        alice = _alice(secure_hdfs)
+        (written,) = alice.walk(snapshots)
+        snapshot = load_snapshot(alice, f"{snapshots}/{written}")
+        assert _tree(alice, moved) == {}
+        archived = {
+            name.split("/checkpoint/", 1)[1]
+            for name in alice.walk(archive)
+            if "/checkpoint/" in name
+        }
+    assert archived == set(original)
+    committed = kerberized["committed"][kerberized["topic"]]
+    (source,) = snapshot.committed.sources
+    assert source.kafka is not None
+    assert dict(source.kafka[kerberized["topic"]]) == committed
