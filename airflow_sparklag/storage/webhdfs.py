@@ -199,16 +199,20 @@ class Kerberos:
             creds = gssapi.Credentials(usage="initiate")
             who, lifetime = str(creds.name), creds.lifetime
         except gssapi.exceptions.ExpiredCredentialsError:
-            return f"the Kerberos ticket in {cache} has expired: run kinit, or give a keytab"
+            return f"the Kerberos ticket in {cache} has expired: {RENEW_TICKET}"
         except gssapi.exceptions.GSSError as exc:
-            return (
-                f"no Kerberos ticket in {cache} ({_gss_reason(exc)}): run kinit, or give a "
-                "principal and keytab"
-            )
+            return f"no Kerberos ticket in {cache} ({_gss_reason(exc)}): {RENEW_TICKET}"
         return (
             f"the NameNode refused the ticket of {who} (valid {lifetime} s more): a ticket "
             "from another KDC or realm, or a clock skew over 5 minutes"
         )
+
+
+# Under Airflow's `[core] security = kerberos` the `airflow kerberos` service keeps the cache.
+RENEW_TICKET = (
+    "run kinit (or start `airflow kerberos`, which keeps Airflow's ticket cache), or give a "
+    "principal and keytab"
+)
 
 
 def _per_thread_spnego() -> type:

@@ -153,7 +153,7 @@ def test_expired_ticket_is_named(kerberized, secure_hdfs, kafka):
     time.sleep(2)
     proc = _status(kerberized, secure_hdfs, kafka, env, "--hdfs-kerberos")
     assert proc.returncode == 4, proc.stderr
-    assert "has expired: run kinit, or give a keytab" in proc.stdout
+    assert "has expired: run kinit (or start `airflow kerberos`" in proc.stdout
 
 
 def test_ticket_of_another_kdc_is_refused(kerberized, secure_hdfs, kafka):
