@@ -46,7 +46,7 @@ th,td{text-align:left;padding:.3rem .5rem;border-bottom:1px solid #e4e7eb;vertic
 th{background:#f5f7fa;position:sticky;top:0}td.num{text-align:right;white-space:nowrap}
 td.reason{max-width:28rem}.loc{display:block;color:#616e7c;font-size:.75rem;word-break:break-all}
 form{margin:.6rem 0}.chart{background:#f7f9fb;border-radius:4px}.spark{vertical-align:middle}
-.line{fill:none;stroke:#3b6ea5;stroke-width:2}.point{fill:#3b6ea5}
+.line{fill:none;stroke:#3b6ea5;stroke-width:2}.spark .line{stroke-width:1.5}.point{fill:#3b6ea5}
 .threshold{stroke:#c53030;stroke-width:1.5;stroke-dasharray:6 4}
 .threshold-label{fill:#c53030;paint-order:stroke;stroke:#f7f9fb;stroke-width:4px}
 time{white-space:nowrap}
@@ -89,22 +89,24 @@ def ti_href(base: str, check: Check) -> str:
 # -- charts ------------------------------------------------------------------------------------
 
 
-def sparkline(checks: Sequence[Check], width: int = 120, height: int = 24) -> str:
-    points = [(c.at.timestamp(), c.total_lag) for c in checks if c.total_lag is not None]
-    if len(points) < 2:
-        return '<span class="muted">-</span>'
-    t0, t1 = points[0][0], points[-1][0]
-    top = max(lag for _, lag in points) or 1
-    coords = " ".join(
-        f"{round(1 + (t - t0) / ((t1 - t0) or 1) * (width - 2), 1)},"
-        f"{round(height - 2 - lag / top * (height - 4), 1)}"
-        for t, lag in points
-    )
-    return (
-        f'<svg class="spark" width="{width}" height="{height}" role="img" '
-        f'aria-label="lag trend, {len(points)} checks"><polyline class="line" '
-        f'style="stroke-width:1.5" points="{coords}"/></svg>'
-    )
+# The table's sparklines: drawn once the table is on screen, from ``trends`` (a job's lag at its
+# newest checks), so reading those checks does not hold up the table. Geometry of 120 x 24 px.
+SPARKLINES = """
+fetch("trends", {credentials: "same-origin"}).then(r => r.json()).then(trends => {
+  for (const svg of document.querySelectorAll("svg.spark[data-job]")) {
+    const p = trends[svg.dataset.job];
+    if (!p || p.length < 2) continue;
+    const t0 = p[0][0], span = (p[p.length - 1][0] - t0) || 1;
+    const top = Math.max(...p.map(x => x[1])) || 1;
+    const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+    line.setAttribute("class", "line");
+    line.setAttribute("points", p.map(([t, v]) =>
+      (1 + (t - t0) / span * 118).toFixed(1) + "," + (22 - v / top * 20).toFixed(1)).join(" "));
+    svg.appendChild(line);
+    svg.setAttribute("aria-label", "lag trend, " + p.length + " checks");
+  }
+});
+"""
 
 
 def _ticks(t0: float, t1: float, count: int = 5) -> list[tuple[float, str]]:
@@ -210,7 +212,8 @@ def _row(job: JobView, base: str) -> str:
         f'<td class="num">{seconds_text(last.commit_age_seconds)}</td>'
         f'<td class="num">{seconds_text(last.catch_up_seconds)}</td>'
         f'<td class="num">{_loss_text(last.min_time_to_loss_seconds)}</td>'
-        f"<td>{sparkline(job.checks[-30:])}</td>"
+        f'<td><svg class="spark" width="120" height="24" role="img" '
+        f'data-job="{escape(job.location)}"></svg></td>'
         f'<td><a href="{escape(ti_href(base, last))}" target="_top">'
         f'<time title="{escape(_time(last.at))}">'
         f"{escape(last.at.astimezone(timezone.utc).strftime('%m-%d %H:%M'))}</time></a></td></tr>"
@@ -263,7 +266,7 @@ def fleet_page(
         f'<h1>Streaming lag</h1><div class="counts">{"".join(links)}</div>{summary}'
         f"{_filter_form(health, text)}{table if jobs else empty}"
     )
-    return page("Streaming lag", body)
+    return page("Streaming lag", body + f"<script>{SPARKLINES}</script>")
 
 
 # -- one job -----------------------------------------------------------------------------------
