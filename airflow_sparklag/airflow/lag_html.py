@@ -6,6 +6,7 @@ labels sit in their own margin (never over the line), and each threshold a dashe
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -49,7 +50,9 @@ form{margin:.6rem 0}.chart{background:#f7f9fb;border-radius:4px}.spark{vertical-
 .line{fill:none;stroke:#3b6ea5;stroke-width:2}.spark .line{stroke-width:1.5}.point{fill:#3b6ea5}
 .threshold{stroke:#c53030;stroke-width:1.5;stroke-dasharray:6 4}
 .threshold-label{fill:#c53030;paint-order:stroke;stroke:#f7f9fb;stroke-width:4px}
-time{white-space:nowrap}
+time{white-space:nowrap}.legend{font-size:.75rem;margin:.2rem 0 .6rem}
+.key{margin-right:.8rem;white-space:nowrap}.key i{display:inline-block;width:.8rem;height:.25rem;
+margin-right:.3rem;vertical-align:middle}
 .grid{stroke:#d9dee3;stroke-width:1}
 """
 
@@ -130,18 +133,26 @@ def _y_text(value: float, unit: str) -> str:
     return seconds_text(value) if unit == "s" else f"{round(value):,}"
 
 
+Points = Sequence[tuple[float, float]]  # (epoch seconds, value), oldest first
+# Line colours of a chart with several lines (partitions), told apart in its legend.
+PALETTE = ("#3b6ea5", "#d97706", "#059669", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#92400e")
+
+
 def time_chart(
-    points: Sequence[tuple[float, float]],
+    lines: Mapping[str, Points] | Points,
     *,
     unit: str,
     thresholds: Mapping[str, float],
     width: int = 760,
     height: int = 240,
 ) -> str:
-    """A line of ``(epoch seconds, value)`` with a time axis, y labels in the left margin and
-    each threshold (name -> value) as a dashed line."""
-    t0, t1 = points[0][0], points[-1][0]
-    top = max([v for _, v in points] + list(thresholds.values())) * 1.1 or 1
+    """Lines of ``(epoch seconds, value)`` (one, or name -> points, each in its colour with a
+    legend) with a time axis, y labels in the left margin and each threshold (name -> value)
+    as a dashed line."""
+    named = dict(lines) if isinstance(lines, Mapping) else {"": lines}
+    every = [p for points in named.values() for p in points]
+    t0, t1 = min(t for t, _ in every), max(t for t, _ in every)
+    top = max([v for _, v in every] + list(thresholds.values())) * 1.1 or 1
     y_labels = [(v, _y_text(v, unit)) for v in (0, top / 2 / 1.1, top / 1.1)]
     # the y labels' own margin, wide enough for the longest (~7 px a character at 0.8rem)
     left = 14 + 7 * max(len(text) for _, text in y_labels)
@@ -176,18 +187,28 @@ def time_chart(
             f'threshold-label" x="{width - right - 4}" y="{y(value) - 4}" text-anchor="end">'
             f"{escape(name)} {escape(_y_text(value, unit))}</text>"
         )
-    line = " ".join(f"{x(t)},{y(v)}" for t, v in points)
-    parts.append(f'<polyline class="line" points="{line}"/>')
-    parts.extend(
-        f'<circle class="point" cx="{x(t)}" cy="{y(v)}" r="2.5"><title>'
-        f"{escape(_time(datetime.fromtimestamp(t, timezone.utc)))}: "
-        f"{escape(_y_text(v, unit))}</title></circle>"
-        for t, v in points
+    for colour, (name, points) in zip(itertools.cycle(PALETTE), named.items()):
+        tip = f"{name}, " if name else ""
+        parts.append(
+            f'<polyline class="line" style="stroke:{colour}" data-line="{escape(name)}" '
+            f'points="{" ".join(f"{x(t)},{y(v)}" for t, v in points)}"/>'
+        )
+        parts.extend(
+            f'<circle class="point" cx="{x(t)}" cy="{y(v)}" r="2.5" style="fill:{colour}"><title>'
+            f"{escape(tip)}{escape(_time(datetime.fromtimestamp(t, timezone.utc)))}: "
+            f"{escape(_y_text(v, unit))}</title></circle>"
+            for t, v in points
+        )
+    legend = "".join(
+        f'<span class="key"><i style="background:{colour}"></i>{escape(name)}</span>'
+        for colour, name in zip(itertools.cycle(PALETTE), named)
+        if name
     )
-    return (
+    svg = (
         f'<svg class="chart" width="{width}" height="{height}" role="img" '
-        f'aria-label="{len(points)} checks over time">{"".join(parts)}</svg>'
+        f'aria-label="{len(every)} checks over time">{"".join(parts)}</svg>'
     )
+    return svg + (f'<div class="legend">{legend}</div>' if legend else "")
 
 
 # -- the fleet table ---------------------------------------------------------------------------
@@ -274,19 +295,15 @@ def fleet_page(
 
 def _partitions(report: Mapping[str, Any] | None) -> str:
     rows = []
-    for source in (report or {}).get("sources") or ():
-        for topic in source.get("topics") or ():
-            for p in topic.get("partitions") or ():
-                cells = (
-                    p.get(k) for k in ("partition", "committed_offset", "log_end_offset", "lag")
-                )
-                numbers = "".join(
-                    f'<td class="num">{"-" if v is None else escape(str(v))}</td>' for v in cells
-                )
-                rows.append(
-                    f"<tr><td>{escape(str(p.get('topic')))}</td>{numbers}"
-                    f'<td class="num">{seconds_text(p.get("lag_seconds"))}</td></tr>'
-                )
+    for p in _partition_entries(report):
+        cells = (p.get(k) for k in ("partition", "committed_offset", "log_end_offset", "lag"))
+        numbers = "".join(
+            f'<td class="num">{"-" if v is None else escape(str(v))}</td>' for v in cells
+        )
+        rows.append(
+            f"<tr><td>{escape(str(p.get('topic')))}</td>{numbers}"
+            f'<td class="num">{seconds_text(p.get("lag_seconds"))}</td></tr>'
+        )
     if not rows:
         return '<p class="muted">No partitions in the newest check.</p>'
     return (
@@ -294,6 +311,63 @@ def _partitions(report: Mapping[str, Any] | None) -> str:
         "<th>Committed</th><th>Log end</th><th>Lag</th><th>Lag (time)</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
+
+
+TOP_PARTITIONS = 8  # lines of the per-partition charts: the most lagging in the newest check
+
+
+def partition_lines(job: JobView) -> tuple[dict[str, list[tuple[float, float]]], ...]:
+    """``(lag in records, lag in seconds)`` over time of the ``TOP_PARTITIONS`` partitions
+    that lag most in the newest check that has partitions, each ``"<topic>-<partition>"``."""
+    records: dict[str, list[tuple[float, float]]] = {}
+    seconds: dict[str, list[tuple[float, float]]] = {}
+    for check in job.checks:
+        for p in _partition_entries(check.report):
+            name, at = f"{p.get('topic')}-{p.get('partition')}", check.at.timestamp()
+            if isinstance(lag := p.get("lag"), (int, float)):
+                records.setdefault(name, []).append((at, float(lag)))
+            if isinstance(lag_s := p.get("lag_seconds"), (int, float)):
+                seconds.setdefault(name, []).append((at, float(lag_s)))
+    newest = next((c.report for c in reversed(job.checks) if _partition_entries(c.report)), None)
+    ranked = sorted(
+        _partition_entries(newest), key=lambda p: (-(p.get("lag") or 0), str(p.get("topic")))
+    )
+    top = [f"{p.get('topic')}-{p.get('partition')}" for p in ranked[:TOP_PARTITIONS]]
+    return (
+        {name: records[name] for name in top if name in records},
+        {name: seconds[name] for name in top if name in seconds},
+    )
+
+
+def _partition_entries(report: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    return [
+        p
+        for source in (report or {}).get("sources") or ()
+        for topic in source.get("topics") or ()
+        for p in topic.get("partitions") or ()
+        if isinstance(p, Mapping)
+    ]
+
+
+def _partition_charts(job: JobView, thresholds: Mapping[str, Any]) -> str:
+    records, seconds = partition_lines(job)
+    if not records:
+        return '<p class="muted">No partitions in the recorded checks.</p>'
+    total = len(_partition_entries(job.last.report)) or len(records)
+    shown = f"{len(records)} of {total} partitions" if total > len(records) else "every partition"
+    note = f'<p class="muted">{shown}, the most lagging in the newest check first.</p>'
+    charts = note + time_chart(
+        records, unit="records", thresholds=_limits(thresholds, "max_lag_records_per_partition")
+    )
+    if seconds:
+        limits = _limits(thresholds, "max_lag_seconds")
+        charts += time_chart(seconds, unit="s", thresholds=limits)
+    return charts
+
+
+def _limits(thresholds: Mapping[str, Any], *names: str) -> dict[str, float]:
+    """The named thresholds that are set (numbers), as a chart draws them."""
+    return {name: float(v) for name in names if isinstance(v := thresholds.get(name), (int, float))}
 
 
 def _checks_table(job: JobView, base: str) -> str:
@@ -325,22 +399,15 @@ def job_page(job: JobView, thresholds: Mapping[str, Any], base: str) -> str:
     """The job's lag over time (records, then time) with its thresholds, the newest check's
     partitions and every check."""
     last = job.last
-    records = {
-        name: float(v)
-        for name in ("max_lag_records_total",)
-        if isinstance(v := thresholds.get(name), (int, float))
-    }
-    seconds = {
-        name: float(v)
-        for name in ("max_lag_seconds",)
-        if isinstance(v := thresholds.get(name), (int, float))
-    }
+    records = _limits(thresholds, "max_lag_records_total")
+    seconds = _limits(thresholds, "max_lag_seconds")
     body = (
         f'<p><a href="./">&larr; all jobs</a></p><h1 class="name">{escape(job.name)}</h1>'
         f'<p class="muted">{escape(job.location)}</p><p>{badge(last.health)} '
         f'<span class="reason">{escape(last.reason)}</span></p>'
         f"<h2>Total lag (records)</h2>{_chart_of(job, 'total_lag', 'records', records)}"
         f"<h2>Lag (time)</h2>{_chart_of(job, 'max_lag_seconds', 's', seconds)}"
+        f"<h2>Lag per partition</h2>{_partition_charts(job, thresholds)}"
         f"<h2>Partitions (newest check)</h2>{_partitions(last.report)}"
         f"<h2>Checks ({len(job.checks)})</h2>{_checks_table(job, base)}"
     )
