@@ -34,6 +34,7 @@ HEALTH_ORDER = (
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:1rem 1.5rem;color:#1f2933;background:#fff}
 h1{font-size:1.4rem;margin:.2rem 0}h2{font-size:1.05rem;margin:1rem 0 .3rem}
+h3{font-size:.9rem;margin:.6rem 0 .2rem}
 a{color:#1d4e89}.muted,.axis{color:#616e7c;font-size:.8rem}.axis{fill:#616e7c}
 .badge{display:inline-block;padding:.05rem .45rem;border-radius:9px;font-weight:600;
 font-size:.75rem;color:#fff;background:#7b8794;white-space:nowrap;text-decoration:none}
@@ -356,12 +357,11 @@ def _partition_charts(job: JobView, thresholds: Mapping[str, Any]) -> str:
     total = len(_partition_entries(job.last.report)) or len(records)
     shown = f"{len(records)} of {total} partitions" if total > len(records) else "every partition"
     note = f'<p class="muted">{shown}, the most lagging in the newest check first.</p>'
-    charts = note + time_chart(
-        records, unit="records", thresholds=_limits(thresholds, "max_lag_records_per_partition")
-    )
+    limits = _limits(thresholds, "max_lag_records_per_partition")
+    charts = f"{note}<h3>Records</h3>{time_chart(records, unit='records', thresholds=limits)}"
     if seconds:
         limits = _limits(thresholds, "max_lag_seconds")
-        charts += time_chart(seconds, unit="s", thresholds=limits)
+        charts += f"<h3>Time</h3>{time_chart(seconds, unit='s', thresholds=limits)}"
     return charts
 
 

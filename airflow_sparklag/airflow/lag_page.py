@@ -1,6 +1,7 @@
 """The "Streaming lag" page: an Airflow 3 plugin (FastAPI app + external view in the UI nav).
 
-Two views, server-rendered HTML (every value escaped; no JavaScript, no CDN):
+Two views, server-rendered HTML (every value escaped; no CDN; a few lines of inline script
+draw the table's sparklines from ``/sparklag/trends``, fetched once the table is on screen):
 
 - ``/sparklag/``: every job any recorded check saw, one table row each, worst first (a check
   that failed, then data loss ... lagging, unknown, OK): health, reason, lag (records,
@@ -8,8 +9,8 @@ Two views, server-rendered HTML (every value escaped; no JavaScript, no CDN):
   health at the top; a form filters by health (``?health=STOPPED``) and searches names and
   locations (``?q=orders``).
 - ``/sparklag/job?location=...``: one job: lag over time with a time axis and the thresholds of
-  the task that checked it, the newest check's partitions, and every check with a link to its
-  task instance.
+  the task that checked it, the lag of its most lagging partitions over time, the newest
+  check's partitions, and every check with a link to its task instance.
 
 The checks come from the metadata database: XComs of the provider's check classes
 (``CheckResult.to_dict()``; a check that failed pushes ``CHECK_FAILED`` with its error before it
@@ -20,7 +21,8 @@ task's name (``map_index_template``, e.g. the SLA DAG's job names), else the tas
 fleet's jobs) the location's last part.
 
 Behind Airflow's own authentication: the routes depend on the API server's ``get_user`` and
-show only checks of DAGs the user may read. No connection is read.
+show only checks of DAGs whose XComs the user may read (the auth manager decides). No
+connection is read.
 """
 
 from __future__ import annotations

@@ -129,6 +129,11 @@ def record_checks(
 def check_result(location: str, lag: int, limit: int, health: str | None = None) -> dict:
     """A ``CheckResult.to_dict()`` as SparkLagCheckOperator returns it (the fields shown)."""
     breach = lag > limit
+    split = (lag // 2, lag // 3, lag - lag // 2 - lag // 3)  # three partitions, 0 lags most
+    partitions = [
+        {"topic": "orders", "partition": p, "lag": part, "lag_seconds": part / 10}
+        for p, part in enumerate(split)
+    ]
     return {
         "location": location,
         "error": None,
@@ -142,9 +147,7 @@ def check_result(location: str, lag: int, limit: int, health: str | None = None)
             "max_lag_seconds": lag / 10,
             "commit_age_seconds": 30.0,
             "catch_up_seconds": None,
-            "sources": [
-                {"topics": [{"partitions": [{"topic": "orders", "partition": 0, "lag": lag}]}]}
-            ],
+            "sources": [{"topics": [{"partitions": partitions}]}],
         },
     }
 
@@ -325,7 +328,11 @@ def test_fleet_page_shows_every_configured_job(
             "operator": "SparkLagCheckOperator",
             "at": t0 + timedelta(minutes=2 * i),
             "value": check_result(history, lag, 5000),
-            "thresholds": {"max_lag_records_total": 5000, "max_lag_seconds": 600},
+            "thresholds": {
+                "max_lag_records_total": 5000,
+                "max_lag_seconds": 600,
+                "max_lag_records_per_partition": 4000,
+            },
         }
         for i, lag in enumerate(lags)
     ]
@@ -375,10 +382,11 @@ def test_fleet_page_shows_every_configured_job(
         trends = json.loads(get(f"{url}/sparklag/trends"))
         job_view = get(f"{url}/sparklag/job?location={history}")
         shots = {}
-        for name, path in (("fleet", "/sparklag/"), ("job", f"/sparklag/job?location={history}")):
+        views = (("fleet", "/sparklag/", 900), ("job", f"/sparklag/job?location={history}", 1400))
+        for name, path, height in views:
             shots[name] = tmp_path / f"{name}.png"
             chromium(
-                "--window-size=1200,900",
+                f"--window-size=1200,{height}",
                 "--virtual-time-budget=10000",  # the sparklines' fetch ends before the shot
                 f"--screenshot={shots[name]}",
                 f"{url}{path}",
@@ -405,8 +413,12 @@ def test_fleet_page_shows_every_configured_job(
     assert [name for _, name in rows(searched)] == [f"orders-{tag}"]
     assert background("STOPPED") != background("UNKNOWN") != background("CHECK_FAILED")
 
-    # the job view: a time axis, both thresholds, y labels left of the plot, links to the TIs
-    assert len(re.findall(r'class="axis x-label"[^>]*>\d\d:\d\d<', job_view)) == 10
+    # the job view: a time axis, both thresholds, y labels left of the plot, links to the TIs;
+    # four charts: total lag, time lag, lag per partition in records and in time (a line each)
+    assert len(re.findall(r'class="axis x-label"[^>]*>\d\d:\d\d<', job_view)) == 20
+    partitions = ["orders-0", "orders-1", "orders-2"]
+    assert re.findall(r'data-line="([^"]*)"', job_view) == ["", "", *partitions, *partitions]
+    assert "max_lag_records_per_partition 4,000</text>" in job_view
     assert "max_lag_records_total 5,000</text>" in job_view
     assert "max_lag_seconds 10.0m</text>" in job_view
     plot_left = min(float(x) for x in re.findall(r'<circle class="point" cx="([\d.]+)"', job_view))
