@@ -49,6 +49,9 @@ XCOM_KEYS = ("return_value", "report")
 RESULTS_KEY = "sparklag_results"  # any task's per-job results (the fleet scan DAG's)
 TABLE_CHECKS = 12  # newest XComs per task read for the table (the sparkline's points)
 MAX_POINTS = 200  # newest checks of a job in its view
+# ... of which so many per task with their whole report (the per-partition lines): a job of
+# 1,000 partitions records ~0.5 MB per check
+REPORT_CHECKS = 50
 MAX_ROWS = 20000  # XComs read per view at most
 
 
@@ -311,15 +314,17 @@ def load_rows(
     return _execute(query)
 
 
-def load_table(dag_ids: set[str] | None, per_task: int = 1) -> list[JobView]:
+def load_table(
+    dag_ids: set[str] | None, per_task: int = 1, tasks: Tasks | None = None
+) -> list[JobView]:
     """Every job with the newest ``per_task`` checks of each task (1: the table; the
-    sparklines' ``TABLE_CHECKS`` come after, from ``/trends``): a single check's fields read
-    by the database (``EXTRACTED``, no report), a fleet's or scan's value (many jobs) whole,
-    as is a value stored as JSON text."""
+    sparklines' ``TABLE_CHECKS`` come after, from ``/trends``; ``tasks``: only those): a
+    single check's fields read by the database (``EXTRACTED``, no report), a fleet's or
+    scan's value (many jobs) whole, as is a value stored as JSON text."""
     from airflow.models.xcom import XComModel as X
     from sqlalchemy import case, or_
 
-    query, found = _ranked(dag_ids, None, per_task)
+    query, found = _ranked(dag_ids, tasks, per_task)
     paths = [X.value[path].as_string() for path in EXTRACTED.values()]
     single = found.c.operator.in_(CHECK_OPERATORS) & X.key.in_(XCOM_KEYS)
     query = query.add_columns(*paths, case((or_(~single, paths[0].is_(None)), X.value)))
@@ -355,13 +360,21 @@ def _scalar(text: Any) -> Any:
 
 
 def job_history(dag_ids: set[str] | None, location: str) -> JobView | None:
-    """One job's newest ``MAX_POINTS`` checks with their reports, None when no check the
-    user may read saw it."""
+    """One job's newest ``MAX_POINTS`` checks, the newest ``REPORT_CHECKS`` of each task
+    with their reports (its partitions); None when no check the user may read saw it."""
     found = [j for j in load_table(dag_ids) if j.location == location]
     if not found:
         return None
     tasks = {(c.dag_id, c.task_id, c.map_index) for c in found[0].checks}
-    return next(j for j in collect(load_rows(dag_ids, tasks=tasks)) if j.location == location)
+    job = next(j for j in load_table(dag_ids, MAX_POINTS, tasks) if j.location == location)
+    rows = load_rows(dag_ids, per_task=REPORT_CHECKS, tasks=tasks)
+    reported = {_key(c): c for j in collect(rows) if j.location == location for c in j.checks}
+    job.checks = [reported.get(_key(c), c) for c in job.checks]
+    return job
+
+
+def _key(check: Check) -> tuple[str, str, str, int]:
+    return check.dag_id, check.run_id, check.task_id, check.map_index
 
 
 def load_thresholds(check: Check) -> dict[str, Any]:
