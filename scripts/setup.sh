@@ -42,8 +42,10 @@ if [ "${1:-}" = "--demo" ]; then
   if [ "$(cat "$VENV/.sparklag-installed" 2>/dev/null)" != "$want_py" ] \
       && [ "$(cat "$VENV/.sparklag-demo-installed" 2>/dev/null)" != "$want_py" ]; then
     echo "setup: installing Python packages for the demo (pip cache makes repeats fast)"
-    "$VENV/bin/pip" install -q --upgrade pip
-    "$VENV/bin/pip" install -q -c constraints.txt -e '.[airflow,spark]'
+    # --no-compile: Python compiles what the demo imports when it imports it, not all of
+    # Airflow's and PySpark's files up front
+    "$VENV/bin/pip" install -q --no-compile --upgrade pip
+    "$VENV/bin/pip" install -q --no-compile -c constraints.txt -e '.[airflow,spark]'
     echo "$want_py" > "$VENV/.sparklag-demo-installed"
   fi
   fetch_jars kafka spark-kafka

@@ -192,6 +192,9 @@ class KafkaBroker:
         return log_tail(self.workdir / "server.log") + "\n" + log_tail(self.workdir / "stdout.log")
 
     def stop(self) -> None:
+        # The kept AdminClient first: alive after the broker, its librdkafka threads print
+        # "Connection refused" lines until the interpreter exits (the demo's last output).
+        self._admin = None
         if self.process:
             self.process.stop()
 

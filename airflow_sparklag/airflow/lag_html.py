@@ -6,6 +6,7 @@ labels sit in their own margin (never over the line), and each threshold a dashe
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -33,6 +34,7 @@ HEALTH_ORDER = (
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:1rem 1.5rem;color:#1f2933;background:#fff}
 h1{font-size:1.4rem;margin:.2rem 0}h2{font-size:1.05rem;margin:1rem 0 .3rem}
+h3{font-size:.9rem;margin:.6rem 0 .2rem}
 a{color:#1d4e89}.muted,.axis{color:#616e7c;font-size:.8rem}.axis{fill:#616e7c}
 .badge{display:inline-block;padding:.05rem .45rem;border-radius:9px;font-weight:600;
 font-size:.75rem;color:#fff;background:#7b8794;white-space:nowrap;text-decoration:none}
@@ -46,10 +48,12 @@ th,td{text-align:left;padding:.3rem .5rem;border-bottom:1px solid #e4e7eb;vertic
 th{background:#f5f7fa;position:sticky;top:0}td.num{text-align:right;white-space:nowrap}
 td.reason{max-width:28rem}.loc{display:block;color:#616e7c;font-size:.75rem;word-break:break-all}
 form{margin:.6rem 0}.chart{background:#f7f9fb;border-radius:4px}.spark{vertical-align:middle}
-.line{fill:none;stroke:#3b6ea5;stroke-width:2}.point{fill:#3b6ea5}
+.line{fill:none;stroke:#3b6ea5;stroke-width:2}.spark .line{stroke-width:1.5}.point{fill:#3b6ea5}
 .threshold{stroke:#c53030;stroke-width:1.5;stroke-dasharray:6 4}
 .threshold-label{fill:#c53030;paint-order:stroke;stroke:#f7f9fb;stroke-width:4px}
-time{white-space:nowrap}
+time{white-space:nowrap}.legend{font-size:.75rem;margin:.2rem 0 .6rem}
+.key{margin-right:.8rem;white-space:nowrap}.key i{display:inline-block;width:.8rem;height:.25rem;
+margin-right:.3rem;vertical-align:middle}
 .grid{stroke:#d9dee3;stroke-width:1}
 """
 
@@ -89,22 +93,24 @@ def ti_href(base: str, check: Check) -> str:
 # -- charts ------------------------------------------------------------------------------------
 
 
-def sparkline(checks: Sequence[Check], width: int = 120, height: int = 24) -> str:
-    points = [(c.at.timestamp(), c.total_lag) for c in checks if c.total_lag is not None]
-    if len(points) < 2:
-        return '<span class="muted">-</span>'
-    t0, t1 = points[0][0], points[-1][0]
-    top = max(lag for _, lag in points) or 1
-    coords = " ".join(
-        f"{round(1 + (t - t0) / ((t1 - t0) or 1) * (width - 2), 1)},"
-        f"{round(height - 2 - lag / top * (height - 4), 1)}"
-        for t, lag in points
-    )
-    return (
-        f'<svg class="spark" width="{width}" height="{height}" role="img" '
-        f'aria-label="lag trend, {len(points)} checks"><polyline class="line" '
-        f'style="stroke-width:1.5" points="{coords}"/></svg>'
-    )
+# The table's sparklines: drawn once the table is on screen, from ``trends`` (a job's lag at its
+# newest checks), so reading those checks does not hold up the table. Geometry of 120 x 24 px.
+SPARKLINES = """
+fetch("trends", {credentials: "same-origin"}).then(r => r.json()).then(trends => {
+  for (const svg of document.querySelectorAll("svg.spark[data-job]")) {
+    const p = trends[svg.dataset.job];
+    if (!p || p.length < 2) continue;
+    const t0 = p[0][0], span = (p[p.length - 1][0] - t0) || 1;
+    const top = Math.max(...p.map(x => x[1])) || 1;
+    const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+    line.setAttribute("class", "line");
+    line.setAttribute("points", p.map(([t, v]) =>
+      (1 + (t - t0) / span * 118).toFixed(1) + "," + (22 - v / top * 20).toFixed(1)).join(" "));
+    svg.appendChild(line);
+    svg.setAttribute("aria-label", "lag trend, " + p.length + " checks");
+  }
+});
+"""
 
 
 def _ticks(t0: float, t1: float, count: int = 5) -> list[tuple[float, str]]:
@@ -128,18 +134,26 @@ def _y_text(value: float, unit: str) -> str:
     return seconds_text(value) if unit == "s" else f"{round(value):,}"
 
 
+Points = Sequence[tuple[float, float]]  # (epoch seconds, value), oldest first
+# Line colours of a chart with several lines (partitions), told apart in its legend.
+PALETTE = ("#3b6ea5", "#d97706", "#059669", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#92400e")
+
+
 def time_chart(
-    points: Sequence[tuple[float, float]],
+    lines: Mapping[str, Points] | Points,
     *,
     unit: str,
     thresholds: Mapping[str, float],
     width: int = 760,
     height: int = 240,
 ) -> str:
-    """A line of ``(epoch seconds, value)`` with a time axis, y labels in the left margin and
-    each threshold (name -> value) as a dashed line."""
-    t0, t1 = points[0][0], points[-1][0]
-    top = max([v for _, v in points] + list(thresholds.values())) * 1.1 or 1
+    """Lines of ``(epoch seconds, value)`` (one, or name -> points, each in its colour with a
+    legend) with a time axis, y labels in the left margin and each threshold (name -> value)
+    as a dashed line."""
+    named = dict(lines) if isinstance(lines, Mapping) else {"": lines}
+    every = [p for points in named.values() for p in points]
+    t0, t1 = min(t for t, _ in every), max(t for t, _ in every)
+    top = max([v for _, v in every] + list(thresholds.values())) * 1.1 or 1
     y_labels = [(v, _y_text(v, unit)) for v in (0, top / 2 / 1.1, top / 1.1)]
     # the y labels' own margin, wide enough for the longest (~7 px a character at 0.8rem)
     left = 14 + 7 * max(len(text) for _, text in y_labels)
@@ -174,18 +188,28 @@ def time_chart(
             f'threshold-label" x="{width - right - 4}" y="{y(value) - 4}" text-anchor="end">'
             f"{escape(name)} {escape(_y_text(value, unit))}</text>"
         )
-    line = " ".join(f"{x(t)},{y(v)}" for t, v in points)
-    parts.append(f'<polyline class="line" points="{line}"/>')
-    parts.extend(
-        f'<circle class="point" cx="{x(t)}" cy="{y(v)}" r="2.5"><title>'
-        f"{escape(_time(datetime.fromtimestamp(t, timezone.utc)))}: "
-        f"{escape(_y_text(v, unit))}</title></circle>"
-        for t, v in points
+    for colour, (name, points) in zip(itertools.cycle(PALETTE), named.items()):
+        tip = f"{name}, " if name else ""
+        parts.append(
+            f'<polyline class="line" style="stroke:{colour}" data-line="{escape(name)}" '
+            f'points="{" ".join(f"{x(t)},{y(v)}" for t, v in points)}"/>'
+        )
+        parts.extend(
+            f'<circle class="point" cx="{x(t)}" cy="{y(v)}" r="2.5" style="fill:{colour}"><title>'
+            f"{escape(tip)}{escape(_time(datetime.fromtimestamp(t, timezone.utc)))}: "
+            f"{escape(_y_text(v, unit))}</title></circle>"
+            for t, v in points
+        )
+    legend = "".join(
+        f'<span class="key"><i style="background:{colour}"></i>{escape(name)}</span>'
+        for colour, name in zip(itertools.cycle(PALETTE), named)
+        if name
     )
-    return (
+    svg = (
         f'<svg class="chart" width="{width}" height="{height}" role="img" '
-        f'aria-label="{len(points)} checks over time">{"".join(parts)}</svg>'
+        f'aria-label="{len(every)} checks over time">{"".join(parts)}</svg>'
     )
+    return svg + (f'<div class="legend">{legend}</div>' if legend else "")
 
 
 # -- the fleet table ---------------------------------------------------------------------------
@@ -210,7 +234,8 @@ def _row(job: JobView, base: str) -> str:
         f'<td class="num">{seconds_text(last.commit_age_seconds)}</td>'
         f'<td class="num">{seconds_text(last.catch_up_seconds)}</td>'
         f'<td class="num">{_loss_text(last.min_time_to_loss_seconds)}</td>'
-        f"<td>{sparkline(job.checks[-30:])}</td>"
+        f'<td><svg class="spark" width="120" height="24" role="img" '
+        f'data-job="{escape(job.location)}"></svg></td>'
         f'<td><a href="{escape(ti_href(base, last))}" target="_top">'
         f'<time title="{escape(_time(last.at))}">'
         f"{escape(last.at.astimezone(timezone.utc).strftime('%m-%d %H:%M'))}</time></a></td></tr>"
@@ -263,7 +288,7 @@ def fleet_page(
         f'<h1>Streaming lag</h1><div class="counts">{"".join(links)}</div>{summary}'
         f"{_filter_form(health, text)}{table if jobs else empty}"
     )
-    return page("Streaming lag", body)
+    return page("Streaming lag", body + f"<script>{SPARKLINES}</script>")
 
 
 # -- one job -----------------------------------------------------------------------------------
@@ -271,19 +296,15 @@ def fleet_page(
 
 def _partitions(report: Mapping[str, Any] | None) -> str:
     rows = []
-    for source in (report or {}).get("sources") or ():
-        for topic in source.get("topics") or ():
-            for p in topic.get("partitions") or ():
-                cells = (
-                    p.get(k) for k in ("partition", "committed_offset", "log_end_offset", "lag")
-                )
-                numbers = "".join(
-                    f'<td class="num">{"-" if v is None else escape(str(v))}</td>' for v in cells
-                )
-                rows.append(
-                    f"<tr><td>{escape(str(p.get('topic')))}</td>{numbers}"
-                    f'<td class="num">{seconds_text(p.get("lag_seconds"))}</td></tr>'
-                )
+    for p in _partition_entries(report):
+        cells = (p.get(k) for k in ("partition", "committed_offset", "log_end_offset", "lag"))
+        numbers = "".join(
+            f'<td class="num">{"-" if v is None else escape(str(v))}</td>' for v in cells
+        )
+        rows.append(
+            f"<tr><td>{escape(str(p.get('topic')))}</td>{numbers}"
+            f'<td class="num">{seconds_text(p.get("lag_seconds"))}</td></tr>'
+        )
     if not rows:
         return '<p class="muted">No partitions in the newest check.</p>'
     return (
@@ -291,6 +312,62 @@ def _partitions(report: Mapping[str, Any] | None) -> str:
         "<th>Committed</th><th>Log end</th><th>Lag</th><th>Lag (time)</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
+
+
+TOP_PARTITIONS = 8  # lines of the per-partition charts: the most lagging in the newest check
+
+
+def partition_lines(job: JobView) -> tuple[dict[str, list[tuple[float, float]]], ...]:
+    """``(lag in records, lag in seconds)`` over time of the ``TOP_PARTITIONS`` partitions
+    that lag most in the newest check that has partitions, each ``"<topic>-<partition>"``."""
+    records: dict[str, list[tuple[float, float]]] = {}
+    seconds: dict[str, list[tuple[float, float]]] = {}
+    for check in job.checks:
+        for p in _partition_entries(check.report):
+            name, at = f"{p.get('topic')}-{p.get('partition')}", check.at.timestamp()
+            if isinstance(lag := p.get("lag"), (int, float)):
+                records.setdefault(name, []).append((at, float(lag)))
+            if isinstance(lag_s := p.get("lag_seconds"), (int, float)):
+                seconds.setdefault(name, []).append((at, float(lag_s)))
+    newest = next((c.report for c in reversed(job.checks) if _partition_entries(c.report)), None)
+    ranked = sorted(
+        _partition_entries(newest), key=lambda p: (-(p.get("lag") or 0), str(p.get("topic")))
+    )
+    top = [f"{p.get('topic')}-{p.get('partition')}" for p in ranked[:TOP_PARTITIONS]]
+    return (
+        {name: records[name] for name in top if name in records},
+        {name: seconds[name] for name in top if name in seconds},
+    )
+
+
+def _partition_entries(report: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    return [
+        p
+        for source in (report or {}).get("sources") or ()
+        for topic in source.get("topics") or ()
+        for p in topic.get("partitions") or ()
+        if isinstance(p, Mapping)
+    ]
+
+
+def _partition_charts(job: JobView, thresholds: Mapping[str, Any]) -> str:
+    records, seconds = partition_lines(job)
+    if not records:
+        return '<p class="muted">No partitions in the recorded checks.</p>'
+    total = len(_partition_entries(job.last.report)) or len(records)
+    shown = f"{len(records)} of {total} partitions" if total > len(records) else "every partition"
+    note = f'<p class="muted">{shown}, the most lagging in the newest check first.</p>'
+    limits = _limits(thresholds, "max_lag_records_per_partition")
+    charts = f"{note}<h3>Records</h3>{time_chart(records, unit='records', thresholds=limits)}"
+    if seconds:
+        limits = _limits(thresholds, "max_lag_seconds")
+        charts += f"<h3>Time</h3>{time_chart(seconds, unit='s', thresholds=limits)}"
+    return charts
+
+
+def _limits(thresholds: Mapping[str, Any], *names: str) -> dict[str, float]:
+    """The named thresholds that are set (numbers), as a chart draws them."""
+    return {name: float(v) for name in names if isinstance(v := thresholds.get(name), (int, float))}
 
 
 def _checks_table(job: JobView, base: str) -> str:
@@ -322,22 +399,15 @@ def job_page(job: JobView, thresholds: Mapping[str, Any], base: str) -> str:
     """The job's lag over time (records, then time) with its thresholds, the newest check's
     partitions and every check."""
     last = job.last
-    records = {
-        name: float(v)
-        for name in ("max_lag_records_total",)
-        if isinstance(v := thresholds.get(name), (int, float))
-    }
-    seconds = {
-        name: float(v)
-        for name in ("max_lag_seconds",)
-        if isinstance(v := thresholds.get(name), (int, float))
-    }
+    records = _limits(thresholds, "max_lag_records_total")
+    seconds = _limits(thresholds, "max_lag_seconds")
     body = (
         f'<p><a href="./">&larr; all jobs</a></p><h1 class="name">{escape(job.name)}</h1>'
         f'<p class="muted">{escape(job.location)}</p><p>{badge(last.health)} '
         f'<span class="reason">{escape(last.reason)}</span></p>'
         f"<h2>Total lag (records)</h2>{_chart_of(job, 'total_lag', 'records', records)}"
         f"<h2>Lag (time)</h2>{_chart_of(job, 'max_lag_seconds', 's', seconds)}"
+        f"<h2>Lag per partition</h2>{_partition_charts(job, thresholds)}"
         f"<h2>Partitions (newest check)</h2>{_partitions(last.report)}"
         f"<h2>Checks ({len(job.checks)})</h2>{_checks_table(job, base)}"
     )

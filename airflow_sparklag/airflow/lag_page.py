@@ -1,6 +1,7 @@
 """The "Streaming lag" page: an Airflow 3 plugin (FastAPI app + external view in the UI nav).
 
-Two views, server-rendered HTML (every value escaped; no JavaScript, no CDN):
+Two views, server-rendered HTML (every value escaped; no CDN; a few lines of inline script
+draw the table's sparklines from ``/sparklag/trends``, fetched once the table is on screen):
 
 - ``/sparklag/``: every job any recorded check saw, one table row each, worst first (a check
   that failed, then data loss ... lagging, unknown, OK): health, reason, lag (records,
@@ -8,8 +9,8 @@ Two views, server-rendered HTML (every value escaped; no JavaScript, no CDN):
   health at the top; a form filters by health (``?health=STOPPED``) and searches names and
   locations (``?q=orders``).
 - ``/sparklag/job?location=...``: one job: lag over time with a time axis and the thresholds of
-  the task that checked it, the newest check's partitions, and every check with a link to its
-  task instance.
+  the task that checked it, the lag of its most lagging partitions over time, the newest
+  check's partitions, and every check with a link to its task instance.
 
 The checks come from the metadata database: XComs of the provider's check classes
 (``CheckResult.to_dict()``; a check that failed pushes ``CHECK_FAILED`` with its error before it
@@ -20,7 +21,8 @@ task's name (``map_index_template``, e.g. the SLA DAG's job names), else the tas
 fleet's jobs) the location's last part.
 
 Behind Airflow's own authentication: the routes depend on the API server's ``get_user`` and
-show only checks of DAGs the user may read. No connection is read.
+show only checks of DAGs whose XComs the user may read (the auth manager decides). No
+connection is read.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 
 from airflow_sparklag.airflow import lag_html
 from airflow_sparklag.airflow.lag_html import HEALTH_ORDER
@@ -47,6 +49,9 @@ XCOM_KEYS = ("return_value", "report")
 RESULTS_KEY = "sparklag_results"  # any task's per-job results (the fleet scan DAG's)
 TABLE_CHECKS = 12  # newest XComs per task read for the table (the sparkline's points)
 MAX_POINTS = 200  # newest checks of a job in its view
+# ... of which so many per task with their whole report (the per-partition lines): a job of
+# 1,000 partitions records ~0.5 MB per check
+REPORT_CHECKS = 50
 MAX_ROWS = 20000  # XComs read per view at most
 
 
@@ -177,10 +182,12 @@ def parse_xcom(value: Any) -> list[Parsed]:
 Row = tuple[str, str, str, int, str | None, datetime, Any]
 
 
-def collect(rows: Iterable[Row]) -> list[JobView]:
-    """Jobs from XCom rows ``(dag_id, run_id, task_id, map_index, task name, time, value)``,
-    worst health first, then by name."""
+def collect(rows: Iterable[Row], checks: Iterable[Check] = ()) -> list[JobView]:
+    """Jobs from XCom rows ``(dag_id, run_id, task_id, map_index, task name, time, value)``
+    and checks read already (``load_table``), worst health first, then by name."""
     jobs: dict[str, JobView] = {}
+    for check in checks:
+        jobs.setdefault(check.location, JobView(check.location)).checks.append(check)
     for dag_id, run_id, task_id, map_index, name, at, stored in rows:
         value = _loaded(stored)
         entries = parse_xcom(value)
@@ -216,6 +223,13 @@ def counts(jobs: Iterable[JobView]) -> dict[str, int]:
     return {h: found[h] for h in sorted(found, key=severity)}
 
 
+def lag_points(job: JobView) -> list[tuple[float, int]]:
+    """``(epoch seconds, total lag)`` of the job's checks that measured it, oldest first."""
+    return [
+        (round(c.at.timestamp(), 3), c.total_lag) for c in job.checks if c.total_lag is not None
+    ]
+
+
 def matching(jobs: list[JobView], health: str | None, text: str | None) -> list[JobView]:
     """The jobs of one health (None: all) whose name or location contains ``text``."""
     wanted = (text or "").strip().lower()
@@ -229,62 +243,138 @@ def matching(jobs: list[JobView], health: str | None, text: str | None) -> list[
 
 # -- the database ------------------------------------------------------------------------------
 
+# Check field -> its path in a CheckResult.to_dict(): what the table shows of a check. The
+# database reads them out of the value: an XCom holds the whole report (~6 KB at 8 partitions)
+# and decoding the table's 6,000 values in Python took seconds (docs/benchmarks.md).
+EXTRACTED = {
+    "location": ("location",),
+    "error": ("error",),
+    "health": ("verdict", "health"),
+    "reason": ("verdict", "reason"),
+    **{name: ("report", name) for name in (*MEASURES, "min_time_to_loss_seconds")},
+}
+Tasks = Iterable[tuple[str, str, int]]  # (dag_id, task_id, map_index)
 
-def load_rows(
-    dag_ids: set[str] | None,
-    *,
-    per_task: int = TABLE_CHECKS,
-    tasks: Iterable[tuple[str, str, int]] | None = None,
-) -> list[Row]:
-    """XComs of our tasks (and under ``RESULTS_KEY`` of any), newest first: the newest
-    ``per_task`` of each task, so every task that recorded a check is there however old its
-    last one, and the page parses a bounded number of values (``dag_ids``: only those DAGs;
-    ``tasks``: only those ``(dag_id, task_id, map_index)``). Rows are ``(dag_id, run_id,
-    task_id, map_index, rendered map index, time, value)``."""
+
+def _ranked(dag_ids: set[str] | None, tasks: Tasks | None, per_task: int, *columns: Any) -> Any:
+    """The query of ``(dag_id, run_id, task_id, map_index, rendered map index, time,
+    *columns)`` of the newest ``per_task`` XComs of each of our tasks, newest first. A task's
+    XComs are ranked by DAG run (its id grows with each run), not by the XCom's timestamp:
+    the table stores that column after the value, so ranking by it reads every value."""
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.models.xcom import XComModel as X
-    from airflow.utils.session import create_session
     from sqlalchemy import and_, func, or_, select, tuple_
 
-    ours = and_(X.key.in_(XCOM_KEYS), TI.operator.in_(CHECK_OPERATORS + FLEET_OPERATORS))
+    ours = or_(
+        and_(X.key.in_(XCOM_KEYS), TI.operator.in_(CHECK_OPERATORS + FLEET_OPERATORS)),
+        X.key == RESULTS_KEY,
+    )
     newest = func.row_number().over(
-        partition_by=(X.dag_id, X.task_id, X.map_index, X.key), order_by=X.timestamp.desc()
+        partition_by=(X.dag_id, X.task_id, X.map_index, X.key), order_by=X.dag_run_id.desc()
     )
-    inner = (
-        select(
-            X.dag_id,
-            X.run_id,
-            X.task_id,
-            X.map_index,
-            TI.__table__.c.rendered_map_index,  # the column: None for an unmapped task
-            X.timestamp,
-            X.value,
-            newest.label("newest"),
-        )
-        .join(
-            TI,
-            and_(
-                TI.dag_id == X.dag_id,
-                TI.run_id == X.run_id,
-                TI.task_id == X.task_id,
-                TI.map_index == X.map_index,
-            ),
-        )
-        .where(or_(ours, X.key == RESULTS_KEY))
-    )
+    name = TI.__table__.c.rendered_map_index.label("name")  # the column: None if unmapped
+    ranked = (
+        select(X.dag_run_id, X.task_id, X.map_index, X.key, TI.operator, name,
+               newest.label("newest"))
+        .join(TI, and_(TI.dag_id == X.dag_id, TI.run_id == X.run_id, TI.task_id == X.task_id,
+                       TI.map_index == X.map_index))
+        .where(ours)
+    )  # fmt: skip
     if dag_ids is not None:
-        inner = inner.where(X.dag_id.in_(sorted(dag_ids)))
+        ranked = ranked.where(X.dag_id.in_(sorted(dag_ids)))
     if tasks is not None:
-        inner = inner.where(tuple_(X.dag_id, X.task_id, X.map_index).in_(sorted(tasks)))
-    found = inner.subquery()
-    query = (
-        select(*(found.c[i] for i in range(7)))
+        ranked = ranked.where(tuple_(X.dag_id, X.task_id, X.map_index).in_(sorted(tasks)))
+    found = ranked.subquery()
+    return (
+        select(X.dag_id, X.run_id, X.task_id, X.map_index, found.c.name, X.timestamp, *columns)
+        .join(found, and_(X.dag_run_id == found.c.dag_run_id, X.task_id == found.c.task_id,
+                          X.map_index == found.c.map_index, X.key == found.c.key))
         .where(found.c.newest <= per_task)
-        .order_by(found.c.timestamp.desc())
+        .order_by(X.timestamp.desc())
         .limit(MAX_ROWS)
-    )
+    ), found  # fmt: skip
+
+
+def _execute(query: Any) -> list[tuple[Any, ...]]:
+    from airflow.utils.session import create_session
+
     with create_session() as session:
         return [tuple(row) for row in session.execute(query)]
+
+
+def load_rows(
+    dag_ids: set[str] | None, *, per_task: int = MAX_POINTS, tasks: Tasks | None = None
+) -> list[Row]:
+    """Our XComs with their whole values, the newest ``per_task`` of each task (``dag_ids``:
+    only those DAGs; ``tasks``: only those tasks). Rows are ``(dag_id, run_id, task_id,
+    map_index, rendered map index, time, value)``."""
+    from airflow.models.xcom import XComModel as X
+
+    query, _ = _ranked(dag_ids, tasks, per_task, X.value)
+    return _execute(query)
+
+
+def load_table(
+    dag_ids: set[str] | None, per_task: int = 1, tasks: Tasks | None = None
+) -> list[JobView]:
+    """Every job with the newest ``per_task`` checks of each task (1: the table; the
+    sparklines' ``TABLE_CHECKS`` come after, from ``/trends``; ``tasks``: only those): a
+    single check's fields read by the database (``EXTRACTED``, no report), a fleet's or
+    scan's value (many jobs) whole, as is a value stored as JSON text."""
+    from airflow.models.xcom import XComModel as X
+    from sqlalchemy import case, or_
+
+    query, found = _ranked(dag_ids, tasks, per_task)
+    paths = [X.value[path].as_string() for path in EXTRACTED.values()]
+    single = found.c.operator.in_(CHECK_OPERATORS) & X.key.in_(XCOM_KEYS)
+    query = query.add_columns(*paths, case((or_(~single, paths[0].is_(None)), X.value)))
+    checks, whole = [], []
+    for dag_id, run_id, task_id, map_index, name, at, *values, value in _execute(query):
+        if value is not None:
+            whole.append((dag_id, run_id, task_id, map_index, name, at, value))
+            continue
+        parsed = _from_result(_as_result(dict(zip(EXTRACTED, values, strict=True))))
+        if parsed:
+            at_task = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
+            named = {"map_index": map_index, "name": name or task_id, "at": at}
+            checks.append(Check(**at_task, **named, **{**parsed, "report": None}))
+    return collect(whole, checks)
+
+
+def _as_result(found: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields the database read as a ``CheckResult.to_dict()`` (numbers come as text)."""
+    report = {k: _scalar(found[k]) for k in (*MEASURES, "min_time_to_loss_seconds")}
+    verdict = {"health": found["health"], "reason": found["reason"]}
+    return {"location": found["location"], "error": found["error"], "verdict": verdict,
+            "report": report}  # fmt: skip
+
+
+def _scalar(text: Any) -> Any:
+    """A JSON scalar the database read as text: the number it spells, else the text."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return float(text) if any(c in text for c in ".eE") else int(text)
+    except ValueError:
+        return text
+
+
+def job_history(dag_ids: set[str] | None, location: str) -> JobView | None:
+    """One job's newest ``MAX_POINTS`` checks, the newest ``REPORT_CHECKS`` of each task
+    with their reports (its partitions); None when no check the user may read saw it."""
+    found = [j for j in load_table(dag_ids) if j.location == location]
+    if not found:
+        return None
+    tasks = {(c.dag_id, c.task_id, c.map_index) for c in found[0].checks}
+    job = next(j for j in load_table(dag_ids, MAX_POINTS, tasks) if j.location == location)
+    rows = load_rows(dag_ids, per_task=REPORT_CHECKS, tasks=tasks)
+    reported = {_key(c): c for j in collect(rows) if j.location == location for c in j.checks}
+    job.checks = [reported.get(_key(c), c) for c in job.checks]
+    return job
+
+
+def _key(check: Check) -> tuple[str, str, str, int]:
+    return check.dag_id, check.run_id, check.task_id, check.map_index
 
 
 def load_thresholds(check: Check) -> dict[str, Any]:
@@ -307,9 +397,26 @@ def load_thresholds(check: Check) -> dict[str, Any]:
 
 
 def _readable_dags(user: Any) -> set[str]:
+    """The DAGs whose XComs the user may read, as Airflow's auth manager says: the DAGs it
+    lets the user read (per team in multi-team mode), then those whose XComs it lets them
+    read (a separate permission in, e.g., the FAB auth manager)."""
     from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import (
+        DagAccessEntity,
+        DagDetails,
+    )
 
-    return set(get_auth_manager().get_authorized_dag_ids(user=user, method="GET"))
+    manager = get_auth_manager()
+    return {
+        dag_id
+        for dag_id in manager.get_authorized_dag_ids(user=user, method="GET")
+        if manager.is_authorized_dag(
+            method="GET",
+            access_entity=DagAccessEntity.XCOM,
+            details=DagDetails(id=dag_id),
+            user=user,
+        )
+    }
 
 
 def _base_path() -> str:
@@ -336,24 +443,27 @@ def create_app() -> FastAPI:
         health: str | None = None,
         q: str | None = None,
     ) -> HTMLResponse:
-        jobs = collect(load_rows(_readable_dags(user)))
+        jobs = load_table(_readable_dags(user))
         wanted = health if health in HEALTH_ORDER else None
         shown = matching(jobs, wanted, q)
         html = lag_html.fleet_page(jobs, counts(jobs), shown, _base_path(), (wanted, q))
         return HTMLResponse(html)
 
+    @app.get("/trends")
+    def trends(user: Any = user_dependency) -> JSONResponse:
+        """The sparklines' points, fetched by the table once it is drawn: reading a job's 12
+        newest checks takes twice as long as reading its newest, so the table comes first."""
+        jobs = load_table(_readable_dags(user), per_task=TABLE_CHECKS)
+        return JSONResponse({job.location: lag_points(job) for job in jobs})
+
     @app.get("/job", response_class=HTMLResponse)
     def job(location: str, user: Any = user_dependency) -> HTMLResponse:
-        dag_ids = _readable_dags(user)
-        found = [j for j in collect(load_rows(dag_ids)) if j.location == location]
-        if not found:
+        found = job_history(_readable_dags(user), location)
+        if found is None:
             raise HTTPException(404, "no check of this location in the DAGs you may read")
-        tasks = {(c.dag_id, c.task_id, c.map_index) for c in found[0].checks}
-        rows = load_rows(dag_ids, per_task=MAX_POINTS, tasks=tasks)  # its whole history
-        found = [j for j in collect(rows) if j.location == location]
-        checked = [c for c in reversed(found[0].checks) if c.report is not None]
+        checked = [c for c in reversed(found.checks) if c.report is not None]
         thresholds = load_thresholds(checked[0]) if checked else {}
-        return HTMLResponse(lag_html.job_page(found[0], thresholds, _base_path()))
+        return HTMLResponse(lag_html.job_page(found, thresholds, _base_path()))
 
     return app
 

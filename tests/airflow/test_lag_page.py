@@ -11,12 +11,14 @@ them to docs/images/).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -34,23 +36,29 @@ SCREENSHOTS = REPO / "docs" / "images"
 BUNDLE = "sparklag-page-test"
 
 
-def record_checks(checks: list[dict[str, Any]]) -> None:
-    """One DAG run per check: DagModel, DagRun, TaskInstance (operator class name) and XCom."""
+def record_checks(
+    checks: list[dict[str, Any]], bundle: str = BUNDLE, team: str | None = None
+) -> None:
+    """One DAG run per check: DagModel, DagRun, TaskInstance (operator class name) and XCom;
+    the DAGs in ``bundle``, owned by ``team`` (multi-team mode) when given."""
     from airflow.models.dag import DagModel
     from airflow.models.dagbundle import DagBundleModel
     from airflow.models.dagrun import DagRun
     from airflow.models.renderedtifields import RenderedTaskInstanceFields
     from airflow.models.taskinstance import TaskInstance
+    from airflow.models.team import Team
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
     from sqlalchemy import insert
 
     with create_session() as session:
-        if session.get(DagBundleModel, BUNDLE) is None:
-            session.add(DagBundleModel(name=BUNDLE))
+        if session.get(DagBundleModel, bundle) is None:
+            model = DagBundleModel(name=bundle)
+            model.teams = [Team(name=team)] if team else []
+            session.add(model)
             session.flush()
         for dag_id in sorted({c["dag_id"] for c in checks}):
-            session.add(DagModel(dag_id=dag_id, fileloc="/dags/x.py", bundle_name=BUNDLE))
+            session.add(DagModel(dag_id=dag_id, fileloc="/dags/x.py", bundle_name=bundle))
         session.flush()
         for c in checks:
             at = c["at"]
@@ -101,7 +109,9 @@ def record_checks(checks: list[dict[str, Any]]) -> None:
                     dag_id=c["dag_id"],
                     run_id=c["run_id"],
                     timestamp=at,
-                    value=XComModel.serialize_value(c["value"]),
+                    # as the Task Execution API stores it (JSON); XComModel.set's default
+                    # stores JSON text, which the page reads too
+                    value=XComModel.serialize_value(c["value"]) if c.get("text") else c["value"],
                 )
             )
             if "thresholds" in c:  # what Airflow keeps of the rendered template fields
@@ -119,6 +129,11 @@ def record_checks(checks: list[dict[str, Any]]) -> None:
 def check_result(location: str, lag: int, limit: int, health: str | None = None) -> dict:
     """A ``CheckResult.to_dict()`` as SparkLagCheckOperator returns it (the fields shown)."""
     breach = lag > limit
+    split = (lag // 2, lag // 3, lag - lag // 2 - lag // 3)  # three partitions, 0 lags most
+    partitions = [
+        {"topic": "orders", "partition": p, "lag": part, "lag_seconds": part / 10}
+        for p, part in enumerate(split)
+    ]
     return {
         "location": location,
         "error": None,
@@ -132,9 +147,7 @@ def check_result(location: str, lag: int, limit: int, health: str | None = None)
             "max_lag_seconds": lag / 10,
             "commit_age_seconds": 30.0,
             "catch_up_seconds": None,
-            "sources": [
-                {"topics": [{"partitions": [{"topic": "orders", "partition": 0, "lag": lag}]}]}
-            ],
+            "sources": [{"topics": [{"partitions": partitions}]}],
         },
     }
 
@@ -183,13 +196,16 @@ def background(health: str) -> str:
     return match.group(1)
 
 
-def start_api_server(home: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_api_server(home: Path, log: Path, **config: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``airflow api-server`` (every user an admin unless ``config``, AIRFLOW__ names, says
+    otherwise)."""
     port = free_port()
     env = {
         **os.environ,
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        **config,
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(port),
         "PYTHONUNBUFFERED": "1",
@@ -215,6 +231,25 @@ def start_api_server(home: Path, log: Path) -> tuple[subprocess.Popen[bytes], st
             time.sleep(0.5)
     stop(proc)
     pytest.fail(f"airflow api-server did not start; log {log}:\n{log_tail(log)}")
+
+
+def get_as(url: str, token: str) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def login(url: str, user: str, password: str) -> str:
+    """A JWT from the simple auth manager's login endpoint, as the UI gets one."""
+    body = json.dumps({"username": user, "password": password}).encode()
+    request = urllib.request.Request(
+        f"{url}/auth/token", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return str(json.load(response)["access_token"])
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -284,6 +319,7 @@ def test_fleet_page_shows_every_configured_job(
     # 15 checks of one job (with its thresholds), a STOPPED job, a fleet scan's results.
     history, sla, scan = f"s3a://lake/ck/history-{tag}", f"sla_{tag}", f"sparklag_fleet_scan_{tag}"
     t0 = datetime.now(timezone.utc) - timedelta(hours=1)
+    lags = [0, 0, 300, 600, 800, 1200, 1500, 2400, 3000] + [5400, 9100] * 3
     checks: list[dict[str, Any]] = [
         {
             "dag_id": sla,
@@ -292,9 +328,13 @@ def test_fleet_page_shows_every_configured_job(
             "operator": "SparkLagCheckOperator",
             "at": t0 + timedelta(minutes=2 * i),
             "value": check_result(history, lag, 5000),
-            "thresholds": {"max_lag_records_total": 5000, "max_lag_seconds": 600},
+            "thresholds": {
+                "max_lag_records_total": 5000,
+                "max_lag_seconds": 600,
+                "max_lag_records_per_partition": 4000,
+            },
         }
-        for i, lag in enumerate([0, 0, 300, 600, 800, 1200, 1500, 2400, 3000] + [5400, 9100] * 3)
+        for i, lag in enumerate(lags)
     ]
     checks.append(
         {
@@ -304,6 +344,7 @@ def test_fleet_page_shows_every_configured_job(
             "operator": "SparkLagCheckOperator",
             "at": t0 + timedelta(minutes=31),
             "value": check_result(f"/ck/stopped-{tag}", 700, 5000, health="STOPPED"),
+            "text": True,  # stored as JSON text
         }
     )
     checks.append(
@@ -338,11 +379,18 @@ def test_fleet_page_shows_every_configured_job(
         first_page = time.monotonic() - started
         stopped_only = get(f"{url}/sparklag/?health=STOPPED")
         searched = get(f"{url}/sparklag/?q=orders-{tag}")
+        trends = json.loads(get(f"{url}/sparklag/trends"))
         job_view = get(f"{url}/sparklag/job?location={history}")
         shots = {}
-        for name, path in (("fleet", "/sparklag/"), ("job", f"/sparklag/job?location={history}")):
+        views = (("fleet", "/sparklag/", 900), ("job", f"/sparklag/job?location={history}", 1400))
+        for name, path, height in views:
             shots[name] = tmp_path / f"{name}.png"
-            chromium("--window-size=1200,900", f"--screenshot={shots[name]}", f"{url}{path}")
+            chromium(
+                f"--window-size=1200,{height}",
+                "--virtual-time-budget=10000",  # the sparklines' fetch ends before the shot
+                f"--screenshot={shots[name]}",
+                f"{url}{path}",
+            )
     finally:
         stop(proc)
 
@@ -365,15 +413,19 @@ def test_fleet_page_shows_every_configured_job(
     assert [name for _, name in rows(searched)] == [f"orders-{tag}"]
     assert background("STOPPED") != background("UNKNOWN") != background("CHECK_FAILED")
 
-    # the job view: a time axis, both thresholds, y labels left of the plot, links to the TIs
-    assert len(re.findall(r'class="axis x-label"[^>]*>\d\d:\d\d<', job_view)) == 10
+    # the job view: a time axis, both thresholds, y labels left of the plot, links to the TIs;
+    # four charts: total lag, time lag, lag per partition in records and in time (a line each)
+    assert len(re.findall(r'class="axis x-label"[^>]*>\d\d:\d\d<', job_view)) == 20
+    partitions = ["orders-0", "orders-1", "orders-2"]
+    assert re.findall(r'data-line="([^"]*)"', job_view) == ["", "", *partitions, *partitions]
+    assert "max_lag_records_per_partition 4,000</text>" in job_view
     assert "max_lag_records_total 5,000</text>" in job_view
     assert "max_lag_seconds 10.0m</text>" in job_view
     plot_left = min(float(x) for x in re.findall(r'<circle class="point" cx="([\d.]+)"', job_view))
     y_labels = re.findall(r'class="axis y-label" x="([\d.]+)"[^>]*text-anchor="end"', job_view)
     assert y_labels and all(float(x) < plot_left for x in y_labels)
-    # the table reads a task's newest 12 checks (its sparkline); the job view all 15
-    assert 'aria-label="lag trend, 12 checks"' in fleet
+    # the sparklines come after the table: a task's newest 12 checks; the job view all 15
+    assert [lag for _, lag in trends[history]] == lags[-12:]
     assert job_view.count('href="/dags/' + sla + "/runs/scheduled__") == 15
     assert all(shot.stat().st_size > 10_000 for shot in shots.values())
     assert first_page < 5, first_page
@@ -381,6 +433,51 @@ def test_fleet_page_shows_every_configured_job(
         shutil.copyfile(shots["fleet"], SCREENSHOTS / "streaming-lag-fleet.png")
         shutil.copyfile(shots["job"], SCREENSHOTS / "streaming-lag-job.png")
     print(f"fleet page served in {first_page:.2f}s")
+
+
+@pytest.mark.testbed
+def test_only_users_who_may_read_a_dag_see_its_jobs(airflow_db, tmp_path):
+    """Multi-team mode of the simple auth manager: each team's viewer reads its own team's
+    DAGs (and those of no team), so sees only those jobs; a job of another team's DAG is a 404
+    in the job view and absent from the sparklines' data."""
+    tag = uuid.uuid4().hex[:6]
+    at = datetime.now(timezone.utc) - timedelta(minutes=5)
+    for team in ("a", "b"):
+        location = f"/ck/team-{team}-{tag}"
+        check = {
+            "dag_id": f"sla_{team}_{tag}", "run_id": "manual__1", "task_id": f"job_{team}_{tag}",
+            "operator": "SparkLagCheckOperator", "at": at,
+            "value": check_result(location, 10, 5000),
+        }  # fmt: skip
+        record_checks([check], bundle=f"bundle-{team}-{tag}", team=f"team_{team}_{tag}")
+    passwords = tmp_path / "passwords.json"
+    passwords.write_text(json.dumps({"alice": "alice-pw", "bob": "bob-pw"}))
+    config = {
+        "AIRFLOW__CORE__MULTI_TEAM": "True",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": (
+            f"alice:viewer:team_a_{tag},bob:viewer:team_b_{tag}"
+        ),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+    }
+    proc, url = start_api_server(Path(airflow_db), tmp_path / "api-server.log", **config)
+    try:
+        alice, bob = login(url, "alice", "alice-pw"), login(url, "bob", "bob-pw")
+        fleet = {
+            user: get_as(f"{url}/sparklag/", token)
+            for user, token in (("alice", alice), ("bob", bob))
+        }
+        job_a = f"{url}/sparklag/job?location=/ck/team-a-{tag}"
+        views = {user: get_as(job_a, token)[0] for user, token in (("alice", alice), ("bob", bob))}
+        trends = json.loads(get_as(f"{url}/sparklag/trends", bob)[1])
+    finally:
+        stop(proc)
+    assert fleet["alice"][0] == fleet["bob"][0] == 200
+    assert [n for _, n in rows(fleet["alice"][1]) if tag in n] == [f"job_a_{tag}"]
+    assert [n for _, n in rows(fleet["bob"][1]) if tag in n] == [f"job_b_{tag}"]
+    assert f"team-a-{tag}" not in fleet["bob"][1]
+    assert views == {"alice": 200, "bob": 404}
+    assert f"/ck/team-b-{tag}" in trends and f"/ck/team-a-{tag}" not in trends
 
 
 @pytest.mark.testbed

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
-from airflow_sparklag.airflow.lag_html import STYLE, fleet_page, time_chart
+from airflow_sparklag.airflow.lag_html import STYLE, fleet_page, job_page, time_chart
 from airflow_sparklag.airflow.lag_page import collect, counts, matching, parse_xcom
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
@@ -112,3 +112,29 @@ def test_time_to_data_loss_is_a_column():
     # the last number cell of each row, before the trend
     cells = re.findall(r'<td class="num">([^<]*)</td><td>(?:<svg|<span class="muted">)', html)
     assert sorted(cells) == ["-", "2.0h", "never"], cells
+
+
+def test_job_view_draws_the_most_lagging_partitions_over_time_with_thresholds():
+    def with_partitions(minute: int, lags: list[int]) -> tuple:
+        parts = [
+            {"topic": "orders", "partition": p, "lag": lag, "lag_seconds": lag / 10}
+            for p, lag in enumerate(lags)
+        ]
+        value = result("/ck/p", "LAGGING", sum(lags))
+        value["report"]["sources"] = [{"topics": [{"partitions": parts}]}]
+        return row("check_p", minute, value, name="p")
+
+    # 1,000 partitions: partition p lags p records, partition 3 lags most in the newest check
+    many = list(range(1000))
+    job = collect([with_partitions(0, many), with_partitions(5, [*many[:3], 5000, *many[4:]])])[0]
+    html = job_page(job, {"max_lag_records_per_partition": 900, "max_lag_seconds": 60}, "")
+    lines = re.findall(
+        r'<polyline class="line" style="stroke:#[0-9a-f]+" data-line="([^"]*)"', html
+    )
+    top = ["orders-3", *(f"orders-{p}" for p in range(999, 992, -1))]
+    assert lines[2:] == top + top  # after the total and time charts: records, then seconds
+    assert "8 of 1000 partitions" in html
+    assert "max_lag_records_per_partition 900</text>" in html
+    assert html.count("max_lag_seconds 60.0s<") == 2  # the time lag and per-partition charts
+    assert html.count('<span class="key">') == 16  # a legend per partition chart
+    assert len(html) < 200_000  # the 1,000 partitions' table, not 1,000 lines
