@@ -99,14 +99,24 @@ def test_one_batch_then_records_wait(spark: Any, kafka: Any, topic: str, tmp_pat
         aged = check(session, ck, CheckOptions(Thresholds(max_commit_age_seconds=10)), now=past)
         assert verdict_of(aged) == (Health.STOPPED, "stopped"), aged.verdict
         (many,) = check_many(session, [ck], now=past)
-        assert many.verdict == late.verdict
+        assert verdict_of(many) == verdict_of(late)
+        same_reason(many.verdict.reason, late.verdict.reason)
     scan = spark_scan.scan(spark, [ck], kafka_config=config, now=past)
     try:
         (row,) = scan.jobs.collect()
     finally:
         scan.unpersist()
     assert (row["health"], row["total_lag"]) == ("UNKNOWN", 200)
-    assert row["reason"] == late.verdict.reason
+    same_reason(row["reason"], late.verdict.reason)
+
+
+def same_reason(scanned: str, checked: str) -> None:
+    """The same reason, its ages within 2 s: the scan dates the waiting records from its own
+    Kafka snapshot, taken a moment after the check's (a CI run saw 35 s against 36 s)."""
+    ages = r"(\d+) s\b"
+    assert re.sub(ages, "N s", scanned) == re.sub(ages, "N s", checked), (scanned, checked)
+    for a, b in zip(re.findall(ages, scanned), re.findall(ages, checked), strict=True):
+        assert abs(int(a) - int(b)) <= 2, (scanned, checked)
 
 
 def epochs(ck: Path) -> list[int]:
