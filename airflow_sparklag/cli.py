@@ -122,23 +122,11 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
         )
         if value
     }
-    webhdfs_options: dict[str, Any] = {}
-    if args.webhdfs_url:
-        webhdfs_options["url"] = (
-            args.webhdfs_url if len(args.webhdfs_url) > 1 else args.webhdfs_url[0]
-        )
-    for key, value in (
-        ("user", args.hdfs_user),
-        ("kerberos", args.hdfs_kerberos),
-        ("principal", args.hdfs_principal),
-        ("keytab", args.hdfs_keytab),
-        ("verify", args.hdfs_ca_bundle),
-    ):
-        if value:
-            webhdfs_options[key] = value
+    from airflow_sparklag.params import webhdfs_flags
+
     return {
         "s3_options": {**s3_options, **bounds},
-        "webhdfs_options": {**webhdfs_options, **bounds},
+        "webhdfs_options": {**webhdfs_flags(args), **bounds},
     }
 
 

@@ -404,3 +404,24 @@ def options(kind: type[Options], values: Mapping[str, Any]) -> Options:
         raise
     except (TypeError, ValueError) as exc:
         raise invalid(kind.__name__, str(exc)) from None
+
+
+def webhdfs_flags(flags: Any) -> dict[str, Any]:
+    """The WebHDFS options of the flags the CLI and the Spark fleet scan share (an argparse
+    namespace): ``--webhdfs-url`` (repeated for HA NameNodes), ``--hdfs-user``,
+    ``--hdfs-kerberos``, ``--hdfs-principal``, ``--hdfs-keytab``, ``--hdfs-ca-bundle``; the
+    ones not given are left out."""
+    urls = flags.webhdfs_url
+    options: dict[str, Any] = {}
+    if urls:
+        options["url"] = urls if len(urls) > 1 else urls[0]
+    for key, value in (
+        ("user", flags.hdfs_user),
+        ("kerberos", flags.hdfs_kerberos),
+        ("principal", flags.hdfs_principal),
+        ("keytab", flags.hdfs_keytab),
+        ("verify", flags.hdfs_ca_bundle),
+    ):
+        if value:
+            options[key] = value
+    return options

@@ -625,18 +625,9 @@ def _storage_options(args: argparse.Namespace, spark: SparkSession | None = None
         s3["endpoint_url"] = args.s3_endpoint_url
     if args.s3_region:
         s3["region_name"] = args.s3_region
-    webhdfs = dict(options.get("webhdfs_options") or {})
-    if args.webhdfs_url:
-        webhdfs["url"] = args.webhdfs_url if len(args.webhdfs_url) > 1 else args.webhdfs_url[0]
-    for key, value in (
-        ("user", args.hdfs_user),
-        ("kerberos", args.hdfs_kerberos),
-        ("principal", args.hdfs_principal),
-        ("keytab", args.hdfs_keytab),
-        ("verify", args.hdfs_ca_bundle),
-    ):
-        if value:
-            webhdfs[key] = value
+    from airflow_sparklag.params import webhdfs_flags
+
+    webhdfs = {**(options.get("webhdfs_options") or {}), **webhdfs_flags(args)}
     if spark is not None and not {"user", "kerberos", "principal", "keytab"} & webhdfs.keys():
         conf = spark.sparkContext.getConf()
         login = {k: conf.get(f"spark.kerberos.{k}", None) for k in ("principal", "keytab")}
