@@ -18,7 +18,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -618,14 +618,14 @@ class CheckpointReader:
         return metadata[0].modified if metadata else None
 
     def read_history(
-        self, state: CheckpointState, newest: int | None = None, *, workers: int = 1
+        self, state: CheckpointState, newest: int | None = None, *, pool: Executor | None = None
     ) -> CheckpointState:
         """``state`` with the older batches a lazy :meth:`read` left unread: the same history
         an eager read of the same listing returns (a batch purged since is skipped as there).
 
         ``newest=N`` reads only the N newest of them and leaves the others unread (a later
-        call reads those). One GET per batch not cached yet, ``workers`` at a time; a state
-        with nothing unread is returned as is."""
+        call reads those). One GET per batch not cached yet, all at once in ``pool`` if given
+        (else one after another); a state with nothing unread is returned as is."""
         if not state.unread_history:
             return state
         listed = {}
@@ -636,14 +636,14 @@ class CheckpointReader:
         ids = list(listed)
         take = ids if newest is None else ids[len(ids) - max(0, newest) :]
         left = tuple(listed[i] for i in ids[: len(ids) - len(take)])
-        past = self._read_batches(take, listed, workers)
+        past = self._read_batches(take, listed, pool)
         return dataclasses.replace(state, history=past + state.history, unread_history=left)
 
     def _read_batches(
-        self, wanted: list[int], offsets: Mapping[int, ObjectInfo], workers: int = 1
+        self, wanted: list[int], offsets: Mapping[int, ObjectInfo], pool: Executor | None = None
     ) -> tuple[BatchOffsets, ...]:
-        """The offsets files of ``wanted`` (older committed batches), oldest first; ``workers``
-        GETs at a time."""
+        """The offsets files of ``wanted`` (older committed batches), oldest first; read in
+        ``pool`` when given."""
 
         def read(batch_id: int) -> BatchOffsets | None:
             try:
@@ -651,9 +651,8 @@ class CheckpointReader:
             except _Vanished:
                 return None  # purged by Spark (minBatchesToRetain) since the listing: expected
 
-        if workers > 1 and len(wanted) > 1:
-            with ThreadPoolExecutor(max_workers=min(workers, len(wanted))) as pool:
-                found = list(pool.map(read, wanted))
+        if pool is not None and len(wanted) > 1:
+            found = list(pool.map(read, wanted))
         else:
             found = [read(batch_id) for batch_id in wanted]
         return tuple(batch for batch in found if batch is not None)

@@ -19,7 +19,7 @@ checkpoint. Nothing heavy is imported at module level.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,7 @@ __all__ = [
     "FleetChecker",
     "check_fleet",
     "discover_checkpoints",
+    "iter_checkpoints",
     "list_children",
 ]
 
@@ -73,6 +74,23 @@ def discover_checkpoints(
     >>> discover_checkpoints("s3a://bucket/checkpoints", session=session)   # doctest: +SKIP
     ['s3a://bucket/checkpoints/team-a/orders', 's3a://bucket/checkpoints/team-b/clicks']
     """
+    return sorted(
+        iter_checkpoints(
+            prefix, session=session, storage=storage, max_depth=max_depth, max_workers=max_workers
+        )
+    )
+
+
+def iter_checkpoints(
+    prefix: str | Sequence[str],
+    *,
+    session: Session | None = None,
+    storage: Storage | None = None,
+    max_depth: int = 4,
+    max_workers: int = MAX_READERS,
+) -> Iterator[str]:
+    """:func:`discover_checkpoints`' roots as they are found (a level's in listing order, each
+    once), so a fleet check reads each checkpoint while discovery lists on."""
     prefixes = [prefix] if isinstance(prefix, str) else list(prefix)
     for each in prefixes:
         refuse_bucketless(each)
@@ -92,7 +110,9 @@ def discover_checkpoints(
                 level, pool.map(lambda entry: list_children(*entry), level), strict=True
             ):
                 if children.is_checkpoint:
-                    found.add(directory)
+                    if directory not in found:
+                        found.add(directory)
+                        yield directory
                 elif depth < max_depth:
                     next_level.extend(
                         (backend, join(directory, name))
@@ -100,7 +120,6 @@ def discover_checkpoints(
                         if not name.startswith((".", "_"))
                     )
             level = next_level
-    return sorted(found)
 
 
 class FleetChecker:
@@ -172,20 +191,39 @@ class FleetChecker:
             max_depth=self.max_depth,
             max_workers=self.max_workers,
         )
-        self._locations = list(dict.fromkeys([*self._given, *found]))
+        return self._discovered(found)
+
+    def _discovered(self, found: Iterable[str]) -> list[str]:
+        self._locations = list(dict.fromkeys([*self._given, *sorted(found)]))
         self._discovered_at = time.monotonic()
         self.session.forget(self._locations)
         return list(self._locations)
 
-    def _maybe_discover(self) -> None:
-        if not self.prefixes:
-            return
-        stale = self._discovered_at is None or (
-            self.rediscover_seconds is not None
-            and time.monotonic() - self._discovered_at >= self.rediscover_seconds
+    def _discovery_due(self) -> bool:
+        return bool(self.prefixes) and (
+            self._discovered_at is None
+            or (
+                self.rediscover_seconds is not None
+                and time.monotonic() - self._discovered_at >= self.rediscover_seconds
+            )
         )
-        if stale:
+
+    def _maybe_discover(self) -> None:
+        if self._discovery_due():
             self.discover()
+
+    def _discovering(self, found: list[str]) -> Iterator[str]:
+        """The given locations, then each discovered checkpoint as it is found (kept in
+        ``found``): a poll that discovers reads them while discovery lists on."""
+        yield from self._given
+        for location in iter_checkpoints(
+            self.prefixes,
+            session=self.session,
+            max_depth=self.max_depth,
+            max_workers=self.max_workers,
+        ):
+            found.append(location)
+            yield location
 
     # -- polling --------------------------------------------------------------------------------
 
@@ -200,24 +238,24 @@ class FleetChecker:
         """Read every checkpoint (in parallel): states, and a failed result per unreadable one.
 
         Lazily: offsets/C of each, the older batches of the window only listed
-        (``state.unread_history``); :meth:`check` reads them for the jobs that need them."""
-        return read_states(
+        (``state.unread_history``); :meth:`check` reads them for the jobs that need them.
+        A poll that discovers reads each checkpoint as discovery finds it."""
+        found: list[str] = []
+        discovering = self._discovery_due()
+        states, failures = read_states(
             self.session,
-            self.locations,
+            self._discovering(found) if discovering else self._locations,
             history=self.options.history_to_read,
             query_id=self.query_ids,
             max_workers=self.max_workers,
             progress=progress,
             lazy_history=True,
         )
-
-    def _complete(
-        self, state: CheckpointState, newest: int | None, workers: int
-    ) -> CheckpointState:
-        """``state`` with its older batches read, all or the newest ``newest``, ``workers``
-        GETs at a time (its reader's cache: once per batch)."""
-        reader = self.session.reader(state.location, query_id=self.query_ids)
-        return reader.read_history(state, newest, workers=workers)
+        if discovering:
+            kept = set(self._discovered(found))
+            states = {loc: st for loc, st in states.items() if loc in kept}
+            failures = {loc: r for loc, r in failures.items() if loc in kept}
+        return states, failures
 
     def check(
         self, *, now: float | None = None, progress: Progress | None = None
@@ -234,7 +272,7 @@ class FleetChecker:
         """
         states, failures = self.read_states(progress)
         judged = (
-            judge_states(self.session, states, self.options, now=now, complete=self._complete)
+            judge_states(self.session, states, self.options, now=now, query_id=self.query_ids)
             if states
             else {}
         )

@@ -11,7 +11,7 @@ import dataclasses
 import math
 import numbers
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -318,14 +318,12 @@ def _exact_timestamps(
 WAITED_MIN_SECONDS = 10.0
 
 
-# Older batches read at once: a single job's this many at a time, several jobs' fewer each
-# (MAX_READERS jobs at a time).
-WINDOW_READERS = 64
+# Older batches' GETs in flight at once, every job's together (one pool): the window's files are
+# known once the listing is in, and each GET is a small, latency-bound request.
+WINDOW_READERS = 128
 
 
 Stamps = Mapping[int, Mapping[tuple[str, int], int | None]]  # cluster -> record timestamps
-# Reads a state's unread history: all of it (None) or its newest N batches, K GETs at a time.
-Complete = Callable[["CheckpointState", "int | None", int], "CheckpointState"]
 
 
 class _Judge:
@@ -339,11 +337,11 @@ class _Judge:
         options: CheckOptions,
         snapshots: Mapping[int, KafkaSnapshot],
         now: float,
-        complete: Complete | None = None,
+        query_id: bool = True,
     ) -> None:
         self.session = session
         self.states = dict(states)
-        self.complete = complete
+        self.query_id = query_id  # the readers the states came from (``Session.reader``)
         self.errors: dict[str, SparkLagError] = {}  # reading a state's history failed
         self.stepped: set[str] = set()  # states with offsets/C-1 read, the rest maybe not
         self.options = options
@@ -531,22 +529,20 @@ class _Judge:
         batches), in parallel; the locations read, a failure recorded in ``errors``."""
         if not wanted:
             return []
-        complete = self.complete or (
-            lambda state, newest, workers: self.session.reader(state.location).read_history(
-                state, newest, workers=workers
-            )
-        )
-        per_job = max(1, WINDOW_READERS // len(wanted))
 
         def read(loc: str) -> CheckpointState | SparkLagError:
+            reader = self.session.reader(loc, query_id=self.query_id)
             try:
-                return complete(self.states[loc], wanted[loc], per_job)
+                return reader.read_history(self.states[loc], wanted[loc], pool=gets)
             except SparkLagError as exc:
                 return exc
 
-        workers = max(1, min(MAX_READERS, len(wanted)))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            outcomes = list(pool.map(read, wanted))
+        # Jobs wait in one pool while their GETs run in another, WINDOW_READERS at once.
+        with (
+            ThreadPoolExecutor(max_workers=WINDOW_READERS) as gets,
+            ThreadPoolExecutor(max_workers=max(1, min(MAX_READERS, len(wanted)))) as jobs,
+        ):
+            outcomes = list(jobs.map(read, wanted))
         for loc, outcome in zip(wanted, outcomes, strict=True):
             if isinstance(outcome, SparkLagError):
                 self.errors[loc] = outcome
@@ -679,7 +675,7 @@ def judge_states(
     options: CheckOptions,
     *,
     now: float | None = None,
-    complete: Complete | None = None,
+    query_id: bool = True,
 ) -> dict[str, CheckResult]:
     """One Kafka snapshot for all topics of all states, then a report and verdict each, all
     measured at one instant (``now``, default the snapshot's fetch time).
@@ -695,11 +691,12 @@ def judge_states(
     partition) before it is judged; so is a job a STOPPED rule would judge by the age of its
     waiting records. A declared scheduled job's last run is checked for completeness.
 
-    States read with ``lazy_history`` (``read_states``) get their older batches read by
-    ``complete`` (default: the session's reader of the location) only when ``health.reads_needed``
-    says the report depends on them; a failure to read them gives that job a failed result.
+    States read with ``lazy_history`` (``read_states``, with ``query_id`` as given there) get
+    their older batches read by the session's reader of the location only when
+    ``health.reads_needed`` says the report depends on them; a failure to read them gives that
+    job a failed result.
     """
-    return _judge(session, states, options, now, complete).run()
+    return _judge(session, states, options, now, query_id).run()
 
 
 def judge_against(
@@ -720,13 +717,13 @@ def _judge(
     states: Mapping[str, CheckpointState],
     options: CheckOptions,
     now: float | None,
-    complete: Complete | None,
+    query_id: bool = True,
 ) -> _Judge:
     """The judge of ``states``: one Kafka snapshot per cluster taken, at one instant."""
     topics = cluster_topics(session, states)
     snapshots = cluster_snapshots(session, topics, options.subscribe_pattern)
     at = max(s.fetched_at for s in snapshots.values()) if now is None else now
-    return _Judge(session, states, options, snapshots, at, complete)
+    return _Judge(session, states, options, snapshots, at, query_id)
 
 
 def cluster_snapshots(
@@ -759,7 +756,7 @@ def failed_result(location: str, error: SparkLagError) -> CheckResult:
 
 def read_states(
     session: Session,
-    locations: Sequence[str],
+    locations: Iterable[str],
     *,
     history: int,
     query_id: bool = True,
@@ -767,13 +764,22 @@ def read_states(
     progress: Progress | None = None,
     lazy_history: bool = False,
 ) -> tuple[dict[str, CheckpointState], dict[str, CheckResult]]:
-    """Read every checkpoint (in parallel): states, and a failed result per unreadable one.
+    """Read every checkpoint (in parallel, each as soon as ``locations`` yields it): states,
+    and a failed result per unreadable one.
 
     ``lazy_history``: offsets/C only, the older batches left for ``judge_states`` to read
     when a rule needs them (``CheckpointReader.read(lazy_history=True)``)."""
     states: dict[str, CheckpointState] = {}
     failures: dict[str, CheckResult] = {}
-    unique = list(dict.fromkeys(locations))
+    unique: list[str] = []
+
+    def each() -> Iterator[str]:  # once each, as ``locations`` yields them (maybe discovering)
+        seen: set[str] = set()
+        for location in locations:
+            if location not in seen:
+                seen.add(location)
+                unique.append(location)
+                yield location
 
     def read(location: str) -> tuple[str, CheckpointState | SparkLagError]:
         try:
@@ -782,10 +788,10 @@ def read_states(
         except SparkLagError as exc:
             return location, exc
 
-    if not unique:
-        return states, failures
-    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(unique)))) as pool:
-        for done, (location, outcome) in enumerate(pool.map(read, unique), start=1):
+    # Executor.map submits every location (each read starts as it is yielded) before the first
+    # result comes back, so ``unique`` is complete when progress is reported.
+    with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
+        for done, (location, outcome) in enumerate(pool.map(read, each()), start=1):
             if isinstance(outcome, SparkLagError):
                 failures[location] = failed_result(location, outcome)
             else:
@@ -816,13 +822,7 @@ def check(
     options = options or CheckOptions()
     reader = session.reader(location)
     state = reader.read(options.history_to_read, lazy_history=True)
-    judge = _judge(
-        session,
-        {location: state},
-        options,
-        now,
-        lambda state, newest, workers: reader.read_history(state, newest, workers=workers),
-    )
+    judge = _judge(session, {location: state}, options, now)
     result = judge.run()[location]
     if location in judge.errors:
         raise judge.errors[location]
@@ -856,12 +856,7 @@ def check_many(
         progress=progress,
         lazy_history=True,
     )
-
-    def complete(state: CheckpointState, newest: int | None, workers: int) -> CheckpointState:
-        reader = session.reader(state.location, query_id=query_id)
-        return reader.read_history(state, newest, workers=workers)
-
-    judged = judge_states(session, states, options, now=now, complete=complete) if states else {}
+    judged = judge_states(session, states, options, now=now, query_id=query_id) if states else {}
     return [judged.get(loc) or failures[loc] for loc in locations]
 
 
