@@ -14,7 +14,8 @@ Commands (``{"cmd": ..., ...}``):
 - ``relay``: start a Kafka-to-Kafka query ``name`` from ``topic`` to ``sink`` into
   ``checkpoint`` (``starting``: its startingOffsets, default earliest; ``max_offsets`` per
   batch): each record becomes key ``"<partition>:<offset>"``, value ``"<tag>:<value>"``, after
-  ``nap_ms`` in its task (a JVM sleep: no Python worker); answers at once.
+  ``nap_ms`` in its task from offset ``nap_from`` on (a JVM sleep: no Python worker); answers
+  at once.
 - ``stop``: stop the query named ``name``; answers with its progress.
 - ``files``: the text of every file under ``path`` (relative path -> text), read with Spark's
   own Hadoop client (as the driver logged in: an independent reading of a checkpoint).
@@ -125,7 +126,8 @@ class Driver:
         value = f"concat('{command['tag']}:', CAST(value AS STRING))"
         if command.get("nap_ms"):
             nap = f"reflect('java.lang.Thread', 'sleep', CAST({int(command['nap_ms'])} AS BIGINT))"
-            value = f"concat({value}, coalesce(substr({nap}, 0, 0), ''))"
+            nap = f"IF(offset >= {int(command.get('nap_from', 0))}, substr({nap}, 0, 0), '')"
+            value = f"concat({value}, coalesce({nap}, ''))"
         reader = (
             self.spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", command["bootstrap"])
