@@ -140,6 +140,19 @@ class SparkDriver:
         self._commands.flush()
         return self._answer(timeout, cmd)
 
+    def kill(self, timeout: float = 30.0) -> None:
+        """``kill -9`` of the driver's whole process group (launcher, JVM, Python driver), as a
+        crash or the OOM killer ends a job; returns once none of them runs."""
+        if self._popen is None:
+            raise TestbedError(f"{self.name} is not running")
+        os.killpg(self._popen.pid, signal.SIGKILL)
+        self._popen.wait(timeout)
+        deadline = time.monotonic() + timeout
+        while _group_running(self._popen.pid):
+            if time.monotonic() > deadline:
+                raise TestbedError(f"{self.name}: process group {self._popen.pid} outlived kill -9")
+            time.sleep(0.1)
+
     def stop(self, timeout: float = 60.0) -> None:
         """Asks the driver to stop its queries and exit; ends its process group if it does not."""
         popen, self._popen = self._popen, None
@@ -158,6 +171,18 @@ class SparkDriver:
         # The JVM that pyspark started is in the same (our own) process group.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(popen.pid, signal.SIGTERM)
+
+
+def _group_running(group: int) -> bool:
+    """Whether a process of process group ``group`` runs (zombies do not)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            return True
+    return False
 
 
 class Spark35(SparkDriver):

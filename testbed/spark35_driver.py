@@ -11,6 +11,11 @@ Commands (``{"cmd": ..., ...}``):
   noop sink) on ``topic`` into ``checkpoint``; answers at once.
 - ``available_now``: run a ``Trigger.AvailableNow`` query on ``topic`` into ``checkpoint`` until
   it ends; answers with its progress.
+- ``relay``: start a Kafka-to-Kafka query ``name`` from ``topic`` to ``sink`` into
+  ``checkpoint`` (``starting``: its startingOffsets, default earliest; ``max_offsets`` per
+  batch): each record becomes key ``"<partition>:<offset>"``, value ``"<tag>:<value>"``, after
+  ``nap_ms`` in its task from offset ``nap_from`` on (a JVM sleep: no Python worker); answers
+  at once.
 - ``stop``: stop the query named ``name``; answers with its progress.
 - ``files``: the text of every file under ``path`` (relative path -> text), read with Spark's
   own Hadoop client (as the driver logged in: an independent reading of a checkpoint).
@@ -116,6 +121,36 @@ class Driver:
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()))
         return {"progress": progress(query)}
+
+    def relay(self, command: dict[str, Any]) -> dict[str, Any]:
+        value = f"concat('{command['tag']}:', CAST(value AS STRING))"
+        if command.get("nap_ms"):
+            nap = f"reflect('java.lang.Thread', 'sleep', CAST({int(command['nap_ms'])} AS BIGINT))"
+            nap = f"IF(offset >= {int(command.get('nap_from', 0))}, substr({nap}, 0, 0), '')"
+            value = f"concat({value}, coalesce({nap}, ''))"
+        reader = (
+            self.spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", command["bootstrap"])
+            .option("subscribe", command["topic"])
+            .option("startingOffsets", command.get("starting", "earliest"))
+        )
+        if command.get("max_offsets"):
+            reader = reader.option("maxOffsetsPerTrigger", str(command["max_offsets"]))
+        query = (
+            reader.load()
+            .selectExpr(
+                "concat(CAST(partition AS STRING), ':', CAST(offset AS STRING)) AS key",
+                f"{value} AS value",
+            )
+            .writeStream.format("kafka")
+            .option("kafka.bootstrap.servers", command["bootstrap"])
+            .option("topic", command["sink"])
+            .option("checkpointLocation", command["checkpoint"])
+            .queryName(command["name"])
+            .start()
+        )
+        self.queries[command["name"]] = query
+        return {"id": query.id}
 
     def files(self, command: dict[str, Any]) -> dict[str, Any]:
         jvm = self.spark.sparkContext._jvm
