@@ -204,6 +204,42 @@ def test_progress_called_once_per_checkpoint(tree: Path) -> None:
     assert seen == [(1, 3), (2, 3), (3, 3)]
 
 
+def test_a_discovering_poll_reads_checkpoints_while_discovery_still_lists(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """team-a's checkpoints are found one level above team-b/nested/payments: they are read
+    while team-b/nested is still being listed, and the results keep location order."""
+    import threading
+    import time
+
+    from airflow_sparklag.checkpoint import CheckpointReader
+
+    events: list[str] = []
+    lock = threading.Lock()
+    list_children = LocalStorage.list_children
+    read = CheckpointReader.read
+
+    def slow_listing(storage: LocalStorage, path: str) -> Children:
+        if path.endswith("nested"):
+            time.sleep(0.5)  # the deepest level answers slowly
+            with lock:
+                events.append("listed nested")
+        return list_children(storage, path)
+
+    def reading(reader: CheckpointReader, *args: object, **kwargs: object) -> object:
+        with lock:
+            events.append(f"read {Path(reader.location).name}")
+        return read(reader, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LocalStorage, "list_children", slow_listing)
+    monkeypatch.setattr(CheckpointReader, "read", reading)
+    results = fleet.check_fleet(prefix=str(tree), kafka_config=KAFKA)
+    assert [Path(r.location).name for r in results] == ["clicks", "orders", "payments"]
+    assert events.index("read clicks") < events.index("listed nested")
+    assert events.index("read orders") < events.index("listed nested")
+    assert events.index("listed nested") < events.index("read payments")
+
+
 def test_rediscovery_picks_up_new_and_drops_deleted_jobs(tree: Path) -> None:
     with FleetChecker(prefix=str(tree), kafka_config=KAFKA, rediscover_seconds=0) as checker:
         assert len(checker.check()) == 3
