@@ -493,6 +493,38 @@ def test_page_queries_read_every_kind_of_xcom(metadata_db):
 
 
 @pytest.mark.testbed
+def test_a_check_of_many_partitions_stores_a_bounded_xcom_the_page_reads(
+    kafka, kafka_conn, consume, tmp_path
+):
+    """A real check of a real 30-partition checkpoint (partition p lags p + 1 records): its
+    XCom lists the 20 that lag most in full and every partition's offsets and lag in columns
+    (airflow_sparklag/compact.py); the job view reads all 30 from it."""
+    from airflow_sparklag.airflow.lag_html import job_page
+    from airflow_sparklag.airflow.lag_page import collect
+    from airflow_sparklag.operators.sparklag import SparkLagCheckOperator
+    from tests.airflow.test_sensors_operators import context
+
+    topic = kafka.create_topic(f"af-many-{uuid.uuid4().hex[:6]}", partitions=30)
+    kafka.produce(topic, 90)
+    job = consume(topic, str(tmp_path / "many"))
+    for partition in range(30):
+        kafka.produce(topic, partition + 1, partition=partition, start=1000)
+    check = SparkLagCheckOperator(task_id="many", location=job.location, kafka_config_id=kafka_conn)
+    payload = check.execute(context())
+    json.dumps(payload, allow_nan=False)  # what XCom stores
+    report = payload["report"]
+    (orders,) = report["sources"][0]["topics"]
+    assert [p["partition"] for p in orders["partitions"]] == list(range(10, 30))
+    assert orders["partition_columns"]["lag"] == [p + 1 for p in range(30)]
+    assert orders["partition_columns"]["committed_offset"] == [job.committed[p] for p in range(30)]
+    assert report["partitions_listed"]["total"] == 30 and report["total_lag"] == 465
+    at = datetime.now(timezone.utc)
+    html = job_page(collect([("d", "r", "many", -1, None, at, payload)])[0], {}, "")
+    assert "8 of 30 partitions" in html
+    assert html.count(f"<tr><td>{topic}</td>") == 30  # the newest check's partitions table
+
+
+@pytest.mark.testbed
 def test_fleet_scan_dag_results_are_on_the_page(airflow_db, kafka, healthy_job, tmp_path):
     """The sparklag_fleet_scan DAG (spark-submit over a prefix) pushes each checkpoint's
     result under ``sparklag_results``: a real one is OK, a damaged one a failed check with its
