@@ -6,7 +6,8 @@ history (a job's checks over an hour, with the thresholds Airflow keeps as rende
 STOPPED job and a fleet scan's results are recorded in the same metadata database the way runs
 leave them. A real ``airflow api-server`` loads the plugin from its entry point; the test reads
 the served HTML, and headless Chromium renders both views (``SPARKLAG_SCREENSHOTS=1`` copies
-them to docs/images/).
+them to docs/images/). The tests of the page's SQL run twice (``metadata_db``): on SQLite and on
+a real PostgreSQL metadata database (testbed/postgres.py), where most deployments keep it.
 """
 
 from __future__ import annotations
@@ -424,6 +425,7 @@ def test_fleet_page_shows_every_configured_job(metadata_db, kafka_conn, healthy_
     print(f"fleet page served in {first_page:.2f}s")
 
 
+@pytest.mark.testbed
 def test_page_queries_read_every_kind_of_xcom(metadata_db):
     """The page's queries, in this process, on each database: the fields read out of the JSON
     by the database (numbers past a double's precision, tiny floats, "infinite", None, quotes
