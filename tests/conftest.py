@@ -45,6 +45,7 @@ from testbed.azurite import Azurite  # noqa: E402
 from testbed.gcs_server import GcsServer  # noqa: E402
 from testbed.hdfs_cluster import HdfsCluster  # noqa: E402
 from testbed.kafka_broker import KafkaBroker  # noqa: E402
+from testbed.postgres import PostgresServer  # noqa: E402
 from testbed.s3_server import S3Server  # noqa: E402
 from testbed.secure_hdfs import SecureHdfs  # noqa: E402
 from testbed.shared import shared, stop_all  # noqa: E402
@@ -294,22 +295,47 @@ def topic(kafka: KafkaBroker, request: pytest.FixtureRequest) -> str:
     return kafka.create_topic(name, partitions=3)
 
 
-@pytest.fixture(scope="session")
-def airflow_db() -> Path:
-    """A migrated SQLite Airflow metadata database in the session's AIRFLOW_HOME."""
-    start = time.monotonic()
+def _migrate(url: str) -> None:
+    """``airflow db migrate`` of the database at ``url``, as a deployment does it."""
     airflow = Path(sys.executable).parent / "airflow"
     result = subprocess.run(
         [str(airflow), "db", "migrate"],
         capture_output=True,
         text=True,
         timeout=600,
-        env=os.environ.copy(),
+        env={**os.environ, _DB: url},
     )
     if result.returncode != 0:
         raise RuntimeError(
-            f"airflow db migrate failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
-            f"{result.stderr[-3000:]}"
+            f"airflow db migrate of {url} failed ({result.returncode}):\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
         )
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """A migrated SQLite Airflow metadata database in the session's AIRFLOW_HOME."""
+    start = time.monotonic()
+    _migrate(os.environ[_DB])
     _timed("airflow db", start)
     return _AIRFLOW_HOME
+
+
+@pytest.fixture(scope="session")
+def postgres(testbed_dir: Path) -> Iterator[PostgresServer]:
+    """A PostgreSQL server (Debian's package): Airflow's metadata database in production."""
+    yield from _session_server(
+        None, testbed_dir, "postgres", lambda workdir: PostgresServer(workdir).start()
+    )
+
+
+@pytest.fixture(scope="session")
+def airflow_postgres(postgres: PostgresServer) -> str:
+    """The URL of a migrated Airflow metadata database on ``postgres``, one for the session
+    (this process's Airflow stays on SQLite: tests/airflow/conftest.py's ``MetadataDb``
+    points it here for a while)."""
+    start = time.monotonic()
+    url = postgres.create_database("airflow")
+    _migrate(url)
+    _timed("airflow db (postgresql)", start)
+    return url

@@ -14,6 +14,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
+from airflow_sparklag.compact import partition_rows
 from airflow_sparklag.render import seconds_text
 
 if TYPE_CHECKING:
@@ -341,13 +342,9 @@ def partition_lines(job: JobView) -> tuple[dict[str, list[tuple[float, float]]],
 
 
 def _partition_entries(report: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
-    return [
-        p
-        for source in (report or {}).get("sources") or ()
-        for topic in source.get("topics") or ()
-        for p in topic.get("partitions") or ()
-        if isinstance(p, Mapping)
-    ]
+    """Every partition of a check: an XCom lists the most lagging in full and every one in
+    its topic's columns (``airflow_sparklag.compact``); older XComs list all in full."""
+    return partition_rows(report)
 
 
 def _partition_charts(job: JobView, thresholds: Mapping[str, Any]) -> str:

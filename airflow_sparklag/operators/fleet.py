@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator
 
 from airflow_sparklag import params
+from airflow_sparklag.compact import compact
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CHECK_FIELDS, CONN_FIELDS, CheckOptionsMixin
 from airflow_sparklag.operators.sparklag import DEFAULT_FAIL_ON, fail_on_names, health_name
@@ -154,7 +155,7 @@ class SparkLagFleetCheckOperator(CheckOptionsMixin, BaseOperator):
         if self.xcom_results != "summary":
             payload["failing"] = failing
         if self.xcom_results == "all":
-            payload["results"] = [result.to_dict() for result in results]
+            payload["results"] = [compact(result.to_dict()) for result in results]
         self.log.info(
             "%d jobs checked (%s); %d failing; %d storage requests",
             len(results),

@@ -30,6 +30,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_sparklag.compact import partition_rows
+
 PREFIX = "sparklag"
 JOB_GAUGES = ("total_lag", "max_lag", "max_lag_seconds", "commit_age_seconds")
 log = logging.getLogger(__name__)
@@ -96,14 +98,12 @@ def _emit_report(
     health = Health.parse(str(verdict.get("health", "UNKNOWN")))
     stats.gauge(f"{prefix}.{job}.health", float(health.metric_value), tags=tags)
     if backend_keeps_tags():
-        for source in report.get("sources") or []:
-            for topic in source.get("topics") or []:
-                for part in topic.get("partitions") or []:
-                    ptags = {**tags, "topic": topic["topic"], "partition": str(part["partition"])}
-                    stats.gauge(f"{prefix}.partition_lag", float(part["lag"]), tags=ptags)
-                    if part.get("lag_seconds") is not None:
-                        seconds = float(part["lag_seconds"])
-                        stats.gauge(f"{prefix}.partition_lag_seconds", seconds, tags=ptags)
+        for part in partition_rows(report):  # a full report, or a compact one (an XCom)
+            ptags = {**tags, "topic": str(part["topic"]), "partition": str(part["partition"])}
+            stats.gauge(f"{prefix}.partition_lag", float(part["lag"]), tags=ptags)
+            if part.get("lag_seconds") is not None:
+                seconds = float(part["lag_seconds"])
+                stats.gauge(f"{prefix}.partition_lag_seconds", seconds, tags=ptags)
 
 
 def emit_failure(job: str, reason: str, prefix: str = PREFIX) -> None:

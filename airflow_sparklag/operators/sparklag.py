@@ -13,6 +13,7 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_sparklag import params
+from airflow_sparklag.compact import compact
 from airflow_sparklag.conditions import breach_message
 from airflow_sparklag.health import DEFAULT_FAIL_ON as _FAIL_ON
 from airflow_sparklag.health import Health
@@ -153,7 +154,7 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
         except Exception as exc:
             push_check_failed(context, str(self.location).strip(), exc, "return_value")
             raise
-        payload = result.to_dict()
+        payload = compact(result.to_dict())
         health = health_name(result.verdict.health)
         report = result.report
         self.log.info(
@@ -241,7 +242,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
             )
             return self.check_failed_task_id
         health = health_name(result.verdict.health)
-        context["ti"].xcom_push(key="report", value=result.to_dict())
+        context["ti"].xcom_push(key="report", value=compact(result.to_dict()))
         chosen = self.branches.get(health) or self.default_task_id
         self.log.info("%s: %s (%s) -> %s", location, health, result.verdict.reason, chosen)
         if not chosen:

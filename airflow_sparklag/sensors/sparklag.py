@@ -8,6 +8,7 @@ as for any sensor in every mode; the value pushed to XCom is the last probe's pa
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_sparklag import params
+from airflow_sparklag.compact import compact
 from airflow_sparklag.conditions import CatchUpCondition, HealthCondition, ProgressCondition
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import (
@@ -78,7 +80,8 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
             metrics.emit_failure(job, type(exc).__name__)
             raise
         metrics.emit_probe(job, condition.kind, probe.payload)
-        return probe
+        # what goes to XCom: a check result in its bounded form (airflow_sparklag.compact)
+        return dataclasses.replace(probe, payload=compact(probe.payload))
 
     def _trigger(self, deadline: float) -> BaseTrigger:
         raise NotImplementedError

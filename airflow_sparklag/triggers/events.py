@@ -47,6 +47,7 @@ from airflow import __version__ as _airflow_release
 from airflow.providers.common.compat.sdk import Variable
 from airflow.triggers.base import TriggerEvent
 
+from airflow_sparklag.compact import compact
 from airflow_sparklag.conditions import breach_message
 from airflow_sparklag.errors import InvalidParameter, UsageError
 from airflow_sparklag.health import Health
@@ -219,7 +220,7 @@ class SparkLagEventTrigger(SparkLagTrigger, BaseEventTrigger):
             "health": result.verdict.health.value,
             "previous": previous,
             "message": breach_message(result) if status == "unhealthy" else result.verdict.reason,
-            "result": result.to_dict(),
+            "result": compact(result.to_dict()),
         }
         # Cut credentials from every location (s3a://KEY:SECRET@...) and any secret of the
         # connections from every text, wherever in the payload they appear.

@@ -23,6 +23,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_sparklag.compact import compact
 from airflow_sparklag.conditions import (
     DEFAULT_ACCEPT,
     CatchUpCondition,
@@ -120,8 +121,8 @@ class _ConditionTrigger(BaseTrigger):
         # The location as given may hold credentials (s3a://KEY:SECRET@...): never in an event.
         location = redact_url(self.location)
         event: dict[str, Any] = {"status": status, "message": message, "location": location}
-        if payload is not None:
-            event["payload"] = payload
+        if payload is not None:  # a check result in its bounded form (airflow_sparklag.compact)
+            event["payload"] = compact(payload)
         return TriggerEvent(event)
 
 

@@ -6,6 +6,7 @@ deployment would set; the checkpoints are written by real Spark queries reading 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -21,6 +22,7 @@ import pytest
 from testbed import jobs
 from testbed.airflow_cluster import AirflowCluster
 
+DB_VAR = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"
 KAFKA_CONN_ID = "sparklag_kafka"
 AWS_CONN_ID = "sparklag_aws"
 WEBHDFS_CONN_ID = "sparklag_webhdfs"
@@ -187,3 +189,49 @@ def deployment(kafka_conn, tmp_path_factory) -> Iterator[Deployment]:  # type: i
     holder = Deployment(cluster)
     yield holder
     cluster.stop()
+
+
+@dataclass(frozen=True)
+class MetadataDb:
+    """An Airflow metadata database of the test bed: ``name`` (``sqlite`` or ``postgresql``)
+    and its SQLAlchemy URL. ``airflow`` subprocesses reach it with ``env``; this process's
+    Airflow ORM works on it inside ``current()``."""
+
+    name: str
+    url: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {DB_VAR: self.url}
+
+    @contextlib.contextmanager
+    def current(self) -> Iterator[None]:
+        """Airflow's sessions in this process (``create_session``) on this database, then
+        back on the one they were on."""
+        from airflow import settings
+
+        saved = settings.SQL_ALCHEMY_CONN, settings.SQL_ALCHEMY_CONN_ASYNC
+        if saved[0] == self.url:
+            yield
+            return
+        settings.dispose_orm()
+        settings.SQL_ALCHEMY_CONN = self.url
+        settings.SQL_ALCHEMY_CONN_ASYNC = settings._get_async_conn_uri_from_sync(self.url)
+        settings.configure_orm()
+        try:
+            yield
+        finally:
+            settings.dispose_orm()
+            settings.SQL_ALCHEMY_CONN, settings.SQL_ALCHEMY_CONN_ASYNC = saved
+            settings.configure_orm()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def metadata_db(request: pytest.FixtureRequest) -> MetadataDb:
+    """Each migrated metadata database in turn, for the tests of SQL the provider writes
+    itself (the "Streaming lag" page): SQLite, as the other tests, and PostgreSQL, as most
+    production deployments (one database for the session, shared by these tests)."""
+    if request.param == "sqlite":
+        request.getfixturevalue("airflow_db")
+        return MetadataDb("sqlite", os.environ[DB_VAR])
+    return MetadataDb("postgresql", request.getfixturevalue("airflow_postgres"))

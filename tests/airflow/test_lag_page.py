@@ -6,7 +6,8 @@ history (a job's checks over an hour, with the thresholds Airflow keeps as rende
 STOPPED job and a fleet scan's results are recorded in the same metadata database the way runs
 leave them. A real ``airflow api-server`` loads the plugin from its entry point; the test reads
 the served HTML, and headless Chromium renders both views (``SPARKLAG_SCREENSHOTS=1`` copies
-them to docs/images/).
+them to docs/images/). The tests of the page's SQL run twice (``metadata_db``): on SQLite and on
+a real PostgreSQL metadata database (testbed/postgres.py), where most deployments keep it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 import pytest
 
 from testbed.process import free_port, log_tail
-from tests.airflow.conftest import airflow_env
+from tests.airflow.conftest import MetadataDb, airflow_env
 from tests.airflow.test_dags import dags_test, run_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -165,12 +166,14 @@ with DAG("{dag_id}", start_date=datetime(2026, 1, 1), schedule=None):
 """
 
 
-def run_configured_jobs(dag_id: str, jobs: list[dict], conn: str, tmp_path: Path) -> str:
+def run_configured_jobs(
+    dag_id: str, jobs: list[dict], conn: str, tmp_path: Path, database: MetadataDb
+) -> str:
     """``airflow dags test`` of one mapped check per job (the SLA DAG's shape)."""
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "jobs_dag.py").write_text(JOBS_DAG.format(dag_id=dag_id, conn=conn, jobs=jobs))
-    env = airflow_env(tmp_path)
+    env = {**airflow_env(tmp_path), **database.env}
     env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
     return dags_test(dag_id, {}, env, timeout=300)
 
@@ -196,12 +199,15 @@ def background(health: str) -> str:
     return match.group(1)
 
 
-def start_api_server(home: Path, log: Path, **config: str) -> tuple[subprocess.Popen[bytes], str]:
-    """``airflow api-server`` (every user an admin unless ``config``, AIRFLOW__ names, says
-    otherwise)."""
+def start_api_server(
+    database: MetadataDb, log: Path, **config: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``airflow api-server`` on ``database`` (every user an admin unless ``config``,
+    AIRFLOW__ names, says otherwise)."""
     port = free_port()
     env = {
         **os.environ,
+        **database.env,
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
@@ -286,9 +292,8 @@ def test_page_refuses_requests_without_airflow_login():
 
 
 @pytest.mark.testbed
-def test_fleet_page_shows_every_configured_job(
-    airflow_db, kafka, kafka_conn, healthy_job, tmp_path
-):
+def test_fleet_page_shows_every_configured_job(metadata_db, kafka_conn, healthy_job, tmp_path):
+    """On SQLite and on PostgreSQL (the page's queries read JSON in the database)."""
     tag = uuid.uuid4().hex[:6]
     jobs_dag, missing = f"sparklag_jobs_{tag}", str(tmp_path / "never-written")
     configured = [
@@ -300,21 +305,8 @@ def test_fleet_page_shows_every_configured_job(
             "thresholds": {"max_lag_record": 5},  # mistyped: the task fails before reading
         },
     ]
-    output = run_configured_jobs(jobs_dag, configured, kafka_conn, tmp_path)
+    output = run_configured_jobs(jobs_dag, configured, kafka_conn, tmp_path, metadata_db)
     assert "CheckpointNotFound" in output, output[-4000:]
-    # The fleet scan DAG (spark-submit) over a prefix: a real checkpoint and a damaged one
-    prefix = tmp_path / "fleet"
-    shutil.copytree(healthy_job.location, prefix / f"scanned-{tag}")
-    (prefix / f"broken-{tag}" / "offsets").mkdir(parents=True)
-    (prefix / f"broken-{tag}" / "offsets" / "0").write_text("not an offsets file")
-    conf = {
-        "prefix": str(prefix),
-        "bootstrap_servers": kafka.bootstrap,
-        "output": str(tmp_path / "scan"),
-        "master": "local[1]",
-    }
-    scanned = dags_test("sparklag_fleet_scan", conf, airflow_env(tmp_path), timeout=300)
-    assert run_state(scanned) == "success", scanned[-4000:]
 
     # 15 checks of one job (with its thresholds), a STOPPED job, a fleet scan's results.
     history, sla, scan = f"s3a://lake/ck/history-{tag}", f"sla_{tag}", f"sparklag_fleet_scan_{tag}"
@@ -370,9 +362,10 @@ def test_fleet_page_shows_every_configured_job(
             ],
         }
     )
-    record_checks(checks)
+    with metadata_db.current():
+        record_checks(checks)
 
-    proc, url = start_api_server(Path(airflow_db), tmp_path / "api-server.log")
+    proc, url = start_api_server(metadata_db, tmp_path / "api-server.log")
     try:
         started = time.monotonic()
         fleet = get(f"{url}/sparklag/")
@@ -396,7 +389,6 @@ def test_fleet_page_shows_every_configured_job(
 
     mine = [(health, name) for health, name in rows(fleet) if tag in name]
     assert mine == [  # failed checks first (then by name), then worst to best
-        ("CHECK_FAILED", f"broken-{tag}"),
         ("CHECK_FAILED", f"clicks-{tag}"),
         ("CHECK_FAILED", f"gone-{tag}"),
         ("CHECK_FAILED", f"payments-{tag}"),
@@ -404,9 +396,7 @@ def test_fleet_page_shows_every_configured_job(
         ("LAGGING", f"history_{tag}"),
         ("UNKNOWN", f"&lt;idle&gt;-{tag}"),  # escaped, not markup
         ("OK", f"orders-{tag}"),
-        ("OK", f"scanned-{tag}"),
     ], fleet[:3000]
-    assert "CheckpointCorrupt" in fleet  # the scan's error for the damaged checkpoint
     assert "max_lag_record" in fleet and "CheckpointNotFound" in fleet  # the errors, shown
     assert re.search(r"CHECK_FAILED \d+</a>", fleet) and re.search(r"STOPPED \d+</a>", fleet)
     assert {h for h, _ in rows(stopped_only)} == {"STOPPED"}
@@ -436,7 +426,137 @@ def test_fleet_page_shows_every_configured_job(
 
 
 @pytest.mark.testbed
-def test_only_users_who_may_read_a_dag_see_its_jobs(airflow_db, tmp_path):
+def test_page_queries_read_every_kind_of_xcom(metadata_db):
+    """The page's queries, in this process, on each database: the fields read out of the JSON
+    by the database (numbers past a double's precision, tiny floats, "infinite", None, quotes
+    and non-ASCII text), values stored as JSON text, a failed check, a fleet check's and a
+    scan's values read whole, another operator's XCom left out, a user who may read nothing."""
+    from airflow_sparklag.airflow.lag_page import job_history, load_table, load_thresholds
+
+    tag = uuid.uuid4().hex[:6]
+    at = datetime.now(timezone.utc) - timedelta(minutes=10)
+    big = 2**53 + 1  # not a double: read as text, it must stay exact
+    ok = check_result(f"/ck/ok-{tag}", big, 5000)
+    ok["verdict"]["reason"] = "läuft \"gut\" 'so' \\ ✓"
+    ok["report"].update(max_lag_seconds=1e-7, min_time_to_loss_seconds="infinite")
+    unmeasured = check_result(f"/ck/unmeasured-{tag}", 0, 5000, health="UNKNOWN")
+    unmeasured["report"].update(total_lag=None, max_lag_seconds=None, commit_age_seconds=None)
+    failed = {
+        "location": f"/ck/failed-{tag}",
+        "error": "CheckpointNotFound: gone",
+        "verdict": {"health": "CHECK_FAILED", "reason": "gone"},
+        "report": None,
+    }
+    fleet = {
+        "jobs": 2,
+        "results": [check_result(f"/ck/fleet-a-{tag}", 7, 5000)],
+        "failing": [{"location": f"/ck/fleet-b-{tag}", "health": "STALLED", "total_lag": 3}],
+    }
+    scan = [{"location": f"/ck/scan-{tag}", "health": "OK", "total_lag": 0}]
+    values = [
+        ("ok", "SparkLagCheckOperator", "return_value", ok, False),
+        ("text", "SparkLagSensor", "return_value", unmeasured, True),
+        ("failed", "SparkLagBranchOperator", "report", failed, False),
+        ("fleet", "SparkLagFleetCheckOperator", "return_value", fleet, False),
+        ("scan", "@task", "sparklag_results", scan, True),
+        ("other", "PythonOperator", "return_value", check_result(f"/ck/x-{tag}", 1, 9), False),
+    ]
+    checks = [
+        {"dag_id": f"kinds_{name}_{tag}", "run_id": "manual__1", "task_id": f"{name}_{tag}",
+         "operator": operator, "key": key, "at": at, "value": value, "text": text,
+         "thresholds": {"max_lag_records_total": 5000}}
+        for name, operator, key, value, text in values
+    ]  # fmt: skip
+    with metadata_db.current():
+        record_checks(checks)
+        jobs = {j.location: j.last for j in load_table(None) if tag in j.location}
+        history = job_history(None, f"/ck/ok-{tag}")
+        thresholds = load_thresholds(history.last) if history else None
+        nothing = load_table(set())
+    seen = {
+        location.split("/")[-1].rsplit("-", 1)[0]: (c.health, c.total_lag, c.max_lag_seconds)
+        for location, c in jobs.items()
+    }
+    assert seen == {
+        "ok": ("LAGGING", big, 1e-7),
+        "unmeasured": ("UNKNOWN", None, None),
+        "failed": ("CHECK_FAILED", None, None),
+        "fleet-a": ("OK", 7, 0.7),
+        "fleet-b": ("STALLED", 3, None),
+        "scan": ("OK", 0, None),
+    }
+    first = jobs[f"/ck/ok-{tag}"]
+    assert first.reason == ok["verdict"]["reason"] and first.name == f"ok_{tag}"
+    assert first.min_time_to_loss_seconds == float("inf")
+    assert jobs[f"/ck/failed-{tag}"].reason == "CheckpointNotFound: gone"
+    assert history is not None and history.last.report == ok["report"]  # read whole
+    assert thresholds == {"max_lag_records_total": 5000}
+    assert nothing == []
+
+
+@pytest.mark.testbed
+def test_a_check_of_many_partitions_stores_a_bounded_xcom_the_page_reads(
+    kafka, kafka_conn, consume, tmp_path
+):
+    """A real check of a real 30-partition checkpoint (partition p lags p + 1 records): its
+    XCom lists the 20 that lag most in full and every partition's offsets and lag in columns
+    (airflow_sparklag/compact.py); the job view reads all 30 from it."""
+    from airflow_sparklag.airflow.lag_html import job_page
+    from airflow_sparklag.airflow.lag_page import collect
+    from airflow_sparklag.operators.sparklag import SparkLagCheckOperator
+    from tests.airflow.test_sensors_operators import context
+
+    topic = kafka.create_topic(f"af-many-{uuid.uuid4().hex[:6]}", partitions=30)
+    kafka.produce(topic, 90)
+    job = consume(topic, str(tmp_path / "many"))
+    for partition in range(30):
+        kafka.produce(topic, partition + 1, partition=partition, start=1000)
+    check = SparkLagCheckOperator(task_id="many", location=job.location, kafka_config_id=kafka_conn)
+    payload = check.execute(context())
+    json.dumps(payload, allow_nan=False)  # what XCom stores
+    report = payload["report"]
+    (orders,) = report["sources"][0]["topics"]
+    assert [p["partition"] for p in orders["partitions"]] == list(range(10, 30))
+    assert orders["partition_columns"]["lag"] == [p + 1 for p in range(30)]
+    assert orders["partition_columns"]["committed_offset"] == [job.committed[p] for p in range(30)]
+    assert report["partitions_listed"]["total"] == 30 and report["total_lag"] == 465
+    at = datetime.now(timezone.utc)
+    html = job_page(collect([("d", "r", "many", -1, None, at, payload)])[0], {}, "")
+    assert "8 of 30 partitions" in html
+    assert html.count(f"<tr><td>{topic}</td>") == 30  # the newest check's partitions table
+
+
+@pytest.mark.testbed
+def test_fleet_scan_dag_results_are_on_the_page(airflow_db, kafka, healthy_job, tmp_path):
+    """The sparklag_fleet_scan DAG (spark-submit over a prefix) pushes each checkpoint's
+    result under ``sparklag_results``: a real one is OK, a damaged one a failed check with its
+    error. (SQLite only: the scan's XCom is a list of jobs, which the PostgreSQL run of the
+    test above records too; the Spark run is what costs here.)"""
+    from airflow_sparklag.airflow.lag_page import load_table
+
+    tag = uuid.uuid4().hex[:6]
+    prefix = tmp_path / "fleet"
+    shutil.copytree(healthy_job.location, prefix / f"scanned-{tag}")
+    (prefix / f"broken-{tag}" / "offsets").mkdir(parents=True)
+    (prefix / f"broken-{tag}" / "offsets" / "0").write_text("not an offsets file")
+    conf = {
+        "prefix": str(prefix),
+        "bootstrap_servers": kafka.bootstrap,
+        "output": str(tmp_path / "scan"),
+        "master": "local[1]",
+    }
+    scanned = dags_test("sparklag_fleet_scan", conf, airflow_env(tmp_path), timeout=300)
+    assert run_state(scanned) == "success", scanned[-4000:]
+    found = {job.name: job.last for job in load_table(None) if tag in job.name}
+    assert {name: check.health for name, check in found.items()} == {
+        f"broken-{tag}": "CHECK_FAILED",
+        f"scanned-{tag}": "OK",
+    }
+    assert found[f"broken-{tag}"].reason.startswith("CheckpointCorrupt")
+
+
+@pytest.mark.testbed
+def test_only_users_who_may_read_a_dag_see_its_jobs(metadata_db, tmp_path):
     """Multi-team mode of the simple auth manager: each team's viewer reads its own team's
     DAGs (and those of no team), so sees only those jobs; a job of another team's DAG is a 404
     in the job view and absent from the sparklines' data."""
@@ -449,7 +569,8 @@ def test_only_users_who_may_read_a_dag_see_its_jobs(airflow_db, tmp_path):
             "operator": "SparkLagCheckOperator", "at": at,
             "value": check_result(location, 10, 5000),
         }  # fmt: skip
-        record_checks([check], bundle=f"bundle-{team}-{tag}", team=f"team_{team}_{tag}")
+        with metadata_db.current():
+            record_checks([check], bundle=f"bundle-{team}-{tag}", team=f"team_{team}_{tag}")
     passwords = tmp_path / "passwords.json"
     passwords.write_text(json.dumps({"alice": "alice-pw", "bob": "bob-pw"}))
     config = {
@@ -460,7 +581,7 @@ def test_only_users_who_may_read_a_dag_see_its_jobs(airflow_db, tmp_path):
         ),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
     }
-    proc, url = start_api_server(Path(airflow_db), tmp_path / "api-server.log", **config)
+    proc, url = start_api_server(metadata_db, tmp_path / "api-server.log", **config)
     try:
         alice, bob = login(url, "alice", "alice-pw"), login(url, "bob", "bob-pw")
         fleet = {

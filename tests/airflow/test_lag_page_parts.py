@@ -6,8 +6,11 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from airflow_sparklag.airflow.lag_html import STYLE, fleet_page, job_page, time_chart
 from airflow_sparklag.airflow.lag_page import collect, counts, matching, parse_xcom
+from airflow_sparklag.compact import compact
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
 
@@ -114,15 +117,19 @@ def test_time_to_data_loss_is_a_column():
     assert sorted(cells) == ["-", "2.0h", "never"], cells
 
 
-def test_job_view_draws_the_most_lagging_partitions_over_time_with_thresholds():
+@pytest.mark.parametrize("stored", ["full", "compact"])
+def test_job_view_draws_the_most_lagging_partitions_over_time_with_thresholds(stored):
+    """From XComs of every partition in full (before airflow_sparklag.compact) and from the
+    compact ones the check classes store now (20 in full, every one in columns)."""
+
     def with_partitions(minute: int, lags: list[int]) -> tuple:
         parts = [
             {"topic": "orders", "partition": p, "lag": lag, "lag_seconds": lag / 10}
             for p, lag in enumerate(lags)
         ]
         value = result("/ck/p", "LAGGING", sum(lags))
-        value["report"]["sources"] = [{"topics": [{"partitions": parts}]}]
-        return row("check_p", minute, value, name="p")
+        value["report"]["sources"] = [{"topics": [{"topic": "orders", "partitions": parts}]}]
+        return row("check_p", minute, compact(value) if stored == "compact" else value, name="p")
 
     # 1,000 partitions: partition p lags p records, partition 3 lags most in the newest check
     many = list(range(1000))
