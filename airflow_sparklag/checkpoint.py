@@ -131,6 +131,11 @@ class CheckpointState:
     # what Spark wrote before it began (the offsets file below it, else ``metadata``).
     # A copied checkpoint has every file written at copy time, after every batch time.
     written_before: float | None = None
+    # When the newest batch is C with real-time's shape but a span under
+    # ``REAL_TIME_SURE_INTERVAL``: offsets/P, the batch before it (P < C, the newest listed),
+    # and commits/P's LastModified (None: not committed), which must have that shape too.
+    preceding: BatchOffsets | None = None
+    preceding_commit_modified: float | None = None
 
 
 def _batch_id(entry: tuple[ObjectInfo, BatchOffsets]) -> int:
@@ -573,6 +578,7 @@ class CheckpointReader:
         else:
             past = self._read_batches(window, offsets)
         current = committed or in_flight
+        preceding = self._preceding(committed, in_flight, offsets, commits)
         # Keep only what the next read can ask for again: a reader that polls for days (sensors,
         # FleetChecker) must not grow with every batch the job ever ran. The whole window is
         # kept, read or not: a lazy read must not drop what read_history would ask for again.
@@ -593,6 +599,8 @@ class CheckpointReader:
             continuous=current is not None and _is_continuous(current),
             unread_history=unread,
             written_before=self._written_before(in_flight or committed, offsets, metadata),
+            preceding=preceding[0],
+            preceding_commit_modified=preceding[1],
         )
 
     def _written_before(
@@ -616,6 +624,31 @@ class CheckpointReader:
             except SparkLagError:
                 return None
         return metadata[0].modified if metadata else None
+
+    def _preceding(
+        self,
+        committed: BatchOffsets | None,
+        in_flight: BatchOffsets | None,
+        offsets: Mapping[int, ObjectInfo],
+        commits: Mapping[int, ObjectInfo],
+    ) -> tuple[BatchOffsets | None, float | None]:
+        """``CheckpointState.preceding`` and its commit time: only when offsets/C is the newest
+        and C has real-time's shape with a span under ``REAL_TIME_SURE_INTERVAL`` (one GET
+        more, unless the history read it)."""
+        if committed is None or in_flight is not None:
+            return None, None
+        commit = commits.get(committed.batch_id)
+        span = _shape(committed, None if commit is None else commit.modified)
+        earlier = [i for i in offsets if i < committed.batch_id]
+        if span is None or span >= REAL_TIME_SURE_INTERVAL or not earlier:
+            return None, None
+        batch_id = max(earlier)
+        try:
+            batch = self._offsets(batch_id, offsets[batch_id])
+        except _Vanished:
+            return None, None  # purged since the listing: not corroborated
+        before = commits.get(batch_id)
+        return batch, None if before is None else before.modified
 
     def read_history(
         self, state: CheckpointState, newest: int | None = None, *, pool: Executor | None = None
@@ -811,17 +844,26 @@ def _is_continuous(batch: BatchOffsets) -> bool:
 
 
 # Real-time mode (Spark >= 4.1, ``trigger(realTime=...)``; its intervals are at least
-# spark.sql.streaming.realTimeMode.minBatchDuration, 5 s by default) writes offsets/N at the END
-# of interval N, just before commits/N, while batchTimestampMs is the interval's start. A
-# micro-batch writes offsets/N when it plans batch N (its batch time), commits/N after running it.
-# Seconds from batchTimestampMs to offsets/C, at least: under the 5 s minimum by the 1 s of S3's
-# times and some clock skew; a micro-batch would need a 4 s plan and a run of under 2 s.
-REAL_TIME_MIN_INTERVAL = 4.0
-# offsets/C to commits/C, at most this share of that span: 50-200 ms on a quiet machine, 1.5 s
-# of a 5.3 s span seen at load 11 on 2 cores.
+# spark.sql.streaming.realTimeMode.minBatchDuration, 5 s by default, which may be lowered to 0:
+# Spark then accepts any interval from 1 ms) writes offsets/N at the END of interval N, just
+# before commits/N, while batchTimestampMs is the interval's start. A micro-batch writes
+# offsets/N when it plans batch N (its batch time), commits/N after running it. Measured on
+# pyspark 4.2 on 2 cores (docs/lag-and-health.md, "the real-time trigger"): a real-time span
+# (batch time to offsets/N) is the interval plus 0.02-0.25 s (up to 1.2 s at a load of 14);
+# a micro-batch plan took 0.002-0.18 s, 0.78 s at a load of 14.
+# Seconds from batchTimestampMs to offsets/C, at least: over the longest micro-batch plan seen.
+REAL_TIME_MIN_INTERVAL = 1.0
+# From this span on the newest checkpoint alone decides (no plan comes near it, and it leaves
+# room for S3's 1 s times and some clock skew); a shorter one needs the batch before it to have
+# the shape too: two plans in a row as long, each with a run under half of it.
+REAL_TIME_SURE_INTERVAL = 4.0
+# offsets/C to commits/C, at most this share of that span: 0.02-0.27 s on a quiet machine, 1.5 s
+# of a 5.3 s span seen at load 11 on 2 cores, 0.44 s of a 2.1 s one at load 14.
 REAL_TIME_MAX_WRITE_SHARE = 0.5
-# An interval begins when the previous checkpoint is written (0.3-0.5 s later in real queries):
-# what Spark wrote before it is at most this long after its batch time (S3 has 1 s times).
+# An interval begins when the previous checkpoint is written (0.02-0.8 s later in real queries):
+# what Spark wrote before it is at most this long after its batch time (S3 has 1 s times and
+# the store's clock), and at most half the span (a copy written at once has every file within
+# moments of offsets/C, a span after the batch time).
 REAL_TIME_START_SLACK = 2.0
 
 
@@ -831,12 +873,14 @@ def real_time_interval(state: CheckpointState) -> float | None:
 
     The checkpoint records no trigger, so the shape decides: ``offsets/C`` written at least
     ``REAL_TIME_MIN_INTERVAL`` after its batch time and ``commits/C`` within half of that
-    after it. A micro-batch query writes ``offsets/C`` as it plans the batch (well under a
-    second after its batch time) and commits after running it. An ``offsets/L`` without its
-    commit is real-time's too when it has that span (read between the two writes): the
-    interval is then C's, or L's before the first commit. Storage times on S3 have 1 s
-    resolution and the store's clock. A query whose minBatchDuration was lowered under 4 s is
-    not recognised (it is judged as a micro-batch).
+    span after it. A micro-batch query writes ``offsets/C`` as it plans the batch (well under a
+    second after its batch time) and commits after running it. Under
+    ``REAL_TIME_SURE_INTERVAL`` the batch before C (``state.preceding``) must have that shape
+    too. An ``offsets/L`` without its commit is real-time's too when it has that span (read
+    between the two writes): the interval is then C's, or L's before the first commit (from
+    ``REAL_TIME_SURE_INTERVAL``). Storage times on S3 have 1 s resolution and the store's
+    clock. Intervals under ``REAL_TIME_MIN_INTERVAL`` are not recognised (judged as a
+    micro-batch): their files cannot be told from a micro-batch's.
 
     And the interval began after what Spark wrote before it (``written_before``: the previous
     offsets file, or ``metadata`` for the first): a checkpoint copied by ``aws s3 sync``,
@@ -844,27 +888,36 @@ def real_time_interval(state: CheckpointState) -> float | None:
     and the same "offsets long after the batch time, the commit just after" shape.
     """
     newest = state.in_flight or state.committed
-    if (
-        newest is None
-        or newest.batch_timestamp_ms is None
-        or state.written_before is None
-        or state.written_before > newest.batch_timestamp_ms / 1000.0 + REAL_TIME_START_SLACK
+    span = None if newest is None else _span(newest)
+    if newest is None or span is None or span < REAL_TIME_MIN_INTERVAL:
+        return None
+    assert newest.batch_timestamp_ms is not None  # _span has it
+    slack = min(REAL_TIME_START_SLACK, span / 2)
+    if state.written_before is None or state.written_before > (
+        newest.batch_timestamp_ms / 1000.0 + slack
     ):
         return None
-    committed, flight = state.committed, state.in_flight
-    if flight is not None:
-        span = _span(flight)
-        if span is None or span < REAL_TIME_MIN_INTERVAL:
-            return None
-        if committed is None:
-            return span
-    span = None if committed is None else _span(committed)
-    if span is None or committed is None or committed.modified is None:
+    if state.committed is None:  # real-time's first checkpoint, caught between its writes
+        return span if span >= REAL_TIME_SURE_INTERVAL else None
+    interval = _shape(state.committed, state.commit_modified)
+    if interval is None or state.in_flight is not None or interval >= REAL_TIME_SURE_INTERVAL:
+        return interval
+    if _shape(state.preceding, state.preceding_commit_modified) is None:
         return None
-    if state.commit_modified is None or span < REAL_TIME_MIN_INTERVAL:
+    return interval
+
+
+def _shape(batch: BatchOffsets | None, commit_modified: float | None) -> float | None:
+    """A committed batch's span when it has real-time's shape: offsets written at least
+    ``REAL_TIME_MIN_INTERVAL`` after its batch time, its commit within
+    ``REAL_TIME_MAX_WRITE_SHARE`` of that span after them."""
+    span = None if batch is None else _span(batch)
+    if span is None or batch is None or batch.modified is None or commit_modified is None:
         return None
-    wrote = state.commit_modified - committed.modified
-    return span if 0 <= wrote <= REAL_TIME_MAX_WRITE_SHARE * span else None
+    wrote = commit_modified - batch.modified
+    if span < REAL_TIME_MIN_INTERVAL or not 0 <= wrote <= REAL_TIME_MAX_WRITE_SHARE * span:
+        return None
+    return span
 
 
 def _span(batch: BatchOffsets) -> float | None:

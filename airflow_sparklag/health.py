@@ -451,15 +451,23 @@ def _by_own_pace(report: LagReport, thresholds: Thresholds, lagging: list[Partit
 def _stopped_commit_age(
     report: LagReport, limit: float, now: float, lagging: list[PartitionLag]
 ) -> RuleResult | None:
+    """No commit for longer than ``limit`` (``_commit_age``: since the last commit, or since
+    the first batch was planned): STOPPED, a batch in flight or not; the reason names it."""
     age = _commit_age(report, now)
     if age is None or age <= limit:
         return None
-    return RuleResult(
-        Health.STOPPED,
-        "stopped",
-        f"no commit for {age:.0f} s (> {limit:g} s) while {report.total_lag} record(s) wait",
-        _refs(lagging),
-    )
+    waiting = f"(> {limit:g} s) while {report.total_lag} record(s) wait"
+    flight = report.in_flight
+    if flight is None or flight.started_at is None:
+        reason = f"no commit for {age:.0f} s {waiting}"
+    elif report.committed_batch_id is None:  # the age is the first batch's
+        reason = f"no commit yet: batch {flight.batch_id}, the query's first, in flight for "
+        reason += f"{age:.0f} s {waiting}"
+    else:
+        running = max(0.0, now - flight.started_at)
+        reason = f"no commit for {age:.0f} s {waiting}; batch {flight.batch_id} in flight for "
+        reason += f"{running:.0f} s"
+    return RuleResult(Health.STOPPED, "stopped", reason, _refs(lagging))
 
 
 def _stopped_schedule(
@@ -965,7 +973,8 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
     pending = _first_batch_pending(report, now)
     if findings:
         first = findings[0]
-        reason = first.reason if pending is None else f"{first.reason} ({pending})"
+        named = first.rule == "stopped"  # the commit-age rule names the first batch itself
+        reason = first.reason if pending is None or named else f"{first.reason} ({pending})"
         if first.rule == "lagging" and report.real_time is not None:
             reason = f"{reason} {_as_of_checkpoint(report)}"
         return HealthVerdict(first.health, reason, first.rule, first.partitions, findings)

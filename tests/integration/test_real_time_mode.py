@@ -112,11 +112,21 @@ def record_times(bootstrap: str, topic: str) -> list[float]:
     raise TimeoutError(f"no end of {topic} within 30 s")
 
 
-def start(spark: Any, kafka: Any, source: str, sink: str, checkpoint: Path, *, slow: bool) -> Any:
+def start(
+    spark: Any,
+    kafka: Any,
+    source: str,
+    sink: str,
+    checkpoint: Path,
+    *,
+    slow: bool,
+    nap_ms: int = 50,
+    trigger: dict[str, str] | None = None,
+) -> Any:
     df = jobs.kafka_stream(spark, kafka.bootstrap, topics=[source])
     value = "value"
-    if slow:  # 50 ms a record in the task itself (Thread.sleep through reflect): 20 records/s
-        nap = "reflect('java.lang.Thread', 'sleep', CAST(50 AS BIGINT))"
+    if slow:  # nap_ms a record in the task itself (Thread.sleep through reflect; 50: 20/s)
+        nap = f"reflect('java.lang.Thread', 'sleep', CAST({nap_ms} AS BIGINT))"
         value = f"concat(CAST(value AS STRING), substr({nap}, 0, 0)) AS value"
     return (
         df.selectExpr("key", value)
@@ -125,7 +135,7 @@ def start(spark: Any, kafka: Any, source: str, sink: str, checkpoint: Path, *, s
         .option("topic", sink)
         .option("checkpointLocation", str(checkpoint))
         .outputMode("update")
-        .trigger(realTime=f"{INTERVAL:.0f} seconds")
+        .trigger(**(trigger or {"realTime": f"{INTERVAL:.0f} seconds"}))
         .start()
     )
 
@@ -332,3 +342,118 @@ def history_and_time_lag(kafka: Any, checkpoint: Path, source: str, sink: str) -
     assert limited.verdict.health is Health.LAGGING, limited.verdict
     assert limited.report is not None
     assert limited.report.max_lag_seconds == pytest.approx(age, abs=0.01)
+
+
+MIN_BATCH_DURATION = "spark.sql.streaming.realTimeMode.minBatchDuration"
+
+
+def test_a_one_second_real_time_query_is_recognised_and_micro_batches_are_not(
+    spark: Any, kafka: Any, tmp_path: Path
+) -> None:
+    """``realTime="1 second"`` (minBatchDuration lowered to 1000 ms; Spark accepts any interval
+    from 1 ms once it is lowered) beside a micro-batch query on a 1 s processingTime trigger
+    whose sink takes 10 ms a record (its commits trail its offsets by 0.5 s and more), both
+    checked continuously for 8 s (and until the second was seen committed 5 times): the first
+    is real-time at every check from its second checkpoint on (its interval the span of
+    offsets/C on disk), the second never. And a copy of the real-time checkpoint made as soon
+    as a checkpoint is written (every file written at copy time, a moment after the newest
+    batch time) is not."""
+    tag = uuid.uuid4().hex[:6]
+    topics = {n: kafka.create_topic(f"rt1-{n}-{tag}", partitions=1) for n in ("a", "b", "o")}
+    rt_ck, mb_ck = tmp_path / "rt", tmp_path / "mb"
+    lowered = spark.conf.get(MIN_BATCH_DURATION)
+    spark.conf.set(MIN_BATCH_DURATION, "1000")
+    rt = mb = None
+    try:
+        with (
+            producing(kafka.bootstrap, topics["a"], STEADY_RATE),
+            producing(kafka.bootstrap, topics["b"], STEADY_RATE),
+        ):
+            trigger = {"realTime": "1 second"}
+            rt = start(spark, kafka, topics["a"], topics["o"], rt_ck, slow=False, trigger=trigger)
+            trigger = {"processingTime": "1 second"}
+            mb = start(spark, kafka, topics["b"], topics["o"], mb_ck, slow=True, nap_ms=10,
+                       trigger=trigger)  # fmt: skip
+            checks = poll_both(kafka, rt, rt_ck, mb, mb_ck)
+            copy = copy_after_a_checkpoint(rt_ck, tmp_path / "copy")
+    finally:
+        jobs.stop_quietly(rt)
+        jobs.stop_quietly(mb)
+        spark.conf.set(MIN_BATCH_DURATION, lowered)
+    assert checks["real-time"] >= 5 and checks["micro-batch"] >= 5, checks
+    copied = check(kafka, copy)
+    assert copied.report is not None and copied.report.trigger == "micro-batch", copied.report
+
+
+def poll_both(kafka: Any, rt: Any, rt_ck: Path, mb: Any, mb_ck: Path) -> dict[str, int]:
+    """Checks both queries for 8 s from the real-time one's second checkpoint, and until the
+    micro-batch one was seen committed 5 times (within 90 s)."""
+    counts = {"real-time": 0, "micro-batch": 0}
+    first = None
+    deadline = time.monotonic() + 90
+    while first is None or time.monotonic() - first < 8 or counts["micro-batch"] < 5:
+        assert time.monotonic() < deadline, counts  # no second checkpoint, or no micro-batch
+        for query in (rt, mb):
+            assert query.exception() is None, f"query failed: {query.exception()}"
+        result = check(kafka, rt_ck)
+        report = result.report
+        if report is None or report.committed_batch_id is None or report.committed_batch_id < 1:
+            continue
+        first = first or time.monotonic()
+        assert report.trigger == "real-time" and report.real_time is not None, (
+            report,
+            spans(rt_ck),
+        )
+        assert result.verdict.health is Health.OK, result.verdict
+        offsets = rt_ck / "offsets" / str(report.committed_batch_id)
+        written = offsets.stat().st_mtime
+        began = json.loads(offsets.read_text().split("\n")[1])["batchTimestampMs"] / 1000.0
+        assert report.real_time.checkpoint_at == pytest.approx(written, abs=0.002)
+        assert report.real_time.interval_seconds == pytest.approx(written - began, abs=0.002)
+        counts["real-time"] += 1
+        other = check(kafka, mb_ck).report
+        if other is not None and other.committed_batch_id is not None:
+            assert other.trigger == "micro-batch" and other.real_time is None, spans(mb_ck)
+            counts["micro-batch"] += 1
+    return counts
+
+
+def spans(checkpoint: Path) -> list[tuple[int, float, float | None]]:
+    """(batch, offsets/N's write - its batch time, commits/N's write - offsets/N's) on disk: what
+    an assertion shows when the shape was misread."""
+    rows = []
+    for path in sorted((checkpoint / "offsets").iterdir()):
+        if path.name.isdigit():
+            written = path.stat().st_mtime
+            began = json.loads(path.read_text().split("\n")[1])["batchTimestampMs"] / 1000.0
+            commit = checkpoint / "commits" / path.name
+            gap = commit.stat().st_mtime - written if commit.exists() else None
+            rows.append((int(path.name), round(written - began, 3), gap and round(gap, 3)))
+    return sorted(rows)
+
+
+def copy_after_a_checkpoint(checkpoint: Path, copy: Path) -> Path:
+    """A byte-for-byte copy with fresh times of the running query, made as soon as its next
+    checkpoint is written (a moment after its batch time: the hardest copy to tell), in the
+    order that looks most like real-time mode: ``metadata`` and ``sources/`` first, then each
+    offsets file followed by its commit."""
+    import shutil
+
+    def newest() -> int:
+        return max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+
+    seen, deadline = newest(), time.monotonic() + 30
+    while newest() == seen:
+        assert time.monotonic() < deadline, "no checkpoint within 30 s"
+        time.sleep(0.005)
+    last = newest()
+    copy.mkdir()
+    shutil.copyfile(checkpoint / "metadata", copy / "metadata")
+    shutil.copytree(checkpoint / "sources", copy / "sources", copy_function=shutil.copyfile)
+    (copy / "offsets").mkdir()
+    (copy / "commits").mkdir()
+    for batch_id in range(last + 1):
+        for log in ("offsets", "commits"):
+            if (checkpoint / log / str(batch_id)).exists():
+                shutil.copyfile(checkpoint / log / str(batch_id), copy / log / str(batch_id))
+    return copy

@@ -16,6 +16,7 @@ from airflow_sparklag.health import (
     STOPPED_MIN_IDLE_SECONDS,
     Health,
     Thresholds,
+    evaluate,
     needs_record_ages,
     rule_stopped,
 )
@@ -80,6 +81,35 @@ def test_before_the_first_commit_the_age_runs_from_the_first_plan() -> None:
     r = report(part(5), committed=False, in_flight_age=120.0)
     assert rule_stopped(r, Thresholds(max_commit_age_seconds=60), NOW) is not None
     assert rule_stopped(r, Thresholds(max_commit_age_seconds=180), NOW) is None
+
+
+def test_a_batch_in_flight_past_the_commit_age_is_stopped_first_or_later() -> None:
+    """The first batch in flight for 120 s and a later one in flight for 120 s (its previous
+    commit 130 s ago), with max_commit_age_seconds=60: both STOPPED, each reason naming the
+    batch in flight (the first: that nothing was committed yet), the verdict's once."""
+    limit = Thresholds(max_commit_age_seconds=60)
+    first = evaluate(report(part(5), committed=False, in_flight_age=120.0), limit, now=NOW)
+    assert (first.health, first.rule) == (Health.STOPPED, "stopped")
+    assert first.reason == (
+        "no commit yet: batch 1, the query's first, in flight for 120 s (> 60 s) while 5 "
+        "record(s) wait"
+    )
+    later = evaluate(
+        report(part(5), batch_ages=(140.0, 130.0), in_flight_age=120.0), limit, now=NOW
+    )
+    assert (later.health, later.rule) == (Health.STOPPED, "stopped")
+    assert later.reason == (
+        "no commit for 130 s (> 60 s) while 5 record(s) wait; batch 2 in flight for 120 s"
+    )
+    # Under the limit neither is: the first batch's age is its own, the later one's the commit's.
+    relaxed = Thresholds(max_commit_age_seconds=125)
+    assert evaluate(report(part(5), committed=False, in_flight_age=120.0), relaxed).health is (
+        Health.UNKNOWN
+    )
+    assert (
+        evaluate(report(part(5), batch_ages=(140.0, 130.0), in_flight_age=120.0), relaxed).health
+        is Health.STOPPED
+    )
 
 
 IDLE_CASES = [

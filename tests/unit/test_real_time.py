@@ -37,16 +37,33 @@ def state(
     commit: float | None,
     flight: BatchOffsets | None = None,
     before: float | None = None,
+    preceding: tuple[BatchOffsets, float | None] | None = None,
 ) -> CheckpointState:
     """``before``: when what Spark wrote before the newest batch was (the previous offsets file
-    or ``metadata``); by default 0.3 s after that batch's time, as in real queries."""
+    or ``metadata``); by default 0.3 s before that batch's time, as in real queries (0.05-0.8 s
+    measured). ``preceding``: the batch before C and its commit time (read for short spans)."""
     newest = flight or committed
     if before is None and newest is not None and newest.batch_timestamp_ms is not None:
         before = newest.batch_timestamp_ms / 1000 - 0.3
+    previous, previous_commit = preceding or (None, None)
     return CheckpointState(
         "/ck", None, None if committed is None else committed.batch_id, committed, commit,
-        flight, (), (), (), continuous=False, written_before=before,
+        flight, (), (), (), continuous=False, written_before=before, preceding=previous,
+        preceding_commit_modified=previous_commit,
     )  # fmt: skip
+
+
+def rt_before(span: float, gap: float, lead: float = 0.1) -> tuple[BatchOffsets, float]:
+    """Batch 2 of a real-time query whose batch 3 began at T: its checkpoint written ``lead``
+    before T (offsets), its interval ``span`` long, its commit ``gap`` after its offsets."""
+    written = T - lead - gap
+    return batch(2, written - span, written), T - lead
+
+
+def mb_before(lead: float) -> tuple[BatchOffsets, float]:
+    """Batch 2 of a micro-batch query whose batch 3 began at T: planned 1 s before it in 10 ms,
+    committed ``lead`` before it."""
+    return batch(2, T - 1, T - 0.99), T - lead
 
 
 COPIED = T + 86_400.0  # `aws s3 sync` a day later: every file written then
@@ -82,6 +99,55 @@ SHAPES = [
      state(batch(3, T, T + 5.1), T + 5.2, before=T + 1.5), 5.1),
     ("nothing known about what was written before",
      dataclasses.replace(state(batch(3, T, T + 5.1), T + 5.2), written_before=None), None),
+    # Short intervals (minBatchDuration lowered), the numbers of real queries (pyspark 4.2, 2
+    # cores; docs/lag-and-health.md): the span is the interval plus 0.02-0.25 s (1.2 s at a
+    # load of 14), the commit 0.02-0.44 s after the offsets.
+    ("real-time 1 s: recognised with the checkpoint before it",
+     state(batch(3, T, T + 1.06), T + 1.1, preceding=rt_before(1.04, 0.03)), pytest.approx(1.06)),
+    ("real-time 1 s at a load of 14: a 2.2 s span, the commit 0.44 s after",
+     state(batch(3, T, T + 2.24), T + 2.68, preceding=rt_before(1.22, 0.09, lead=0.64)),
+     pytest.approx(2.24)),
+    ("real-time 2 s", state(batch(3, T, T + 2.08), T + 2.4, preceding=rt_before(2.65, 0.08)),
+     pytest.approx(2.08)),
+    ("real-time 3 s", state(batch(3, T, T + 3.04), T + 3.18, preceding=rt_before(3.16, 0.04)),
+     pytest.approx(3.04)),
+    ("real-time 3 s on S3: 1 s times (offsets and commit a second apart)",
+     state(batch(3, T - 0.4, T + 2.0), T + 3.0, before=T - 1.0,
+           preceding=(batch(2, T - 4.0, T - 1.0), T - 1.0)), pytest.approx(2.4)),
+    ("real-time 1 s, read between offsets/4 and commits/4: C's interval",
+     state(batch(3, T, T + 1.06), T + 1.1, batch(4, T + 1.2, T + 2.3)), pytest.approx(1.06)),
+    ("real-time 1 s, its first checkpoint alone: not yet (3.1 s span with the start-up)",
+     state(batch(0, T, T + 3.09), T + 3.15, before=T - 1.39), None),
+    ("real-time 1 s, its first interval between its two writes: not yet",
+     state(None, None, batch(0, T, T + 3.09)), None),
+    ("real-time 1 s after a micro-batch run of the same checkpoint: not yet",
+     state(batch(3, T, T + 1.06), T + 1.1, preceding=(batch(2, T - 5.0, T - 4.99), T - 4.8)),
+     None),
+    ("the batch before C is not committed (a crash, async progress)",
+     state(batch(3, T, T + 1.06), T + 1.1, preceding=(batch(2, T - 1.2, T - 0.1), None)), None),
+    ("real-time 0.5 s: under REAL_TIME_MIN_INTERVAL, judged as a micro-batch",
+     state(batch(3, T, T + 0.61), T + 0.67, preceding=rt_before(0.56, 0.06)), None),
+    ("micro-batch on a quiet machine: 4 ms plan, 0.13 s run",
+     state(batch(3, T, T + 0.004), T + 0.13, preceding=mb_before(0.8)),
+     None),
+    ("micro-batch at a load of 14: a 0.78 s plan, a 0.66 s run",
+     state(batch(3, T, T + 0.78), T + 1.44, preceding=mb_before(0.2)),
+     None),
+    ("micro-batch with a slow sink: commits 4 s after the offsets",
+     state(batch(3, T, T + 0.01), T + 4.15, preceding=(batch(2, T - 4.2, T - 4.19), T - 0.1)),
+     None),
+    ("micro-batch, processingTime 1 s: the batch before ran and waited for its tick",
+     state(batch(3, T, T + 0.17), T + 0.9, preceding=mb_before(0.6)),
+     None),
+    ("micro-batch, one 1.5 s plan with a quick run after a usual batch",
+     state(batch(3, T, T + 1.5), T + 1.6, preceding=mb_before(0.7)),
+     None),
+    ("the bound: two micro-batch plans of 1.2 s in a row, each with a run under half of it",
+     state(batch(3, T, T + 1.2), T + 1.3, preceding=(batch(2, T - 1.6, T - 0.4), T - 0.3)),
+     pytest.approx(1.2)),
+    ("a copy written at once, seconds after a 1 s query's batch times",
+     state(batch(3, T, T + 1.5), T + 1.51, before=T + 1.49,
+           preceding=(batch(2, T - 1.2, T + 1.48), T + 1.485)), None),
 ]  # fmt: skip
 
 
