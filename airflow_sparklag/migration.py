@@ -89,16 +89,6 @@ __all__ = [
 ]
 
 JOURNAL_FORMAT = "sparklag-migration-journal"
-# What the journal records, in order (each step of Migration.STEPS records one or two).
-JOURNAL_STEPS = (
-    "preflight",
-    "snapshot",
-    "validated",
-    "archiving",
-    "archived",
-    "sink_logs",
-    "completed",
-)
 
 
 # -- result ----------------------------------------------------------------------------------

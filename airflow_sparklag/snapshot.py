@@ -581,10 +581,6 @@ class SnapshotResult:
         }
 
 
-def kafka_topics(snapshot: Snapshot) -> set[str]:
-    return {t for topics in snapshot.committed.kafka_sources().values() for t in topics}
-
-
 def source_snapshots(
     session: Session, sources: Mapping[str, Mapping[str, Mapping[int, int]]]
 ) -> dict[str, KafkaSnapshot]:

@@ -312,8 +312,6 @@ def _bool_or_path(value: str) -> bool | str:
 
 # fsspec options that hold a secret although no SECRET_MARKERS word is in their name.
 _FSSPEC_SECRET_KEYS = frozenset({"connection_string", "private_key", "private_key_id"})
-# Fields of a google_cloud_platform connection's extra that the google provider reads.
-_GCP_KEY_FIELDS = ("keyfile_dict", "key_path", "credential_config_file", "key_secret_name")
 
 
 def fsspec_secrets(options: Mapping[str, Any]) -> list[str]:
