@@ -136,10 +136,6 @@ def subscribe_regex(pattern: str) -> re.Pattern[str]:
         ) from None
 
 
-# The config with every value outside the allowlist of safe keys masked (kept for imports).
-redact_config = redact_kafka_config
-
-
 # What a bootstrap server that never answered leaves (dead, hung or filtered).
 _NO_ANSWER_CODES = frozenset({"_TIMED_OUT", "_TRANSPORT", "_ALL_BROKERS_DOWN", "REQUEST_TIMED_OUT"})
 # ListOffsets errors of a partition whose leadership is moving: asked again within the timeout.
