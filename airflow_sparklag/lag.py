@@ -527,7 +527,7 @@ class _TimeTables:
         self, topic: str, partition: int, position: int, now_ms: float
     ) -> tuple[float | None, str | None]:
         """``(seconds, unknown)`` of the partition's ``OffsetTimeTable.record_age(position,
-        now_ms)`` (``timelag.table_for``), without building the table."""
+        now_ms)`` over its history and live log end (``timelag.estimate_age``)."""
         live = self._ref_ends.get(topic, {}).get(partition)
         points = self._points_of(topic, partition)
         return estimate_age(points, live, self._fetched_at_ms, position, now_ms)
