@@ -43,7 +43,7 @@ from airflow_sparklag.hooks.connections import (
 )
 from airflow_sparklag.hooks.session_mixin import HookSessionMixin
 from airflow_sparklag.redact import redact_url
-from airflow_sparklag.session import SHARED_CLIENTS, ClientCache
+from airflow_sparklag.session import SHARED_CLIENTS
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -56,9 +56,7 @@ if TYPE_CHECKING:
     from airflow_sparklag.monitor import CheckOptions, CheckResult
     from airflow_sparklag.session import Session
 
-__all__ = ["SHARED_CLIENTS", "ConnectionIds", "SharedClientKey", "SharedClients", "SparkLagHook"]
-
-SharedClients = ClientCache  # the name the hook's cache had before it moved to the session
+__all__ = ["SHARED_CLIENTS", "ConnectionIds", "SharedClientKey", "SparkLagHook"]
 
 
 def _conn(doc: str) -> Any:
