@@ -67,10 +67,9 @@ class _ConditionTrigger(BaseTrigger):
     def condition(self) -> WaitCondition:
         raise NotImplementedError
 
-    def _condition_kwargs(self) -> dict[str, Any]:
-        raise NotImplementedError
-
     def serialize(self) -> tuple[str, dict[str, Any]]:
+        condition = self.condition.to_dict()  # the trigger's own arguments, under their names
+        del condition["kind"], condition["location"]
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
@@ -79,7 +78,7 @@ class _ConditionTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "metric_name": self.metric_name,
-                **self._condition_kwargs(),
+                **condition,
             },
         )
 
@@ -165,13 +164,6 @@ class SparkLagTrigger(_ConditionTrigger):
     def condition(self) -> WaitCondition:
         return self._health
 
-    def _condition_kwargs(self) -> dict[str, Any]:
-        return {
-            "options": self._health.options.to_dict(),
-            "accept": [h.value for h in self._health.accept],
-            "fail_fast": [h.value for h in self._health.fail_fast],
-        }
-
 
 class SparkCheckpointProgressTrigger(_ConditionTrigger):
     """Fires when the query commits a batch newer than ``after_batch_id`` and/or after
@@ -196,12 +188,6 @@ class SparkCheckpointProgressTrigger(_ConditionTrigger):
     def condition(self) -> WaitCondition:
         return self._progress
 
-    def _condition_kwargs(self) -> dict[str, Any]:
-        return {
-            "after_batch_id": self._progress.after_batch_id,
-            "after_commit_time": self._progress.after_commit_time,
-        }
-
 
 class SparkKafkaCatchUpTrigger(_ConditionTrigger):
     """Fires when the committed offsets reach, on every partition, the first offset produced at
@@ -223,9 +209,3 @@ class SparkKafkaCatchUpTrigger(_ConditionTrigger):
     @property
     def condition(self) -> WaitCondition:
         return self._catch_up
-
-    def _condition_kwargs(self) -> dict[str, Any]:
-        return {
-            "target_time_ms": self._catch_up.target_time_ms,
-            "topics": list(self._catch_up.topics) if self._catch_up.topics else None,
-        }
