@@ -67,9 +67,13 @@ class _ConditionTrigger(BaseTrigger):
     def condition(self) -> WaitCondition:
         raise NotImplementedError
 
+    def _condition_kwargs(self) -> dict[str, Any]:
+        """The condition's own arguments: its ``to_dict()`` without kind and location."""
+        kwargs = self.condition.to_dict()
+        del kwargs["kind"], kwargs["location"]
+        return kwargs
+
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        condition = self.condition.to_dict()  # the trigger's own arguments, under their names
-        del condition["kind"], condition["location"]
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
@@ -78,7 +82,7 @@ class _ConditionTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "metric_name": self.metric_name,
-                **condition,
+                **self._condition_kwargs(),
             },
         )
 
