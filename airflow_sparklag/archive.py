@@ -35,7 +35,7 @@ from airflow_sparklag.errors import (
 )
 from airflow_sparklag.storage import Storage
 
-__all__ = ["ArchiveError", "ArchiveReport", "ManifestEntry", "archive_tree", "list_tree"]
+__all__ = ["ArchiveError", "ArchiveReport", "ManifestEntry", "archive_tree"]
 
 MANIFEST_FORMAT = "sparklag-archive-manifest"
 
@@ -84,11 +84,6 @@ def _under(root: str, relative: str) -> str:
     # On S3 the relative path "" is the directory marker "<root>/" (s3a writes them) and
     # "offsets/" a marker inside: both are objects and are archived like any other.
     return root.rstrip("/") + "/" + relative
-
-
-def list_tree(storage: Storage, root: str) -> dict[str, int]:
-    """Every object under ``root`` (recursively, hidden files too): relative path -> size."""
-    return storage.walk(root)
 
 
 def _digest(storage: Storage, path: str) -> tuple[int, str]:

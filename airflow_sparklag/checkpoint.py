@@ -142,16 +142,6 @@ def _batch_id(entry: tuple[ObjectInfo, BatchOffsets]) -> int:
     return entry[1].batch_id
 
 
-def kafka_topics(state: CheckpointState) -> set[str]:
-    """The Kafka topics of the committed and in-flight batches' Kafka sources."""
-    topics: set[str] = set()
-    for batch in (state.committed, state.in_flight):
-        for source in batch.sources if batch is not None else ():
-            if source.kind == "kafka" and source.kafka is not None:
-                topics.update(source.kafka)
-    return topics
-
-
 # -- parsers ---------------------------------------------------------------------------------
 
 

@@ -33,10 +33,6 @@ if TYPE_CHECKING:
     from airflow_sparklag.monitor import CheckOptions, CheckResult
     from airflow_sparklag.session import Session
 
-# Verdict name -> exit code, from the verdicts' own policy (Health.exit_code).
-EXIT_CODES = {h.value: h.exit_code for h in Health}
-EXIT_FAILED = EXIT_CHECK_FAILED
-EXIT_USAGE = EXIT_USAGE  # re-exported: 64, sysexits EX_USAGE
 EXIT_REFUSED = 5  # migrate: refused (or, with --dry-run, would be refused); nothing changed
 EXIT_TIMEOUT = 75  # wait: --max-wait passed first (sysexits EX_TEMPFAIL)
 EXIT_INTERRUPTED = 130
@@ -341,9 +337,11 @@ def run_status(args: argparse.Namespace) -> int:
             results = check_many(session, args.checkpoints, options, query_id=args.query_ids)
     if args.prefix and not results:
         print(f"sparklag: no checkpoint found under {', '.join(args.prefix)}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_CHECK_FAILED
     _print_results(args, results)
-    return max(EXIT_FAILED if r.error is not None else r.verdict.health.exit_code for r in results)
+    return max(
+        EXIT_CHECK_FAILED if r.error is not None else r.verdict.health.exit_code for r in results
+    )
 
 
 def natural_key(text: str) -> list[Any]:
@@ -515,7 +513,7 @@ def run_wait(args: argparse.Namespace) -> int:
                 if probe.done:
                     return 0
                 health = (probe.payload.get("verdict") or {}).get("health", "STOPPED")
-                return Health.parse(health).exit_code or EXIT_FAILED
+                return Health.parse(health).exit_code or EXIT_CHECK_FAILED
             if time.monotonic() + args.poll_interval > deadline:
                 print(f"sparklag: gave up after {args.max_wait:g} s", file=sys.stderr)
                 return EXIT_TIMEOUT
@@ -692,7 +690,7 @@ def run_serve(args: argparse.Namespace) -> int:
         if args.once:
             refreshed = exporter.refresh()
             _out(exporter.render()[0].decode().rstrip("\n"), args)
-            return 0 if refreshed else EXIT_FAILED
+            return 0 if refreshed else EXIT_CHECK_FAILED
         try:
             server = exporter.serve(args.address, args.port)
         except OSError as exc:
@@ -773,7 +771,7 @@ class _OneLine(logging.Formatter):
 
 
 class _Outcome:
-    code = EXIT_FAILED
+    code = EXIT_CHECK_FAILED
 
 
 @contextlib.contextmanager
@@ -802,7 +800,7 @@ def _no_tracebacks(secrets: list[str]) -> Iterator[_Outcome]:
         outcome.code = EXIT_REFUSED
     except SparkLagError as exc:
         say(f"{type(exc).__name__}: {exc}")
-        outcome.code = EXIT_FAILED
+        outcome.code = EXIT_CHECK_FAILED
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, as Unix tools do.
         with contextlib.suppress(OSError):
@@ -812,7 +810,7 @@ def _no_tracebacks(secrets: list[str]) -> Iterator[_Outcome]:
         outcome.code = EXIT_INTERRUPTED
     except Exception as exc:  # a bug of ours: still one line, never a secret
         say(f"internal error, please report: {type(exc).__name__}: {exc}")
-        outcome.code = EXIT_FAILED
+        outcome.code = EXIT_CHECK_FAILED
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from a shell. The condition is the whole of the domain logic of a wait::
         probe = condition.probe(session)
     probe.done, probe.failed, probe.message
 
-Every ``to_dict()`` is JSON-safe and ``condition_from_dict`` rebuilds the condition from it.
+Every ``to_dict()`` is JSON-safe: a trigger carries it (without ``kind``) as its kwargs.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ __all__ = [
     "ProgressCondition",
     "WaitCondition",
     "committed_kafka_offsets",
-    "condition_from_dict",
 ]
 
 # Verdicts a health wait accepts, and those that end it at once, unless told otherwise.
@@ -120,15 +119,6 @@ class HealthCondition:
             "fail_fast": [h.value for h in self.fail_fast],
         }
 
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> HealthCondition:
-        return cls(
-            values["location"],
-            CheckOptions.from_dict(values.get("options") or {}),
-            tuple(Health(v) for v in values.get("accept", [h.value for h in DEFAULT_ACCEPT])),
-            tuple(Health(v) for v in values.get("fail_fast", [h.value for h in DEFAULT_FAIL_FAST])),
-        )
-
 
 def committed_kafka_offsets(state: Any) -> dict[str, dict[str, dict[int, int]]]:
     """source id -> topic -> partition -> committed (next to read) offset, Kafka sources only."""
@@ -200,12 +190,6 @@ class ProgressCondition:
             "after_batch_id": self.after_batch_id,
             "after_commit_time": self.after_commit_time,
         }
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> ProgressCondition:
-        return cls(
-            values["location"], values.get("after_batch_id"), values.get("after_commit_time")
-        )
 
 
 def _iso(epoch: float | None) -> str:
@@ -279,13 +263,6 @@ class CatchUpCondition:
             "topics": list(self.topics) if self.topics else None,
         }
 
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> CatchUpCondition:
-        topics = values.get("topics")
-        return cls(
-            values["location"], int(values["target_time_ms"]), tuple(topics) if topics else None
-        )
-
 
 def _slowest_positions(
     state: Any, cluster_of: Callable[[str], int]
@@ -314,17 +291,3 @@ def _wanted_topics(
     if rest:
         wanted[0] = sorted(set(wanted.get(0, [])) | rest)
     return {c: names for c, names in wanted.items() if names}
-
-
-CONDITIONS: dict[str, Any] = {
-    c.kind: c for c in (HealthCondition, ProgressCondition, CatchUpCondition)
-}
-
-
-def condition_from_dict(values: Mapping[str, Any]) -> WaitCondition:
-    """The condition a ``to_dict()`` describes (trigger kwargs, ``sparklag wait`` JSON)."""
-    kind = values.get("kind")
-    if kind not in CONDITIONS:
-        raise InvalidParameter(f"condition: unknown kind {kind!r}; known: {sorted(CONDITIONS)}")
-    condition: WaitCondition = CONDITIONS[kind].from_dict(values)
-    return condition

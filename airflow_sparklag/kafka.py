@@ -136,10 +136,6 @@ def subscribe_regex(pattern: str) -> re.Pattern[str]:
         ) from None
 
 
-# The config with every value outside the allowlist of safe keys masked (kept for imports).
-redact_config = redact_kafka_config
-
-
 # What a bootstrap server that never answered leaves (dead, hung or filtered).
 _NO_ANSWER_CODES = frozenset({"_TIMED_OUT", "_TRANSPORT", "_ALL_BROKERS_DOWN", "REQUEST_TIMED_OUT"})
 # ListOffsets errors of a partition whose leadership is moving: asked again within the timeout.
@@ -155,7 +151,7 @@ _LEADER_MOVING = frozenset(
 )
 
 
-def _error_code(exc: BaseException) -> str:
+def error_name(exc: BaseException) -> str:
     """librdkafka's error name (e.g. "_TRANSPORT") of a KafkaException, or "" if none."""
     if exc.args and hasattr(exc.args[0], "name"):
         try:
@@ -163,11 +159,6 @@ def _error_code(exc: BaseException) -> str:
         except Exception:  # a malformed error object must not hide the real error
             return ""
     return ""
-
-
-def error_name(exc: BaseException) -> str:
-    """librdkafka's error name of an exception (``"NOT_COORDINATOR"``), ``""`` if it has none."""
-    return _error_code(exc)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -181,7 +172,7 @@ def _error_text(exc: BaseException) -> str:
             text = ""
     else:
         text = str(exc)
-    code = _error_code(exc)
+    code = error_name(exc)
     if text.strip().rstrip(":").strip() and not text.rstrip().endswith(":"):
         return text
     described = code or type(exc).__name__
@@ -464,7 +455,7 @@ class KafkaOffsetsClient:
 
     def translate(self, exc: BaseException, what: str, topic: str | None = None) -> Exception:
         """Our typed error for a librdkafka error (or a timeout) of the request ``what``."""
-        code = _error_code(exc)
+        code = error_name(exc)
         text = self.describe(exc)
         if isinstance(exc, concurrent.futures.TimeoutError) or code in _UNAVAILABLE_CODES:
             refused = self._refused_recently()
@@ -575,7 +566,7 @@ class KafkaOffsetsClient:
             if not future.done():
                 errors.append("_TIMED_OUT")
             elif future.exception() is not None:
-                errors.append(_error_code(future.exception()))  # type: ignore[arg-type]
+                errors.append(error_name(future.exception()))  # type: ignore[arg-type]
             else:
                 answered += 1
                 found[server] = str(future.result().cluster_id or "") or None
@@ -668,7 +659,7 @@ class KafkaOffsetsClient:
         try:
             md = admin.list_topics(topic=topic, timeout=remaining)
         except Exception as exc:
-            if _error_code(exc) in _MISSING_TOPIC_CODES:
+            if error_name(exc) in _MISSING_TOPIC_CODES:
                 return None
             raise self.translate(exc, "a metadata request", topic) from exc
         tmd = md.topics.get(topic)
@@ -698,7 +689,7 @@ class KafkaOffsetsClient:
             retry: dict[str, dict[str, list[int]]] = {}
             for (name, tp), outcome in self.outcomes(futures, what, deadline).items():
                 if isinstance(outcome, BaseException):
-                    if _error_code(outcome) in _LEADER_MOVING and time.monotonic() < deadline:
+                    if error_name(outcome) in _LEADER_MOVING and time.monotonic() < deadline:
                         retry.setdefault(name, {}).setdefault(tp.topic, []).append(tp.partition)
                         continue
                     raise self.translate(outcome, what, tp.topic) from outcome

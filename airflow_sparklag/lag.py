@@ -527,7 +527,7 @@ class _TimeTables:
         self, topic: str, partition: int, position: int, now_ms: float
     ) -> tuple[float | None, str | None]:
         """``(seconds, unknown)`` of the partition's ``OffsetTimeTable.record_age(position,
-        now_ms)`` (``timelag.table_for``), without building the table."""
+        now_ms)`` over its history and live log end (``timelag.estimate_age``)."""
         live = self._ref_ends.get(topic, {}).get(partition)
         points = self._points_of(topic, partition)
         return estimate_age(points, live, self._fetched_at_ms, position, now_ms)
@@ -583,22 +583,6 @@ class LagBasis:
         return self.time_tables.age(topic, partition, position, self.now_ms)
 
 
-@dataclass(frozen=True)
-class Position:
-    """Where one partition of one source stands: committed, or started (first batch pending)."""
-
-    committed: int | None
-    planned: int | None
-    history: tuple[int | None, ...]
-    start: int | None = None
-
-
-def partition_lag(basis: LagBasis, topic: str, partition: int, at: Position) -> PartitionLag:
-    """Lag of one partition: from its committed offset, else the offset the query started at
-    (no commit yet), else the log start (a partition the checkpoint lacks) to the log end."""
-    return _partition_lag(basis, topic, partition, at.committed, at.planned, at.history, at.start)
-
-
 def _partition_lag(
     basis: LagBasis,
     topic: str,
@@ -608,8 +592,8 @@ def _partition_lag(
     history: tuple[int | None, ...],
     start: int | None,
 ) -> PartitionLag:
-    """``partition_lag`` with the ``Position`` given field by field (a fleet makes one per
-    partition: 32,000 for 1,000 jobs, and a frozen ``Position`` each cost ~1 us)."""
+    """Lag of one partition: from its committed offset, else the offset the query started at
+    (no commit yet), else the log start (a partition the checkpoint lacks) to the log end."""
     po = basis.snapshot.partitions.get(topic, {}).get(partition)
     if po is None:
         return PartitionLag(

@@ -56,6 +56,7 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     TopicGone,
 )
+from airflow_sparklag.redact import redact_url
 from airflow_sparklag.session import Session
 from airflow_sparklag.snapshot import (
     EARLIEST,
@@ -64,7 +65,6 @@ from airflow_sparklag.snapshot import (
     save_snapshot,
     snapshot_path,
     source_snapshots,
-    strip_credentials,
     take_snapshot,
     utc_iso,
 )
@@ -89,16 +89,6 @@ __all__ = [
 ]
 
 JOURNAL_FORMAT = "sparklag-migration-journal"
-# What the journal records, in order (each step of Migration.STEPS records one or two).
-JOURNAL_STEPS = (
-    "preflight",
-    "snapshot",
-    "validated",
-    "archiving",
-    "archived",
-    "sink_logs",
-    "completed",
-)
 
 
 # -- result ----------------------------------------------------------------------------------
@@ -220,7 +210,7 @@ class _Journal:
 
 
 def _base_dir(archive_root: str, location: str) -> str:
-    clean = strip_credentials(location).rstrip("/")
+    clean = redact_url(location).rstrip("/")
     name = clean.rsplit("/", 1)[-1] or "checkpoint"
     digest = hashlib.sha256(clean.encode()).hexdigest()[:10]
     return join(archive_root, f"{name}-{digest}")
@@ -388,7 +378,7 @@ def _preflight(
     if recent and not force:
         checks.refuse(
             JobStillRunning(
-                f"{strip_credentials(state.location)}: the query looks alive ("
+                f"{redact_url(state.location)}: the query looks alive ("
                 + "; ".join(recent)
                 + f", quiet period {quiet_period:g} s). Stop it and wait, or pass force=True "
                 "if you know it is stopped"
@@ -489,7 +479,7 @@ def _sink_logs(paths: Iterable[str], storage: Callable[[str], Storage]) -> list[
                 ids.append(batch)
         found.append(
             {
-                "path": strip_credentials(path),
+                "path": redact_url(path),
                 "log": log_dir,
                 "latest_batch_id": max(ids, default=None),
             }
@@ -620,7 +610,7 @@ class Migration:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         document = {
             "format": JOURNAL_FORMAT,
-            "checkpoint": strip_credentials(self.location),
+            "checkpoint": redact_url(self.location),
             "run": join(self.base, stamp),
             "steps": {},
         }
@@ -646,7 +636,7 @@ class Migration:
         elif _batch_ids(state) != journal.get("preflight").get("batches"):
             run.checks.refuse(
                 JobStillRunning(
-                    f"{strip_credentials(self.location)}: the checkpoint changed since this "
+                    f"{redact_url(self.location)}: the checkpoint changed since this "
                     f"migration's preflight ({journal.get('preflight').get('batches')} -> "
                     f"{_batch_ids(state)}): the job ran again. Stop it, delete the journal "
                     f"{journal.path} and migrate again"
@@ -663,7 +653,7 @@ class Migration:
             if not journal.done("snapshot"):
                 raise
             raise CheckpointNotFound(
-                f"{strip_credentials(self.location)}: the checkpoint is gone although the "
+                f"{redact_url(self.location)}: the checkpoint is gone although the "
                 f"migration journal {journal.path} says archiving never started; the verified "
                 f"snapshot is {journal.get('snapshot').get('path')}: restore the checkpoint or "
                 "start the new query from that snapshot's offsets"
@@ -716,7 +706,7 @@ class Migration:
             run.checks.refuse(
                 SnapshotMismatch(
                     f"{path}: snapshot of query {snap.query_id}, but the checkpoint at "
-                    f"{strip_credentials(self.location)} belongs to query {state.query_id}"
+                    f"{redact_url(self.location)} belongs to query {state.query_id}"
                 )
             )
         if state.committed_batch_id is None or state.committed_batch_id <= snap.committed.batch_id:
@@ -759,7 +749,7 @@ class Migration:
                 + json.dumps(lost, sort_keys=True)
             )
         plan = MigrationResult(
-            checkpoint=strip_credentials(self.location),
+            checkpoint=redact_url(self.location),
             status="planned",
             journal_path=run.journal.path,
             archive_location=run.archive_location,

@@ -66,7 +66,6 @@ __all__ = [
     "save_snapshot",
     "snapshot_checkpoint",
     "snapshot_path",
-    "strip_credentials",
     "utc_iso",
 ]
 
@@ -400,11 +399,6 @@ def _iso_to_ms(text: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def strip_credentials(location: str) -> str:
-    """A location without any ``user:password@`` part: snapshots and logs never hold secrets."""
-    return redact_url(location)
-
-
 def _batch(
     batch: BatchOffsets, file_time: float | None, clusters: Mapping[str, tuple[str, str | None]]
 ) -> SnapshotBatch:
@@ -456,7 +450,7 @@ def build_snapshot(
             else ""
         )
         raise NothingCommitted(
-            f"{strip_credentials(state.location)}: no committed batch{planned}: there are no "
+            f"{redact_url(state.location)}: no committed batch{planned}: there are no "
             "processed offsets to carry over; let the query commit a batch first, or start the "
             "new query from earliest"
         )
@@ -475,7 +469,7 @@ def build_snapshot(
     moment = now if now is not None else datetime.datetime.now(datetime.timezone.utc).timestamp()
     return Snapshot(
         query_id=state.query_id,
-        checkpoint_location=strip_credentials(state.location),
+        checkpoint_location=redact_url(state.location),
         committed=committed,
         in_flight=in_flight,
         kafka_cluster_id=cluster_id,
@@ -579,10 +573,6 @@ class SnapshotResult:
             "kafka_cluster_id": self.snapshot.kafka_cluster_id,
             "source_clusters": clusters,
         }
-
-
-def kafka_topics(snapshot: Snapshot) -> set[str]:
-    return {t for topics in snapshot.committed.kafka_sources().values() for t in topics}
 
 
 def source_snapshots(

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import functools
 import math
-from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -73,18 +73,12 @@ class OffsetTimeTable:
     Points are (offset, time_ms) pairs in any order. They are normalised into a staircase that
     only rises: a point whose offset is not above an earlier point's adds nothing (a rewind in the
     input, or a repeated offset) except that a repeated offset extends how long the log end stayed
-    there. `lookup(offset)` then answers:
+    there. Each level keeps the EARLIEST time its offset was seen (the log end reached it by then)
+    and the LAST (it left that level only afterwards); ``record_age`` interpolates between them
+    and never extrapolates below the oldest level or above the newest.
 
-    - exactly a known offset: the EARLIEST time it was seen (the log end reached it by then);
-    - between two known offsets: linear interpolation from the LAST time the lower offset was seen
-      to the first time the higher one was seen (the log end left the lower level in between);
-    - below the oldest point or above the newest: None (unknown, no extrapolation).
-
-    >>> table = OffsetTimeTable([(100, 1_000), (200, 2_000)])
-    >>> table.lookup(150)
-    1500.0
-    >>> table.lookup(50) is None
-    True
+    >>> OffsetTimeTable([(100, 1_000), (100, 3_000), (200, 4_000), (150, 5_000)]).stairs
+    ([100, 200], [1000.0, 4000.0], [3000.0, 4000.0])
     """
 
     def __init__(self, points: Iterable[tuple[int, float]] = ()) -> None:
@@ -112,34 +106,6 @@ class OffsetTimeTable:
     def levels(self) -> list[_Level]:
         offsets, first, last = self.stairs
         return [_Level(o, f, t) for o, f, t in zip(offsets, first, last, strict=True)]
-
-    @property
-    def oldest_offset(self) -> int | None:
-        offsets = self.stairs[0]
-        return offsets[0] if offsets else None
-
-    @property
-    def newest_offset(self) -> int | None:
-        offsets = self.stairs[0]
-        return offsets[-1] if offsets else None
-
-    def lookup(self, offset: int) -> float | None:
-        """Time (ms) at which `offset` became the log end, or None when the table cannot tell."""
-        offsets, first, last = self.stairs
-        if not offsets:
-            return None
-        i = bisect_left(offsets, offset)
-        if i == len(offsets):
-            return None  # beyond the newest point: not reached yet as far as we know
-        if offsets[i] == offset:
-            return first[i]
-        if i == 0:
-            return None  # older than the oldest point: no extrapolation
-        span = offsets[i] - offsets[i - 1]
-        # The later end can precede the lower level's last time only after a rewind; clamp.
-        start = last[i - 1]
-        end = max(first[i], start)
-        return start + (offset - offsets[i - 1]) * (end - start) / span
 
     def record_age(self, offset: int, now_ms: float) -> RecordAge:
         """Age at ``now_ms`` of the record AT ``offset`` (the first unread one of a consumer
@@ -225,9 +191,11 @@ def estimate_age(
     offset: int,
     now_ms: float,
 ) -> tuple[float | None, str | None]:
-    """``(seconds, unknown)`` of ``table_for(points, live, fetched_at_ms).record_age(offset,
-    now_ms)``, the same numbers without building the table (a fleet's hot path: one call per
-    lagging partition). ``points`` must hold ints and floats, as ``history_points`` gives.
+    """``(seconds, unknown)`` of ``OffsetTimeTable.record_age(offset, now_ms)`` over ``points``
+    plus the live point ``(live, fetched_at_ms)``, without building the table (a fleet's hot
+    path: one call per lagging partition). History above the live log end belongs to a
+    recreated or truncated topic and is dropped. ``points`` must hold ints and floats, as
+    ``history_points`` gives.
 
     >>> estimate_age([(100, 1_000.0)], 200, 2_000.0, 149, 3_000.0)
     (1.5, None)
@@ -242,31 +210,6 @@ def estimate_age(
                 break
     seconds, _, _, unknown = _age(_staircase(hist), offset, now_ms)
     return seconds, unknown
-
-
-def tables_from_history(
-    history: Sequence[BatchOffsets],
-    log_ends: Mapping[str, Mapping[int, int]],
-    fetched_at_ms: float,
-) -> dict[str, dict[int, OffsetTimeTable]]:
-    """One table per (topic, partition) from retained offsets files plus the live log ends.
-
-    `log_ends` is topic -> partition -> current log end (the reference offset: high watermark or
-    last stable offset). A partition whose history holds an offset above today's log end belongs to
-    a recreated or truncated topic: its history is dropped and only the live point is kept.
-
-    >>> tables = tables_from_history([], {"t": {0: 10}}, 5_000.0)
-    >>> tables["t"][0].lookup(10)
-    5000.0
-    """
-    points = history_points(history)
-    keys = set(points) | {(t, p) for t, parts in log_ends.items() for p in parts}
-    tables: dict[str, dict[int, OffsetTimeTable]] = {}
-    for topic, partition in keys:
-        live = log_ends.get(topic, {}).get(partition)
-        table = table_for(points.get((topic, partition), ()), live, fetched_at_ms)
-        tables.setdefault(topic, {})[partition] = table
-    return tables
 
 
 def history_points(
@@ -290,18 +233,3 @@ def history_points(
                     else:
                         found.append((int(offset), time_ms))
     return points
-
-
-def table_for(
-    points: Sequence[tuple[int, float]], live: int | None, fetched_at_ms: float
-) -> OffsetTimeTable:
-    """The table of one partition: its history points plus the live (log end, fetch time).
-
-    History above the live log end (recreated or truncated topic) is dropped.
-    """
-    hist = list(points)
-    if live is not None:
-        if any(off > live for off, _ in hist):
-            hist = []
-        hist.append((live, fetched_at_ms))
-    return OffsetTimeTable(hist)

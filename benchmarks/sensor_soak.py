@@ -13,7 +13,7 @@ Modes:
 
 - ``triggers`` (what a deferred sensor runs): one ``SparkLagTrigger`` per job, all in one event
   loop as in the triggerer, ``poll_interval=0``; each trigger's own ``run()`` loop polls (its
-  hook's ``probe_health`` in a worker thread). The only change is a subclass that counts polls
+  hook's ``probe`` in a worker thread). The only change is a subclass that counts polls
   and reports "done" after its ``--polls``-th real probe, so the trigger ends the way it does in
   production (event, then ``hook.close()``). A "poll" below is one poll of every job (100
   probes); the triggers run freely, so at a sample some are a poll or two ahead of others.

@@ -140,8 +140,8 @@ def kafka_config_from(conn: Connection) -> dict[str, Any]:
 
 def _kafka_provider_config(conn: Connection) -> dict[str, Any] | None:
     """The apache-kafka provider's config for ``conn`` (``KafkaBaseHook._build_config``, the
-    one its own hooks and ``test_connection`` use); None without the provider or with a
-    version that has no such method (< 1.10, which added no callbacks either)."""
+    one its own hooks and ``test_connection`` use; the ``airflow`` extra needs >= 1.10, which
+    has it); None without the provider."""
     try:
         from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
     except ModuleNotFoundError as exc:
@@ -149,8 +149,6 @@ def _kafka_provider_config(conn: Connection) -> dict[str, Any] | None:
             return None
         raise
     hook = KafkaBaseHook(kafka_config_id=conn.conn_id)
-    if not hasattr(hook, "_build_config"):
-        return None
     # The connection is already read (in a trigger: with the async API); the provider's hook
     # must not read it again, synchronously, from inside the event loop.
     hook.get_connection = lambda conn_id: conn  # type: ignore[method-assign]
@@ -312,8 +310,6 @@ def _bool_or_path(value: str) -> bool | str:
 
 # fsspec options that hold a secret although no SECRET_MARKERS word is in their name.
 _FSSPEC_SECRET_KEYS = frozenset({"connection_string", "private_key", "private_key_id"})
-# Fields of a google_cloud_platform connection's extra that the google provider reads.
-_GCP_KEY_FIELDS = ("keyfile_dict", "key_path", "credential_config_file", "key_secret_name")
 
 
 def fsspec_secrets(options: Mapping[str, Any]) -> list[str]:

@@ -13,7 +13,7 @@ Nothing heavy (confluent_kafka, boto3, requests) is imported until a check runs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -43,7 +43,7 @@ from airflow_sparklag.hooks.connections import (
 )
 from airflow_sparklag.hooks.session_mixin import HookSessionMixin
 from airflow_sparklag.redact import redact_url
-from airflow_sparklag.session import SHARED_CLIENTS, ClientCache
+from airflow_sparklag.session import SHARED_CLIENTS
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -56,9 +56,7 @@ if TYPE_CHECKING:
     from airflow_sparklag.monitor import CheckOptions, CheckResult
     from airflow_sparklag.session import Session
 
-__all__ = ["SHARED_CLIENTS", "ConnectionIds", "SharedClientKey", "SharedClients", "SparkLagHook"]
-
-SharedClients = ClientCache  # the name the hook's cache had before it moved to the session
+__all__ = ["SHARED_CLIENTS", "ConnectionIds", "SharedClientKey", "SparkLagHook"]
 
 
 def _conn(doc: str) -> Any:
@@ -355,50 +353,6 @@ class SparkLagHook(HookSessionMixin, BaseHook):
     def probe(self, condition: WaitCondition) -> Probe:
         """One poll of a wait condition through the hook's session."""
         return condition.probe(self.session)
-
-    def probe_health(
-        self,
-        location: str,
-        *,
-        accept: Iterable[str] = ("OK",),
-        fail_on_data_loss: bool = True,
-        fail_on_stopped: bool = True,
-        **check: Any,
-    ) -> Probe:
-        from airflow_sparklag.conditions import HealthCondition
-        from airflow_sparklag.health import Health
-        from airflow_sparklag.monitor import CheckOptions
-
-        fail_fast = (Health.DATA_LOSS,) * fail_on_data_loss + (Health.STOPPED,) * fail_on_stopped
-        accepted = tuple(Health(str(a).upper()) for a in accept)
-        condition = HealthCondition(location, CheckOptions.build(**check), accepted, fail_fast)
-        return self.probe(condition)
-
-    def probe_progress(
-        self, location: str, *, after_batch_id: Any = None, after_commit_time: Any = None
-    ) -> Probe:
-        from airflow_sparklag import params
-        from airflow_sparklag.conditions import ProgressCondition
-
-        return self.probe(
-            ProgressCondition(
-                location,
-                params.optional_count("after_batch_id", after_batch_id, minimum=-1),
-                params.moment("after_commit_time", after_commit_time),
-            )
-        )
-
-    def probe_catch_up(
-        self, location: str, *, target_time: Any, topics: Iterable[str] | None = None
-    ) -> Probe:
-        from airflow_sparklag import params
-        from airflow_sparklag.conditions import CatchUpCondition
-
-        seconds = params.moment("target_time", target_time)
-        if seconds is None:
-            raise params.invalid("target_time", "is required (datetime, ISO text or epoch)")
-        wanted = tuple(params.strings("topics", topics)) or None
-        return self.probe(CatchUpCondition(location, int(seconds * 1000), wanted))
 
     # -- connection test ---------------------------------------------------------------------
 

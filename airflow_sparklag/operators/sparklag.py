@@ -16,7 +16,6 @@ from airflow_sparklag import params
 from airflow_sparklag.compact import compact
 from airflow_sparklag.conditions import breach_message
 from airflow_sparklag.health import DEFAULT_FAIL_ON as _FAIL_ON
-from airflow_sparklag.health import Health
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CHECK_FIELDS, CONN_FIELDS, CheckOptionsMixin
 from airflow_sparklag.render import seconds_text
@@ -29,8 +28,6 @@ if TYPE_CHECKING:
 # Verdicts that fail a SparkLagCheckOperator unless told otherwise. UNKNOWN (no batch committed
 # yet, no Kafka source) is not a breach by default: there is nothing to measure.
 DEFAULT_FAIL_ON = tuple(h.value for h in _FAIL_ON)
-# Numeric health for dashboards: 0 healthy .. 5 data loss, -1 unknown.
-HEALTH_CODES = {h.value: h.metric_value for h in Health}
 
 
 def fail_on_names(fail_on: Iterable[str] | str) -> set[str]:

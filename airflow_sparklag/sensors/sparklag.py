@@ -13,7 +13,7 @@ import datetime
 import time
 from collections.abc import Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.providers.common.compat.sdk import (
     AirflowException,
@@ -48,6 +48,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
 
     template_fields: Sequence[str] = (*CONN_FIELDS, "location")
     ui_color = "#f4e3c1"
+    trigger_class: ClassVar[str]  # the name of its trigger in triggers/sparklag.py
 
     def __init__(
         self,
@@ -84,15 +85,19 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
         return dataclasses.replace(probe, payload=compact(probe.payload))
 
     def _trigger(self, deadline: float) -> BaseTrigger:
-        raise NotImplementedError
+        """The sensor's trigger (``trigger_class``, in triggers/sparklag.py): the condition's
+        ``to_dict()`` is its arguments."""
+        from airflow_sparklag.triggers import sparklag as triggers
 
-    def _trigger_kwargs(self, deadline: float) -> dict[str, Any]:
-        return {
-            "connections": self.connection_ids().to_dict(),
-            "poll_interval": self.poke_interval,
-            "deadline": deadline,
-            "metric_name": metrics.job_name(self, self.metric_name),
-        }
+        condition = self._condition.to_dict()
+        del condition["kind"]
+        return getattr(triggers, self.trigger_class)(  # type: ignore[no-any-return]
+            **condition,
+            connections=self.connection_ids().to_dict(),
+            poll_interval=self.poke_interval,
+            deadline=deadline,
+            metric_name=metrics.job_name(self, self.metric_name),
+        )
 
     def _fail(self, message: str) -> None:
         if self.soft_fail:
@@ -167,6 +172,7 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
         )
     """
 
+    trigger_class = "SparkLagTrigger"
     template_fields: Sequence[str] = (
         *CONN_FIELDS,
         "location",
@@ -225,19 +231,6 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
             context["ti"].xcom_push(key="return_value", value=probe.payload)
         return probe
 
-    def _trigger(self, deadline: float) -> BaseTrigger:
-        from airflow_sparklag.triggers.sparklag import SparkLagTrigger
-
-        condition = self._condition
-        assert isinstance(condition, HealthCondition)
-        return SparkLagTrigger(
-            condition.location,
-            options=condition.options.to_dict(),
-            accept=[h.value for h in condition.accept],
-            fail_fast=[h.value for h in condition.fail_fast],
-            **self._trigger_kwargs(deadline),
-        )
-
 
 class SparkCheckpointProgressSensor(_CheckpointSensor):
     """Waits until the query commits a batch newer than ``after_batch_id`` and/or later than
@@ -258,6 +251,7 @@ class SparkCheckpointProgressSensor(_CheckpointSensor):
         )
     """
 
+    trigger_class = "SparkCheckpointProgressTrigger"
     template_fields: Sequence[str] = (
         *CONN_FIELDS,
         "location",
@@ -283,18 +277,6 @@ class SparkCheckpointProgressSensor(_CheckpointSensor):
             params.moment("after_commit_time", self.after_commit_time),
         )
 
-    def _trigger(self, deadline: float) -> BaseTrigger:
-        from airflow_sparklag.triggers.sparklag import SparkCheckpointProgressTrigger
-
-        condition = self._condition
-        assert isinstance(condition, ProgressCondition)
-        return SparkCheckpointProgressTrigger(
-            condition.location,
-            after_batch_id=condition.after_batch_id,
-            after_commit_time=condition.after_commit_time,
-            **self._trigger_kwargs(deadline),
-        )
-
 
 class SparkKafkaCatchUpSensor(_CheckpointSensor):
     """Waits until the query has processed everything produced to Kafka before ``target_time``:
@@ -314,6 +296,7 @@ class SparkKafkaCatchUpSensor(_CheckpointSensor):
         )
     """
 
+    trigger_class = "SparkKafkaCatchUpTrigger"
     template_fields: Sequence[str] = (*CONN_FIELDS, "location", "target_time", "topics")
 
     def __init__(
@@ -336,16 +319,4 @@ class SparkKafkaCatchUpSensor(_CheckpointSensor):
         topics = tuple(params.strings("topics", self.topics)) or None
         return CatchUpCondition(
             params.location("location", self.location), int(seconds * 1000), topics
-        )
-
-    def _trigger(self, deadline: float) -> BaseTrigger:
-        from airflow_sparklag.triggers.sparklag import SparkKafkaCatchUpTrigger
-
-        condition = self._condition
-        assert isinstance(condition, CatchUpCondition)
-        return SparkKafkaCatchUpTrigger(
-            condition.location,
-            target_time_ms=condition.target_time_ms,
-            topics=list(condition.topics) if condition.topics else None,
-            **self._trigger_kwargs(deadline),
         )

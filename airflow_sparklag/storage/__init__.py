@@ -373,7 +373,7 @@ def open_storage(
     if scheme in HDFS_SCHEMES:
         from airflow_sparklag.storage.webhdfs import WebHDFSStorage
 
-        options = _known_options(WebHDFSStorage.for_url, webhdfs_options, "webhdfs_options")
+        options = _known_options(WebHDFSStorage, webhdfs_options, "webhdfs_options", "url")
         return WebHDFSStorage.for_url(url, **options)
     from airflow_sparklag.storage.fsspec_store import FsspecStorage
 
@@ -405,19 +405,19 @@ def fsspec_options_for(options: Mapping[str, Any] | None, scheme: str) -> dict[s
     return merged
 
 
-def _known_options(backend: Any, options: dict[str, Any] | None, name: str) -> dict[str, Any]:
-    """``options`` if ``backend`` takes every one of them; a misspelt option (``read_timout``)
-    is an error naming it, not a TypeError from deep inside."""
+def _known_options(
+    backend: Any, options: dict[str, Any] | None, name: str, *also: str
+) -> dict[str, Any]:
+    """``options`` if ``backend`` (or ``also``) takes every one of them; a misspelt option
+    (``read_timout``) is an error naming it, not a TypeError from deep inside."""
     import inspect
 
     from airflow_sparklag.errors import InvalidParameter
 
     options = dict(options or {})
-    known = sorted(
-        parameter.name
-        for parameter in inspect.signature(backend).parameters.values()
-        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
-    )
+    parameters = inspect.signature(backend).parameters.values()
+    keyword_only = (p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+    known = sorted([*also, *keyword_only])
     unknown = sorted(key for key in options if key not in known)
     if unknown:
         raise InvalidParameter(

@@ -42,14 +42,6 @@ _CODE = re.compile(r"<Code>([^<]{1,100})</Code>")
 _REDIRECT = "Received redirect without LOCATION"  # object_store's own words for S3's 301
 
 
-def obstore_available() -> bool:
-    try:
-        import obstore  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @dataclass(frozen=True)
 class ObstoreSettings:
     """How to reach S3, in obstore's terms, from the settings of the boto3 client.

@@ -326,32 +326,12 @@ class WebHDFSStorage:
 
     @classmethod
     def for_url(
-        cls,
-        location: str,
-        /,
-        *,
-        url: str | list[str] | None = None,
-        user: str | None = None,
-        connect_timeout: float = 5.0,
-        read_timeout: float = 30.0,
-        kerberos: bool = False,
-        principal: str | None = None,
-        keytab: str | None = None,
-        verify: bool | str = True,
+        cls, location: str, /, *, url: str | list[str] | None = None, **options: Any
     ) -> WebHDFSStorage:
         """Backend for a checkpoint URL; ``url`` (NameNode HTTP URL or list) overrides the host.
-        ``kerberos=True`` (or a ``principal`` and ``keytab``) logs in with SPNEGO; ``verify``
-        is a CA bundle for HTTPS NameNodes (or False)."""
-        return cls(
-            url if url else namenode_url_for(location),
-            user=user,
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            kerberos=kerberos,
-            principal=principal,
-            keytab=keytab,
-            verify=verify,
-        )
+        ``options`` are the constructor's: ``kerberos=True`` (or a ``principal`` and ``keytab``)
+        logs in with SPNEGO; ``verify`` is a CA bundle for HTTPS NameNodes (or False)."""
+        return cls(url if url else namenode_url_for(location), **options)
 
     # -- Storage interface -------------------------------------------------------------------
 

@@ -69,7 +69,10 @@ class _ConditionTrigger(BaseTrigger):
         raise NotImplementedError
 
     def _condition_kwargs(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The condition's own arguments: its ``to_dict()`` without kind and location."""
+        kwargs = self.condition.to_dict()
+        del kwargs["kind"], kwargs["location"]
+        return kwargs
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -166,13 +169,6 @@ class SparkLagTrigger(_ConditionTrigger):
     def condition(self) -> WaitCondition:
         return self._health
 
-    def _condition_kwargs(self) -> dict[str, Any]:
-        return {
-            "options": self._health.options.to_dict(),
-            "accept": [h.value for h in self._health.accept],
-            "fail_fast": [h.value for h in self._health.fail_fast],
-        }
-
 
 class SparkCheckpointProgressTrigger(_ConditionTrigger):
     """Fires when the query commits a batch newer than ``after_batch_id`` and/or after
@@ -197,12 +193,6 @@ class SparkCheckpointProgressTrigger(_ConditionTrigger):
     def condition(self) -> WaitCondition:
         return self._progress
 
-    def _condition_kwargs(self) -> dict[str, Any]:
-        return {
-            "after_batch_id": self._progress.after_batch_id,
-            "after_commit_time": self._progress.after_commit_time,
-        }
-
 
 class SparkKafkaCatchUpTrigger(_ConditionTrigger):
     """Fires when the committed offsets reach, on every partition, the first offset produced at
@@ -224,9 +214,3 @@ class SparkKafkaCatchUpTrigger(_ConditionTrigger):
     @property
     def condition(self) -> WaitCondition:
         return self._catch_up
-
-    def _condition_kwargs(self) -> dict[str, Any]:
-        return {
-            "target_time_ms": self._catch_up.target_time_ms,
-            "topics": list(self._catch_up.topics) if self._catch_up.topics else None,
-        }

@@ -10,8 +10,11 @@ import uuid
 import pytest
 
 from airflow_sparklag import params
+from airflow_sparklag.conditions import CatchUpCondition, HealthCondition, ProgressCondition
+from airflow_sparklag.health import Health, Thresholds
 from airflow_sparklag.hooks.connections import webhdfs_options_from
 from airflow_sparklag.hooks.sparklag import SparkLagHook
+from airflow_sparklag.monitor import CheckOptions
 from tests.airflow.conftest import conn_env, kafka_connection, kept_reader
 
 
@@ -97,26 +100,28 @@ def test_check_and_probes_on_a_local_checkpoint(kafka_conn, lagging_job):
     (offsets,) = recorded["offsets"].values()
     assert offsets == {lagging_job.topic: {str(p): o for p, o in lagging_job.committed.items()}}
 
-    assert hook.probe_progress(lagging_job.location, after_batch_id=batch - 1).done
-    assert not hook.probe_progress(lagging_job.location, after_batch_id=batch).done
-    assert not hook.probe_progress(lagging_job.location, after_commit_time=time.time()).done
+    location = lagging_job.location
+    assert hook.probe(ProgressCondition(location, after_batch_id=batch - 1)).done
+    assert not hook.probe(ProgressCondition(location, after_batch_id=batch)).done
+    assert not hook.probe(ProgressCondition(location, after_commit_time=time.time())).done
 
     # Everything produced before the checkpoint was written has been processed; the 45 records
     # produced afterwards have not.
-    caught_up = hook.probe_catch_up(lagging_job.location, target_time=recorded["committed_at"])
+    caught_up = hook.probe(CatchUpCondition(location, int(recorded["committed_at"] * 1000)))
     assert caught_up.done, caught_up.message
-    behind = hook.probe_catch_up(lagging_job.location, target_time=time.time() + 60)
+    behind = hook.probe(CatchUpCondition(location, int((time.time() + 60) * 1000)))
     assert not behind.done
     assert behind.payload["records_behind"] == 45
     assert {b["partition"] for b in behind.payload["partitions_behind"]} == {0, 1, 2}
 
-    health = hook.probe_health(lagging_job.location, thresholds={"max_lag_records_total": 10})
+    options = CheckOptions(Thresholds(max_lag_records_total=10))
+    health = hook.probe(HealthCondition(location, options))
     assert not health.done and not health.failed
     assert f"{lagging_job.topic}[" in health.message
     # A day's max_commit_age: past 30 s this one-batch job's records would read UNKNOWN
     # ("not enough history to judge"), whenever the test happens to run.
-    a_day = {"max_commit_age_seconds": 86400}
-    assert hook.probe_health(lagging_job.location, accept=["OK", "LAGGING"], thresholds=a_day).done
+    a_day = CheckOptions(Thresholds(max_commit_age_seconds=86400))
+    assert hook.probe(HealthCondition(location, a_day, (Health.OK, Health.LAGGING))).done
     hook.close()
 
 

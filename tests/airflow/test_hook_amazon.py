@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from airflow_sparklag.hooks.sparklag import SparkLagHook
+from airflow_sparklag.storage.s3 import MAX_POOL_CONNECTIONS
 from tests.airflow.conftest import airflow_env, conn_env, kafka_connection
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,7 +123,7 @@ def test_aws_base_hook_builds_the_client_from_the_connection(monkeypatch):
     assert config.read_timeout == 7  # the connection's config_kwargs win ...
     assert config.connect_timeout == 5.0  # ... over S3Storage's defaults, which fill the rest
     assert config.retries["mode"] == "standard"
-    assert config.max_pool_connections == 64  # S3Storage's pool size (a check reads 64 at once)
+    assert config.max_pool_connections == MAX_POOL_CONNECTIONS  # S3Storage's pool size
     assert config.s3 == {"addressing_style": "path"}
     creds = frozen_credentials(options)
     assert (creds.access_key, creds.secret_key) == ("AKIAAMAZONUNIT", "amazon-unit-secret")

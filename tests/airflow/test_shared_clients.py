@@ -18,10 +18,10 @@ import pytest
 from airflow_sparklag.hooks.sparklag import (
     SHARED_CLIENTS,
     SharedClientKey,
-    SharedClients,
     SparkLagHook,
 )
 from airflow_sparklag.kafka import KafkaOffsetsClient
+from airflow_sparklag.session import ClientCache
 from tests.airflow import test_hook_amazon as amazon_tests
 from tests.airflow.conftest import airflow_env, conn_env, kafka_connection, kept_reader
 from tests.airflow.test_hook_amazon import FALLBACK_SCRIPT, REPO, keys_extra
@@ -229,7 +229,7 @@ def test_a_shared_kafka_client_serves_many_threads_at_once(kafka, topic):
 
 
 def test_shared_clients_build_once_and_stay_bounded():
-    cache = SharedClients(maxsize=3)
+    cache = ClientCache(maxsize=3)
     builds: list[str] = []
 
     def build(name: str) -> Any:

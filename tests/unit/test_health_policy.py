@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_sparklag import cli, health
 from airflow_sparklag.health import DEFAULT_FAIL_ON, EXIT_CHECK_FAILED, EXIT_USAGE, Health
 
 # verdict: (severity, exit_code, is_breach, metric_value)
@@ -55,11 +54,6 @@ def test_exit_codes_beyond_the_verdicts() -> None:
     verdict_codes = {h.exit_code for h in Health}
     assert EXIT_CHECK_FAILED == 4 and EXIT_CHECK_FAILED not in verdict_codes
     assert EXIT_USAGE == 64  # sysexits EX_USAGE
-
-
-def test_cli_constants_derive_from_health() -> None:
-    assert {h.value: h.exit_code for h in Health} == cli.EXIT_CODES
-    assert cli.EXIT_FAILED == health.EXIT_CHECK_FAILED
 
 
 @pytest.mark.parametrize(

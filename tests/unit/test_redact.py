@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_sparklag import kafka, snapshot
 from airflow_sparklag.errors import KafkaError
 from airflow_sparklag.kafka import KafkaOffsetsClient
 from airflow_sparklag.redact import (
@@ -100,10 +99,6 @@ def test_redact_kafka_config_shows_only_allowlisted_values() -> None:
     assert all(secret not in str(redacted) for secret in SECRETS)
 
 
-def test_kafka_redact_config_is_the_same_function() -> None:
-    assert kafka.redact_config is redact_kafka_config
-
-
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
@@ -124,10 +119,6 @@ def test_kafka_redact_config_is_the_same_function() -> None:
 )
 def test_redact_url(url: str, expected: str) -> None:
     assert redact_url(url) == expected
-
-
-def test_strip_credentials_is_redact_url() -> None:
-    assert snapshot.strip_credentials("s3a://KEY:SECRET@bucket/x") == "s3a://bucket/x"
 
 
 def test_secret_parts_finds_quoted_and_assigned_values() -> None:

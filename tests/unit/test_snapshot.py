@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_sparklag.archive import ArchiveError, archive_tree, list_tree
+from airflow_sparklag.archive import ArchiveError, archive_tree
 from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
 from airflow_sparklag.errors import StorageAlreadyExists
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
@@ -31,7 +31,6 @@ from airflow_sparklag.snapshot import (
     load_snapshot,
     save_snapshot,
     snapshot_path,
-    strip_credentials,
 )
 from airflow_sparklag.storage.local import LocalStorage
 
@@ -131,11 +130,6 @@ def test_saved_once_read_back_and_never_overwritten(tmp_path: Path):
     assert load_snapshot(storage, path) == snap
     with pytest.raises(StorageAlreadyExists):
         save_snapshot(snap, storage, path)
-
-
-def test_strip_credentials():
-    assert strip_credentials("hdfs://u:p@nn:8020/a") == "hdfs://nn:8020/a"
-    assert strip_credentials("/local/path") == "/local/path"
 
 
 # -- migration validation rules ---------------------------------------------------------------
@@ -268,12 +262,12 @@ def test_archive_copy_resumes_after_a_crash_and_never_deletes_unverified(tmp_pat
             target=dst_store,
             fault=crash_after_one_delete,
         )
-    assert len(list_tree(src_store, str(source))) == 3 and _tree(target) == before
+    assert len(src_store.walk(str(source))) == 3 and _tree(target) == before
     # A copy damaged meanwhile is caught before anything else is deleted.
     (target / "metadata").write_bytes(b"garbage")
     with pytest.raises(ArchiveError, match="differs"):
         archive_tree(src_store, str(source), str(target), manifest_path=manifest, target=dst_store)
-    assert len(list_tree(src_store, str(source))) == 3
+    assert len(src_store.walk(str(source))) == 3
     (target / "metadata").write_bytes(before["metadata"])
     report = archive_tree(
         src_store, str(source), str(target), manifest_path=manifest, target=dst_store

@@ -1,4 +1,5 @@
-"""OffsetTimeTable: interpolation and its edge cases, one behaviour per test."""
+"""OffsetTimeTable: its staircase, the age of a record and their edge cases, one behaviour per
+test; estimate_age (the fleet's path) over a checkpoint's history and the live log end."""
 
 from __future__ import annotations
 
@@ -7,100 +8,61 @@ from typing import Any
 
 import pytest
 
-from airflow_sparklag.timelag import MAX_UNCERTAINTY_SECONDS, OffsetTimeTable, tables_from_history
+from airflow_sparklag.timelag import (
+    MAX_UNCERTAINTY_SECONDS,
+    NOT_PRODUCED,
+    OLDER_THAN_HISTORY,
+    OffsetTimeTable,
+    estimate_age,
+    history_points,
+)
 
-# -- lookup ------------------------------------------------------------------------------------
+# -- the staircase -------------------------------------------------------------------------------
 
 
 def test_empty_table_knows_nothing() -> None:
     table = OffsetTimeTable()
-    assert table.lookup(0) is None
     assert table.record_age(0, 1_000).seconds is None
     assert len(table) == 0
-
-
-def test_single_point_answers_only_its_own_offset() -> None:
-    table = OffsetTimeTable([(100, 5_000)])
-    assert table.lookup(100) == 5_000
-    assert table.lookup(99) is None
-    assert table.lookup(101) is None
-
-
-@pytest.mark.parametrize(
-    ("offset", "expected"),
-    [
-        (100, 1_000.0),  # lower end exactly
-        (150, 1_500.0),  # middle
-        (101, 1_010.0),  # just above the lower end
-        (199, 1_990.0),  # just below the upper end
-        (200, 2_000.0),  # upper end exactly
-        (250, 3_000.0),  # second segment, different slope
-        (300, 4_000.0),  # newest point
-    ],
-)
-def test_linear_interpolation_between_neighbours(offset: int, expected: float) -> None:
-    table = OffsetTimeTable([(100, 1_000), (200, 2_000), (300, 4_000)])
-    assert table.lookup(offset) == pytest.approx(expected)
-
-
-def test_no_extrapolation_below_oldest_point() -> None:
-    table = OffsetTimeTable([(100, 1_000), (200, 2_000)])
-    assert table.lookup(99) is None
-    assert table.lookup(0) is None
-
-
-def test_no_extrapolation_above_newest_point() -> None:
-    table = OffsetTimeTable([(100, 1_000), (200, 2_000)])
-    assert table.lookup(201) is None
 
 
 def test_points_in_any_order() -> None:
     ordered = OffsetTimeTable([(100, 1_000), (200, 2_000), (300, 3_000)])
     shuffled = OffsetTimeTable([(300, 3_000), (100, 1_000), (200, 2_000)])
-    for offset in (100, 150, 250, 300):
-        assert shuffled.lookup(offset) == ordered.lookup(offset)
+    assert shuffled.stairs == ordered.stairs == ([100, 200, 300], [1_000, 2_000, 3_000],
+                                                 [1_000, 2_000, 3_000])  # fmt: skip
 
 
-def test_flat_segment_exact_offset_takes_earliest_time() -> None:
+def test_flat_segment_keeps_first_and_last_time_seen() -> None:
     # Idle topic: the log end sat at 100 from t=1000 to t=3000.
     table = OffsetTimeTable([(100, 1_000), (100, 2_000), (100, 3_000), (200, 4_000)])
-    assert table.lookup(100) == 1_000
+    assert table.stairs == ([100, 200], [1_000, 4_000], [3_000, 4_000])
     assert len(table) == 2
 
 
-def test_flat_segment_interpolates_from_last_time_seen() -> None:
-    # The log end left 100 only after t=3000, so 150 is placed between 3000 and 4000.
+def test_flat_segment_dates_records_from_last_time_seen() -> None:
+    # The log end left 100 only after t=3000, so record 149 is placed between 3000 and 4000.
     table = OffsetTimeTable([(100, 1_000), (100, 3_000), (200, 4_000)])
-    assert table.lookup(150) == pytest.approx(3_500)
+    assert table.record_age(149, 5_000).seconds == pytest.approx(1.5)
 
 
 def test_rewind_in_input_is_ignored() -> None:
     # A consumer position that went back (100 at t=3000) does not make the log younger.
     table = OffsetTimeTable([(100, 1_000), (200, 2_000), (100, 3_000), (300, 4_000)])
-    assert table.lookup(100) == 1_000
-    assert table.lookup(250) == pytest.approx(3_000)
-    assert table.lookup(200) == 2_000
+    assert table.stairs == ([100, 200, 300], [1_000, 2_000, 4_000], [1_000, 2_000, 4_000])
 
 
 def test_lower_offset_at_same_time_is_dominated() -> None:
     table = OffsetTimeTable([(100, 1_000), (150, 1_000), (200, 2_000)])
-    assert table.oldest_offset == 150
-    assert table.lookup(120) is None
-    assert table.lookup(175) == pytest.approx(1_500)
-
-
-def test_monotonic_result_for_increasing_offsets() -> None:
-    table = OffsetTimeTable([(0, 0), (10, 100), (10, 500), (50, 600), (51, 10_000)])
-    times = [table.lookup(o) for o in range(0, 52)]
-    assert all(t is not None for t in times)
-    assert times == sorted(times)  # type: ignore[type-var]
+    assert table.stairs[0] == [150, 200]
+    assert table.record_age(120, 3_000).unknown == OLDER_THAN_HISTORY
 
 
 def test_add_invalidates_cached_levels() -> None:
     table = OffsetTimeTable([(100, 1_000)])
-    assert table.lookup(150) is None
+    assert table.record_age(149, 3_000).unknown == NOT_PRODUCED
     table.add(200, 2_000)
-    assert table.lookup(150) == pytest.approx(1_500)
+    assert table.record_age(149, 3_000).seconds == pytest.approx(1.5)
 
 
 # -- record_age: the age of the first unread record -------------------------------------------
@@ -180,10 +142,10 @@ def test_record_ages_fall_with_the_offset() -> None:
 def test_large_offsets_keep_precision() -> None:
     base = 2**53 // 4
     table = OffsetTimeTable([(base, 1_700_000_000_000), (base + 1_000, 1_700_000_001_000)])
-    assert table.lookup(base + 500) == pytest.approx(1_700_000_000_500)
+    assert table.record_age(base + 499, 1_700_000_001_000).seconds == pytest.approx(0.5)
 
 
-# -- tables_from_history -----------------------------------------------------------------------
+# -- history_points and estimate_age: a checkpoint's history plus the live log end -----------
 
 
 @dataclass(frozen=True)
@@ -209,43 +171,46 @@ def _batch(batch_id: int, ts: int | None, offsets: dict[str, dict[int, int]]) ->
     return _Batch(batch_id, ts, (_Source("0", "kafka", offsets),))
 
 
-def test_history_and_live_point_build_one_table_per_partition() -> None:
+def test_history_points_per_partition_in_batch_order() -> None:
     history = [
         _batch(0, 1_000, {"t": {0: 10, 1: 5}}),
         _batch(1, 2_000, {"t": {0: 20, 1: 5}}),
     ]
-    tables = tables_from_history(history, {"t": {0: 40, 1: 5}}, 4_000)
-    assert tables["t"][0].lookup(20) == 2_000
-    assert tables["t"][0].lookup(30) == pytest.approx(3_000)
-    assert tables["t"][0].lookup(40) == 4_000
-    assert tables["t"][1].lookup(5) == 1_000  # idle partition: reached at the first batch
+    assert history_points(history) == {
+        ("t", 0): [(10, 1_000.0), (20, 2_000.0)],
+        ("t", 1): [(5, 1_000.0), (5, 2_000.0)],
+    }
 
 
 def test_continuous_batches_without_timestamp_are_skipped() -> None:
-    history = [_batch(0, None, {"t": {0: 10}})]
-    tables = tables_from_history(history, {"t": {0: 20}}, 4_000)
-    assert tables["t"][0].lookup(10) is None
+    assert history_points([_batch(0, None, {"t": {0: 10}})]) == {}
 
 
 def test_non_kafka_sources_are_ignored() -> None:
     batch = _Batch(0, 1_000, (_Source("0", "other", None), _Source("1", "none", None)))
-    assert tables_from_history([batch], {}, 4_000) == {}
+    assert history_points([batch]) == {}
+
+
+def test_estimate_age_dates_against_history_and_the_live_point() -> None:
+    points = [(10, 1_000.0), (20, 2_000.0)]
+    # Record 24 was produced between the last batch (log end 20 at t=2 s) and the live
+    # answer (log end 40 at t=4 s): at ~2.5 s.
+    assert estimate_age(points, 40, 4_000.0, 24, 5_000.0) == pytest.approx((2.5, None))
+    assert estimate_age(points, 40, 4_000.0, 5, 5_000.0) == (None, OLDER_THAN_HISTORY)
+    assert estimate_age(points, 40, 4_000.0, 40, 5_000.0) == (None, NOT_PRODUCED)
+    assert estimate_age(points, None, 4_000.0, 20, 5_000.0) == (None, NOT_PRODUCED)
+
+
+def test_estimate_age_is_the_tables_record_age() -> None:
+    points = [(0, 0.0), (10, 100.0), (10, 500.0), (50, 600.0)]
+    table = OffsetTimeTable([*points, (51, 1_000.0)])
+    for offset in range(0, 52):
+        age = table.record_age(offset, 2_000.0)
+        assert estimate_age(points, 51, 1_000.0, offset, 2_000.0) == (age.seconds, age.unknown)
 
 
 def test_history_above_live_log_end_is_dropped() -> None:
-    # Topic recreated: the checkpoint remembers offsets the new log never had.
-    history = [_batch(0, 1_000, {"t": {0: 500}})]
-    tables = tables_from_history(history, {"t": {0: 30}}, 4_000)
-    assert tables["t"][0].lookup(500) is None
-    assert tables["t"][0].lookup(30) == 4_000
-    assert tables["t"][0].lookup(20) is None
-
-
-def test_partition_only_in_kafka_gets_live_point() -> None:
-    tables = tables_from_history([_batch(0, 1_000, {"t": {0: 1}})], {"t": {0: 1, 7: 9}}, 4_000)
-    assert tables["t"][7].lookup(9) == 4_000
-
-
-def test_partition_only_in_history_has_no_live_point() -> None:
-    tables = tables_from_history([_batch(0, 1_000, {"t": {3: 8}})], {}, 4_000)
-    assert tables["t"][3].lookup(8) == 1_000
+    # Topic recreated: the checkpoint remembers offsets the new log never had. Record 10 of
+    # the new log is not dated from the old one's history (0 at t=0.5 s, 500 at t=1 s).
+    points = [(0, 500.0), (500, 1_000.0)]
+    assert estimate_age(points, 30, 4_000.0, 10, 5_000.0) == (None, OLDER_THAN_HISTORY)
