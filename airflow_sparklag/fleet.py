@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag.monitor import (
+    MAX_READERS,
     CheckOptions,
     CheckResult,
     Progress,
@@ -31,7 +32,7 @@ from airflow_sparklag.monitor import (
     read_states,
 )
 from airflow_sparklag.session import Session
-from airflow_sparklag.storage import Children, join, refuse_bucketless, trim_location
+from airflow_sparklag.storage import join, refuse_bucketless, trim_location
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
@@ -43,15 +44,7 @@ __all__ = [
     "check_fleet",
     "discover_checkpoints",
     "iter_checkpoints",
-    "list_children",
 ]
-
-MAX_READERS = 64  # checkpoints read at once: each read is a few small, latency-bound requests
-
-
-def list_children(storage: Storage, path: str) -> Children:
-    """Files and subdirectories directly under ``path``: ``storage.list_children(path)``."""
-    return storage.list_children(path)
 
 
 def discover_checkpoints(
@@ -107,7 +100,7 @@ def iter_checkpoints(
                 break
             next_level: list[tuple[Storage, str]] = []
             for (backend, directory), children in zip(
-                level, pool.map(lambda entry: list_children(*entry), level), strict=True
+                level, pool.map(lambda entry: entry[0].list_children(entry[1]), level), strict=True
             ):
                 if children.is_checkpoint:
                     if directory not in found:
