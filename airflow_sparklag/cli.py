@@ -218,6 +218,12 @@ def _connection_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--hdfs-principal", help="Kerberos principal, e.g. spark@EXAMPLE.COM")
     command.add_argument("--hdfs-keytab", help="keytab of --hdfs-principal (renewed from it)")
     command.add_argument(
+        "--hdfs-token-file",
+        help="Hadoop token file whose HDFS delegation token to use (default: "
+        "HADOOP_TOKEN_FILE_LOCATION, as in a YARN container) unless a principal/keytab or "
+        "--hdfs-user is given",
+    )
+    command.add_argument(
         "--hdfs-ca-bundle", help="CA bundle (PEM) of HTTPS NameNodes (https:// --webhdfs-url)"
     )
     command.add_argument(

@@ -22,6 +22,8 @@ The hierarchy::
     ├── UnsupportedStorageURL                  no storage backend for the URL's scheme
     ├── StorageError                           the store answered with an error, or not at all
     │   ├── StorageAccessDenied                credentials or policy refused the path
+    │   │   ├── TokenFileInvalid               a Hadoop token file is damaged / has no token
+    │   │   └── DelegationTokenRejected        the NameNode refused a delegation token
     │   ├── StorageNotFound                    no object at the path
     │   │   └── BucketNotFound                 the S3 bucket itself is missing
     │   ├── StorageAlreadyExists               a write that must not overwrite found an object
@@ -64,6 +66,7 @@ __all__ = [
     "ConditionalWriteUnsupported",
     "ConsumerGroupActive",
     "DataLossRefused",
+    "DelegationTokenRejected",
     "InvalidParameter",
     "JobStillRunning",
     "KafkaError",
@@ -80,6 +83,7 @@ __all__ = [
     "StorageAlreadyExists",
     "StorageError",
     "StorageNotFound",
+    "TokenFileInvalid",
     "TopicGone",
     "UnsupportedCheckpointVersion",
     "UnsupportedOperation",
@@ -142,6 +146,15 @@ class StorageError(SparkLagError):
 
 class StorageAccessDenied(StorageError):
     """The storage refused access to a path (credentials, policy)."""
+
+
+class TokenFileInvalid(StorageAccessDenied):
+    """A Hadoop token file (``HADOOP_TOKEN_FILE_LOCATION``) is damaged, unreadable or holds no
+    HDFS delegation token for the NameNode."""
+
+
+class DelegationTokenRejected(StorageAccessDenied):
+    """The NameNode refused a delegation token (``InvalidToken``): expired or cancelled."""
 
 
 class StorageNotFound(StorageError):

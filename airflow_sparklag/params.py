@@ -409,8 +409,8 @@ def options(kind: type[Options], values: Mapping[str, Any]) -> Options:
 def webhdfs_flags(flags: Any) -> dict[str, Any]:
     """The WebHDFS options of the flags the CLI and the Spark fleet scan share (an argparse
     namespace): ``--webhdfs-url`` (repeated for HA NameNodes), ``--hdfs-user``,
-    ``--hdfs-kerberos``, ``--hdfs-principal``, ``--hdfs-keytab``, ``--hdfs-ca-bundle``; the
-    ones not given are left out."""
+    ``--hdfs-kerberos``, ``--hdfs-principal``, ``--hdfs-keytab``, ``--hdfs-ca-bundle``,
+    ``--hdfs-token-file`` (the CLI's only); the ones not given are left out."""
     urls = flags.webhdfs_url
     options: dict[str, Any] = {}
     if urls:
@@ -421,6 +421,7 @@ def webhdfs_flags(flags: Any) -> dict[str, Any]:
         ("principal", flags.hdfs_principal),
         ("keytab", flags.hdfs_keytab),
         ("verify", flags.hdfs_ca_bundle),
+        ("token_file", getattr(flags, "hdfs_token_file", None)),  # the CLI's, not the scan's
     ):
         if value:
             options[key] = value

@@ -79,6 +79,9 @@ class SecureHdfs:
         self.heap = heap
         self.process: Process | None = None
         self.details: dict[str, Any] = {}
+        # The delegation tokens written for tests (URL strings, passwords): leak canaries.
+        self.tokens: list[str] = []
+        self.token_passwords: list[bytes] = []
         self.ca_bundle = workdir / "tls" / "ca.pem"
 
     @property
@@ -266,6 +269,36 @@ class SecureHdfs:
         ssl_client = (self.workdir / "tls" / "conf" / "ssl-client.xml").read_text()
         (conf / "ssl-client.xml").write_text(ssl_client)
         return conf
+
+    def token_files(self, user: str, out: Path, renewer: str = "yarn") -> dict[str, Any]:
+        """Hadoop token files for `user` in `out`, written by Hadoop's Credentials API
+        (testbed/java/TokenFiles.java): ``tokens-v0`` (YARN's Writable format), ``tokens-v1``
+        (protobuf, as `hadoop dtutil` writes), ``cancelled`` (a token cancelled at the
+        NameNode). Returns, per file, the HDFS token's kind, service and URL string (Java's
+        Token.encodeToUrlString) and password (hex); the URL strings and passwords are kept in
+        :attr:`tokens` and :attr:`token_passwords` for the tests' leak checks."""
+        out.mkdir(parents=True, exist_ok=True)
+        argv = [
+            *hadoop_jvm(out, "256m"),
+            f"-Djava.security.krb5.conf={self.krb5_conf}",
+            "-cp",
+            classpath("hdfs"),
+            str(REPO / "testbed" / "java" / "TokenFiles.java"),
+            self.namenode_uri,
+            self.principal(user),
+            str(self.keytab(user)),
+            str(out),
+            renewer,
+        ]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=out)
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"TokenFiles.java failed: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+            )
+        written = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        self.tokens.extend(token["url"] for token in written)
+        self.token_passwords.extend(bytes.fromhex(token["password"]) for token in written)
+        return {token["file"]: token for token in written}
 
     def stop(self) -> None:
         if self.process:

@@ -26,11 +26,13 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from airflow_sparklag.errors import (
+    DelegationTokenRejected,
     InvalidParameter,
     StorageAccessDenied,
     StorageAlreadyExists,
     StorageError,
     StorageNotFound,
+    TokenFileInvalid,
     UnsupportedStorageURL,
     UsageError,
 )
@@ -42,6 +44,7 @@ from airflow_sparklag.storage import (
     Storage,
     seconds_option,
 )
+from airflow_sparklag.storage.hadoop_tokens import Token, pick_hdfs_token, read_token_file
 
 DEFAULT_HTTP_PORT = 9870  # dfs.namenode.http-address since Hadoop 3
 _RENEW_BEFORE = 30  # seconds of ticket life left below which a keytab login is renewed
@@ -81,16 +84,22 @@ def namenode_url_for(location: str) -> str:
 
 
 def hdfs_client(
-    namenode_urls: list[str], *, user: str | None, timeout: tuple[float, float], session: Any
+    namenode_urls: list[str],
+    *,
+    user: str | None,
+    timeout: tuple[float, float],
+    session: Any,
+    token: str | None = None,
 ) -> Any:
     """The HdfsCLI client for these NameNodes: the one place its class is chosen.
 
     Kerberos (``session.auth`` set by :class:`Kerberos`) and anonymous requests use ``Client``;
-    simple authentication names the user (``InsecureClient``). Credentials in a URL
+    simple authentication names the user (``InsecureClient``); a delegation token (its URL
+    string) is sent as ``delegation=`` on every request (``TokenClient``). Credentials in a URL
     (``http://user:pw@gateway``) become the session's basic auth, so that they never reach
     HdfsCLI's log lines or an error message.
     """
-    from hdfs import Client, InsecureClient
+    from hdfs import Client, InsecureClient, TokenClient
 
     # HdfsCLI logs every request at INFO and the body of every error answer at ERROR, and
     # requests-gssapi each refused login at ERROR; every one of those failures reaches the
@@ -110,6 +119,8 @@ def hdfs_client(
             session.auth = (unquote(parts.username), unquote(parts.password or ""))
         plain.append(parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl())
     url = ";".join(plain)  # HdfsCLI's form of a list of NameNodes
+    if token:
+        return TokenClient(url, token, timeout=timeout, session=session)
     if user and not isinstance(session.auth, Kerberos):  # with Kerberos the ticket says who
         return InsecureClient(url, user=user, timeout=timeout, session=session)
     return Client(url, timeout=timeout, session=session)
@@ -309,6 +320,7 @@ class WebHDFSStorage:
         principal: str | None = None,
         keytab: str | None = None,
         verify: bool | str = True,
+        token_file: str | None = None,
     ) -> None:
         urls = [namenode_urls] if isinstance(namenode_urls, str) else list(namenode_urls)
         if not urls:
@@ -323,6 +335,10 @@ class WebHDFSStorage:
         wants_kerberos = kerberos not in (False, None, "", "false", "False") or principal or keytab
         self.kerberos = Kerberos(principal, keytab) if wants_kerberos else None
         self.verify = verify  # True, False or a CA bundle's path (HTTPS NameNodes)
+        self.token_file = _token_file(token_file, principal or keytab or user)
+        self.explicit_token_file = bool(token_file)
+        self.location = self.namenode_urls[0]  # whose NameNode's token to pick (for_url's)
+        self.delegation_token: Token | None = None  # the token in use, once connected
 
     @classmethod
     def for_url(
@@ -330,8 +346,13 @@ class WebHDFSStorage:
     ) -> WebHDFSStorage:
         """Backend for a checkpoint URL; ``url`` (NameNode HTTP URL or list) overrides the host.
         ``options`` are the constructor's: ``kerberos=True`` (or a ``principal`` and ``keytab``)
-        logs in with SPNEGO; ``verify`` is a CA bundle for HTTPS NameNodes (or False)."""
-        return cls(url if url else namenode_url_for(location), **options)
+        logs in with SPNEGO; ``verify`` is a CA bundle for HTTPS NameNodes (or False);
+        ``token_file`` a Hadoop token file (default ``HADOOP_TOKEN_FILE_LOCATION``), whose HDFS
+        delegation token for the location's NameNode is used unless a principal, keytab or
+        user is given."""
+        storage = cls(url if url else namenode_url_for(location), **options)
+        storage.location = location
+        return storage
 
     # -- Storage interface -------------------------------------------------------------------
 
@@ -472,12 +493,32 @@ class WebHDFSStorage:
         """(HdfsCLI client, its session), built on first use."""
         session = noting_session()
         session.verify = self.verify
-        if self.kerberos is not None:
+        self.delegation_token = self._pick_token()
+        if self.delegation_token is None and self.kerberos is not None:
+            _require("requests_gssapi", "kerberos", "Kerberized HDFS needs requests-gssapi")
             session.auth = self.kerberos.auth()
         client = hdfs_client(
-            self.namenode_urls, user=self.user, timeout=self.timeout, session=session
+            self.namenode_urls,
+            user=self.user,
+            timeout=self.timeout,
+            session=session,
+            token=self.delegation_token.url_string() if self.delegation_token else None,
         )
         return client, session
+
+    def _pick_token(self) -> Token | None:
+        """The HDFS delegation token of the token file for this NameNode. A file from
+        HADOOP_TOKEN_FILE_LOCATION without any HDFS token (a YARN container of a cluster
+        without Kerberos) leaves the other credentials in charge; a file given explicitly
+        must hold one."""
+        if self.token_file is None:
+            return None
+        token = pick_hdfs_token(read_token_file(self.token_file), self.location)
+        if token is None and self.explicit_token_file:
+            raise TokenFileInvalid(
+                f"Hadoop token file {self.token_file}: holds no HDFS delegation token"
+            )
+        return token
 
     @contextlib.contextmanager
     def _call(self, path: str, op: str) -> Iterator[Any]:
@@ -486,8 +527,6 @@ class WebHDFSStorage:
         import requests
 
         _require("hdfs", "hdfs", "HDFS checkpoints are read through HdfsCLI")
-        if self.kerberos is not None:
-            _require("requests_gssapi", "kerberos", "Kerberized HDFS needs requests-gssapi")
         from hdfs import HdfsError
 
         client, session = self._connected
@@ -532,6 +571,17 @@ class WebHDFSStorage:
             return StorageNotFound(f"{path}: no such file ({op} at {server}: {problem})")
         if status == 401:
             return StorageAccessDenied(f"{path}: {op} at {server}: {self._unauthenticated()}")
+        if self.delegation_token is not None and "InvalidToken" in f"{exception} {problem}":
+            # SecurityException: ...SecretManager$InvalidToken: ... can't be found in cache
+            token = self.delegation_token
+            return DelegationTokenRejected(
+                f"{path}: {op} at {server}: the NameNode refused the delegation token "
+                f"({token.kind}, service {token.service}) from {self.token_file} ({problem}): "
+                "expired (not renewed in time, or past its max "
+                "lifetime, 7 days by default) or cancelled (its application ended). Resubmit "
+                "the application for fresh tokens (with spark-submit --principal/--keytab for "
+                "jobs that outlive the max lifetime), or give a principal and keytab"
+            )
         if exception in _ACCESS_DENIED or status == 403:
             return StorageAccessDenied(
                 f"{path}: access denied ({op} at {server}: {problem}); check "
@@ -546,6 +596,19 @@ class WebHDFSStorage:
                 "--hdfs-kerberos (webhdfs_options['kerberos']=True), or give a principal and keytab"
             )
         return f"HTTP 401: {self.kerberos.problem()}"
+
+
+def _token_file(option: str | None, other_credentials: str | None) -> str | None:
+    """The token file to read: the option, else HADOOP_TOKEN_FILE_LOCATION; none when a
+    principal, keytab or user is given (they come first)."""
+    if option and other_credentials:
+        raise InvalidParameter(
+            "give a token file or a principal/keytab or a user, not both",
+            "webhdfs_options.token_file",
+        )
+    if other_credentials:
+        return None
+    return option or os.environ.get("HADOOP_TOKEN_FILE_LOCATION") or None
 
 
 def _require(module: str, extra: str, why: str) -> None:

@@ -304,11 +304,17 @@ def _sparklag(
 
 
 def _assert_no_credentials(text: str, secure_hdfs: Any) -> None:
-    """Canaries: no SPNEGO token, auth cookie, delegation token or keytab bytes in `text`."""
+    """Canaries: no SPNEGO token, auth cookie, delegation token (any the test bed wrote to a
+    token file too) or keytab bytes in `text`."""
     import base64
 
     for marker in ("Negotiate ", "hadoop.auth", "delegation=", "testbed-store"):
         assert marker not in text, f"{marker!r} in the output"
+    for token in secure_hdfs.tokens:  # delegation tokens: their URL string, or its tail
+        assert token not in text and token[-24:] not in text, "a delegation token in the output"
+    for password in secure_hdfs.token_passwords:
+        for form in (password.hex(), base64.b64encode(password).decode()[:16]):
+            assert form not in text, "a delegation token's password in the output"
     keytab = secure_hdfs.keytab("alice").read_bytes()
     for start in range(len(keytab) - 16):
         window = keytab[start : start + 16]
@@ -656,3 +662,84 @@ def test_sensors_and_operators_in_a_real_airflow_run(
     (source,) = snapshot.committed.sources
     assert source.kafka is not None
     assert dict(source.kafka[kerberized["topic"]]) == committed
+
+
+# -- inside a YARN container: only a Hadoop token file ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def token_files(secure_hdfs, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """alice's token files as Hadoop's Credentials API writes them (one JVM run, ~5 s)."""
+    out = tmp_path_factory.mktemp("tokens")
+    return out, secure_hdfs.token_files("alice", out)
+
+
+def _container(kerberized: dict, token_file: Path | None) -> dict[str, str]:
+    """A YARN container's environment: the token file, an empty ticket cache, no keytab."""
+    env = {"KRB5CCNAME": f"FILE:{kerberized['dir']}/container-empty.cc"}
+    env["HADOOP_TOKEN_FILE_LOCATION"] = str(token_file or "")
+    return env
+
+
+def test_status_and_history_in_a_yarn_container_from_its_token_file(
+    kerberized, secure_hdfs, kafka, token_files
+):
+    """`status` and `history` with nothing but HADOOP_TOKEN_FILE_LOCATION (the Writable file
+    YARN writes): the committed offsets and lag of the checkpoint, no Kerberos flag."""
+    out, _ = token_files
+    env = _container(kerberized, out / "tokens-v0")
+    proc = _status(kerberized, secure_hdfs, kafka, env)
+    assert proc.returncode in (0, 1, 2), proc.stdout + proc.stderr
+    (source,) = json.loads(proc.stdout)["report"]["sources"]
+    (topic,) = source["topics"]
+    committed = kerberized["committed"][kerberized["topic"]]
+    assert {p["partition"]: p["committed_offset"] for p in topic["partitions"]} == committed
+    assert {p["partition"]: p["lag"] for p in topic["partitions"]} == AFTER
+    argv = ["history", kerberized["location"], "-b", kafka.bootstrap, "--json"]
+    history = _sparklag(secure_hdfs, *argv, *_https(secure_hdfs), env=env)
+    assert history.returncode == 0, history.stdout + history.stderr
+    points = json.loads(history.stdout)["points"]
+    assert [p["batch_id"] for p in points] == [*kerberized["batches"], None]
+
+
+def test_a_dtutil_token_file_given_with_the_flag(kerberized, secure_hdfs, kafka, token_files):
+    """`--hdfs-token-file` with the protobuf file (`hadoop dtutil`'s) over an environment
+    without one; both files give Java's own Token.encodeToUrlString."""
+    from airflow_sparklag.storage.hadoop_tokens import pick_hdfs_token, read_token_file
+
+    out, written = token_files
+    for name in ("tokens-v0", "tokens-v1"):
+        token = pick_hdfs_token(read_token_file(str(out / name)), kerberized["location"])
+        assert token is not None and token.url_string() == written["tokens-v0"]["url"], name
+    env = _container(kerberized, None)
+    proc = _status(kerberized, secure_hdfs, kafka, env, "--hdfs-token-file", str(out / "tokens-v1"))
+    assert proc.returncode in (0, 1, 2), proc.stdout + proc.stderr
+    (source,) = json.loads(proc.stdout)["report"]["sources"]
+    committed = kerberized["committed"][kerberized["topic"]]
+    assert {p["partition"]: p["committed_offset"] for p in source["topics"][0]["partitions"]} == (
+        committed
+    )
+
+
+def test_a_cancelled_token_names_its_kind_service_and_the_way_out(
+    kerberized, secure_hdfs, kafka, token_files
+):
+    out, written = token_files
+    env = _container(kerberized, out / "cancelled")
+    proc = _status(kerberized, secure_hdfs, kafka, env)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    service = written["cancelled"]["service"]
+    assert f"refused the delegation token (HDFS_DELEGATION_TOKEN, service {service})" in (
+        proc.stdout
+    ), proc.stdout
+    assert f"from {out / 'cancelled'}" in proc.stdout and "Resubmit the application" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_a_damaged_token_file_is_named(kerberized, secure_hdfs, kafka, token_files, tmp_path):
+    out, _ = token_files
+    damaged = tmp_path / "container_tokens"
+    damaged.write_bytes((out / "tokens-v0").read_bytes()[:40])
+    proc = _status(kerberized, secure_hdfs, kafka, _container(kerberized, damaged))
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert f"Hadoop token file {damaged}: cut short or damaged at byte" in proc.stdout

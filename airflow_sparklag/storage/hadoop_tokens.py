@@ -1,0 +1,247 @@
+"""Hadoop delegation tokens from a token file: what a YARN container has instead of a keytab
+or a ticket (the file named by ``HADOOP_TOKEN_FILE_LOCATION``).
+
+The file is Hadoop's ``Credentials`` token storage: ``HDTS``, a version byte, then version 0
+(Writable: what YARN writes for a container) or version 1 (a length-prefixed protobuf
+``CredentialsProto``: what ``hadoop dtutil`` writes). No Python library reads it, hence the two
+small readers here. WebHDFS takes a token as ``delegation=<Token.encodeToUrlString()>``.
+
+>>> tokens = read_token_file("/path/container_tokens")
+>>> token = pick_hdfs_token(tokens, "hdfs://namenode:8020/checkpoints/orders")
+>>> token.kind, token.service  # token.url_string() is the secret: never print it
+('HDFS_DELEGATION_TOKEN', '10.0.0.5:8020')
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import socket
+from urllib.parse import urlsplit
+
+from airflow_sparklag.errors import TokenFileInvalid
+
+MAGIC = b"HDTS"
+# Token kinds the NameNode accepts as `delegation=` (the same identifier, three names).
+HDFS_TOKEN_KINDS = frozenset({"HDFS_DELEGATION_TOKEN", "WEBHDFS delegation", "SWEBHDFS delegation"})
+DEFAULT_RPC_PORT = 8020
+
+
+@dataclasses.dataclass(frozen=True)
+class Token:
+    """One delegation token; ``repr`` shows only its kind and service."""
+
+    kind: str
+    service: str
+    identifier: bytes = dataclasses.field(repr=False)
+    password: bytes = dataclasses.field(repr=False)
+
+    def url_string(self) -> str:
+        """Hadoop's ``Token.encodeToUrlString()``: the Writable form, URL-safe base64 without
+        padding. It carries the password: a secret."""
+        fields = (self.identifier, self.password, self.kind.encode(), self.service.encode())
+        raw = b"".join(_vint(len(field)) + field for field in fields)
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def read_token_file(path: str) -> list[Token]:
+    """The tokens in a Hadoop token file (secret keys skipped); :class:`TokenFileInvalid`
+    naming the file and what is wrong for anything else."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError as exc:
+        raise TokenFileInvalid(
+            f"Hadoop token file {path}: cannot be read ({exc.strerror})"
+        ) from None
+    if data[:4] != MAGIC:
+        raise TokenFileInvalid(
+            f"Hadoop token file {path}: not a token file (it does not start with HDTS)"
+        )
+    version = data[4] if len(data) > 4 else None
+    reader = _Reader(data, 5, path)
+    if version == 0:
+        tokens = _writable_tokens(reader)
+    elif version == 1:
+        tokens = _protobuf_tokens(reader)
+    else:
+        raise TokenFileInvalid(
+            f"Hadoop token file {path}: version {version} is unknown (this reader knows 0, "
+            "Writable, and 1, protobuf)"
+        )
+    if reader.at != len(data):
+        raise TokenFileInvalid(
+            f"Hadoop token file {path}: {len(data) - reader.at} bytes after the last entry"
+        )
+    return tokens
+
+
+def pick_hdfs_token(tokens: list[Token], location: str) -> Token | None:
+    """The HDFS delegation token for the NameNode of ``location``: its service is the
+    NameNode's RPC address as Hadoop writes it (``IP:port``, or ``host:port``) or
+    ``ha-hdfs:<nameservice>``; if none matches and there is exactly one HDFS token, that one.
+    ``None`` when there is no HDFS token at all; :class:`TokenFileInvalid` when several are
+    there and none is this NameNode's."""
+    hdfs = [token for token in tokens if token.kind in HDFS_TOKEN_KINDS]
+    services = _services(location)
+    for token in hdfs:
+        if token.service in services or _address(token.service) in services:
+            return token
+    if len(hdfs) <= 1:
+        return hdfs[0] if hdfs else None
+    found = ", ".join(sorted({token.service for token in hdfs}))
+    raise TokenFileInvalid(
+        f"no HDFS delegation token for the NameNode of {location} among {len(hdfs)} "
+        f"(services {found}); name the NameNode as the token does (hdfs://<that address>)"
+    )
+
+
+def _services(location: str) -> set[str]:
+    """The services a token of this NameNode may have: ``ha-hdfs:<host>``, ``host:port`` and
+    ``IP:port`` for each address of the host; for other URLs (``webhdfs://``, a NameNode's
+    ``http://``: an HTTP port) the bare addresses, matched against a token's address without
+    its port."""
+    parts = urlsplit(location)
+    host = parts.hostname or ""
+    port = (parts.port or DEFAULT_RPC_PORT) if parts.scheme.lower() == "hdfs" else None
+    try:
+        found = {
+            str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        }
+    except (OSError, UnicodeError):  # an HA nameservice is no host name
+        found = set()
+    found.add(host)
+    if port is None:
+        return found
+    return {f"ha-hdfs:{host}"} | {f"{address}:{port}" for address in found}
+
+
+def _address(service: str) -> str:
+    return service.rpartition(":")[0].strip("[]")
+
+
+class _Reader:
+    """Bytes read in order; running out names the file and what was being read."""
+
+    def __init__(self, data: bytes, at: int, path: str) -> None:
+        self.data, self.at, self.path = data, at, path
+
+    def take(self, count: int, what: str) -> bytes:
+        if count < 0 or self.at + count > len(self.data):
+            raise TokenFileInvalid(
+                f"Hadoop token file {self.path}: cut short or damaged at byte {self.at} "
+                f"(reading {what})"
+            )
+        chunk = self.data[self.at : self.at + count]
+        self.at += count
+        return chunk
+
+    def vlong(self, what: str) -> int:
+        """Hadoop's WritableUtils.readVLong."""
+        first = int.from_bytes(self.take(1, what), "big", signed=True)
+        if first >= -112:
+            return first
+        negative = first < -120
+        value = int.from_bytes(self.take((-119 if negative else -111) - first - 1, what), "big")
+        return ~value if negative else value
+
+    def chunk(self, what: str) -> bytes:
+        """A Writable byte string (a Text, a token's identifier or password)."""
+        return self.take(self.vlong(what), what)
+
+    def varint(self, what: str) -> int:
+        """A protobuf varint."""
+        value = shift = 0
+        while True:
+            byte = self.take(1, what)[0]
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise TokenFileInvalid(
+                    f"Hadoop token file {self.path}: damaged at byte {self.at} (a varint "
+                    f"longer than 10 bytes, reading {what})"
+                )
+
+
+def _text(raw: bytes, reader: _Reader, what: str) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise TokenFileInvalid(
+            f"Hadoop token file {reader.path}: {what} before byte {reader.at} is not UTF-8"
+        ) from None
+
+
+def _writable_tokens(reader: _Reader) -> list[Token]:
+    """Version 0: Credentials.write (tokens, then secret keys), WritableUtils encoding."""
+    tokens = []
+    for _ in range(reader.vlong("the token count")):
+        reader.chunk("a token alias")
+        identifier = reader.chunk("a token identifier")
+        password = reader.chunk("a token password")
+        kind = _text(reader.chunk("a token kind"), reader, "a token kind")
+        service = _text(reader.chunk("a token service"), reader, "a token service")
+        tokens.append(Token(kind, service, identifier, password))
+    for _ in range(reader.vlong("the secret key count")):
+        reader.chunk("a secret key alias")
+        reader.chunk("a secret key")
+    return tokens
+
+
+def _protobuf_tokens(reader: _Reader) -> list[Token]:
+    """Version 1: one length-prefixed CredentialsProto (tokens = 1, secrets = 2, each a
+    CredentialsKVProto: alias = 1, TokenProto token = 2, secret = 3; TokenProto: identifier
+    = 1, password = 2, kind = 3, service = 4)."""
+    end = reader.varint("the message length")
+    body = _Reader(reader.take(end, "the credentials message"), 0, reader.path)
+    tokens = []
+    for number, entry in _fields(body, "a credentials entry"):
+        if number != 1:
+            continue  # secrets, or a field of a newer Hadoop
+        token = dict(_fields(_sub(entry, reader), "a token entry")).get(2)
+        if token is None:
+            continue
+        fields = dict(_fields(_sub(token, reader), "a token"))
+        if any(key not in fields for key in (1, 2, 3, 4)):
+            raise TokenFileInvalid(
+                f"Hadoop token file {reader.path}: a token without its identifier, password, "
+                "kind or service"
+            )
+        kind = _text(fields[3], reader, "a token kind")
+        tokens.append(
+            Token(kind, _text(fields[4], reader, "a token service"), fields[1], fields[2])
+        )
+    return tokens
+
+
+def _sub(data: bytes, reader: _Reader) -> _Reader:
+    return _Reader(data, 0, reader.path)
+
+
+def _fields(reader: _Reader, what: str) -> list[tuple[int, bytes]]:
+    """A protobuf message's length-delimited fields as (number, bytes); numbers skipped."""
+    found = []
+    while reader.at < len(reader.data):
+        key = reader.varint(what)
+        number, wire = key >> 3, key & 7
+        if wire == 2:
+            found.append((number, reader.take(reader.varint(what), what)))
+        elif wire == 0:
+            reader.varint(what)
+        elif wire in (1, 5):
+            reader.take(8 if wire == 1 else 4, what)
+        else:
+            raise TokenFileInvalid(
+                f"Hadoop token file {reader.path}: damaged (protobuf wire type {wire} in {what})"
+            )
+    return found
+
+
+def _vint(value: int) -> bytes:
+    """Hadoop's WritableUtils.writeVInt, for the lengths (0 or more) of a token's fields."""
+    if value <= 127:
+        return bytes([value])
+    body = value.to_bytes((value.bit_length() + 7) // 8, "big")
+    return (-112 - len(body)).to_bytes(1, "big", signed=True) + body
