@@ -628,7 +628,8 @@ def _storage_options(args: argparse.Namespace, spark: SparkSession | None = None
     from airflow_sparklag.params import webhdfs_flags
 
     webhdfs = {**(options.get("webhdfs_options") or {}), **webhdfs_flags(args)}
-    if spark is not None and not {"user", "kerberos", "principal", "keytab"} & webhdfs.keys():
+    explicit = {"user", "kerberos", "principal", "keytab", "token_file"}
+    if spark is not None and not explicit & webhdfs.keys():
         conf = spark.sparkContext.getConf()
         login = {k: conf.get(f"spark.kerberos.{k}", None) for k in ("principal", "keytab")}
         if all(login.values()):
