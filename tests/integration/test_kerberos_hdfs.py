@@ -689,7 +689,8 @@ def test_status_and_history_in_a_yarn_container_from_its_token_file(
     out, _ = token_files
     env = _container(kerberized, out / "tokens-v0")
     proc = _status(kerberized, secure_hdfs, kafka, env)
-    assert proc.returncode in (0, 1, 2), proc.stdout + proc.stderr
+    # read (UNKNOWN once the module has run a while: 3); 4 would be a failed read
+    assert proc.returncode in (0, 1, 2, 3), proc.stdout + proc.stderr
     (source,) = json.loads(proc.stdout)["report"]["sources"]
     (topic,) = source["topics"]
     committed = kerberized["committed"][kerberized["topic"]]
@@ -713,7 +714,7 @@ def test_a_dtutil_token_file_given_with_the_flag(kerberized, secure_hdfs, kafka,
         assert token is not None and token.url_string() == written["tokens-v0"]["url"], name
     env = _container(kerberized, None)
     proc = _status(kerberized, secure_hdfs, kafka, env, "--hdfs-token-file", str(out / "tokens-v1"))
-    assert proc.returncode in (0, 1, 2), proc.stdout + proc.stderr
+    assert proc.returncode in (0, 1, 2, 3), proc.stdout + proc.stderr
     (source,) = json.loads(proc.stdout)["report"]["sources"]
     committed = kerberized["committed"][kerberized["topic"]]
     assert {p["partition"]: p["committed_offset"] for p in source["topics"][0]["partitions"]} == (
