@@ -294,6 +294,22 @@ def scheme_of(url: str) -> str:
     return urlsplit(url).scheme.lower()
 
 
+def url_parts(url: str) -> tuple[str, str]:
+    """(authority, path) of a storage URL as Hadoop's ``Path`` reads it: the path is everything
+    after the authority, verbatim. ``?``, ``#`` and ``%41`` are characters of a key or file
+    name there, not a query, a fragment or an escape (Spark writes ``s3a://b/ck ?x #1`` to the
+    keys ``ck ?x #1/...``), where ``urlsplit`` would cut the path at ``?`` or ``#``.
+
+    >>> url_parts("s3a://bucket/my ck ?x #y%41/offsets")
+    ('bucket', '/my ck ?x #y%41/offsets')
+    >>> url_parts("s3a://bucket")
+    ('bucket', '')
+    """
+    rest = url.partition("://")[2]
+    authority, slash, path = rest.partition("/")
+    return authority, slash + path
+
+
 def trim_location(location: str) -> str:
     """``location`` without trailing slashes, but never less than its scheme and authority:
     ``"s3a://b/ck/"`` -> ``"s3a://b/ck"``, while ``"s3a://"`` and ``"/"`` stay as they are (a

@@ -33,6 +33,7 @@ from airflow_sparklag.storage import (
     checkpoint_log_entry,
     etag_md5,
     seconds_option,
+    url_parts,
 )
 from airflow_sparklag.storage.s3_obstore import (
     CREDENTIAL_TTL,
@@ -91,12 +92,12 @@ _CONDITIONAL_WRITE_UNSUPPORTED = frozenset({"NotImplemented", "501", "InvalidArg
 
 def split_s3_url(url: str) -> tuple[str, str]:
     """``s3a://bucket/a/b`` -> ``("bucket", "a/b")``."""
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in S3_SCHEMES or not parts.netloc:
+    bucket, path = url_parts(url)
+    if urlsplit(url).scheme.lower() not in S3_SCHEMES or not bucket:
         raise UnsupportedStorageURL(
             f"{url!r} is not an S3 URL; expected s3://bucket/key (also s3a:// or s3n://)"
         )
-    return parts.netloc, parts.path.lstrip("/")
+    return bucket, path.lstrip("/")
 
 
 def client_config(
