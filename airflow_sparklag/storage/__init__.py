@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
+import posixpath
 import threading
 from collections import Counter
 from collections.abc import Mapping
@@ -35,12 +37,14 @@ __all__ = [
     "Storage",
     "checkpoint_listing_end",
     "checkpoint_log_entry",
+    "inside",
     "join",
     "open_storage",
     "refuse_bucketless",
     "scheme_of",
     "seconds_option",
     "trim_location",
+    "url_parts",
 ]
 
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
@@ -308,6 +312,33 @@ def url_parts(url: str) -> tuple[str, str]:
     rest = url.partition("://")[2]
     authority, slash, path = rest.partition("/")
     return authority, slash + path
+
+
+def inside(inner: str, outer: str) -> bool:
+    """Whether ``inner`` is ``outer`` or a path under it, on the same store: ``.``, ``..`` and
+    repeated slashes normalised, local paths resolved (relative ones, symlinks), ``s3``,
+    ``s3a`` and ``s3n`` one store.
+
+    >>> inside("s3a://b/ck/orders/archive", "s3://b/ck/orders/"), inside("/a/bc", "/a/b")
+    (True, False)
+    """
+    return any(
+        path == boundary or path.startswith(boundary.rstrip("/") + "/")
+        for store, path in [_store_path(inner)]
+        for other, boundary in [_store_path(outer)]
+        if store == other
+    )
+
+
+def _store_path(location: str) -> tuple[str, str]:
+    scheme = scheme_of(location)
+    if scheme in LOCAL_SCHEMES:
+        from airflow_sparklag.storage.local import local_path
+
+        return "", os.path.realpath(local_path(location))
+    authority, path = url_parts(location)
+    family = "s3" if scheme in S3_SCHEMES else scheme
+    return f"{family}://{authority}", posixpath.normpath("/" + path.lstrip("/"))
 
 
 def trim_location(location: str) -> str:
