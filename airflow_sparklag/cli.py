@@ -276,7 +276,7 @@ def _check_flags(command: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from airflow_sparklag import __version__
+    from airflow_sparklag import __version__, params
 
     parser = _Parser(prog="sparklag", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"sparklag {__version__}")
@@ -286,7 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--prefix", action="append", default=[], help="also check every checkpoint under it"
     )
-    status.add_argument("--max-depth", type=int, default=4, help="levels searched under --prefix")
+    status.add_argument(
+        "--max-depth",
+        type=_flag_type("max_depth", params.count),
+        default=4,
+        help="levels searched under --prefix",
+    )
     status.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     status.add_argument(
         "--query-ids",
@@ -630,7 +635,12 @@ def add_history_and_serve_commands(sub: Any) -> None:
     serve = sub.add_parser("serve", help="Prometheus exporter of a fleet's lag and health")
     serve.add_argument("checkpoints", nargs="*", help="checkpoint locations (path, s3a://, ...)")
     serve.add_argument("--prefix", action="append", default=[], help="serve every job under it")
-    serve.add_argument("--max-depth", type=int, default=4, help="levels searched under --prefix")
+    serve.add_argument(
+        "--max-depth",
+        type=_flag_type("max_depth", params.count),
+        default=4,
+        help="levels searched under --prefix",
+    )
     serve.add_argument("--address", default="0.0.0.0", help="address to listen on (0.0.0.0)")
     serve.add_argument(
         "--port",

@@ -142,6 +142,7 @@ redact_config = redact_kafka_config
 
 # What a bootstrap server that never answered leaves (dead, hung or filtered).
 _NO_ANSWER_CODES = frozenset({"_TIMED_OUT", "_TRANSPORT", "_ALL_BROKERS_DOWN", "REQUEST_TIMED_OUT"})
+_SOCKET_TIMEOUT_MAX_MS = 300_000  # librdkafka's largest socket.timeout.ms
 # ListOffsets errors of a partition whose leadership is moving: asked again within the timeout.
 _LEADER_MOVING = frozenset(
     {
@@ -307,7 +308,9 @@ class KafkaOffsetsClient:
         return str(self._config["bootstrap.servers"])
 
     def _client_config(self) -> dict[str, Any]:
-        timeout_ms = max(1000, int(self._timeout * 1000))
+        # librdkafka refuses a socket.timeout.ms above 5 minutes (and a setup timeout above
+        # a 32-bit int): a longer timeout is kept by our own deadline on each round.
+        timeout_ms = max(1000, min(int(self._timeout * 1000), _SOCKET_TIMEOUT_MAX_MS))
         # The user's settings win, except that no request may outlive our own timeout: without
         # these an unreachable broker makes librdkafka retry for its defaults (60 s and more).
         base: dict[str, Any] = {

@@ -50,6 +50,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         ["migrate", "/x", "--archive", "/a", "-b", "b:1", "--quiet-period", "-60"],
         ["wait", "health", "/x", "-b", "b:1", "--accept", "HEALTHY"],
         ["wait", "catch-up", "/x", "-b", "b:1"],  # no --target-time
+        ["wait", "catch-up", "/x", "-b", "b:1", "--target-time", "0001-01-01"],
+        ["wait", "progress", "/x", "-b", "b:1", "--after-time", "1e20"],
+        ["status", "--prefix", "/x", "-b", "b:1", "--max-depth", "-1"],
         ["serve", "/x", "-b", "b:1", "--port", "99999"],
         ["serve", "/x", "-b", "b:1", "--port", "-1"],
         ["bogus"],
