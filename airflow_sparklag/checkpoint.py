@@ -65,6 +65,7 @@ INT32_MAX = 2**31 - 1  # Kafka partition ids are Java ints
 
 _VERSION_LINE = re.compile(r"v([0-9]+)")
 _PARTITION_KEY = re.compile(r"0|[1-9][0-9]*")  # as Spark writes an Int: no sign, no padding
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's legal topic names
 # The rate source's continuous offsets {"<partition>": {"value": .., "runTimeMs": ..}} have
 # Kafka's nesting; these inner keys tell them apart.
 _RATE_CONTINUOUS_KEYS = frozenset({"value", "runTimeMs"})
@@ -370,6 +371,11 @@ def _kafka_offsets(
     for topic, partitions in document.items():
         if not topic:
             raise CheckpointCorrupt(f"{path}: source {source_id!r} has an empty topic name")
+        if not _TOPIC_NAME.fullmatch(topic) or topic in (".", ".."):
+            raise CheckpointCorrupt(
+                f"{path}: source {source_id!r} topic {ascii(topic)[:120]} is not a Kafka topic "
+                "name (at most 249 of a-z A-Z 0-9 . _ -)"
+            )
         offsets: dict[int, int] = {}
         for key, offset in partitions.items():
             # The common case checked inline; anything else is named down to the partition.

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag.health import EXIT_CHECK_FAILED, EXIT_USAGE, Health
+from airflow_sparklag.redact import printable, scrub
 from airflow_sparklag.storage.s3 import READERS
 
 if TYPE_CHECKING:
@@ -345,7 +346,10 @@ def run_status(args: argparse.Namespace) -> int:
             # default check of a healthy job on S3 is LIST + GET offsets/C (--query-ids: +1).
             results = check_many(session, args.checkpoints, options, query_id=args.query_ids)
     if args.prefix and not results:
-        print(f"sparklag: no checkpoint found under {', '.join(args.prefix)}", file=sys.stderr)
+        print(
+            f"sparklag: no checkpoint found under {printable(', '.join(args.prefix))}",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     _print_results(args, results)
     return max(EXIT_FAILED if r.error is not None else r.verdict.health.exit_code for r in results)
@@ -440,9 +444,7 @@ def compact_table(results: list[CheckResult]) -> str:
 
 def _out(text: str, args: argparse.Namespace) -> None:
     """Print to stdout with every secret of the command removed (URL userinfo too)."""
-    from airflow_sparklag.redact import scrub
-
-    print(scrub(text, getattr(args, "secrets", [])))
+    print(printable(scrub(text, getattr(args, "secrets", []))))
 
 
 # -- wait --------------------------------------------------------------------------------------
@@ -513,7 +515,7 @@ def run_wait(args: argparse.Namespace) -> int:
     with open_session(args) as session:
         while True:
             probe = condition.probe(session)
-            print(probe.message, file=sys.stderr, flush=True)
+            print(printable(scrub(probe.message, args.secrets)), file=sys.stderr, flush=True)
             if probe.done or probe.failed:
                 if args.json:
                     _out(json.dumps(probe.payload, indent=2), args)
@@ -772,13 +774,11 @@ class _OneLine(logging.Formatter):
         self.secrets = secrets  # main()'s list: secrets found later are scrubbed too
 
     def format(self, record: logging.LogRecord) -> str:
-        from airflow_sparklag.redact import scrub
-
         try:
             message = record.getMessage()
         except Exception:  # a library's bad format string: its template, not a crash
             message = str(record.msg)
-        line = " ".join(scrub(message, self.secrets).split())[:300]
+        line = " ".join(printable(scrub(message, self.secrets)).split())[:300]
         return f"sparklag: {record.levelname.lower()} from {record.name}: {line}"
 
 
@@ -795,12 +795,11 @@ def _no_tracebacks(secrets: list[str]) -> Iterator[_Outcome]:
         SparkLagError,
         UsageError,
     )
-    from airflow_sparklag.redact import scrub
 
     outcome = _Outcome()
 
     def say(message: str) -> None:
-        print(f"sparklag: {scrub(message, secrets)}", file=sys.stderr)
+        print(f"sparklag: {printable(scrub(message, secrets))}", file=sys.stderr)
 
     try:
         yield outcome

@@ -54,6 +54,12 @@ BAD_KAFKA = [
     ("partition ' 1'", '{"orders":{" 1":5}}', ["' 1' is not a partition number"]),
     ("partition 2**32", '{"orders":{"4294967296":5}}', ["32-bit partition ids"]),
     ("empty topic", '{"":{"0":5}}', ["empty topic name"]),
+    # Kafka names are [a-zA-Z0-9._-]{1,249}: others were asked of the broker ("Invalid topic")
+    # and printed raw, an ANSI escape included, to the terminal
+    ("escape in topic", '{"ord\\u001b[2Jers":{"0":5}}', ["'ord\\x1b[2Jers' is not a Kafka topic"]),
+    ("bidi override", '{"\\u202eorders":{"0":5}}', ["'\\u202eorders' is not a Kafka topic name"]),
+    ("topic '..'", '{"..":{"0":5}}', ["'..' is not a Kafka topic name"]),
+    ("topic of 250", '{"' + "a" * 250 + '":{"0":5}}', ["is not a Kafka topic name"]),
 ]
 
 
@@ -66,7 +72,7 @@ def test_bad_kafka_offsets_name_file_topic_and_partition(
         parse_offsets(_offsets(source, version), OFFSETS_PATH)
     message = str(raised.value)
     assert message.startswith(f"{OFFSETS_PATH}: source '0'")
-    if case != "empty topic":
+    if case != "empty topic" and "not a Kafka topic" not in problems[0]:
         assert "topic 'orders'" in message
     for problem in problems:
         assert problem in message

@@ -153,3 +153,16 @@ def _no_debug() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if k != "SPARKLAG_DEBUG"}
+
+
+def test_names_a_terminal_would_obey_are_shown_escaped(tmp_path: Path) -> None:
+    # A directory (an S3 key) found under --prefix, or a location given, with an ANSI escape
+    # and a bidi override: printed raw, they cleared the screen or reordered the line.
+    name = "job\x1b[2J\u202e"
+    shutil.copytree(DATA / "ckm4.3.0", tmp_path / "fleet" / name)
+    found = run("status", "--prefix", str(tmp_path / "fleet"), *NO_KAFKA)
+    missing = run("status", str(tmp_path / name), *NO_KAFKA)
+    assert (found.returncode, missing.returncode) == (3, 4)
+    assert "job\\x1b[2J\\u202e" in found.stdout and "job\\x1b[2J\\u202e" in missing.stdout
+    for output in (found.stdout, found.stderr, missing.stdout, missing.stderr):
+        assert "\x1b" not in output and "\u202e" not in output
