@@ -152,11 +152,16 @@ def kafka_topics(state: CheckpointState) -> set[str]:
 
 
 def parse_batch_id(name: str) -> int | None:
-    """The batch id of a log file name, or None for ``.0.crc``, ``.1.abc.tmp``, ``x``, ``-1``.
+    """The batch id of a log file name, or None for ``.0.crc``, ``.1.abc.tmp``, ``x``, ``-1``,
+    ``00012``.
 
     Spark parses names as a Java long and skips the rest (as it skips "x.tmp"): ASCII digits,
-    at most 19 of them, at most ``INT64_MAX``."""
+    at most 19 of them, at most ``INT64_MAX``. It then reads batch N from the file named
+    ``str(N)``, so ``00012`` or ``+7`` (which a Java long parses) is never batch 12 or 7 to it:
+    only the name Spark writes counts, without leading zeros."""
     if not (name.isdigit() and name.isascii() and len(name) <= 19):
+        return None
+    if name[0] == "0" and name != "0":
         return None
     batch_id = int(name)
     return batch_id if batch_id <= INT64_MAX else None
@@ -269,9 +274,13 @@ def _version(line: str, path: str, what: str, supported: tuple[int, ...]) -> int
     version = int(match.group(1))
     if version not in supported:
         known = ", ".join(f"v{v}" for v in supported)
+        why = (
+            "it was written by a newer Spark: upgrade airflow-provider-sparklag"
+            if version > max(supported)
+            else "no Spark writes it (versions start at v1): the file is damaged"
+        )
         raise UnsupportedCheckpointVersion(
-            f"{path}: {what} version v{version} is not supported (known: {known}); it was "
-            "written by a newer Spark: upgrade airflow-provider-sparklag"
+            f"{path}: {what} version v{version} is not supported (known: {known}); {why}"
         )
     return version
 

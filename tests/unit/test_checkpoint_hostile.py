@@ -141,7 +141,7 @@ BAD_COMMITS = [
     ("json only", b'{"x":0}', CheckpointCorrupt, "commits/6: missing version header"),
     ("v99", b"v99", UnsupportedCheckpointVersion, "commits/6: commit log version v99"),
     ("v99 + json", b"v99\n{}", UnsupportedCheckpointVersion, "commits/6: commit log version v99"),
-    ("v0", b"v0\n{}", UnsupportedCheckpointVersion, "version v0 is not supported"),
+    ("v0", b"v0\n{}", UnsupportedCheckpointVersion, "v0 is not supported (known: v1, v2, v3); no"),
     ("bad json", b"v1\n{nope", CheckpointCorrupt, "commits/6: commit metadata is not valid JSON"),
     ("not utf-8", b"v1\n\xff", CheckpointCorrupt, "commits/6: not UTF-8"),
 ]
@@ -274,6 +274,19 @@ def test_batch_names_beyond_a_java_long_are_not_batches(tmp_path: Path) -> None:
     assert state.committed_batch_id == 6
     assert parse_batch_id("9223372036854775807") == INT64_MAX
     assert parse_batch_id("9" * 5000) is None
+
+
+def test_names_spark_never_reads_as_a_batch_are_not_batches(tmp_path: Path) -> None:
+    # A Java long parses "0012" and "+12", but Spark reads batch 12 from the file "12": a
+    # copy left as offsets/0012 was taken for the newest batch (12, with its rates and
+    # real-time shape measured from it).
+    location = _copy(tmp_path)
+    for name in ("0012", "+12", "012", "\u0661\u0662"):
+        for log in ("offsets", "commits"):
+            (location / log / name).write_bytes((location / log / "6").read_bytes())
+    state = CheckpointReader(LocalStorage(), str(location)).read(history=3)
+    assert state.committed_batch_id == 6 and state.in_flight is None
+    assert [parse_batch_id(n) for n in ("0", "10", "0012", "+12")] == [0, 10, None, None]
 
 
 def test_an_offsets_file_too_big_to_be_spark_s_is_not_read(tmp_path: Path) -> None:
