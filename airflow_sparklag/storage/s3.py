@@ -72,6 +72,9 @@ MAX_POOL_CONNECTIONS = 64  # botocore's default is 10; a check reads 64 checkpoi
 READERS = ("boto3", "obstore")
 # S3's answers to a request signed for the wrong region: boto3 follows them to the bucket's own.
 _REGION_REDIRECT = frozenset({"PermanentRedirect", "AuthorizationHeaderMalformed"})
+# object_store's words for a key it cannot name (an empty, "." or ".." segment: "a//b"), in
+# a listing or in the path asked: S3 has such keys, so that request goes through boto3.
+_PATHS_OBJECT_STORE_REFUSES = ("Encountered object with invalid path", "Could not parse path")
 
 
 class _Boto3Fallback:
@@ -622,6 +625,8 @@ class S3Storage:
         if code in _REGION_REDIRECT:
             self._boto3_buckets.add(bucket)
             return _BOTO3
+        if any(words in described for words in _PATHS_OBJECT_STORE_REFUSES):
+            return _BOTO3  # a key such as "logs//x" (S3 takes any): boto3 lists it as it is
         if code:
             message = _ERROR_MESSAGE.get(code, code)
             raise s3_error(code, status, message, path, action, bucket) from None
