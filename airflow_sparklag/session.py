@@ -217,7 +217,12 @@ class Session:
         if storage is None:
             storage = StorageOptions(s3_options, webhdfs_options, fsspec_options)
         self.storage_options = storage
+        from airflow_sparklag.kafka import check_bootstrap_servers
+
         self.kafka_config: dict[str, Any] = dict(kafka_config or {})
+        for config in (self.kafka_config, *(source_kafka or {}).values()):
+            if config and config.get("bootstrap.servers"):  # refused before anything is read
+                check_bootstrap_servers(config["bootstrap.servers"])
         self.kafka_timeout = float(kafka_timeout)
         self._kafka = kafka_client
         self._owns_kafka = False

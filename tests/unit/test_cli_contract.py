@@ -53,6 +53,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         ["wait", "catch-up", "/x", "-b", "b:1", "--target-time", "0001-01-01"],
         ["wait", "progress", "/x", "-b", "b:1", "--after-time", "1e20"],
         ["status", "--prefix", "/x", "-b", "b:1", "--max-depth", "-1"],
+        ["status", "/x", "-b", "127.0.0.1:99999"],  # librdkafka dialled port 34463
+        ["status", "/x", "-b", ",,"],
         ["serve", "/x", "-b", "b:1", "--port", "99999"],
         ["serve", "/x", "-b", "b:1", "--port", "-1"],
         ["bogus"],
@@ -130,6 +132,18 @@ def test_userinfo_in_a_location_is_never_printed(tmp_path: Path) -> None:
     )
     assert secret not in proc.stdout + proc.stderr
     assert proc.returncode == 4, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("command", ["status", "snapshot"])
+def test_userinfo_in_bootstrap_servers_is_refused_unprinted(
+    files: dict[str, str], command: str
+) -> None:
+    # Was printed in the KafkaUnavailable message: "Kafka bootstrap servers alice:<pw>@..."
+    secret = "CANARY-cli-bootstrap-91c2"
+    extra = ["--to", files["job"] + "-snapshots"] if command == "snapshot" else []
+    proc = run(command, files["job"], "-b", f"alice:{secret}@127.0.0.1:1", *extra)
+    assert secret not in proc.stdout + proc.stderr
+    assert proc.returncode == 64 and "holds user info" in proc.stderr, proc.stdout + proc.stderr
 
 
 def test_library_warnings_are_one_scrubbed_line_without_traceback() -> None:
