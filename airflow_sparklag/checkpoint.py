@@ -61,6 +61,7 @@ MIN_COMMIT_SIZE = 29
 # partitions. A bigger listed size is a hostile or mistaken file; reading it would only cost memory.
 MAX_LOG_FILE_SIZE = 64 * 1024 * 1024
 INT64_MAX = 2**63 - 1  # Kafka offsets and Spark's timestamps are Java longs
+LATEST_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last datetime Python has
 INT32_MAX = 2**31 - 1  # Kafka partition ids are Java ints
 
 _VERSION_LINE = re.compile(r"v([0-9]+)")
@@ -310,7 +311,14 @@ def _offsets_metadata(line: str, path: str) -> tuple[int | None, int | None, dic
         return None, None, {}  # continuous trigger
     document = _json_object(line, path, "offsets metadata")
     timestamp_ms = _optional_int(document, "batchTimestampMs", path)
-    watermark_ms = _optional_int(document, "batchWatermarkMs", path)
+    if timestamp_ms is not None and not 0 <= timestamp_ms <= LATEST_TIME_MS:
+        # The driver's clock when it planned the batch: never before 1970 (Kafka reads a
+        # negative time as a code, -1 LATEST) nor past year 9999 (no date to print).
+        raise CheckpointCorrupt(
+            f"{path}: offsets metadata 'batchTimestampMs' is {timestamp_ms}, not a time from "
+            "1970 to 9999: the file is damaged"
+        )
+    watermark_ms = _optional_int(document, "batchWatermarkMs", path)  # event time: any long
     raw_conf = document.get("conf", {})
     if not isinstance(raw_conf, dict):
         raise CheckpointCorrupt(f'{path}: offsets metadata "conf" is not a JSON object')

@@ -105,6 +105,17 @@ def test_metadata_times_beyond_a_long_are_corrupt(key: str, value: int) -> None:
         parse_offsets(data, OFFSETS_PATH)
 
 
+@pytest.mark.parametrize("value", [-1, -5, 253_402_300_800_000])
+def test_batch_times_before_1970_or_after_9999_are_corrupt(value: int) -> None:
+    # Were read: -5 went to Kafka's ListOffsets by time (history failed, "invalid offset -5";
+    # -1 reads as LATEST), year 10000 failed history with "internal error: ValueError".
+    data = f'v1\n{{"batchTimestampMs":{value}}}\n{{"t":{{"0":1}}}}'.encode()
+    with pytest.raises(CheckpointCorrupt, match=rf"offsets/42: .*'batchTimestampMs' is {value}"):
+        parse_offsets(data, OFFSETS_PATH)
+    negative_watermark = b'v1\n{"batchWatermarkMs":-5,"batchTimestampMs":0}\n{"t":{"0":1}}'
+    assert parse_offsets(negative_watermark, OFFSETS_PATH).batch_timestamp_ms == 0
+
+
 @pytest.mark.parametrize(
     ("data", "problem"),
     [
