@@ -18,11 +18,13 @@ checkpoint. Nothing heavy is imported at module level.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparklag.errors import StorageAccessDenied
 from airflow_sparklag.monitor import (
     CheckOptions,
     CheckResult,
@@ -44,6 +46,8 @@ __all__ = [
     "discover_checkpoints",
     "list_children",
 ]
+
+log = logging.getLogger(__name__)
 
 MAX_READERS = 64  # checkpoints read at once: each read is a few small, latency-bound requests
 
@@ -88,9 +92,9 @@ def discover_checkpoints(
             if not level:
                 break
             next_level: list[tuple[Storage, str]] = []
-            for (backend, directory), children in zip(
-                level, pool.map(lambda entry: list_children(*entry), level), strict=True
-            ):
+            below = depth > 0
+            listed = pool.map(lambda entry, below=below: _children(*entry, below=below), level)
+            for (backend, directory), children in zip(level, listed, strict=True):
                 if children.is_checkpoint:
                     found.add(directory)
                 elif depth < max_depth:
@@ -101,6 +105,18 @@ def discover_checkpoints(
                     )
             level = next_level
     return sorted(found)
+
+
+def _children(storage: Storage, path: str, *, below: bool) -> Children:
+    """``list_children``; a directory below the prefix that may not be listed (another team's,
+    ``lost+found``) is skipped with a warning, not the end of the whole scan."""
+    try:
+        return list_children(storage, path)
+    except StorageAccessDenied as exc:
+        if not below:
+            raise
+        log.warning("skipped while looking for checkpoints: %s", exc)
+        return Children(frozenset(), frozenset())
 
 
 class FleetChecker:
