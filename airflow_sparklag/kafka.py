@@ -271,6 +271,8 @@ def check_bootstrap_servers(servers: Any) -> None:
                 "bootstrap.servers",
             )
         address = entry.rpartition("://")[2]
+        if address.isdigit():  # librdkafka takes "9092" for a host name
+            raise InvalidParameter(f"{entry!r} is a port without a host", "bootstrap.servers")
         host, colon, port = address.rpartition(":")
         if address.startswith("[") and not host.endswith("]"):  # [::1] without a port
             continue

@@ -37,6 +37,7 @@ import datetime
 import hashlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -264,7 +265,9 @@ def _moment(name: str, value: Any) -> float | None:
 
 
 def _path(name: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
         raise params.invalid(name, f"must be a path or URL, got {value!r}")
     return value
 

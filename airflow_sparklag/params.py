@@ -25,6 +25,7 @@ import dataclasses
 import datetime
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
@@ -328,7 +329,12 @@ def conn_id(name: str, value: Any) -> str | None:
 
 
 def location(name: str, value: Any) -> str:
-    """One checkpoint location (a path or URL); a list, also rendered as text, is refused."""
+    """One checkpoint location (a path or URL, a ``pathlib.Path``); a list, also rendered as
+    text, is refused, and so is a NUL character (no store has it in a name)."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str) and "\x00" in value:
+        raise invalid(name, f"must be a checkpoint path or URL, got {ascii(value)[:200]} (a NUL)")
     if isinstance(value, str) and value.strip().startswith(("[", "(")):
         # Not a list after all: a path that starts with a bracket.
         with contextlib.suppress(InvalidParameter):

@@ -239,6 +239,10 @@ class Session:
 
     def storage(self, location: str) -> Storage:
         """The backend serving ``location``, built on first use (once, under a lock)."""
+        if not isinstance(location, str) or "\x00" in location:  # one typed error for all
+            from airflow_sparklag import params
+
+            raise params.invalid("location", f"must be a path or URL text, got {location!r}")
         refuse_credentials_in(location)
         key = store_key(location)
         with self._lock:

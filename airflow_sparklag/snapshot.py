@@ -703,6 +703,8 @@ def snapshot_checkpoint(
     ``session_options`` (``kafka_config``, ``kafka_client``, ``s3_options``,
     ``webhdfs_options``, ``fsspec_options``, ``kafka_timeout``) and closed before returning.
     """
+    location = params.location("location", location)
+    snapshot_root = params.location("snapshot_root", snapshot_root)
     if inside(snapshot_root, location):
         raise params.invalid(
             "snapshot_root",

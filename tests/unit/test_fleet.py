@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from airflow_sparklag import fleet
-from airflow_sparklag.errors import StorageAccessDenied
+from airflow_sparklag.errors import InvalidParameter, StorageAccessDenied
 from airflow_sparklag.fleet import FleetChecker, discover_checkpoints
 from airflow_sparklag.health import Health
+from airflow_sparklag.monitor import check, check_checkpoint, check_many
 from airflow_sparklag.session import Session
 from airflow_sparklag.storage import Children
 from airflow_sparklag.storage.local import LocalStorage
@@ -140,6 +141,21 @@ def _os_mapped(method):  # type: ignore[no-untyped-def]
             return method(storage, path)
 
     return mapped
+
+
+def test_locations_are_paths_or_text_else_a_typed_error(tmp_path: Path) -> None:
+    # A pathlib.Path was "TypeError: argument of type 'PosixPath' is not iterable"; None, 5,
+    # bytes and a NUL were TypeErrors and ValueErrors of the standard library.
+    job = _copy("ckm3.5.9", tmp_path / "job")
+    assert check_checkpoint(job, kafka_config=KAFKA).report.committed_batch_id is not None
+    with Session(kafka_config=KAFKA) as session:
+        assert [r.location for r in check_many(session, [job])] == [str(job)]
+        for bad in (None, 5, b"/ck", f"{job}\x00x", ""):
+            with pytest.raises(InvalidParameter, match=r"^location"):
+                check(session, bad)  # type: ignore[arg-type]
+            if bad != "":  # every other read goes through the session's storage
+                with pytest.raises(InvalidParameter, match=r"^location"):
+                    session.storage(bad)  # type: ignore[arg-type]
 
 
 def test_session_shares_one_backend_per_scheme_and_host() -> None:

@@ -104,7 +104,8 @@ def test_bad_timeout_is_refused_naming_it(timeout: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "servers", ["alice:CANARY-pw-5e1d@b:9092", "b:9092,u:CANARY-pw-5e1d@c:9092", "b:99999", ",,"]
+    "servers",
+    ["alice:CANARY-pw-5e1d@b:9092", "b:9092,u:CANARY-pw-5e1d@c:9092", "b:99999", ",,", "9092"],
 )
 def test_bootstrap_servers_librdkafka_would_misread_are_refused(servers: str) -> None:
     # userinfo was printed in every KafkaUnavailable message; port 99999 dialled 34463
