@@ -704,8 +704,9 @@ def snapshot_checkpoint(
     ``webhdfs_options``, ``fsspec_options``, ``kafka_timeout``) and closed before returning.
     """
     location = params.location("location", location)
-    snapshot_root = params.location("snapshot_root", snapshot_root)
-    if inside(snapshot_root, location):
+    if write:  # (a consumer-group export reads only: no root)
+        snapshot_root = params.location("snapshot_root", snapshot_root)
+    if write and inside(snapshot_root, location):
         raise params.invalid(
             "snapshot_root",
             f"{redact_url(snapshot_root)} is inside the checkpoint {redact_url(location)}: a "
