@@ -180,6 +180,10 @@ class LocalStorage:
 
     def rename(self, src: str, dst: str) -> bool:
         src_path, dst_path = local_path(src), local_path(dst)
+        if os.path.islink(src_path):
+            # A checkpoint location that is a symlink: move the directory it names (what the
+            # manifest lists), never the link alone (a relative one dangles once moved).
+            src_path = os.path.realpath(src_path)
         if os.path.exists(dst_path):
             raise StorageAlreadyExists(f"{dst}: already exists; not renaming over it")
         self.requests.add("rename")
