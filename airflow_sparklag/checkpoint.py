@@ -61,10 +61,12 @@ MIN_COMMIT_SIZE = 29
 # partitions. A bigger listed size is a hostile or mistaken file; reading it would only cost memory.
 MAX_LOG_FILE_SIZE = 64 * 1024 * 1024
 INT64_MAX = 2**63 - 1  # Kafka offsets and Spark's timestamps are Java longs
+LATEST_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last datetime Python has
 INT32_MAX = 2**31 - 1  # Kafka partition ids are Java ints
 
 _VERSION_LINE = re.compile(r"v([0-9]+)")
 _PARTITION_KEY = re.compile(r"0|[1-9][0-9]*")  # as Spark writes an Int: no sign, no padding
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's legal topic names
 # The rate source's continuous offsets {"<partition>": {"value": .., "runTimeMs": ..}} have
 # Kafka's nesting; these inner keys tell them apart.
 _RATE_CONTINUOUS_KEYS = frozenset({"value", "runTimeMs"})
@@ -146,11 +148,16 @@ def _batch_id(entry: tuple[ObjectInfo, BatchOffsets]) -> int:
 
 
 def parse_batch_id(name: str) -> int | None:
-    """The batch id of a log file name, or None for ``.0.crc``, ``.1.abc.tmp``, ``x``, ``-1``.
+    """The batch id of a log file name, or None for ``.0.crc``, ``.1.abc.tmp``, ``x``, ``-1``,
+    ``00012``.
 
     Spark parses names as a Java long and skips the rest (as it skips "x.tmp"): ASCII digits,
-    at most 19 of them, at most ``INT64_MAX``."""
+    at most 19 of them, at most ``INT64_MAX``. It then reads batch N from the file named
+    ``str(N)``, so ``00012`` or ``+7`` (which a Java long parses) is never batch 12 or 7 to it:
+    only the name Spark writes counts, without leading zeros."""
     if not (name.isdigit() and name.isascii() and len(name) <= 19):
+        return None
+    if name[0] == "0" and name != "0":
         return None
     batch_id = int(name)
     return batch_id if batch_id <= INT64_MAX else None
@@ -263,9 +270,13 @@ def _version(line: str, path: str, what: str, supported: tuple[int, ...]) -> int
     version = int(match.group(1))
     if version not in supported:
         known = ", ".join(f"v{v}" for v in supported)
+        why = (
+            "it was written by a newer Spark: upgrade airflow-provider-sparklag"
+            if version > max(supported)
+            else "no Spark writes it (versions start at v1): the file is damaged"
+        )
         raise UnsupportedCheckpointVersion(
-            f"{path}: {what} version v{version} is not supported (known: {known}); it was "
-            "written by a newer Spark: upgrade airflow-provider-sparklag"
+            f"{path}: {what} version v{version} is not supported (known: {known}); {why}"
         )
     return version
 
@@ -295,7 +306,14 @@ def _offsets_metadata(line: str, path: str) -> tuple[int | None, int | None, dic
         return None, None, {}  # continuous trigger
     document = _json_object(line, path, "offsets metadata")
     timestamp_ms = _optional_int(document, "batchTimestampMs", path)
-    watermark_ms = _optional_int(document, "batchWatermarkMs", path)
+    if timestamp_ms is not None and not 0 <= timestamp_ms <= LATEST_TIME_MS:
+        # The driver's clock when it planned the batch: never before 1970 (Kafka reads a
+        # negative time as a code, -1 LATEST) nor past year 9999 (no date to print).
+        raise CheckpointCorrupt(
+            f"{path}: offsets metadata 'batchTimestampMs' is {timestamp_ms}, not a time from "
+            "1970 to 9999: the file is damaged"
+        )
+    watermark_ms = _optional_int(document, "batchWatermarkMs", path)  # event time: any long
     raw_conf = document.get("conf", {})
     if not isinstance(raw_conf, dict):
         raise CheckpointCorrupt(f'{path}: offsets metadata "conf" is not a JSON object')
@@ -365,6 +383,11 @@ def _kafka_offsets(
     for topic, partitions in document.items():
         if not topic:
             raise CheckpointCorrupt(f"{path}: source {source_id!r} has an empty topic name")
+        if not _TOPIC_NAME.fullmatch(topic) or topic in (".", ".."):
+            raise CheckpointCorrupt(
+                f"{path}: source {source_id!r} topic {ascii(topic)[:120]} is not a Kafka topic "
+                "name (at most 249 of a-z A-Z 0-9 . _ -)"
+            )
         offsets: dict[int, int] = {}
         for key, offset in partitions.items():
             # The common case checked inline; anything else is named down to the partition.

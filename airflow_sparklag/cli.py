@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag.health import EXIT_CHECK_FAILED, EXIT_USAGE, Health
+from airflow_sparklag.redact import printable, scrub
 from airflow_sparklag.storage.s3 import READERS
 
 if TYPE_CHECKING:
@@ -278,7 +279,7 @@ def _check_flags(command: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from airflow_sparklag import __version__
+    from airflow_sparklag import __version__, params
 
     parser = _Parser(prog="sparklag", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"sparklag {__version__}")
@@ -288,7 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--prefix", action="append", default=[], help="also check every checkpoint under it"
     )
-    status.add_argument("--max-depth", type=int, default=4, help="levels searched under --prefix")
+    status.add_argument(
+        "--max-depth",
+        type=_flag_type("max_depth", params.count),
+        default=4,
+        help="levels searched under --prefix",
+    )
     status.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     status.add_argument(
         "--query-ids",
@@ -342,7 +348,10 @@ def run_status(args: argparse.Namespace) -> int:
             # default check of a healthy job on S3 is LIST + GET offsets/C (--query-ids: +1).
             results = check_many(session, args.checkpoints, options, query_id=args.query_ids)
     if args.prefix and not results:
-        print(f"sparklag: no checkpoint found under {', '.join(args.prefix)}", file=sys.stderr)
+        print(
+            f"sparklag: no checkpoint found under {printable(', '.join(args.prefix))}",
+            file=sys.stderr,
+        )
         return EXIT_CHECK_FAILED
     _print_results(args, results)
     return max(
@@ -439,9 +448,7 @@ def compact_table(results: list[CheckResult]) -> str:
 
 def _out(text: str, args: argparse.Namespace) -> None:
     """Print to stdout with every secret of the command removed (URL userinfo too)."""
-    from airflow_sparklag.redact import scrub
-
-    print(scrub(text, getattr(args, "secrets", [])))
+    print(printable(scrub(text, getattr(args, "secrets", []))))
 
 
 # -- wait --------------------------------------------------------------------------------------
@@ -512,7 +519,7 @@ def run_wait(args: argparse.Namespace) -> int:
     with open_session(args) as session:
         while True:
             probe = condition.probe(session)
-            print(probe.message, file=sys.stderr, flush=True)
+            print(printable(scrub(probe.message, args.secrets)), file=sys.stderr, flush=True)
             if probe.done or probe.failed:
                 if args.json:
                     _out(json.dumps(probe.payload, indent=2), args)
@@ -634,7 +641,12 @@ def add_history_and_serve_commands(sub: Any) -> None:
     serve = sub.add_parser("serve", help="Prometheus exporter of a fleet's lag and health")
     serve.add_argument("checkpoints", nargs="*", help="checkpoint locations (path, s3a://, ...)")
     serve.add_argument("--prefix", action="append", default=[], help="serve every job under it")
-    serve.add_argument("--max-depth", type=int, default=4, help="levels searched under --prefix")
+    serve.add_argument(
+        "--max-depth",
+        type=_flag_type("max_depth", params.count),
+        default=4,
+        help="levels searched under --prefix",
+    )
     serve.add_argument("--address", default="0.0.0.0", help="address to listen on (0.0.0.0)")
     serve.add_argument(
         "--port",
@@ -766,13 +778,11 @@ class _OneLine(logging.Formatter):
         self.secrets = secrets  # main()'s list: secrets found later are scrubbed too
 
     def format(self, record: logging.LogRecord) -> str:
-        from airflow_sparklag.redact import scrub
-
         try:
             message = record.getMessage()
         except Exception:  # a library's bad format string: its template, not a crash
             message = str(record.msg)
-        line = " ".join(scrub(message, self.secrets).split())[:300]
+        line = " ".join(printable(scrub(message, self.secrets)).split())[:300]
         return f"sparklag: {record.levelname.lower()} from {record.name}: {line}"
 
 
@@ -789,12 +799,11 @@ def _no_tracebacks(secrets: list[str]) -> Iterator[_Outcome]:
         SparkLagError,
         UsageError,
     )
-    from airflow_sparklag.redact import scrub
 
     outcome = _Outcome()
 
     def say(message: str) -> None:
-        print(f"sparklag: {scrub(message, secrets)}", file=sys.stderr)
+        print(f"sparklag: {printable(scrub(message, secrets))}", file=sys.stderr)
 
     try:
         yield outcome

@@ -32,6 +32,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import socket
 import threading
 import time
 from collections import Counter
@@ -374,6 +375,10 @@ class LagExporter:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise InvalidParameter(f"port: must be a whole number 0-65535, got {port!r}")
         try:
+            # The address's own family: "::" (every address, IPv6 and v4) and "::1" are IPv6.
+            Server.address_family = socket.getaddrinfo(
+                address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0][0]
             server = make_server(address, port, self.wsgi_app, Server, QuietHandler)
         except (OSError, OverflowError, UnicodeError) as exc:  # in use, not ours, no such host
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc

@@ -18,11 +18,13 @@ checkpoint. Nothing heavy is imported at module level.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparklag.errors import StorageAccessDenied
 from airflow_sparklag.monitor import (
     MAX_READERS,
     CheckOptions,
@@ -32,7 +34,7 @@ from airflow_sparklag.monitor import (
     read_states,
 )
 from airflow_sparklag.session import Session
-from airflow_sparklag.storage import join, refuse_bucketless, trim_location
+from airflow_sparklag.storage import Children, join, refuse_bucketless, trim_location
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
@@ -45,6 +47,8 @@ __all__ = [
     "discover_checkpoints",
     "iter_checkpoints",
 ]
+
+log = logging.getLogger(__name__)
 
 
 def discover_checkpoints(
@@ -99,9 +103,9 @@ def iter_checkpoints(
             if not level:
                 break
             next_level: list[tuple[Storage, str]] = []
-            for (backend, directory), children in zip(
-                level, pool.map(lambda entry: entry[0].list_children(entry[1]), level), strict=True
-            ):
+            below = depth > 0
+            listed = pool.map(lambda entry, below=below: _children(*entry, below=below), level)
+            for (backend, directory), children in zip(level, listed, strict=True):
                 if children.is_checkpoint:
                     if directory not in found:
                         found.add(directory)
@@ -113,6 +117,18 @@ def iter_checkpoints(
                         if not name.startswith((".", "_"))
                     )
             level = next_level
+
+
+def _children(storage: Storage, path: str, *, below: bool) -> Children:
+    """``storage.list_children``; a directory below the prefix that may not be listed (another
+    team's, ``lost+found``) is skipped with a warning, not the end of the whole scan."""
+    try:
+        return storage.list_children(path)
+    except StorageAccessDenied as exc:
+        if not below:
+            raise
+        log.warning("skipped while looking for checkpoints: %s", exc)
+        return Children(frozenset(), frozenset())
 
 
 class FleetChecker:

@@ -979,11 +979,15 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
             reason = f"{reason} {_as_of_checkpoint(report)}"
         return HealthVerdict(first.health, reason, first.rule, first.partitions, findings)
     if pending is not None:
-        return HealthVerdict(
-            Health.UNKNOWN,
-            f"{pending}; lag {report.total_lag} record(s) from the offsets it started at",
-            "no_commit",
+        unknown = [
+            f"source {s.source_id}: {s.lag_unknown}" for s in report.kafka_sources if s.lag_unknown
+        ]
+        measured = (
+            f"lag unknown: {'; '.join(unknown)}"
+            if unknown
+            else f"lag {report.total_lag} record(s) from the offsets it started at"
         )
+        return HealthVerdict(Health.UNKNOWN, f"{pending}; {measured}", "no_commit")
     if report.missing_topics:
         reasons = [
             f"source {s.source_id}: {s.lag_unknown}" for s in report.kafka_sources if s.lag_unknown

@@ -49,6 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from airflow_sparklag import params
 from airflow_sparklag.checkpoint import real_time_interval
 from airflow_sparklag.lag import json_safe
 from airflow_sparklag.timelag import OffsetTimeTable
@@ -551,7 +552,7 @@ def history(
     """
     if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
         raise ValueError(f"batches must be a whole number >= 1, got {batches!r}")
-    state = session.read(location, history=batches + 1)
+    state = session.read(params.location("location", location), history=batches + 1)
     plan = plan_history(state, batches)
     # Each source is measured against its own cluster (Session.cluster_of; 0 is the main one).
     of_source = {sid: session.cluster_of(sid) for b in plan.by_id.values() for sid in _kafka(b)}

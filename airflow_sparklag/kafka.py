@@ -138,6 +138,7 @@ def subscribe_regex(pattern: str) -> re.Pattern[str]:
 
 # What a bootstrap server that never answered leaves (dead, hung or filtered).
 _NO_ANSWER_CODES = frozenset({"_TIMED_OUT", "_TRANSPORT", "_ALL_BROKERS_DOWN", "REQUEST_TIMED_OUT"})
+_SOCKET_TIMEOUT_MAX_MS = 300_000  # librdkafka's largest socket.timeout.ms
 # ListOffsets errors of a partition whose leadership is moving: asked again within the timeout.
 _LEADER_MOVING = frozenset(
     {
@@ -242,6 +243,36 @@ class _ClientLog:
         return text + (f" (seen {count} times)" if count > 1 else "")
 
 
+def check_bootstrap_servers(servers: Any) -> None:
+    """Refuse what librdkafka would take and then misreport: a server with ``user:password@``
+    (never a Kafka address; it would be printed in every error naming the servers), no server
+    at all (``,,``), a port outside 1-65535 (librdkafka wraps 99999 to 34463).
+
+    >>> check_bootstrap_servers("b1:9092, [::1]:9093,SASL_SSL://b2:9094,b3")
+    """
+    text = str(servers)
+    entries = [part.strip() for part in text.split(",") if part.strip()]
+    if not entries:
+        raise InvalidParameter(f"no server in {text!r}", "bootstrap.servers")
+    for entry in entries:
+        if "@" in entry:  # the entry is not quoted: it holds a secret
+            raise InvalidParameter(
+                "a server holds user info (user:password@): Kafka takes credentials from "
+                "sasl.username/sasl.password (--kafka-config, the connection), never the address",
+                "bootstrap.servers",
+            )
+        address = entry.rpartition("://")[2]
+        if address.isdigit():  # librdkafka takes "9092" for a host name
+            raise InvalidParameter(f"{entry!r} is a port without a host", "bootstrap.servers")
+        host, colon, port = address.rpartition(":")
+        if address.startswith("[") and not host.endswith("]"):  # [::1] without a port
+            continue
+        if colon and (not host or not port.isdigit() or not 0 < int(port) < 65536):
+            raise InvalidParameter(
+                f"{entry!r} is not host:port with a port from 1 to 65535", "bootstrap.servers"
+            )
+
+
 class KafkaOffsetsClient:
     """Reads partition offsets with a confluent-kafka AdminClient, every call bounded in time.
 
@@ -268,6 +299,7 @@ class KafkaOffsetsClient:
     def __init__(self, config: Mapping[str, Any], timeout: float = 10.0) -> None:
         if not config.get("bootstrap.servers"):
             raise KafkaError("Kafka config has no 'bootstrap.servers': give host:port of a broker.")
+        check_bootstrap_servers(config["bootstrap.servers"])
         if (
             isinstance(timeout, bool)
             or not isinstance(timeout, (int, float))
@@ -298,7 +330,9 @@ class KafkaOffsetsClient:
         return str(self._config["bootstrap.servers"])
 
     def _client_config(self) -> dict[str, Any]:
-        timeout_ms = max(1000, int(self._timeout * 1000))
+        # librdkafka refuses a socket.timeout.ms above 5 minutes (and a setup timeout above
+        # a 32-bit int): a longer timeout is kept by our own deadline on each round.
+        timeout_ms = max(1000, min(int(self._timeout * 1000), _SOCKET_TIMEOUT_MAX_MS))
         # The user's settings win, except that no request may outlive our own timeout: without
         # these an unreachable broker makes librdkafka retry for its defaults (60 s and more).
         base: dict[str, Any] = {

@@ -807,7 +807,21 @@ def _source_lags(
         stored = starts.get(source.source_id) if started else source.kafka
         basis = basis_of(source.source_id)
         if stored is None:  # no commit yet and its starting offsets unknown: not measured
-            sources.append(SourceLag(source.source_id, "kafka", True, (), cluster=basis.cluster))
+            why = (
+                f"no batch committed yet and sources/{source.source_id}/0 (where it started) "
+                "not found"
+            )
+            sources.append(
+                SourceLag(
+                    source.source_id,
+                    "kafka",
+                    True,
+                    (),
+                    None,
+                    lag_unknown=why,
+                    cluster=basis.cluster,
+                )
+            )
             continue
         read = set(source.kafka) | set(stored) | set(planned.get(source.source_id, {}))
         unread = _unread_topics(basis.snapshot, pattern, read)
@@ -962,7 +976,7 @@ def compute_lag(
         subscribe_pattern=subscribe_pattern,
         assign=assign,
     )
-    notes = _notes(report, source_starts is not None)
+    notes = _notes(report, source_starts)
     if runs_every is None:
         return dataclasses.replace(report, notes=notes)
     schedule = schedule_of(
@@ -1074,7 +1088,7 @@ def subscription_note(report: LagReport) -> str | None:
     )
 
 
-def _notes(report: LagReport, starts_known: bool) -> tuple[str, ...]:
+def _notes(report: LagReport, source_starts: Offsets | None) -> tuple[str, ...]:
     """What a reader of the numbers must know, in the report itself."""
     notes = []
     warning = single_cluster_warning(report)
@@ -1100,6 +1114,9 @@ def _notes(report: LagReport, starts_known: bool) -> tuple[str, ...]:
         )
         notes.append(f"open transactions: last stable offset below the high watermark on {shown}")
     if report.committed_batch_id is None and report.in_flight is not None:
+        starts_known = source_starts is not None and all(
+            s.source_id in source_starts for s in report.kafka_sources
+        )
         notes.append(
             f"no batch committed yet: batch {report.in_flight.batch_id} is in flight; lag counted "
             "from the offsets the query started at"

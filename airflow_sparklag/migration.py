@@ -37,6 +37,7 @@ import datetime
 import hashlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -68,7 +69,7 @@ from airflow_sparklag.snapshot import (
     take_snapshot,
     utc_iso,
 )
-from airflow_sparklag.storage import Storage, join
+from airflow_sparklag.storage import Storage, inside, join
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
@@ -254,9 +255,22 @@ def _moment(name: str, value: Any) -> float | None:
 
 
 def _path(name: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
         raise params.invalid(name, f"must be a path or URL, got {value!r}")
     return value
+
+
+def _outside_checkpoint(name: str, root: str | None, location: str) -> None:
+    """A migration archives the whole checkpoint directory: an archive or snapshot root inside
+    it would be written into the checkpoint, then copied or moved with it."""
+    if root is not None and inside(root, location):
+        raise params.invalid(
+            name,
+            f"{redact_url(root)} is inside the checkpoint "
+            f"{redact_url(location)}: give a root outside it (e.g. beside it)",
+        )
 
 
 def _optional_path(name: str, value: Any) -> str | None:
@@ -582,6 +596,11 @@ class Migration:
         self.now = _moment("now", now)
         self.location = _path("location", location)
         self.archive_root = _path("archive_root", archive_root)
+        for name, root in (
+            ("archive_root", self.archive_root),
+            ("snapshot_root", self.options.snapshot_root),
+        ):
+            _outside_checkpoint(name, root, self.location)
         self.session = session
         self.hit: Callable[[str], None] = fault or (lambda step: None)
         self.base = _base_dir(self.archive_root, self.location)

@@ -820,6 +820,7 @@ def check(
     <Health.OK: 'OK'>
     """
     options = options or CheckOptions()
+    location = params.location("location", location)
     reader = session.reader(location)
     state = reader.read(options.history_to_read, lazy_history=True)
     judge = _judge(session, {location: state}, options, now)
@@ -847,6 +848,7 @@ def check_many(
     every query and are raised.
     """
     options = options or CheckOptions()
+    locations = [params.location("locations", each) for each in locations]
     states, failures = read_states(
         session,
         locations,

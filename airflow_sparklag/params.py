@@ -25,6 +25,7 @@ import dataclasses
 import datetime
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
@@ -177,7 +178,7 @@ def moment(name: str, value: Any) -> float | None:
         return None
     if isinstance(value, datetime.datetime):
         aware = value if value.tzinfo is not None else value.replace(tzinfo=datetime.timezone.utc)
-        return aware.timestamp()
+        return _epoch(name, value, aware.timestamp())
     if isinstance(value, str):
         text = value.strip()
         try:
@@ -192,9 +193,21 @@ def moment(name: str, value: Any) -> float | None:
             return moment(name, parsed)
     else:
         seconds = number(name, value)
+    return _epoch(name, value, seconds / 1000.0 if seconds > 1e11 else seconds)
+
+
+# The last second of year 9999: later times cannot be printed as datetimes nor sent to Kafka.
+_LATEST_MOMENT = 253_402_300_799.0
+
+
+def _epoch(name: str, value: Any, seconds: float) -> float:
+    """``seconds`` when it is a time from 1970 to 9999. Kafka reads a negative timestamp as
+    a code (-1 latest, -2 earliest), so a time before 1970 is never passed on."""
     if seconds < 0:
         raise invalid(name, f"must not be before 1970, got {_shown(value)}")
-    return seconds / 1000.0 if seconds > 1e11 else seconds
+    if seconds > _LATEST_MOMENT:
+        raise invalid(name, f"must be before the year 10000, got {_shown(value)}")
+    return seconds
 
 
 # -- structures --------------------------------------------------------------------------------
@@ -316,7 +329,12 @@ def conn_id(name: str, value: Any) -> str | None:
 
 
 def location(name: str, value: Any) -> str:
-    """One checkpoint location (a path or URL); a list, also rendered as text, is refused."""
+    """One checkpoint location (a path or URL, a ``pathlib.Path``); a list, also rendered as
+    text, is refused, and so is a NUL character (no store has it in a name)."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str) and "\x00" in value:
+        raise invalid(name, f"must be a checkpoint path or URL, got {ascii(value)[:200]} (a NUL)")
     if isinstance(value, str) and value.strip().startswith(("[", "(")):
         # Not a list after all: a path that starts with a bracket.
         with contextlib.suppress(InvalidParameter):

@@ -200,3 +200,19 @@ def scrub(message: str, secrets: Iterable[str]) -> str:
         rf"\1 {MASK} (a credential holds a line break or control character?)", message
     )
     return _URL_USERINFO.sub(r"\1", message)
+
+
+# Characters a terminal acts on (C0/C1 controls, DEL; bidi overrides and isolates, which
+# reorder what is shown) except the line breaks and tabs of our own layout.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    r"""``text`` with every character a terminal would act on written as its escape: names
+    from a checkpoint, a listing or a location (an S3 key may hold ``\x1b[2J``) are shown,
+    never obeyed.
+
+    >>> printable("job\x1b[31m\u202e\tok\n")
+    'job\\x1b[31m\\u202e\tok\n'
+    """
+    return _UNPRINTABLE.sub(lambda found: ascii(found.group())[1:-1], text)

@@ -217,7 +217,12 @@ class Session:
         if storage is None:
             storage = StorageOptions(s3_options, webhdfs_options, fsspec_options)
         self.storage_options = storage
+        from airflow_sparklag.kafka import check_bootstrap_servers
+
         self.kafka_config: dict[str, Any] = dict(kafka_config or {})
+        for config in (self.kafka_config, *(source_kafka or {}).values()):
+            if config and config.get("bootstrap.servers"):  # refused before anything is read
+                check_bootstrap_servers(config["bootstrap.servers"])
         self.kafka_timeout = float(kafka_timeout)
         self._kafka = kafka_client
         self._owns_kafka = False
@@ -234,6 +239,10 @@ class Session:
 
     def storage(self, location: str) -> Storage:
         """The backend serving ``location``, built on first use (once, under a lock)."""
+        if not isinstance(location, str) or "\x00" in location:  # one typed error for all
+            from airflow_sparklag import params
+
+            raise params.invalid("location", f"must be a path or URL text, got {location!r}")
         refuse_credentials_in(location)
         key = store_key(location)
         with self._lock:

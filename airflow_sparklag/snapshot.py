@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparklag import params
 from airflow_sparklag.errors import (
     NothingCommitted,
     SnapshotCorrupt,
@@ -42,7 +43,7 @@ from airflow_sparklag.errors import (
 )
 from airflow_sparklag.redact import redact_url
 from airflow_sparklag.session import Session
-from airflow_sparklag.storage import Storage, join
+from airflow_sparklag.storage import Storage, inside, join
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
@@ -692,6 +693,15 @@ def snapshot_checkpoint(
     ``session_options`` (``kafka_config``, ``kafka_client``, ``s3_options``,
     ``webhdfs_options``, ``fsspec_options``, ``kafka_timeout``) and closed before returning.
     """
+    location = params.location("location", location)
+    if write:  # (a consumer-group export reads only: no root)
+        snapshot_root = params.location("snapshot_root", snapshot_root)
+    if write and inside(snapshot_root, location):
+        raise params.invalid(
+            "snapshot_root",
+            f"{redact_url(snapshot_root)} is inside the checkpoint {redact_url(location)}: a "
+            "snapshot there is copied or moved with the checkpoint it protects",
+        )
     with Session.using(session, **session_options) as active:
         return _snapshot(active, location, snapshot_root, record_timestamps, write, now)
 

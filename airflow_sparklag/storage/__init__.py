@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
+import posixpath
 import threading
 from collections import Counter
 from collections.abc import Mapping
@@ -35,12 +37,14 @@ __all__ = [
     "Storage",
     "checkpoint_listing_end",
     "checkpoint_log_entry",
+    "inside",
     "join",
     "open_storage",
     "refuse_bucketless",
     "scheme_of",
     "seconds_option",
     "trim_location",
+    "url_parts",
 ]
 
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
@@ -292,6 +296,49 @@ def scheme_of(url: str) -> str:
     if "://" not in url and not url.startswith("file:"):
         return ""
     return urlsplit(url).scheme.lower()
+
+
+def url_parts(url: str) -> tuple[str, str]:
+    """(authority, path) of a storage URL as Hadoop's ``Path`` reads it: the path is everything
+    after the authority, verbatim. ``?``, ``#`` and ``%41`` are characters of a key or file
+    name there, not a query, a fragment or an escape (Spark writes ``s3a://b/ck ?x #1`` to the
+    keys ``ck ?x #1/...``), where ``urlsplit`` would cut the path at ``?`` or ``#``.
+
+    >>> url_parts("s3a://bucket/my ck ?x #y%41/offsets")
+    ('bucket', '/my ck ?x #y%41/offsets')
+    >>> url_parts("s3a://bucket")
+    ('bucket', '')
+    """
+    rest = url.partition("://")[2]
+    authority, slash, path = rest.partition("/")
+    return authority, slash + path
+
+
+def inside(inner: str, outer: str) -> bool:
+    """Whether ``inner`` is ``outer`` or a path under it, on the same store: ``.``, ``..`` and
+    repeated slashes normalised, local paths resolved (relative ones, symlinks), ``s3``,
+    ``s3a`` and ``s3n`` one store.
+
+    >>> inside("s3a://b/ck/orders/archive", "s3://b/ck/orders/"), inside("/a/bc", "/a/b")
+    (True, False)
+    """
+    return any(
+        path == boundary or path.startswith(boundary.rstrip("/") + "/")
+        for store, path in [_store_path(inner)]
+        for other, boundary in [_store_path(outer)]
+        if store == other
+    )
+
+
+def _store_path(location: str) -> tuple[str, str]:
+    scheme = scheme_of(location)
+    if scheme in LOCAL_SCHEMES:
+        from airflow_sparklag.storage.local import local_path
+
+        return "", os.path.realpath(local_path(location))
+    authority, path = url_parts(location)
+    family = "s3" if scheme in S3_SCHEMES else scheme
+    return f"{family}://{authority}", posixpath.normpath("/" + path.lstrip("/"))
 
 
 def trim_location(location: str) -> str:

@@ -135,11 +135,18 @@ class LocalStorage:
             with os.scandir(local_path(path)) as scan:
                 for entry in scan:
                     try:
-                        (directories if entry.is_dir() else files).add(entry.name)
+                        is_directory = entry.is_dir()
                     except FileNotFoundError:
                         continue
+                    except OSError:  # a symlink loop, an unreadable link: nothing to descend
+                        is_directory = False
+                    (directories if is_directory else files).add(entry.name)
         except (FileNotFoundError, NotADirectoryError):
             pass
+        except PermissionError as exc:
+            raise StorageAccessDenied(
+                f"{path}: permission denied (list directory); check the directory's owner and mode"
+            ) from exc
         except OSError as exc:
             raise StorageError(f"{path}: list directory failed: {exc.strerror or exc}") from exc
         return Children(frozenset(files), frozenset(directories))
@@ -173,6 +180,10 @@ class LocalStorage:
 
     def rename(self, src: str, dst: str) -> bool:
         src_path, dst_path = local_path(src), local_path(dst)
+        if os.path.islink(src_path):
+            # A checkpoint location that is a symlink: move the directory it names (what the
+            # manifest lists), never the link alone (a relative one dangles once moved).
+            src_path = os.path.realpath(src_path)
         if os.path.exists(dst_path):
             raise StorageAlreadyExists(f"{dst}: already exists; not renaming over it")
         self.requests.add("rename")

@@ -33,6 +33,7 @@ from airflow_sparklag.storage import (
     checkpoint_log_entry,
     etag_md5,
     seconds_option,
+    url_parts,
 )
 from airflow_sparklag.storage.s3_obstore import (
     CREDENTIAL_TTL,
@@ -73,6 +74,10 @@ MAX_POOL_CONNECTIONS = (
 READERS = ("boto3", "obstore")
 # S3's answers to a request signed for the wrong region: boto3 follows them to the bucket's own.
 _REGION_REDIRECT = frozenset({"PermanentRedirect", "AuthorizationHeaderMalformed"})
+_THROTTLED = frozenset({"SlowDown", "Throttling", "ThrottlingException", "ServiceUnavailable"})
+# object_store's words for a key it cannot name (an empty, "." or ".." segment: "a//b"), in
+# a listing or in the path asked: S3 has such keys, so that request goes through boto3.
+_PATHS_OBJECT_STORE_REFUSES = ("Encountered object with invalid path", "Could not parse path")
 
 
 class _Boto3Fallback:
@@ -93,12 +98,12 @@ _CONDITIONAL_WRITE_UNSUPPORTED = frozenset({"NotImplemented", "501", "InvalidArg
 
 def split_s3_url(url: str) -> tuple[str, str]:
     """``s3a://bucket/a/b`` -> ``("bucket", "a/b")``."""
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in S3_SCHEMES or not parts.netloc:
+    bucket, path = url_parts(url)
+    if urlsplit(url).scheme.lower() not in S3_SCHEMES or not bucket:
         raise UnsupportedStorageURL(
             f"{url!r} is not an S3 URL; expected s3://bucket/key (also s3a:// or s3n://)"
         )
-    return parts.netloc, parts.path.lstrip("/")
+    return bucket, path.lstrip("/")
 
 
 def client_config(
@@ -585,9 +590,13 @@ class S3Storage:
                 "credential chain)"
             ) from exc
         except BotoCoreError as exc:  # connection refused, timeouts, bad endpoint
+            if "maximum recursion depth" in str(exc):  # urllib3 caught the loop below
+                raise _redirect_loop(path, action, endpoint, kwargs.get("Bucket")) from None
             raise StorageError(
                 f"{path}: {action} failed, could not talk to {endpoint}: {self._scrubbed(exc)}"
             ) from None  # the original may quote a credential
+        except RecursionError:
+            raise _redirect_loop(path, action, endpoint, kwargs.get("Bucket")) from None
         if action == "list" and not any(member in response for member in _LISTING_MEMBERS):
             # botocore reads any well-formed XML (an XHTML page) as an empty listing, which
             # would pass for "no batch committed yet".
@@ -623,6 +632,8 @@ class S3Storage:
         if code in _REGION_REDIRECT:
             self._boto3_buckets.add(bucket)
             return _BOTO3
+        if any(words in described for words in _PATHS_OBJECT_STORE_REFUSES):
+            return _BOTO3  # a key such as "logs//x" (S3 takes any): boto3 lists it as it is
         if code:
             message = _ERROR_MESSAGE.get(code, code)
             raise s3_error(code, status, message, path, action, bucket) from None
@@ -698,6 +709,17 @@ def _map_client_error(exc: Any, path: str, action: str, kwargs: dict[str, Any]) 
     return s3_error(code, status, message, path, action, kwargs.get("Bucket", ""), conditional)
 
 
+def _redirect_loop(path: str, action: str, endpoint: str, bucket: Any) -> StorageError:
+    """botocore asks HeadBucket for the region of a 301 that names none, and follows the
+    HeadBucket's own 301 the same way, until Python's recursion limit."""
+    return StorageError(
+        f"{path}: {action} failed: {endpoint} answered a redirect (HTTP 301) naming no region, "
+        f"to every request; if bucket {bucket!r} is in another region give it (--s3-region, "
+        "region_name in s3_options, the aws connection's region_name), else check the endpoint "
+        "(--s3-endpoint-url, endpoint_url)"
+    )
+
+
 def s3_error(
     code: str,
     status: str,
@@ -728,4 +750,12 @@ def s3_error(
         )
     if code in _NOT_FOUND_CODES or status == "404":
         return StorageNotFound(f"{path}: no such object ({action})")
-    return StorageError(f"{path}: {action} failed: {code or status}: {message}")
+    hint = ""
+    if code in _REGION_REDIRECT or status == "301":
+        hint = (
+            f"; bucket {bucket!r} is in another region than the client's: give its region "
+            "(--s3-region, region_name in s3_options, the aws connection's region_name)"
+        )
+    elif code in _THROTTLED or status == "503":
+        hint = "; S3 throttled or was unavailable through every attempt: check again later"
+    return StorageError(f"{path}: {action} failed: {code or status}: {message}{hint}")

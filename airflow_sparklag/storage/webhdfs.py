@@ -43,6 +43,7 @@ from airflow_sparklag.storage import (
     RequestCounter,
     Storage,
     seconds_option,
+    url_parts,
 )
 from airflow_sparklag.storage.hadoop_tokens import Token, pick_hdfs_token, read_token_file
 
@@ -59,10 +60,9 @@ def hdfs_path(url: str) -> str:
     """``hdfs://nn:8020/a/b`` -> ``/a/b``; a bare ``/a/b`` is returned as is."""
     if "://" not in url:
         return url
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in HDFS_SCHEMES:
+    if urlsplit(url).scheme.lower() not in HDFS_SCHEMES:
         raise UnsupportedStorageURL(f"{url!r} is not an hdfs:// or webhdfs:// URL")
-    return parts.path or "/"
+    return url_parts(url)[1] or "/"
 
 
 def namenode_url_for(location: str) -> str:

@@ -22,6 +22,7 @@ import pytest
 from airflow_sparklag.errors import InvalidParameter
 from airflow_sparklag.migration import Migration, migrate_checkpoint
 from airflow_sparklag.session import Session
+from airflow_sparklag.snapshot import snapshot_checkpoint
 
 pytestmark = pytest.mark.testbed
 
@@ -119,3 +120,30 @@ def test_same_call_with_valid_values_migrates(kafka: Any, checkpoint: Path, tmp_
     )
     assert again.status == "already-completed"
     assert again.to_dict() == {**result.to_dict(), "status": "already-completed"}
+
+
+INSIDE = [
+    ("archive_root", "archive"),  # the run's journal, snapshot and manifest went in first
+    ("archive_root", "."),
+    ("archive_root", "offsets/../offsets"),  # a directory among offsets/N
+    ("snapshot_root", "snapshots"),
+]
+
+
+@pytest.mark.parametrize(("name", "below"), INSIDE, ids=[f"{n}={b}" for n, b in INSIDE])
+def test_a_root_inside_the_checkpoint_is_refused_before_anything_is_written(
+    kafka: Any, checkpoint: Path, tmp_path: Path, name: str, below: str
+) -> None:
+    # Before: the migration wrote its journal, snapshot and manifest into the checkpoint, then
+    # failed (ArchiveError: "changed since its manifest"), leaving them there.
+    before = _tree(checkpoint)
+    root = str(checkpoint / below)
+    archive, kwargs = (root, {}) if name == "archive_root" else (str(tmp_path / "a"), {name: root})
+    with pytest.raises(InvalidParameter, match="is inside the checkpoint") as refused:
+        migrate_checkpoint(
+            str(checkpoint), archive, kafka_config=_config(kafka), quiet_period=0, **kwargs
+        )
+    assert refused.value.parameter == name
+    with pytest.raises(InvalidParameter, match="is inside the checkpoint"):
+        snapshot_checkpoint(str(tmp_path / "x" / ".." / "ck"), root, kafka_config=_config(kafka))
+    assert _tree(checkpoint) == before

@@ -54,6 +54,12 @@ BAD_KAFKA = [
     ("partition ' 1'", '{"orders":{" 1":5}}', ["' 1' is not a partition number"]),
     ("partition 2**32", '{"orders":{"4294967296":5}}', ["32-bit partition ids"]),
     ("empty topic", '{"":{"0":5}}', ["empty topic name"]),
+    # Kafka names are [a-zA-Z0-9._-]{1,249}: others were asked of the broker ("Invalid topic")
+    # and printed raw, an ANSI escape included, to the terminal
+    ("escape in topic", '{"ord\\u001b[2Jers":{"0":5}}', ["'ord\\x1b[2Jers' is not a Kafka topic"]),
+    ("bidi override", '{"\\u202eorders":{"0":5}}', ["'\\u202eorders' is not a Kafka topic name"]),
+    ("topic '..'", '{"..":{"0":5}}', ["'..' is not a Kafka topic name"]),
+    ("topic of 250", '{"' + "a" * 250 + '":{"0":5}}', ["is not a Kafka topic name"]),
 ]
 
 
@@ -66,7 +72,7 @@ def test_bad_kafka_offsets_name_file_topic_and_partition(
         parse_offsets(_offsets(source, version), OFFSETS_PATH)
     message = str(raised.value)
     assert message.startswith(f"{OFFSETS_PATH}: source '0'")
-    if case != "empty topic":
+    if case != "empty topic" and "not a Kafka topic" not in problems[0]:
         assert "topic 'orders'" in message
     for problem in problems:
         assert problem in message
@@ -97,6 +103,17 @@ def test_metadata_times_beyond_a_long_are_corrupt(key: str, value: int) -> None:
     data = f'v1\n{{"{key}":{value}}}\n{{"t":{{"0":1}}}}'.encode()
     with pytest.raises(CheckpointCorrupt, match=rf"offsets/42: offsets metadata '{key}'.*64-bit"):
         parse_offsets(data, OFFSETS_PATH)
+
+
+@pytest.mark.parametrize("value", [-1, -5, 253_402_300_800_000])
+def test_batch_times_before_1970_or_after_9999_are_corrupt(value: int) -> None:
+    # Were read: -5 went to Kafka's ListOffsets by time (history failed, "invalid offset -5";
+    # -1 reads as LATEST), year 10000 failed history with "internal error: ValueError".
+    data = f'v1\n{{"batchTimestampMs":{value}}}\n{{"t":{{"0":1}}}}'.encode()
+    with pytest.raises(CheckpointCorrupt, match=rf"offsets/42: .*'batchTimestampMs' is {value}"):
+        parse_offsets(data, OFFSETS_PATH)
+    negative_watermark = b'v1\n{"batchWatermarkMs":-5,"batchTimestampMs":0}\n{"t":{"0":1}}'
+    assert parse_offsets(negative_watermark, OFFSETS_PATH).batch_timestamp_ms == 0
 
 
 @pytest.mark.parametrize(
@@ -135,7 +152,7 @@ BAD_COMMITS = [
     ("json only", b'{"x":0}', CheckpointCorrupt, "commits/6: missing version header"),
     ("v99", b"v99", UnsupportedCheckpointVersion, "commits/6: commit log version v99"),
     ("v99 + json", b"v99\n{}", UnsupportedCheckpointVersion, "commits/6: commit log version v99"),
-    ("v0", b"v0\n{}", UnsupportedCheckpointVersion, "version v0 is not supported"),
+    ("v0", b"v0\n{}", UnsupportedCheckpointVersion, "v0 is not supported (known: v1, v2, v3); no"),
     ("bad json", b"v1\n{nope", CheckpointCorrupt, "commits/6: commit metadata is not valid JSON"),
     ("not utf-8", b"v1\n\xff", CheckpointCorrupt, "commits/6: not UTF-8"),
 ]
@@ -268,6 +285,19 @@ def test_batch_names_beyond_a_java_long_are_not_batches(tmp_path: Path) -> None:
     assert state.committed_batch_id == 6
     assert parse_batch_id("9223372036854775807") == INT64_MAX
     assert parse_batch_id("9" * 5000) is None
+
+
+def test_names_spark_never_reads_as_a_batch_are_not_batches(tmp_path: Path) -> None:
+    # A Java long parses "0012" and "+12", but Spark reads batch 12 from the file "12": a
+    # copy left as offsets/0012 was taken for the newest batch (12, with its rates and
+    # real-time shape measured from it).
+    location = _copy(tmp_path)
+    for name in ("0012", "+12", "012", "\u0661\u0662"):
+        for log in ("offsets", "commits"):
+            (location / log / name).write_bytes((location / log / "6").read_bytes())
+    state = CheckpointReader(LocalStorage(), str(location)).read(history=3)
+    assert state.committed_batch_id == 6 and state.in_flight is None
+    assert [parse_batch_id(n) for n in ("0", "10", "0012", "+12")] == [0, 10, None, None]
 
 
 def test_an_offsets_file_too_big_to_be_spark_s_is_not_read(tmp_path: Path) -> None:

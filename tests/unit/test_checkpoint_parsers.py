@@ -165,11 +165,11 @@ def test_kafka_source_is_recognised_by_content() -> None:
 
 
 def test_v2_splits_on_first_colon_and_sorts_sources() -> None:
-    data = f'v2\n{_META}\nevents:{{"t:x":{{"0":4}}}}\n1:-\n0:{{"t":{{"0":9}}}}'.encode()
+    data = f'v2\n{_META}\nevents:{{"t.x":{{"0":4}}}}\n1:-\n0:{{"t":{{"0":9}}}}'.encode()
     batch = parse_offsets(data, "/ck/offsets/0")
     assert [s.source_id for s in batch.sources] == ["0", "1", "events"]
     events = batch.sources[2]
-    assert events.kafka is not None and dict(events.kafka["t:x"]) == {0: 4}
+    assert events.kafka is not None and dict(events.kafka["t.x"]) == {0: 4}
     assert batch.sources[1].kind == "none"
 
 

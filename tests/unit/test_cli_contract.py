@@ -50,6 +50,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         ["migrate", "/x", "--archive", "/a", "-b", "b:1", "--quiet-period", "-60"],
         ["wait", "health", "/x", "-b", "b:1", "--accept", "HEALTHY"],
         ["wait", "catch-up", "/x", "-b", "b:1"],  # no --target-time
+        ["wait", "catch-up", "/x", "-b", "b:1", "--target-time", "0001-01-01"],
+        ["wait", "progress", "/x", "-b", "b:1", "--after-time", "1e20"],
+        ["status", "--prefix", "/x", "-b", "b:1", "--max-depth", "-1"],
+        ["status", "/x", "-b", "127.0.0.1:99999"],  # librdkafka dialled port 34463
+        ["status", "/x", "-b", ",,"],
         ["serve", "/x", "-b", "b:1", "--port", "99999"],
         ["serve", "/x", "-b", "b:1", "--port", "-1"],
         ["bogus"],
@@ -129,6 +134,18 @@ def test_userinfo_in_a_location_is_never_printed(tmp_path: Path) -> None:
     assert proc.returncode == 4, proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize("command", ["status", "snapshot"])
+def test_userinfo_in_bootstrap_servers_is_refused_unprinted(
+    files: dict[str, str], command: str
+) -> None:
+    # Was printed in the KafkaUnavailable message: "Kafka bootstrap servers alice:<pw>@..."
+    secret = "CANARY-cli-bootstrap-91c2"
+    extra = ["--to", files["job"] + "-snapshots"] if command == "snapshot" else []
+    proc = run(command, files["job"], "-b", f"alice:{secret}@127.0.0.1:1", *extra)
+    assert secret not in proc.stdout + proc.stderr
+    assert proc.returncode == 64 and "holds user info" in proc.stderr, proc.stdout + proc.stderr
+
+
 def test_library_warnings_are_one_scrubbed_line_without_traceback() -> None:
     """gcsfs logs "out of retries" with its traceback; Python's last-resort handler printed all
     of it. The CLI's handler prints one line, scrubbed with the command's secrets."""
@@ -150,3 +167,16 @@ def _no_debug() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if k != "SPARKLAG_DEBUG"}
+
+
+def test_names_a_terminal_would_obey_are_shown_escaped(tmp_path: Path) -> None:
+    # A directory (an S3 key) found under --prefix, or a location given, with an ANSI escape
+    # and a bidi override: printed raw, they cleared the screen or reordered the line.
+    name = "job\x1b[2J\u202e"
+    shutil.copytree(DATA / "ckm4.3.0", tmp_path / "fleet" / name)
+    found = run("status", "--prefix", str(tmp_path / "fleet"), *NO_KAFKA)
+    missing = run("status", str(tmp_path / name), *NO_KAFKA)
+    assert (found.returncode, missing.returncode) == (3, 4)
+    assert "job\\x1b[2J\\u202e" in found.stdout and "job\\x1b[2J\\u202e" in missing.stdout
+    for output in (found.stdout, found.stderr, missing.stdout, missing.stderr):
+        assert "\x1b" not in output and "\u202e" not in output

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -153,3 +154,19 @@ def test_wsgi_routes_formats_and_gzip():
     call("/history", QUERY_STRING="job=/not/served")
     assert responses[-1][0] == "404 Not Found"  # only jobs of the fleet are read
     assert exporter.render()[0] is exporter.render()[0]  # rendered once per refresh
+
+
+@pytest.mark.parametrize("address", ["::1", "::"])
+def test_serves_on_ipv6_addresses_too(address: str) -> None:
+    # "::" (all addresses, the usual bind in a pod) and "::1" failed: "cannot listen on ::1:0:
+    # Address family for hostname not supported" (the server was IPv4 only).
+    exporter = LagExporter(FakeFleet(*[[result("/ck/a", {0: 1}, {0: 2})]] * 5), clock=lambda: NOW)
+    server = exporter.serve(address, 0)
+    try:
+        url = f"http://[::1]:{server.server_port}/healthz"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            assert answer.status == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+        exporter.stop()

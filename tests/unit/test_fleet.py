@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from airflow_sparklag import fleet
+from airflow_sparklag.errors import InvalidParameter, StorageAccessDenied
 from airflow_sparklag.fleet import FleetChecker, discover_checkpoints
 from airflow_sparklag.health import Health
+from airflow_sparklag.monitor import check, check_checkpoint, check_many
 from airflow_sparklag.session import Session
 from airflow_sparklag.storage import Children
 from airflow_sparklag.storage.local import LocalStorage
@@ -97,6 +99,63 @@ def test_discover_metadata_only_checkpoint_and_missing_prefix(tmp_path: Path) ->
     (job / "metadata").write_text('{"id":"q"}')
     assert discover_checkpoints(str(tmp_path)) == [str(job)]
     assert discover_checkpoints(str(tmp_path / "missing")) == []
+
+
+def test_one_bad_directory_does_not_end_the_scan(
+    tree: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Was: "StorageError: <dir>: list directory failed: Too many levels of symbolic links" (or
+    # permission denied: lost+found, another team's directory) for the whole scan, so
+    # `status --prefix` checked nothing and `serve --prefix` exported no job, ever.
+    (tree / "team-a" / "loop").symlink_to("loop")  # a symlink loop beside the jobs
+    looped = _copy("ckm3.5.9", tree / "team-b" / "looped")
+    shutil.rmtree(looped / "offsets")
+    (looped / "offsets").symlink_to("offsets")  # ... and inside one: that job's own error
+    denied = tree / "team-b" / "nested"  # root reads any mode: PermissionError made by hand
+    original = LocalStorage.list_children
+
+    def refusing(storage: LocalStorage, path: str) -> Children:
+        if path == str(denied):
+            raise PermissionError(13, "Permission denied", path)
+        return original(storage, path)
+
+    monkeypatch.setattr(LocalStorage, "list_children", _os_mapped(refusing))
+    with caplog.at_level("WARNING", logger="airflow_sparklag.fleet"):
+        found = discover_checkpoints(str(tree))
+    assert found == [
+        str(tree / "team-a" / "clicks"),
+        str(tree / "team-a" / "orders"),
+        str(tree / "team-b" / "looped"),
+    ]
+    assert f"{denied}: permission denied (list directory)" in caplog.text
+    with pytest.raises(StorageAccessDenied):  # the prefix itself is still an error
+        discover_checkpoints(str(denied))
+
+
+def _os_mapped(method):  # type: ignore[no-untyped-def]
+    """``method`` with its OSError mapped as LocalStorage.list_children maps it."""
+    from airflow_sparklag.storage.local import _os_errors
+
+    def mapped(storage: LocalStorage, path: str) -> Children:
+        with _os_errors(path, "list directory"):
+            return method(storage, path)
+
+    return mapped
+
+
+def test_locations_are_paths_or_text_else_a_typed_error(tmp_path: Path) -> None:
+    # A pathlib.Path was "TypeError: argument of type 'PosixPath' is not iterable"; None, 5,
+    # bytes and a NUL were TypeErrors and ValueErrors of the standard library.
+    job = _copy("ckm3.5.9", tmp_path / "job")
+    assert check_checkpoint(job, kafka_config=KAFKA).report.committed_batch_id is not None
+    with Session(kafka_config=KAFKA) as session:
+        assert [r.location for r in check_many(session, [job])] == [str(job)]
+        for bad in (None, 5, b"/ck", f"{job}\x00x", ""):
+            with pytest.raises(InvalidParameter, match=r"^location"):
+                check(session, bad)  # type: ignore[arg-type]
+            if bad != "":  # every other read goes through the session's storage
+                with pytest.raises(InvalidParameter, match=r"^location"):
+                    session.storage(bad)  # type: ignore[arg-type]
 
 
 def test_session_shares_one_backend_per_scheme_and_host() -> None:

@@ -18,6 +18,7 @@ from confluent_kafka import KafkaException
 from airflow_sparklag import consumer_group
 from airflow_sparklag.errors import InvalidParameter, KafkaError, KafkaUnavailable
 from airflow_sparklag.kafka import KafkaOffsetsClient
+from airflow_sparklag.session import Session
 
 NOWHERE = {"bootstrap.servers": "127.0.0.1:9"}  # never contacted by these tests
 
@@ -100,6 +101,34 @@ def test_bad_timeout_is_refused_naming_it(timeout: Any) -> None:
     with pytest.raises(InvalidParameter) as raised:
         KafkaOffsetsClient(NOWHERE, timeout=timeout)
     assert raised.value.parameter == "timeout"
+
+
+@pytest.mark.parametrize(
+    "servers",
+    ["alice:CANARY-pw-5e1d@b:9092", "b:9092,u:CANARY-pw-5e1d@c:9092", "b:99999", ",,", "9092"],
+)
+def test_bootstrap_servers_librdkafka_would_misread_are_refused(servers: str) -> None:
+    # userinfo was printed in every KafkaUnavailable message; port 99999 dialled 34463
+    for make in (
+        lambda: KafkaOffsetsClient({"bootstrap.servers": servers}),
+        lambda: Session(
+            kafka_config={"bootstrap.servers": "b:9092"},
+            source_kafka={"1": {"bootstrap.servers": servers}},
+        ),
+    ):
+        with pytest.raises(InvalidParameter) as raised:
+            make()
+        assert raised.value.parameter == "bootstrap.servers"
+        assert "CANARY" not in str(raised.value)
+
+
+@pytest.mark.parametrize("timeout", [301, 3600, 1e9])
+def test_a_timeout_beyond_librdkafkas_socket_timeout_still_makes_a_client(timeout: float) -> None:
+    # socket.timeout.ms above 300,000 (or past a 32-bit int at 1e9 s) failed every command:
+    # "Cannot create a Kafka client ... value 301000 is outside allowed range 10..300000".
+    with KafkaOffsetsClient(NOWHERE, timeout=timeout) as kafka:
+        assert kafka._get_admin() is not None
+        assert kafka.timeout == timeout
 
 
 # -- group requests retry while the coordinator is not ready ----------------------------------

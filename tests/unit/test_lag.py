@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from airflow_sparklag.health import Health, Thresholds, evaluate
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
 from airflow_sparklag.lag import UNREAD_TOPICS, LagReport, compute_lag
 
@@ -486,6 +487,24 @@ def test_first_batch_in_flight_without_starting_offsets_is_not_measured() -> Non
     report = compute_lag(st, snapshot({"t": {0: (0, 2000)}}), now=NOW)
     assert [(s.source_id, s.is_kafka, s.topics) for s in report.sources] == [("0", True, ())]
     assert any("starting offsets were not read" in note for note in report.notes)
+
+
+@pytest.mark.parametrize("starts", [None, {}])  # {}: the check read no sources/0/0 (missing)
+def test_first_batch_in_flight_without_its_start_file_has_no_lag_rather_than_0(
+    starts: dict[str, Any] | None,
+) -> None:
+    # Was: lag 0 and "UNKNOWN: ...; lag 0 record(s) from the offsets it started at" while
+    # 2000 records waited (sources/0/0 missing: a hand-damaged or half-copied checkpoint).
+    st = state([], in_flight=batch(2, {"t": {0: 2000}}, NOW - 5))
+    report = compute_lag(st, snapshot({"t": {0: (0, 2000)}}), now=NOW, source_starts=starts)
+    (source,) = report.sources
+    assert source.lag is None and source.lag_unknown == (
+        "no batch committed yet and sources/0/0 (where it started) not found"
+    )
+    assert any("starting offsets were not read" in note for note in report.notes)
+    verdict = evaluate(report, Thresholds())
+    assert verdict.health is Health.UNKNOWN and "lag unknown: source 0: no batch" in verdict.reason
+    assert assert_json_safe(report)["sources"][0]["lag"] is None
 
 
 # -- what the numbers mean ------------------------------------------------------------------------

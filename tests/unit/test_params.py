@@ -168,7 +168,21 @@ def test_moment(value: object, expected: float | None) -> None:
     assert params.moment("target_time", value) == expected
 
 
-@pytest.mark.parametrize("value", ["yesterday", "nan", -5, [1]])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "yesterday",
+        "nan",
+        -5,
+        [1],
+        # Kafka reads -1 as LATEST: a catch-up target then meant "the log end", silently
+        "1969-12-31T23:59:59.999Z",
+        "0001-01-01",  # was sent to Kafka as -62135596800000 ms
+        datetime.datetime(1969, 12, 31, 23, 59, 59),
+        "1e20",  # was an internal error (OSError) printing it, or "int too big" from Kafka
+        "10000-01-01T00:00:00",
+    ],
+)
 def test_moment_refuses_what_is_not_a_time(value: object) -> None:
     with pytest.raises(InvalidParameter, match=r"^target_time: "):
         params.moment("target_time", value)

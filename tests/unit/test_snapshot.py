@@ -236,6 +236,19 @@ def test_archive_rename_on_local_disk(tmp_path: Path):
     assert not source.exists() and _tree(target) == before
 
 
+def test_archive_of_a_symlinked_checkpoint_moves_its_directory(tmp_path: Path):
+    # Was: the link alone was renamed into the archive (dangling there: "link -> ck"), the
+    # verification failed ("commits/0: missing from the archive") and the location was gone.
+    before = _make_checkpoint(tmp_path / "ck")
+    (tmp_path / "link").symlink_to("ck")
+    target = tmp_path / "archive" / "ck"
+    report = archive_tree(
+        LocalStorage(), str(tmp_path / "link"), str(target), manifest_path=str(tmp_path / "m")
+    )
+    assert report.method == "rename" and not target.is_symlink() and _tree(target) == before
+    assert not (tmp_path / "ck").exists()
+
+
 def test_archive_copy_resumes_after_a_crash_and_never_deletes_unverified(tmp_path: Path):
     source, target = tmp_path / "ck", tmp_path / "other" / "ck"
     before = _make_checkpoint(source)

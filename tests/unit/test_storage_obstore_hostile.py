@@ -61,6 +61,27 @@ def test_typed_s3_errors_are_the_same_through_obstore(
             storage.read("s3a://b/ck/offsets/1")
 
 
+HINTED = [
+    # a 301 naming no region: botocore's region redirector recursed until RecursionError
+    # ("internal error, please report" from the CLI)
+    (301, "PermanentRedirect", "answered a redirect (HTTP 301) naming no region"),
+    (400, "AuthorizationHeaderMalformed", "bucket 'b' is in another region than the client's"),
+    (503, "SlowDown", "S3 throttled or was unavailable through every attempt"),
+]
+
+
+@pytest.mark.parametrize(("status", "code", "hint"), HINTED, ids=[c[1] for c in HINTED])
+def test_a_bucket_in_another_region_and_throttling_say_what_to_do(
+    server: CannedServer, status: int, code: str, hint: str
+) -> None:
+    # Were "list failed: <code>: m": nothing said to give the bucket's region or wait.
+    server.answer = (status, "application/xml", ERROR_XML.format(code).encode())
+    for reader in ("boto3", "obstore"):
+        with pytest.raises(StorageError, match=r"^s3a://b/ck: list failed: ") as raised:
+            CheckpointReader(_s3(server, reader), "s3a://b/ck", query_id=False).read()
+        assert hint in str(raised.value)
+
+
 def test_a_proxy_error_page_on_read_is_a_storage_error_through_obstore(
     server: CannedServer,
 ) -> None:

@@ -60,6 +60,8 @@ def test_open_storage_dispatches_on_scheme(url: str, backend: type) -> None:
 def test_s3_url_split() -> None:
     assert split_s3_url("s3a://bucket/a/b") == ("bucket", "a/b")
     assert split_s3_url("s3n://bucket") == ("bucket", "")
+    # Hadoop's Path keeps ?, # and %XX as characters of the key (urlsplit cut them off)
+    assert split_s3_url("s3a://b/ck ?x #y%41/offsets") == ("b", "ck ?x #y%41/offsets")
     with pytest.raises(UnsupportedStorageURL, match="'gs://b/k' is not an S3 URL"):
         split_s3_url("gs://b/k")
 
@@ -173,6 +175,7 @@ def test_hdfs_path() -> None:
     assert hdfs_path("hdfs://nn:8020/a/b") == "/a/b"
     assert hdfs_path("webhdfs://nn/a") == "/a"
     assert hdfs_path("/a") == "/a"
+    assert hdfs_path("hdfs://nn:8020/ck ?x #y%41") == "/ck ?x #y%41"
 
 
 def _closed_port() -> int:
