@@ -126,7 +126,7 @@ with DAG(
         quiet_period="{{ 0 if ti.xcom_pull(task_ids='stop_old_job') else params.quiet_period }}",
         allow_data_loss="{{ params.allow_data_loss }}",
         move_sink_log="{{ params.move_sink_log }}",
-        file_sink_paths=["{{ params.output_path }}"],
+        file_sink_paths="{{ params.output_path }}",  # empty: no file sink (noop)
         **CONNECTIONS,
     )
 

@@ -13,7 +13,8 @@ A verdict that persists starts nothing, and a restarted triggerer does not fire 
 transition again (docs/events.md).
 
 1. ``read_event`` reads the event's payload (``status``, ``job``, ``health``, ``message``, the
-   check's report); a "recovered" event ends the run here (the rest is skipped).
+   check's report); a "recovered" event ends the run here (the rest is skipped), and so does
+   a manual run (it has no event: it logs that and restarts nothing).
 2. ``restart_job`` stops the running job (if any) and starts it again on its checkpoint
    (``dags/jobs/kafka_stream_job.py`` here; on a cluster SparkSubmitOperator), recording when.
 3. ``wait_caught_up`` (deferred) waits until everything produced before the restart is
@@ -108,7 +109,15 @@ def build_dag(config: dict[str, Any]) -> Any:
 
         @task.short_circuit
         def read_event(triggering_asset_events=None) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
-            event = triggering_asset_events[health][-1]
+            events = triggering_asset_events[health] if triggering_asset_events else []
+            if not events:  # a manual run: no transition to act on
+                log.warning(
+                    "no asset event (a manual run): nothing to restart. This DAG runs when its "
+                    "watcher sees the job's health change%s",
+                    "" if configured else f"; set the Variable {CONFIG_VARIABLE} to configure it",
+                )
+                return None
+            event = events[-1]
             payload: dict[str, Any] = event.extra.get("payload") or {}
             log.info(
                 "%s: %s -> %s: %s",

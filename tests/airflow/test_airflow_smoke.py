@@ -20,6 +20,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -103,7 +104,8 @@ def test_every_example_dag_unpaused_before_any_configuration_fails_nothing(deplo
     """A user unpauses every example DAG before configuring anything: the SLA check's and the
     fleet scan's scheduled runs succeed with their work skipped (a log line says how to
     configure them), and the DAGs without a schedule (gated deploy, migration) or whose
-    asset has no watcher yet (remediation) start nothing."""
+    asset has no watcher yet (remediation) start nothing; a manual run of the remediation DAG
+    restarts nothing and says why."""
     cluster = deployment.running()
     scheduled = {  # DAG: (the task skipped, what its log says)
         SLA: ("load_jobs", "shipped sample configuration"),
@@ -131,6 +133,22 @@ def test_every_example_dag_unpaused_before_any_configuration_fails_nothing(deplo
             assert said in logs, f"{dag_id}: {logs}"
         for dag_id in quiet:
             assert len(cluster.runs(dag_id)) == before[dag_id], dag_id
+        # Triggered by hand, the remediation DAG has no asset event to act on: it says so and
+        # restarts nothing (it failed with an IndexError).
+        run_id = cluster.trigger(REMEDIATION)
+        try:
+            state = cluster.wait_run(REMEDIATION, run_id, timeout=120)
+            states = cluster.task_states(REMEDIATION, run_id)
+            logs = cluster.task_logs(REMEDIATION, run_id, lines=200)
+            assert state == "success", f"{states}\n{logs}"
+            assert states == {
+                "read_event": "success",
+                "restart_job": "skipped",
+                "wait_caught_up": "skipped",
+            }, states
+            assert "no asset event (a manual run): nothing to restart" in logs, logs
+        finally:  # test_event_trigger_airflow counts this DAG's runs in the same deployment
+            cluster.api("DELETE", f"/dags/{REMEDIATION}/dagRuns/{quote(run_id, safe='')}")
     finally:
         for dag_id in dags:
             cluster.pause(dag_id)

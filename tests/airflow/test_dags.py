@@ -381,6 +381,24 @@ def test_gated_deploy_takes_its_abort_branch_when_the_job_is_not_there(
     assert not (tmp_path / "run").exists()  # stop_old_job / start_new_job never ran
 
 
+@pytest.mark.parametrize("output_path", ["", "/data/out/orders-v2"])
+def test_migration_dag_guards_a_file_sink_only_when_output_path_is_given(output_path):
+    """``output_path`` is optional (empty: a noop sink). The migrate task's file_sink_paths,
+    rendered as the DAG renders it, is read as no path or that one path; it was ``[""]``,
+    which failed every run without an output_path ("every item must be a non-empty string")
+    after its old job had been stopped."""
+    from airflow_sparklag import params
+    from airflow_sparklag.migration import MigrationOptions
+
+    dag = dag_bag().dags["sparklag_checkpoint_migration"]
+    migrate = dag.get_task("migrate")
+    rendered = migrate.render_template(
+        migrate.file_sink_paths, {"params": {"output_path": output_path}}, dag.get_template_env()
+    )
+    options = params.options(MigrationOptions, {"file_sink_paths": rendered})
+    assert options.file_sink_paths == ((output_path,) if output_path else ())
+
+
 def test_fleet_scan_streams_spark_submit_output_line_by_line():
     """The fleet scan's runner logs each line of the process's output as it comes, not at
     its end: a command printing a line every 0.3 s gives log records spread over its run."""
