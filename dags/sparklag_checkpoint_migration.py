@@ -1,9 +1,12 @@
 """Move a Spark streaming job to a fresh checkpoint without losing data.
 
-    check_health -> stop_old_job -> snapshot -> migrate -> start_new_job -> wait_first_batch
+    check_health -> check_inputs -> stop_old_job -> snapshot -> migrate -> start_new_job
+        -> wait_first_batch
 
 1. ``check_health`` refuses to go on when the checkpoint is damaged or the job lost data or
-   rewound (a migration would carry the damage along); lag alone is fine.
+   rewound (a migration would carry the damage along); lag alone is fine. ``check_inputs``
+   reads the migration's parameters (roots, quiet period, output path, flags) as ``migrate``
+   will, so a value it cannot read fails the run BEFORE the job is stopped.
 2. ``stop_old_job`` stops the running version (pid file ``<run_dir>/<old_job_name>.pid``, as in
    the gated deploy DAG); skipped when ``old_job_name`` is empty (stop it yourself: the
    migration's quiet period refuses a checkpoint that still moves).
@@ -100,6 +103,31 @@ with DAG(
     )
 
     @task
+    def check_inputs(params=None) -> None:  # type: ignore[no-untyped-def]
+        """What ``migrate`` will read, read now: a bad value must not leave the job stopped."""
+        from airflow_sparklag import params as read
+        from airflow_sparklag.errors import InvalidParameter
+        from airflow_sparklag.migration import MigrationOptions
+        from airflow_sparklag.storage import inside
+
+        try:
+            checkpoint = read.location("checkpoint", params["checkpoint"])
+            for name in ("archive_root", "snapshot_root"):
+                if inside(read.location(name, params[name]), checkpoint):
+                    raise read.invalid(name, f"{params[name]} is inside the checkpoint")
+            read.options(
+                MigrationOptions,
+                {
+                    "quiet_period": params["quiet_period"],
+                    "allow_data_loss": params["allow_data_loss"],
+                    "move_sink_log": params["move_sink_log"],
+                    "file_sink_paths": params["output_path"],
+                },
+            )
+        except InvalidParameter as exc:
+            raise AirflowFailException(str(exc)) from None
+
+    @task
     def stop_old_job(params=None) -> int | None:  # type: ignore[no-untyped-def]
         if not params["old_job_name"]:
             reason = "no old_job_name: the job is stopped outside this DAG"
@@ -177,4 +205,5 @@ with DAG(
         **CONNECTIONS,
     )
 
-    check_health >> stop_old_job() >> snapshot >> migrate >> start_new_job() >> wait_first_batch
+    check_health >> check_inputs() >> stop_old_job() >> snapshot >> migrate
+    migrate >> start_new_job() >> wait_first_batch

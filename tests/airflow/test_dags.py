@@ -399,6 +399,24 @@ def test_migration_dag_guards_a_file_sink_only_when_output_path_is_given(output_
     assert options.file_sink_paths == ((output_path,) if output_path else ())
 
 
+def test_migration_dag_reads_its_inputs_before_it_stops_the_job():
+    """``check_inputs`` runs before ``stop_old_job``: an archive root inside the checkpoint or a
+    value ``migrate`` cannot read fails the run while the old job still runs; the defaults
+    pass."""
+    from airflow.providers.common.compat.sdk import AirflowFailException
+
+    dag = dag_bag().dags["sparklag_checkpoint_migration"]
+    check = dag.get_task("check_inputs")
+    assert "check_inputs" in dag.get_task("stop_old_job").upstream_task_ids
+    defaults = {name: param.value for name, param in dag.params.items()}
+    check.python_callable(params=defaults)
+    inside = {**defaults, "archive_root": defaults["checkpoint"] + "/archive"}
+    with pytest.raises(AirflowFailException, match=r"archive_root.*inside the checkpoint"):
+        check.python_callable(params=inside)
+    with pytest.raises(AirflowFailException, match="quiet_period"):
+        check.python_callable(params={**defaults, "quiet_period": -1})
+
+
 def test_fleet_scan_streams_spark_submit_output_line_by_line():
     """The fleet scan's runner logs each line of the process's output as it comes, not at
     its end: a command printing a line every 0.3 s gives log records spread over its run."""
