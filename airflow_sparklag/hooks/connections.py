@@ -140,8 +140,8 @@ def kafka_config_from(conn: Connection) -> dict[str, Any]:
 
 def _kafka_provider_config(conn: Connection) -> dict[str, Any] | None:
     """The apache-kafka provider's config for ``conn`` (``KafkaBaseHook._build_config``, the
-    one its own hooks and ``test_connection`` use; the ``airflow`` extra needs >= 1.10, which
-    has it); None without the provider."""
+    one its own hooks and ``test_connection`` use); None without the provider or with a
+    version that has no such method (< 1.10, which added no callbacks either)."""
     try:
         from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
     except ModuleNotFoundError as exc:
@@ -149,6 +149,8 @@ def _kafka_provider_config(conn: Connection) -> dict[str, Any] | None:
             return None
         raise
     hook = KafkaBaseHook(kafka_config_id=conn.conn_id)
+    if not hasattr(hook, "_build_config"):
+        return None
     # The connection is already read (in a trigger: with the async API); the provider's hook
     # must not read it again, synchronously, from inside the event loop.
     hook.get_connection = lambda conn_id: conn  # type: ignore[method-assign]
