@@ -203,7 +203,9 @@ def test_fleet_and_snapshot_on_the_kerberized_cluster(kerberized, secure_hdfs, k
     flags = ["-b", kafka.bootstrap, "--json", *_keytab_flags(secure_hdfs)]
     prefix = kerberized["location"].rsplit("/", 1)[0]
     fleet = _sparklag(secure_hdfs, "status", "--prefix", prefix, *flags, timeout=180)
-    assert fleet.returncode in (0, 1, 2), fleet.stdout + fleet.stderr
+    # 3 (UNKNOWN, short history) once the module's checkpoint is older than 30 s; 4 (a failed
+    # read or discovery) still fails
+    assert fleet.returncode in (0, 1, 2, 3), fleet.stdout + fleet.stderr
     document = json.loads(fleet.stdout)
     locations = [r["location"] for r in document.get("results", [document])]
     assert kerberized["location"] in locations
