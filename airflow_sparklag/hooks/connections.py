@@ -141,7 +141,8 @@ def kafka_config_from(conn: Connection) -> dict[str, Any]:
 def _kafka_provider_config(conn: Connection) -> dict[str, Any] | None:
     """The apache-kafka provider's config for ``conn`` (``KafkaBaseHook._build_config``, the
     one its own hooks and ``test_connection`` use); None without the provider or with a
-    version that has no such method (< 1.10, which added no callbacks either)."""
+    version that has no such method (the 1.x providers that Airflow 2.11 and 3.0 pin, 1.10.2
+    and 1.13.0 in the compatibility runs: their extra is then read as plain client config)."""
     try:
         from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
     except ModuleNotFoundError as exc:
