@@ -78,7 +78,9 @@ def _realm(secure_hdfs: Any) -> Iterator[None]:
 
 def _copy_in(secure_hdfs: Any, local: Path, *locations: str) -> dict[str, bytes]:
     """The local checkpoint written to each location as alice (keytab), 8 files at once
-    through one storage; its files by name."""
+    through one storage, commits/ last as Spark writes them (a reader polling while it lands
+    never sees commits/N before offsets/N, which a real checkpoint never shows and the reader
+    refuses as damaged); its files by name."""
     from concurrent.futures import ThreadPoolExecutor
 
     alice = _alice(secure_hdfs)
@@ -88,8 +90,14 @@ def _copy_in(secure_hdfs: Any, local: Path, *locations: str) -> dict[str, bytes]
         if path.is_file() and not path.name.endswith(".crc")
     }
     with _realm(secure_hdfs), ThreadPoolExecutor(8) as pool:
-        writes = [(f"{at}/{name}", data) for at in locations for name, data in files.items()]
-        list(pool.map(lambda write: alice.write_atomic(*write), writes))
+        for commits in (False, True):
+            writes = [
+                (f"{at}/{name}", data)
+                for at in locations
+                for name, data in files.items()
+                if name.startswith("commits/") == commits
+            ]
+            list(pool.map(lambda write: alice.write_atomic(*write), writes))
     return files
 
 
