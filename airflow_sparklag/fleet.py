@@ -194,13 +194,7 @@ class FleetChecker:
 
     def discover(self) -> list[str]:
         """List the prefixes again; readers of vanished checkpoints are dropped."""
-        found = discover_checkpoints(
-            self.prefixes,
-            session=self.session,
-            max_depth=self.max_depth,
-            max_workers=self.max_workers,
-        )
-        return self._discovered(found)
+        return self._discovered(self._found())
 
     def _discovered(self, found: Iterable[str]) -> list[str]:
         self._locations = list(dict.fromkeys([*self._given, *sorted(found)]))
@@ -221,16 +215,20 @@ class FleetChecker:
         if self._discovery_due():
             self.discover()
 
-    def _discovering(self, found: list[str]) -> Iterator[str]:
-        """The given locations, then each discovered checkpoint as it is found (kept in
-        ``found``): a poll that discovers reads them while discovery lists on."""
-        yield from self._given
-        for location in iter_checkpoints(
+    def _found(self) -> Iterator[str]:
+        """The prefixes' checkpoints as discovery finds them."""
+        return iter_checkpoints(
             self.prefixes,
             session=self.session,
             max_depth=self.max_depth,
             max_workers=self.max_workers,
-        ):
+        )
+
+    def _discovering(self, found: list[str]) -> Iterator[str]:
+        """The given locations, then each discovered checkpoint as it is found (kept in
+        ``found``): a poll that discovers reads them while discovery lists on."""
+        yield from self._given
+        for location in self._found():
             found.append(location)
             yield location
 
@@ -261,9 +259,7 @@ class FleetChecker:
             lazy_history=True,
         )
         if discovering:
-            kept = set(self._discovered(found))
-            states = {loc: st for loc, st in states.items() if loc in kept}
-            failures = {loc: r for loc, r in failures.items() if loc in kept}
+            self._discovered(found)
         return states, failures
 
     def check(

@@ -30,6 +30,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
+from airflow_sparklag.checkpoint import LATEST_TIME_MS
 from airflow_sparklag.errors import InvalidParameter
 from airflow_sparklag.health import Health, Thresholds
 
@@ -196,8 +197,9 @@ def moment(name: str, value: Any) -> float | None:
     return _epoch(name, value, seconds / 1000.0 if seconds > 1e11 else seconds)
 
 
-# The last second of year 9999: later times cannot be printed as datetimes nor sent to Kafka.
-_LATEST_MOMENT = 253_402_300_799.0
+# The last second of year 9999 (checkpoint's bound on batch times): later times cannot be
+# printed as datetimes nor sent to Kafka.
+_LATEST_MOMENT = float(LATEST_TIME_MS // 1000)
 
 
 def _epoch(name: str, value: Any, seconds: float) -> float:
