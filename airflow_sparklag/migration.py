@@ -87,6 +87,7 @@ __all__ = [
     "SnapshotMismatch",
     "TopicGone",
     "migrate_checkpoint",
+    "outside_checkpoint",
 ]
 
 JOURNAL_FORMAT = "sparklag-migration-journal"
@@ -262,9 +263,10 @@ def _path(name: str, value: Any) -> str:
     return value
 
 
-def _outside_checkpoint(name: str, root: str | None, location: str) -> None:
-    """A migration archives the whole checkpoint directory: an archive or snapshot root inside
-    it would be written into the checkpoint, then copied or moved with it."""
+def outside_checkpoint(name: str, root: str | None, location: str) -> None:
+    """Refuse a ``root`` (archive or snapshot) inside the checkpoint at ``location``: a migration
+    archives the whole checkpoint directory, so it would be written into the checkpoint, then
+    copied or moved with it (``InvalidParameter`` naming ``name``)."""
     if root is not None and inside(root, location):
         raise params.invalid(
             name,
@@ -600,7 +602,7 @@ class Migration:
             ("archive_root", self.archive_root),
             ("snapshot_root", self.options.snapshot_root),
         ):
-            _outside_checkpoint(name, root, self.location)
+            outside_checkpoint(name, root, self.location)
         self.session = session
         self.hit: Callable[[str], None] = fault or (lambda step: None)
         self.base = _base_dir(self.archive_root, self.location)

@@ -107,14 +107,12 @@ with DAG(
         """What ``migrate`` will read, read now: a bad value must not leave the job stopped."""
         from airflow_sparklag import params as read
         from airflow_sparklag.errors import InvalidParameter
-        from airflow_sparklag.migration import MigrationOptions
-        from airflow_sparklag.storage import inside
+        from airflow_sparklag.migration import MigrationOptions, outside_checkpoint
 
         try:
             checkpoint = read.location("checkpoint", params["checkpoint"])
             for name in ("archive_root", "snapshot_root"):
-                if inside(read.location(name, params[name]), checkpoint):
-                    raise read.invalid(name, f"{params[name]} is inside the checkpoint")
+                outside_checkpoint(name, read.location(name, params[name]), checkpoint)
             read.options(
                 MigrationOptions,
                 {
