@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_sparklag.errors import (
@@ -56,13 +56,7 @@ class ArchiveReport:
     bytes: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "target": self.target,
-            "method": self.method,
-            "objects": self.objects,
-            "bytes": self.bytes,
-        }
+        return asdict(self)
 
 
 # -- what archiving needs from the stores ----------------------------------------------------
@@ -132,11 +126,9 @@ def _manifest(
 ) -> list[ManifestEntry]:
     """The manifest: read if an earlier run wrote it, else computed from the tree and written."""
     try:
-        data = manifest_store.read(manifest_path)
+        return _read_manifest(manifest_store.read(manifest_path), manifest_path)
     except StorageNotFound:
-        data = None
-    if data is not None:
-        return _read_manifest(data, manifest_path)
+        pass
     entries = []
     for relative, _size in sorted(source.walk(root).items()):
         size, sha = _digest(source, _under(root, relative))
@@ -206,16 +198,15 @@ def archive_tree(
         _verify(target, target_root, entries)
         return ArchiveReport(source_root, target_root, "rename", len(entries), total)
     for entry in entries:
-        src = _under(source_root, entry.path)
-        dst = _under(target_root, entry.path)
         if entry.path not in remaining:
             continue  # deleted by an earlier run, after its copy was verified
+        dst = _under(target_root, entry.path)
         try:
             already = _digest(target, dst) == (entry.size, entry.sha256)
         except StorageNotFound:
             already = False
         if not already:
-            target.copy_from(source, src, dst)
+            target.copy_from(source, _under(source_root, entry.path), dst)
     hit("archive:copied")
     _verify(target, target_root, entries)
     hit("archive:deleting")

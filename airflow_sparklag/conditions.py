@@ -18,7 +18,7 @@ Every ``to_dict()`` is JSON-safe: a trigger carries it (without ``kind``) as its
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from airflow_sparklag.errors import CheckpointNotFound, InvalidParameter
@@ -184,12 +184,7 @@ class ProgressCondition:
         return Probe(newer and later, message, payload)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "location": self.location,
-            "after_batch_id": self.after_batch_id,
-            "after_commit_time": self.after_commit_time,
-        }
+        return {"kind": self.kind, **asdict(self)}
 
 
 def _iso(epoch: float | None) -> str:
@@ -256,12 +251,7 @@ class CatchUpCondition:
         return Probe(False, message, payload)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "location": self.location,
-            "target_time_ms": self.target_time_ms,
-            "topics": list(self.topics) if self.topics else None,
-        }
+        return {"kind": self.kind, **asdict(self), "topics": list(self.topics or ()) or None}
 
 
 def _slowest_positions(

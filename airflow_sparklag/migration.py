@@ -40,7 +40,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
@@ -63,13 +63,14 @@ from airflow_sparklag.snapshot import (
     EARLIEST,
     Snapshot,
     load_snapshot,
+    outside_checkpoint,
     save_snapshot,
     snapshot_path,
     source_snapshots,
     take_snapshot,
     utc_iso,
 )
-from airflow_sparklag.storage import Storage, inside, join
+from airflow_sparklag.storage import Storage, join
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
@@ -137,26 +138,7 @@ class MigrationResult:
         return json.dumps(self.starting_offsets[source_id], separators=(",", ":"))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "checkpoint": self.checkpoint,
-            "status": self.status,
-            "journal_path": self.journal_path,
-            "archive_location": self.archive_location,
-            "snapshot_path": self.snapshot_path,
-            "query_id": self.query_id,
-            "committed_batch_id": self.committed_batch_id,
-            "in_flight_batch_id": self.in_flight_batch_id,
-            "starting_offsets": self.starting_offsets,
-            "starting_offsets_by_timestamp": self.starting_offsets_by_timestamp,
-            "partitions_added": self.partitions_added,
-            "records_lost": self.records_lost,
-            "replay_ranges": self.replay_ranges,
-            "sink_logs": self.sink_logs,
-            "archives": self.archives,
-            "refusals": self.refusals,
-            "warnings": self.warnings,
-            "steps_done": self.steps_done,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any]) -> MigrationResult:
@@ -263,18 +245,6 @@ def _path(name: str, value: Any) -> str:
     return value
 
 
-def outside_checkpoint(name: str, root: str | None, location: str) -> None:
-    """Refuse a ``root`` (archive or snapshot) inside the checkpoint at ``location``: a migration
-    archives the whole checkpoint directory, so it would be written into the checkpoint, then
-    copied or moved with it (``InvalidParameter`` naming ``name``)."""
-    if root is not None and inside(root, location):
-        raise params.invalid(
-            name,
-            f"{redact_url(root)} is inside the checkpoint "
-            f"{redact_url(location)}: give a root outside it (e.g. beside it)",
-        )
-
-
 def _optional_path(name: str, value: Any) -> str | None:
     return None if value is None else _path(name, value)
 
@@ -378,30 +348,6 @@ class _Checks:
         self.refusals.append(f"{type(error).__name__}: {error}")
 
 
-def _preflight(
-    state: CheckpointState, *, now: float, quiet_period: float, force: bool, checks: _Checks
-) -> None:
-    recent = []
-    if state.commit_modified is not None and now - state.commit_modified < quiet_period:
-        recent.append(
-            f"batch {state.committed_batch_id} was committed {now - state.commit_modified:.0f} s "
-            "ago"
-        )
-    if state.in_flight is not None and state.in_flight.modified is not None:
-        age = now - state.in_flight.modified
-        if age < quiet_period:
-            recent.append(f"batch {state.in_flight.batch_id} was planned {age:.0f} s ago")
-    if recent and not force:
-        checks.refuse(
-            JobStillRunning(
-                f"{redact_url(state.location)}: the query looks alive ("
-                + "; ".join(recent)
-                + f", quiet period {quiet_period:g} s). Stop it and wait, or pass force=True "
-                "if you know it is stopped"
-            )
-        )
-
-
 def _wrong_cluster(snapshot: Snapshot, sid: str, kafka: KafkaSnapshot) -> TopicGone | None:
     """The refusal when source ``sid`` was snapshotted on another cluster than ``kafka``'s (a
     snapshot without per-source clusters, from older tools, names the main one for all)."""
@@ -420,10 +366,8 @@ def _wrong_cluster(snapshot: Snapshot, sid: str, kafka: KafkaSnapshot) -> TopicG
 def _validate(
     snapshot: Snapshot,
     kafka: Mapping[str, KafkaSnapshot],
-    *,
-    allow_data_loss: bool,
+    options: MigrationOptions,
     checks: _Checks,
-    force: bool,
 ) -> tuple[dict[str, dict[str, dict[str, int]]], dict[str, list[int]], dict[str, dict[str, int]]]:
     """startingOffsets per source, partitions added, records lost (per topic/partition);
     ``kafka``: each source's own cluster's snapshot."""
@@ -432,7 +376,7 @@ def _validate(
     added: dict[str, list[int]] = {}
     lost: dict[str, dict[str, int]] = {}
     for sid, topics in snapshot.committed.kafka_sources().items():
-        wrong = None if force else _wrong_cluster(snapshot, sid, kafka[sid])
+        wrong = None if options.force else _wrong_cluster(snapshot, sid, kafka[sid])
         if wrong is not None:
             checks.refuse(wrong)
         starting[sid] = {}
@@ -469,7 +413,7 @@ def _validate(
                 offsets[str(partition)] = EARLIEST
                 added.setdefault(topic, []).append(partition)
             starting[sid][topic] = dict(sorted(offsets.items(), key=lambda kv: int(kv[0])))
-    if lost and not allow_data_loss:
+    if lost and not options.allow_data_loss:
         detail = "; ".join(
             f"{topic}[{p}]: {n} records" for topic, parts in lost.items() for p, n in parts.items()
         )
@@ -483,53 +427,8 @@ def _validate(
     return starting, added, lost
 
 
-def _sink_logs(paths: Iterable[str], storage: Callable[[str], Storage]) -> list[dict[str, Any]]:
-    found = []
-    for path in paths:
-        log_dir = join(path, "_spark_metadata")
-        ids = []
-        for info in storage(log_dir).list_dir(log_dir):
-            name = info.name[: -len(".compact")] if info.name.endswith(".compact") else info.name
-            batch = parse_batch_id(name)
-            if batch is not None:
-                ids.append(batch)
-        found.append(
-            {
-                "path": redact_url(path),
-                "log": log_dir,
-                "latest_batch_id": max(ids, default=None),
-            }
-        )
-    return found
-
-
-def _sink_action(sink: Mapping[str, Any], *, move_sink_log: bool, run_dir: str) -> str:
-    if sink["latest_batch_id"] is None:
-        return "none (empty log)"
-    if move_sink_log:
-        return f"move aside to {join(run_dir, 'sink-logs')}"
-    return "refused"
-
-
-def _sink_conflict(sink: Mapping[str, Any]) -> SinkLogConflict:
-    return SinkLogConflict(
-        f"{sink['path']}: the file sink log {sink['log']} holds batches up to "
-        f"{sink['latest_batch_id']}; a query on a new checkpoint restarts at batch 0 and "
-        f"the sink would silently SKIP batches 0..{sink['latest_batch_id']} (data loss). "
-        "Write the new query to a new output path, or pass move_sink_log=True to move "
-        "the log aside into the archive (old files then stay on disk, but readers that "
-        "use the log no longer see them)"
-    )
-
-
 def _batch_ids(state: CheckpointState) -> list[int | None]:
     return [state.committed_batch_id, state.in_flight.batch_id if state.in_flight else None]
-
-
-def _has_batches(storage: Storage, location: str) -> bool:
-    return bool(storage.list_dir(join(location, "offsets"))) or bool(
-        storage.list_dir(join(location, "commits"))
-    )
 
 
 # -- the migration ---------------------------------------------------------------------------
@@ -625,7 +524,9 @@ class Migration:
 
     def _checkpoint_present(self) -> bool:
         store = self.session.storage(self.location)
-        return store.exists(self.location) and _has_batches(store, self.location)
+        return store.exists(self.location) and any(
+            store.list_dir(join(self.location, logs)) for logs in ("offsets", "commits")
+        )
 
     def _new_journal(self) -> _Journal:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -645,27 +546,43 @@ class Migration:
         if journal.done("archiving"):
             return
         state = run.state = self._read_checkpoint(journal)
+        batches = _batch_ids(state)
         if not journal.done("preflight"):
-            moment = self.now if self.now is not None else time.time()
-            _preflight(
-                state,
-                now=moment,
-                quiet_period=self.options.quiet_period,
-                force=self.options.force,
-                checks=run.checks,
-            )
-        elif _batch_ids(state) != journal.get("preflight").get("batches"):
+            self._refuse_if_alive(state, run.checks)
+            if not self.options.dry_run:
+                journal.record("preflight", batches=batches)
+        elif batches != journal.get("preflight").get("batches"):
             run.checks.refuse(
                 JobStillRunning(
                     f"{redact_url(self.location)}: the checkpoint changed since this "
                     f"migration's preflight ({journal.get('preflight').get('batches')} -> "
-                    f"{_batch_ids(state)}): the job ran again. Stop it, delete the journal "
+                    f"{batches}): the job ran again. Stop it, delete the journal "
                     f"{journal.path} and migrate again"
                 )
             )
-        if not self.options.dry_run and not journal.done("preflight"):
-            journal.record("preflight", batches=_batch_ids(state))
         self.hit("preflight")
+
+    def _refuse_if_alive(self, state: CheckpointState, checks: _Checks) -> None:
+        """A commit or a planned batch within ``quiet_period``: the job looks alive."""
+        now = self.now if self.now is not None else time.time()
+        quiet_period = self.options.quiet_period
+        recent = []
+        if state.commit_modified is not None and now - state.commit_modified < quiet_period:
+            age = now - state.commit_modified
+            recent.append(f"batch {state.committed_batch_id} was committed {age:.0f} s ago")
+        if state.in_flight is not None and state.in_flight.modified is not None:
+            age = now - state.in_flight.modified
+            if age < quiet_period:
+                recent.append(f"batch {state.in_flight.batch_id} was planned {age:.0f} s ago")
+        if recent and not self.options.force:
+            checks.refuse(
+                JobStillRunning(
+                    f"{redact_url(state.location)}: the query looks alive ("
+                    + "; ".join(recent)
+                    + f", quiet period {quiet_period:g} s). Stop it and wait, or pass force=True "
+                    "if you know it is stopped"
+                )
+            )
 
     def _read_checkpoint(self, journal: _Journal) -> CheckpointState:
         try:
@@ -752,13 +669,7 @@ class Migration:
         """Check the snapshot against Kafka and the file sinks; the result is the plan."""
         snap, path = run.taken()
         kafka = source_snapshots(self.session, snap.committed.kafka_sources())
-        starting, added, lost = _validate(
-            snap,
-            kafka,
-            allow_data_loss=self.options.allow_data_loss,
-            checks=run.checks,
-            force=self.options.force,
-        )
+        starting, added, lost = _validate(snap, kafka, self.options, run.checks)
         sink_logs = self._checked_sink_logs(run)
         by_time: dict[str, dict[str, dict[str, int]]] = {}
         if snap.record_timestamps_ms is not None:
@@ -796,14 +707,35 @@ class Migration:
         self.hit("validated")
 
     def _checked_sink_logs(self, run: _Run) -> list[dict[str, Any]]:
+        """Each file sink's ``_spark_metadata``: its newest batch and what the migration does."""
         checked = []
-        for sink in _sink_logs(self.options.file_sink_paths, self.session.storage):
-            action = _sink_action(
-                sink, move_sink_log=self.options.move_sink_log, run_dir=run.journal.run
+        for path in self.options.file_sink_paths:
+            log = join(path, "_spark_metadata")
+            names = [
+                info.name.removesuffix(".compact")
+                for info in self.session.storage(log).list_dir(log)
+            ]
+            latest = max((b for b in map(parse_batch_id, names) if b is not None), default=None)
+            action = "refused"
+            if latest is None:
+                action = "none (empty log)"
+            elif self.options.move_sink_log:
+                action = f"move aside to {join(run.journal.run, 'sink-logs')}"
+            checked.append(
+                {"path": redact_url(path), "log": log, "latest_batch_id": latest, "action": action}
             )
-            checked.append({**sink, "action": action})
-            if action == "refused":
-                run.checks.refuse(_sink_conflict(sink))
+        for sink in checked:
+            if sink["action"] == "refused":
+                run.checks.refuse(
+                    SinkLogConflict(
+                        f"{sink['path']}: the file sink log {sink['log']} holds batches up to "
+                        f"{sink['latest_batch_id']}; a query on a new checkpoint restarts at batch "
+                        f"0 and the sink would silently SKIP batches 0..{sink['latest_batch_id']} "
+                        "(data loss). Write the new query to a new output path, or pass "
+                        "move_sink_log=True to move the log aside into the archive (old files "
+                        "then stay on disk, but readers that use the log no longer see them)"
+                    )
+                )
         return checked
 
     # -- 4. archive the checkpoint (and the sink logs when asked) ----------------------------
@@ -814,15 +746,10 @@ class Migration:
         if not journal.done("archived"):
             if not journal.done("archiving"):
                 journal.record("archiving", target=run.archive_location)
-            report = archive_tree(
-                self.session.storage(self.location),
-                self.location,
-                run.archive_location,
-                manifest_path=join(journal.run, "checkpoint.manifest.json"),
-                target=self.session.storage(self.archive_root),
-                fault=self.hit,
+            manifest = join(journal.run, "checkpoint.manifest.json")
+            journal.record(
+                "archived", **self._archive(self.location, run.archive_location, manifest)
             )
-            journal.record("archived", **report.to_dict())
         self.hit("archived")
 
     def sink_logs(self, run: _Run) -> None:
@@ -830,19 +757,24 @@ class Migration:
         journal = run.journal
         if self.options.move_sink_log and not journal.done("sink_logs"):
             moved = [
-                self._move_sink_log(journal, index, sink["log"])
+                self._archive(
+                    sink["log"],
+                    join(journal.run, "sink-logs", str(index), "_spark_metadata"),
+                    join(journal.run, "sink-logs", f"{index}.manifest.json"),
+                )
                 for index, sink in enumerate(run.plan().sink_logs)
                 if sink["latest_batch_id"] is not None
             ]
             journal.record("sink_logs", moved=moved)
         self.hit("sink_logs")
 
-    def _move_sink_log(self, journal: _Journal, index: int, log: str) -> dict[str, Any]:
+    def _archive(self, source: str, target: str, manifest: str) -> dict[str, Any]:
+        """``archive_tree`` of ``source`` to ``target`` in the archive root's store."""
         report = archive_tree(
-            self.session.storage(log),
-            log,
-            join(journal.run, "sink-logs", str(index), "_spark_metadata"),
-            manifest_path=join(journal.run, "sink-logs", f"{index}.manifest.json"),
+            self.session.storage(source),
+            source,
+            target,
+            manifest_path=manifest,
             target=self.session.storage(self.archive_root),
             fault=self.hit,
         )

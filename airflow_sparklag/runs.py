@@ -123,13 +123,7 @@ class Schedule:
         return self.declared or self.looks_scheduled
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "runs_every": self.runs_every,
-            "grace": self.grace,
-            "looks_scheduled": self.looks_scheduled,
-            "runs_seen": self.runs_seen,
-            "last_run": None if self.last_run is None else self.last_run.to_dict(),
-        }
+        return dataclasses.asdict(self)
 
 
 def _seconds(batch: _Batch) -> float | None:

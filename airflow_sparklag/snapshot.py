@@ -64,6 +64,7 @@ __all__ = [
     "build_snapshot",
     "canonical_bytes",
     "load_snapshot",
+    "outside_checkpoint",
     "save_snapshot",
     "snapshot_checkpoint",
     "snapshot_path",
@@ -484,6 +485,17 @@ def build_snapshot(
 # -- storage ---------------------------------------------------------------------------------
 
 
+def outside_checkpoint(name: str, root: str | None, location: str) -> None:
+    """Refuse a ``root`` (archive or snapshot) inside the checkpoint at ``location``: written
+    there, it would be copied or moved with the checkpoint (``InvalidParameter`` naming it)."""
+    if root is not None and inside(root, location):
+        raise params.invalid(
+            name,
+            f"{redact_url(root)} is inside the checkpoint {redact_url(location)}: it would be "
+            "copied or moved with the checkpoint; give a root outside it (e.g. beside it)",
+        )
+
+
 def snapshot_path(root: str, snapshot: Snapshot) -> str:
     """``<root>/<query id>/<batch id>-<UTC time>.json``."""
     moment = datetime.datetime.fromisoformat(snapshot.snapshot_time.replace("Z", "+00:00"))
@@ -501,13 +513,7 @@ def save_snapshot(snapshot: Snapshot, storage: Storage, path: str) -> str:
     if snapshot.checksum != snapshot.computed_checksum():
         raise SnapshotCorrupt("refusing to write a snapshot whose checksum does not match")
     storage.write_atomic(path, snapshot.to_json(), overwrite=False)
-    verify_written(snapshot, storage, path)
-    return path
-
-
-def verify_written(snapshot: Snapshot, storage: Storage, path: str) -> Snapshot:
-    """Read ``path`` back: checksum valid, and the same checksum and offsets as ``snapshot``."""
-    try:
+    try:  # read back: checksum valid, and the same checksum and offsets as written
         stored = load_snapshot(storage, path)
     except (SnapshotCorrupt, StorageNotFound) as exc:
         raise SnapshotVerificationFailed(
@@ -518,7 +524,7 @@ def verify_written(snapshot: Snapshot, storage: Storage, path: str) -> Snapshot:
             f"{path}: the snapshot read back differs from the one written (checksum "
             f"{stored.checksum[:12]} vs {snapshot.checksum[:12]}); do not use it"
         )
-    return stored
+    return path
 
 
 def load_snapshot(storage: Storage, path: str) -> Snapshot:
@@ -696,29 +702,12 @@ def snapshot_checkpoint(
     location = params.location("location", location)
     if write:  # (a consumer-group export reads only: no root)
         snapshot_root = params.location("snapshot_root", snapshot_root)
-    if write and inside(snapshot_root, location):
-        raise params.invalid(
-            "snapshot_root",
-            f"{redact_url(snapshot_root)} is inside the checkpoint {redact_url(location)}: a "
-            "snapshot there is copied or moved with the checkpoint it protects",
-        )
+        outside_checkpoint("snapshot_root", snapshot_root, location)
     with Session.using(session, **session_options) as active:
-        return _snapshot(active, location, snapshot_root, record_timestamps, write, now)
-
-
-def _snapshot(
-    session: Session,
-    location: str,
-    snapshot_root: str,
-    record_timestamps: bool,
-    write: bool,
-    now: float | None,
-) -> SnapshotResult:
-    state = session.read(location, history=1)
-    snapshot, kafka = take_snapshot(state, session, now=now, record_timestamps=record_timestamps)
-    path = None
-    if write:
-        path = save_snapshot(
-            snapshot, session.storage(snapshot_root), snapshot_path(snapshot_root, snapshot)
-        )
-    return SnapshotResult(snapshot=snapshot, path=path, kafka=kafka)
+        state = active.read(location, history=1)
+        snapshot, kafka = take_snapshot(state, active, now=now, record_timestamps=record_timestamps)
+        path = None
+        if write:
+            path = snapshot_path(snapshot_root, snapshot)
+            save_snapshot(snapshot, active.storage(snapshot_root), path)
+        return SnapshotResult(snapshot=snapshot, path=path, kafka=kafka)
