@@ -9,14 +9,10 @@ Archiving works on any storage backend: it uses the backends' own ``walk``, ``co
     report = archive_tree(storage, "s3a://b/ck/orders", "s3a://b/archive/orders/checkpoint",
                           manifest_path="s3a://b/archive/orders/checkpoint.manifest.json")
 
-Order of work, so that nothing is ever deleted unverified:
-
-1. a manifest (every object's relative path, size and sha256) is written first, once;
-2. where the store renames atomically (local disk, HDFS): one rename of the directory, then
-   the archived tree is checked against the manifest; elsewhere (S3, gs://, abfs://, and
-   between two stores): every object is copied and its copy checked (size + sha256), then the
-   originals are deleted, each only after its copy was verified;
-3. a re-run with the same manifest picks up where an interrupted one stopped.
+A manifest (every object's path, size and sha256) is written first, once; then one rename
+where the store has one, or a copy of every object; the archive is checked against the manifest
+before any original is deleted. A re-run with the same manifest picks up where one stopped
+(docs/snapshots.md, "Storage operations").
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from airflow_sparklag.errors import CheckpointNotFound, InvalidParameter
 from airflow_sparklag.health import Health
 from airflow_sparklag.monitor import CheckOptions, CheckResult, check
 from airflow_sparklag.session import Session
+from airflow_sparklag.snapshot import by_partition
 
 __all__ = [
     "CatchUpCondition",
@@ -144,7 +145,7 @@ def committed_offsets(session: Session, location: str) -> dict[str, Any]:
         "committed_batch_id": state.committed_batch_id,
         "committed_at": state.commit_modified,
         "offsets": {
-            source: {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in topics.items()}
+            source: by_partition(topics)
             for source, topics in committed_kafka_offsets(state).items()
         },
     }

@@ -12,23 +12,11 @@ by hand, it loses or replays data. :func:`migrate_checkpoint` does it in journal
         )
     spark_options = {"startingOffsets": result.starting_offsets_json()}
 
-1. preflight: refuse while the job looks alive (a commit or a planned batch within
-   ``quiet_period`` seconds) unless ``force``;
-2. snapshot: take, write and verify a snapshot of the last COMMITTED batch (or verify a given
-   one);
-3. validate against Kafka: a committed offset below the log start is data loss (refused unless
-   ``allow_data_loss``, then the start is the log start and the loss is reported); partitions
-   added since start from earliest (-2); a topic that is gone or was re-created is refused; a file
-   sink whose ``_spark_metadata`` log holds batch ids the new checkpoint would reuse is refused
-   unless ``move_sink_log`` (the log is archived with the checkpoint);
-4. archive the old checkpoint (verified copy, then delete; a rename where the store has one);
-5. return the new query's ``startingOffsets`` naming every partition.
-
-Each step is recorded in a journal (``<archive_root>/<name>-<hash>/journal.json``) before the
-next begins: a re-run after a crash resumes, or, when everything is done, returns the recorded
-result. At no point is the checkpoint gone without a verified snapshot and a verified archive.
-Parameters are checked before anything is read or written: ``dry_run="Ture"`` or
-``quiet_period=float("nan")`` raise :class:`~airflow_sparklag.errors.InvalidParameter`.
+The steps (:attr:`Migration.STEPS`, rules in docs/snapshots.md): preflight (refuse while the
+job looks alive), snapshot the last COMMITTED batch, validate it against Kafka and the file
+sinks' logs, archive the old checkpoint (verified), complete. Each is recorded in a journal
+(``<archive_root>/<name>-<hash>/journal.json``) before the next begins: a re-run after a crash
+resumes. At no point is the checkpoint gone without a verified snapshot and a verified archive.
 """
 
 from __future__ import annotations
@@ -214,26 +202,15 @@ def _flag(name: str, value: Any) -> bool:
     return value
 
 
-def _seconds(name: str, value: Any) -> float:
+def _number(name: str, value: Any, what: str, minimum: float = -math.inf, hint: str = "") -> float:
+    """A finite int or float >= ``minimum``: never a bool, never text."""
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
         or not math.isfinite(value)
-        or value < 0
+        or value < minimum
     ):
-        raise params.invalid(
-            name,
-            f"must be a finite number of seconds >= 0, got {value!r} (read text with "
-            "params.duration first)",
-        )
-    return float(value)
-
-
-def _moment(name: str, value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise params.invalid(name, f"must be epoch seconds (a finite number), got {value!r}")
+        raise params.invalid(name, f"must be {what}, got {value!r}{hint}")
     return float(value)
 
 
@@ -243,10 +220,6 @@ def _path(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip() or "\x00" in value:
         raise params.invalid(name, f"must be a path or URL, got {value!r}")
     return value
-
-
-def _optional_path(name: str, value: Any) -> str | None:
-    return None if value is None else _path(name, value)
 
 
 def _paths(name: str, value: Any) -> tuple[str, ...]:
@@ -313,9 +286,17 @@ class MigrationOptions:
     def __post_init__(self) -> None:
         for name in ("force", "allow_data_loss", "move_sink_log", "dry_run"):
             _flag(name, getattr(self, name))
-        object.__setattr__(self, "quiet_period", _seconds("quiet_period", self.quiet_period))
+        quiet_period = _number(
+            "quiet_period",
+            self.quiet_period,
+            "a finite number of seconds >= 0",
+            minimum=0,
+            hint=" (read text with params.duration first)",
+        )
+        object.__setattr__(self, "quiet_period", quiet_period)
         for name in ("snapshot_root", "snapshot"):
-            _optional_path(name, getattr(self, name))
+            if getattr(self, name) is not None:
+                _path(name, getattr(self, name))
         object.__setattr__(self, "file_sink_paths", _paths("file_sink_paths", self.file_sink_paths))
 
     @classmethod
@@ -330,22 +311,6 @@ class MigrationOptions:
 
 
 MIGRATION_OPTIONS = tuple(f.name for f in fields(MigrationOptions))
-
-
-# -- checks ----------------------------------------------------------------------------------
-
-
-class _Checks:
-    """Refusals raise, except in a dry run, where they are collected into the plan."""
-
-    def __init__(self, dry_run: bool) -> None:
-        self.dry_run = dry_run
-        self.refusals: list[str] = []
-
-    def refuse(self, error: MigrationRefused) -> None:
-        if not self.dry_run:
-            raise error
-        self.refusals.append(f"{type(error).__name__}: {error}")
 
 
 def _wrong_cluster(snapshot: Snapshot, sid: str, kafka: KafkaSnapshot) -> TopicGone | None:
@@ -367,7 +332,7 @@ def _validate(
     snapshot: Snapshot,
     kafka: Mapping[str, KafkaSnapshot],
     options: MigrationOptions,
-    checks: _Checks,
+    run: _Run,
 ) -> tuple[dict[str, dict[str, dict[str, int]]], dict[str, list[int]], dict[str, dict[str, int]]]:
     """startingOffsets per source, partitions added, records lost (per topic/partition);
     ``kafka``: each source's own cluster's snapshot."""
@@ -378,11 +343,11 @@ def _validate(
     for sid, topics in snapshot.committed.kafka_sources().items():
         wrong = None if options.force else _wrong_cluster(snapshot, sid, kafka[sid])
         if wrong is not None:
-            checks.refuse(wrong)
+            run.refuse(wrong)
         starting[sid] = {}
         for topic, parts in sorted(topics.items()):
             if topic in kafka[sid].missing_topics or topic not in kafka[sid].partitions:
-                checks.refuse(
+                run.refuse(
                     TopicGone(
                         f"{where}: topic {topic!r} no longer exists in Kafka: the new query "
                         "cannot start from its offsets. Re-create it, or drop it from the job "
@@ -395,7 +360,7 @@ def _validate(
             for partition, committed in sorted(parts.items()):
                 log = live.get(partition)
                 if log is None or committed > log.log_end:
-                    checks.refuse(
+                    run.refuse(
                         TopicGone(
                             f"{where}: topic {topic!r} partition {partition}: committed offset "
                             f"{committed} is beyond the log "
@@ -417,7 +382,7 @@ def _validate(
         detail = "; ".join(
             f"{topic}[{p}]: {n} records" for topic, parts in lost.items() for p, n in parts.items()
         )
-        checks.refuse(
+        run.refuse(
             DataLossRefused(
                 f"{where}: committed offsets are below the log start, records deleted before the "
                 f"query read them: {detail}. Pass allow_data_loss=True to start from the log "
@@ -439,7 +404,8 @@ class _Run:
     """One run of a migration: its journal, its refusals, and what each step hands on."""
 
     journal: _Journal
-    checks: _Checks
+    dry_run: bool
+    refusals: list[str] = field(default_factory=list)
     state: CheckpointState | None = None  # None once archiving started: the checkpoint moves
     snapshot: Snapshot | None = None
     snapshot_path: str | None = None
@@ -449,6 +415,12 @@ class _Run:
     @property
     def archive_location(self) -> str:
         return join(self.journal.run, "checkpoint")
+
+    def refuse(self, error: MigrationRefused) -> None:
+        """Raise, except in a dry run, where the refusal is collected into the plan."""
+        if not self.dry_run:
+            raise error
+        self.refusals.append(f"{type(error).__name__}: {error}")
 
     def taken(self) -> tuple[Snapshot, str]:
         """The snapshot the steps after ``snapshot`` work from."""
@@ -468,12 +440,10 @@ class Migration:
         with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
             result = Migration(session, "s3a://b/ck/orders", "s3a://b/archive").run()
 
-    :meth:`run` calls the methods named in :attr:`STEPS`, in order. Each step skips what the
-    journal says is done and records itself before the next begins, so a run after a crash (or
-    ``kill -9``) at any point resumes; a dry run stops after ``validate`` and writes nothing.
-    Every parameter is checked when the migration is made, before anything is read or written
-    (:class:`~airflow_sparklag.errors.InvalidParameter`). The session stays open: it is the
-    caller's. ``fault`` is a test hook called with each journal step name.
+    :meth:`run` calls the methods named in :attr:`STEPS`, in order; each skips what the journal
+    says is done. A dry run stops after ``validate`` and writes nothing. Every parameter is
+    checked when the migration is made, before anything is read or written. The session stays
+    open: it is the caller's. ``fault`` is a test hook called with each journal step name.
     """
 
     STEPS = ("preflight", "snapshot", "validate", "archive", "sink_logs", "complete")
@@ -494,14 +464,11 @@ class Migration:
         self.options = MigrationOptions.take(given, options)
         if given:
             raise TypeError(f"Migration got unexpected arguments: {', '.join(sorted(given))}")
-        self.now = _moment("now", now)
+        self.now = None if now is None else _number("now", now, "epoch seconds (a finite number)")
         self.location = _path("location", location)
         self.archive_root = _path("archive_root", archive_root)
-        for name, root in (
-            ("archive_root", self.archive_root),
-            ("snapshot_root", self.options.snapshot_root),
-        ):
-            outside_checkpoint(name, root, self.location)
+        outside_checkpoint("archive_root", self.archive_root, self.location)
+        outside_checkpoint("snapshot_root", self.options.snapshot_root, self.location)
         self.session = session
         self.hit: Callable[[str], None] = fault or (lambda step: None)
         self.base = _base_dir(self.archive_root, self.location)
@@ -517,7 +484,7 @@ class Migration:
             journal = None  # the checkpoint is back (a new job used the path): a new migration
         if not self.session.has_kafka:
             raise ValueError("kafka_config (or kafka_client) is required to validate offsets")
-        run = _Run(journal or self._new_journal(), _Checks(self.options.dry_run))
+        run = _Run(journal or self._new_journal(), self.options.dry_run)
         for step in self.PLAN_STEPS if self.options.dry_run else self.STEPS:
             getattr(self, step)(run)
         return run.plan()
@@ -548,11 +515,11 @@ class Migration:
         state = run.state = self._read_checkpoint(journal)
         batches = _batch_ids(state)
         if not journal.done("preflight"):
-            self._refuse_if_alive(state, run.checks)
+            self._refuse_if_alive(state, run)
             if not self.options.dry_run:
                 journal.record("preflight", batches=batches)
         elif batches != journal.get("preflight").get("batches"):
-            run.checks.refuse(
+            run.refuse(
                 JobStillRunning(
                     f"{redact_url(self.location)}: the checkpoint changed since this "
                     f"migration's preflight ({journal.get('preflight').get('batches')} -> "
@@ -562,7 +529,7 @@ class Migration:
             )
         self.hit("preflight")
 
-    def _refuse_if_alive(self, state: CheckpointState, checks: _Checks) -> None:
+    def _refuse_if_alive(self, state: CheckpointState, run: _Run) -> None:
         """A commit or a planned batch within ``quiet_period``: the job looks alive."""
         now = self.now if self.now is not None else time.time()
         quiet_period = self.options.quiet_period
@@ -575,7 +542,7 @@ class Migration:
             if age < quiet_period:
                 recent.append(f"batch {state.in_flight.batch_id} was planned {age:.0f} s ago")
         if recent and not self.options.force:
-            checks.refuse(
+            run.refuse(
                 JobStillRunning(
                     f"{redact_url(state.location)}: the query looks alive ("
                     + "; ".join(recent)
@@ -641,7 +608,7 @@ class Migration:
     def _check_snapshot(self, run: _Run, state: CheckpointState, snap: Snapshot, path: str) -> None:
         """The snapshot is of this query, and the job did not commit after it was taken."""
         if state.query_id and snap.query_id and state.query_id != snap.query_id:
-            run.checks.refuse(
+            run.refuse(
                 SnapshotMismatch(
                     f"{path}: snapshot of query {snap.query_id}, but the checkpoint at "
                     f"{redact_url(self.location)} belongs to query {state.query_id}"
@@ -654,7 +621,7 @@ class Migration:
             f"{path} (batch {snap.committed.batch_id}) was taken"
         )
         if run.journal.done("snapshot"):
-            run.checks.refuse(
+            run.refuse(
                 SnapshotMismatch(
                     f"{message}: the job ran again during the migration. Stop it, delete "
                     f"the journal {run.journal.path} and migrate again"
@@ -669,7 +636,7 @@ class Migration:
         """Check the snapshot against Kafka and the file sinks; the result is the plan."""
         snap, path = run.taken()
         kafka = source_snapshots(self.session, snap.committed.kafka_sources())
-        starting, added, lost = _validate(snap, kafka, self.options, run.checks)
+        starting, added, lost = _validate(snap, kafka, self.options, run)
         sink_logs = self._checked_sink_logs(run)
         by_time: dict[str, dict[str, dict[str, int]]] = {}
         if snap.record_timestamps_ms is not None:
@@ -695,7 +662,7 @@ class Migration:
             records_lost=lost,
             replay_ranges=snap.replay_ranges(),
             sink_logs=sink_logs,
-            refusals=list(run.checks.refusals),
+            refusals=list(run.refusals),
             warnings=warnings,
         )
         if self.options.dry_run:
@@ -726,7 +693,7 @@ class Migration:
             )
         for sink in checked:
             if sink["action"] == "refused":
-                run.checks.refuse(
+                run.refuse(
                     SinkLogConflict(
                         f"{sink['path']}: the file sink log {sink['log']} holds batches up to "
                         f"{sink['latest_batch_id']}; a query on a new checkpoint restarts at batch "
