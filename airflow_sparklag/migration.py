@@ -48,7 +48,6 @@ from airflow_sparklag.errors import (
 from airflow_sparklag.redact import redact_url
 from airflow_sparklag.session import Session
 from airflow_sparklag.snapshot import (
-    EARLIEST,
     Snapshot,
     load_snapshot,
     outside_checkpoint,
@@ -137,13 +136,13 @@ class MigrationResult:
 # -- journal ---------------------------------------------------------------------------------
 
 
+@dataclass
 class _Journal:
     """One small JSON document, rewritten atomically after every step."""
 
-    def __init__(self, storage: Storage, path: str, document: dict[str, Any]) -> None:
-        self.storage = storage
-        self.path = path
-        self.document = document
+    storage: Storage
+    path: str
+    document: dict[str, Any]
 
     @classmethod
     def load(cls, storage: Storage, path: str) -> _Journal | None:
@@ -344,7 +343,8 @@ def _validate(
         wrong = None if options.force else _wrong_cluster(snapshot, sid, kafka[sid])
         if wrong is not None:
             run.refuse(wrong)
-        starting[sid] = {}
+        # the committed offsets, and EARLIEST for partitions added since
+        starting[sid] = snapshot.starting_offsets(kafka[sid], source_id=sid)
         for topic, parts in sorted(topics.items()):
             if topic in kafka[sid].missing_topics or topic not in kafka[sid].partitions:
                 run.refuse(
@@ -354,9 +354,10 @@ def _validate(
                         "and migrate with a snapshot that does not name it"
                     )
                 )
+                del starting[sid][topic]
                 continue
             live = kafka[sid].partitions[topic]
-            offsets: dict[str, int] = {}
+            offsets = starting[sid][topic]
             for partition, committed in sorted(parts.items()):
                 log = live.get(partition)
                 if log is None or committed > log.log_end:
@@ -368,16 +369,12 @@ def _validate(
                             "the topic was deleted and re-created; refusing"
                         )
                     )
-                    continue
-                start = committed
-                if committed < log.log_start:
+                    del offsets[str(partition)]
+                elif committed < log.log_start:
                     lost.setdefault(topic, {})[str(partition)] = log.log_start - committed
-                    start = log.log_start
-                offsets[str(partition)] = start
+                    offsets[str(partition)] = log.log_start
             for partition in sorted(set(live) - set(parts)):
-                offsets[str(partition)] = EARLIEST
                 added.setdefault(topic, []).append(partition)
-            starting[sid][topic] = dict(sorted(offsets.items(), key=lambda kv: int(kv[0])))
     if lost and not options.allow_data_loss:
         detail = "; ".join(
             f"{topic}[{p}]: {n} records" for topic, parts in lost.items() for p, n in parts.items()
@@ -407,8 +404,7 @@ class _Run:
     dry_run: bool
     refusals: list[str] = field(default_factory=list)
     state: CheckpointState | None = None  # None once archiving started: the checkpoint moves
-    snapshot: Snapshot | None = None
-    snapshot_path: str | None = None
+    taken: tuple[Snapshot, str] | None = None  # the snapshot the later steps work from, its path
     warnings: list[str] = field(default_factory=list)
     result: MigrationResult | None = None  # the plan once validated, then the outcome
 
@@ -421,11 +417,6 @@ class _Run:
         if not self.dry_run:
             raise error
         self.refusals.append(f"{type(error).__name__}: {error}")
-
-    def taken(self) -> tuple[Snapshot, str]:
-        """The snapshot the steps after ``snapshot`` work from."""
-        assert self.snapshot is not None and self.snapshot_path is not None, "snapshot step"
-        return self.snapshot, self.snapshot_path
 
     def plan(self) -> MigrationResult:
         assert self.result is not None, "validate step"
@@ -579,7 +570,7 @@ class Migration:
                 checksum=snap.checksum,
                 committed_batch_id=snap.committed.batch_id,
             )
-        run.snapshot, run.snapshot_path = snap, path
+        run.taken = snap, path
         self.hit("snapshot")
 
     def _snapshot_of(self, run: _Run) -> tuple[Snapshot, str]:
@@ -634,7 +625,8 @@ class Migration:
 
     def validate(self, run: _Run) -> None:
         """Check the snapshot against Kafka and the file sinks; the result is the plan."""
-        snap, path = run.taken()
+        assert run.taken is not None, "snapshot step"
+        snap, path = run.taken
         kafka = source_snapshots(self.session, snap.committed.kafka_sources())
         starting, added, lost = _validate(snap, kafka, self.options, run)
         sink_logs = self._checked_sink_logs(run)
@@ -777,14 +769,9 @@ def migrate_checkpoint(
 ) -> MigrationResult:
     """Snapshot, validate and archive ``location``; return the new query's starting offsets.
 
-    ``options`` (:class:`MigrationOptions`) or its fields as keyword arguments:
-    ``snapshot``: path of an existing snapshot to use instead of taking one. ``snapshot_root``:
-    where to write the snapshot (default: the migration's archive directory).
-    ``file_sink_paths``: output paths of FILE sinks the new query will write to (their
-    ``_spark_metadata`` is checked). ``fault``: test hook called with each step name.
-    Without ``session``, one is opened from the other keyword arguments (``kafka_config``,
-    ``kafka_client``, ``s3_options``, ``webhdfs_options``, ``fsspec_options``,
-    ``kafka_timeout``) and closed before returning.
+    ``options`` (:class:`MigrationOptions`) or its fields as keyword arguments; without
+    ``session``, one is opened from the other keyword arguments (``kafka_config``, ...) and
+    closed before returning. ``fault``: test hook called with each step name.
     Raises :class:`~airflow_sparklag.errors.InvalidParameter` (nothing read or written),
     :class:`MigrationRefused` subclasses (nothing changed), storage/Kafka errors.
     """

@@ -670,11 +670,8 @@ def snapshot_checkpoint(
 ) -> SnapshotResult:
     """Read ``location``'s checkpoint, snapshot its committed batch, write it under
     ``snapshot_root`` and verify it. Without Kafka the cluster id and the partitions added
-    since are unknown (the snapshot is still valid).
-
-    Everything is read and written through ``session``; without one, a session is opened from
-    ``session_options`` (``kafka_config``, ``kafka_client``, ``s3_options``,
-    ``webhdfs_options``, ``fsspec_options``, ``kafka_timeout``) and closed before returning.
+    since are unknown (the snapshot is still valid). Without ``session``, one is opened from
+    ``session_options`` (``kafka_config``, ...) and closed before returning.
     """
     location = params.location("location", location)
     if write:  # (a consumer-group export reads only: no root)
