@@ -36,9 +36,7 @@ __all__ = [
     "committed_kafka_offsets",
 ]
 
-# Verdicts a health wait accepts, and those that end it at once, unless told otherwise.
-# STOPPED ends a wait unless the job is scheduled (declared runs_every, or its history looks
-# like runs): the next run is what such a wait is waiting for.
+# Verdicts a health wait accepts, and those that end it at once (see HealthCondition).
 DEFAULT_ACCEPT = (Health.OK,)
 DEFAULT_FAIL_FAST = (Health.DATA_LOSS, Health.STOPPED)
 

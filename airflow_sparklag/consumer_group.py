@@ -12,9 +12,6 @@ that nobody consumes with makes them see it::
         {"orders": {0: 1042, 1: 998}},
     )
     print(export.to_dict())
-
-A group with active members is refused: committing under a live consumer would move ITS
-position. The offsets are read back after the commit and must be equal.
 """
 
 from __future__ import annotations

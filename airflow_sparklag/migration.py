@@ -232,11 +232,9 @@ def _paths(name: str, value: Any) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class MigrationOptions:
-    """How to migrate: THE options of a migration, declared once (``params.option``). The CLI's
+    """How to migrate: THE options of a migration, declared once (``params.option``): the CLI's
     ``migrate`` flags and ``CheckpointMigrationOperator``'s keyword arguments are made from
-    these fields; every one has its row in docs/operators/checkpoint-migration.md. Typed
-    values only (text is read by ``params.options`` first); checked when made, before
-    anything is read or written.
+    these fields (docs/operators/checkpoint-migration.md). Typed values only, checked when made.
 
     >>> MigrationOptions(quiet_period=0, dry_run=True).dry_run
     True
