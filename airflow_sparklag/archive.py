@@ -9,14 +9,10 @@ Archiving works on any storage backend: it uses the backends' own ``walk``, ``co
     report = archive_tree(storage, "s3a://b/ck/orders", "s3a://b/archive/orders/checkpoint",
                           manifest_path="s3a://b/archive/orders/checkpoint.manifest.json")
 
-Order of work, so that nothing is ever deleted unverified:
-
-1. a manifest (every object's relative path, size and sha256) is written first, once;
-2. where the store renames atomically (local disk, HDFS): one rename of the directory, then
-   the archived tree is checked against the manifest; elsewhere (S3, gs://, abfs://, and
-   between two stores): every object is copied and its copy checked (size + sha256), then the
-   originals are deleted, each only after its copy was verified;
-3. a re-run with the same manifest picks up where an interrupted one stopped.
+A manifest (every object's path, size and sha256) is written first, once; then one rename
+where the store has one, or a copy of every object; the archive is checked against the manifest
+before any original is deleted. A re-run with the same manifest picks up where one stopped
+(docs/snapshots.md, "Storage operations").
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_sparklag.errors import (
@@ -56,13 +52,7 @@ class ArchiveReport:
     bytes: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "target": self.target,
-            "method": self.method,
-            "objects": self.objects,
-            "bytes": self.bytes,
-        }
+        return asdict(self)
 
 
 # -- what archiving needs from the stores ----------------------------------------------------
@@ -132,11 +122,9 @@ def _manifest(
 ) -> list[ManifestEntry]:
     """The manifest: read if an earlier run wrote it, else computed from the tree and written."""
     try:
-        data = manifest_store.read(manifest_path)
+        return _read_manifest(manifest_store.read(manifest_path), manifest_path)
     except StorageNotFound:
-        data = None
-    if data is not None:
-        return _read_manifest(data, manifest_path)
+        pass
     entries = []
     for relative, _size in sorted(source.walk(root).items()):
         size, sha = _digest(source, _under(root, relative))
@@ -206,16 +194,15 @@ def archive_tree(
         _verify(target, target_root, entries)
         return ArchiveReport(source_root, target_root, "rename", len(entries), total)
     for entry in entries:
-        src = _under(source_root, entry.path)
-        dst = _under(target_root, entry.path)
         if entry.path not in remaining:
             continue  # deleted by an earlier run, after its copy was verified
+        dst = _under(target_root, entry.path)
         try:
             already = _digest(target, dst) == (entry.size, entry.sha256)
         except StorageNotFound:
             already = False
         if not already:
-            target.copy_from(source, src, dst)
+            target.copy_from(source, _under(source_root, entry.path), dst)
     hit("archive:copied")
     _verify(target, target_root, entries)
     hit("archive:deleting")

@@ -18,13 +18,14 @@ Every ``to_dict()`` is JSON-safe: a trigger carries it (without ``kind``) as its
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from airflow_sparklag.errors import CheckpointNotFound, InvalidParameter
 from airflow_sparklag.health import Health
 from airflow_sparklag.monitor import CheckOptions, CheckResult, check
 from airflow_sparklag.session import Session
+from airflow_sparklag.snapshot import by_partition
 
 __all__ = [
     "CatchUpCondition",
@@ -35,9 +36,7 @@ __all__ = [
     "committed_kafka_offsets",
 ]
 
-# Verdicts a health wait accepts, and those that end it at once, unless told otherwise.
-# STOPPED ends a wait unless the job is scheduled (declared runs_every, or its history looks
-# like runs): the next run is what such a wait is waiting for.
+# Verdicts a health wait accepts, and those that end it at once (see HealthCondition).
 DEFAULT_ACCEPT = (Health.OK,)
 DEFAULT_FAIL_FAST = (Health.DATA_LOSS, Health.STOPPED)
 
@@ -144,7 +143,7 @@ def committed_offsets(session: Session, location: str) -> dict[str, Any]:
         "committed_batch_id": state.committed_batch_id,
         "committed_at": state.commit_modified,
         "offsets": {
-            source: {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in topics.items()}
+            source: by_partition(topics)
             for source, topics in committed_kafka_offsets(state).items()
         },
     }
@@ -184,12 +183,7 @@ class ProgressCondition:
         return Probe(newer and later, message, payload)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "location": self.location,
-            "after_batch_id": self.after_batch_id,
-            "after_commit_time": self.after_commit_time,
-        }
+        return {"kind": self.kind, **asdict(self)}
 
 
 def _iso(epoch: float | None) -> str:
@@ -256,12 +250,7 @@ class CatchUpCondition:
         return Probe(False, message, payload)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "location": self.location,
-            "target_time_ms": self.target_time_ms,
-            "topics": list(self.topics) if self.topics else None,
-        }
+        return {"kind": self.kind, **asdict(self), "topics": list(self.topics or ()) or None}
 
 
 def _slowest_positions(

@@ -12,9 +12,6 @@ that nobody consumes with makes them see it::
         {"orders": {0: 1042, 1: 998}},
     )
     print(export.to_dict())
-
-A group with active members is refused: committing under a live consumer would move ITS
-position. The offsets are read back after the commit and must be equal.
 """
 
 from __future__ import annotations
@@ -45,25 +42,19 @@ class ConsumerGroupExport:
     lag: Mapping[str, Mapping[int, int]] | None  # log end - committed, when log ends were read
 
     def to_dict(self) -> dict[str, Any]:
+        def by_topic(counts: Mapping[str, Mapping[int, int]]) -> dict[str, dict[str, int]]:
+            return {
+                t: {str(p): n for p, n in sorted(ps.items())} for t, ps in sorted(counts.items())
+            }
+
+        lag = self.lag
         return {
             "group_id": self.group_id,
-            "offsets": {
-                t: {str(p): o for p, o in sorted(ps.items())}
-                for t, ps in sorted(self.offsets.items())
-            },
-            "lag": (
-                {
-                    t: {str(p): n for p, n in sorted(ps.items())}
-                    for t, ps in sorted(self.lag.items())
-                }
-                if self.lag is not None
-                else None
-            ),
-            "total_lag": (
-                sum(n for ps in self.lag.values() for n in ps.values())
-                if self.lag is not None
-                else None
-            ),
+            "offsets": by_topic(self.offsets),
+            "lag": None if lag is None else by_topic(lag),
+            "total_lag": None
+            if lag is None
+            else sum(n for ps in lag.values() for n in ps.values()),
         }
 
 
@@ -112,18 +103,15 @@ def _group_request(client: KafkaOffsetsClient, what: str, send: Callable[[float]
         time.sleep(min(_RETRY_PAUSE, max(0.0, deadline - time.monotonic())))
 
 
-def group_state(client: KafkaOffsetsClient, group_id: str) -> tuple[str, int]:
-    """The group's state name and member count (a group never used is DEAD / 0)."""
+def _ask_group(client: KafkaOffsetsClient, what: str, group_id: str, call: str, arg: Any) -> Any:
+    """The answer for ``group_id`` of ``AdminClient.<call>([arg])``, through :func:`_group_request`
+    (``what``: the request, as errors name it)."""
     admin = client.admin()
-    description = _group_request(
+    return _group_request(
         client,
-        f"describe group {group_id!r}",
-        lambda seconds: admin.describe_consumer_groups([group_id], request_timeout=seconds)[
-            group_id
-        ],
+        f"{what} group {group_id!r}",
+        lambda seconds: getattr(admin, call)([arg], request_timeout=seconds)[group_id],
     )
-    state = getattr(description.state, "name", str(description.state)).upper()
-    return state, len(description.members or [])
 
 
 def export_offsets(
@@ -142,54 +130,49 @@ def export_offsets(
     Three requests, each within ``timeout`` seconds (sent again while the group coordinator is
     not ready): describe the group, commit, read back; so at most 3 x ``timeout`` in all.
     """
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
     from airflow_sparklag.session import Session
 
     if not group_id:
         raise ValueError("group_id is required")
     # A session of its own: its Kafka client is built (and closed) there, like everywhere else.
     with Session(kafka_config=kafka_config, kafka_timeout=timeout) as session:
-        return _export(session.kafka, group_id, offsets, log_ends)
-
-
-def _export(
-    client: KafkaOffsetsClient,
-    group_id: str,
-    offsets: Mapping[str, Mapping[int, int]],
-    log_ends: Mapping[str, Mapping[int, int]] | None,
-) -> ConsumerGroupExport:
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-    servers = client.bootstrap_servers
-    state, members = group_state(client, group_id)
-    if members or state not in _IDLE_STATES:
-        raise ConsumerGroupActive(
-            f"consumer group {group_id!r} on {servers} is {state} with {members} active "
-            "member(s): committing offsets would move a live consumer's position. Use a group "
-            "name that only this export writes to (e.g. 'spark-<query name>')."
-        )
-    partitions = [
-        TopicPartition(topic, int(p), int(o))
-        for topic, parts in sorted(offsets.items())
-        for p, o in sorted(parts.items())
-    ]
-    if not partitions:
-        raise ValueError(f"no offsets to commit to group {group_id!r}")
-    request = ConsumerGroupTopicPartitions(group_id, partitions)
-    admin = client.admin()
-    altered = _group_request(
-        client,
-        f"commit offsets to group {group_id!r}",
-        lambda seconds: admin.alter_consumer_group_offsets([request], request_timeout=seconds)[
-            group_id
-        ],
-    )
-    for tp in altered.topic_partitions or []:
-        if tp.error is not None:
-            raise KafkaError(
-                f"group {group_id!r} on {servers}: commit of {tp.topic}[{tp.partition}] "
-                f"failed: {tp.error}"
+        client = session.kafka
+        servers = client.bootstrap_servers
+        group = _ask_group(client, "describe", group_id, "describe_consumer_groups", group_id)
+        state = getattr(group.state, "name", str(group.state)).upper()
+        members = len(group.members or [])
+        if members or state not in _IDLE_STATES:
+            raise ConsumerGroupActive(
+                f"consumer group {group_id!r} on {servers} is {state} with {members} active "
+                "member(s): committing offsets would move a live consumer's position. Use a "
+                "group name that only this export writes to (e.g. 'spark-<query name>')."
             )
-    read_back = read_group_offsets(client, group_id, partitions)
+        partitions = [
+            TopicPartition(topic, int(p), int(o))
+            for topic, parts in sorted(offsets.items())
+            for p, o in sorted(parts.items())
+        ]
+        if not partitions:
+            raise ValueError(f"no offsets to commit to group {group_id!r}")
+        request = ConsumerGroupTopicPartitions(group_id, partitions)
+        altered = _ask_group(
+            client, "commit offsets to", group_id, "alter_consumer_group_offsets", request
+        )
+        for tp in altered.topic_partitions or []:
+            if tp.error is not None:
+                raise KafkaError(
+                    f"group {group_id!r} on {servers}: commit of {tp.topic}[{tp.partition}] "
+                    f"failed: {tp.error}"
+                )
+        query = ConsumerGroupTopicPartitions(
+            group_id, [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        )
+        listed = _ask_group(
+            client, "read offsets of", group_id, "list_consumer_group_offsets", query
+        )
+    read_back = {(tp.topic, tp.partition): int(tp.offset) for tp in listed.topic_partitions or []}
     wanted = {(tp.topic, tp.partition): tp.offset for tp in partitions}
     if read_back != wanted:
         differ = sorted(k for k in wanted if read_back.get(k) != wanted[k])
@@ -208,23 +191,3 @@ def _export(
         }
     log.info("committed %d partition offsets to group %s", len(partitions), group_id)
     return ConsumerGroupExport(group_id=group_id, offsets=committed, lag=lag)
-
-
-def read_group_offsets(
-    client: KafkaOffsetsClient, group_id: str, partitions: list[Any]
-) -> dict[tuple[str, int], int]:
-    """The offsets committed to ``group_id`` for ``partitions`` (TopicPartitions)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-    query = ConsumerGroupTopicPartitions(
-        group_id, [TopicPartition(tp.topic, tp.partition) for tp in partitions]
-    )
-    admin = client.admin()
-    listed = _group_request(
-        client,
-        f"read offsets of group {group_id!r}",
-        lambda seconds: admin.list_consumer_group_offsets([query], request_timeout=seconds)[
-            group_id
-        ],
-    )
-    return {(tp.topic, tp.partition): int(tp.offset) for tp in listed.topic_partitions or []}

@@ -12,23 +12,11 @@ by hand, it loses or replays data. :func:`migrate_checkpoint` does it in journal
         )
     spark_options = {"startingOffsets": result.starting_offsets_json()}
 
-1. preflight: refuse while the job looks alive (a commit or a planned batch within
-   ``quiet_period`` seconds) unless ``force``;
-2. snapshot: take, write and verify a snapshot of the last COMMITTED batch (or verify a given
-   one);
-3. validate against Kafka: a committed offset below the log start is data loss (refused unless
-   ``allow_data_loss``, then the start is the log start and the loss is reported); partitions
-   added since start from earliest (-2); a topic that is gone or was re-created is refused; a file
-   sink whose ``_spark_metadata`` log holds batch ids the new checkpoint would reuse is refused
-   unless ``move_sink_log`` (the log is archived with the checkpoint);
-4. archive the old checkpoint (verified copy, then delete; a rename where the store has one);
-5. return the new query's ``startingOffsets`` naming every partition.
-
-Each step is recorded in a journal (``<archive_root>/<name>-<hash>/journal.json``) before the
-next begins: a re-run after a crash resumes, or, when everything is done, returns the recorded
-result. At no point is the checkpoint gone without a verified snapshot and a verified archive.
-Parameters are checked before anything is read or written: ``dry_run="Ture"`` or
-``quiet_period=float("nan")`` raise :class:`~airflow_sparklag.errors.InvalidParameter`.
+The steps (:attr:`Migration.STEPS`, rules in docs/snapshots.md): preflight (refuse while the
+job looks alive), snapshot the last COMMITTED batch, validate it against Kafka and the file
+sinks' logs, archive the old checkpoint (verified), complete. Each is recorded in a journal
+(``<archive_root>/<name>-<hash>/journal.json``) before the next begins: a re-run after a crash
+resumes. At no point is the checkpoint gone without a verified snapshot and a verified archive.
 """
 
 from __future__ import annotations
@@ -40,7 +28,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
@@ -60,16 +48,16 @@ from airflow_sparklag.errors import (
 from airflow_sparklag.redact import redact_url
 from airflow_sparklag.session import Session
 from airflow_sparklag.snapshot import (
-    EARLIEST,
     Snapshot,
     load_snapshot,
+    outside_checkpoint,
     save_snapshot,
     snapshot_path,
     source_snapshots,
     take_snapshot,
     utc_iso,
 )
-from airflow_sparklag.storage import Storage, inside, join
+from airflow_sparklag.storage import Storage, join
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
@@ -137,26 +125,7 @@ class MigrationResult:
         return json.dumps(self.starting_offsets[source_id], separators=(",", ":"))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "checkpoint": self.checkpoint,
-            "status": self.status,
-            "journal_path": self.journal_path,
-            "archive_location": self.archive_location,
-            "snapshot_path": self.snapshot_path,
-            "query_id": self.query_id,
-            "committed_batch_id": self.committed_batch_id,
-            "in_flight_batch_id": self.in_flight_batch_id,
-            "starting_offsets": self.starting_offsets,
-            "starting_offsets_by_timestamp": self.starting_offsets_by_timestamp,
-            "partitions_added": self.partitions_added,
-            "records_lost": self.records_lost,
-            "replay_ranges": self.replay_ranges,
-            "sink_logs": self.sink_logs,
-            "archives": self.archives,
-            "refusals": self.refusals,
-            "warnings": self.warnings,
-            "steps_done": self.steps_done,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any]) -> MigrationResult:
@@ -167,13 +136,13 @@ class MigrationResult:
 # -- journal ---------------------------------------------------------------------------------
 
 
+@dataclass
 class _Journal:
     """One small JSON document, rewritten atomically after every step."""
 
-    def __init__(self, storage: Storage, path: str, document: dict[str, Any]) -> None:
-        self.storage = storage
-        self.path = path
-        self.document = document
+    storage: Storage
+    path: str
+    document: dict[str, Any]
 
     @classmethod
     def load(cls, storage: Storage, path: str) -> _Journal | None:
@@ -232,26 +201,15 @@ def _flag(name: str, value: Any) -> bool:
     return value
 
 
-def _seconds(name: str, value: Any) -> float:
+def _number(name: str, value: Any, what: str, minimum: float = -math.inf, hint: str = "") -> float:
+    """A finite int or float >= ``minimum``: never a bool, never text."""
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
         or not math.isfinite(value)
-        or value < 0
+        or value < minimum
     ):
-        raise params.invalid(
-            name,
-            f"must be a finite number of seconds >= 0, got {value!r} (read text with "
-            "params.duration first)",
-        )
-    return float(value)
-
-
-def _moment(name: str, value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise params.invalid(name, f"must be epoch seconds (a finite number), got {value!r}")
+        raise params.invalid(name, f"must be {what}, got {value!r}{hint}")
     return float(value)
 
 
@@ -261,22 +219,6 @@ def _path(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip() or "\x00" in value:
         raise params.invalid(name, f"must be a path or URL, got {value!r}")
     return value
-
-
-def outside_checkpoint(name: str, root: str | None, location: str) -> None:
-    """Refuse a ``root`` (archive or snapshot) inside the checkpoint at ``location``: a migration
-    archives the whole checkpoint directory, so it would be written into the checkpoint, then
-    copied or moved with it (``InvalidParameter`` naming ``name``)."""
-    if root is not None and inside(root, location):
-        raise params.invalid(
-            name,
-            f"{redact_url(root)} is inside the checkpoint "
-            f"{redact_url(location)}: give a root outside it (e.g. beside it)",
-        )
-
-
-def _optional_path(name: str, value: Any) -> str | None:
-    return None if value is None else _path(name, value)
 
 
 def _paths(name: str, value: Any) -> tuple[str, ...]:
@@ -290,11 +232,9 @@ def _paths(name: str, value: Any) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class MigrationOptions:
-    """How to migrate: THE options of a migration, declared once (``params.option``). The CLI's
+    """How to migrate: THE options of a migration, declared once (``params.option``): the CLI's
     ``migrate`` flags and ``CheckpointMigrationOperator``'s keyword arguments are made from
-    these fields; every one has its row in docs/operators/checkpoint-migration.md. Typed
-    values only (text is read by ``params.options`` first); checked when made, before
-    anything is read or written.
+    these fields (docs/operators/checkpoint-migration.md). Typed values only, checked when made.
 
     >>> MigrationOptions(quiet_period=0, dry_run=True).dry_run
     True
@@ -343,9 +283,17 @@ class MigrationOptions:
     def __post_init__(self) -> None:
         for name in ("force", "allow_data_loss", "move_sink_log", "dry_run"):
             _flag(name, getattr(self, name))
-        object.__setattr__(self, "quiet_period", _seconds("quiet_period", self.quiet_period))
+        quiet_period = _number(
+            "quiet_period",
+            self.quiet_period,
+            "a finite number of seconds >= 0",
+            minimum=0,
+            hint=" (read text with params.duration first)",
+        )
+        object.__setattr__(self, "quiet_period", quiet_period)
         for name in ("snapshot_root", "snapshot"):
-            _optional_path(name, getattr(self, name))
+            if getattr(self, name) is not None:
+                _path(name, getattr(self, name))
         object.__setattr__(self, "file_sink_paths", _paths("file_sink_paths", self.file_sink_paths))
 
     @classmethod
@@ -360,46 +308,6 @@ class MigrationOptions:
 
 
 MIGRATION_OPTIONS = tuple(f.name for f in fields(MigrationOptions))
-
-
-# -- checks ----------------------------------------------------------------------------------
-
-
-class _Checks:
-    """Refusals raise, except in a dry run, where they are collected into the plan."""
-
-    def __init__(self, dry_run: bool) -> None:
-        self.dry_run = dry_run
-        self.refusals: list[str] = []
-
-    def refuse(self, error: MigrationRefused) -> None:
-        if not self.dry_run:
-            raise error
-        self.refusals.append(f"{type(error).__name__}: {error}")
-
-
-def _preflight(
-    state: CheckpointState, *, now: float, quiet_period: float, force: bool, checks: _Checks
-) -> None:
-    recent = []
-    if state.commit_modified is not None and now - state.commit_modified < quiet_period:
-        recent.append(
-            f"batch {state.committed_batch_id} was committed {now - state.commit_modified:.0f} s "
-            "ago"
-        )
-    if state.in_flight is not None and state.in_flight.modified is not None:
-        age = now - state.in_flight.modified
-        if age < quiet_period:
-            recent.append(f"batch {state.in_flight.batch_id} was planned {age:.0f} s ago")
-    if recent and not force:
-        checks.refuse(
-            JobStillRunning(
-                f"{redact_url(state.location)}: the query looks alive ("
-                + "; ".join(recent)
-                + f", quiet period {quiet_period:g} s). Stop it and wait, or pass force=True "
-                "if you know it is stopped"
-            )
-        )
 
 
 def _wrong_cluster(snapshot: Snapshot, sid: str, kafka: KafkaSnapshot) -> TopicGone | None:
@@ -420,10 +328,8 @@ def _wrong_cluster(snapshot: Snapshot, sid: str, kafka: KafkaSnapshot) -> TopicG
 def _validate(
     snapshot: Snapshot,
     kafka: Mapping[str, KafkaSnapshot],
-    *,
-    allow_data_loss: bool,
-    checks: _Checks,
-    force: bool,
+    options: MigrationOptions,
+    run: _Run,
 ) -> tuple[dict[str, dict[str, dict[str, int]]], dict[str, list[int]], dict[str, dict[str, int]]]:
     """startingOffsets per source, partitions added, records lost (per topic/partition);
     ``kafka``: each source's own cluster's snapshot."""
@@ -432,26 +338,28 @@ def _validate(
     added: dict[str, list[int]] = {}
     lost: dict[str, dict[str, int]] = {}
     for sid, topics in snapshot.committed.kafka_sources().items():
-        wrong = None if force else _wrong_cluster(snapshot, sid, kafka[sid])
+        wrong = None if options.force else _wrong_cluster(snapshot, sid, kafka[sid])
         if wrong is not None:
-            checks.refuse(wrong)
-        starting[sid] = {}
+            run.refuse(wrong)
+        # the committed offsets, and EARLIEST for partitions added since
+        starting[sid] = snapshot.starting_offsets(kafka[sid], source_id=sid)
         for topic, parts in sorted(topics.items()):
             if topic in kafka[sid].missing_topics or topic not in kafka[sid].partitions:
-                checks.refuse(
+                run.refuse(
                     TopicGone(
                         f"{where}: topic {topic!r} no longer exists in Kafka: the new query "
                         "cannot start from its offsets. Re-create it, or drop it from the job "
                         "and migrate with a snapshot that does not name it"
                     )
                 )
+                del starting[sid][topic]
                 continue
             live = kafka[sid].partitions[topic]
-            offsets: dict[str, int] = {}
+            offsets = starting[sid][topic]
             for partition, committed in sorted(parts.items()):
                 log = live.get(partition)
                 if log is None or committed > log.log_end:
-                    checks.refuse(
+                    run.refuse(
                         TopicGone(
                             f"{where}: topic {topic!r} partition {partition}: committed offset "
                             f"{committed} is beyond the log "
@@ -459,21 +367,17 @@ def _validate(
                             "the topic was deleted and re-created; refusing"
                         )
                     )
-                    continue
-                start = committed
-                if committed < log.log_start:
+                    del offsets[str(partition)]
+                elif committed < log.log_start:
                     lost.setdefault(topic, {})[str(partition)] = log.log_start - committed
-                    start = log.log_start
-                offsets[str(partition)] = start
+                    offsets[str(partition)] = log.log_start
             for partition in sorted(set(live) - set(parts)):
-                offsets[str(partition)] = EARLIEST
                 added.setdefault(topic, []).append(partition)
-            starting[sid][topic] = dict(sorted(offsets.items(), key=lambda kv: int(kv[0])))
-    if lost and not allow_data_loss:
+    if lost and not options.allow_data_loss:
         detail = "; ".join(
             f"{topic}[{p}]: {n} records" for topic, parts in lost.items() for p, n in parts.items()
         )
-        checks.refuse(
+        run.refuse(
             DataLossRefused(
                 f"{where}: committed offsets are below the log start, records deleted before the "
                 f"query read them: {detail}. Pass allow_data_loss=True to start from the log "
@@ -483,53 +387,8 @@ def _validate(
     return starting, added, lost
 
 
-def _sink_logs(paths: Iterable[str], storage: Callable[[str], Storage]) -> list[dict[str, Any]]:
-    found = []
-    for path in paths:
-        log_dir = join(path, "_spark_metadata")
-        ids = []
-        for info in storage(log_dir).list_dir(log_dir):
-            name = info.name[: -len(".compact")] if info.name.endswith(".compact") else info.name
-            batch = parse_batch_id(name)
-            if batch is not None:
-                ids.append(batch)
-        found.append(
-            {
-                "path": redact_url(path),
-                "log": log_dir,
-                "latest_batch_id": max(ids, default=None),
-            }
-        )
-    return found
-
-
-def _sink_action(sink: Mapping[str, Any], *, move_sink_log: bool, run_dir: str) -> str:
-    if sink["latest_batch_id"] is None:
-        return "none (empty log)"
-    if move_sink_log:
-        return f"move aside to {join(run_dir, 'sink-logs')}"
-    return "refused"
-
-
-def _sink_conflict(sink: Mapping[str, Any]) -> SinkLogConflict:
-    return SinkLogConflict(
-        f"{sink['path']}: the file sink log {sink['log']} holds batches up to "
-        f"{sink['latest_batch_id']}; a query on a new checkpoint restarts at batch 0 and "
-        f"the sink would silently SKIP batches 0..{sink['latest_batch_id']} (data loss). "
-        "Write the new query to a new output path, or pass move_sink_log=True to move "
-        "the log aside into the archive (old files then stay on disk, but readers that "
-        "use the log no longer see them)"
-    )
-
-
 def _batch_ids(state: CheckpointState) -> list[int | None]:
     return [state.committed_batch_id, state.in_flight.batch_id if state.in_flight else None]
-
-
-def _has_batches(storage: Storage, location: str) -> bool:
-    return bool(storage.list_dir(join(location, "offsets"))) or bool(
-        storage.list_dir(join(location, "commits"))
-    )
 
 
 # -- the migration ---------------------------------------------------------------------------
@@ -540,10 +399,10 @@ class _Run:
     """One run of a migration: its journal, its refusals, and what each step hands on."""
 
     journal: _Journal
-    checks: _Checks
+    dry_run: bool
+    refusals: list[str] = field(default_factory=list)
     state: CheckpointState | None = None  # None once archiving started: the checkpoint moves
-    snapshot: Snapshot | None = None
-    snapshot_path: str | None = None
+    taken: tuple[Snapshot, str] | None = None  # the snapshot the later steps work from, its path
     warnings: list[str] = field(default_factory=list)
     result: MigrationResult | None = None  # the plan once validated, then the outcome
 
@@ -551,10 +410,11 @@ class _Run:
     def archive_location(self) -> str:
         return join(self.journal.run, "checkpoint")
 
-    def taken(self) -> tuple[Snapshot, str]:
-        """The snapshot the steps after ``snapshot`` work from."""
-        assert self.snapshot is not None and self.snapshot_path is not None, "snapshot step"
-        return self.snapshot, self.snapshot_path
+    def refuse(self, error: MigrationRefused) -> None:
+        """Raise, except in a dry run, where the refusal is collected into the plan."""
+        if not self.dry_run:
+            raise error
+        self.refusals.append(f"{type(error).__name__}: {error}")
 
     def plan(self) -> MigrationResult:
         assert self.result is not None, "validate step"
@@ -569,12 +429,10 @@ class Migration:
         with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
             result = Migration(session, "s3a://b/ck/orders", "s3a://b/archive").run()
 
-    :meth:`run` calls the methods named in :attr:`STEPS`, in order. Each step skips what the
-    journal says is done and records itself before the next begins, so a run after a crash (or
-    ``kill -9``) at any point resumes; a dry run stops after ``validate`` and writes nothing.
-    Every parameter is checked when the migration is made, before anything is read or written
-    (:class:`~airflow_sparklag.errors.InvalidParameter`). The session stays open: it is the
-    caller's. ``fault`` is a test hook called with each journal step name.
+    :meth:`run` calls the methods named in :attr:`STEPS`, in order; each skips what the journal
+    says is done. A dry run stops after ``validate`` and writes nothing. Every parameter is
+    checked when the migration is made, before anything is read or written. The session stays
+    open: it is the caller's. ``fault`` is a test hook called with each journal step name.
     """
 
     STEPS = ("preflight", "snapshot", "validate", "archive", "sink_logs", "complete")
@@ -595,14 +453,11 @@ class Migration:
         self.options = MigrationOptions.take(given, options)
         if given:
             raise TypeError(f"Migration got unexpected arguments: {', '.join(sorted(given))}")
-        self.now = _moment("now", now)
+        self.now = None if now is None else _number("now", now, "epoch seconds (a finite number)")
         self.location = _path("location", location)
         self.archive_root = _path("archive_root", archive_root)
-        for name, root in (
-            ("archive_root", self.archive_root),
-            ("snapshot_root", self.options.snapshot_root),
-        ):
-            outside_checkpoint(name, root, self.location)
+        outside_checkpoint("archive_root", self.archive_root, self.location)
+        outside_checkpoint("snapshot_root", self.options.snapshot_root, self.location)
         self.session = session
         self.hit: Callable[[str], None] = fault or (lambda step: None)
         self.base = _base_dir(self.archive_root, self.location)
@@ -618,14 +473,16 @@ class Migration:
             journal = None  # the checkpoint is back (a new job used the path): a new migration
         if not self.session.has_kafka:
             raise ValueError("kafka_config (or kafka_client) is required to validate offsets")
-        run = _Run(journal or self._new_journal(), _Checks(self.options.dry_run))
+        run = _Run(journal or self._new_journal(), self.options.dry_run)
         for step in self.PLAN_STEPS if self.options.dry_run else self.STEPS:
             getattr(self, step)(run)
         return run.plan()
 
     def _checkpoint_present(self) -> bool:
         store = self.session.storage(self.location)
-        return store.exists(self.location) and _has_batches(store, self.location)
+        return store.exists(self.location) and any(
+            store.list_dir(join(self.location, logs)) for logs in ("offsets", "commits")
+        )
 
     def _new_journal(self) -> _Journal:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -645,27 +502,43 @@ class Migration:
         if journal.done("archiving"):
             return
         state = run.state = self._read_checkpoint(journal)
+        batches = _batch_ids(state)
         if not journal.done("preflight"):
-            moment = self.now if self.now is not None else time.time()
-            _preflight(
-                state,
-                now=moment,
-                quiet_period=self.options.quiet_period,
-                force=self.options.force,
-                checks=run.checks,
-            )
-        elif _batch_ids(state) != journal.get("preflight").get("batches"):
-            run.checks.refuse(
+            self._refuse_if_alive(state, run)
+            if not self.options.dry_run:
+                journal.record("preflight", batches=batches)
+        elif batches != journal.get("preflight").get("batches"):
+            run.refuse(
                 JobStillRunning(
                     f"{redact_url(self.location)}: the checkpoint changed since this "
                     f"migration's preflight ({journal.get('preflight').get('batches')} -> "
-                    f"{_batch_ids(state)}): the job ran again. Stop it, delete the journal "
+                    f"{batches}): the job ran again. Stop it, delete the journal "
                     f"{journal.path} and migrate again"
                 )
             )
-        if not self.options.dry_run and not journal.done("preflight"):
-            journal.record("preflight", batches=_batch_ids(state))
         self.hit("preflight")
+
+    def _refuse_if_alive(self, state: CheckpointState, run: _Run) -> None:
+        """A commit or a planned batch within ``quiet_period``: the job looks alive."""
+        now = self.now if self.now is not None else time.time()
+        quiet_period = self.options.quiet_period
+        recent = []
+        if state.commit_modified is not None and now - state.commit_modified < quiet_period:
+            age = now - state.commit_modified
+            recent.append(f"batch {state.committed_batch_id} was committed {age:.0f} s ago")
+        if state.in_flight is not None and state.in_flight.modified is not None:
+            age = now - state.in_flight.modified
+            if age < quiet_period:
+                recent.append(f"batch {state.in_flight.batch_id} was planned {age:.0f} s ago")
+        if recent and not self.options.force:
+            run.refuse(
+                JobStillRunning(
+                    f"{redact_url(state.location)}: the query looks alive ("
+                    + "; ".join(recent)
+                    + f", quiet period {quiet_period:g} s). Stop it and wait, or pass force=True "
+                    "if you know it is stopped"
+                )
+            )
 
     def _read_checkpoint(self, journal: _Journal) -> CheckpointState:
         try:
@@ -695,7 +568,7 @@ class Migration:
                 checksum=snap.checksum,
                 committed_batch_id=snap.committed.batch_id,
             )
-        run.snapshot, run.snapshot_path = snap, path
+        run.taken = snap, path
         self.hit("snapshot")
 
     def _snapshot_of(self, run: _Run) -> tuple[Snapshot, str]:
@@ -724,7 +597,7 @@ class Migration:
     def _check_snapshot(self, run: _Run, state: CheckpointState, snap: Snapshot, path: str) -> None:
         """The snapshot is of this query, and the job did not commit after it was taken."""
         if state.query_id and snap.query_id and state.query_id != snap.query_id:
-            run.checks.refuse(
+            run.refuse(
                 SnapshotMismatch(
                     f"{path}: snapshot of query {snap.query_id}, but the checkpoint at "
                     f"{redact_url(self.location)} belongs to query {state.query_id}"
@@ -737,7 +610,7 @@ class Migration:
             f"{path} (batch {snap.committed.batch_id}) was taken"
         )
         if run.journal.done("snapshot"):
-            run.checks.refuse(
+            run.refuse(
                 SnapshotMismatch(
                     f"{message}: the job ran again during the migration. Stop it, delete "
                     f"the journal {run.journal.path} and migrate again"
@@ -750,15 +623,10 @@ class Migration:
 
     def validate(self, run: _Run) -> None:
         """Check the snapshot against Kafka and the file sinks; the result is the plan."""
-        snap, path = run.taken()
+        assert run.taken is not None, "snapshot step"
+        snap, path = run.taken
         kafka = source_snapshots(self.session, snap.committed.kafka_sources())
-        starting, added, lost = _validate(
-            snap,
-            kafka,
-            allow_data_loss=self.options.allow_data_loss,
-            checks=run.checks,
-            force=self.options.force,
-        )
+        starting, added, lost = _validate(snap, kafka, self.options, run)
         sink_logs = self._checked_sink_logs(run)
         by_time: dict[str, dict[str, dict[str, int]]] = {}
         if snap.record_timestamps_ms is not None:
@@ -784,7 +652,7 @@ class Migration:
             records_lost=lost,
             replay_ranges=snap.replay_ranges(),
             sink_logs=sink_logs,
-            refusals=list(run.checks.refusals),
+            refusals=list(run.refusals),
             warnings=warnings,
         )
         if self.options.dry_run:
@@ -796,14 +664,35 @@ class Migration:
         self.hit("validated")
 
     def _checked_sink_logs(self, run: _Run) -> list[dict[str, Any]]:
+        """Each file sink's ``_spark_metadata``: its newest batch and what the migration does."""
         checked = []
-        for sink in _sink_logs(self.options.file_sink_paths, self.session.storage):
-            action = _sink_action(
-                sink, move_sink_log=self.options.move_sink_log, run_dir=run.journal.run
+        for path in self.options.file_sink_paths:
+            log = join(path, "_spark_metadata")
+            names = [
+                info.name.removesuffix(".compact")
+                for info in self.session.storage(log).list_dir(log)
+            ]
+            latest = max((b for b in map(parse_batch_id, names) if b is not None), default=None)
+            action = "refused"
+            if latest is None:
+                action = "none (empty log)"
+            elif self.options.move_sink_log:
+                action = f"move aside to {join(run.journal.run, 'sink-logs')}"
+            checked.append(
+                {"path": redact_url(path), "log": log, "latest_batch_id": latest, "action": action}
             )
-            checked.append({**sink, "action": action})
-            if action == "refused":
-                run.checks.refuse(_sink_conflict(sink))
+        for sink in checked:
+            if sink["action"] == "refused":
+                run.refuse(
+                    SinkLogConflict(
+                        f"{sink['path']}: the file sink log {sink['log']} holds batches up to "
+                        f"{sink['latest_batch_id']}; a query on a new checkpoint restarts at batch "
+                        f"0 and the sink would silently SKIP batches 0..{sink['latest_batch_id']} "
+                        "(data loss). Write the new query to a new output path, or pass "
+                        "move_sink_log=True to move the log aside into the archive (old files "
+                        "then stay on disk, but readers that use the log no longer see them)"
+                    )
+                )
         return checked
 
     # -- 4. archive the checkpoint (and the sink logs when asked) ----------------------------
@@ -814,15 +703,10 @@ class Migration:
         if not journal.done("archived"):
             if not journal.done("archiving"):
                 journal.record("archiving", target=run.archive_location)
-            report = archive_tree(
-                self.session.storage(self.location),
-                self.location,
-                run.archive_location,
-                manifest_path=join(journal.run, "checkpoint.manifest.json"),
-                target=self.session.storage(self.archive_root),
-                fault=self.hit,
+            manifest = join(journal.run, "checkpoint.manifest.json")
+            journal.record(
+                "archived", **self._archive(self.location, run.archive_location, manifest)
             )
-            journal.record("archived", **report.to_dict())
         self.hit("archived")
 
     def sink_logs(self, run: _Run) -> None:
@@ -830,19 +714,24 @@ class Migration:
         journal = run.journal
         if self.options.move_sink_log and not journal.done("sink_logs"):
             moved = [
-                self._move_sink_log(journal, index, sink["log"])
+                self._archive(
+                    sink["log"],
+                    join(journal.run, "sink-logs", str(index), "_spark_metadata"),
+                    join(journal.run, "sink-logs", f"{index}.manifest.json"),
+                )
                 for index, sink in enumerate(run.plan().sink_logs)
                 if sink["latest_batch_id"] is not None
             ]
             journal.record("sink_logs", moved=moved)
         self.hit("sink_logs")
 
-    def _move_sink_log(self, journal: _Journal, index: int, log: str) -> dict[str, Any]:
+    def _archive(self, source: str, target: str, manifest: str) -> dict[str, Any]:
+        """``archive_tree`` of ``source`` to ``target`` in the archive root's store."""
         report = archive_tree(
-            self.session.storage(log),
-            log,
-            join(journal.run, "sink-logs", str(index), "_spark_metadata"),
-            manifest_path=join(journal.run, "sink-logs", f"{index}.manifest.json"),
+            self.session.storage(source),
+            source,
+            target,
+            manifest_path=manifest,
             target=self.session.storage(self.archive_root),
             fault=self.hit,
         )
@@ -878,14 +767,9 @@ def migrate_checkpoint(
 ) -> MigrationResult:
     """Snapshot, validate and archive ``location``; return the new query's starting offsets.
 
-    ``options`` (:class:`MigrationOptions`) or its fields as keyword arguments:
-    ``snapshot``: path of an existing snapshot to use instead of taking one. ``snapshot_root``:
-    where to write the snapshot (default: the migration's archive directory).
-    ``file_sink_paths``: output paths of FILE sinks the new query will write to (their
-    ``_spark_metadata`` is checked). ``fault``: test hook called with each step name.
-    Without ``session``, one is opened from the other keyword arguments (``kafka_config``,
-    ``kafka_client``, ``s3_options``, ``webhdfs_options``, ``fsspec_options``,
-    ``kafka_timeout``) and closed before returning.
+    ``options`` (:class:`MigrationOptions`) or its fields as keyword arguments; without
+    ``session``, one is opened from the other keyword arguments (``kafka_config``, ...) and
+    closed before returning. ``fault``: test hook called with each step name.
     Raises :class:`~airflow_sparklag.errors.InvalidParameter` (nothing read or written),
     :class:`MigrationRefused` subclasses (nothing changed), storage/Kafka errors.
     """

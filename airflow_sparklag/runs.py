@@ -1,9 +1,5 @@
-"""Runs of a scheduled job, found in the checkpoint's own batch history.
-
-Many Airflow users run "streaming" queries as scheduled jobs: ``Trigger.AvailableNow`` (or
-``Once``) started every hour or day; the query processes what is there and exits. Nothing in the
-checkpoint says so, but its batches come in RUNS: batches close together, then a long gap. For
-such a job "idle" is normal between runs, and records waiting between runs are expected.
+"""Runs of a scheduled job (``Trigger.AvailableNow``/``Once`` started every so often), found in
+the checkpoint's batch history: batches close together, then a gap (docs/scheduled-jobs.md).
 
 Pure functions of the retained batches (a batch is anything with ``batch_id``, ``timestamp_ms``
 and ``records``, e.g. ``lag.HistoryBatch``); whether each run was complete needs Kafka and is
@@ -20,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,12 +72,9 @@ def default_grace(runs_every: float) -> float:
 class Run:
     """One run: consecutive batches with no gap between them longer than the run gap.
 
-    ``complete`` (set by a check that asked Kafka): the run's last committed offsets reached,
-    on every partition, the first offset produced at or after the run's start (ListOffsets by
-    timestamp at ``started_at``); ``records_left`` counts the offsets produced before the run
-    started that it did not process (so far, while ``in_progress``: a run that died mid-batch
-    also leaves a planned batch behind). None when not asked, when nothing of the run is
-    committed yet, or when its start is not in the history read (``start_known`` False).
+    ``complete`` and ``records_left`` are set by a check that asked Kafka (docs/scheduled-jobs.md);
+    None when not asked, when nothing of the run is committed yet, or when its start is not in the
+    history read (``start_known`` False).
     """
 
     first_batch_id: int
@@ -123,13 +117,7 @@ class Schedule:
         return self.declared or self.looks_scheduled
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "runs_every": self.runs_every,
-            "grace": self.grace,
-            "looks_scheduled": self.looks_scheduled,
-            "runs_seen": self.runs_seen,
-            "last_run": None if self.last_run is None else self.last_run.to_dict(),
-        }
+        return dataclasses.asdict(self)
 
 
 def _seconds(batch: _Batch) -> float | None:
@@ -212,10 +200,7 @@ def schedule_of(
     if runs_every is not None and grace is None:
         grace = default_grace(runs_every)
     gap = run_gap(history, runs_every)
-    if not history:
-        ranges: list[tuple[int, int]] = []
-    else:
-        ranges = split_runs(history, gap) if gap is not None else [(0, len(history) - 1)]
+    ranges = split_runs(history, math.inf if gap is None else gap)  # no gap known: one run
     last: Run | None = None
     if ranges:
         first, end = ranges[-1]

@@ -12,16 +12,9 @@ A snapshot is what lets a query restart on a new checkpoint without losing or re
     print(result.path)                       # s3a://bucket/snapshots/<query id>/<batch>-<UTC>.json
     print(result.starting_offsets_json())    # {"orders":{"0":1042,"1":998,"2":1011}}
 
-Rules (see ``docs/snapshots.md``):
-
-- the offsets carried over are those of ``offsets/C``, the last COMMITTED batch; an in-flight
-  batch is recorded (its range is what a restart replays) but never used as the start;
-- the document holds a sha256 of its canonical content (sorted keys, no whitespace, without the
-  checksum itself); it is written once (never overwritten), read back and verified;
-- ``startingOffsets`` names every partition Kafka has: a partition the checkpoint lacks (added
-  since) starts from earliest (-2), as Spark itself would read it.
-
-No Airflow import; ``confluent_kafka`` and storage clients are imported only when used.
+The offsets carried over are those of the last COMMITTED batch (an in-flight one is recorded,
+never used as the start); the document holds a sha256 of its canonical content and is written
+once, read back and verified. Rules in ``docs/snapshots.md``.
 """
 
 from __future__ import annotations
@@ -29,7 +22,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +57,7 @@ __all__ = [
     "build_snapshot",
     "canonical_bytes",
     "load_snapshot",
+    "outside_checkpoint",
     "save_snapshot",
     "snapshot_checkpoint",
     "snapshot_path",
@@ -93,16 +87,10 @@ class SnapshotSource:
     cluster_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        offsets = None
-        if self.kafka is not None:
-            offsets = {
-                topic: {str(p): int(o) for p, o in sorted(parts.items())}
-                for topic, parts in sorted(self.kafka.items())
-            }
         document = {
             "source_id": self.source_id,
             "kind": self.kind,
-            "offsets": offsets,
+            "offsets": None if self.kafka is None else by_partition(self.kafka),
             "raw": self.raw if self.kind == "other" else None,
         }
         # Only when known: an older document, without them, keeps its checksum.
@@ -114,16 +102,10 @@ class SnapshotSource:
     @classmethod
     def from_dict(cls, document: Mapping[str, Any]) -> SnapshotSource:
         offsets = document.get("offsets")
-        kafka = None
-        if offsets is not None:
-            kafka = {
-                str(topic): {int(p): int(o) for p, o in parts.items()}
-                for topic, parts in offsets.items()
-            }
         return cls(
             source_id=str(document["source_id"]),
             kind=str(document["kind"]),
-            kafka=kafka,
+            kafka=None if offsets is None else by_partition(offsets, int, int),
             raw=document.get("raw"),
             bootstrap_servers=document.get("bootstrap_servers"),
             cluster_id=document.get("cluster_id"),
@@ -195,15 +177,10 @@ class Snapshot:
 
     def content(self) -> dict[str, Any]:
         """The document without its checksum: what the checksum covers."""
+        stamps = self.record_timestamps_ms
         timestamps = None
-        if self.record_timestamps_ms is not None:
-            timestamps = {
-                source: {
-                    topic: {str(p): ts for p, ts in sorted(parts.items())}
-                    for topic, parts in sorted(topics.items())
-                }
-                for source, topics in sorted(self.record_timestamps_ms.items())
-            }
+        if stamps is not None:
+            timestamps = {src: by_partition(topics) for src, topics in sorted(stamps.items())}
         return {
             "format": FORMAT_NAME,
             "format_version": self.format_version,
@@ -248,7 +225,7 @@ class Snapshot:
                 f"reads version {FORMAT_VERSION}); use the tool version that wrote it"
             )
         try:
-            timestamps = document.get("record_timestamps_ms")
+            stamps = document.get("record_timestamps_ms")
             snapshot = cls(
                 query_id=document.get("query_id"),
                 checkpoint_location=str(document["checkpoint_location"]),
@@ -262,15 +239,9 @@ class Snapshot:
                 snapshot_time=str(document["snapshot_time"]),
                 tool_version=str(document["tool"]["version"]),
                 record_timestamps_ms=(
-                    {
-                        source: {
-                            topic: {int(p): ts for p, ts in parts.items()}
-                            for topic, parts in topics.items()
-                        }
-                        for source, topics in timestamps.items()
-                    }
-                    if timestamps is not None
-                    else None
+                    None
+                    if stamps is None
+                    else {src: by_partition(topics, int) for src, topics in stamps.items()}
                 ),
                 kafka_fetched_at=document.get("kafka_fetched_at"),
                 format_version=int(version),
@@ -331,14 +302,11 @@ class Snapshot:
         read from earliest (-2), exactly what the old query would have done.
         """
         committed = self.committed.kafka_sources()[self.kafka_source_id(source_id)]
-        result: dict[str, dict[str, int]] = {}
-        for topic, parts in committed.items():
-            offsets = {p: int(o) for p, o in parts.items()}
-            if kafka is not None:
-                for partition in kafka.partitions.get(topic, {}):
-                    offsets.setdefault(partition, EARLIEST)
-            result[topic] = {str(p): o for p, o in sorted(offsets.items())}
-        return dict(sorted(result.items()))
+        result = {topic: dict(parts) for topic, parts in committed.items()}
+        for topic, offsets in result.items():
+            for partition in kafka.partitions.get(topic, {}) if kafka is not None else ():
+                offsets.setdefault(partition, EARLIEST)
+        return by_partition(result, value=int)
 
     def starting_offsets_by_timestamp(
         self, *, source_id: str | None = None
@@ -355,11 +323,9 @@ class Snapshot:
                 f"snapshot of {self.checkpoint_location} holds no record timestamps; take it "
                 "with record timestamps to get startingOffsetsByTimestamp"
             )
-        fallback = _iso_to_ms(self.kafka_fetched_at or self.snapshot_time)
-        return {
-            topic: {str(p): ts if ts is not None else fallback for p, ts in sorted(parts.items())}
-            for topic, parts in sorted(self.record_timestamps_ms[sid].items())
-        }
+        fallback = int(_from_iso(self.kafka_fetched_at or self.snapshot_time).timestamp() * 1000)
+        stamps = self.record_timestamps_ms[sid]
+        return by_partition(stamps, value=lambda ts: fallback if ts is None else ts)
 
     def replay_ranges(self) -> dict[str, dict[str, dict[str, dict[str, int]]]]:
         """What a restart from this snapshot may read twice: the in-flight batch's range.
@@ -383,6 +349,19 @@ class Snapshot:
         return result
 
 
+def by_partition(
+    topics: Mapping[str, Mapping[Any, Any]],
+    key: Callable[[Any], Any] = str,
+    value: Callable[[Any], Any] = lambda v: v,
+) -> dict[str, dict[Any, Any]]:
+    """topic -> partition -> value, sorted, each partition made ``key(p)`` (``str`` for JSON,
+    ``int`` back) and each value ``value(v)``."""
+    return {
+        str(t): {key(p): value(v) for p, v in sorted(parts.items())}
+        for t, parts in sorted(topics.items())
+    }
+
+
 def canonical_bytes(document: Mapping[str, Any]) -> bytes:
     """Sorted keys, no whitespace, UTF-8: the bytes the checksum is computed over."""
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
@@ -395,9 +374,9 @@ def utc_iso(epoch_seconds: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _iso_to_ms(text: str) -> int:
-    moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return int(moment.timestamp() * 1000)
+def _from_iso(text: str) -> datetime.datetime:
+    """The moment of a ``utc_iso`` text (Python 3.10's ``fromisoformat`` reads no "Z")."""
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _batch(
@@ -464,15 +443,15 @@ def build_snapshot(
             timestamps[sid] = {
                 topic: {p: stamps.get((topic, p)) for p in parts} for topic, parts in topics.items()
             }
-    in_flight = None
-    if state.in_flight is not None:
-        in_flight = _batch(state.in_flight, state.in_flight.modified, clusters or {})
+    in_flight = state.in_flight
     moment = now if now is not None else datetime.datetime.now(datetime.timezone.utc).timestamp()
     return Snapshot(
         query_id=state.query_id,
         checkpoint_location=redact_url(state.location),
         committed=committed,
-        in_flight=in_flight,
+        in_flight=None
+        if in_flight is None
+        else _batch(in_flight, in_flight.modified, clusters or {}),
         kafka_cluster_id=cluster_id,
         snapshot_time=utc_iso(moment),
         tool_version=__version__,
@@ -484,10 +463,20 @@ def build_snapshot(
 # -- storage ---------------------------------------------------------------------------------
 
 
+def outside_checkpoint(name: str, root: str | None, location: str) -> None:
+    """Refuse a ``root`` (archive or snapshot) inside the checkpoint at ``location``: written
+    there, it would be copied or moved with the checkpoint (``InvalidParameter`` naming it)."""
+    if root is not None and inside(root, location):
+        raise params.invalid(
+            name,
+            f"{redact_url(root)} is inside the checkpoint {redact_url(location)}: it would be "
+            "copied or moved with the checkpoint; give a root outside it (e.g. beside it)",
+        )
+
+
 def snapshot_path(root: str, snapshot: Snapshot) -> str:
     """``<root>/<query id>/<batch id>-<UTC time>.json``."""
-    moment = datetime.datetime.fromisoformat(snapshot.snapshot_time.replace("Z", "+00:00"))
-    stamp = moment.strftime("%Y%m%dT%H%M%S.%fZ")
+    stamp = _from_iso(snapshot.snapshot_time).strftime("%Y%m%dT%H%M%S.%fZ")
     query = snapshot.query_id or "unknown-query"
     return join(root, query, f"{snapshot.committed.batch_id}-{stamp}.json")
 
@@ -501,13 +490,7 @@ def save_snapshot(snapshot: Snapshot, storage: Storage, path: str) -> str:
     if snapshot.checksum != snapshot.computed_checksum():
         raise SnapshotCorrupt("refusing to write a snapshot whose checksum does not match")
     storage.write_atomic(path, snapshot.to_json(), overwrite=False)
-    verify_written(snapshot, storage, path)
-    return path
-
-
-def verify_written(snapshot: Snapshot, storage: Storage, path: str) -> Snapshot:
-    """Read ``path`` back: checksum valid, and the same checksum and offsets as ``snapshot``."""
-    try:
+    try:  # read back: checksum valid, and the same checksum and offsets as written
         stored = load_snapshot(storage, path)
     except (SnapshotCorrupt, StorageNotFound) as exc:
         raise SnapshotVerificationFailed(
@@ -518,7 +501,7 @@ def verify_written(snapshot: Snapshot, storage: Storage, path: str) -> Snapshot:
             f"{path}: the snapshot read back differs from the one written (checksum "
             f"{stored.checksum[:12]} vs {snapshot.checksum[:12]}); do not use it"
         )
-    return stored
+    return path
 
 
 def load_snapshot(storage: Storage, path: str) -> Snapshot:
@@ -687,38 +670,18 @@ def snapshot_checkpoint(
 ) -> SnapshotResult:
     """Read ``location``'s checkpoint, snapshot its committed batch, write it under
     ``snapshot_root`` and verify it. Without Kafka the cluster id and the partitions added
-    since are unknown (the snapshot is still valid).
-
-    Everything is read and written through ``session``; without one, a session is opened from
-    ``session_options`` (``kafka_config``, ``kafka_client``, ``s3_options``,
-    ``webhdfs_options``, ``fsspec_options``, ``kafka_timeout``) and closed before returning.
+    since are unknown (the snapshot is still valid). Without ``session``, one is opened from
+    ``session_options`` (``kafka_config``, ...) and closed before returning.
     """
     location = params.location("location", location)
     if write:  # (a consumer-group export reads only: no root)
         snapshot_root = params.location("snapshot_root", snapshot_root)
-    if write and inside(snapshot_root, location):
-        raise params.invalid(
-            "snapshot_root",
-            f"{redact_url(snapshot_root)} is inside the checkpoint {redact_url(location)}: a "
-            "snapshot there is copied or moved with the checkpoint it protects",
-        )
+        outside_checkpoint("snapshot_root", snapshot_root, location)
     with Session.using(session, **session_options) as active:
-        return _snapshot(active, location, snapshot_root, record_timestamps, write, now)
-
-
-def _snapshot(
-    session: Session,
-    location: str,
-    snapshot_root: str,
-    record_timestamps: bool,
-    write: bool,
-    now: float | None,
-) -> SnapshotResult:
-    state = session.read(location, history=1)
-    snapshot, kafka = take_snapshot(state, session, now=now, record_timestamps=record_timestamps)
-    path = None
-    if write:
-        path = save_snapshot(
-            snapshot, session.storage(snapshot_root), snapshot_path(snapshot_root, snapshot)
-        )
-    return SnapshotResult(snapshot=snapshot, path=path, kafka=kafka)
+        state = active.read(location, history=1)
+        snapshot, kafka = take_snapshot(state, active, now=now, record_timestamps=record_timestamps)
+        path = None
+        if write:
+            path = snapshot_path(snapshot_root, snapshot)
+            save_snapshot(snapshot, active.storage(snapshot_root), path)
+        return SnapshotResult(snapshot=snapshot, path=path, kafka=kafka)

@@ -17,12 +17,14 @@ from airflow_sparklag.errors import StorageAlreadyExists
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
 from airflow_sparklag.migration import (
     DataLossRefused,
+    Migration,
+    MigrationOptions,
     SinkLogConflict,
     TopicGone,
-    _Checks,
-    _sink_logs,
+    _Run,
     _validate,
 )
+from airflow_sparklag.session import Session
 from airflow_sparklag.snapshot import (
     NothingCommitted,
     Snapshot,
@@ -139,11 +141,9 @@ def _validate_with(
     kafka: KafkaSnapshot, *, allow_data_loss: bool = False, dry_run=False, clusters=None
 ):
     snap = build_snapshot(_state(), cluster_id="cluster-a", now=NOW, clusters=clusters)
-    checks = _Checks(dry_run)
-    outcome = _validate(
-        snap, {"0": kafka}, allow_data_loss=allow_data_loss, checks=checks, force=False
-    )
-    return outcome, checks
+    run = _Run(None, dry_run)  # no journal: _validate uses only the refusals
+    outcome = _validate(snap, {"0": kafka}, MigrationOptions(allow_data_loss=allow_data_loss), run)
+    return outcome, run
 
 
 def test_validate_refuses_a_source_snapshotted_on_another_cluster():
@@ -193,8 +193,8 @@ def test_validate_topic_gone_and_recreated():
         _validate_with(gone)
     with pytest.raises(TopicGone, match="re-created"):
         _validate_with(_kafka({0: (0, 5), 1: (0, 5)}))
-    _, checks = _validate_with(gone, dry_run=True)
-    assert checks.refusals and checks.refusals[0].startswith("TopicGone")
+    _, run = _validate_with(gone, dry_run=True)
+    assert run.refusals and run.refusals[0].startswith("TopicGone")
 
 
 def test_sink_log_detection(tmp_path: Path):
@@ -202,9 +202,19 @@ def test_sink_log_detection(tmp_path: Path):
     (sink / "_spark_metadata").mkdir(parents=True)
     for name in ("0", "1", "9.compact", "10", ".10.crc"):
         (sink / "_spark_metadata" / name).write_text("v1")
-    storage = LocalStorage()
-    found = _sink_logs([str(sink), str(tmp_path / "new")], lambda _url: storage)
-    assert [f["latest_batch_id"] for f in found] == [10, None]
+    paths = [str(sink), str(tmp_path / "new")]
+    with Session() as session:
+        for move, action in ((False, "refused"), (True, "move aside to ")):
+            migration = Migration(
+                session, str(tmp_path / "ck"), str(tmp_path / "a"), file_sink_paths=paths,
+                move_sink_log=move,
+            )  # fmt: skip
+            run = _Run(migration._new_journal(), dry_run=True)
+            found = migration._checked_sink_logs(run)
+            assert [f["latest_batch_id"] for f in found] == [10, None]
+            assert found[0]["action"].startswith(action)
+            assert found[1]["action"] == "none (empty log)"
+            assert [r.split(":")[0] for r in run.refusals] == ["SinkLogConflict"] * (not move)
     assert SinkLogConflict.__mro__[1].__name__ == "MigrationRefused"
 
 
