@@ -1,41 +1,16 @@
 """Lag history of a Spark query, rebuilt from its checkpoint and Kafka alone: no daemon, no warm-up.
 
-Each retained ``offsets/N`` holds batch N's end offsets and ``batchTimestampMs`` (when Spark
-started planning it). Kafka says which offset was the log end at a past time: ListOffsets by
-timestamp answers the first offset whose record timestamp is >= T, and when records carry the
-time they were written (LogAppendTime, or CreateTime set by producers to "now") every record
-before that offset was written before T. So at each batch time T_N::
-
-    log end at T_N        Kafka's offset for time T_N
-    processed at T_N      offsets/(N-1): batch N-1 committed before batch N was planned
-                          (batch 0: the source's start offsets, ``sources/<id>/0``)
-    lag at T_N            log end at T_N - processed at T_N                      (records)
-    lag_seconds at T_N    T_N - timestamp of the first unread record              (seconds)
-
-The first unread record's timestamp is bracketed by two of Kafka's answers (it was written
-after the last time the log end was at or below it, and before the first time the log end was
-past it): ``lag_seconds_min`` .. ``lag_seconds_max``, and ``lag_seconds`` interpolates linearly
-in between. A record older than the oldest retained batch has no lower bracket: its age is
-reported as unknown (with ``lag_seconds_min`` set), never extrapolated.
-
-The last point, ``kind="now"``, is the committed offsets against the live log end.
-
-A real-time query (``checkpoint.real_time_interval``) writes ``offsets/N`` at the END of its
-interval, with the offsets it had reached then, while ``batchTimestampMs`` is the interval's
-start: each of its points is at the time ``offsets/N`` was written, with those offsets as
-processed (the lag as of that checkpoint, as ``lag.as_of_checkpoint`` measures the newest
-one). Its ``now`` point has no lag: the running interval reads records as they arrive and no
-file says how far it got (committed to the live log end is an upper bound).
+At each retained batch's time T_N (``batchTimestampMs``; a real-time checkpoint's: when its
+``offsets/N`` was written), the lag is Kafka's log end at T_N (ListOffsets by timestamp) minus
+what was processed then (``offsets/(N-1)``; batch 0: ``sources/<id>/0``; real-time:
+``offsets/N``), and the first unread record's age is bracketed by two of Kafka's answers and
+interpolated in between, never extrapolated. The last point, ``kind="now"``, is the committed
+offsets against the live log end. docs/history.md explains the method, its limits and its cost.
 
     >>> with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
     ...     past = history(session, "s3a://bucket/ck/orders", batches=20)   # doctest: +SKIP
     >>> [(point.batch_id, point.total_lag) for point in past.points]         # doctest: +SKIP
     [(41, 1200), (42, 950), ..., (None, 0)]
-
-Kafka cost: one ListOffsets-by-time call per distinct batch time (sent a few at a time, each
-for every partition of the job's topics at once), plus one snapshot for the ``now`` point.
-Storage cost: the reader's, one GET per retained batch (once per session), plus one GET of
-``sources/<id>/0`` per Kafka source when batch 0 is still retained.
 
 Nothing heavy is imported at module level.
 """
@@ -204,9 +179,6 @@ class HistoryPlan:
     start_sources: tuple[str, ...]  # Kafka source ids whose sources/<id>/0 batch 0 needs
     unknown: str | None
     real_time: bool = False  # points at offsets/N's write, processed = offsets/N
-
-    def time_ms(self, batch: BatchOffsets) -> int | None:
-        return _point_time_ms(batch, self.real_time)
 
 
 def _point_time_ms(batch: BatchOffsets, real_time: bool) -> int | None:
@@ -430,7 +402,7 @@ def _batch_points(
         elif batch.batch_id == 0:
             processed = start_offsets
             why = "the source's start offsets (sources/<id>/0) could not be read"
-        time_ms = plan.time_ms(batch) or 0
+        time_ms = _point_time_ms(batch, plan.real_time) or 0
         ends = {key: answer[0].get(time_ms) or {} for key, answer in answers.items()}
         yield _At(kind, batch.batch_id, time_ms, _kafka(batch), processed, why, ends)
 
