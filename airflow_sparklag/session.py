@@ -449,10 +449,6 @@ class ClientCache:
     def __len__(self) -> int:
         return len(self._clients)
 
-    def clear(self) -> None:
-        with self._lock:
-            self._clients.clear()
-
     def _after_fork_in_child(self) -> None:
         # A forked child must not use its parent's clients (their sockets are the parent's and
         # librdkafka's threads are not copied), nor free them (freeing a librdkafka handle whose
