@@ -2,35 +2,9 @@
 
 The retained offsets files are the history window (offset + batchTimestampMs per batch), so a
 single check can judge trends. Each rule is a small pure function
-`(report, thresholds, now) -> RuleResult | None`. They are tried in this fixed order, which is
-also the order of severity, and the first one that fires is the verdict:
-
-1. DATA_LOSS - a committed offset is below the log start (records deleted before being read).
-2. REWIND    - committed offsets went backwards in the window and did not recover, or a
-               committed offset is beyond the log end (topic recreated or truncated?).
-3. STOPPED   - lag above `allowed_lag` and no commit for longer than `max_commit_age_seconds`;
-               without that threshold: a scheduled job (`runs_every` declared) had no run for
-               longer than its period plus grace while records waited that long, and any other
-               job did not plan a batch for several of its own busy-batch intervals (at least
-               `STOPPED_MIN_IDLE_SECONDS`) while records waited that long.
-4. STALLED   - the in-flight batch is older than `max_in_flight_seconds`, or batches keep
-               committing while a lagging partition's offset does not move although its first
-               unread record is older than the newest batch.
-5. LAGGING   - retention would delete an unread record within `min_time_to_loss_seconds`
-               (rule `time_to_data_loss`), a lag threshold is breached, or a partition's lag
-               grew at every batch of the window.
-6. UNKNOWN   - (`short_history`) where STOPPED would judge the job by its own pace but its
-               history is too short to measure one (one batch, a query restarted on a fresh
-               checkpoint, a continuous query's first epochs): nothing new for more than
-               `STOPPED_MIN_IDLE_SECONDS` while the oldest waiting record is older than that.
-               Never OK, never STOPPED: it may have stopped, or run on a slow trigger or a
-               schedule the history cannot show yet. Below OK in severity, so any other
-               finding comes first.
-
-The real-time trigger (``report.real_time``: lag as of its newest checkpoint) adds a rule after
-STOPPED (`stopped_real_time`: no checkpoint for `REAL_TIME_STOPPED_INTERVALS` intervals while
-records wait) and one after LAGGING (`lagging_real_time`: the lag as of its checkpoints grew
-past what an interval reads).
+`(report, thresholds, now) -> RuleResult | None`, tried in `RULES` order (DATA_LOSS, REWIND,
+STOPPED, STALLED, LAGGING, then the UNKNOWN of `short_history`); the first that fires is the
+verdict. docs/lag-and-health.md#health says when each fires.
 
 A threshold the user set outranks the threshold-free rules: with `max_commit_age_seconds` only
 that age decides STOPPED, and records younger than `max_lag_seconds` are never STOPPED.
@@ -60,7 +34,7 @@ from airflow_sparklag.lag import (
     LagReport,
     PartitionLag,
     Reads,
-    json_safe,
+    _ToDict,
     more_history,
     single_cluster_warning,
     time_lag_reads,
@@ -105,22 +79,22 @@ class Health(str, Enum):
     @property
     def severity(self) -> int:
         """0 (OK) to 5 (DATA_LOSS), in the order the rules are tried; UNKNOWN is -1."""
-        return _POLICY[self].severity
+        return _SEVERITY[self]
 
     @property
     def exit_code(self) -> int:
         """The CLI's exit code: 0 OK, 1 LAGGING, 2 worse, 3 UNKNOWN."""
-        return _POLICY[self].exit_code
+        return 3 if self is Health.UNKNOWN else min(_SEVERITY[self], 2)
 
     @property
     def is_breach(self) -> bool:
         """A verdict that fails a check by default (every one but OK and UNKNOWN)."""
-        return _POLICY[self].is_breach
+        return _SEVERITY[self] > 0
 
     @property
     def metric_value(self) -> int:
         """The number dashboards get: 0 OK .. 5 DATA_LOSS, -1 UNKNOWN. A stable contract."""
-        return _POLICY[self].metric_value
+        return _SEVERITY[self]
 
     @classmethod
     def parse(cls, name: object) -> Health:
@@ -136,23 +110,8 @@ class Health(str, Enum):
         raise ValueError(f"unknown verdict {name!r}; valid verdicts: {valid}")
 
 
-@dataclass(frozen=True)
-class _Policy:
-    severity: int
-    exit_code: int
-    is_breach: bool
-    metric_value: int
-
-
-_POLICY: dict[Health, _Policy] = {
-    Health.OK: _Policy(severity=0, exit_code=0, is_breach=False, metric_value=0),
-    Health.LAGGING: _Policy(severity=1, exit_code=1, is_breach=True, metric_value=1),
-    Health.STALLED: _Policy(severity=2, exit_code=2, is_breach=True, metric_value=2),
-    Health.STOPPED: _Policy(severity=3, exit_code=2, is_breach=True, metric_value=3),
-    Health.REWIND: _Policy(severity=4, exit_code=2, is_breach=True, metric_value=4),
-    Health.DATA_LOSS: _Policy(severity=5, exit_code=2, is_breach=True, metric_value=5),
-    Health.UNKNOWN: _Policy(severity=-1, exit_code=3, is_breach=False, metric_value=-1),
-}
+# The members are declared from healthy to worst; UNKNOWN, the last, sits outside the scale.
+_SEVERITY = {h: -1 if h is Health.UNKNOWN else i for i, h in enumerate(Health)}
 
 # Verdicts that fail a check operator unless told otherwise. UNKNOWN (no batch committed yet,
 # no Kafka source) is not a breach by default: there is nothing to measure.
@@ -170,17 +129,8 @@ EXIT_CHECK_FAILED = 4  # the check itself failed: bad checkpoint, unreachable st
 EXIT_USAGE = 64  # sysexits EX_USAGE: wrong arguments or configuration
 
 
-_COUNT_FIELDS = (
-    "max_lag_records_per_partition",
-    "max_lag_records_total",
-    "allowed_lag",
-    "window",
-    "min_window",
-)
-
-
-def _checked_limit(name: str, value: object, *, optional: bool) -> int | float | None:
-    """``value`` as a plain finite number >= 0 (a whole int for counts), else ValueError."""
+def _checked_limit(name: str, value: object, *, optional: bool, count: bool) -> int | float | None:
+    """``value`` as a plain finite number >= 0 (a whole int for a count), else ValueError."""
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -190,7 +140,7 @@ def _checked_limit(name: str, value: object, *, optional: bool) -> int | float |
         raise ValueError(f"threshold {name} must be a finite number, got {value!r}")
     if number < 0:
         raise ValueError(f"threshold {name} must be >= 0, got {value!r}")
-    if name in _COUNT_FIELDS and isinstance(number, float):
+    if count and isinstance(number, float):
         # Counts arrive as floats from CLI flags and JSON ("--window 5" -> 5.0); the window is
         # a slice bound, so keep them whole ints (a float crashed every rule with a TypeError).
         if not number.is_integer():
@@ -228,7 +178,10 @@ class Thresholds:
     def __post_init__(self) -> None:
         # Strict: rendered Airflow text is read by airflow_sparklag.params before it gets here.
         for f in fields(self):
-            value = _checked_limit(f.name, getattr(self, f.name), optional=f.default is None)
+            count = str(f.type).startswith("int")  # the fields typed int are counts
+            value = _checked_limit(
+                f.name, getattr(self, f.name), optional=f.default is None, count=count
+            )
             object.__setattr__(self, f.name, value)
         if self.window < 2 or self.min_window < 2:
             raise ValueError("window and min_window must be >= 2 batches")
@@ -261,7 +214,7 @@ class PartitionRef:
 
 
 @dataclass(frozen=True)
-class RuleResult:
+class RuleResult(_ToDict):
     """What one rule found."""
 
     health: Health
@@ -269,14 +222,9 @@ class RuleResult:
     reason: str
     partitions: tuple[PartitionRef, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        result = json_safe(self)
-        assert isinstance(result, dict)
-        return result
-
 
 @dataclass(frozen=True)
-class HealthVerdict:
+class HealthVerdict(_ToDict):
     """The verdict: worst rule that fired, a short reason and the partitions to look at.
 
     `findings` lists every rule that fired, worst first.
@@ -291,11 +239,6 @@ class HealthVerdict:
     rule: str
     partitions: tuple[PartitionRef, ...] = ()
     findings: tuple[RuleResult, ...] = field(default=())
-
-    def to_dict(self) -> dict[str, Any]:
-        result = json_safe(self)
-        assert isinstance(result, dict)
-        return result
 
 
 @dataclass(frozen=True)
@@ -328,6 +271,12 @@ def _refs(parts: Iterable[PartitionLag]) -> tuple[PartitionRef, ...]:
 def _names(refs: tuple[PartitionRef, ...], limit: int = 5) -> str:
     shown = ", ".join(str(r) for r in refs[:limit])
     return shown + (f" (+{len(refs) - limit} more)" if len(refs) > limit else "")
+
+
+def _on(health: Health, rule: str, reason: str, parts: Iterable[PartitionLag]) -> RuleResult:
+    """A finding on ``parts``, named at the end of its reason."""
+    refs = _refs(parts)
+    return RuleResult(health, rule, f"{reason} on {_names(refs)}", refs)
 
 
 def _lagging(report: LagReport, thresholds: Thresholds) -> list[PartitionLag]:
@@ -379,14 +328,9 @@ def rule_data_loss(report: LagReport, thresholds: Thresholds, now: float) -> Rul
     lost = [p for p in report.partitions() if p.data_loss]
     if not lost:
         return None
-    refs = _refs(lost)
     total = sum(p.records_lost for p in lost)
-    return RuleResult(
-        Health.DATA_LOSS,
-        "data_loss",
-        f"{total} record(s) deleted before being read (committed < log start) on {_names(refs)}",
-        refs,
-    )
+    reason = f"{total} record(s) deleted before being read (committed < log start)"
+    return _on(Health.DATA_LOSS, "data_loss", reason, lost)
 
 
 def rule_rewind(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
@@ -397,14 +341,11 @@ def rule_rewind(report: LagReport, thresholds: Thresholds, now: float) -> RuleRe
         offsets = _window_offsets(p, thresholds)
         if len(offsets) >= 2 and offsets[-1] < max(offsets[:-1]):
             rewound.append(p)
-    if not ahead and not rewound:
-        return None
-    refs = _refs(ahead + rewound)
-    if ahead:
-        reason = f"committed offset beyond the log end (topic recreated?) on {_names(_refs(ahead))}"
-    else:
-        reason = f"committed offsets went backwards and did not recover on {_names(refs)}"
-    return RuleResult(Health.REWIND, "rewind", reason, refs)
+    if not ahead:
+        reason = "committed offsets went backwards and did not recover"
+        return _on(Health.REWIND, "rewind", reason, rewound) if rewound else None
+    reason = f"committed offset beyond the log end (topic recreated?) on {_names(_refs(ahead))}"
+    return RuleResult(Health.REWIND, "rewind", reason, _refs(ahead + rewound))
 
 
 def rule_stopped(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
@@ -422,10 +363,17 @@ def rule_stopped(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
         return _stopped_commit_age(report, thresholds.max_commit_age_seconds, now, lagging)
     if _fresh(lagging, thresholds):
         return None
-    schedule = report.schedule
-    if schedule is not None and schedule.runs_every is not None:
+    if _period(report) is not None:
         return _stopped_schedule(report, thresholds, now, lagging)
     return _stopped_idle(report, thresholds, now, lagging)
+
+
+def _period(report: LagReport) -> float | None:
+    """A declared schedule's period plus its grace; None when no ``runs_every`` is declared."""
+    schedule = report.schedule
+    if schedule is None or schedule.runs_every is None:
+        return None
+    return schedule.runs_every + (schedule.grace or 0.0)
 
 
 def _fresh(lagging: list[PartitionLag], thresholds: Thresholds) -> bool:
@@ -439,11 +387,10 @@ def _fresh(lagging: list[PartitionLag], thresholds: Thresholds) -> bool:
 def _by_own_pace(report: LagReport, thresholds: Thresholds, lagging: list[PartitionLag]) -> bool:
     """Would ``rule_stopped`` judge this job by its own pace? Records wait, neither
     ``max_commit_age_seconds`` nor a schedule is declared, and they are not all fresh."""
-    schedule = report.schedule
     return (
         bool(lagging)
         and thresholds.max_commit_age_seconds is None
-        and not (schedule is not None and schedule.runs_every is not None)
+        and _period(report) is None
         and not _fresh(lagging, thresholds)
     )
 
@@ -476,9 +423,8 @@ def _stopped_schedule(
     """Declared scheduled job: no run started within `runs_every` + grace, while records have
     waited longer than that (a run on an idle topic leaves no batch, so only records that
     waited a whole period prove a run was missed). Idle between runs is never STOPPED."""
-    schedule = report.schedule
-    assert schedule is not None and schedule.runs_every is not None
-    period = schedule.runs_every + (schedule.grace or 0.0)
+    schedule, period = report.schedule, _period(report)
+    assert schedule is not None and period is not None
     last = _last_activity(report, thresholds)
     waited = _oldest_waiting(lagging)
     if last is None or now - last <= period or waited is None or waited <= period:
@@ -598,9 +544,9 @@ def needs_record_ages(report: LagReport, thresholds: Thresholds, now: float) -> 
     last = _last_activity(report, thresholds)
     if last is None:
         return False
-    schedule = report.schedule
-    if schedule is not None and schedule.runs_every is not None:
-        return now - last > schedule.runs_every + (schedule.grace or 0.0)
+    period = _period(report)
+    if period is not None:
+        return now - last > period
     pace = _idle_limit(report, thresholds)
     return now - last > (STOPPED_MIN_IDLE_SECONDS if pace is None else pace[1])
 
@@ -682,14 +628,11 @@ def rule_stalled(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
         stuck.append(p)
     if not stuck:
         return None
-    refs = _refs(stuck)
-    return RuleResult(
-        Health.STALLED,
-        "stalled",
+    reason = (
         f"batches commit but the offset did not move for {thresholds.min_window}+ batches "
-        f"while records wait on {_names(refs)}",
-        refs,
+        "while records wait"
     )
+    return _on(Health.STALLED, "stalled", reason, stuck)
 
 
 def _lag_samples(p: PartitionLag, thresholds: Thresholds) -> list[int]:
@@ -709,14 +652,8 @@ def rule_lagging(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
     if per_partition is not None:
         over = [p for p in parts if p.lag > per_partition]
         if over:
-            refs = _refs(over)
             worst = max(p.lag for p in over)
-            return RuleResult(
-                Health.LAGGING,
-                "lagging",
-                f"lag {worst} records > {per_partition} on {_names(refs)}",
-                refs,
-            )
+            return _on(Health.LAGGING, "lagging", f"lag {worst} records > {per_partition}", over)
     total_limit = thresholds.max_lag_records_total
     if total_limit is not None and report.total_lag > total_limit:
         refs = _refs(p for p in parts if p.lag > 0)
@@ -730,14 +667,9 @@ def rule_lagging(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
     if seconds_limit is not None:
         late = [p for p in parts if p.lag_seconds is not None and p.lag_seconds > seconds_limit]
         if late:
-            refs = _refs(late)
             worst_s = max(p.lag_seconds or 0.0 for p in late)
-            return RuleResult(
-                Health.LAGGING,
-                "lagging",
-                f"lag {worst_s:.0f} s > {seconds_limit:g} s on {_names(refs)}",
-                refs,
-            )
+            reason = f"lag {worst_s:.0f} s > {seconds_limit:g} s"
+            return _on(Health.LAGGING, "lagging", reason, late)
     growing = []
     for p in _lagging(report, thresholds):
         samples = _lag_samples(p, thresholds)
@@ -748,13 +680,7 @@ def rule_lagging(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
         if all(b > a for a, b in itertools.pairwise([*samples, p.lag])):
             growing.append(p)
     if growing:
-        refs = _refs(growing)
-        return RuleResult(
-            Health.LAGGING,
-            "lagging",
-            f"lag grew at every batch of the window on {_names(refs)}",
-            refs,
-        )
+        return _on(Health.LAGGING, "lagging", "lag grew at every batch of the window", growing)
     return None
 
 
@@ -772,14 +698,9 @@ def rule_time_to_loss(report: LagReport, thresholds: Thresholds, now: float) -> 
     ]
     if not soon:
         return None
-    refs = _refs(soon)
     first = min(p.time_to_loss_seconds or 0.0 for p in soon)
-    return RuleResult(
-        Health.LAGGING,
-        "time_to_data_loss",
-        f"retention deletes unread records in {first:.0f} s (< {limit:g} s) on {_names(refs)}",
-        refs,
-    )
+    reason = f"retention deletes unread records in {first:.0f} s (< {limit:g} s)"
+    return _on(Health.LAGGING, "time_to_data_loss", reason, soon)
 
 
 def ages_time_to_loss(report: LagReport, thresholds: Thresholds, now: float) -> bool:
@@ -851,7 +772,7 @@ def reads_stopped(report: LagReport, thresholds: Thresholds, now: float, dated: 
     commit or plan: the whole window at once (the busy-batch interval is measured over the
     window, and only the window says whether it is too short for one: the short-history rule
     reads the same; offsets/C-1 alone never settles it, so it is not read as a step first)."""
-    if report.schedule is not None and report.schedule.runs_every is not None:
+    if _period(report) is not None:
         return Reads.WINDOW
     if not _lagging(report, thresholds) or thresholds.max_commit_age_seconds is not None:
         return Reads.NOTHING
@@ -978,10 +899,10 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
         if first.rule == "lagging" and report.real_time is not None:
             reason = f"{reason} {_as_of_checkpoint(report)}"
         return HealthVerdict(first.health, reason, first.rule, first.partitions, findings)
+    unknown = [
+        f"source {s.source_id}: {s.lag_unknown}" for s in report.kafka_sources if s.lag_unknown
+    ]
     if pending is not None:
-        unknown = [
-            f"source {s.source_id}: {s.lag_unknown}" for s in report.kafka_sources if s.lag_unknown
-        ]
         measured = (
             f"lag unknown: {'; '.join(unknown)}"
             if unknown
@@ -989,21 +910,15 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
         )
         return HealthVerdict(Health.UNKNOWN, f"{pending}; {measured}", "no_commit")
     if report.missing_topics:
-        reasons = [
-            f"source {s.source_id}: {s.lag_unknown}" for s in report.kafka_sources if s.lag_unknown
-        ]
         return HealthVerdict(
             Health.UNKNOWN,
-            f"lag unknown: {'; '.join(reasons)}"
-            if reasons
+            f"lag unknown: {'; '.join(unknown)}"
+            if unknown
             else f"topic(s) {', '.join(report.missing_topics)} not found in the cluster",
             "topic_missing",
         )
-    if report.real_time is not None:
-        return HealthVerdict(
-            Health.OK, f"lag {report.total_lag} record(s) {_as_of_checkpoint(report)}", "ok"
-        )
-    return HealthVerdict(Health.OK, f"lag {report.total_lag} record(s)", "ok")
+    as_of = "" if report.real_time is None else f" {_as_of_checkpoint(report)}"
+    return HealthVerdict(Health.OK, f"lag {report.total_lag} record(s){as_of}", "ok")
 
 
 def _as_of_checkpoint(report: LagReport) -> str:

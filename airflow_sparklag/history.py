@@ -1,41 +1,16 @@
 """Lag history of a Spark query, rebuilt from its checkpoint and Kafka alone: no daemon, no warm-up.
 
-Each retained ``offsets/N`` holds batch N's end offsets and ``batchTimestampMs`` (when Spark
-started planning it). Kafka says which offset was the log end at a past time: ListOffsets by
-timestamp answers the first offset whose record timestamp is >= T, and when records carry the
-time they were written (LogAppendTime, or CreateTime set by producers to "now") every record
-before that offset was written before T. So at each batch time T_N::
-
-    log end at T_N        Kafka's offset for time T_N
-    processed at T_N      offsets/(N-1): batch N-1 committed before batch N was planned
-                          (batch 0: the source's start offsets, ``sources/<id>/0``)
-    lag at T_N            log end at T_N - processed at T_N                      (records)
-    lag_seconds at T_N    T_N - timestamp of the first unread record              (seconds)
-
-The first unread record's timestamp is bracketed by two of Kafka's answers (it was written
-after the last time the log end was at or below it, and before the first time the log end was
-past it): ``lag_seconds_min`` .. ``lag_seconds_max``, and ``lag_seconds`` interpolates linearly
-in between. A record older than the oldest retained batch has no lower bracket: its age is
-reported as unknown (with ``lag_seconds_min`` set), never extrapolated.
-
-The last point, ``kind="now"``, is the committed offsets against the live log end.
-
-A real-time query (``checkpoint.real_time_interval``) writes ``offsets/N`` at the END of its
-interval, with the offsets it had reached then, while ``batchTimestampMs`` is the interval's
-start: each of its points is at the time ``offsets/N`` was written, with those offsets as
-processed (the lag as of that checkpoint, as ``lag.as_of_checkpoint`` measures the newest
-one). Its ``now`` point has no lag: the running interval reads records as they arrive and no
-file says how far it got (committed to the live log end is an upper bound).
+At each retained batch's time T_N (``batchTimestampMs``; a real-time checkpoint's: when its
+``offsets/N`` was written), the lag is Kafka's log end at T_N (ListOffsets by timestamp) minus
+what was processed then (``offsets/(N-1)``; batch 0: ``sources/<id>/0``; real-time:
+``offsets/N``), and the first unread record's age is bracketed by two of Kafka's answers and
+interpolated in between, never extrapolated. The last point, ``kind="now"``, is the committed
+offsets against the live log end. docs/history.md explains the method, its limits and its cost.
 
     >>> with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
     ...     past = history(session, "s3a://bucket/ck/orders", batches=20)   # doctest: +SKIP
     >>> [(point.batch_id, point.total_lag) for point in past.points]         # doctest: +SKIP
     [(41, 1200), (42, 950), ..., (None, 0)]
-
-Kafka cost: one ListOffsets-by-time call per distinct batch time (sent a few at a time, each
-for every partition of the job's topics at once), plus one snapshot for the ``now`` point.
-Storage cost: the reader's, one GET per retained batch (once per session), plus one GET of
-``sources/<id>/0`` per Kafka source when batch 0 is still retained.
 
 Nothing heavy is imported at module level.
 """
@@ -47,12 +22,12 @@ from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from airflow_sparklag import params
 from airflow_sparklag.checkpoint import real_time_interval
-from airflow_sparklag.lag import json_safe
-from airflow_sparklag.timelag import OffsetTimeTable
+from airflow_sparklag.lag import _ToDict
+from airflow_sparklag.timelag import Stairs, staircase
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
@@ -114,16 +89,8 @@ REAL_TIME_NOW = (
 )
 
 
-class _Dictable:
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe dict of every field (``json.dumps(obj.to_dict())`` always works)."""
-        result = json_safe(self)
-        assert isinstance(result, dict)
-        return result
-
-
 @dataclass(frozen=True)
-class PartitionPoint(_Dictable):
+class PartitionPoint(_ToDict):
     """One partition of one Kafka source at one point of the history.
 
     ``unknown`` says why ``lag`` or ``lag_seconds`` is None (or why ``lag_seconds_max`` is).
@@ -146,7 +113,7 @@ class PartitionPoint(_Dictable):
 
 
 @dataclass(frozen=True)
-class HistoryPoint(_Dictable):
+class HistoryPoint(_ToDict):
     """The lag of every partition at one time: a retained batch's planning time or now.
 
     ``kind`` is ``committed`` (offsets/N with commits/N), ``in_flight`` (offsets/N not
@@ -166,7 +133,7 @@ class HistoryPoint(_Dictable):
 
 
 @dataclass(frozen=True)
-class LagHistory(_Dictable):
+class LagHistory(_ToDict):
     """Lag over the retained batches of one checkpoint, oldest first, ending with ``now``.
 
     ``approximations`` says in plain words what the numbers assume; ``unknown`` why there are
@@ -212,9 +179,6 @@ class HistoryPlan:
     start_sources: tuple[str, ...]  # Kafka source ids whose sources/<id>/0 batch 0 needs
     unknown: str | None
     real_time: bool = False  # points at offsets/N's write, processed = offsets/N
-
-    def time_ms(self, batch: BatchOffsets) -> int | None:
-        return _point_time_ms(batch, self.real_time)
 
 
 def _point_time_ms(batch: BatchOffsets, real_time: bool) -> int | None:
@@ -282,22 +246,22 @@ class RecordAge(NamedTuple):
     unknown: str | None = None
 
 
-def record_age(table: OffsetTimeTable, offset: int, at_ms: float) -> RecordAge:
+def record_age(stairs: Stairs, offset: int, at_ms: float) -> RecordAge:
     """How old the record at ``offset`` was at ``at_ms``, from (log end, time) answers.
 
-    A level (L, first, last) of the table says the first record stamped >= each of those
+    A level (L, first, last) of the staircase says the first record stamped >= each of those
     times was at L. So a record at o >= L was stamped at or after ``last``, and a record
     below the next level L' was stamped before that level's ``first``.
 
-    >>> record_age(OffsetTimeTable([(0, 0), (10, 1_000), (20, 2_000)]), 15, 3_000)
+    >>> record_age(staircase([(0, 0), (10, 1_000), (20, 2_000)]), 15, 3_000)
     RecordAge(seconds=1.5, minimum=1.0, maximum=2.0, unknown=None)
     """
-    levels = table.levels
-    i = bisect_right([level.offset for level in levels], offset) - 1
+    offsets, first, last = stairs
+    i = bisect_right(offsets, offset) - 1
     if i < 0:
-        if not levels:
+        if not offsets:
             return RecordAge(None, None, None, "Kafka gave no log end for this partition")
-        at_least = max(0.0, (at_ms - levels[0].first_ms) / 1000.0)
+        at_least = max(0.0, (at_ms - first[0]) / 1000.0)
         return RecordAge(
             None,
             at_least,
@@ -305,11 +269,10 @@ def record_age(table: OffsetTimeTable, offset: int, at_ms: float) -> RecordAge:
             f"the first unread record (offset {offset}) was written before the oldest "
             f"retained batch: at least {at_least:.1f} s old, not extrapolated",
         )
-    if i + 1 == len(levels):
+    if i + 1 == len(offsets):
         return RecordAge(None, None, None, f"no record at offset {offset} was written yet")
-    low, high = levels[i], levels[i + 1]
-    after, before = low.last_ms, max(high.first_ms, low.last_ms)
-    stamped = after + (offset - low.offset) * (before - after) / (high.offset - low.offset)
+    after, before = last[i], max(first[i + 1], last[i])
+    stamped = after + (offset - offsets[i]) * (before - after) / (offsets[i + 1] - offsets[i])
 
     def age(ms: float) -> float:
         return max(0.0, (at_ms - ms) / 1000.0)
@@ -323,21 +286,17 @@ def _log_ends(snapshot: KafkaSnapshot) -> dict[str, dict[int, int]]:
 
 def log_end_tables(
     log_ends_at: Mapping[int, TopicOffsets], snapshot: KafkaSnapshot | None
-) -> dict[tuple[str, int], OffsetTimeTable]:
-    """(topic, partition) -> table of (log end, time) from every answer and the live snapshot."""
-    tables: dict[tuple[str, int], OffsetTimeTable] = {}
+) -> dict[tuple[str, int], Stairs]:
+    """(topic, partition) -> staircase of (log end, time) from every answer and the snapshot."""
+    points: dict[tuple[str, int], list[tuple[int, float]]] = {}
     answers: list[tuple[float, TopicOffsets]] = [(float(t), e) for t, e in log_ends_at.items()]
     if snapshot is not None:
         answers.append((snapshot.fetched_at * 1000.0, _log_ends(snapshot)))
     for time_ms, ends in answers:
         for topic, parts in ends.items():
             for partition, offset in parts.items():
-                key = (topic, int(partition))
-                table = tables.get(key)
-                if table is None:
-                    table = tables[key] = OffsetTimeTable()
-                table.add(int(offset), time_ms)
-    return tables
+                points.setdefault((topic, int(partition)), []).append((int(offset), time_ms))
+    return {key: staircase(found) for key, found in points.items()}
 
 
 # -- the reconstruction (pure) -------------------------------------------------------------------
@@ -357,8 +316,8 @@ class _At:
     unmeasured: str | None = None  # why no lag is measured at this point (real-time's now)
 
 
-# "" (the main cluster) or a mapped source's id -> (topic, partition) -> its table
-Tables = Mapping[str, Mapping[tuple[str, int], OffsetTimeTable]]
+# "" (the main cluster) or a mapped source's id -> (topic, partition) -> its staircase
+Tables = Mapping[str, Mapping[tuple[str, int], Stairs]]
 
 
 def _unmeasured(at: _At, topic: str, p: int, offset: int | None, log_end: int | None) -> str | None:
@@ -398,7 +357,7 @@ def _partition_point(at: _At, tables: Tables, source_id: str, topic: str, p: int
     if lag == 0:
         age = RecordAge(0.0, 0.0, 0.0)
     else:
-        age = record_age(tables[cluster].get((topic, p), OffsetTimeTable()), offset, at.time_ms)
+        age = record_age(tables[cluster].get((topic, p), ([], [], [])), offset, at.time_ms)
     return PartitionPoint(
         source_id, topic, p, log_end, offset, planned, lag, *age[:3], unknown=age.unknown
     )
@@ -443,7 +402,7 @@ def _batch_points(
         elif batch.batch_id == 0:
             processed = start_offsets
             why = "the source's start offsets (sources/<id>/0) could not be read"
-        time_ms = plan.time_ms(batch) or 0
+        time_ms = _point_time_ms(batch, plan.real_time) or 0
         ends = {key: answer[0].get(time_ms) or {} for key, answer in answers.items()}
         yield _At(kind, batch.batch_id, time_ms, _kafka(batch), processed, why, ends)
 

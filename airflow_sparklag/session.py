@@ -1,22 +1,10 @@
 """The one place that builds storage backends, checkpoint readers and the Kafka client.
 
-Every entry point (CLI, hook, sensors, triggers, operators, fleet checks, snapshots, migration,
-the Spark scan's driver) opens a :class:`Session` and passes it down; nothing below builds a
-client of its own::
-
-    from airflow_sparklag.session import Session
-
-    with Session(kafka_config={"bootstrap.servers": "broker:9092"},
-                 s3_options={"region_name": "eu-west-1"}) as session:
-        state = session.read("s3a://bucket/ck/orders", history=10)
-        snapshot = session.kafka.snapshot(["orders"])
-
-A session is thread-safe: one backend per store (one boto3 client for every bucket, one WebHDFS
-client per NameNode), built once even when many threads ask for it at the same time; one
-:class:`~airflow_sparklag.checkpoint.CheckpointReader` per checkpoint, kept between calls so a
-poll re-reads only new batch files; one Kafka client. :meth:`Session.close` closes only what
-the session built: clients handed in (``kafka_client``, ``s3_options={"client": ...}``) belong
-to the caller.
+Every entry point opens a :class:`Session` and passes it down; nothing below builds a client of
+its own (docs/architecture.md, "One session"). A session is thread-safe and builds each backend
+and client once, even when many threads ask at the same time. :meth:`Session.close` closes only
+what the session built: clients handed in (``kafka_client``, ``s3_options={"client": ...}``)
+belong to the caller.
 
 :class:`ClientCache` is the process-wide cache the Airflow hook uses to share clients between
 hooks (a triggerer running 100 deferred sensors on one connection holds one client of each).
@@ -134,7 +122,10 @@ class SourceClusters:
         self.of_source: dict[str, int] = {}
         self.servers: dict[int, str] = {}
         self.built: dict[int, dict[str, Any]] = {}  # cluster -> config its client is built from
-        self.clients: dict[int, KafkaOffsetsClient] = {}  # handed in, or built by the session
+        # handed in, or built by the session; 0 is the main cluster's
+        self.clients: dict[int, KafkaOffsetsClient] = (
+            {} if main_client is None else {0: main_client}
+        )
         self.owned: set[int] = set()
         for source_id in sorted(set(configs) | set(clients)):
             if not isinstance(source_id, str) or not source_id.strip():
@@ -144,21 +135,15 @@ class SourceClusters:
             if client is None and not config.get("bootstrap.servers"):
                 raise KafkaError(f"source {source_id}: its Kafka config has no 'bootstrap.servers'")
             self.configs[source_id] = config
-            self.of_source[source_id] = self._number(config, client, main_config, main_client)
+            self.of_source[source_id] = self._number(config, client, main_config)
 
     def _number(
-        self,
-        config: dict[str, Any],
-        client: KafkaOffsetsClient | None,
-        main_config: Mapping[str, Any],
-        main_client: KafkaOffsetsClient | None,
+        self, config: dict[str, Any], client: KafkaOffsetsClient | None, main: Mapping[str, Any]
     ) -> int:
         if client is not None:
-            if client is main_client:
-                return 0
             same = [n for n, known in self.clients.items() if known is client]
         else:
-            if config == dict(main_config):
+            if config == dict(main):
                 return 0
             same = [n for n, known in self.built.items() if known == config]
         if same:
@@ -183,9 +168,6 @@ class SourceClusters:
 class Session:
     """Storage backends, checkpoint readers and the Kafka client of one unit of work.
 
-    >>> with Session(kafka_config={"bootstrap.servers": "127.0.0.1:9092"}) as session:
-    ...     result = check(session, "/data/ck/orders")                   # doctest: +SKIP
-
     ``kafka_config`` is plain librdkafka configuration; ``kafka_client`` a ready client to use
     instead (not closed by the session). Without either, anything that needs Kafka raises
     :class:`~airflow_sparklag.errors.KafkaError` saying how to configure it.
@@ -195,10 +177,7 @@ class Session:
     ``DataStreamReader.name()``, as reports show it) to the librdkafka config of its cluster,
     ``source_kafka_clients`` to a ready client (not closed by the session). Unmapped sources
     use the main cluster. :meth:`kafka_for` gives a source's client, built once per distinct
-    cluster (docs/multi-cluster.md)::
-
-        Session(kafka_config={"bootstrap.servers": "a:9092"},
-                source_kafka={"1": {"bootstrap.servers": "b:9092"}})
+    cluster (docs/multi-cluster.md).
     """
 
     def __init__(
@@ -224,8 +203,6 @@ class Session:
             if config and config.get("bootstrap.servers"):  # refused before anything is read
                 check_bootstrap_servers(config["bootstrap.servers"])
         self.kafka_timeout = float(kafka_timeout)
-        self._kafka = kafka_client
-        self._owns_kafka = False
         self._clusters = SourceClusters(
             self.kafka_config, kafka_client, source_kafka or {}, source_kafka_clients or {}
         )
@@ -245,11 +222,8 @@ class Session:
             raise params.invalid("location", f"must be a path or URL text, got {location!r}")
         refuse_credentials_in(location)
         key = store_key(location)
-        with self._lock:
-            backend = self._backends.get(key)
-        if backend is not None:
-            return backend
-        return self._build(("storage", key), lambda: self._new_backend(key, location))
+        backend: Storage = self._once(self._backends, key, lambda: self._new_backend(key, location))
+        return backend
 
     def _new_backend(self, key: tuple[str, str], location: str) -> Storage:
         backend = self.storage_options.open(location)
@@ -261,24 +235,18 @@ class Session:
             self._backends[key] = backend
         return backend
 
-    def _build(self, key: Hashable, build: Callable[[], Any]) -> Any:
-        """Run ``build`` once per key even when threads ask at the same time."""
+    def _once(self, built: Mapping[Any, Any], key: Hashable, build: Callable[[], Any]) -> Any:
+        """``built[key]``; if missing, ``build()`` (which stores it there) runs once per key
+        even when threads ask at the same time."""
         with self._lock:
+            found = built.get(key)
+            if found is not None:
+                return found
             building = self._building.setdefault(key, threading.Lock())
         with building:
             with self._lock:
-                existing = self._existing(key)
-            if existing is not None:
-                return existing
-            return build()
-
-    def _existing(self, key: Hashable) -> Any:
-        assert isinstance(key, tuple)
-        if key[0] == "storage":
-            return self._backends.get(key[1])
-        if key[1] == "":
-            return self._kafka
-        return self._clusters.clients.get(key[1])
+                found = built.get(key)
+            return build() if found is None else found
 
     @property
     def backends(self) -> list[Storage]:
@@ -338,30 +306,12 @@ class Session:
 
     @property
     def has_kafka(self) -> bool:
-        return self._kafka is not None or bool(self.kafka_config.get("bootstrap.servers"))
+        return 0 in self._clusters.clients or bool(self.kafka_config.get("bootstrap.servers"))
 
     @property
     def kafka(self) -> KafkaOffsetsClient:
         """The Kafka client, built on first use (once)."""
-        client = self._kafka
-        if client is not None:
-            return client
-        built: KafkaOffsetsClient = self._build(("kafka", ""), self._new_kafka)
-        return built
-
-    def _new_kafka(self) -> KafkaOffsetsClient:
-        from airflow_sparklag.kafka import KafkaOffsetsClient
-
-        if not self.kafka_config.get("bootstrap.servers"):
-            raise KafkaError(
-                "no Kafka configured: give the bootstrap servers (CLI --bootstrap-servers, "
-                'the Airflow `kafka` connection\'s extra {"bootstrap.servers": ...})'
-            )
-        client = KafkaOffsetsClient(self.kafka_config, timeout=self.kafka_timeout)
-        with self._lock:
-            self._kafka = client
-            self._owns_kafka = True
-        return client
+        return self.cluster_kafka(0)
 
     # -- several clusters --------------------------------------------------------------------
 
@@ -378,7 +328,7 @@ class Session:
         """The bootstrap servers of a cluster (for messages; they are no secret)."""
         if cluster == 0:
             servers = self.kafka_config.get("bootstrap.servers")
-            client = self._kafka
+            client = self._clusters.clients.get(0)
             return str(servers or (client.bootstrap_servers if client is not None else "-"))
         return self._clusters.servers[cluster]
 
@@ -388,20 +338,21 @@ class Session:
 
     def cluster_kafka(self, cluster: int) -> KafkaOffsetsClient:
         """The client of a cluster (see :meth:`cluster_of`), built on first use (once)."""
-        if cluster == 0:
-            return self.kafka
-        client = self._clusters.clients.get(cluster)
-        if client is not None:
-            return client
-        built: KafkaOffsetsClient = self._build(
-            ("kafka", cluster), lambda: self._new_cluster_kafka(cluster)
+        client: KafkaOffsetsClient = self._once(
+            self._clusters.clients, cluster, lambda: self._new_kafka(cluster)
         )
-        return built
+        return client
 
-    def _new_cluster_kafka(self, cluster: int) -> KafkaOffsetsClient:
+    def _new_kafka(self, cluster: int) -> KafkaOffsetsClient:
         from airflow_sparklag.kafka import KafkaOffsetsClient
 
-        client = KafkaOffsetsClient(self._clusters.built[cluster], timeout=self.kafka_timeout)
+        if cluster == 0 and not self.kafka_config.get("bootstrap.servers"):
+            raise KafkaError(
+                "no Kafka configured: give the bootstrap servers (CLI --bootstrap-servers, "
+                'the Airflow `kafka` connection\'s extra {"bootstrap.servers": ...})'
+            )
+        config = self.kafka_config if cluster == 0 else self._clusters.built[cluster]
+        client = KafkaOffsetsClient(config, timeout=self.kafka_timeout)
         with self._lock:
             self._clusters.clients[cluster] = client
             self._clusters.owned.add(cluster)
@@ -427,17 +378,13 @@ class Session:
     def close(self) -> None:
         """Close what the session built; clients handed in stay open. Readers are dropped."""
         with self._lock:
-            client, owned = self._kafka, self._owns_kafka
-            self._kafka = None
-            self._owns_kafka = False
-            clusters = self._clusters.take_owned()
+            owned = self._clusters.take_owned()
+            self._clusters.clients.pop(0, None)  # a handed-in main client is forgotten too
             self._readers.clear()
             self._backends.clear()
             self.closed = True
-        if client is not None and owned:
+        for client in owned:
             client.close()
-        for cluster_client in clusters:
-            cluster_client.close()
 
     def __enter__(self) -> Session:
         return self
@@ -501,10 +448,6 @@ class ClientCache:
 
     def __len__(self) -> int:
         return len(self._clients)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._clients.clear()
 
     def _after_fork_in_child(self) -> None:
         # A forked child must not use its parent's clients (their sockets are the parent's and

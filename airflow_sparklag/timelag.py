@@ -1,19 +1,18 @@
 """Offset -> time interpolation for one partition, built from the checkpoint's own history.
 
 Each committed `offsets/N` says: at `batchTimestampMs` the partition's log end was the stored
-offset (without maxOffsetsPerTrigger Spark plans up to the log end). The in-flight batch adds
-one more such point and the live Kafka snapshot one exact point: (log end, fetched_at). Between
-two points the time at which an offset became the log end is interpolated linearly. Unlike
-kafka-lag-exporter's table we never extrapolate: an offset older than the oldest point has an
-UNKNOWN time (None), not an "astronomical" one.
+offset (without maxOffsetsPerTrigger Spark plans up to the log end). The live Kafka snapshot
+adds one exact point: (log end, fetched_at). Between two points the time at which an offset
+became the log end is interpolated linearly. Unlike kafka-lag-exporter's table we never
+extrapolate: an offset older than the oldest point has an UNKNOWN time (None), not an
+"astronomical" one.
 
-The age of a waiting record (`OffsetTimeTable.record_age`) is pinned between two observations:
-the record at offset `o` did not exist when the log end was last seen at or below `o`, and it
-existed when the log end was first seen above `o`. Those two times bound its production time;
-when they are further apart than `MAX_UNCERTAINTY_SECONDS` (or `MAX_UNCERTAINTY_RATIO` of the
-age), for example across an idle period followed by a burst, the records could have been
-produced at any moment of the gap and the age is UNKNOWN rather than a guess that can be 100x
-too high.
+The age of a waiting record (`estimate_age`) is pinned between two observations: the record at
+offset `o` did not exist when the log end was last seen at or below `o`, and it existed when
+the log end was first seen above `o`. When those two times are further apart than
+`MAX_UNCERTAINTY_SECONDS` (or `MAX_UNCERTAINTY_RATIO` of the age), for example across an idle
+period followed by a burst, the records could have been produced at any moment of the gap and
+the age is UNKNOWN rather than a guess that can be 100x too high.
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ from __future__ import annotations
 import functools
 import math
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,102 +31,30 @@ if TYPE_CHECKING:
 MAX_UNCERTAINTY_SECONDS = 2.0
 MAX_UNCERTAINTY_RATIO = 0.1
 
-# Why an age is unknown (RecordAge.unknown).
+# Why an age is unknown.
 NO_POINTS = "no batch with a time in the history"
 OLDER_THAN_HISTORY = "the record is older than the oldest batch read"
 NOT_PRODUCED = "no record at this offset yet"
 IN_A_GAP = "produced at an unknown moment of a {gap:.0f} s gap between two observations"
 
-
-@dataclass(frozen=True)
-class RecordAge:
-    """How old the record at an offset is, as far as the table can tell (seconds).
-
-    ``seconds`` is None when the table cannot tell, and ``unknown`` says why. The bounds are
-    set whenever the record lies between two observations, even when the gap between them is
-    too wide for an estimate (``min_seconds`` is then still a safe lower bound).
-
-    >>> OffsetTimeTable([(100, 1_000), (200, 2_000)]).record_age(149, 3_000).seconds
-    1.5
-    """
-
-    seconds: float | None
-    min_seconds: float | None = None
-    max_seconds: float | None = None
-    unknown: str | None = None
-
-
-@dataclass(frozen=True)
-class _Level:
-    """One distinct offset of the table and the first/last time it was seen as the log end."""
-
-    offset: int
-    first_ms: float
-    last_ms: float
-
-
-class OffsetTimeTable:
-    """When did a partition's log end reach a given offset?
-
-    Points are (offset, time_ms) pairs in any order. They are normalised into a staircase that
-    only rises: a point whose offset is not above an earlier point's adds nothing (a rewind in the
-    input, or a repeated offset) except that a repeated offset extends how long the log end stayed
-    there. Each level keeps the EARLIEST time its offset was seen (the log end reached it by then)
-    and the LAST (it left that level only afterwards); ``record_age`` interpolates between them
-    and never extrapolates below the oldest level or above the newest.
-
-    >>> OffsetTimeTable([(100, 1_000), (100, 3_000), (200, 4_000), (150, 5_000)]).stairs
-    ([100, 200], [1000.0, 4000.0], [3000.0, 4000.0])
-    """
-
-    def __init__(self, points: Iterable[tuple[int, float]] = ()) -> None:
-        self._points: list[tuple[int, float]] = []
-        self._stairs: _Stairs | None = None
-        for offset, time_ms in points:
-            self.add(offset, time_ms)
-
-    def add(self, offset: int, time_ms: float) -> None:
-        """Record that the log end was at least `offset` at `time_ms`."""
-        self._points.append((int(offset), float(time_ms)))
-        self._stairs = None
-
-    def __len__(self) -> int:
-        return len(self.stairs[0])
-
-    @property
-    def stairs(self) -> _Stairs:
-        """The levels as three lists: offsets (rising), first and last time seen (ms)."""
-        if self._stairs is None:
-            self._stairs = _staircase(self._points)
-        return self._stairs
-
-    @property
-    def levels(self) -> list[_Level]:
-        offsets, first, last = self.stairs
-        return [_Level(o, f, t) for o, f, t in zip(offsets, first, last, strict=True)]
-
-    def record_age(self, offset: int, now_ms: float) -> RecordAge:
-        """Age at ``now_ms`` of the record AT ``offset`` (the first unread one of a consumer
-        whose next offset is ``offset``).
-
-        The record was produced after the last time the log end was seen at or below
-        ``offset`` and by the first time it was seen above it; linear interpolation between
-        the two places it (it is the ``offset + 1``-th record of that stretch). Too wide a
-        stretch for the tolerance (see the module docstring) gives an unknown age, with the
-        bounds still set.
-        """
-        return RecordAge(*_age(self.stairs, offset, now_ms))
-
-
-_Stairs = tuple[list[int], list[float], list[float]]
+# The rising levels of a partition's log end: offsets, first and last time seen there (ms).
+Stairs = tuple[list[int], list[float], list[float]]
 
 
 def _time_then_higher_offset(point: tuple[int, float]) -> tuple[float, int]:
     return point[1], -point[0]
 
 
-def _staircase(points: Sequence[tuple[int, float]]) -> _Stairs:
-    """The rising levels of ``points``: offsets, first and last time each was the log end."""
+def staircase(points: Sequence[tuple[int, float]]) -> Stairs:
+    """The rising levels of ``(offset, time_ms)`` points given in any order.
+
+    A point whose offset is not above an earlier point's adds nothing (a rewind in the input,
+    or a repeated offset) except that a repeated offset extends how long the log end stayed
+    there: each level keeps the EARLIEST time its offset was seen and the LAST.
+
+    >>> staircase([(100, 1_000), (100, 3_000), (200, 4_000), (150, 5_000)])
+    ([100, 200], [1000, 4000], [3000, 4000])
+    """
     # Sort by time; at equal times the higher offset first, so the lower one is dominated.
     # Points usually come in time order (batches, then the live point): no sort then.
     ordered = points
@@ -160,28 +86,30 @@ def _in_a_gap(gap: float) -> str:
     return IN_A_GAP.format(gap=gap)
 
 
-def _age(
-    stairs: _Stairs, offset: int, now_ms: float
-) -> tuple[float | None, float | None, float | None, str | None]:
-    """(seconds, min_seconds, max_seconds, unknown) of ``OffsetTimeTable.record_age``."""
+def _age(stairs: Stairs, offset: int, now_ms: float) -> tuple[float | None, str | None]:
+    """``(seconds, unknown)``: the age at ``now_ms`` of the record AT ``offset``.
+
+    It was produced after the last time the log end was seen at or below ``offset`` and by the
+    first time it was seen above it; linear interpolation between the two places it (it is the
+    ``offset + 1``-th record of that stretch).
+    """
     offsets, first, last = stairs
     if not offsets:
-        return None, None, None, NO_POINTS
+        return None, NO_POINTS
     i = bisect_right(offsets, offset)  # offsets[i - 1] <= offset < offsets[i]
     if i == 0:
-        return None, None, None, OLDER_THAN_HISTORY
+        return None, OLDER_THAN_HISTORY
     if i == len(offsets):
-        return None, None, None, NOT_PRODUCED
+        return None, NOT_PRODUCED
     low = offsets[i - 1]
     start = last[i - 1]
     end = max(first[i], start)  # an end before the start only after a rewind: clamp
     produced = start + (offset + 1 - low) * (end - start) / (offsets[i] - low)
     youngest = max(0.0, (now_ms - end) / 1000.0)
-    oldest = max(0.0, (now_ms - start) / 1000.0)
     gap = (end - start) / 1000.0
     if gap > max(MAX_UNCERTAINTY_SECONDS, MAX_UNCERTAINTY_RATIO * youngest):
-        return None, youngest, oldest, _in_a_gap(gap)
-    return max(0.0, (now_ms - produced) / 1000.0), youngest, oldest, None
+        return None, _in_a_gap(gap)
+    return max(0.0, (now_ms - produced) / 1000.0), None
 
 
 def estimate_age(
@@ -191,11 +119,10 @@ def estimate_age(
     offset: int,
     now_ms: float,
 ) -> tuple[float | None, str | None]:
-    """``(seconds, unknown)`` of ``OffsetTimeTable.record_age(offset, now_ms)`` over ``points``
-    plus the live point ``(live, fetched_at_ms)``, without building the table (a fleet's hot
-    path: one call per lagging partition). History above the live log end belongs to a
-    recreated or truncated topic and is dropped. ``points`` must hold ints and floats, as
-    ``history_points`` gives.
+    """``(seconds, unknown)``: the age at ``now_ms`` of the record at ``offset`` over
+    ``points`` plus the live point ``(live, fetched_at_ms)``. History above the live log end
+    belongs to a recreated or truncated topic and is dropped. ``points`` must hold ints and
+    floats, as ``history_points`` gives.
 
     >>> estimate_age([(100, 1_000.0)], 200, 2_000.0, 149, 3_000.0)
     (1.5, None)
@@ -208,8 +135,7 @@ def estimate_age(
             if point_offset > live:  # recreated or truncated topic: the live point alone
                 hist = [now_point]
                 break
-    seconds, _, _, unknown = _age(_staircase(hist), offset, now_ms)
-    return seconds, unknown
+    return _age(staircase(hist), offset, now_ms)
 
 
 def history_points(

@@ -19,7 +19,7 @@ from airflow_sparklag.history import (
     record_age,
 )
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
-from airflow_sparklag.timelag import OffsetTimeTable
+from airflow_sparklag.timelag import staircase
 
 T0 = 1_700_000_000_000  # ms
 
@@ -52,7 +52,7 @@ def snapshot(ends: dict[int, int], at_ms: int, topic: str = "t") -> KafkaSnapsho
 
 # -- record_age: one table per case ---------------------------------------------------------------
 
-TABLE = OffsetTimeTable([(0, 0), (0, 500), (10, 1_000), (20, 2_000)])
+TABLE = staircase([(0, 0), (0, 500), (10, 1_000), (20, 2_000)])
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_record_age_brackets_and_interpolates(offset, at_ms, expected):
 
 
 def test_record_age_older_than_the_oldest_answer_is_not_extrapolated():
-    age = record_age(OffsetTimeTable([(50, 1_000), (60, 2_000)]), 40, 4_000)
+    age = record_age(staircase([(50, 1_000), (60, 2_000)]), 40, 4_000)
     assert age.seconds is None and age.maximum is None
     assert age.minimum == pytest.approx(3.0)
     assert "before the oldest retained batch" in (age.unknown or "")
@@ -82,7 +82,7 @@ def test_record_age_older_than_the_oldest_answer_is_not_extrapolated():
 
 
 def test_record_age_without_any_answer_or_past_the_log_end():
-    assert record_age(OffsetTimeTable(), 5, 1_000).unknown == (
+    assert record_age(staircase([]), 5, 1_000).unknown == (
         "Kafka gave no log end for this partition"
     )
     assert "no record at offset 30" in (record_age(TABLE, 30, 3_000).unknown or "")
