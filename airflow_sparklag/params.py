@@ -27,7 +27,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from airflow_sparklag.checkpoint import LATEST_TIME_MS
@@ -426,23 +426,73 @@ def options(kind: type[Options], values: Mapping[str, Any]) -> Options:
         raise invalid(kind.__name__, str(exc)) from None
 
 
-def webhdfs_flags(flags: Any) -> dict[str, Any]:
-    """The WebHDFS options of the flags the CLI and the Spark fleet scan share (an argparse
-    namespace): ``--webhdfs-url`` (repeated for HA NameNodes), ``--hdfs-user``,
-    ``--hdfs-kerberos``, ``--hdfs-principal``, ``--hdfs-keytab``, ``--hdfs-ca-bundle``,
-    ``--hdfs-token-file`` (the CLI's only); the ones not given are left out."""
-    urls = flags.webhdfs_url
-    options: dict[str, Any] = {}
-    if urls:
-        options["url"] = urls if len(urls) > 1 else urls[0]
-    for key, value in (
-        ("user", flags.hdfs_user),
-        ("kerberos", flags.hdfs_kerberos),
-        ("principal", flags.hdfs_principal),
-        ("keytab", flags.hdfs_keytab),
-        ("verify", flags.hdfs_ca_bundle),
-        ("token_file", getattr(flags, "hdfs_token_file", None)),  # the CLI's, not the scan's
-    ):
-        if value:
-            options[key] = value
-    return options
+# -- command-line flags (the CLI and the Spark fleet scan) --------------------------------------
+
+
+def flag_type(name: str, read: Callable[[str, Any], Any]) -> Callable[[str], Any]:
+    """An argparse type from a reader of this module: the error names the flag."""
+    import argparse
+
+    def convert(text: str) -> Any:
+        try:
+            return read(f"--{name.replace('_', '-')}", text)
+        except InvalidParameter as exc:  # argparse names the flag itself
+            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+    convert.__name__ = name
+    return convert
+
+
+def option_flags(command: Any, kind: type, renamed: Mapping[str, str] | None = None) -> None:
+    """A flag per field of an options dataclass that declares one (:func:`option`; ``renamed``
+    gives some another name): a switch for a boolean (its default kept), a repeatable flag
+    for a list, else a value read by the field's reader, the error naming the flag."""
+    for f in dataclasses.fields(kind):
+        flag, read = f.metadata["flag"], f.metadata["read"]
+        if flag is None:
+            continue
+        factory: Any = f.default_factory
+        default = f.default if f.default is not dataclasses.MISSING else factory()
+        spec: dict[str, Any] = {"dest": f.name, "help": f.metadata["doc"].replace("%", "%%")}
+        if read in (boolean, optional_boolean):
+            spec.update(action="store_true", default=default)
+        elif read is locations:
+            spec.update(action="append", type=flag_type(f.name, location), default=list(default))
+        else:
+            spec.update(type=flag_type(f.name, read), default=default)
+        command.add_argument((renamed or {}).get(flag, flag), **spec)
+
+
+def from_flags(kind: type[Options], flags: Any, **given: Any) -> Options:
+    """The options object of the flags :func:`option_flags` made, and the fields ``given``."""
+    for f in dataclasses.fields(kind):  # type: ignore[arg-type]
+        if f.metadata["flag"] is not None:
+            given[f.name] = getattr(flags, f.name)
+    return kind(**given)
+
+
+def storage_flags(flags: Any) -> dict[str, Any]:
+    """The storage options of the flags the CLI and the Spark fleet scan share (an argparse
+    namespace), the ones not given left out: ``--s3-endpoint-url``, ``--s3-region``,
+    ``--webhdfs-url`` (repeated for HA NameNodes), ``--hdfs-user``, ``--hdfs-kerberos``,
+    ``--hdfs-principal``, ``--hdfs-keytab``, ``--hdfs-ca-bundle``; the CLI's ``--s3-reader``
+    and ``--hdfs-token-file`` too."""
+    urls = flags.webhdfs_url or []
+    s3 = {
+        "endpoint_url": flags.s3_endpoint_url,
+        "region_name": flags.s3_region,
+        "reader": getattr(flags, "s3_reader", None),
+    }
+    webhdfs = {
+        "url": urls if len(urls) > 1 else next(iter(urls), None),
+        "user": flags.hdfs_user,
+        "kerberos": flags.hdfs_kerberos,
+        "principal": flags.hdfs_principal,
+        "keytab": flags.hdfs_keytab,
+        "verify": flags.hdfs_ca_bundle,
+        "token_file": getattr(flags, "hdfs_token_file", None),
+    }
+    return {
+        "s3_options": {key: value for key, value in s3.items() if value},
+        "webhdfs_options": {key: value for key, value in webhdfs.items() if value},
+    }

@@ -10,34 +10,14 @@ spark-submit runs a file, the module's own (``python -m`` is not a spark-submit 
     python -m airflow_sparklag.spark_scan --checkpoints hdfs://nn:8020/ck/a hdfs://nn:8020/ck/b \
         --bootstrap-servers broker:9092 --webhdfs-url http://nn:9870 --output /tmp/scan
 
-On a Kerberized HDFS the scan logs in to WebHDFS as spark-submit did (``--principal`` and
-``--keytab``: ``spark.kerberos.*``), on the driver and the executors, unless ``--hdfs-kerberos``
-(the ticket cache), ``--hdfs-principal``/``--hdfs-keytab`` or ``--hdfs-user`` (simple
-authentication) say otherwise (docs/connections.md).
+On a Kerberized HDFS the scan logs in to WebHDFS as spark-submit did (``--principal``,
+``--keytab``) unless the ``--hdfs-*`` flags say otherwise (docs/connections.md).
 
-How it runs:
-
-1. the driver lists the checkpoints (``--checkpoints``, ``--checkpoints-file`` or discovery
-   under ``--prefix``);
-2. executors read them in parallel (``mapPartitions`` over the locations, two tasks per core;
-   each Python worker keeps ONE session (one S3 client) for all its tasks, and a task reads
-   with a few threads, using the core ``CheckpointReader``; options travel as JSON in the
-   closure). The parsed states stay cached on the executors;
-3. the driver takes ONE Kafka snapshot (batched ListOffsets) for every topic of every job and
-   broadcasts it; sources mapped to other clusters (``--source-servers SOURCE=SERVERS``,
-   ``source_kafka=``, as the CLI maps them) get one snapshot per cluster, broadcast together;
-4. executors judge each task's jobs with the CLI's own evaluation (``monitor.judge_against``:
-   the same report, time lag included, and verdict as ``sparklag status`` at that instant);
-   an executor reads record timestamps from Kafka only when a rule needs ages the estimate
-   cannot give (or ``--exact-time-lag``), as the CLI does;
-5. two tables are written: ``<output>/partitions`` (one row per job, topic and partition) and
-   ``<output>/jobs`` (one row per job with its health and, in ``result``, the CLI's
-   ``--json`` result as JSON text), JSON lines by default (readable with the standard
-   library) or any ``DataFrameWriter`` format.
-
-The one-line JSON summary gives the verdicts, the lag (total records, the largest time lag,
-the jobs with lag), where the time went (``timings``) and how the read pass ran
-(``executors``: read tasks, Python workers, sessions built, slowest task, CPU).
+The driver lists the checkpoints; executors read them (``mapPartitions``, each Python worker
+keeping one session); the driver takes one Kafka snapshot per cluster and broadcasts it;
+executors judge each job with the CLI's own evaluation (``monitor.judge_against``); two tables
+are written, ``<output>/partitions`` and ``<output>/jobs``, and a one-line JSON summary is
+printed. docs/fleet.md describes each step, the columns and the summary.
 
 From Python, :func:`scan` takes an existing SparkSession and returns the two DataFrames.
 pyspark is imported only inside the functions: importing this module is cheap.
@@ -62,7 +42,9 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparklag.monitor import cluster_snapshots
+from airflow_sparklag import params
+from airflow_sparklag.health import Thresholds
+from airflow_sparklag.monitor import CheckOptions, cluster_snapshots
 from airflow_sparklag.session import Session
 
 if TYPE_CHECKING:
@@ -70,7 +52,7 @@ if TYPE_CHECKING:
 
     from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
-    from airflow_sparklag.monitor import CheckOptions, CheckResult
+    from airflow_sparklag.monitor import CheckResult
 
 __all__ = ["JOB_COLUMNS", "PARTITION_COLUMNS", "ScanResult", "main", "scan", "write_scan"]
 
@@ -256,7 +238,7 @@ def _judge_partition(
     them (``monitor.judge_against``: one report and verdict each, time lag included, at the
     scan's one instant and against the broadcast snapshots), then (job row, partition rows)."""
     from airflow_sparklag.health import Health, HealthVerdict
-    from airflow_sparklag.monitor import CheckOptions, CheckResult, judge_against
+    from airflow_sparklag.monitor import CheckResult, judge_against
 
     judge = json.loads(judge_json)
     session, _ = _worker_session(judge["session"])
@@ -282,7 +264,7 @@ def _judge_partition(
 
 
 def _job_rows(result: CheckResult, now: float) -> tuple[tuple, list]:
-    """(job row, partition rows) of one judged job."""
+    """(job row, partition rows) of one judged job, in the order of the columns."""
     report, verdict, location = result.report, result.verdict, result.location
     assert report is not None
     scanned_at = _timestamp(now)
@@ -292,57 +274,27 @@ def _job_rows(result: CheckResult, now: float) -> tuple[tuple, list]:
         for topic in source.topics:
             topics.add(topic.topic)
             for p in topic.partitions:
-                partitions.append(
-                    (
-                        location,
-                        report.query_id,
-                        report.committed_batch_id,
-                        source.source_id,
-                        p.topic,
-                        p.partition,
-                        p.committed_offset,
-                        p.planned_offset,
-                        p.log_start_offset,
-                        p.log_end_offset,
-                        p.last_stable_offset,
-                        p.lag,
-                        p.lag_seconds,
-                        p.new_partition,
-                        p.removed_partition,
-                        p.data_loss,
-                        p.records_lost,
-                        p.ahead_of_log,
-                        scanned_at,
-                    )
-                )
+                # topic .. ahead_of_log are the PartitionLag's own fields
+                lag = (getattr(p, name) for name, _ in PARTITION_COLUMNS[4:-1])
+                row = (location, report.query_id, report.committed_batch_id, source.source_id)
+                partitions.append((*row, *lag, scanned_at))
     in_flight = report.in_flight
-    job: tuple = (
-        location,
-        report.query_id,
-        verdict.health.value,
-        verdict.rule,
-        verdict.reason,
-        None,
-        report.committed_batch_id,
-        _timestamp(report.committed_at),
-        report.commit_age_seconds,
-        in_flight.batch_id if in_flight is not None else None,
-        in_flight.age_seconds if in_flight is not None else None,
-        report.total_lag,
-        report.max_lag,
-        report.max_lag_topic,
-        report.max_lag_partition,
-        report.max_lag_seconds,
-        report.consumption_rate,
-        report.production_rate,
-        report.catch_up_seconds,
-        sorted(topics),
-        len(partitions),
-        list(report.missing_topics),
-        report.time_lag_mode,
-        scanned_at,
-        json.dumps(result.to_dict()),
-    )
+    own = {  # every other column is the report's field of that name
+        "location": location,
+        "health": verdict.health.value,
+        "rule": verdict.rule,
+        "reason": verdict.reason,
+        "error": None,
+        "committed_at": _timestamp(report.committed_at),
+        "in_flight_batch_id": None if in_flight is None else in_flight.batch_id,
+        "in_flight_age_seconds": None if in_flight is None else in_flight.age_seconds,
+        "topics": sorted(topics),
+        "partitions": len(partitions),
+        "missing_topics": list(report.missing_topics),
+        "scanned_at": scanned_at,
+        "result": json.dumps(result.to_dict()),
+    }
+    job = tuple(own[name] if name in own else getattr(report, name) for name, _ in JOB_COLUMNS)
     return job, partitions
 
 
@@ -437,8 +389,6 @@ def scan(
 
 def _scan_options(options: CheckOptions | None, check: dict[str, Any]) -> CheckOptions:
     """``options``, or the option fields given to ``scan()`` as keywords (nothing else)."""
-    from airflow_sparklag.monitor import CheckOptions
-
     chosen = CheckOptions.take(check, options)
     if check:
         raise TypeError(f"scan() got unexpected keyword arguments: {', '.join(sorted(check))}")
@@ -570,16 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="measure a source (its index or name) against another cluster, the rest of "
         "--kafka-config unchanged; repeatable (docs/multi-cluster.md)",
     )
-    parser.add_argument("--read-committed", action="store_true", help="lag against the LSO")
-    parser.add_argument(
-        "--exact-time-lag", action="store_true", help="time lag from record timestamps"
-    )
-    parser.add_argument("--runs-every", type=float, help="seconds between a scheduled job's runs")
-    parser.add_argument("--run-grace", type=float, help="grace after --runs-every (seconds)")
-    parser.add_argument(
-        "--subscribe-pattern", help="the jobs' subscribePattern (docs/lag-and-health.md)"
-    )
-    parser.add_argument("--assign", action="store_true", help="the jobs read fixed partitions")
+    params.option_flags(parser, CheckOptions, renamed={"--exact": "--exact-time-lag"})
     parser.add_argument("--s3-endpoint-url", help="S3 endpoint (credentials: AWS default chain)")
     parser.add_argument("--s3-region", help="S3 region")
     parser.add_argument("--webhdfs-url", action="append", help="WebHDFS URL (repeat for HA)")
@@ -596,8 +537,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--storage-options",
         help='JSON {"s3_options": {...}, "webhdfs_options": {...}, "fsspec_options": {...}}',
     )
-    parser.add_argument("--thresholds", help="JSON object of health thresholds")
-    parser.add_argument("--history", type=int, default=10, help="batches of history per job")
+    parser.add_argument(
+        "--thresholds",
+        type=params.flag_type("thresholds", params.thresholds),
+        default=Thresholds(),
+        help="JSON object of health thresholds",
+    )
     parser.add_argument(
         "--query-ids", action="store_true", help="fill query_id from metadata (+1 GET per job)"
     )
@@ -620,14 +565,9 @@ def _storage_options(args: argparse.Namespace, spark: SparkSession | None = None
     """Storage options from the flags; Kerberos for WebHDFS from the flags, else the principal
     and keytab Spark logged in with (spark-submit's --principal/--keytab: spark.kerberos.*)."""
     options: dict[str, Any] = json.loads(args.storage_options) if args.storage_options else {}
-    s3 = dict(options.get("s3_options") or {})
-    if args.s3_endpoint_url:
-        s3["endpoint_url"] = args.s3_endpoint_url
-    if args.s3_region:
-        s3["region_name"] = args.s3_region
-    from airflow_sparklag.params import webhdfs_flags
-
-    webhdfs = {**(options.get("webhdfs_options") or {}), **webhdfs_flags(args)}
+    flags = params.storage_flags(args)
+    s3 = {**(options.get("s3_options") or {}), **flags["s3_options"]}
+    webhdfs = {**(options.get("webhdfs_options") or {}), **flags["webhdfs_options"]}
     explicit = {"user", "kerberos", "principal", "keytab", "token_file"}
     if spark is not None and not explicit & webhdfs.keys():
         conf = spark.sparkContext.getConf()
@@ -642,21 +582,9 @@ def _storage_options(args: argparse.Namespace, spark: SparkSession | None = None
 
 
 def _check_options(args: argparse.Namespace) -> CheckOptions:
-    """The check options given by the scan's flags (each read as the CLI reads it)."""
-    from airflow_sparklag import params
-    from airflow_sparklag.monitor import CheckOptions
-
-    given = {
-        "thresholds": args.thresholds,
-        "history": args.history,
-        "exact_time_lag": args.exact_time_lag or None,
-        "read_committed": args.read_committed or None,
-        "runs_every": args.runs_every,
-        "run_grace": args.run_grace,
-        "subscribe_pattern": args.subscribe_pattern,
-        "assign": args.assign or None,
-    }
-    return params.options(CheckOptions, {k: v for k, v in given.items() if v is not None})
+    """The check options given by the scan's flags (the CLI's, ``--exact`` named
+    ``--exact-time-lag``; the thresholds as one JSON object)."""
+    return params.from_flags(CheckOptions, args, thresholds=args.thresholds)
 
 
 def _given_locations(args: argparse.Namespace) -> list[str]:
@@ -670,7 +598,6 @@ def _given_locations(args: argparse.Namespace) -> list[str]:
 
 def _source_kafka(given: Sequence[str], config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """``--source-servers SOURCE=SERVERS``, read as the CLI reads them."""
-    from airflow_sparklag import params
     from airflow_sparklag.errors import InvalidParameter
 
     flag = "--source-servers"
