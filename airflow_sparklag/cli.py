@@ -138,23 +138,7 @@ def _secrets(config: dict[str, Any]) -> list[str]:
 
 
 def _connection_flags(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "-b", "--bootstrap-server", "--bootstrap-servers", dest="bootstrap_servers",
-        help="Kafka bootstrap servers (host:port,...)",
-    )  # fmt: skip
-    command.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
-    command.add_argument(
-        "--source-servers",
-        action="append",
-        type=params.flag_type("source_servers", params.source_assignment),
-        metavar="SOURCE=SERVERS",
-        help="measure a source (its index or name) against another cluster, the rest of "
-        "--kafka-config unchanged; repeatable",
-    )
-    command.add_argument(
-        "--s3-endpoint-url", help="S3 endpoint (credentials: the AWS default chain)"
-    )
-    command.add_argument("--s3-region", help="S3 region")
+    params.connection_flags(command, "-b", "--bootstrap-server", "--bootstrap-servers")
     command.add_argument(
         "--s3-reader",
         choices=READERS,
@@ -162,25 +146,10 @@ def _connection_flags(command: argparse.ArgumentParser) -> None:
         "installs, Python >= 3.11) or boto3; writes always go through boto3",
     )
     command.add_argument(
-        "--webhdfs-url", action="append", help="WebHDFS URL http://namenode:9870 (repeat for HA)"
-    )
-    command.add_argument("--hdfs-user", help="user name for WebHDFS (simple authentication)")
-    command.add_argument(
-        "--hdfs-kerberos",
-        action="store_true",
-        help="Kerberized HDFS: log in to WebHDFS with SPNEGO, from the ticket cache kinit left "
-        "(KRB5CCNAME) unless --hdfs-principal and --hdfs-keytab are given",
-    )
-    command.add_argument("--hdfs-principal", help="Kerberos principal, e.g. spark@EXAMPLE.COM")
-    command.add_argument("--hdfs-keytab", help="keytab of --hdfs-principal (renewed from it)")
-    command.add_argument(
         "--hdfs-token-file",
         help="Hadoop token file whose HDFS delegation token to use (default: "
         "HADOOP_TOKEN_FILE_LOCATION, as in a YARN container) unless a principal/keytab or "
         "--hdfs-user is given",
-    )
-    command.add_argument(
-        "--hdfs-ca-bundle", help="CA bundle (PEM) of HTTPS NameNodes (https:// --webhdfs-url)"
     )
     command.add_argument(
         "--timeout",
@@ -343,7 +312,7 @@ def _print_results(args: argparse.Namespace, results: list[CheckResult]) -> None
 
 def compact_table(results: list[CheckResult]) -> str:
     """One line per job, then the totals: the default view of several jobs."""
-    from airflow_sparklag.render import seconds_text
+    from airflow_sparklag.render import seconds_text, table
 
     rows = [("JOB", "HEALTH", "LAG", "LAG_TIME", "COMMIT_AGE", "REASON")]
     for r in results:
@@ -361,18 +330,14 @@ def compact_table(results: list[CheckResult]) -> str:
                 r.verdict.reason,
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = [
-        "  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[5]])
-        for row in rows
-    ]
+    lines = table(rows)
     summary = summary_of(results)
     health = ", ".join(f"{n} {name}" for name, n in summary["health"].items())
     lines.append(
         f"{summary['jobs']} jobs ({health}); total lag {summary['total_lag']} records, "
         f"worst time lag {seconds_text(summary['max_lag_seconds'])}; --detail for partitions"
     )
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(lines)
 
 
 def _out(text: str, args: argparse.Namespace) -> None:
@@ -496,15 +461,19 @@ def run_snapshot(args: argparse.Namespace) -> int:
     ]
     if payload["in_flight_batch_id"] is not None:
         lines.append(f"in flight   {payload['in_flight_batch_id']} (not used as the start)")
-    for sid, offsets in payload["starting_offsets"].items():
-        lines.append(
-            f"source {sid}    startingOffsets {json.dumps(offsets, separators=(',', ':'))}"
-        )
+    lines += _starting_offsets(payload)
     if "consumer_group" in payload:
         group = payload["consumer_group"]
         lines.append(f"group       {group['group_id']} (lag {group['total_lag']})")
     _out("\n".join(lines), args)
     return 0
+
+
+def _starting_offsets(payload: dict[str, Any]) -> list[str]:
+    return [
+        f"source {sid}    startingOffsets {json.dumps(offsets, separators=(',', ':'))}"
+        for sid, offsets in payload["starting_offsets"].items()
+    ]
 
 
 def run_migrate(args: argparse.Namespace) -> int:
@@ -528,10 +497,7 @@ def _render_migration(payload: dict[str, Any]) -> str:
         f"batch       {payload['committed_batch_id']} (committed; in flight: "
         f"{payload['in_flight_batch_id']})",
     ]
-    for sid, offsets in payload["starting_offsets"].items():
-        lines.append(
-            f"source {sid}    startingOffsets {json.dumps(offsets, separators=(',', ':'))}"
-        )
+    lines += _starting_offsets(payload)
     if payload["partitions_added"]:
         lines.append(f"added       {payload['partitions_added']} (from earliest)")
     if payload["records_lost"]:
@@ -627,10 +593,7 @@ def run_serve(args: argparse.Namespace) -> int:
             refreshed = exporter.refresh()
             _out(exporter.render()[0].decode().rstrip("\n"), args)
             return 0 if refreshed else EXIT_CHECK_FAILED
-        try:
-            server = exporter.serve(args.address, args.port)
-        except OSError as exc:
-            raise UsageExit(f"--port {args.port}: cannot listen on {args.address}: {exc}") from None
+        server = exporter.serve(args.address, args.port)  # UsageError: cannot listen
         where = f"http://{args.address}:{server.server_port}"
         print(f"sparklag: serving {where}/metrics and /healthz", file=sys.stderr, flush=True)
         stopped = threading.Event()

@@ -471,12 +471,49 @@ def from_flags(kind: type[Options], flags: Any, **given: Any) -> Options:
     return kind(**given)
 
 
+def connection_flags(command: Any, *bootstrap: str) -> None:
+    """The Kafka and storage flags the CLI's commands and the Spark fleet scan share
+    (``bootstrap``: the names of the bootstrap servers flag)."""
+    command.add_argument(
+        *bootstrap, dest="bootstrap_servers", help="Kafka bootstrap servers (host:port,...)"
+    )
+    command.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
+    command.add_argument(
+        "--source-servers",
+        action="append",
+        type=flag_type("source_servers", source_assignment),
+        metavar="SOURCE=SERVERS",
+        help="measure a source (its index or name) against another cluster, the rest of "
+        "--kafka-config unchanged; repeatable (docs/multi-cluster.md)",
+    )
+    command.add_argument(
+        "--s3-endpoint-url", help="S3 endpoint (credentials: the AWS default chain)"
+    )
+    command.add_argument("--s3-region", help="S3 region")
+    command.add_argument(
+        "--webhdfs-url", action="append", help="WebHDFS URL http://namenode:9870 (repeat for HA)"
+    )
+    command.add_argument("--hdfs-user", help="user name for WebHDFS (simple authentication)")
+    command.add_argument(
+        "--hdfs-kerberos",
+        action="store_true",
+        help="Kerberized HDFS: log in to WebHDFS with SPNEGO, from the ticket cache kinit left "
+        "(KRB5CCNAME) unless --hdfs-principal and --hdfs-keytab are given",
+    )
+    command.add_argument(
+        "--hdfs-principal",
+        help="Kerberos principal, e.g. spark@EXAMPLE.COM (the Spark scan: spark-submit's "
+        "--principal unless given)",
+    )
+    command.add_argument("--hdfs-keytab", help="keytab of --hdfs-principal (renewed from it)")
+    command.add_argument(
+        "--hdfs-ca-bundle", help="CA bundle (PEM) of HTTPS NameNodes (https:// --webhdfs-url)"
+    )
+
+
 def storage_flags(flags: Any) -> dict[str, Any]:
-    """The storage options of the flags the CLI and the Spark fleet scan share (an argparse
-    namespace), the ones not given left out: ``--s3-endpoint-url``, ``--s3-region``,
-    ``--webhdfs-url`` (repeated for HA NameNodes), ``--hdfs-user``, ``--hdfs-kerberos``,
-    ``--hdfs-principal``, ``--hdfs-keytab``, ``--hdfs-ca-bundle``; the CLI's ``--s3-reader``
-    and ``--hdfs-token-file`` too."""
+    """The storage options of :func:`connection_flags` (an argparse namespace), the CLI's
+    ``--s3-reader`` and ``--hdfs-token-file`` too; the ones not given left out."""
     urls = flags.webhdfs_url or []
     s3 = {
         "endpoint_url": flags.s3_endpoint_url,

@@ -36,7 +36,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import MappingProxyType
@@ -185,46 +184,49 @@ def _worker_session(session_json: str) -> tuple[Session, bool]:
 
 
 def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tuple]:
-    """One Spark task: read its checkpoints with the core reader, a few at once.
+    """One Spark task: read its checkpoints as the CLI does (``monitor.read_states``, a few at
+    once, older batches left for the judge pass).
 
-    Yields ``(location, pickled state | None, error | None, topics, task stats | None)``; the
-    task's stats (storage requests, seconds, worker pid, sessions built) ride on its first row.
+    Yields ``(location, pickled state | None, pickled failed result | None, task | None)``;
+    the task's stats (storage requests, seconds, worker pid, sessions built) and its topics
+    per cluster ride on its first row.
     """
-    from airflow_sparklag.errors import SparkLagError
-    from airflow_sparklag.monitor import cluster_topics
+    from airflow_sparklag.monitor import cluster_topics, read_states
 
     started, cpu = time.perf_counter(), time.process_time()
     options = json.loads(options_json)
     session, built = _worker_session(options["session"])
-    history = int(options["history"])
-    query_ids = bool(options.get("query_ids", False))
-
-    def read(location: str) -> tuple:
-        try:
-            reader = session.reader(location, query_id=query_ids)
-            state = reader.read(history, lazy_history=True)  # older batches: judge pass
-        except SparkLagError as exc:
-            return location, None, f"{type(exc).__name__}: {exc}", []
-        topics = cluster_topics(session, {location: state})  # cluster -> topics
-        return location, _dump_state(state), None, {c: sorted(t) for c, t in topics.items()}
-
     batch = list(locations)
     before = session.storage_requests
     try:
-        with ThreadPoolExecutor(max_workers=max(1, int(options["threads"]))) as executor:
-            rows = list(executor.map(read, batch))
+        states, failures = read_states(
+            session,
+            batch,
+            history=int(options["history"]),
+            query_id=bool(options.get("query_ids", False)),
+            max_workers=int(options["threads"]),
+            lazy_history=True,
+        )
+        topics = cluster_topics(session, states)
     finally:
         session.forget(())  # the states travel on; the worker keeps only its clients
-    stats = {
+    task = {
         "requests": session.storage_requests - before,
         "seconds": time.perf_counter() - started,
         "cpu_seconds": time.process_time() - cpu,  # the worker runs one task at a time
         "pid": os.getpid(),
         "sessions_built": int(built),
         "jobs": len(batch),
+        "topics": {cluster: sorted(names) for cluster, names in topics.items()},
     }
-    for i, row in enumerate(rows):
-        yield (*row, stats if i == 0 else None)
+    for i, location in enumerate(batch):
+        state, failed = states.get(location), failures.get(location)
+        yield (
+            location,
+            None if state is None else _dump_state(state),
+            None if failed is None else pickle.dumps(failed),
+            task if i == 0 else None,
+        )
 
 
 def _timestamp(epoch: float | None) -> datetime | None:
@@ -237,8 +239,7 @@ def _judge_partition(
     """One Spark task of the judge pass: its cached states judged together, as the CLI judges
     them (``monitor.judge_against``: one report and verdict each, time lag included, at the
     scan's one instant and against the broadcast snapshots), then (job row, partition rows)."""
-    from airflow_sparklag.health import Health, HealthVerdict
-    from airflow_sparklag.monitor import CheckResult, judge_against
+    from airflow_sparklag.monitor import judge_against
 
     judge = json.loads(judge_json)
     session, _ = _worker_session(judge["session"])
@@ -246,28 +247,33 @@ def _judge_partition(
     now = float(judge["now"])
     rows = list(rows)
     states = {row[0]: pickle.loads(row[1]) for row in rows if row[1] is not None}
+    results = {row[0]: pickle.loads(row[2]) for row in rows if row[2] is not None}
     before = session.storage_requests
     try:
-        results = judge_against(session, states, options, snapshots_bc.value, now) if states else {}
+        if states:
+            results.update(judge_against(session, states, options, snapshots_bc.value, now))
     finally:
         session.forget(())
     requests.add(session.storage_requests - before)
     for row in rows:
-        result = results.get(row[0])
-        if result is None:  # unreadable: as the CLI reports it
-            verdict = HealthVerdict(Health.UNKNOWN, row[2], "unreadable")
-            failed = json.dumps(CheckResult(None, verdict, row[0], row[2]).to_dict())
-            unreadable: tuple = (row[0], None, "UNKNOWN", "unreadable", row[2], row[2])
-            yield (*unreadable, *(None,) * 17, _timestamp(now), failed), []
-        else:
-            yield _job_rows(result, now)
+        yield _job_rows(results[row[0]], now)
 
 
 def _job_rows(result: CheckResult, now: float) -> tuple[tuple, list]:
     """(job row, partition rows) of one judged job, in the order of the columns."""
     report, verdict, location = result.report, result.verdict, result.location
-    assert report is not None
     scanned_at = _timestamp(now)
+    own: dict[str, Any] = {  # every other column is the report's field of that name
+        "location": location,
+        "health": verdict.health.value,
+        "rule": verdict.rule,
+        "reason": verdict.reason,
+        "error": result.error,
+        "scanned_at": scanned_at,
+        "result": json.dumps(result.to_dict()),
+    }
+    if report is None:  # unreadable: as the CLI reports it
+        return tuple(own.get(name) for name, _ in JOB_COLUMNS), []
     partitions: list[tuple] = []
     topics: set[str] = set()
     for source in report.sources:
@@ -279,20 +285,13 @@ def _job_rows(result: CheckResult, now: float) -> tuple[tuple, list]:
                 row = (location, report.query_id, report.committed_batch_id, source.source_id)
                 partitions.append((*row, *lag, scanned_at))
     in_flight = report.in_flight
-    own = {  # every other column is the report's field of that name
-        "location": location,
-        "health": verdict.health.value,
-        "rule": verdict.rule,
-        "reason": verdict.reason,
-        "error": None,
+    own |= {
         "committed_at": _timestamp(report.committed_at),
         "in_flight_batch_id": None if in_flight is None else in_flight.batch_id,
         "in_flight_age_seconds": None if in_flight is None else in_flight.age_seconds,
         "topics": sorted(topics),
         "partitions": len(partitions),
         "missing_topics": list(report.missing_topics),
-        "scanned_at": scanned_at,
-        "result": json.dumps(result.to_dict()),
     }
     job = tuple(own[name] if name in own else getattr(report, name) for name, _ in JOB_COLUMNS)
     return job, partitions
@@ -411,31 +410,15 @@ def _read_states(spark: SparkSession, unique: list[str], slices: int, read_optio
     )
 
 
-def _merge_topics(into: dict[int, set[str]], topics: Mapping[int, Iterable[str]]) -> None:
-    for cluster, names in topics.items():
-        into.setdefault(cluster, set()).update(names)
-
-
-def _task_summary(rows: Iterable[tuple]) -> Iterator[tuple[dict[int, list[str]], list[dict]]]:
-    topics: dict[int, set[str]] = {}
-    stats: list[dict] = []
-    for row in rows:
-        _merge_topics(topics, row[3] or {})
-        if row[4] is not None:
-            stats.append(row[4])
-    yield {c: sorted(t) for c, t in topics.items()}, stats
-
-
 def _read_summary(states: Any) -> tuple[dict[int, list[str]], list[dict[str, Any]]]:
     """Runs the read pass (filling the cache): every topic of each cluster, and each task's
-    stats. Topics are merged on the executors: the driver gets one small row per task, not one
-    per job."""
+    stats. The driver gets one small row per task (its first), not one per job."""
     topics: dict[int, set[str]] = {}
-    tasks: list[dict[str, Any]] = []
-    for task_topics, stats in states.mapPartitions(_task_summary).collect():
-        _merge_topics(topics, task_topics)
-        tasks.extend(stats)
-    return {c: sorted(t) for c, t in topics.items()}, tasks
+    tasks = states.map(lambda row: row[3]).filter(lambda task: task is not None).collect()
+    for task in tasks:
+        for cluster, names in task.pop("topics").items():
+            topics.setdefault(cluster, set()).update(names)
+    return {cluster: sorted(names) for cluster, names in topics.items()}, tasks
 
 
 def _scan_locations(
@@ -510,29 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--prefix", action="append", default=[], help="discover checkpoints under this prefix"
     )
     parser.add_argument("--max-depth", type=int, default=4, help="discovery depth under --prefix")
-    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
-    parser.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
-    parser.add_argument(
-        "--source-servers",
-        action="append",
-        default=[],
-        metavar="SOURCE=SERVERS",
-        help="measure a source (its index or name) against another cluster, the rest of "
-        "--kafka-config unchanged; repeatable (docs/multi-cluster.md)",
-    )
+    params.connection_flags(parser, "--bootstrap-servers")
     params.option_flags(parser, CheckOptions, renamed={"--exact": "--exact-time-lag"})
-    parser.add_argument("--s3-endpoint-url", help="S3 endpoint (credentials: AWS default chain)")
-    parser.add_argument("--s3-region", help="S3 region")
-    parser.add_argument("--webhdfs-url", action="append", help="WebHDFS URL (repeat for HA)")
-    parser.add_argument("--hdfs-user", help="user name for WebHDFS")
-    parser.add_argument(
-        "--hdfs-kerberos", action="store_true", help="SPNEGO from the ticket cache (KRB5CCNAME)"
-    )
-    parser.add_argument(
-        "--hdfs-principal", help="Kerberos principal (default: spark-submit's --principal)"
-    )
-    parser.add_argument("--hdfs-keytab", help="its keytab (default: spark-submit's --keytab)")
-    parser.add_argument("--hdfs-ca-bundle", help="CA bundle (PEM) of HTTPS NameNodes")
     parser.add_argument(
         "--storage-options",
         help='JSON {"s3_options": {...}, "webhdfs_options": {...}, "fsspec_options": {...}}',
@@ -596,20 +558,9 @@ def _given_locations(args: argparse.Namespace) -> list[str]:
     return locations
 
 
-def _source_kafka(given: Sequence[str], config: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``--source-servers SOURCE=SERVERS``, read as the CLI reads them."""
-    from airflow_sparklag.errors import InvalidParameter
-
-    flag = "--source-servers"
-    try:
-        pairs = [params.source_assignment(flag, value) for value in given]
-        return params.source_configs(flag, pairs, config)
-    except InvalidParameter as exc:
-        raise SystemExit(f"spark_scan: {exc}") from None
-
-
 def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> int:
     """Run a scan from the command line; prints a JSON summary. ``spark`` reuses a session."""
+    from airflow_sparklag.errors import InvalidParameter
     from airflow_sparklag.kafka import load_kafka_config
 
     args = build_parser().parse_args(argv)
@@ -617,7 +568,12 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
     if not locations and not args.prefix:
         raise SystemExit("spark_scan: give --checkpoints, --checkpoints-file or --prefix")
     kafka_config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
-    source_kafka = _source_kafka(args.source_servers, kafka_config)  # usage errors: before Spark
+    try:  # usage errors: before Spark
+        source_kafka = params.source_configs(
+            "--source-servers", args.source_servers or [], kafka_config
+        )
+    except InvalidParameter as exc:
+        raise SystemExit(f"spark_scan: {exc}") from None
     writer_options = dict(option.split("=", 1) for option in args.option)
     clock = time.monotonic()
     # Under spark-submit Spark's JVM already runs (and logged in with --principal/--keytab):
@@ -668,7 +624,7 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         "topics": sum(len(s.partitions) for s in result.snapshots.values()),
         "storage_requests": result.storage_requests,
         "seconds": round(time.monotonic() - started, 3),
-        "timings": _rounded(_merged(timings, result.timings)),
+        "timings": _timings(timings, result.timings),
         "executors": executor_summary(result.tasks),
         "output": paths,
     }
@@ -709,18 +665,13 @@ def verdicts_and_lag(jobs: DataFrame) -> dict[str, Any]:
     return {"health": dict(Counter(r["health"] for r in results)), "lag": lag, "results": results}
 
 
-def _merged(main: Mapping[str, float], scanned: Mapping[str, float]) -> dict[str, float]:
-    merged = {**scanned, **main}
-    merged["discover_seconds"] = main["discover_seconds"] + scanned.get("discover_seconds", 0.0)
-    return merged
-
-
-def _rounded(timings: Mapping[str, float]) -> dict[str, float]:
+def _timings(main: Mapping[str, float], scanned: Mapping[str, float]) -> dict[str, float]:
+    """main()'s and scan()'s timings in order; discovery is the sum of both."""
+    discover = main["discover_seconds"] + scanned.get("discover_seconds", 0.0)
+    merged = {**scanned, **main, "discover_seconds": discover}
     order = ("discover", "spark_start", "read", "kafka", "judge_and_write")
     return {
-        f"{k}_seconds": round(timings[f"{k}_seconds"], 3)
-        for k in order
-        if f"{k}_seconds" in timings
+        f"{k}_seconds": round(merged[f"{k}_seconds"], 3) for k in order if f"{k}_seconds" in merged
     }
 
 
