@@ -538,12 +538,12 @@ def add_history_and_serve_commands(sub: Any) -> None:
         default=9109,
         help="HTTP port (default 9109)",
     )
-    for flag, default, text in (
-        ("interval", 30.0, "time between refreshes (default 30s)"),
-        ("rediscover", 300.0, "list --prefix again this often (default 5m)"),
+    for flag, read, default, text in (
+        ("interval", params.positive_duration, 30.0, "time between refreshes (default 30s)"),
+        ("rediscover", params.duration, 300.0, "list --prefix again this often (default 5m)"),
     ):
         serve.add_argument(
-            f"--{flag}", type=params.flag_type(flag, params.duration), default=default, help=text
+            f"--{flag}", type=params.flag_type(flag, read), default=default, help=text
         )
     serve.add_argument(
         "--max-partitions-per-job",
@@ -575,8 +575,6 @@ def run_serve(args: argparse.Namespace) -> int:
 
     if not args.checkpoints and not args.prefix:
         raise UsageExit("give checkpoint locations or --prefix")
-    if not args.interval > 0:
-        raise UsageExit("--interval: must be more than 0 seconds")
     with open_session(args) as session:
         checker = FleetChecker(
             args.checkpoints,

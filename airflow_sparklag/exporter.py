@@ -252,12 +252,9 @@ class LagExporter:
     # -- serving ---------------------------------------------------------------------------------
 
     def render(self, accept: str | None = None, *, gzipped: bool = False) -> tuple[bytes, str]:
-        """(body, content type) of the last refresh for an ``Accept`` header; rendered once
-        per refresh and format, then served from memory.
-
-        The Prometheus text format whenever the client takes it (Prometheus always does):
-        prometheus_client renders it in half the CPU of OpenMetrics, which is served to
-        clients that ask for OpenMetrics alone."""
+        """(body, content type) of the last refresh for an ``Accept`` header, rendered once per
+        refresh and format. The text format whenever the client takes it: half the CPU of
+        OpenMetrics, which only clients that ask for it alone get."""
         from prometheus_client.exposition import choose_encoder
 
         if accept and "text/plain" in accept:

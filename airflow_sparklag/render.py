@@ -155,9 +155,7 @@ def summary_lines(report: LagReport) -> list[str]:
     lines += [f"note        {note}" for note in report.notes]
     lines += _schedule_lines(report)
     if report.consumption_rate is not None:
-        catch_up = (
-            _secs(report.catch_up_seconds) if report.catch_up_seconds is not None else "unknown"
-        )
+        catch_up = _secs(report.catch_up_seconds)  # "unknown" when None
         span = ""
         if len(report.history) > 1:
             span = f" over batches {report.history[0].batch_id}-{report.history[-1].batch_id}"

@@ -184,13 +184,9 @@ def _worker_session(session_json: str) -> tuple[Session, bool]:
 
 
 def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tuple]:
-    """One Spark task: read its checkpoints as the CLI does (``monitor.read_states``, a few at
-    once, older batches left for the judge pass).
-
-    Yields ``(location, pickled state | None, pickled failed result | None, task | None)``;
-    the task's stats (storage requests, seconds, worker pid, sessions built) and its topics
-    per cluster ride on its first row.
-    """
+    """One Spark task: read its checkpoints as the CLI does (``monitor.read_states``). Yields
+    ``(location, pickled state | None, pickled failed result | None, task | None)``; the task's
+    stats and its topics per cluster ride on its first row."""
     from airflow_sparklag.monitor import cluster_topics, read_states
 
     started, cpu = time.perf_counter(), time.process_time()
@@ -324,18 +320,11 @@ def scan(
     source_kafka: Mapping[str, Mapping[str, Any]] | None = None,
     **check: Any,
 ) -> ScanResult:
-    """Scan checkpoints on the executors of ``spark``; see the module docstring.
-
-    >>> result = scan(spark, prefix="s3a://bucket/checkpoints",
-    ...               kafka_config={"bootstrap.servers": "broker:9092"})   # doctest: +SKIP
-    >>> result.jobs.groupBy("health").count().show()                        # doctest: +SKIP
-
-    Call ``result.unpersist()`` when done with the DataFrames. ``query_ids=True`` also reads
-    each checkpoint's ``metadata`` to fill the ``query_id`` columns (+1 GET per job). How jobs
-    are judged: ``options`` (``CheckOptions``) or its fields (``thresholds=``, ``history=``,
-    ``read_committed=``), carried to the executors as ``CheckOptions.to_dict()``.
-    ``source_kafka``: source -> its cluster's librdkafka config (docs/multi-cluster.md).
-    """
+    """Scan checkpoints on the executors of ``spark`` (docs/fleet.md); call
+    ``result.unpersist()`` when done with the DataFrames. Jobs are judged by ``options``
+    (``CheckOptions``) or its fields as keywords (``history=``, ...). ``query_ids=True`` also
+    reads each checkpoint's ``metadata`` (+1 GET per job). ``source_kafka``: source -> its
+    cluster's librdkafka config (docs/multi-cluster.md)."""
     options = _scan_options(options, check)
     opened: dict[str, Any] = {
         "kafka_config": dict(kafka_config),
@@ -359,8 +348,7 @@ def scan(
             "query_ids": query_ids,
         }
         slices = num_slices or default_slices(spark, len(unique))
-        states = _read_states(spark, unique, slices, json.dumps(read_options))
-        topics, tasks = _read_summary(states)
+        states, topics, tasks = _read(spark, unique, slices, json.dumps(read_options))
         timings["read_seconds"] = time.perf_counter() - clock - timings["discover_seconds"]
         clock = time.perf_counter()
         snapshots = cluster_snapshots(session, topics, options.subscribe_pattern)
@@ -401,24 +389,23 @@ def default_slices(spark: SparkSession, jobs: int) -> int:
     return max(1, min(jobs, spark.sparkContext.defaultParallelism * 2))
 
 
-def _read_states(spark: SparkSession, unique: list[str], slices: int, read_options: str) -> Any:
-    """The executors read every checkpoint; the states stay cached there for the lag pass."""
-    return (
+def _read(
+    spark: SparkSession, unique: list[str], slices: int, read_json: str
+) -> tuple[Any, dict[int, list[str]], list[dict[str, Any]]]:
+    """The read pass: the executors read every checkpoint and keep the states cached for the
+    judge pass; the driver gets every topic of each cluster and each task's stats, from one
+    small row per task (its first), not one per job."""
+    states = (
         spark.sparkContext.parallelize(unique, slices)
-        .mapPartitions(lambda part: _read_partition(part, read_options))
+        .mapPartitions(lambda part: _read_partition(part, read_json))
         .cache()
     )
-
-
-def _read_summary(states: Any) -> tuple[dict[int, list[str]], list[dict[str, Any]]]:
-    """Runs the read pass (filling the cache): every topic of each cluster, and each task's
-    stats. The driver gets one small row per task (its first), not one per job."""
     topics: dict[int, set[str]] = {}
     tasks = states.map(lambda row: row[3]).filter(lambda task: task is not None).collect()
     for task in tasks:
         for cluster, names in task.pop("topics").items():
             topics.setdefault(cluster, set()).update(names)
-    return {cluster: sorted(names) for cluster, names in topics.items()}, tasks
+    return states, {cluster: sorted(names) for cluster, names in topics.items()}, tasks
 
 
 def _scan_locations(
