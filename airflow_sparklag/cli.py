@@ -1,18 +1,7 @@
 """`sparklag`: lag and health of Spark streaming jobs from the command line.
 
-    sparklag status /data/checkpoints/orders --bootstrap-server broker:9092
-    sparklag status s3a://bucket/ck/orders -b b:9092 --json
-    sparklag status /data/checkpoints/union -b a:9092 --source-servers 1=b:9092
-    sparklag wait health /data/checkpoints/orders -b b:9092 --max-wait 10m
-    sparklag snapshot /data/checkpoints/orders --to s3a://bucket/snaps -b b:9092
-    sparklag migrate /data/checkpoints/orders --archive /data/archive -b b:9092 --dry-run
-    sparklag history /data/checkpoints/orders -b b:9092 --batches 50
-    sparklag serve --prefix s3a://bucket/ck -b b:9092 --port 9109 --interval 30s
-
-Exit codes: 0 healthy, 1 lagging, 2 stalled / stopped / rewound / data lost, 3 unknown,
-4 the check itself failed (bad checkpoint, unreachable storage or Kafka; the message says which),
-5 `migrate` refused (nothing was changed), 64 usage or configuration error (bad flag or value,
-unreadable --kafka-config), 75 `wait` gave up at --max-wait. Never a traceback.
+Examples and the exit codes (0-4 the health or a failed check, 5 `migrate` refused, 64 usage,
+75 `wait` gave up): README.md. Never a traceback.
 """
 
 from __future__ import annotations

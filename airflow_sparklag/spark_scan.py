@@ -175,12 +175,10 @@ def _worker_session(session_json: str) -> tuple[Session, bool]:
         if _WORKER_PID[0] != os.getpid():  # a forked child starts with no session
             _WORKER_SESSIONS.clear()
             _WORKER_PID[0] = os.getpid()
-        session = _WORKER_SESSIONS.get(session_json)
-        if session is not None:
-            return session, False
-        session = Session(**json.loads(session_json))
-        _WORKER_SESSIONS[session_json] = session
-        return session, True
+        built = session_json not in _WORKER_SESSIONS
+        if built:
+            _WORKER_SESSIONS[session_json] = Session(**json.loads(session_json))
+        return _WORKER_SESSIONS[session_json], built
 
 
 def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tuple]:
