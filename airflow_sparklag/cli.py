@@ -1,18 +1,7 @@
 """`sparklag`: lag and health of Spark streaming jobs from the command line.
 
-    sparklag status /data/checkpoints/orders --bootstrap-server broker:9092
-    sparklag status s3a://bucket/ck/orders -b b:9092 --json
-    sparklag status /data/checkpoints/union -b a:9092 --source-servers 1=b:9092
-    sparklag wait health /data/checkpoints/orders -b b:9092 --max-wait 10m
-    sparklag snapshot /data/checkpoints/orders --to s3a://bucket/snaps -b b:9092
-    sparklag migrate /data/checkpoints/orders --archive /data/archive -b b:9092 --dry-run
-    sparklag history /data/checkpoints/orders -b b:9092 --batches 50
-    sparklag serve --prefix s3a://bucket/ck -b b:9092 --port 9109 --interval 30s
-
-Exit codes: 0 healthy, 1 lagging, 2 stalled / stopped / rewound / data lost, 3 unknown,
-4 the check itself failed (bad checkpoint, unreachable storage or Kafka; the message says which),
-5 `migrate` refused (nothing was changed), 64 usage or configuration error (bad flag or value,
-unreadable --kafka-config), 75 `wait` gave up at --max-wait. Never a traceback.
+Examples and the exit codes (0-4 the health or a failed check, 5 `migrate` refused, 64 usage,
+75 `wait` gave up): README.md. Never a traceback.
 """
 
 from __future__ import annotations
@@ -23,10 +12,11 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparklag.health import EXIT_CHECK_FAILED, EXIT_USAGE, Health
+from airflow_sparklag import params
+from airflow_sparklag.errors import InvalidParameter, MigrationRefused, SparkLagError, UsageError
+from airflow_sparklag.health import EXIT_CHECK_FAILED, EXIT_USAGE, Health, Thresholds
 from airflow_sparklag.redact import printable, scrub
 from airflow_sparklag.storage.s3 import READERS
 
@@ -50,10 +40,10 @@ THRESHOLD_FLAGS = {
     "window": "window",
     "min_window": "min_window",
 }
+# the other thresholds are counts
 DURATION_FLAGS = frozenset(
     {"max_lag_seconds", "max_commit_age", "max_in_flight", "min_time_to_loss"}
 )
-COUNT_FLAGS = frozenset({"max_lag", "max_total_lag", "allowed_lag", "window", "min_window"})
 PROGRESS_MIN = 10  # checkpoints from which `status` shows a progress line
 
 
@@ -70,23 +60,7 @@ class _Parser(argparse.ArgumentParser):
 # -- reading flags -----------------------------------------------------------------------------
 
 
-def _flag_type(name: str, read: Callable[[str, Any], Any]) -> Callable[[str], Any]:
-    """An argparse type from a params reader: the error names the flag."""
-    from airflow_sparklag.errors import InvalidParameter
-
-    def convert(text: str) -> Any:
-        try:
-            return read(f"--{name.replace('_', '-')}", text)
-        except InvalidParameter as exc:  # argparse names the flag itself
-            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
-
-    convert.__name__ = name
-    return convert
-
-
-def _thresholds(args: argparse.Namespace) -> Any:
-    from airflow_sparklag.health import Thresholds
-
+def _thresholds(args: argparse.Namespace) -> Thresholds:
     given = {
         field: getattr(args, flag)
         for flag, field in THRESHOLD_FLAGS.items()
@@ -99,32 +73,9 @@ def _thresholds(args: argparse.Namespace) -> Any:
 
 
 def _check_options(args: argparse.Namespace) -> CheckOptions:
-    """The flags of ``CheckOptions``'s fields (made by :func:`option_flags`), and thresholds."""
-    from airflow_sparklag.monitor import OPTION_NAMES, CheckOptions
+    from airflow_sparklag.monitor import CheckOptions
 
-    given = {name: getattr(args, name) for name in OPTION_NAMES if name != "thresholds"}
-    return CheckOptions(_thresholds(args), **given)
-
-
-def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Storage options from the flags; ``--timeout`` bounds each storage attempt too (S3:
-    3 attempts, so a hung endpoint fails within (min(5, t) + t) x 3 seconds)."""
-    bounds = {"connect_timeout": min(5.0, args.timeout), "read_timeout": args.timeout}
-    s3_options = {
-        key: value
-        for key, value in (
-            ("endpoint_url", args.s3_endpoint_url),
-            ("region_name", args.s3_region),
-            ("reader", args.s3_reader),
-        )
-        if value
-    }
-    from airflow_sparklag.params import webhdfs_flags
-
-    return {
-        "s3_options": {**s3_options, **bounds},
-        "webhdfs_options": {**webhdfs_flags(args), **bounds},
-    }
+    return params.from_flags(CheckOptions, args, thresholds=_thresholds(args))
 
 
 def open_session(args: argparse.Namespace, *, kafka_required: bool = True) -> Session:
@@ -137,29 +88,24 @@ def open_session(args: argparse.Namespace, *, kafka_required: bool = True) -> Se
         raise UsageExit("give --bootstrap-server (or bootstrap.servers in --kafka-config)")
     # main() shares this list with its error handler: errors raised later are scrubbed too.
     getattr(args, "secrets", []).extend(_secrets(config))
+    # --timeout bounds each storage attempt too (S3: 3 attempts, so a hung endpoint fails
+    # within (min(5, t) + t) x 3 seconds).
+    bounds = {"connect_timeout": min(5.0, args.timeout), "read_timeout": args.timeout}
+    storage = params.storage_flags(args)
     return Session(
         kafka_config=config,
         kafka_timeout=args.timeout,
-        source_kafka=_source_kafka(args, config),
-        **_storage_options(args),
+        # --source-servers: the main config with bootstrap.servers replaced
+        source_kafka=params.source_configs("--source-servers", args.source_servers or [], config),
+        s3_options={**storage["s3_options"], **bounds},
+        webhdfs_options={**storage["webhdfs_options"], **bounds},
     )
 
 
 def _port(name: str, port: int) -> int:
-    from airflow_sparklag import params
-
     if port > 65535:
         raise params.invalid(name, f"must be a port number 0-65535, got {port}")
     return port
-
-
-def _source_kafka(args: argparse.Namespace, config: dict[str, Any]) -> dict[str, Any]:
-    """``--source-servers SOURCE=SERVERS``: the source's cluster config is the main one with
-    ``bootstrap.servers`` replaced (docs/multi-cluster.md)."""
-    from airflow_sparklag import params
-
-    given = getattr(args, "source_servers", None) or []
-    return params.source_configs("--source-servers", given, config)
 
 
 # Credentials the AWS default chain reads from the environment (not the *_FILE paths).
@@ -181,25 +127,7 @@ def _secrets(config: dict[str, Any]) -> list[str]:
 
 
 def _connection_flags(command: argparse.ArgumentParser) -> None:
-    from airflow_sparklag import params
-
-    command.add_argument(
-        "-b", "--bootstrap-server", "--bootstrap-servers", dest="bootstrap_servers",
-        help="Kafka bootstrap servers (host:port,...)",
-    )  # fmt: skip
-    command.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
-    command.add_argument(
-        "--source-servers",
-        action="append",
-        type=_flag_type("source_servers", params.source_assignment),
-        metavar="SOURCE=SERVERS",
-        help="measure a source (its index or name) against another cluster, the rest of "
-        "--kafka-config unchanged; repeatable",
-    )
-    command.add_argument(
-        "--s3-endpoint-url", help="S3 endpoint (credentials: the AWS default chain)"
-    )
-    command.add_argument("--s3-region", help="S3 region")
+    params.connection_flags(command, "-b", "--bootstrap-server", "--bootstrap-servers")
     command.add_argument(
         "--s3-reader",
         choices=READERS,
@@ -207,94 +135,53 @@ def _connection_flags(command: argparse.ArgumentParser) -> None:
         "installs, Python >= 3.11) or boto3; writes always go through boto3",
     )
     command.add_argument(
-        "--webhdfs-url", action="append", help="WebHDFS URL http://namenode:9870 (repeat for HA)"
-    )
-    command.add_argument("--hdfs-user", help="user name for WebHDFS (simple authentication)")
-    command.add_argument(
-        "--hdfs-kerberos",
-        action="store_true",
-        help="Kerberized HDFS: log in to WebHDFS with SPNEGO, from the ticket cache kinit left "
-        "(KRB5CCNAME) unless --hdfs-principal and --hdfs-keytab are given",
-    )
-    command.add_argument("--hdfs-principal", help="Kerberos principal, e.g. spark@EXAMPLE.COM")
-    command.add_argument("--hdfs-keytab", help="keytab of --hdfs-principal (renewed from it)")
-    command.add_argument(
         "--hdfs-token-file",
         help="Hadoop token file whose HDFS delegation token to use (default: "
         "HADOOP_TOKEN_FILE_LOCATION, as in a YARN container) unless a principal/keytab or "
         "--hdfs-user is given",
     )
     command.add_argument(
-        "--hdfs-ca-bundle", help="CA bundle (PEM) of HTTPS NameNodes (https:// --webhdfs-url)"
-    )
-    command.add_argument(
         "--timeout",
-        type=_flag_type("timeout", params.positive_duration),
+        type=params.flag_type("timeout", params.positive_duration),
         default=10.0,
         help="bound of each Kafka request round and storage attempt, e.g. 10, 30s (default 10 s)",
     )
     command.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-def option_flags(command: argparse.ArgumentParser, kind: type) -> None:
-    """A flag per field of an options dataclass that declares one (``params.option``): a
-    switch for a boolean (its default kept), a repeatable flag for a list, else a value read
-    by the field's reader, the error naming the flag."""
-    import dataclasses
-
-    from airflow_sparklag import params
-
-    for f in dataclasses.fields(kind):
-        flag, read = f.metadata["flag"], f.metadata["read"]
-        if flag is None:
-            continue
-        factory: Any = f.default_factory
-        default = f.default if f.default is not dataclasses.MISSING else factory()
-        spec: dict[str, Any] = {"dest": f.name, "help": f.metadata["doc"].replace("%", "%%")}
-        if read in (params.boolean, params.optional_boolean):
-            spec.update(action="store_true", default=default)
-        elif read is params.locations:
-            each = _flag_type(f.name, params.location)
-            spec.update(action="append", type=each, default=list(default))
-        else:
-            spec.update(type=_flag_type(f.name, read), default=default)
-        command.add_argument(flag, **spec)
-
-
 def _check_flags(command: argparse.ArgumentParser) -> None:
-    from airflow_sparklag import params
     from airflow_sparklag.monitor import CheckOptions
 
-    option_flags(command, CheckOptions)
+    params.option_flags(command, CheckOptions)
     for flag, field in THRESHOLD_FLAGS.items():
-        reader = params.duration if flag in DURATION_FLAGS else params.number
-        if flag in COUNT_FLAGS:
-            reader = params.count
+        reader = params.duration if flag in DURATION_FLAGS else params.count
         command.add_argument(
             f"--{flag.replace('_', '-')}",
-            type=_flag_type(flag, reader),
+            type=params.flag_type(flag, reader),
             dest=flag,
             help=f"threshold {field}",
         )
 
 
+def _fleet_flags(command: argparse.ArgumentParser, prefix_help: str) -> None:
+    command.add_argument("checkpoints", nargs="*", help="checkpoint locations (path, s3a://, ...)")
+    command.add_argument("--prefix", action="append", default=[], help=prefix_help)
+    command.add_argument(
+        "--max-depth",
+        type=params.flag_type("max_depth", params.count),
+        default=4,
+        help="levels searched under --prefix",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from airflow_sparklag import __version__, params
+    from airflow_sparklag import __version__
 
     parser = _Parser(prog="sparklag", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"sparklag {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     status = sub.add_parser("status", help="lag and health of one or more checkpoints")
-    status.add_argument("checkpoints", nargs="*", help="checkpoint locations (path, s3a://, ...)")
-    status.add_argument(
-        "--prefix", action="append", default=[], help="also check every checkpoint under it"
-    )
-    status.add_argument(
-        "--max-depth",
-        type=_flag_type("max_depth", params.count),
-        default=4,
-        help="levels searched under --prefix",
-    )
+    _fleet_flags(status, "also check every checkpoint under it")
     status.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     status.add_argument(
         "--query-ids",
@@ -414,7 +301,7 @@ def _print_results(args: argparse.Namespace, results: list[CheckResult]) -> None
 
 def compact_table(results: list[CheckResult]) -> str:
     """One line per job, then the totals: the default view of several jobs."""
-    from airflow_sparklag.render import seconds_text
+    from airflow_sparklag.render import seconds_text, table
 
     rows = [("JOB", "HEALTH", "LAG", "LAG_TIME", "COMMIT_AGE", "REASON")]
     for r in results:
@@ -432,18 +319,14 @@ def compact_table(results: list[CheckResult]) -> str:
                 r.verdict.reason,
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = [
-        "  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[5]])
-        for row in rows
-    ]
+    lines = table(rows)
     summary = summary_of(results)
     health = ", ".join(f"{n} {name}" for name, n in summary["health"].items())
     lines.append(
         f"{summary['jobs']} jobs ({health}); total lag {summary['total_lag']} records, "
         f"worst time lag {seconds_text(summary['max_lag_seconds'])}; --detail for partitions"
     )
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(lines)
 
 
 def _out(text: str, args: argparse.Namespace) -> None:
@@ -455,8 +338,6 @@ def _out(text: str, args: argparse.Namespace) -> None:
 
 
 def add_wait_command(sub: Any) -> None:
-    from airflow_sparklag import params
-
     wait = sub.add_parser("wait", help="wait until a job is healthy, progresses or caught up")
     wait.add_argument(
         "condition", choices=("health", "progress", "catch-up"), help="what to wait for"
@@ -475,13 +356,13 @@ def add_wait_command(sub: Any) -> None:
     wait.add_argument("--topic", action="append", default=[], help="catch-up: only these topics")
     wait.add_argument(
         "--poll-interval",
-        type=_flag_type("poll_interval", params.positive_duration),
+        type=params.flag_type("poll_interval", params.positive_duration),
         default=10.0,
         help="time between checks (default 10 s)",
     )
     wait.add_argument(
         "--max-wait",
-        type=_flag_type("max_wait", params.duration),
+        type=params.flag_type("max_wait", params.duration),
         default=600.0,
         help="give up after this long, exit 75 (default 10m)",
     )
@@ -490,7 +371,7 @@ def add_wait_command(sub: Any) -> None:
 
 
 def _condition(args: argparse.Namespace) -> Any:
-    from airflow_sparklag import conditions, params
+    from airflow_sparklag import conditions
 
     if args.condition == "health":
         accept = params.health_names("--accept", args.accept)
@@ -548,7 +429,7 @@ def add_snapshot_commands(sub: Any) -> None:
     migrate = sub.add_parser("migrate", help="snapshot, validate and archive a checkpoint")
     migrate.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
     migrate.add_argument("--archive", required=True, help="archive root for the old checkpoint")
-    option_flags(migrate, MigrationOptions)
+    params.option_flags(migrate, MigrationOptions)
     _connection_flags(migrate)
 
 
@@ -569,10 +450,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
     ]
     if payload["in_flight_batch_id"] is not None:
         lines.append(f"in flight   {payload['in_flight_batch_id']} (not used as the start)")
-    for sid, offsets in payload["starting_offsets"].items():
-        lines.append(
-            f"source {sid}    startingOffsets {json.dumps(offsets, separators=(',', ':'))}"
-        )
+    lines += _starting_offsets(payload)
     if "consumer_group" in payload:
         group = payload["consumer_group"]
         lines.append(f"group       {group['group_id']} (lag {group['total_lag']})")
@@ -580,10 +458,17 @@ def run_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_migrate(args: argparse.Namespace) -> int:
-    from airflow_sparklag.migration import MIGRATION_OPTIONS, MigrationOptions, migrate_checkpoint
+def _starting_offsets(payload: dict[str, Any]) -> list[str]:
+    return [
+        f"source {sid}    startingOffsets {json.dumps(offsets, separators=(',', ':'))}"
+        for sid, offsets in payload["starting_offsets"].items()
+    ]
 
-    options = MigrationOptions(**{name: getattr(args, name) for name in MIGRATION_OPTIONS})
+
+def run_migrate(args: argparse.Namespace) -> int:
+    from airflow_sparklag.migration import MigrationOptions, migrate_checkpoint
+
+    options = params.from_flags(MigrationOptions, args)
     with open_session(args) as session:
         result = migrate_checkpoint(args.checkpoint, args.archive, session=session, options=options)
     payload = result.to_dict()
@@ -601,10 +486,7 @@ def _render_migration(payload: dict[str, Any]) -> str:
         f"batch       {payload['committed_batch_id']} (committed; in flight: "
         f"{payload['in_flight_batch_id']})",
     ]
-    for sid, offsets in payload["starting_offsets"].items():
-        lines.append(
-            f"source {sid}    startingOffsets {json.dumps(offsets, separators=(',', ':'))}"
-        )
+    lines += _starting_offsets(payload)
     if payload["partitions_added"]:
         lines.append(f"added       {payload['partitions_added']} (from earliest)")
     if payload["records_lost"]:
@@ -625,13 +507,11 @@ def _render_migration(payload: dict[str, Any]) -> str:
 
 
 def add_history_and_serve_commands(sub: Any) -> None:
-    from airflow_sparklag import params
-
     history = sub.add_parser("history", help="lag at each retained batch, from checkpoint + Kafka")
     history.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
     history.add_argument(
         "--batches",
-        type=_flag_type("batches", lambda n, v: params.count(n, v, minimum=1)),
+        type=params.flag_type("batches", lambda n, v: params.count(n, v, minimum=1)),
         default=100,
         help="retained batches to rebuild (default 100, Spark's minBatchesToRetain)",
     )
@@ -639,31 +519,24 @@ def add_history_and_serve_commands(sub: Any) -> None:
     _connection_flags(history)
 
     serve = sub.add_parser("serve", help="Prometheus exporter of a fleet's lag and health")
-    serve.add_argument("checkpoints", nargs="*", help="checkpoint locations (path, s3a://, ...)")
-    serve.add_argument("--prefix", action="append", default=[], help="serve every job under it")
-    serve.add_argument(
-        "--max-depth",
-        type=_flag_type("max_depth", params.count),
-        default=4,
-        help="levels searched under --prefix",
-    )
+    _fleet_flags(serve, "serve every job under it")
     serve.add_argument("--address", default="0.0.0.0", help="address to listen on (0.0.0.0)")
     serve.add_argument(
         "--port",
-        type=_flag_type("port", lambda n, v: _port(n, params.count(n, v))),
+        type=params.flag_type("port", lambda n, v: _port(n, params.count(n, v))),
         default=9109,
         help="HTTP port (default 9109)",
     )
-    for flag, default, text in (
-        ("interval", 30.0, "time between refreshes (default 30s)"),
-        ("rediscover", 300.0, "list --prefix again this often (default 5m)"),
+    for flag, read, default, text in (
+        ("interval", params.positive_duration, 30.0, "time between refreshes (default 30s)"),
+        ("rediscover", params.duration, 300.0, "list --prefix again this often (default 5m)"),
     ):
         serve.add_argument(
-            f"--{flag}", type=_flag_type(flag, params.duration), default=default, help=text
+            f"--{flag}", type=params.flag_type(flag, read), default=default, help=text
         )
     serve.add_argument(
         "--max-partitions-per-job",
-        type=_flag_type("max_partitions_per_job", params.count),
+        type=params.flag_type("max_partitions_per_job", params.count),
         default=1000,
         help="per-partition series per job, most lagging first (default 1000)",
     )
@@ -691,8 +564,6 @@ def run_serve(args: argparse.Namespace) -> int:
 
     if not args.checkpoints and not args.prefix:
         raise UsageExit("give checkpoint locations or --prefix")
-    if not args.interval > 0:
-        raise UsageExit("--interval: must be more than 0 seconds")
     with open_session(args) as session:
         checker = FleetChecker(
             args.checkpoints,
@@ -709,10 +580,7 @@ def run_serve(args: argparse.Namespace) -> int:
             refreshed = exporter.refresh()
             _out(exporter.render()[0].decode().rstrip("\n"), args)
             return 0 if refreshed else EXIT_CHECK_FAILED
-        try:
-            server = exporter.serve(args.address, args.port)
-        except OSError as exc:
-            raise UsageExit(f"--port {args.port}: cannot listen on {args.address}: {exc}") from None
+        server = exporter.serve(args.address, args.port)  # UsageError: cannot listen
         where = f"http://{args.address}:{server.server_port}"
         print(f"sparklag: serving {where}/metrics and /healthz", file=sys.stderr, flush=True)
         stopped = threading.Event()
@@ -740,14 +608,33 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; every outcome is an exit code and at most a line on stderr."""
+    """Run one command; every outcome is an exit code and at most a scrubbed line on stderr."""
     secrets: list[str] = []
     _quiet_client_logs(secrets)
-    with _no_tracebacks(secrets) as outcome:
+
+    def say(message: str, code: int) -> int:
+        print(f"sparklag: {printable(scrub(message, secrets))}", file=sys.stderr)
+        return code
+
+    try:
         args = build_parser().parse_args(argv)
         args.secrets = secrets
-        outcome.code = COMMANDS[args.command](args)
-    return outcome.code
+        return COMMANDS[args.command](args)
+    except (UsageExit, UsageError, InvalidParameter) as exc:
+        return say(str(exc), EXIT_USAGE)
+    except MigrationRefused as exc:
+        return say(f"refused: {type(exc).__name__}: {exc}", EXIT_REFUSED)
+    except SparkLagError as exc:
+        return say(f"{type(exc).__name__}: {exc}", EXIT_CHECK_FAILED)
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as Unix tools do.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug of ours: still one line, never a secret
+        return say(f"internal error, please report: {type(exc).__name__}: {exc}", EXIT_CHECK_FAILED)
 
 
 def _quiet_client_logs(secrets: list[str]) -> None:
@@ -755,8 +642,6 @@ def _quiet_client_logs(secrets: list[str]) -> None:
     says what failed, once. Other libraries' warnings (gcsfs "out of retries", ...) are one
     scrubbed line each on stderr, never their traceback: Python's last-resort handler would
     print both. ``SPARKLAG_DEBUG=1`` leaves logging as Python has it."""
-    import logging
-
     if os.environ.get("SPARKLAG_DEBUG"):
         return
     chatter = logging.getLogger("airflow_sparklag.kafka.librdkafka")
@@ -784,48 +669,6 @@ class _OneLine(logging.Formatter):
             message = str(record.msg)
         line = " ".join(printable(scrub(message, self.secrets)).split())[:300]
         return f"sparklag: {record.levelname.lower()} from {record.name}: {line}"
-
-
-class _Outcome:
-    code = EXIT_CHECK_FAILED
-
-
-@contextlib.contextmanager
-def _no_tracebacks(secrets: list[str]) -> Iterator[_Outcome]:
-    """Turn every exception into the contract's exit code and one scrubbed line."""
-    from airflow_sparklag.errors import (
-        InvalidParameter,
-        MigrationRefused,
-        SparkLagError,
-        UsageError,
-    )
-
-    outcome = _Outcome()
-
-    def say(message: str) -> None:
-        print(f"sparklag: {printable(scrub(message, secrets))}", file=sys.stderr)
-
-    try:
-        yield outcome
-    except (UsageExit, UsageError, InvalidParameter) as exc:
-        say(str(exc))
-        outcome.code = EXIT_USAGE
-    except MigrationRefused as exc:
-        say(f"refused: {type(exc).__name__}: {exc}")
-        outcome.code = EXIT_REFUSED
-    except SparkLagError as exc:
-        say(f"{type(exc).__name__}: {exc}")
-        outcome.code = EXIT_CHECK_FAILED
-    except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, as Unix tools do.
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        outcome.code = 141
-    except KeyboardInterrupt:
-        outcome.code = EXIT_INTERRUPTED
-    except Exception as exc:  # a bug of ours: still one line, never a secret
-        say(f"internal error, please report: {type(exc).__name__}: {exc}")
-        outcome.code = EXIT_CHECK_FAILED
 
 
 if __name__ == "__main__":

@@ -11,18 +11,11 @@
         ...
         exporter.stop(); server.shutdown()
 
-A background thread polls the fleet every ``interval`` seconds through ONE session and ONE
-:class:`~airflow_sparklag.fleet.FleetChecker` (storage clients, readers and the Kafka client
-are reused, so a poll re-reads only new batch files), and turns the results into metric
-families. The HTTP handler only serves the last of those (``/metrics``, text or OpenMetrics by
-the ``Accept`` header, rendered once per refresh), ``/healthz`` and, on demand, a job's lag
-history as JSON (``/history?job=<location>``, see :mod:`airflow_sparklag.history`). A refresh
-that fails (Kafka down, a prefix unreadable) keeps the previous values, marks them stale
-(``sparklag_stale 1``) and counts the error; it never stops the server.
-
-Metrics (labels ``job`` = checkpoint location, ``topic``, ``partition``; docs/exporter.md maps
-them to kafka-lag-exporter's). ``job`` collides with Prometheus' target label of the same
-name: scrape with ``honor_labels: true``.
+A background thread refreshes ONE FleetChecker (one session: a refresh re-reads only new
+batch files) every ``interval`` seconds into metric families; the HTTP handler serves the last
+ones (``/metrics``), ``/healthz`` and a job's lag history (``/history?job=<location>``). A
+failed refresh keeps the previous values, marked stale. docs/exporter.md lists the metrics
+(``job`` = checkpoint location: scrape with ``honor_labels: true``).
 
 Nothing heavy is imported at module level; prometheus_client is the ``exporter`` extra.
 """
@@ -38,6 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag.errors import InvalidParameter, UsageError
@@ -63,13 +57,6 @@ MAX_PARTITIONS_PER_JOB = 1000  # per-partition series a job may have; the most l
 STALE_AFTER_INTERVALS = 3  # /healthz fails when no refresh succeeded for this many intervals
 MAX_HISTORY_BATCHES = 1000  # /history?batches= at most
 MAX_CACHED_HISTORIES = 64  # /history answers kept (for one interval each)
-_STATUS = {
-    200: "200 OK",
-    400: "400 Bad Request",
-    404: "404 Not Found",
-    502: "502 Bad Gateway",
-    503: "503 Service Unavailable",
-}
 PREFIX = "sparklag_"
 
 # name (without prefix) -> help; every per-partition gauge has labels job, topic, partition
@@ -114,15 +101,7 @@ class _Refresh:
 
 class LagExporter:
     """Prometheus metrics of a fleet, refreshed in the background; see the module docstring.
-
-    >>> exporter = LagExporter(FleetChecker(["/data/ck/orders"], session=session))  # doctest: +SKIP
-    >>> exporter.refresh()                                                         # doctest: +SKIP
-    True
-    >>> print(exporter.render()[0].decode())                                       # doctest: +SKIP
-
-    It is also a prometheus_client collector: ``REGISTRY.register(exporter)`` adds its metrics
-    to a registry of your own.
-    """
+    Also a prometheus_client collector: ``REGISTRY.register(exporter)``."""
 
     def __init__(
         self,
@@ -178,7 +157,8 @@ class LagExporter:
                     for result in results:
                         if result.error is not None:
                             job = redact_url(result.location)  # never a credential
-                            self._check_errors[(job, _reason(result.error))] += 1
+                            reason = result.error.split(":", 1)[0].strip() or "Error"
+                            self._check_errors[(job, reason)] += 1
                 families = tuple(self._families(stale=results is None))
                 self._state = _Refresh(families, self._state.seq + 1, succeeded_at, error)
                 self._rendered = {}
@@ -247,23 +227,34 @@ class LagExporter:
         yield checks
         yield refresh_errors
         yield CounterMetricFamily(PREFIX + "refreshes", "Refreshes attempted.", self._refreshes)
-        yield from _exporter_gauges(
-            GaugeMetricFamily,
-            duration=self._duration,
-            succeeded_at=self._state.succeeded_at if stale else self._clock(),
-            stale=stale,
-            jobs=len(self._results),
+        if self._duration is not None:
+            yield GaugeMetricFamily(
+                PREFIX + "refresh_duration_seconds", "Duration of the last refresh.", self._duration
+            )
+        succeeded_at = self._state.succeeded_at if stale else self._clock()
+        if succeeded_at is not None:
+            yield GaugeMetricFamily(
+                PREFIX + "last_refresh_timestamp_seconds",
+                "Epoch time of the last successful refresh.",
+                succeeded_at,
+            )
+        yield GaugeMetricFamily(
+            PREFIX + "stale",
+            "1 when the last refresh failed: every other value is from an earlier refresh.",
+            1 if stale else 0,
+        )
+        yield GaugeMetricFamily(
+            PREFIX + "jobs",
+            "Jobs (checkpoints) of the last successful refresh.",
+            len(self._results),
         )
 
     # -- serving ---------------------------------------------------------------------------------
 
     def render(self, accept: str | None = None, *, gzipped: bool = False) -> tuple[bytes, str]:
-        """(body, content type) of the last refresh for an ``Accept`` header; rendered once
-        per refresh and format, then served from memory.
-
-        The Prometheus text format whenever the client takes it (Prometheus always does):
-        prometheus_client renders it in half the CPU of OpenMetrics, which is served to
-        clients that ask for OpenMetrics alone."""
+        """(body, content type) of the last refresh for an ``Accept`` header, rendered once per
+        refresh and format. The text format whenever the client takes it: half the CPU of
+        OpenMetrics, which only clients that ask for it alone get."""
         from prometheus_client.exposition import choose_encoder
 
         if accept and "text/plain" in accept:
@@ -276,7 +267,7 @@ class LagExporter:
             if gzipped:
                 body = gzip.compress(self.render(accept)[0], compresslevel=1)
             else:
-                body = encoder(_Families(state.families))
+                body = encoder(self)  # the families of `state` unless a refresh came between
             with self._lock:
                 if self._state.seq == state.seq:
                     self._rendered[key] = body
@@ -334,10 +325,12 @@ class LagExporter:
                 status, payload = self.health()
             else:
                 status, payload = self._history_request(environ.get("QUERY_STRING") or "")
-            start_response(_STATUS[status], [("Content-Type", "application/json")])
+            start_response(
+                f"{status} {HTTPStatus(status).phrase}", [("Content-Type", "application/json")]
+            )
             return [json.dumps(payload).encode()]
         if path not in ("/", "/metrics"):
-            start_response(_STATUS[404], [("Content-Type", "text/plain")])
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found: try /metrics, /healthz or /history?job=...\n"]
         gzipped = "gzip" in (environ.get("HTTP_ACCEPT_ENCODING") or "")
         body, content_type = self.render(environ.get("HTTP_ACCEPT"), gzipped=gzipped)
@@ -386,40 +379,6 @@ class LagExporter:
         self.start()
         threading.Thread(target=server.serve_forever, name="sparklag-http", daemon=True).start()
         return server
-
-
-class _Families:
-    """A collector over fixed families (what the encoders take)."""
-
-    def __init__(self, families: Sequence[Metric]) -> None:
-        self._families = families
-
-    def collect(self) -> Iterable[Metric]:
-        return self._families
-
-
-def _reason(error: str) -> str:
-    """The error class of a ``CheckResult.error`` ("<ErrorClass>: message")."""
-    return error.split(":", 1)[0].strip() or "Error"
-
-
-def _exporter_gauges(
-    gauge: Any, *, duration: float | None, succeeded_at: float | None, stale: bool, jobs: int
-) -> Iterator[Metric]:
-    if duration is not None:
-        yield gauge(PREFIX + "refresh_duration_seconds", "Duration of the last refresh.", duration)
-    if succeeded_at is not None:
-        yield gauge(
-            PREFIX + "last_refresh_timestamp_seconds",
-            "Epoch time of the last successful refresh.",
-            succeeded_at,
-        )
-    yield gauge(
-        PREFIX + "stale",
-        "1 when the last refresh failed: every other value is from an earlier refresh.",
-        1 if stale else 0,
-    )
-    yield gauge(PREFIX + "jobs", "Jobs (checkpoints) of the last successful refresh.", jobs)
 
 
 # -- results -> families (pure) ------------------------------------------------------------------

@@ -27,7 +27,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from airflow_sparklag.checkpoint import LATEST_TIME_MS
@@ -426,23 +426,110 @@ def options(kind: type[Options], values: Mapping[str, Any]) -> Options:
         raise invalid(kind.__name__, str(exc)) from None
 
 
-def webhdfs_flags(flags: Any) -> dict[str, Any]:
-    """The WebHDFS options of the flags the CLI and the Spark fleet scan share (an argparse
-    namespace): ``--webhdfs-url`` (repeated for HA NameNodes), ``--hdfs-user``,
-    ``--hdfs-kerberos``, ``--hdfs-principal``, ``--hdfs-keytab``, ``--hdfs-ca-bundle``,
-    ``--hdfs-token-file`` (the CLI's only); the ones not given are left out."""
-    urls = flags.webhdfs_url
-    options: dict[str, Any] = {}
-    if urls:
-        options["url"] = urls if len(urls) > 1 else urls[0]
-    for key, value in (
-        ("user", flags.hdfs_user),
-        ("kerberos", flags.hdfs_kerberos),
-        ("principal", flags.hdfs_principal),
-        ("keytab", flags.hdfs_keytab),
-        ("verify", flags.hdfs_ca_bundle),
-        ("token_file", getattr(flags, "hdfs_token_file", None)),  # the CLI's, not the scan's
-    ):
-        if value:
-            options[key] = value
-    return options
+# -- command-line flags (the CLI and the Spark fleet scan) --------------------------------------
+
+
+def flag_type(name: str, read: Callable[[str, Any], Any]) -> Callable[[str], Any]:
+    """An argparse type from a reader of this module: the error names the flag."""
+    import argparse
+
+    def convert(text: str) -> Any:
+        try:
+            return read(f"--{name.replace('_', '-')}", text)
+        except InvalidParameter as exc:  # argparse names the flag itself
+            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+    convert.__name__ = name
+    return convert
+
+
+def option_flags(command: Any, kind: type, renamed: Mapping[str, str] | None = None) -> None:
+    """A flag per field of an options dataclass that declares one (:func:`option`; ``renamed``
+    gives some another name): a switch for a boolean (its default kept), a repeatable flag
+    for a list, else a value read by the field's reader, the error naming the flag."""
+    for f in dataclasses.fields(kind):
+        flag, read = f.metadata["flag"], f.metadata["read"]
+        if flag is None:
+            continue
+        factory: Any = f.default_factory
+        default = f.default if f.default is not dataclasses.MISSING else factory()
+        spec: dict[str, Any] = {"dest": f.name, "help": f.metadata["doc"].replace("%", "%%")}
+        if read in (boolean, optional_boolean):
+            spec.update(action="store_true", default=default)
+        elif read is locations:
+            spec.update(action="append", type=flag_type(f.name, location), default=list(default))
+        else:
+            spec.update(type=flag_type(f.name, read), default=default)
+        command.add_argument((renamed or {}).get(flag, flag), **spec)
+
+
+def from_flags(kind: type[Options], flags: Any, **given: Any) -> Options:
+    """The options object of the flags :func:`option_flags` made, and the fields ``given``."""
+    for f in dataclasses.fields(kind):  # type: ignore[arg-type]
+        if f.metadata["flag"] is not None:
+            given[f.name] = getattr(flags, f.name)
+    return kind(**given)
+
+
+def connection_flags(command: Any, *bootstrap: str) -> None:
+    """The Kafka and storage flags the CLI's commands and the Spark fleet scan share
+    (``bootstrap``: the names of the bootstrap servers flag)."""
+    command.add_argument(
+        *bootstrap, dest="bootstrap_servers", help="Kafka bootstrap servers (host:port,...)"
+    )
+    command.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
+    command.add_argument(
+        "--source-servers",
+        action="append",
+        type=flag_type("source_servers", source_assignment),
+        metavar="SOURCE=SERVERS",
+        help="measure a source (its index or name) against another cluster, the rest of "
+        "--kafka-config unchanged; repeatable (docs/multi-cluster.md)",
+    )
+    command.add_argument(
+        "--s3-endpoint-url", help="S3 endpoint (credentials: the AWS default chain)"
+    )
+    command.add_argument("--s3-region", help="S3 region")
+    command.add_argument(
+        "--webhdfs-url", action="append", help="WebHDFS URL http://namenode:9870 (repeat for HA)"
+    )
+    command.add_argument("--hdfs-user", help="user name for WebHDFS (simple authentication)")
+    command.add_argument(
+        "--hdfs-kerberos",
+        action="store_true",
+        help="Kerberized HDFS: log in to WebHDFS with SPNEGO, from the ticket cache kinit left "
+        "(KRB5CCNAME) unless --hdfs-principal and --hdfs-keytab are given",
+    )
+    command.add_argument(
+        "--hdfs-principal",
+        help="Kerberos principal, e.g. spark@EXAMPLE.COM (the Spark scan: spark-submit's "
+        "--principal unless given)",
+    )
+    command.add_argument("--hdfs-keytab", help="keytab of --hdfs-principal (renewed from it)")
+    command.add_argument(
+        "--hdfs-ca-bundle", help="CA bundle (PEM) of HTTPS NameNodes (https:// --webhdfs-url)"
+    )
+
+
+def storage_flags(flags: Any) -> dict[str, Any]:
+    """The storage options of :func:`connection_flags` (an argparse namespace), the CLI's
+    ``--s3-reader`` and ``--hdfs-token-file`` too; the ones not given left out."""
+    urls = flags.webhdfs_url or []
+    s3 = {
+        "endpoint_url": flags.s3_endpoint_url,
+        "region_name": flags.s3_region,
+        "reader": getattr(flags, "s3_reader", None),
+    }
+    webhdfs = {
+        "url": urls if len(urls) > 1 else next(iter(urls), None),
+        "user": flags.hdfs_user,
+        "kerberos": flags.hdfs_kerberos,
+        "principal": flags.hdfs_principal,
+        "keytab": flags.hdfs_keytab,
+        "verify": flags.hdfs_ca_bundle,
+        "token_file": getattr(flags, "hdfs_token_file", None),
+    }
+    return {
+        "s3_options": {key: value for key, value in s3.items() if value},
+        "webhdfs_options": {key: value for key, value in webhdfs.items() if value},
+    }

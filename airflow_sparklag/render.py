@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,6 +38,12 @@ def _time_lag(value: float | None, mode: str) -> str:
     if value is None or mode != "estimate" or value == 0:
         return _secs(value)
     return f"~{_secs(value)}"
+
+
+def table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows as lines of left-aligned columns, two spaces apart."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
 def flags(partition: PartitionLag) -> str:
@@ -101,11 +108,7 @@ def partition_table(report: LagReport) -> str:
                         flags(p),
                     )
                 )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
+    return "\n".join(table(rows))
 
 
 def summary_lines(report: LagReport) -> list[str]:
@@ -152,9 +155,7 @@ def summary_lines(report: LagReport) -> list[str]:
     lines += [f"note        {note}" for note in report.notes]
     lines += _schedule_lines(report)
     if report.consumption_rate is not None:
-        catch_up = (
-            _secs(report.catch_up_seconds) if report.catch_up_seconds is not None else "unknown"
-        )
+        catch_up = _secs(report.catch_up_seconds)  # "unknown" when None
         span = ""
         if len(report.history) > 1:
             span = f" over batches {report.history[0].batch_id}-{report.history[-1].batch_id}"
@@ -295,9 +296,7 @@ def history_table(history: LagHistory, *, max_partitions: int = 4) -> str:
                 " ".join(cells),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines.append("")
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines += ["", *table(rows)]
     if reasons:
         lines += ["", "unknown because:"]
         lines += [f"  - {reason} ({count}x)" for reason, count in reasons.items()]

@@ -10,34 +10,14 @@ spark-submit runs a file, the module's own (``python -m`` is not a spark-submit 
     python -m airflow_sparklag.spark_scan --checkpoints hdfs://nn:8020/ck/a hdfs://nn:8020/ck/b \
         --bootstrap-servers broker:9092 --webhdfs-url http://nn:9870 --output /tmp/scan
 
-On a Kerberized HDFS the scan logs in to WebHDFS as spark-submit did (``--principal`` and
-``--keytab``: ``spark.kerberos.*``), on the driver and the executors, unless ``--hdfs-kerberos``
-(the ticket cache), ``--hdfs-principal``/``--hdfs-keytab`` or ``--hdfs-user`` (simple
-authentication) say otherwise (docs/connections.md).
+On a Kerberized HDFS the scan logs in to WebHDFS as spark-submit did (``--principal``,
+``--keytab``) unless the ``--hdfs-*`` flags say otherwise (docs/connections.md).
 
-How it runs:
-
-1. the driver lists the checkpoints (``--checkpoints``, ``--checkpoints-file`` or discovery
-   under ``--prefix``);
-2. executors read them in parallel (``mapPartitions`` over the locations, two tasks per core;
-   each Python worker keeps ONE session (one S3 client) for all its tasks, and a task reads
-   with a few threads, using the core ``CheckpointReader``; options travel as JSON in the
-   closure). The parsed states stay cached on the executors;
-3. the driver takes ONE Kafka snapshot (batched ListOffsets) for every topic of every job and
-   broadcasts it; sources mapped to other clusters (``--source-servers SOURCE=SERVERS``,
-   ``source_kafka=``, as the CLI maps them) get one snapshot per cluster, broadcast together;
-4. executors judge each task's jobs with the CLI's own evaluation (``monitor.judge_against``:
-   the same report, time lag included, and verdict as ``sparklag status`` at that instant);
-   an executor reads record timestamps from Kafka only when a rule needs ages the estimate
-   cannot give (or ``--exact-time-lag``), as the CLI does;
-5. two tables are written: ``<output>/partitions`` (one row per job, topic and partition) and
-   ``<output>/jobs`` (one row per job with its health and, in ``result``, the CLI's
-   ``--json`` result as JSON text), JSON lines by default (readable with the standard
-   library) or any ``DataFrameWriter`` format.
-
-The one-line JSON summary gives the verdicts, the lag (total records, the largest time lag,
-the jobs with lag), where the time went (``timings``) and how the read pass ran
-(``executors``: read tasks, Python workers, sessions built, slowest task, CPU).
+The driver lists the checkpoints; executors read them (``mapPartitions``, each Python worker
+keeping one session); the driver takes one Kafka snapshot per cluster and broadcasts it;
+executors judge each job with the CLI's own evaluation (``monitor.judge_against``); two tables
+are written, ``<output>/partitions`` and ``<output>/jobs``, and a one-line JSON summary is
+printed. docs/fleet.md describes each step, the columns and the summary.
 
 From Python, :func:`scan` takes an existing SparkSession and returns the two DataFrames.
 pyspark is imported only inside the functions: importing this module is cheap.
@@ -56,13 +36,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparklag.monitor import cluster_snapshots
+from airflow_sparklag import params
+from airflow_sparklag.health import Thresholds
+from airflow_sparklag.monitor import CheckOptions, cluster_snapshots
 from airflow_sparklag.session import Session
 
 if TYPE_CHECKING:
@@ -70,7 +51,7 @@ if TYPE_CHECKING:
 
     from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
-    from airflow_sparklag.monitor import CheckOptions, CheckResult
+    from airflow_sparklag.monitor import CheckResult
 
 __all__ = ["JOB_COLUMNS", "PARTITION_COLUMNS", "ScanResult", "main", "scan", "write_scan"]
 
@@ -194,55 +175,52 @@ def _worker_session(session_json: str) -> tuple[Session, bool]:
         if _WORKER_PID[0] != os.getpid():  # a forked child starts with no session
             _WORKER_SESSIONS.clear()
             _WORKER_PID[0] = os.getpid()
-        session = _WORKER_SESSIONS.get(session_json)
-        if session is not None:
-            return session, False
-        session = Session(**json.loads(session_json))
-        _WORKER_SESSIONS[session_json] = session
-        return session, True
+        built = session_json not in _WORKER_SESSIONS
+        if built:
+            _WORKER_SESSIONS[session_json] = Session(**json.loads(session_json))
+        return _WORKER_SESSIONS[session_json], built
 
 
 def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tuple]:
-    """One Spark task: read its checkpoints with the core reader, a few at once.
-
-    Yields ``(location, pickled state | None, error | None, topics, task stats | None)``; the
-    task's stats (storage requests, seconds, worker pid, sessions built) ride on its first row.
-    """
-    from airflow_sparklag.errors import SparkLagError
-    from airflow_sparklag.monitor import cluster_topics
+    """One Spark task: read its checkpoints as the CLI does (``monitor.read_states``). Yields
+    ``(location, pickled state | None, pickled failed result | None, task | None)``; the task's
+    stats and its topics per cluster ride on its first row."""
+    from airflow_sparklag.monitor import cluster_topics, read_states
 
     started, cpu = time.perf_counter(), time.process_time()
     options = json.loads(options_json)
     session, built = _worker_session(options["session"])
-    history = int(options["history"])
-    query_ids = bool(options.get("query_ids", False))
-
-    def read(location: str) -> tuple:
-        try:
-            reader = session.reader(location, query_id=query_ids)
-            state = reader.read(history, lazy_history=True)  # older batches: judge pass
-        except SparkLagError as exc:
-            return location, None, f"{type(exc).__name__}: {exc}", []
-        topics = cluster_topics(session, {location: state})  # cluster -> topics
-        return location, _dump_state(state), None, {c: sorted(t) for c, t in topics.items()}
-
     batch = list(locations)
     before = session.storage_requests
     try:
-        with ThreadPoolExecutor(max_workers=max(1, int(options["threads"]))) as executor:
-            rows = list(executor.map(read, batch))
+        states, failures = read_states(
+            session,
+            batch,
+            history=int(options["history"]),
+            query_id=bool(options.get("query_ids", False)),
+            max_workers=int(options["threads"]),
+            lazy_history=True,
+        )
+        topics = cluster_topics(session, states)
     finally:
         session.forget(())  # the states travel on; the worker keeps only its clients
-    stats = {
+    task = {
         "requests": session.storage_requests - before,
         "seconds": time.perf_counter() - started,
         "cpu_seconds": time.process_time() - cpu,  # the worker runs one task at a time
         "pid": os.getpid(),
         "sessions_built": int(built),
         "jobs": len(batch),
+        "topics": {cluster: sorted(names) for cluster, names in topics.items()},
     }
-    for i, row in enumerate(rows):
-        yield (*row, stats if i == 0 else None)
+    for i, location in enumerate(batch):
+        state, failed = states.get(location), failures.get(location)
+        yield (
+            location,
+            None if state is None else _dump_state(state),
+            None if failed is None else pickle.dumps(failed),
+            task if i == 0 else None,
+        )
 
 
 def _timestamp(epoch: float | None) -> datetime | None:
@@ -255,8 +233,7 @@ def _judge_partition(
     """One Spark task of the judge pass: its cached states judged together, as the CLI judges
     them (``monitor.judge_against``: one report and verdict each, time lag included, at the
     scan's one instant and against the broadcast snapshots), then (job row, partition rows)."""
-    from airflow_sparklag.health import Health, HealthVerdict
-    from airflow_sparklag.monitor import CheckOptions, CheckResult, judge_against
+    from airflow_sparklag.monitor import judge_against
 
     judge = json.loads(judge_json)
     session, _ = _worker_session(judge["session"])
@@ -264,85 +241,53 @@ def _judge_partition(
     now = float(judge["now"])
     rows = list(rows)
     states = {row[0]: pickle.loads(row[1]) for row in rows if row[1] is not None}
+    results = {row[0]: pickle.loads(row[2]) for row in rows if row[2] is not None}
     before = session.storage_requests
     try:
-        results = judge_against(session, states, options, snapshots_bc.value, now) if states else {}
+        if states:
+            results.update(judge_against(session, states, options, snapshots_bc.value, now))
     finally:
         session.forget(())
     requests.add(session.storage_requests - before)
     for row in rows:
-        result = results.get(row[0])
-        if result is None:  # unreadable: as the CLI reports it
-            verdict = HealthVerdict(Health.UNKNOWN, row[2], "unreadable")
-            failed = json.dumps(CheckResult(None, verdict, row[0], row[2]).to_dict())
-            unreadable: tuple = (row[0], None, "UNKNOWN", "unreadable", row[2], row[2])
-            yield (*unreadable, *(None,) * 17, _timestamp(now), failed), []
-        else:
-            yield _job_rows(result, now)
+        yield _job_rows(results[row[0]], now)
 
 
 def _job_rows(result: CheckResult, now: float) -> tuple[tuple, list]:
-    """(job row, partition rows) of one judged job."""
+    """(job row, partition rows) of one judged job, in the order of the columns."""
     report, verdict, location = result.report, result.verdict, result.location
-    assert report is not None
     scanned_at = _timestamp(now)
+    own: dict[str, Any] = {  # every other column is the report's field of that name
+        "location": location,
+        "health": verdict.health.value,
+        "rule": verdict.rule,
+        "reason": verdict.reason,
+        "error": result.error,
+        "scanned_at": scanned_at,
+        "result": json.dumps(result.to_dict()),
+    }
+    if report is None:  # unreadable: as the CLI reports it
+        return tuple(own.get(name) for name, _ in JOB_COLUMNS), []
     partitions: list[tuple] = []
     topics: set[str] = set()
     for source in report.sources:
         for topic in source.topics:
             topics.add(topic.topic)
             for p in topic.partitions:
-                partitions.append(
-                    (
-                        location,
-                        report.query_id,
-                        report.committed_batch_id,
-                        source.source_id,
-                        p.topic,
-                        p.partition,
-                        p.committed_offset,
-                        p.planned_offset,
-                        p.log_start_offset,
-                        p.log_end_offset,
-                        p.last_stable_offset,
-                        p.lag,
-                        p.lag_seconds,
-                        p.new_partition,
-                        p.removed_partition,
-                        p.data_loss,
-                        p.records_lost,
-                        p.ahead_of_log,
-                        scanned_at,
-                    )
-                )
+                # topic .. ahead_of_log are the PartitionLag's own fields
+                lag = (getattr(p, name) for name, _ in PARTITION_COLUMNS[4:-1])
+                row = (location, report.query_id, report.committed_batch_id, source.source_id)
+                partitions.append((*row, *lag, scanned_at))
     in_flight = report.in_flight
-    job: tuple = (
-        location,
-        report.query_id,
-        verdict.health.value,
-        verdict.rule,
-        verdict.reason,
-        None,
-        report.committed_batch_id,
-        _timestamp(report.committed_at),
-        report.commit_age_seconds,
-        in_flight.batch_id if in_flight is not None else None,
-        in_flight.age_seconds if in_flight is not None else None,
-        report.total_lag,
-        report.max_lag,
-        report.max_lag_topic,
-        report.max_lag_partition,
-        report.max_lag_seconds,
-        report.consumption_rate,
-        report.production_rate,
-        report.catch_up_seconds,
-        sorted(topics),
-        len(partitions),
-        list(report.missing_topics),
-        report.time_lag_mode,
-        scanned_at,
-        json.dumps(result.to_dict()),
-    )
+    own |= {
+        "committed_at": _timestamp(report.committed_at),
+        "in_flight_batch_id": None if in_flight is None else in_flight.batch_id,
+        "in_flight_age_seconds": None if in_flight is None else in_flight.age_seconds,
+        "topics": sorted(topics),
+        "partitions": len(partitions),
+        "missing_topics": list(report.missing_topics),
+    }
+    job = tuple(own[name] if name in own else getattr(report, name) for name, _ in JOB_COLUMNS)
     return job, partitions
 
 
@@ -373,18 +318,11 @@ def scan(
     source_kafka: Mapping[str, Mapping[str, Any]] | None = None,
     **check: Any,
 ) -> ScanResult:
-    """Scan checkpoints on the executors of ``spark``; see the module docstring.
-
-    >>> result = scan(spark, prefix="s3a://bucket/checkpoints",
-    ...               kafka_config={"bootstrap.servers": "broker:9092"})   # doctest: +SKIP
-    >>> result.jobs.groupBy("health").count().show()                        # doctest: +SKIP
-
-    Call ``result.unpersist()`` when done with the DataFrames. ``query_ids=True`` also reads
-    each checkpoint's ``metadata`` to fill the ``query_id`` columns (+1 GET per job). How jobs
-    are judged: ``options`` (``CheckOptions``) or its fields (``thresholds=``, ``history=``,
-    ``read_committed=``), carried to the executors as ``CheckOptions.to_dict()``.
-    ``source_kafka``: source -> its cluster's librdkafka config (docs/multi-cluster.md).
-    """
+    """Scan checkpoints on the executors of ``spark`` (docs/fleet.md); call
+    ``result.unpersist()`` when done with the DataFrames. Jobs are judged by ``options``
+    (``CheckOptions``) or its fields as keywords (``history=``, ...). ``query_ids=True`` also
+    reads each checkpoint's ``metadata`` (+1 GET per job). ``source_kafka``: source -> its
+    cluster's librdkafka config (docs/multi-cluster.md)."""
     options = _scan_options(options, check)
     opened: dict[str, Any] = {
         "kafka_config": dict(kafka_config),
@@ -408,8 +346,7 @@ def scan(
             "query_ids": query_ids,
         }
         slices = num_slices or default_slices(spark, len(unique))
-        states = _read_states(spark, unique, slices, json.dumps(read_options))
-        topics, tasks = _read_summary(states)
+        states, topics, tasks = _read(spark, unique, slices, json.dumps(read_options))
         timings["read_seconds"] = time.perf_counter() - clock - timings["discover_seconds"]
         clock = time.perf_counter()
         snapshots = cluster_snapshots(session, topics, options.subscribe_pattern)
@@ -437,8 +374,6 @@ def scan(
 
 def _scan_options(options: CheckOptions | None, check: dict[str, Any]) -> CheckOptions:
     """``options``, or the option fields given to ``scan()`` as keywords (nothing else)."""
-    from airflow_sparklag.monitor import CheckOptions
-
     chosen = CheckOptions.take(check, options)
     if check:
         raise TypeError(f"scan() got unexpected keyword arguments: {', '.join(sorted(check))}")
@@ -452,40 +387,23 @@ def default_slices(spark: SparkSession, jobs: int) -> int:
     return max(1, min(jobs, spark.sparkContext.defaultParallelism * 2))
 
 
-def _read_states(spark: SparkSession, unique: list[str], slices: int, read_options: str) -> Any:
-    """The executors read every checkpoint; the states stay cached there for the lag pass."""
-    return (
+def _read(
+    spark: SparkSession, unique: list[str], slices: int, read_json: str
+) -> tuple[Any, dict[int, list[str]], list[dict[str, Any]]]:
+    """The read pass: the executors read every checkpoint and keep the states cached for the
+    judge pass; the driver gets every topic of each cluster and each task's stats, from one
+    small row per task (its first), not one per job."""
+    states = (
         spark.sparkContext.parallelize(unique, slices)
-        .mapPartitions(lambda part: _read_partition(part, read_options))
+        .mapPartitions(lambda part: _read_partition(part, read_json))
         .cache()
     )
-
-
-def _merge_topics(into: dict[int, set[str]], topics: Mapping[int, Iterable[str]]) -> None:
-    for cluster, names in topics.items():
-        into.setdefault(cluster, set()).update(names)
-
-
-def _task_summary(rows: Iterable[tuple]) -> Iterator[tuple[dict[int, list[str]], list[dict]]]:
     topics: dict[int, set[str]] = {}
-    stats: list[dict] = []
-    for row in rows:
-        _merge_topics(topics, row[3] or {})
-        if row[4] is not None:
-            stats.append(row[4])
-    yield {c: sorted(t) for c, t in topics.items()}, stats
-
-
-def _read_summary(states: Any) -> tuple[dict[int, list[str]], list[dict[str, Any]]]:
-    """Runs the read pass (filling the cache): every topic of each cluster, and each task's
-    stats. Topics are merged on the executors: the driver gets one small row per task, not one
-    per job."""
-    topics: dict[int, set[str]] = {}
-    tasks: list[dict[str, Any]] = []
-    for task_topics, stats in states.mapPartitions(_task_summary).collect():
-        _merge_topics(topics, task_topics)
-        tasks.extend(stats)
-    return {c: sorted(t) for c, t in topics.items()}, tasks
+    tasks = states.map(lambda row: row[3]).filter(lambda task: task is not None).collect()
+    for task in tasks:
+        for cluster, names in task.pop("topics").items():
+            topics.setdefault(cluster, set()).update(names)
+    return states, {cluster: sorted(names) for cluster, names in topics.items()}, tasks
 
 
 def _scan_locations(
@@ -560,44 +478,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--prefix", action="append", default=[], help="discover checkpoints under this prefix"
     )
     parser.add_argument("--max-depth", type=int, default=4, help="discovery depth under --prefix")
-    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
-    parser.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
-    parser.add_argument(
-        "--source-servers",
-        action="append",
-        default=[],
-        metavar="SOURCE=SERVERS",
-        help="measure a source (its index or name) against another cluster, the rest of "
-        "--kafka-config unchanged; repeatable (docs/multi-cluster.md)",
-    )
-    parser.add_argument("--read-committed", action="store_true", help="lag against the LSO")
-    parser.add_argument(
-        "--exact-time-lag", action="store_true", help="time lag from record timestamps"
-    )
-    parser.add_argument("--runs-every", type=float, help="seconds between a scheduled job's runs")
-    parser.add_argument("--run-grace", type=float, help="grace after --runs-every (seconds)")
-    parser.add_argument(
-        "--subscribe-pattern", help="the jobs' subscribePattern (docs/lag-and-health.md)"
-    )
-    parser.add_argument("--assign", action="store_true", help="the jobs read fixed partitions")
-    parser.add_argument("--s3-endpoint-url", help="S3 endpoint (credentials: AWS default chain)")
-    parser.add_argument("--s3-region", help="S3 region")
-    parser.add_argument("--webhdfs-url", action="append", help="WebHDFS URL (repeat for HA)")
-    parser.add_argument("--hdfs-user", help="user name for WebHDFS")
-    parser.add_argument(
-        "--hdfs-kerberos", action="store_true", help="SPNEGO from the ticket cache (KRB5CCNAME)"
-    )
-    parser.add_argument(
-        "--hdfs-principal", help="Kerberos principal (default: spark-submit's --principal)"
-    )
-    parser.add_argument("--hdfs-keytab", help="its keytab (default: spark-submit's --keytab)")
-    parser.add_argument("--hdfs-ca-bundle", help="CA bundle (PEM) of HTTPS NameNodes")
+    params.connection_flags(parser, "--bootstrap-servers")
+    params.option_flags(parser, CheckOptions, renamed={"--exact": "--exact-time-lag"})
     parser.add_argument(
         "--storage-options",
         help='JSON {"s3_options": {...}, "webhdfs_options": {...}, "fsspec_options": {...}}',
     )
-    parser.add_argument("--thresholds", help="JSON object of health thresholds")
-    parser.add_argument("--history", type=int, default=10, help="batches of history per job")
+    parser.add_argument(
+        "--thresholds",
+        type=params.flag_type("thresholds", params.thresholds),
+        default=Thresholds(),
+        help="JSON object of health thresholds",
+    )
     parser.add_argument(
         "--query-ids", action="store_true", help="fill query_id from metadata (+1 GET per job)"
     )
@@ -620,14 +512,9 @@ def _storage_options(args: argparse.Namespace, spark: SparkSession | None = None
     """Storage options from the flags; Kerberos for WebHDFS from the flags, else the principal
     and keytab Spark logged in with (spark-submit's --principal/--keytab: spark.kerberos.*)."""
     options: dict[str, Any] = json.loads(args.storage_options) if args.storage_options else {}
-    s3 = dict(options.get("s3_options") or {})
-    if args.s3_endpoint_url:
-        s3["endpoint_url"] = args.s3_endpoint_url
-    if args.s3_region:
-        s3["region_name"] = args.s3_region
-    from airflow_sparklag.params import webhdfs_flags
-
-    webhdfs = {**(options.get("webhdfs_options") or {}), **webhdfs_flags(args)}
+    flags = params.storage_flags(args)
+    s3 = {**(options.get("s3_options") or {}), **flags["s3_options"]}
+    webhdfs = {**(options.get("webhdfs_options") or {}), **flags["webhdfs_options"]}
     explicit = {"user", "kerberos", "principal", "keytab", "token_file"}
     if spark is not None and not explicit & webhdfs.keys():
         conf = spark.sparkContext.getConf()
@@ -642,21 +529,9 @@ def _storage_options(args: argparse.Namespace, spark: SparkSession | None = None
 
 
 def _check_options(args: argparse.Namespace) -> CheckOptions:
-    """The check options given by the scan's flags (each read as the CLI reads it)."""
-    from airflow_sparklag import params
-    from airflow_sparklag.monitor import CheckOptions
-
-    given = {
-        "thresholds": args.thresholds,
-        "history": args.history,
-        "exact_time_lag": args.exact_time_lag or None,
-        "read_committed": args.read_committed or None,
-        "runs_every": args.runs_every,
-        "run_grace": args.run_grace,
-        "subscribe_pattern": args.subscribe_pattern,
-        "assign": args.assign or None,
-    }
-    return params.options(CheckOptions, {k: v for k, v in given.items() if v is not None})
+    """The check options given by the scan's flags (the CLI's, ``--exact`` named
+    ``--exact-time-lag``; the thresholds as one JSON object)."""
+    return params.from_flags(CheckOptions, args, thresholds=args.thresholds)
 
 
 def _given_locations(args: argparse.Namespace) -> list[str]:
@@ -668,21 +543,9 @@ def _given_locations(args: argparse.Namespace) -> list[str]:
     return locations
 
 
-def _source_kafka(given: Sequence[str], config: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``--source-servers SOURCE=SERVERS``, read as the CLI reads them."""
-    from airflow_sparklag import params
-    from airflow_sparklag.errors import InvalidParameter
-
-    flag = "--source-servers"
-    try:
-        pairs = [params.source_assignment(flag, value) for value in given]
-        return params.source_configs(flag, pairs, config)
-    except InvalidParameter as exc:
-        raise SystemExit(f"spark_scan: {exc}") from None
-
-
 def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> int:
     """Run a scan from the command line; prints a JSON summary. ``spark`` reuses a session."""
+    from airflow_sparklag.errors import InvalidParameter
     from airflow_sparklag.kafka import load_kafka_config
 
     args = build_parser().parse_args(argv)
@@ -690,7 +553,12 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
     if not locations and not args.prefix:
         raise SystemExit("spark_scan: give --checkpoints, --checkpoints-file or --prefix")
     kafka_config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
-    source_kafka = _source_kafka(args.source_servers, kafka_config)  # usage errors: before Spark
+    try:  # usage errors: before Spark
+        source_kafka = params.source_configs(
+            "--source-servers", args.source_servers or [], kafka_config
+        )
+    except InvalidParameter as exc:
+        raise SystemExit(f"spark_scan: {exc}") from None
     writer_options = dict(option.split("=", 1) for option in args.option)
     clock = time.monotonic()
     # Under spark-submit Spark's JVM already runs (and logged in with --principal/--keytab):
@@ -741,7 +609,7 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         "topics": sum(len(s.partitions) for s in result.snapshots.values()),
         "storage_requests": result.storage_requests,
         "seconds": round(time.monotonic() - started, 3),
-        "timings": _rounded(_merged(timings, result.timings)),
+        "timings": _timings(timings, result.timings),
         "executors": executor_summary(result.tasks),
         "output": paths,
     }
@@ -782,18 +650,13 @@ def verdicts_and_lag(jobs: DataFrame) -> dict[str, Any]:
     return {"health": dict(Counter(r["health"] for r in results)), "lag": lag, "results": results}
 
 
-def _merged(main: Mapping[str, float], scanned: Mapping[str, float]) -> dict[str, float]:
-    merged = {**scanned, **main}
-    merged["discover_seconds"] = main["discover_seconds"] + scanned.get("discover_seconds", 0.0)
-    return merged
-
-
-def _rounded(timings: Mapping[str, float]) -> dict[str, float]:
+def _timings(main: Mapping[str, float], scanned: Mapping[str, float]) -> dict[str, float]:
+    """main()'s and scan()'s timings in order; discovery is the sum of both."""
+    discover = main["discover_seconds"] + scanned.get("discover_seconds", 0.0)
+    merged = {**scanned, **main, "discover_seconds": discover}
     order = ("discover", "spark_start", "read", "kafka", "judge_and_write")
     return {
-        f"{k}_seconds": round(timings[f"{k}_seconds"], 3)
-        for k in order
-        if f"{k}_seconds" in timings
+        f"{k}_seconds": round(merged[f"{k}_seconds"], 3) for k in order if f"{k}_seconds" in merged
     }
 
 
