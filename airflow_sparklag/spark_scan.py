@@ -557,6 +557,7 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         source_kafka = params.source_configs(
             "--source-servers", args.source_servers or [], kafka_config
         )
+        check_options = _check_options(args)
     except InvalidParameter as exc:
         raise SystemExit(f"spark_scan: {exc}") from None
     writer_options = dict(option.split("=", 1) for option in args.option)
@@ -586,7 +587,7 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         spark,
         locations,
         kafka_config=kafka_config,
-        options=_check_options(args),
+        options=check_options,
         num_slices=args.slices,
         threads_per_task=args.threads_per_task,
         max_depth=args.max_depth,

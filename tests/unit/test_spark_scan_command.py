@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from airflow_sparklag import spark_scan
 from airflow_sparklag.errors import CheckpointNotFound
 from airflow_sparklag.health import Thresholds
@@ -58,3 +60,16 @@ def test_a_failed_check_is_a_row_of_its_own() -> None:
     assert json.loads(row["result"])["error"] == row["error"]
     assert row["scanned_at"].timestamp() == 1_700_000_000.0
     assert row["total_lag"] is None and row["topics"] is None
+
+
+def test_bad_check_options_are_refused_before_spark_starts(monkeypatch) -> None:
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+
+    def no_spark() -> None:
+        raise AssertionError("Spark started for a usage error")
+
+    monkeypatch.setattr(spark_scan, "_spark_session", no_spark)
+    argv = ["--checkpoints", "/nowhere", "--bootstrap-servers", "127.0.0.1:1", "--output", "o"]
+    with pytest.raises(SystemExit) as refused:
+        spark_scan.main([*argv, "--run-grace", "5"])
+    assert "run_grace" in str(refused.value) and "runs_every" in str(refused.value)
