@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import logging
 import re
@@ -15,11 +16,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_sparklag.errors import InvalidParameter, KafkaError, KafkaUnavailable, UsageError
 from airflow_sparklag.redact import kafka_secrets, redact_kafka_config, scrub
+from airflow_sparklag.storage import seconds_option
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ _ANSWER_GRACE = 1.0  # seconds other bootstrap servers get once one answered (cl
 _POLL_INTERVAL = 0.2  # seconds between two looks at librdkafka's error callbacks while waiting
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class PartitionOffsets:
     """Offsets of one partition at `KafkaSnapshot.fetched_at`."""
 
@@ -52,14 +53,10 @@ class PartitionOffsets:
     last_stable: int | None  # LSO, only when read_committed was asked
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "log_start": self.log_start,
-            "log_end": self.log_end,
-            "last_stable": self.last_stable,
-        }
+        return dataclasses.asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class KafkaSnapshot:
     """Offsets of every partition of some topics, fetched at one moment.
 
@@ -75,7 +72,7 @@ class KafkaSnapshot:
     # The subscribePattern the cluster's topics were matched against, and the topics that
     # matched it (their offsets are in `partitions` too); None: no pattern was asked for.
     pattern: str | None = None
-    pattern_topics: frozenset[str] = field(default_factory=frozenset)
+    pattern_topics: frozenset[str] = dataclasses.field(default_factory=frozenset)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,7 +88,7 @@ class KafkaSnapshot:
         }
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class TopicRetention:
     """What deletes a topic's records: ``retention.ms`` and ``retention.bytes`` (None:
     unlimited, Kafka's -1) and whether ``cleanup.policy`` deletes at all (compact only:
@@ -154,38 +151,31 @@ _LEADER_MOVING = frozenset(
 
 def error_name(exc: BaseException) -> str:
     """librdkafka's error name (e.g. "_TRANSPORT") of a KafkaException, or "" if none."""
-    if exc.args and hasattr(exc.args[0], "name"):
-        try:
-            return str(exc.args[0].name())
-        except Exception:  # a malformed error object must not hide the real error
-            return ""
-    return ""
+    try:
+        return str(exc.args[0].name())
+    except Exception:  # no error object, or a malformed one: it must not hide the real error
+        return ""
 
 
 def _error_text(exc: BaseException) -> str:
     """What went wrong, never empty: librdkafka's text, completed with the error's name and
     standard description when the broker gave no reason (``"ConsumerGroupDescribe: "``)."""
-    text = ""
-    if exc.args and hasattr(exc.args[0], "str"):
-        try:
-            text = str(exc.args[0].str())
-        except Exception:
-            text = ""
-    else:
-        text = str(exc)
-    code = error_name(exc)
-    if text.strip().rstrip(":").strip() and not text.rstrip().endswith(":"):
+    error: Any = exc.args[0] if exc.args else None
+    try:
+        text = str(error.str()) if hasattr(error, "str") else str(exc)
+    except Exception:
+        text = ""
+    prefix = text.strip().rstrip(":").strip()
+    if prefix and not text.rstrip().endswith(":"):
         return text
+    code = error_name(exc)
     described = code or type(exc).__name__
     if code:
-        try:
+        with contextlib.suppress(Exception):  # an error object without a code: its name alone
             from confluent_kafka import KafkaError as LibKafkaError
 
-            standard = LibKafkaError(exc.args[0].code()).str()
+            standard = LibKafkaError(error.code()).str()
             described = f"{code} ({standard})" if standard else code
-        except Exception:  # an error object without a code: its name alone
-            pass
-    prefix = text.strip().rstrip(":").strip()
     return f"{prefix}: {described}" if prefix else described
 
 
@@ -300,18 +290,12 @@ class KafkaOffsetsClient:
         if not config.get("bootstrap.servers"):
             raise KafkaError("Kafka config has no 'bootstrap.servers': give host:port of a broker.")
         check_bootstrap_servers(config["bootstrap.servers"])
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not 0 < timeout < float("inf")
-        ):
-            raise InvalidParameter(f"must be a number of seconds > 0, got {timeout!r}", "timeout")
+        self._timeout = seconds_option(timeout, "timeout")
         self._config = dict(config)
         # Ours is installed instead (refused credentials are seen through it); theirs still runs.
         self._user_error_cb = self._config.pop("error_cb", None)
         self._secrets = kafka_secrets(self._config)  # scrubbed from every message
         self._oauth_failure: str | None = None  # why the oauth_cb failed, if it did
-        self._timeout = float(timeout)
         self._admin: Any = None
         self._admin_lock = threading.Lock()
         self._retention: dict[str, tuple[float, TopicRetention | None]] = {}
@@ -372,7 +356,9 @@ class KafkaOffsetsClient:
 
         return oauth_cb
 
-    def _get_admin(self) -> Any:
+    def admin(self) -> Any:
+        """The AdminClient (built once), for requests this class has no method for; wait for
+        its futures with :meth:`outcomes` and turn errors into ours with :meth:`translate`."""
         admin = self._admin
         if admin is not None:
             return admin
@@ -415,11 +401,6 @@ class KafkaOffsetsClient:
             f"Cannot create a Kafka client for {self.bootstrap_servers}: "
             f"{text} (config: {redact_kafka_config(self._config)})"
         )
-
-    def admin(self) -> Any:
-        """The AdminClient (built once), for requests this class has no method for; wait for
-        its futures with :meth:`outcomes` and turn errors into ours with :meth:`translate`."""
-        return self._get_admin()
 
     def close(self) -> None:
         """Drop the admin client (librdkafka closes its sockets when the handle is freed).
@@ -523,7 +504,7 @@ class KafkaOffsetsClient:
         soon as librdkafka reports that the cluster refused them (it would otherwise only time
         out or fail as a "transport failure").
         """
-        admin = self._get_admin()
+        admin = self.admin()
         if deadline is None:
             deadline = time.monotonic() + self._timeout
         pending = list(futures.values())
@@ -644,7 +625,7 @@ class KafkaOffsetsClient:
         ``pattern`` is found in (internal ones left out, as Spark does), whose partitions are
         in the result too: the one all-topics metadata request lists them."""
         self._check_one_cluster()
-        admin = self._get_admin()
+        admin = self.admin()
         deadline = time.monotonic() + self._timeout  # the whole metadata round
         try:
             # All-topics metadata: one request, and it never auto-creates anything. The
@@ -668,21 +649,16 @@ class KafkaOffsetsClient:
         partitions: dict[str, list[int]] = {}
         missing: set[str] = set()
         for topic in wanted:
-            tmd = md.topics.get(topic)
-            if tmd is None:
-                # Not listed can mean "does not exist" or "not authorized to see it"; ask about
-                # that one topic to tell the two apart.
-                tmd = self._topic_metadata(admin, topic, deadline)
-                if tmd is None:
-                    missing.add(topic)
-                    continue
-            if tmd.error is not None:
-                err_code = str(tmd.error.name())
-                if err_code in _MISSING_TOPIC_CODES:
-                    missing.add(topic)
-                    continue
-                raise self.translate(Exception(tmd.error), "a metadata request", topic)
-            partitions[topic] = sorted(tmd.partitions)
+            # Not listed can mean "does not exist" or "not authorized to see it"; ask about
+            # that one topic to tell the two apart.
+            tmd = md.topics.get(topic) or self._topic_metadata(admin, topic, deadline)
+            error = None if tmd is None else tmd.error
+            if tmd is None or (error is not None and str(error.name()) in _MISSING_TOPIC_CODES):
+                missing.add(topic)
+            elif error is not None:
+                raise self.translate(Exception(error), "a metadata request", topic)
+            else:
+                partitions[topic] = sorted(tmd.partitions)
         cluster_id = getattr(md, "cluster_id", None)
         return partitions, missing, (str(cluster_id) if cluster_id else None), matched
 
@@ -691,17 +667,11 @@ class KafkaOffsetsClient:
         if remaining <= 0:
             raise self._unavailable(f"a metadata request for topic '{topic}'")
         try:
-            md = admin.list_topics(topic=topic, timeout=remaining)
+            return admin.list_topics(topic=topic, timeout=remaining).topics.get(topic)
         except Exception as exc:
             if error_name(exc) in _MISSING_TOPIC_CODES:
                 return None
             raise self.translate(exc, "a metadata request", topic) from exc
-        tmd = md.topics.get(topic)
-        if tmd is not None and tmd.error is not None:
-            if str(tmd.error.name()) in _MISSING_TOPIC_CODES:
-                return None
-            raise self.translate(Exception(tmd.error), "a metadata request", topic)
-        return tmd
 
     def _list_offsets(
         self,
@@ -741,7 +711,7 @@ class KafkaOffsetsClient:
     ) -> dict[tuple[str, Any], concurrent.futures.Future]:
         from confluent_kafka import TopicPartition
 
-        admin = self._get_admin()
+        admin = self.admin()
         futures: dict[tuple[str, Any], concurrent.futures.Future] = {}
         for name, (spec, isolation) in requests.items():
             query = {
@@ -781,22 +751,14 @@ class KafkaOffsetsClient:
         if read_committed:
             requests["stable"] = (OffsetSpec.latest(), IsolationLevel.READ_COMMITTED)
         offsets = self._list_offsets(requests, partitions, "a ListOffsets request")
-        fetched_at = time.time()
-        result: dict[str, dict[int, PartitionOffsets]] = {}
-        for topic, ps in partitions.items():
-            result[topic] = {}
-            for p in ps:
-                key = (topic, p)
-                stable = offsets.get("stable", {}).get(key) if read_committed else None
-                result[topic][p] = PartitionOffsets(
-                    log_start=offsets["earliest"][key],
-                    log_end=offsets["latest"][key],
-                    last_stable=stable,
-                )
+        start, end, stable = offsets["earliest"], offsets["latest"], offsets.get("stable", {})
         return KafkaSnapshot(
-            partitions=result,
+            partitions={
+                t: {p: PartitionOffsets(start[t, p], end[t, p], stable.get((t, p))) for p in ps}
+                for t, ps in partitions.items()
+            },
             missing_topics=frozenset(missing),
-            fetched_at=fetched_at,
+            fetched_at=time.time(),
             cluster_id=cluster_id,
             pattern=pattern,
             pattern_topics=matched,
@@ -825,13 +787,11 @@ class KafkaOffsetsClient:
             partitions,
             "a ListOffsets-for-time request",
         )
-        result: dict[str, dict[int, int]] = {}
-        for topic, ps in partitions.items():
-            result[topic] = {}
-            for p in ps:
-                found = offsets["time"][(topic, p)]
-                result[topic][p] = offsets["latest"][(topic, p)] if found < 0 else found
-        return result
+        found, end = offsets["time"], offsets["latest"]
+        return {
+            t: {p: end[t, p] if found[t, p] < 0 else found[t, p] for p in ps}
+            for t, ps in partitions.items()
+        }
 
     def retention(self, topics: Iterable[str]) -> dict[str, TopicRetention | None]:
         """Each topic's retention (DescribeConfigs, all topics in one request, remembered for
@@ -848,9 +808,7 @@ class KafkaOffsetsClient:
             answers: dict[str, Any]
             try:
                 resources = [ConfigResource(ResourceType.TOPIC, t) for t in wanted]
-                futures = self._get_admin().describe_configs(
-                    resources, request_timeout=self._timeout
-                )
+                futures = self.admin().describe_configs(resources, request_timeout=self._timeout)
                 found = {r.name: f for r, f in futures.items()}
                 answers = self.outcomes(found, "a DescribeConfigs request")
             except Exception as exc:  # unreachable or refused: the check says so elsewhere

@@ -127,7 +127,7 @@ def test_a_timeout_beyond_librdkafkas_socket_timeout_still_makes_a_client(timeou
     # socket.timeout.ms above 300,000 (or past a 32-bit int at 1e9 s) failed every command:
     # "Cannot create a Kafka client ... value 301000 is outside allowed range 10..300000".
     with KafkaOffsetsClient(NOWHERE, timeout=timeout) as kafka:
-        assert kafka._get_admin() is not None
+        assert kafka.admin() is not None
         assert kafka.timeout == timeout
 
 
