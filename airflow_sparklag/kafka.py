@@ -267,23 +267,10 @@ class KafkaOffsetsClient:
     """Reads partition offsets with a confluent-kafka AdminClient, every call bounded in time.
 
     `config` is plain librdkafka configuration (the `extra` of Airflow's `kafka` connection).
-
-    Bounded in time: each round of requests (the metadata request; then the ListOffsets of all
-    partitions at once) gets `timeout` seconds, so `snapshot` and `offsets_for_time` answer or
-    fail within 2 x `timeout` and `record_timestamps` within `timeout`. An unreachable or hung
-    cluster fails within one `timeout` (KafkaUnavailable); refused credentials fail as soon as
-    librdkafka reports them (KafkaError "Kafka refused the credentials ...").
-
-    Thread-safe: one client may serve many threads at once (the hook shares one per connection
-    in a process): librdkafka handles are thread-safe, the one admin handle is created under a
-    lock, and the rest of each call's state is local (`record_timestamps` uses a consumer of
-    its own).
-
-    >>> client = KafkaOffsetsClient({"bootstrap.servers": "127.0.0.1:9092"}, timeout=5.0)
-    >>> snap = client.snapshot(["orders"], read_committed=True)      # doctest: +SKIP
-    >>> snap.partitions["orders"][0].last_stable                        # doctest: +SKIP
-    1042
-    >>> client.close()
+    Each round of requests (metadata; then the ListOffsets of all partitions at once) gets
+    `timeout` seconds (docs/connections.md, "Time bounds"); refused credentials fail as soon as
+    librdkafka reports them. Thread-safe: librdkafka handles are, the one admin handle is built
+    under a lock, and the rest of each call's state is local.
     """
 
     def __init__(self, config: Mapping[str, Any], timeout: float = 10.0) -> None:
@@ -299,8 +286,8 @@ class KafkaOffsetsClient:
         self._admin: Any = None
         self._admin_lock = threading.Lock()
         self._retention: dict[str, tuple[float, TopicRetention | None]] = {}
-        self._refusal: tuple[float, str, str] | None = None  # (when, code, text), last one
-        self._refusal_lock = threading.Lock()
+        # (when, code, text) of the last refusal; replaced whole, so read without a lock
+        self._refusal: tuple[float, str, str] | None = None
         self._client_log = _ClientLog(self._secrets)
         self._one_cluster: str | None = None  # the cluster id all bootstrap servers agreed on
 
@@ -319,9 +306,9 @@ class KafkaOffsetsClient:
         timeout_ms = max(1000, min(int(self._timeout * 1000), _SOCKET_TIMEOUT_MAX_MS))
         # The user's settings win, except that no request may outlive our own timeout: without
         # these an unreachable broker makes librdkafka retry for its defaults (60 s and more).
+        bounded = ("socket.timeout.ms", "socket.connection.setup.timeout.ms")
         base: dict[str, Any] = {
-            "socket.timeout.ms": timeout_ms,
-            "socket.connection.setup.timeout.ms": timeout_ms,
+            **dict.fromkeys(bounded, timeout_ms),
             # Admin handles are producers in librdkafka, which default to auto-creating topics
             # on metadata requests; a monitor must never create the topic it looks for.
             "allow.auto.create.topics": False,
@@ -336,10 +323,8 @@ class KafkaOffsetsClient:
         base["error_cb"] = self._on_error
         if callable(base.get("oauth_cb")):
             base["oauth_cb"] = self._guarded_oauth_cb(base["oauth_cb"])
-        base["socket.timeout.ms"] = min(int(base["socket.timeout.ms"]), timeout_ms)
-        base["socket.connection.setup.timeout.ms"] = min(
-            int(base["socket.connection.setup.timeout.ms"]), timeout_ms
-        )
+        for key in bounded:
+            base[key] = min(int(base[key]), timeout_ms)
         return base
 
     def _guarded_oauth_cb(self, callback: Any) -> Any:
@@ -443,8 +428,7 @@ class KafkaOffsetsClient:
         except Exception:  # not a KafkaError: nothing to learn from it
             code = text = ""
         if code in _AUTHENTICATION_CODES:
-            with self._refusal_lock:
-                self._refusal = (time.monotonic(), code, scrub(text, self._secrets))
+            self._refusal = (time.monotonic(), code, scrub(text, self._secrets))
         if self._user_error_cb is not None:
             self._user_error_cb(error)
 
@@ -462,8 +446,7 @@ class KafkaOffsetsClient:
 
     def _refused_recently(self) -> KafkaError | None:
         """The refusal seen by the error callback within the last timeout, as our error."""
-        with self._refusal_lock:
-            refusal = self._refusal
+        refusal = self._refusal
         if refusal is None or time.monotonic() - refusal[0] > self._timeout + _POLL_INTERVAL:
             return None
         return self._refused(refusal[1], refusal[2])
@@ -549,9 +532,9 @@ class KafkaOffsetsClient:
 
     # -- metadata -----------------------------------------------------------------------------
 
-    def _cluster_of_each_server(self, servers: list[str]) -> dict[str, str | None]:
-        """The cluster id each bootstrap server answers with (None: it did not answer in time),
-        one small client per server, all asked at once within the client timeout."""
+    def _servers_by_cluster(self, servers: list[str]) -> dict[str, list[str]]:
+        """The bootstrap servers that answered, by the cluster id they answered with: one small
+        client per server, all asked at once within the client timeout."""
         from confluent_kafka.admin import AdminClient
 
         futures: dict[str, concurrent.futures.Future] = {}
@@ -575,21 +558,21 @@ class KafkaOffsetsClient:
         )
         if pending_set:
             concurrent.futures.wait(pending_set, timeout=min(_ANSWER_GRACE, self._timeout))
-        found: dict[str, str | None] = dict.fromkeys(servers)
-        errors, answered = [], 0
+        by_cluster: dict[str, list[str]] = {}
+        errors = []
         for server, future in futures.items():
             if not future.done():
                 errors.append("_TIMED_OUT")
             elif future.exception() is not None:
                 errors.append(error_name(future.exception()))  # type: ignore[arg-type]
-            else:
-                answered += 1
-                found[server] = str(future.result().cluster_id or "") or None
+            elif future.result().cluster_id:
+                by_cluster.setdefault(str(future.result().cluster_id), []).append(server)
+        answered = len(futures) - len(errors)
         if not answered and errors and all(code in _NO_ANSWER_CODES for code in errors):
             # No server answered within the timeout: the request after this one would wait a
             # second timeout to learn the same (a list of hung servers failed in 2x the bound).
             raise self._unavailable("a metadata request")
-        return found
+        return by_cluster
 
     def _check_one_cluster(self) -> None:
         """A bootstrap list must name brokers of ONE cluster: librdkafka takes metadata from
@@ -599,11 +582,7 @@ class KafkaOffsetsClient:
         servers = [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()]
         if self._one_cluster is not None or len(servers) < 2:
             return
-        clusters = self._cluster_of_each_server(servers)
-        by_cluster: dict[str, list[str]] = {}
-        for server, cluster in clusters.items():
-            if cluster is not None:
-                by_cluster.setdefault(cluster, []).append(server)
+        by_cluster = self._servers_by_cluster(servers)
         if len(by_cluster) > 1:
             parts = "; ".join(
                 f"{', '.join(names)} belong to cluster {cluster}"

@@ -1,16 +1,8 @@
 """HDFS backend over WebHDFS (``hdfs://`` and ``webhdfs://`` URLs), through HdfsCLI.
 
-HdfsCLI (the ``hdfs`` package; the apache-hdfs provider's WebHDFSHook uses it too) sends every
-request: the URL, ``user.name``, the time bound, the DataNode redirects and NameNode HA (a
-connection error, a timeout, ``StandbyException`` or ``RetriableException`` moves on to the next
-NameNode, and the one that answered is asked first next time). It is imported on first use: DAG
-files import this package and must parse fast. No JVM, no libhdfs.
-
-What is left here (docs/connections.md, "HDFS"): HdfsCLI's raw endpoints where its methods send
-more requests than the operation needs or hide the answer; rename2 (``renameoptions``), which
-makes writes atomic and which HdfsCLI's ``rename`` does not send; answers checked, so a proxy's
-page is a StorageError and not a KeyError; errors that name every NameNode tried, where HdfsCLI
-raises only the last error.
+HdfsCLI (the ``hdfs`` package) sends every request, follows DataNode redirects and fails over
+between NameNodes; it is imported on first use (DAG files import this package). What is still
+done here, and the test that shows why, is in docs/connections.md ("HDFS").
 """
 
 from __future__ import annotations
@@ -83,59 +75,11 @@ def namenode_url_for(location: str) -> str:
     return f"http://{parts.hostname}:{DEFAULT_HTTP_PORT}"
 
 
-def hdfs_client(
-    namenode_urls: list[str],
-    *,
-    user: str | None,
-    timeout: tuple[float, float],
-    session: Any,
-    token: str | None = None,
-) -> Any:
-    """The HdfsCLI client for these NameNodes: the one place its class is chosen.
-
-    Kerberos (``session.auth`` set by :class:`Kerberos`) and anonymous requests use ``Client``;
-    simple authentication names the user (``InsecureClient``); a delegation token (its URL
-    string) is sent as ``delegation=`` on every request (``TokenClient``). Credentials in a URL
-    (``http://user:pw@gateway``) become the session's basic auth, so that they never reach
-    HdfsCLI's log lines or an error message.
-    """
-    from hdfs import Client, InsecureClient, TokenClient
-
-    # HdfsCLI logs every request at INFO and the body of every error answer at ERROR, and
-    # requests-gssapi each refused login at ERROR; every one of those failures reaches the
-    # caller as our typed error naming path, server and cause, so the lines only repeat it.
-    for name, level in (
-        ("hdfs", logging.WARNING),
-        ("hdfs.client", logging.CRITICAL),
-        ("requests_gssapi", logging.CRITICAL),
-    ):
-        library_logger = logging.getLogger(name)
-        if library_logger.level == logging.NOTSET:
-            library_logger.setLevel(level)
-    plain = []
-    for url in namenode_urls:
-        parts = urlsplit(url)
-        if parts.username is not None and session.auth is None:
-            session.auth = (unquote(parts.username), unquote(parts.password or ""))
-        plain.append(parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl())
-    url = ";".join(plain)  # HdfsCLI's form of a list of NameNodes
-    if token:
-        return TokenClient(url, token, timeout=timeout, session=session)
-    if user and not isinstance(session.auth, Kerberos):  # with Kerberos the ticket says who
-        return InsecureClient(url, user=user, timeout=timeout, session=session)
-    return Client(url, timeout=timeout, session=session)
-
-
 class Kerberos:
-    """SPNEGO for WebHDFS (requests-gssapi over MIT Kerberos): the credentials Hadoop users
-    expect, in this order: a principal + keytab (a private in-memory ticket cache that MIT
-    Kerberos refills from the keytab when the ticket expires, so a long fleet scan or ``wait``
-    never runs out), else the ambient ticket cache that ``kinit`` left (``KRB5CCNAME`` or the
-    default cache, read again at each login, so a renewed ticket is picked up).
-
-    Hadoop answers the first SPNEGO login with a ``hadoop.auth`` cookie that the session keeps;
-    the NameNode's redirects to DataNodes carry a delegation token. The service name is
-    ``HTTP@<host of the URL>``: name NameNodes as their principals do (``localhost``, FQDNs).
+    """SPNEGO for WebHDFS (requests-gssapi): a principal + keytab (a private in-memory ticket
+    cache, logged in again before the ticket runs out), else the ambient ticket cache that
+    ``kinit`` left, read again at each login (docs/connections.md, "Kerberized HDFS"). The
+    service name is ``HTTP@<host of the URL>``: name NameNodes as their principals do.
     """
 
     def __init__(self, principal: str | None = None, keytab: str | None = None) -> None:
@@ -223,6 +167,10 @@ class Kerberos:
 RENEW_TICKET = (
     "run kinit (or start `airflow kerberos`, which keeps Airflow's ticket cache), or give a "
     "principal and keytab"
+)
+_NO_KERBEROS = (
+    "the NameNode asks for Kerberos (SPNEGO); run kinit and pass --hdfs-kerberos "
+    "(webhdfs_options['kerberos']=True), or give a principal and keytab"
 )
 
 
@@ -345,11 +293,7 @@ class WebHDFSStorage:
         cls, location: str, /, *, url: str | list[str] | None = None, **options: Any
     ) -> WebHDFSStorage:
         """Backend for a checkpoint URL; ``url`` (NameNode HTTP URL or list) overrides the host.
-        ``options`` are the constructor's: ``kerberos=True`` (or a ``principal`` and ``keytab``)
-        logs in with SPNEGO; ``verify`` is a CA bundle for HTTPS NameNodes (or False);
-        ``token_file`` a Hadoop token file (default ``HADOOP_TOKEN_FILE_LOCATION``), whose HDFS
-        delegation token for the location's NameNode is used unless a principal, keytab or
-        user is given."""
+        ``options`` are the constructor's (docs/connections.md, "HDFS")."""
         storage = cls(url if url else namenode_url_for(location), **options)
         storage.location = location
         return storage
@@ -400,14 +344,13 @@ class WebHDFSStorage:
             client.write(temp, data=data, overwrite=False)
         try:
             self._rename2(path, temp, target, overwrite=overwrite)
-        except StorageAlreadyExists:
+        except StorageError as exc:
             self._delete_quietly(temp)
+            if not isinstance(exc, StorageAlreadyExists):
+                raise
             raise StorageAlreadyExists(
                 f"{path}: already exists; pass overwrite=True to replace it"
             ) from None
-        except StorageError:
-            self._delete_quietly(temp)
-            raise
 
     def list_children(self, path: str) -> Children:
         files: set[str] = set()
@@ -418,10 +361,7 @@ class WebHDFSStorage:
                 (directories if status.get("type") == "DIRECTORY" else files).add(name)
         return Children(frozenset(files), frozenset(directories))
 
-    def walk(self, root: str) -> dict[str, int]:
-        return self._walk(root, "")
-
-    def _walk(self, root: str, relative: str) -> dict[str, int]:
+    def walk(self, root: str, relative: str = "") -> dict[str, int]:
         found: dict[str, int] = {}
         for status in self._list_status(f"{root.rstrip('/')}/{relative}"):
             name = status.get("pathSuffix")
@@ -430,7 +370,7 @@ class WebHDFSStorage:
                 continue
             child = f"{relative}/{name}" if relative else name
             if status.get("type") == "DIRECTORY":
-                found.update(self._walk(root, child))
+                found.update(self.walk(root, child))
             else:
                 found[child] = int(status.get("length", 0))
         return found
@@ -490,21 +430,33 @@ class WebHDFSStorage:
 
     @functools.cached_property
     def _connected(self) -> tuple[Any, Any]:
-        """(HdfsCLI client, its session), built on first use."""
+        """(HdfsCLI client, its session), built on first use: the one place its class is
+        chosen. A delegation token is sent as ``delegation=`` (``TokenClient``), else a user as
+        ``user.name`` (``InsecureClient``), else ``Client`` sends Kerberos (``session.auth``)
+        or anonymous requests. Credentials in a URL (``http://user:pw@gateway``) become the
+        session's basic auth, so that they never reach HdfsCLI's log lines or an error."""
+        from hdfs import Client, InsecureClient, TokenClient
+
+        _quiet_library_loggers()
         session = noting_session()
         session.verify = self.verify
         self.delegation_token = self._pick_token()
         if self.delegation_token is None and self.kerberos is not None:
             _require("requests_gssapi", "kerberos", "Kerberized HDFS needs requests-gssapi")
             session.auth = self.kerberos.auth()
-        client = hdfs_client(
-            self.namenode_urls,
-            user=self.user,
-            timeout=self.timeout,
-            session=session,
-            token=self.delegation_token.url_string() if self.delegation_token else None,
-        )
-        return client, session
+        plain = []
+        for url in self.namenode_urls:
+            parts = urlsplit(url)
+            if parts.username is not None and session.auth is None:
+                session.auth = (unquote(parts.username), unquote(parts.password or ""))
+            plain.append(parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl())
+        url = ";".join(plain)  # HdfsCLI's form of a list of NameNodes
+        if self.delegation_token:
+            token = self.delegation_token.url_string()
+            return TokenClient(url, token, timeout=self.timeout, session=session), session
+        if self.user:
+            return InsecureClient(url, self.user, timeout=self.timeout, session=session), session
+        return Client(url, timeout=self.timeout, session=session), session
 
     def _pick_token(self) -> Token | None:
         """The HDFS delegation token of the token file for this NameNode. A file from
@@ -570,7 +522,8 @@ class WebHDFSStorage:
         if exception in _NOT_FOUND or status == 404:
             return StorageNotFound(f"{path}: no such file ({op} at {server}: {problem})")
         if status == 401:
-            return StorageAccessDenied(f"{path}: {op} at {server}: {self._unauthenticated()}")
+            why = self.kerberos.problem() if self.kerberos else _NO_KERBEROS
+            return StorageAccessDenied(f"{path}: {op} at {server}: HTTP 401: {why}")
         if self.delegation_token is not None and "InvalidToken" in f"{exception} {problem}":
             # SecurityException: ...SecretManager$InvalidToken: ... can't be found in cache
             token = self.delegation_token
@@ -589,14 +542,6 @@ class WebHDFSStorage:
             )
         return StorageError(f"{path}: {op} failed at {server}: {problem}")
 
-    def _unauthenticated(self) -> str:
-        if self.kerberos is None:
-            return (
-                "HTTP 401: the NameNode asks for Kerberos (SPNEGO); run kinit and pass "
-                "--hdfs-kerberos (webhdfs_options['kerberos']=True), or give a principal and keytab"
-            )
-        return f"HTTP 401: {self.kerberos.problem()}"
-
 
 def _token_file(option: str | None, other_credentials: str | None) -> str | None:
     """The token file to read: the option, else HADOOP_TOKEN_FILE_LOCATION; none when a
@@ -609,6 +554,20 @@ def _token_file(option: str | None, other_credentials: str | None) -> str | None
     if other_credentials:
         return None
     return option or os.environ.get("HADOOP_TOKEN_FILE_LOCATION") or None
+
+
+def _quiet_library_loggers() -> None:
+    """HdfsCLI logs every request at INFO and the body of every error answer at ERROR, and
+    requests-gssapi each refused login at ERROR; every one of those failures reaches the
+    caller as our typed error naming path, server and cause, so the lines only repeat it."""
+    for name, level in (
+        ("hdfs", logging.WARNING),
+        ("hdfs.client", logging.CRITICAL),
+        ("requests_gssapi", logging.CRITICAL),
+    ):
+        library_logger = logging.getLogger(name)
+        if library_logger.level == logging.NOTSET:
+            library_logger.setLevel(level)
 
 
 def _require(module: str, extra: str, why: str) -> None:
