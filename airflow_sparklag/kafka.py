@@ -195,7 +195,7 @@ class _ClientLog:
         self._log = logging.getLogger(f"{__name__}.librdkafka")
         self._secrets = list(secrets)
         self._seen: dict[str, int] = {}
-        self._cause: tuple[float, str] | None = None  # (when, text), the last connection failure
+        self._cause: str | None = None  # the last connection failure
         self._lock = threading.Lock()
 
     def log(self, level: int, fmt: str, *args: Any) -> None:
@@ -213,7 +213,7 @@ class _ClientLog:
             if len(self._seen) > 200:  # a long-lived client: forget, do not grow
                 self._seen = {text: repeats + 1}
             if facility == _CONNECTION_FACILITY and level >= logging.WARNING:
-                self._cause = (time.monotonic(), text)
+                self._cause = text
         self._log.log(level if repeats == 0 else logging.DEBUG, "%s", scrub(line, self._secrets))
 
     def answered(self) -> None:
@@ -226,9 +226,9 @@ class _ClientLog:
         with how often it was seen. (Not "in the last N seconds": librdkafka logs a repeated
         failure once, so a handshake refused at the first connection is the cause still.)"""
         with self._lock:
-            if self._cause is None:
+            text = self._cause
+            if text is None:
                 return None
-            text = self._cause[1]
             count = self._seen.get(text, 1)
         return text + (f" (seen {count} times)" if count > 1 else "")
 

@@ -120,19 +120,15 @@ class FsspecStorage:
                 f"{location!r}: {scheme}:// URLs need fsspec and {package}; install "
                 f"'airflow-provider-sparklag[fsspec]' and {package}"
             ) from exc
-        secrets = option_secrets(options)
-        try:
-            filesystem = fsspec.filesystem(scheme, **options)
-        except ImportError as exc:
+        try:  # ValueError: a scheme fsspec does not know; ImportError: its package is missing
+            implementation = fsspec.get_filesystem_class(scheme)
+        except (ImportError, ValueError) as exc:
             raise UnsupportedStorageURL(
                 f"{location!r}: no storage backend for {scheme}:// ({exc}); install {package}"
             ) from exc
-        except ValueError as exc:
-            if "protocol not known" in str(exc).lower():
-                raise UnsupportedStorageURL(
-                    f"{location!r}: no storage backend for {scheme}://; install {package}"
-                ) from None
-            raise _setup_failed(location, scheme, exc, secrets) from None
+        secrets = option_secrets(options)
+        try:
+            filesystem = implementation(**options)
         except Exception as exc:  # gcsfs/adlfs check credentials while they are built
             raise _setup_failed(location, scheme, exc, secrets) from None
         return cls(filesystem, secrets)

@@ -375,17 +375,15 @@ class WebHDFSStorage:
                 found[child] = int(status.get("length", 0))
         return found
 
-    def delete(self, path: str) -> None:
+    def delete(self, path: str, *, recursive: bool = False) -> None:
         self.requests.add("delete")
         with contextlib.suppress(StorageNotFound), self._call(path, "DELETE") as client:
-            client.delete(hdfs_path(path))
+            client.delete(hdfs_path(path), recursive=recursive)
 
     def remove_empty_directories(self, root: str) -> None:
         if self.walk(root):
             raise StorageError(f"{root}: still holds files; not removing it")
-        self.requests.add("delete")
-        with contextlib.suppress(StorageNotFound), self._call(root, "DELETE") as client:
-            client.delete(hdfs_path(root), recursive=True)
+        self.delete(root, recursive=True)
 
     def rename(self, src: str, dst: str) -> bool:
         target = hdfs_path(dst)
@@ -411,10 +409,9 @@ class WebHDFSStorage:
         self.requests.add("list")
         try:
             with self._call(path, "LISTSTATUS") as client:
-                response = client._list_status(hdfs_path(path))
+                return _file_statuses(client._list_status(hdfs_path(path)))
         except StorageNotFound:
             return []
-        return _file_statuses(response, path)
 
     def _rename2(self, path: str, src: str, dst: str, *, overwrite: bool) -> None:
         # rename2 (any renameoptions) is atomic and, without OVERWRITE, fails with
@@ -514,7 +511,8 @@ class WebHDFSStorage:
         if isinstance(exc, (KeyError, TypeError, ValueError)):
             return StorageError(
                 f"{path}: {op} answered HTTP {status} at {server} with something that is not "
-                f"WebHDFS's ({problem}); check that webhdfs_options['url'] is a NameNode"
+                f"WebHDFS's ({problem}); check that webhdfs_options['url'] is a NameNode's HTTP "
+                "address and no proxy rewrites the answer"
             )
         # The Java exception first: HDFS answers 403 for FileAlreadyExistsException too.
         if exception in _ALREADY_EXISTS:
@@ -602,9 +600,10 @@ def _problem(response: Any) -> str:
     return f"HTTP {response.status_code}"
 
 
-def _file_statuses(response: Any, path: str) -> list[dict[str, Any]]:
+def _file_statuses(response: Any) -> list[dict[str, Any]]:
     """LISTSTATUS's FileStatus entries, each checked: a proxy's page or a damaged answer is a
-    StorageError naming the path, never a KeyError deep inside a listing."""
+    ValueError saying what is wrong (``_call`` names the path), never a KeyError deep inside a
+    listing."""
     try:
         document = response.json()
     except ValueError:  # JSONDecodeError, and requests' own subclass of it
@@ -619,10 +618,7 @@ def _file_statuses(response: Any, path: str) -> list[dict[str, Any]]:
             if not wrong:
                 return statuses
             problem = f"a FileStatus entry that is not one ({str(wrong[0])[:120]})"
-    raise StorageError(
-        f"{path}: LISTSTATUS answered HTTP {response.status_code} with {problem}; check that "
-        "webhdfs_options['url'] is a NameNode's HTTP address and no proxy rewrites the answer"
-    )
+    raise ValueError(problem)
 
 
 def _is_file_status(status: Any) -> bool:
