@@ -52,9 +52,6 @@ class PartitionOffsets:
     log_end: int  # high watermark
     last_stable: int | None  # LSO, only when read_committed was asked
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclasses.dataclass(frozen=True)
 class KafkaSnapshot:
@@ -73,19 +70,6 @@ class KafkaSnapshot:
     # matched it (their offsets are in `partitions` too); None: no pattern was asked for.
     pattern: str | None = None
     pattern_topics: frozenset[str] = dataclasses.field(default_factory=frozenset)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "partitions": {
-                topic: {str(p): po.to_dict() for p, po in sorted(parts.items())}
-                for topic, parts in sorted(self.partitions.items())
-            },
-            "missing_topics": sorted(self.missing_topics),
-            "fetched_at": self.fetched_at,
-            "cluster_id": self.cluster_id,
-            "pattern": self.pattern,
-            "pattern_topics": sorted(self.pattern_topics),
-        }
 
 
 @dataclasses.dataclass(frozen=True)
