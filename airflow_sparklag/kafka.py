@@ -648,11 +648,26 @@ class KafkaOffsetsClient:
         NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, ...) is asked again after a short
         pause, within the same client timeout; any other error is raised at once.
         """
+        from confluent_kafka import TopicPartition
+
         deadline = time.monotonic() + self._timeout
         out: dict[str, dict[tuple[str, int], int]] = {name: {} for name in requests}
         todo = {name: dict(partitions) for name in requests}
         while True:
-            futures = self._send_list_offsets(requests, todo, what)
+            futures: dict[tuple[str, Any], concurrent.futures.Future] = {}
+            for name, (spec, isolation) in requests.items():
+                query = {
+                    TopicPartition(t, p): spec for t, ps in todo.get(name, {}).items() for p in ps
+                }
+                if not query:
+                    continue
+                try:
+                    sent = self.admin().list_offsets(
+                        query, isolation_level=isolation, request_timeout=self._timeout
+                    )
+                except Exception as exc:
+                    raise self.translate(exc, what) from exc
+                futures.update({(name, tp): future for tp, future in sent.items()})
             retry: dict[str, dict[str, list[int]]] = {}
             for (name, tp), outcome in self.outcomes(futures, what, deadline).items():
                 if isinstance(outcome, BaseException):
@@ -665,32 +680,6 @@ class KafkaOffsetsClient:
                 return out
             todo = retry
             time.sleep(min(_POLL_INTERVAL, max(0.0, deadline - time.monotonic())))
-
-    def _send_list_offsets(
-        self,
-        requests: Mapping[str, tuple[Any, Any]],
-        partitions: Mapping[str, Mapping[str, list[int]]],
-        what: str,
-    ) -> dict[tuple[str, Any], concurrent.futures.Future]:
-        from confluent_kafka import TopicPartition
-
-        admin = self.admin()
-        futures: dict[tuple[str, Any], concurrent.futures.Future] = {}
-        for name, (spec, isolation) in requests.items():
-            query = {
-                TopicPartition(t, p): spec for t, ps in partitions.get(name, {}).items() for p in ps
-            }
-            if not query:
-                continue
-            kwargs: dict[str, Any] = {"request_timeout": self._timeout}
-            if isolation is not None:
-                kwargs["isolation_level"] = isolation
-            try:
-                for tp, fut in admin.list_offsets(query, **kwargs).items():
-                    futures[(name, tp)] = fut
-            except Exception as exc:
-                raise self.translate(exc, what) from exc
-        return futures
 
     # -- public calls -------------------------------------------------------------------------
 
@@ -708,7 +697,7 @@ class KafkaOffsetsClient:
 
         partitions, missing, cluster_id, matched = self._metadata(topics, pattern)
         requests: dict[str, tuple[Any, Any]] = {
-            "earliest": (OffsetSpec.earliest(), None),
+            "earliest": (OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED),
             "latest": (OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED),
         }
         if read_committed:
@@ -736,16 +725,18 @@ class KafkaOffsetsClient:
         instead, so "committed >= result" reads "everything produced before T was processed".
         Raises KafkaError when a topic does not exist.
         """
+        from confluent_kafka import IsolationLevel
         from confluent_kafka.admin import OffsetSpec
 
         partitions, missing, _, _ = self._metadata(topics)
         if missing:
             names = ", ".join(sorted(missing))
             raise KafkaError(f"Topic(s) {names} do not exist on {self.bootstrap_servers}.")
+        uncommitted = IsolationLevel.READ_UNCOMMITTED
         offsets = self._list_offsets(
             {
-                "time": (OffsetSpec.for_timestamp(int(timestamp_ms)), None),
-                "latest": (OffsetSpec.latest(), None),
+                "time": (OffsetSpec.for_timestamp(int(timestamp_ms)), uncommitted),
+                "latest": (OffsetSpec.latest(), uncommitted),
             },
             partitions,
             "a ListOffsets-for-time request",
