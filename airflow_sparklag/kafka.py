@@ -319,8 +319,7 @@ class KafkaOffsetsClient:
             try:
                 return callback(config_str)
             except Exception as exc:
-                text = scrub(_error_text(exc), self._secrets)[:300]
-                self._oauth_failure = f"{type(exc).__name__}: {text}"
+                self._oauth_failure = f"{type(exc).__name__}: {self.describe(exc)[:300]}"
                 raise
 
         return oauth_cb
@@ -814,10 +813,8 @@ class KafkaOffsetsClient:
         )
         try:
             consumer = Consumer(conf)
-        except Exception as exc:
-            raise KafkaError(
-                f"Cannot create a Kafka consumer for {self.bootstrap_servers}: {self.describe(exc)}"
-            ) from exc
+        except Exception as exc:  # the same refusal as the admin client's, said the same way
+            raise self._unbuildable(exc) from exc
         deadline = time.monotonic() + self._timeout
         try:
             consumer.assign([TopicPartition(t, p, offsets[(t, p)]) for t, p in sorted(pending)])

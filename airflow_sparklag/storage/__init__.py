@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
+from airflow_sparklag.errors import InvalidParameter, UnsupportedStorageURL
+
 __all__ = [
     "CHECKPOINT_MARKERS",
     "Children",
@@ -330,8 +332,6 @@ def refuse_bucketless(location: str) -> None:
     scheme = scheme_of(location)
     if scheme in LOCAL_SCHEMES or scheme in HDFS_SCHEMES or urlsplit(location).netloc:
         return
-    from airflow_sparklag.errors import UnsupportedStorageURL
-
     raise UnsupportedStorageURL(
         f"{location!r} names no bucket or container; expected {scheme}://bucket/path/to/checkpoint"
     )
@@ -415,8 +415,6 @@ def _known_options(
     (``read_timout``) is an error naming it, not a TypeError from deep inside."""
     import inspect
 
-    from airflow_sparklag.errors import InvalidParameter
-
     options = dict(options or {})
     parameters = inspect.signature(backend).parameters.values()
     keyword_only = (p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
@@ -431,8 +429,6 @@ def _known_options(
 
 def seconds_option(value: Any, name: str) -> float:
     """A timeout option: a finite number of seconds > 0, or an error naming the option."""
-    from airflow_sparklag.errors import InvalidParameter
-
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
