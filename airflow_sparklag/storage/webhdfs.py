@@ -318,12 +318,8 @@ class WebHDFSStorage:
         # over the raw stream, without the status to check.
         with self._call(path, "OPEN") as client, client._open(hdfs_path(path)) as response:
             kind = response.headers.get("Content-Type", "")
-            if response.status_code != 200 or "json" in kind:
-                raise StorageError(
-                    f"{path}: OPEN answered HTTP {response.status_code} ({kind or 'no type'}) "
-                    f"at {_server(response.url)}, not the file; check that "
-                    "webhdfs_options['url'] is a NameNode's HTTP address"
-                )
+            if response.status_code != 200 or "json" in kind:  # _call names path and server
+                raise ValueError(f"{kind or 'no type'}, not the file")
             return bytes(response.content)
 
     def exists(self, path: str) -> bool:
