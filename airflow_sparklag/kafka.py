@@ -387,9 +387,8 @@ class KafkaOffsetsClient:
     # -- errors -------------------------------------------------------------------------------
 
     def _unavailable(self, what: str, detail: str = "") -> KafkaUnavailable:
-        cause = self._client_log.cause()
-        if cause:  # what librdkafka saw says more than "Broker transport failure"
-            detail = f"{cause}; {detail}" if detail else cause
+        # What librdkafka saw says more than "Broker transport failure": it comes first.
+        detail = "; ".join(part for part in (self._client_log.cause(), detail) if part)
         extra = f" ({detail})" if detail else ""
         return KafkaUnavailable(
             f"Kafka bootstrap servers {self.bootstrap_servers} did not answer {what} within "

@@ -181,28 +181,24 @@ def _per_thread_spnego() -> type:
     (``MutualAuthenticationError`` on an HTTP 200)."""
     from requests_gssapi import HTTPSPNEGOAuth
 
+    class State(threading.local):
+        def __init__(self) -> None:  # runs once in each thread that uses it
+            self.context: dict[str, Any] = {}
+            self.pos: int | None = None
+
+    def per_thread(name: str) -> Any:
+        return property(
+            lambda auth: getattr(auth._state, name),
+            lambda auth, value: setattr(auth._state, name, value),
+        )
+
     class PerThreadSPNEGO(HTTPSPNEGOAuth):
+        context = per_thread("context")
+        pos = per_thread("pos")
+
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            self._state = threading.local()
+            self._state = State()
             super().__init__(*args, **kwargs)
-
-        @property
-        def context(self) -> dict[str, Any]:
-            if not hasattr(self._state, "context"):
-                self._state.context = {}
-            return self._state.context
-
-        @context.setter
-        def context(self, value: dict[str, Any]) -> None:
-            self._state.context = value
-
-        @property
-        def pos(self) -> int | None:
-            return getattr(self._state, "pos", None)
-
-        @pos.setter
-        def pos(self, value: int | None) -> None:
-            self._state.pos = value
 
     return PerThreadSPNEGO
 
@@ -301,14 +297,13 @@ class WebHDFSStorage:
     # -- Storage interface -------------------------------------------------------------------
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
-        statuses = self._list_status(path)
         return [
             ObjectInfo(
                 name=status["pathSuffix"],
                 size=int(status.get("length", 0)),
                 modified=int(status.get("modificationTime", 0)) / 1000.0,
             )
-            for status in statuses
+            for status in self._list_status(path)
             if status.get("type") == "FILE" and status.get("pathSuffix")
         ]
 
