@@ -859,12 +859,11 @@ class KafkaOffsetsClient:
 def _retention_of(entries: Mapping[str, Any]) -> TopicRetention:
     """A TopicRetention from DescribeConfigs' ConfigEntry objects (name -> entry)."""
 
-    def number(name: str) -> int | None:
-        entry = entries.get(name)
+    def number(name: str) -> int | None:  # None: missing, unreadable or Kafka's -1 (unlimited)
         try:
-            value = int(entry.value) if entry is not None and entry.value is not None else -1
-        except (TypeError, ValueError):
-            value = -1
+            value = int(entries[name].value)
+        except (KeyError, AttributeError, TypeError, ValueError):
+            return None
         return None if value < 0 else value
 
     policy = entries.get("cleanup.policy")

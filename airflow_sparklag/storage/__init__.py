@@ -291,12 +291,8 @@ def inside(inner: str, outer: str) -> bool:
     >>> inside("s3a://b/ck/orders/archive", "s3://b/ck/orders/"), inside("/a/bc", "/a/b")
     (True, False)
     """
-    return any(
-        path == boundary or path.startswith(boundary.rstrip("/") + "/")
-        for store, path in [_store_path(inner)]
-        for other, boundary in [_store_path(outer)]
-        if store == other
-    )
+    (store, path), (other, boundary) = _store_path(inner), _store_path(outer)
+    return store == other and (path == boundary or path.startswith(boundary.rstrip("/") + "/"))
 
 
 def _store_path(location: str) -> tuple[str, str]:
