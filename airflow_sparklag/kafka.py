@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import logging
 import re
@@ -15,11 +16,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_sparklag.errors import InvalidParameter, KafkaError, KafkaUnavailable, UsageError
 from airflow_sparklag.redact import kafka_secrets, redact_kafka_config, scrub
+from airflow_sparklag.storage import seconds_option
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ _ANSWER_GRACE = 1.0  # seconds other bootstrap servers get once one answered (cl
 _POLL_INTERVAL = 0.2  # seconds between two looks at librdkafka's error callbacks while waiting
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class PartitionOffsets:
     """Offsets of one partition at `KafkaSnapshot.fetched_at`."""
 
@@ -51,15 +52,8 @@ class PartitionOffsets:
     log_end: int  # high watermark
     last_stable: int | None  # LSO, only when read_committed was asked
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "log_start": self.log_start,
-            "log_end": self.log_end,
-            "last_stable": self.last_stable,
-        }
 
-
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class KafkaSnapshot:
     """Offsets of every partition of some topics, fetched at one moment.
 
@@ -75,23 +69,10 @@ class KafkaSnapshot:
     # The subscribePattern the cluster's topics were matched against, and the topics that
     # matched it (their offsets are in `partitions` too); None: no pattern was asked for.
     pattern: str | None = None
-    pattern_topics: frozenset[str] = field(default_factory=frozenset)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "partitions": {
-                topic: {str(p): po.to_dict() for p, po in sorted(parts.items())}
-                for topic, parts in sorted(self.partitions.items())
-            },
-            "missing_topics": sorted(self.missing_topics),
-            "fetched_at": self.fetched_at,
-            "cluster_id": self.cluster_id,
-            "pattern": self.pattern,
-            "pattern_topics": sorted(self.pattern_topics),
-        }
+    pattern_topics: frozenset[str] = dataclasses.field(default_factory=frozenset)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class TopicRetention:
     """What deletes a topic's records: ``retention.ms`` and ``retention.bytes`` (None:
     unlimited, Kafka's -1) and whether ``cleanup.policy`` deletes at all (compact only:
@@ -154,38 +135,31 @@ _LEADER_MOVING = frozenset(
 
 def error_name(exc: BaseException) -> str:
     """librdkafka's error name (e.g. "_TRANSPORT") of a KafkaException, or "" if none."""
-    if exc.args and hasattr(exc.args[0], "name"):
-        try:
-            return str(exc.args[0].name())
-        except Exception:  # a malformed error object must not hide the real error
-            return ""
-    return ""
+    try:
+        return str(exc.args[0].name())
+    except Exception:  # no error object, or a malformed one: it must not hide the real error
+        return ""
 
 
 def _error_text(exc: BaseException) -> str:
     """What went wrong, never empty: librdkafka's text, completed with the error's name and
     standard description when the broker gave no reason (``"ConsumerGroupDescribe: "``)."""
-    text = ""
-    if exc.args and hasattr(exc.args[0], "str"):
-        try:
-            text = str(exc.args[0].str())
-        except Exception:
-            text = ""
-    else:
-        text = str(exc)
-    code = error_name(exc)
-    if text.strip().rstrip(":").strip() and not text.rstrip().endswith(":"):
+    error: Any = exc.args[0] if exc.args else None
+    try:
+        text = str(error.str()) if hasattr(error, "str") else str(exc)
+    except Exception:
+        text = ""
+    prefix = text.strip().rstrip(":").strip()
+    if prefix and not text.rstrip().endswith(":"):
         return text
+    code = error_name(exc)
     described = code or type(exc).__name__
     if code:
-        try:
+        with contextlib.suppress(Exception):  # an error object without a code: its name alone
             from confluent_kafka import KafkaError as LibKafkaError
 
-            standard = LibKafkaError(exc.args[0].code()).str()
+            standard = LibKafkaError(error.code()).str()
             described = f"{code} ({standard})" if standard else code
-        except Exception:  # an error object without a code: its name alone
-            pass
-    prefix = text.strip().rstrip(":").strip()
     return f"{prefix}: {described}" if prefix else described
 
 
@@ -205,7 +179,7 @@ class _ClientLog:
         self._log = logging.getLogger(f"{__name__}.librdkafka")
         self._secrets = list(secrets)
         self._seen: dict[str, int] = {}
-        self._cause: tuple[float, str] | None = None  # (when, text), the last connection failure
+        self._cause: str | None = None  # the last connection failure
         self._lock = threading.Lock()
 
     def log(self, level: int, fmt: str, *args: Any) -> None:
@@ -223,7 +197,7 @@ class _ClientLog:
             if len(self._seen) > 200:  # a long-lived client: forget, do not grow
                 self._seen = {text: repeats + 1}
             if facility == _CONNECTION_FACILITY and level >= logging.WARNING:
-                self._cause = (time.monotonic(), text)
+                self._cause = text
         self._log.log(level if repeats == 0 else logging.DEBUG, "%s", scrub(line, self._secrets))
 
     def answered(self) -> None:
@@ -236,9 +210,9 @@ class _ClientLog:
         with how often it was seen. (Not "in the last N seconds": librdkafka logs a repeated
         failure once, so a handshake refused at the first connection is the cause still.)"""
         with self._lock:
-            if self._cause is None:
+            text = self._cause
+            if text is None:
                 return None
-            text = self._cause[1]
             count = self._seen.get(text, 1)
         return text + (f" (seen {count} times)" if count > 1 else "")
 
@@ -277,46 +251,27 @@ class KafkaOffsetsClient:
     """Reads partition offsets with a confluent-kafka AdminClient, every call bounded in time.
 
     `config` is plain librdkafka configuration (the `extra` of Airflow's `kafka` connection).
-
-    Bounded in time: each round of requests (the metadata request; then the ListOffsets of all
-    partitions at once) gets `timeout` seconds, so `snapshot` and `offsets_for_time` answer or
-    fail within 2 x `timeout` and `record_timestamps` within `timeout`. An unreachable or hung
-    cluster fails within one `timeout` (KafkaUnavailable); refused credentials fail as soon as
-    librdkafka reports them (KafkaError "Kafka refused the credentials ...").
-
-    Thread-safe: one client may serve many threads at once (the hook shares one per connection
-    in a process): librdkafka handles are thread-safe, the one admin handle is created under a
-    lock, and the rest of each call's state is local (`record_timestamps` uses a consumer of
-    its own).
-
-    >>> client = KafkaOffsetsClient({"bootstrap.servers": "127.0.0.1:9092"}, timeout=5.0)
-    >>> snap = client.snapshot(["orders"], read_committed=True)      # doctest: +SKIP
-    >>> snap.partitions["orders"][0].last_stable                        # doctest: +SKIP
-    1042
-    >>> client.close()
+    Each round of requests (metadata; then the ListOffsets of all partitions at once) gets
+    `timeout` seconds (docs/connections.md, "Time bounds"); refused credentials fail as soon as
+    librdkafka reports them. Thread-safe: librdkafka handles are, the one admin handle is built
+    under a lock, and the rest of each call's state is local.
     """
 
     def __init__(self, config: Mapping[str, Any], timeout: float = 10.0) -> None:
         if not config.get("bootstrap.servers"):
             raise KafkaError("Kafka config has no 'bootstrap.servers': give host:port of a broker.")
         check_bootstrap_servers(config["bootstrap.servers"])
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not 0 < timeout < float("inf")
-        ):
-            raise InvalidParameter(f"must be a number of seconds > 0, got {timeout!r}", "timeout")
+        self._timeout = seconds_option(timeout, "timeout")
         self._config = dict(config)
         # Ours is installed instead (refused credentials are seen through it); theirs still runs.
         self._user_error_cb = self._config.pop("error_cb", None)
         self._secrets = kafka_secrets(self._config)  # scrubbed from every message
         self._oauth_failure: str | None = None  # why the oauth_cb failed, if it did
-        self._timeout = float(timeout)
         self._admin: Any = None
         self._admin_lock = threading.Lock()
         self._retention: dict[str, tuple[float, TopicRetention | None]] = {}
-        self._refusal: tuple[float, str, str] | None = None  # (when, code, text), last one
-        self._refusal_lock = threading.Lock()
+        # (when, code, text) of the last refusal; replaced whole, so read without a lock
+        self._refusal: tuple[float, str, str] | None = None
         self._client_log = _ClientLog(self._secrets)
         self._one_cluster: str | None = None  # the cluster id all bootstrap servers agreed on
 
@@ -335,9 +290,9 @@ class KafkaOffsetsClient:
         timeout_ms = max(1000, min(int(self._timeout * 1000), _SOCKET_TIMEOUT_MAX_MS))
         # The user's settings win, except that no request may outlive our own timeout: without
         # these an unreachable broker makes librdkafka retry for its defaults (60 s and more).
+        bounded = ("socket.timeout.ms", "socket.connection.setup.timeout.ms")
         base: dict[str, Any] = {
-            "socket.timeout.ms": timeout_ms,
-            "socket.connection.setup.timeout.ms": timeout_ms,
+            **dict.fromkeys(bounded, timeout_ms),
             # Admin handles are producers in librdkafka, which default to auto-creating topics
             # on metadata requests; a monitor must never create the topic it looks for.
             "allow.auto.create.topics": False,
@@ -352,10 +307,8 @@ class KafkaOffsetsClient:
         base["error_cb"] = self._on_error
         if callable(base.get("oauth_cb")):
             base["oauth_cb"] = self._guarded_oauth_cb(base["oauth_cb"])
-        base["socket.timeout.ms"] = min(int(base["socket.timeout.ms"]), timeout_ms)
-        base["socket.connection.setup.timeout.ms"] = min(
-            int(base["socket.connection.setup.timeout.ms"]), timeout_ms
-        )
+        for key in bounded:
+            base[key] = min(int(base[key]), timeout_ms)
         return base
 
     def _guarded_oauth_cb(self, callback: Any) -> Any:
@@ -366,13 +319,14 @@ class KafkaOffsetsClient:
             try:
                 return callback(config_str)
             except Exception as exc:
-                text = scrub(_error_text(exc), self._secrets)[:300]
-                self._oauth_failure = f"{type(exc).__name__}: {text}"
+                self._oauth_failure = f"{type(exc).__name__}: {self.describe(exc)[:300]}"
                 raise
 
         return oauth_cb
 
-    def _get_admin(self) -> Any:
+    def admin(self) -> Any:
+        """The AdminClient (built once), for requests this class has no method for; wait for
+        its futures with :meth:`outcomes` and turn errors into ours with :meth:`translate`."""
         admin = self._admin
         if admin is not None:
             return admin
@@ -416,11 +370,6 @@ class KafkaOffsetsClient:
             f"{text} (config: {redact_kafka_config(self._config)})"
         )
 
-    def admin(self) -> Any:
-        """The AdminClient (built once), for requests this class has no method for; wait for
-        its futures with :meth:`outcomes` and turn errors into ours with :meth:`translate`."""
-        return self._get_admin()
-
     def close(self) -> None:
         """Drop the admin client (librdkafka closes its sockets when the handle is freed).
 
@@ -438,9 +387,8 @@ class KafkaOffsetsClient:
     # -- errors -------------------------------------------------------------------------------
 
     def _unavailable(self, what: str, detail: str = "") -> KafkaUnavailable:
-        cause = self._client_log.cause()
-        if cause:  # what librdkafka saw says more than "Broker transport failure"
-            detail = f"{cause}; {detail}" if detail else cause
+        # What librdkafka saw says more than "Broker transport failure": it comes first.
+        detail = "; ".join(part for part in (self._client_log.cause(), detail) if part)
         extra = f" ({detail})" if detail else ""
         return KafkaUnavailable(
             f"Kafka bootstrap servers {self.bootstrap_servers} did not answer {what} within "
@@ -462,8 +410,7 @@ class KafkaOffsetsClient:
         except Exception:  # not a KafkaError: nothing to learn from it
             code = text = ""
         if code in _AUTHENTICATION_CODES:
-            with self._refusal_lock:
-                self._refusal = (time.monotonic(), code, scrub(text, self._secrets))
+            self._refusal = (time.monotonic(), code, scrub(text, self._secrets))
         if self._user_error_cb is not None:
             self._user_error_cb(error)
 
@@ -481,8 +428,7 @@ class KafkaOffsetsClient:
 
     def _refused_recently(self) -> KafkaError | None:
         """The refusal seen by the error callback within the last timeout, as our error."""
-        with self._refusal_lock:
-            refusal = self._refusal
+        refusal = self._refusal
         if refusal is None or time.monotonic() - refusal[0] > self._timeout + _POLL_INTERVAL:
             return None
         return self._refused(refusal[1], refusal[2])
@@ -523,7 +469,7 @@ class KafkaOffsetsClient:
         soon as librdkafka reports that the cluster refused them (it would otherwise only time
         out or fail as a "transport failure").
         """
-        admin = self._get_admin()
+        admin = self.admin()
         if deadline is None:
             deadline = time.monotonic() + self._timeout
         pending = list(futures.values())
@@ -568,9 +514,9 @@ class KafkaOffsetsClient:
 
     # -- metadata -----------------------------------------------------------------------------
 
-    def _cluster_of_each_server(self, servers: list[str]) -> dict[str, str | None]:
-        """The cluster id each bootstrap server answers with (None: it did not answer in time),
-        one small client per server, all asked at once within the client timeout."""
+    def _servers_by_cluster(self, servers: list[str]) -> dict[str, list[str]]:
+        """The bootstrap servers that answered, by the cluster id they answered with: one small
+        client per server, all asked at once within the client timeout."""
         from confluent_kafka.admin import AdminClient
 
         futures: dict[str, concurrent.futures.Future] = {}
@@ -594,21 +540,21 @@ class KafkaOffsetsClient:
         )
         if pending_set:
             concurrent.futures.wait(pending_set, timeout=min(_ANSWER_GRACE, self._timeout))
-        found: dict[str, str | None] = dict.fromkeys(servers)
-        errors, answered = [], 0
+        by_cluster: dict[str, list[str]] = {}
+        errors = []
         for server, future in futures.items():
             if not future.done():
                 errors.append("_TIMED_OUT")
             elif future.exception() is not None:
                 errors.append(error_name(future.exception()))  # type: ignore[arg-type]
-            else:
-                answered += 1
-                found[server] = str(future.result().cluster_id or "") or None
+            elif future.result().cluster_id:
+                by_cluster.setdefault(str(future.result().cluster_id), []).append(server)
+        answered = len(futures) - len(errors)
         if not answered and errors and all(code in _NO_ANSWER_CODES for code in errors):
             # No server answered within the timeout: the request after this one would wait a
             # second timeout to learn the same (a list of hung servers failed in 2x the bound).
             raise self._unavailable("a metadata request")
-        return found
+        return by_cluster
 
     def _check_one_cluster(self) -> None:
         """A bootstrap list must name brokers of ONE cluster: librdkafka takes metadata from
@@ -618,11 +564,7 @@ class KafkaOffsetsClient:
         servers = [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()]
         if self._one_cluster is not None or len(servers) < 2:
             return
-        clusters = self._cluster_of_each_server(servers)
-        by_cluster: dict[str, list[str]] = {}
-        for server, cluster in clusters.items():
-            if cluster is not None:
-                by_cluster.setdefault(cluster, []).append(server)
+        by_cluster = self._servers_by_cluster(servers)
         if len(by_cluster) > 1:
             parts = "; ".join(
                 f"{', '.join(names)} belong to cluster {cluster}"
@@ -644,7 +586,7 @@ class KafkaOffsetsClient:
         ``pattern`` is found in (internal ones left out, as Spark does), whose partitions are
         in the result too: the one all-topics metadata request lists them."""
         self._check_one_cluster()
-        admin = self._get_admin()
+        admin = self.admin()
         deadline = time.monotonic() + self._timeout  # the whole metadata round
         try:
             # All-topics metadata: one request, and it never auto-creates anything. The
@@ -668,21 +610,16 @@ class KafkaOffsetsClient:
         partitions: dict[str, list[int]] = {}
         missing: set[str] = set()
         for topic in wanted:
-            tmd = md.topics.get(topic)
-            if tmd is None:
-                # Not listed can mean "does not exist" or "not authorized to see it"; ask about
-                # that one topic to tell the two apart.
-                tmd = self._topic_metadata(admin, topic, deadline)
-                if tmd is None:
-                    missing.add(topic)
-                    continue
-            if tmd.error is not None:
-                err_code = str(tmd.error.name())
-                if err_code in _MISSING_TOPIC_CODES:
-                    missing.add(topic)
-                    continue
-                raise self.translate(Exception(tmd.error), "a metadata request", topic)
-            partitions[topic] = sorted(tmd.partitions)
+            # Not listed can mean "does not exist" or "not authorized to see it"; ask about
+            # that one topic to tell the two apart.
+            tmd = md.topics.get(topic) or self._topic_metadata(admin, topic, deadline)
+            error = None if tmd is None else tmd.error
+            if tmd is None or (error is not None and str(error.name()) in _MISSING_TOPIC_CODES):
+                missing.add(topic)
+            elif error is not None:
+                raise self.translate(Exception(error), "a metadata request", topic)
+            else:
+                partitions[topic] = sorted(tmd.partitions)
         cluster_id = getattr(md, "cluster_id", None)
         return partitions, missing, (str(cluster_id) if cluster_id else None), matched
 
@@ -691,17 +628,11 @@ class KafkaOffsetsClient:
         if remaining <= 0:
             raise self._unavailable(f"a metadata request for topic '{topic}'")
         try:
-            md = admin.list_topics(topic=topic, timeout=remaining)
+            return admin.list_topics(topic=topic, timeout=remaining).topics.get(topic)
         except Exception as exc:
             if error_name(exc) in _MISSING_TOPIC_CODES:
                 return None
             raise self.translate(exc, "a metadata request", topic) from exc
-        tmd = md.topics.get(topic)
-        if tmd is not None and tmd.error is not None:
-            if str(tmd.error.name()) in _MISSING_TOPIC_CODES:
-                return None
-            raise self.translate(Exception(tmd.error), "a metadata request", topic)
-        return tmd
 
     def _list_offsets(
         self,
@@ -715,11 +646,26 @@ class KafkaOffsetsClient:
         NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, ...) is asked again after a short
         pause, within the same client timeout; any other error is raised at once.
         """
+        from confluent_kafka import TopicPartition
+
         deadline = time.monotonic() + self._timeout
         out: dict[str, dict[tuple[str, int], int]] = {name: {} for name in requests}
         todo = {name: dict(partitions) for name in requests}
         while True:
-            futures = self._send_list_offsets(requests, todo, what)
+            futures: dict[tuple[str, Any], concurrent.futures.Future] = {}
+            for name, (spec, isolation) in requests.items():
+                query = {
+                    TopicPartition(t, p): spec for t, ps in todo.get(name, {}).items() for p in ps
+                }
+                if not query:
+                    continue
+                try:
+                    sent = self.admin().list_offsets(
+                        query, isolation_level=isolation, request_timeout=self._timeout
+                    )
+                except Exception as exc:
+                    raise self.translate(exc, what) from exc
+                futures.update({(name, tp): future for tp, future in sent.items()})
             retry: dict[str, dict[str, list[int]]] = {}
             for (name, tp), outcome in self.outcomes(futures, what, deadline).items():
                 if isinstance(outcome, BaseException):
@@ -732,32 +678,6 @@ class KafkaOffsetsClient:
                 return out
             todo = retry
             time.sleep(min(_POLL_INTERVAL, max(0.0, deadline - time.monotonic())))
-
-    def _send_list_offsets(
-        self,
-        requests: Mapping[str, tuple[Any, Any]],
-        partitions: Mapping[str, Mapping[str, list[int]]],
-        what: str,
-    ) -> dict[tuple[str, Any], concurrent.futures.Future]:
-        from confluent_kafka import TopicPartition
-
-        admin = self._get_admin()
-        futures: dict[tuple[str, Any], concurrent.futures.Future] = {}
-        for name, (spec, isolation) in requests.items():
-            query = {
-                TopicPartition(t, p): spec for t, ps in partitions.get(name, {}).items() for p in ps
-            }
-            if not query:
-                continue
-            kwargs: dict[str, Any] = {"request_timeout": self._timeout}
-            if isolation is not None:
-                kwargs["isolation_level"] = isolation
-            try:
-                for tp, fut in admin.list_offsets(query, **kwargs).items():
-                    futures[(name, tp)] = fut
-            except Exception as exc:
-                raise self.translate(exc, what) from exc
-        return futures
 
     # -- public calls -------------------------------------------------------------------------
 
@@ -775,28 +695,20 @@ class KafkaOffsetsClient:
 
         partitions, missing, cluster_id, matched = self._metadata(topics, pattern)
         requests: dict[str, tuple[Any, Any]] = {
-            "earliest": (OffsetSpec.earliest(), None),
+            "earliest": (OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED),
             "latest": (OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED),
         }
         if read_committed:
             requests["stable"] = (OffsetSpec.latest(), IsolationLevel.READ_COMMITTED)
         offsets = self._list_offsets(requests, partitions, "a ListOffsets request")
-        fetched_at = time.time()
-        result: dict[str, dict[int, PartitionOffsets]] = {}
-        for topic, ps in partitions.items():
-            result[topic] = {}
-            for p in ps:
-                key = (topic, p)
-                stable = offsets.get("stable", {}).get(key) if read_committed else None
-                result[topic][p] = PartitionOffsets(
-                    log_start=offsets["earliest"][key],
-                    log_end=offsets["latest"][key],
-                    last_stable=stable,
-                )
+        start, end, stable = offsets["earliest"], offsets["latest"], offsets.get("stable", {})
         return KafkaSnapshot(
-            partitions=result,
+            partitions={
+                t: {p: PartitionOffsets(start[t, p], end[t, p], stable.get((t, p))) for p in ps}
+                for t, ps in partitions.items()
+            },
             missing_topics=frozenset(missing),
-            fetched_at=fetched_at,
+            fetched_at=time.time(),
             cluster_id=cluster_id,
             pattern=pattern,
             pattern_topics=matched,
@@ -811,27 +723,27 @@ class KafkaOffsetsClient:
         instead, so "committed >= result" reads "everything produced before T was processed".
         Raises KafkaError when a topic does not exist.
         """
+        from confluent_kafka import IsolationLevel
         from confluent_kafka.admin import OffsetSpec
 
         partitions, missing, _, _ = self._metadata(topics)
         if missing:
             names = ", ".join(sorted(missing))
             raise KafkaError(f"Topic(s) {names} do not exist on {self.bootstrap_servers}.")
+        uncommitted = IsolationLevel.READ_UNCOMMITTED
         offsets = self._list_offsets(
             {
-                "time": (OffsetSpec.for_timestamp(int(timestamp_ms)), None),
-                "latest": (OffsetSpec.latest(), None),
+                "time": (OffsetSpec.for_timestamp(int(timestamp_ms)), uncommitted),
+                "latest": (OffsetSpec.latest(), uncommitted),
             },
             partitions,
             "a ListOffsets-for-time request",
         )
-        result: dict[str, dict[int, int]] = {}
-        for topic, ps in partitions.items():
-            result[topic] = {}
-            for p in ps:
-                found = offsets["time"][(topic, p)]
-                result[topic][p] = offsets["latest"][(topic, p)] if found < 0 else found
-        return result
+        found, end = offsets["time"], offsets["latest"]
+        return {
+            t: {p: end[t, p] if found[t, p] < 0 else found[t, p] for p in ps}
+            for t, ps in partitions.items()
+        }
 
     def retention(self, topics: Iterable[str]) -> dict[str, TopicRetention | None]:
         """Each topic's retention (DescribeConfigs, all topics in one request, remembered for
@@ -848,9 +760,7 @@ class KafkaOffsetsClient:
             answers: dict[str, Any]
             try:
                 resources = [ConfigResource(ResourceType.TOPIC, t) for t in wanted]
-                futures = self._get_admin().describe_configs(
-                    resources, request_timeout=self._timeout
-                )
+                futures = self.admin().describe_configs(resources, request_timeout=self._timeout)
                 found = {r.name: f for r, f in futures.items()}
                 answers = self.outcomes(found, "a DescribeConfigs request")
             except Exception as exc:  # unreachable or refused: the check says so elsewhere
@@ -902,10 +812,8 @@ class KafkaOffsetsClient:
         )
         try:
             consumer = Consumer(conf)
-        except Exception as exc:
-            raise KafkaError(
-                f"Cannot create a Kafka consumer for {self.bootstrap_servers}: {self.describe(exc)}"
-            ) from exc
+        except Exception as exc:  # the same refusal as the admin client's, said the same way
+            raise self._unbuildable(exc) from exc
         deadline = time.monotonic() + self._timeout
         try:
             consumer.assign([TopicPartition(t, p, offsets[(t, p)]) for t, p in sorted(pending)])
@@ -951,12 +859,11 @@ class KafkaOffsetsClient:
 def _retention_of(entries: Mapping[str, Any]) -> TopicRetention:
     """A TopicRetention from DescribeConfigs' ConfigEntry objects (name -> entry)."""
 
-    def number(name: str) -> int | None:
-        entry = entries.get(name)
+    def number(name: str) -> int | None:  # None: missing, unreadable or Kafka's -1 (unlimited)
         try:
-            value = int(entry.value) if entry is not None and entry.value is not None else -1
-        except (TypeError, ValueError):
-            value = -1
+            value = int(entries[name].value)
+        except (KeyError, AttributeError, TypeError, ValueError):
+            return None
         return None if value < 0 else value
 
     policy = entries.get("cleanup.policy")

@@ -1,22 +1,9 @@
 """What may be printed: one list of secret markers, one allowlist of Kafka settings.
 
-No message, log line, XCom value or snapshot document may hold a secret. The rules:
-
-- Kafka configuration is librdkafka's, where secrets hide under many names (``sasl.password``,
-  ``sasl.jaas.config``, ``sasl.oauthbearer.config``, a mistyped ``sasl.passwd``): only the
-  values of :data:`SAFE_KAFKA_KEYS` are shown, every other value becomes ``***``
-  (:func:`redact_kafka_config`); their text is removed from messages (:func:`kafka_secrets`);
-- other settings (storage options): a key containing one of :data:`SECRET_MARKERS` holds a
-  secret (:func:`is_secret_key`);
-- a URL loses its ``user:password@`` part (:func:`redact_url`); free text loses the secret
-  values it holds (:func:`scrub`).
-
->>> redact_kafka_config({"bootstrap.servers": "b:9092", "sasl.passwd": "hunter2"})
-{'bootstrap.servers': 'b:9092', 'sasl.passwd': '***'}
->>> redact_url("s3a://AKIA:s3cr3t@bucket/ck")
-'s3a://bucket/ck'
->>> scrub("login failed for hunter2", kafka_secrets({"sasl.password": "hunter2"}))
-'login failed for ***'
+No message, log line, XCom value or snapshot document may hold a secret. Kafka settings are
+masked unless in :data:`SAFE_KAFKA_KEYS` (librdkafka hides secrets under many names); other
+settings hold a secret when their key contains one of :data:`SECRET_MARKERS`; URLs lose their
+``user:password@``; free text loses the secret values it holds (docs/architecture.md, "Secrets").
 """
 
 from __future__ import annotations

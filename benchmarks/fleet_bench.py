@@ -143,7 +143,7 @@ def measure_ours(manifest: dict[str, Any], locations: list[str], history: int) -
 
     kafka_calls: dict[str, int] = {}
     kafka = KafkaOffsetsClient({"bootstrap.servers": manifest["bootstrap"]}, timeout=30)
-    real_admin = kafka._get_admin()
+    real_admin = kafka.admin()
     kafka._admin = _CountingAdmin(real_admin, kafka_calls)
     checker = FleetChecker(
         locations,

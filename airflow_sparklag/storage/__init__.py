@@ -1,16 +1,6 @@
-"""Storage backends: one small interface over local files, S3, HDFS (WebHDFS) and fsspec.
-
-Each backend owns every operation (list, walk, read, write, copy, delete, rename): callers never
-switch on the backend type, so a new store (GCS, ABFS, ...) is one small file.
-
-Paths handed to a backend are full URLs or local paths, built with :func:`join`::
-
-    from airflow_sparklag.storage import join, open_storage
-
-    root = "s3a://bucket/checkpoints/orders"
-    storage = open_storage(root, s3_options={"region_name": "eu-west-1"})
-    names = [o.name for o in storage.list_dir(join(root, "offsets"))]
-    data = storage.read(join(root, "offsets", "12"))
+"""Storage backends: one small interface over local files, S3, HDFS (WebHDFS) and fsspec
+(docs/architecture.md, "Storage interface"). Each backend owns every operation; paths handed to
+it are full URLs or local paths built with :func:`join`.
 
 No backend client (boto3, requests, fsspec) is imported here: DAG files import this package and
 DAG parsing must stay fast. Each backend imports its client inside its own functions.
@@ -28,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
+
+from airflow_sparklag.errors import InvalidParameter, UnsupportedStorageURL
 
 __all__ = [
     "CHECKPOINT_MARKERS",
@@ -57,16 +49,10 @@ class ObjectInfo:
     """One file directly inside a listed directory.
 
     ``content_md5`` is the hex MD5 of the content when the listing proves it (an S3
-    single-part ETag, GCS md5Hash): it lets a reader check a small file without reading it;
-    None: unknown, read it. A listing may hand over the raw S3 ``etag`` instead: it is turned
-    into ``content_md5`` (``etag_md5``) when first asked, so a listing of hundreds of log
-    files parses only the ETag of the one commit a reader checks.
-
-    A plain class with ``__slots__`` (a fleet check builds ~200 per checkpoint, and a frozen
-    dataclass costs several times as much to make); compared by value, treat as read-only.
-
-    >>> ObjectInfo("12", 10, 1.0, etag='"0123456789ABCDEF0123456789abcdef"').content_md5
-    '0123456789abcdef0123456789abcdef'
+    single-part ETag, GCS md5Hash), None when unknown. A raw S3 ``etag`` is parsed only when
+    first asked: a reader checks the ETag of one commit among hundreds of listed files.
+    A plain class with ``__slots__``: a fleet check builds ~200 per checkpoint, and a frozen
+    dataclass costs several times as much to make. Compared by value; treat as read-only.
     """
 
     __slots__ = ("_etag", "_md5", "modified", "name", "size")
@@ -178,14 +164,8 @@ class Children:
 
 
 class RequestCounter:
-    """Counts the requests a backend sends, per operation, so callers can check a budget.
-
-    Example::
-
-        storage.requests.reset()
-        storage.read(path)
-        assert storage.requests.total == 1 and storage.requests["read"] == 1
-    """
+    """Counts the requests a backend sends, per operation (``requests["read"]``, ``.total``),
+    so callers can check a budget."""
 
     def __init__(self) -> None:
         self.by_operation: Counter[str] = Counter()
@@ -211,21 +191,10 @@ class RequestCounter:
 
 @runtime_checkable
 class Storage(Protocol):
-    """What the package needs from a store. Every backend also has ``requests``.
-
-    The checkpoint reader needs the first four methods; fleet discovery needs
-    ``list_children``; archiving needs the rest. A backend that cannot do an operation raises
-    :class:`~airflow_sparklag.errors.UnsupportedOperation`, naming itself and the path. Every
-    method counts the requests it sends in ``requests``.
-
-    Example::
-
-        storage = open_storage("s3a://bucket/ck")
-        sizes = storage.walk("s3a://bucket/ck")            # {"metadata": 45, "offsets/0": 512}
-        if not storage.rename("s3a://bucket/ck", "s3a://bucket/old"):   # False: no rename
-            for relative in sizes:
-                storage.copy_from(storage, join("s3a://bucket/ck", relative),
-                                  join("s3a://bucket/old", relative))
+    """What the package needs from a store. The checkpoint reader needs the first four
+    methods; fleet discovery needs ``list_children``; archiving needs the rest. A backend that
+    cannot do an operation raises :class:`~airflow_sparklag.errors.UnsupportedOperation`,
+    naming itself and the path. Every method counts the requests it sends in ``requests``.
     """
 
     requests: RequestCounter
@@ -322,12 +291,8 @@ def inside(inner: str, outer: str) -> bool:
     >>> inside("s3a://b/ck/orders/archive", "s3://b/ck/orders/"), inside("/a/bc", "/a/b")
     (True, False)
     """
-    return any(
-        path == boundary or path.startswith(boundary.rstrip("/") + "/")
-        for store, path in [_store_path(inner)]
-        for other, boundary in [_store_path(outer)]
-        if store == other
-    )
+    (store, path), (other, boundary) = _store_path(inner), _store_path(outer)
+    return store == other and (path == boundary or path.startswith(boundary.rstrip("/") + "/"))
 
 
 def _store_path(location: str) -> tuple[str, str]:
@@ -363,8 +328,6 @@ def refuse_bucketless(location: str) -> None:
     scheme = scheme_of(location)
     if scheme in LOCAL_SCHEMES or scheme in HDFS_SCHEMES or urlsplit(location).netloc:
         return
-    from airflow_sparklag.errors import UnsupportedStorageURL
-
     raise UnsupportedStorageURL(
         f"{location!r} names no bucket or container; expected {scheme}://bucket/path/to/checkpoint"
     )
@@ -391,22 +354,11 @@ def open_storage(
     webhdfs_options: dict[str, Any] | None = None,
     fsspec_options: dict[str, Any] | None = None,
 ) -> Storage:
-    """Return the backend for ``url``'s scheme.
-
-    - local paths and ``file://`` URLs: :class:`~airflow_sparklag.storage.local.LocalStorage`
-    - ``s3://``, ``s3a://``, ``s3n://``: :class:`~airflow_sparklag.storage.s3.S3Storage`
-      (``s3_options``: ``endpoint_url``, ``aws_access_key_id``, ``aws_secret_access_key``,
-      ``aws_session_token``, ``region_name`` or a ready ``client``; the bounds
-      ``connect_timeout``, ``read_timeout``, ``max_attempts``)
-    - ``hdfs://``, ``webhdfs://``: :class:`~airflow_sparklag.storage.webhdfs.WebHDFSStorage`
-      (``webhdfs_options``: ``url`` or a list of NameNode URLs for HA, ``user``; the bounds
-      ``connect_timeout``, ``read_timeout``)
-    - anything else (``gs://``, ``abfs://``, ...): :class:`~.fsspec_store.FsspecStorage`
-      when fsspec and the scheme's implementation are installed.
-
-    An option the backend does not know (``read_timout``) raises
-    :class:`~airflow_sparklag.errors.InvalidParameter` naming it. The bounds are in
-    ``docs/connections.md`` ("Time bounds").
+    """The backend for ``url``'s scheme: local paths and ``file://``, S3 (``s3``, ``s3a``,
+    ``s3n``), HDFS (``hdfs``, ``webhdfs``), else fsspec (``gs://``, ``abfs://``, ...). The
+    options of each are in docs/architecture.md ("Storage interface") and their time bounds in
+    docs/connections.md ("Time bounds"); an option the backend does not know (``read_timout``)
+    raises :class:`~airflow_sparklag.errors.InvalidParameter` naming it.
     """
     scheme = scheme_of(url)
     if scheme in LOCAL_SCHEMES:
@@ -459,8 +411,6 @@ def _known_options(
     (``read_timout``) is an error naming it, not a TypeError from deep inside."""
     import inspect
 
-    from airflow_sparklag.errors import InvalidParameter
-
     options = dict(options or {})
     parameters = inspect.signature(backend).parameters.values()
     keyword_only = (p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
@@ -475,8 +425,6 @@ def _known_options(
 
 def seconds_option(value: Any, name: str) -> float:
     """A timeout option: a finite number of seconds > 0, or an error naming the option."""
-    from airflow_sparklag.errors import InvalidParameter
-
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))

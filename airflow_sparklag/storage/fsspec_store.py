@@ -120,19 +120,15 @@ class FsspecStorage:
                 f"{location!r}: {scheme}:// URLs need fsspec and {package}; install "
                 f"'airflow-provider-sparklag[fsspec]' and {package}"
             ) from exc
-        secrets = option_secrets(options)
-        try:
-            filesystem = fsspec.filesystem(scheme, **options)
-        except ImportError as exc:
+        try:  # ValueError: a scheme fsspec does not know; ImportError: its package is missing
+            implementation = fsspec.get_filesystem_class(scheme)
+        except (ImportError, ValueError) as exc:
             raise UnsupportedStorageURL(
                 f"{location!r}: no storage backend for {scheme}:// ({exc}); install {package}"
             ) from exc
-        except ValueError as exc:
-            if "protocol not known" in str(exc).lower():
-                raise UnsupportedStorageURL(
-                    f"{location!r}: no storage backend for {scheme}://; install {package}"
-                ) from None
-            raise _setup_failed(location, scheme, exc, secrets) from None
+        secrets = option_secrets(options)
+        try:
+            filesystem = implementation(**options)
         except Exception as exc:  # gcsfs/adlfs check credentials while they are built
             raise _setup_failed(location, scheme, exc, secrets) from None
         return cls(filesystem, secrets)
@@ -141,34 +137,14 @@ class FsspecStorage:
         return _fs_errors(path, action, self.secrets)
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
-        self.requests.add("list")
-        try:
-            with self._errors(path, "list directory"):
-                entries = self.filesystem.ls(path, detail=True)
-        except StorageNotFound:
-            return []
-        own_name = path.rstrip("/").split("://", 1)[-1]
-        found: list[ObjectInfo] = []
         # A listing whose entries are not what they claim (no name, a size that is not a
         # number) is the store's failure, named by path like the others.
         with self._errors(path, "read the listing"):
-            for entry in entries:
-                if entry.get("type") != "file":
-                    continue
-                full_name = str(entry["name"]).rstrip("/")
-                # Some implementations list the directory's own marker object; skip it.
-                if full_name.split("://", 1)[-1] == own_name:
-                    continue
-                name = full_name.rsplit("/", 1)[-1]
-                found.append(
-                    ObjectInfo(
-                        name,
-                        int(entry.get("size") or 0),
-                        _modified(entry),
-                        content_md5=_content_md5(entry),
-                    )
-                )
-        return found
+            return [
+                ObjectInfo(name, int(entry.get("size") or 0), _modified(entry), _content_md5(entry))
+                for name, entry in self._listing(path)
+                if entry.get("type") == "file"
+            ]
 
     def read(self, path: str) -> bytes:
         self.requests.add("read")
@@ -188,31 +164,32 @@ class FsspecStorage:
             self.filesystem.pipe_file(path, data)
 
     def list_children(self, path: str) -> Children:
+        files: set[str] = set()
+        directories: set[str] = set()
+        for name, entry in self._listing(path):
+            (directories if entry.get("type") == "directory" else files).add(name)
+        return Children(frozenset(files), frozenset(directories))
+
+    def _listing(self, path: str) -> list[tuple[str, dict[str, Any]]]:
+        """One ``ls`` of ``path``: (base name, entry) of each child, none when it is missing.
+        Some implementations list the directory's own marker object: left out."""
         self.requests.add("list")
         try:
             with self._errors(path, "list directory"):
                 entries = self.filesystem.ls(path, detail=True)
         except StorageNotFound:
-            return Children(frozenset(), frozenset())
+            return []
         own = self._name(path)
-        files: set[str] = set()
-        directories: set[str] = set()
         with self._errors(path, "read the listing"):
-            for entry in entries:
-                full = str(entry["name"]).rstrip("/")
-                if full == own:  # the directory's own marker object
-                    continue
-                name = full.rsplit("/", 1)[-1]
-                (directories if entry.get("type") == "directory" else files).add(name)
-        return Children(frozenset(files), frozenset(directories))
+            return [
+                (full.rsplit("/", 1)[-1], entry)
+                for entry in entries
+                for full in [str(entry["name"]).rstrip("/")]
+                if full != own
+            ]
 
     def walk(self, root: str) -> dict[str, int]:
-        self.requests.add("list")
-        try:
-            with self._errors(root, "walk"):
-                entries = self.filesystem.find(root, detail=True)
-        except StorageNotFound:
-            return {}
+        entries = self._find(root)
         own = self._name(root)
         found: dict[str, int] = {}
         with self._errors(root, "read the listing"):
@@ -230,12 +207,7 @@ class FsspecStorage:
             self.filesystem.rm_file(path)
 
     def remove_empty_directories(self, root: str) -> None:
-        self.requests.add("list")
-        try:
-            with self._errors(root, "walk"):
-                entries = self.filesystem.find(root, withdirs=True, detail=True)
-        except StorageNotFound:
-            return
+        entries = self._find(root, withdirs=True)
         if any(entry.get("type") != "directory" for entry in entries.values()):
             raise StorageError(f"{root}: still holds files; not removing it")
         top_level = ("", self.filesystem.root_marker)
@@ -255,6 +227,15 @@ class FsspecStorage:
 
     def copy_from(self, source: Storage, src: str, dst: str) -> None:
         self.write_atomic(dst, source.read(src), overwrite=True)
+
+    def _find(self, root: str, withdirs: bool = False) -> dict[str, dict[str, Any]]:
+        """Every object (and directory, ``withdirs``) under ``root``; none when it is missing."""
+        self.requests.add("list")
+        try:
+            with self._errors(root, "walk"):
+                return dict(self.filesystem.find(root, withdirs=withdirs, detail=True))
+        except StorageNotFound:
+            return {}
 
     def _name(self, path: str) -> str:
         """``path`` as the filesystem names it in listings (``gs://b/ck/`` -> ``b/ck``)."""

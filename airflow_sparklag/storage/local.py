@@ -55,27 +55,16 @@ class LocalStorage:
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
         self.requests.add("list")
-        directory = local_path(path)
         entries: list[ObjectInfo] = []
-        try:
-            with os.scandir(directory) as scan:
-                for entry in scan:
-                    # An entry purged between scandir and stat must not fail the whole list.
-                    try:
-                        if not entry.is_file():
-                            continue
-                        stat = entry.stat()
-                    except FileNotFoundError:
-                        continue
-                    entries.append(ObjectInfo(entry.name, stat.st_size, stat.st_mtime))
-        except FileNotFoundError:
-            return []
-        except NotADirectoryError:
-            return []
-        except PermissionError as exc:
-            raise StorageAccessDenied(f"{path}: permission denied (list directory)") from exc
-        except OSError as exc:
-            raise StorageError(f"{path}: list directory failed: {exc.strerror or exc}") from exc
+        for entry in _scan(path):
+            # An entry purged between scandir and stat must not fail the whole list.
+            try:
+                if not entry.is_file():
+                    continue
+                stat = entry.stat()
+            except FileNotFoundError:
+                continue
+            entries.append(ObjectInfo(entry.name, stat.st_size, stat.st_mtime))
         return entries
 
     def read(self, path: str) -> bytes:
@@ -131,30 +120,20 @@ class LocalStorage:
         self.requests.add("list")
         files: set[str] = set()
         directories: set[str] = set()
-        try:
-            with os.scandir(local_path(path)) as scan:
-                for entry in scan:
-                    try:
-                        is_directory = entry.is_dir()
-                    except FileNotFoundError:
-                        continue
-                    except OSError:  # a symlink loop, an unreadable link: nothing to descend
-                        is_directory = False
-                    (directories if is_directory else files).add(entry.name)
-        except (FileNotFoundError, NotADirectoryError):
-            pass
-        except PermissionError as exc:
-            raise StorageAccessDenied(
-                f"{path}: permission denied (list directory); check the directory's owner and mode"
-            ) from exc
-        except OSError as exc:
-            raise StorageError(f"{path}: list directory failed: {exc.strerror or exc}") from exc
+        for entry in _scan(path):
+            try:
+                is_directory = entry.is_dir()
+            except FileNotFoundError:
+                continue
+            except OSError:  # a symlink loop, an unreadable link: nothing to descend
+                is_directory = False
+            (directories if is_directory else files).add(entry.name)
         return Children(frozenset(files), frozenset(directories))
 
     def walk(self, root: str) -> dict[str, int]:
         base = local_path(root)
         found: dict[str, int] = {}
-        for directory, _dirs, files in os.walk(base, onerror=_unless_missing):
+        for directory, _dirs, files in os.walk(base, onerror=_raise_unless_missing):
             self.requests.add("list")
             for name in files:
                 full = os.path.join(directory, name)
@@ -201,23 +180,29 @@ class LocalStorage:
         self.write_atomic(dst, source.read(src), overwrite=True)
 
 
-def _unless_missing(exc: OSError) -> None:
-    """os.walk's error handler: a directory gone meanwhile is empty, anything else fails (a
-    directory skipped silently would be left out of an archive's manifest)."""
+def _scan(path: str) -> list[os.DirEntry[str]]:
+    """The entries of directory ``path``; none when it is missing (or a file)."""
+    try:
+        with os.scandir(local_path(path)) as scan:
+            return list(scan)
+    except OSError as exc:
+        _raise_unless_missing(exc, path)
+        return []
+
+
+def _raise_unless_missing(exc: OSError, path: str | None = None) -> None:
+    """A directory gone meanwhile is empty, anything else fails as our typed error (in os.walk,
+    a directory skipped silently would be left out of an archive's manifest)."""
     if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
-        with _os_errors(str(exc.filename), "list directory"):
+        with _os_errors(path or str(exc.filename), "list directory"):
             raise exc
 
 
 def _fsync_directory(directory: str) -> None:
     """Persist the rename itself (POSIX); not possible on every OS, hence best effort."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,16 +1,8 @@
 """HDFS backend over WebHDFS (``hdfs://`` and ``webhdfs://`` URLs), through HdfsCLI.
 
-HdfsCLI (the ``hdfs`` package; the apache-hdfs provider's WebHDFSHook uses it too) sends every
-request: the URL, ``user.name``, the time bound, the DataNode redirects and NameNode HA (a
-connection error, a timeout, ``StandbyException`` or ``RetriableException`` moves on to the next
-NameNode, and the one that answered is asked first next time). It is imported on first use: DAG
-files import this package and must parse fast. No JVM, no libhdfs.
-
-What is left here (docs/connections.md, "HDFS"): HdfsCLI's raw endpoints where its methods send
-more requests than the operation needs or hide the answer; rename2 (``renameoptions``), which
-makes writes atomic and which HdfsCLI's ``rename`` does not send; answers checked, so a proxy's
-page is a StorageError and not a KeyError; errors that name every NameNode tried, where HdfsCLI
-raises only the last error.
+HdfsCLI (the ``hdfs`` package) sends every request, follows DataNode redirects and fails over
+between NameNodes; it is imported on first use (DAG files import this package). What is still
+done here, and the test that shows why, is in docs/connections.md ("HDFS").
 """
 
 from __future__ import annotations
@@ -83,59 +75,11 @@ def namenode_url_for(location: str) -> str:
     return f"http://{parts.hostname}:{DEFAULT_HTTP_PORT}"
 
 
-def hdfs_client(
-    namenode_urls: list[str],
-    *,
-    user: str | None,
-    timeout: tuple[float, float],
-    session: Any,
-    token: str | None = None,
-) -> Any:
-    """The HdfsCLI client for these NameNodes: the one place its class is chosen.
-
-    Kerberos (``session.auth`` set by :class:`Kerberos`) and anonymous requests use ``Client``;
-    simple authentication names the user (``InsecureClient``); a delegation token (its URL
-    string) is sent as ``delegation=`` on every request (``TokenClient``). Credentials in a URL
-    (``http://user:pw@gateway``) become the session's basic auth, so that they never reach
-    HdfsCLI's log lines or an error message.
-    """
-    from hdfs import Client, InsecureClient, TokenClient
-
-    # HdfsCLI logs every request at INFO and the body of every error answer at ERROR, and
-    # requests-gssapi each refused login at ERROR; every one of those failures reaches the
-    # caller as our typed error naming path, server and cause, so the lines only repeat it.
-    for name, level in (
-        ("hdfs", logging.WARNING),
-        ("hdfs.client", logging.CRITICAL),
-        ("requests_gssapi", logging.CRITICAL),
-    ):
-        library_logger = logging.getLogger(name)
-        if library_logger.level == logging.NOTSET:
-            library_logger.setLevel(level)
-    plain = []
-    for url in namenode_urls:
-        parts = urlsplit(url)
-        if parts.username is not None and session.auth is None:
-            session.auth = (unquote(parts.username), unquote(parts.password or ""))
-        plain.append(parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl())
-    url = ";".join(plain)  # HdfsCLI's form of a list of NameNodes
-    if token:
-        return TokenClient(url, token, timeout=timeout, session=session)
-    if user and not isinstance(session.auth, Kerberos):  # with Kerberos the ticket says who
-        return InsecureClient(url, user=user, timeout=timeout, session=session)
-    return Client(url, timeout=timeout, session=session)
-
-
 class Kerberos:
-    """SPNEGO for WebHDFS (requests-gssapi over MIT Kerberos): the credentials Hadoop users
-    expect, in this order: a principal + keytab (a private in-memory ticket cache that MIT
-    Kerberos refills from the keytab when the ticket expires, so a long fleet scan or ``wait``
-    never runs out), else the ambient ticket cache that ``kinit`` left (``KRB5CCNAME`` or the
-    default cache, read again at each login, so a renewed ticket is picked up).
-
-    Hadoop answers the first SPNEGO login with a ``hadoop.auth`` cookie that the session keeps;
-    the NameNode's redirects to DataNodes carry a delegation token. The service name is
-    ``HTTP@<host of the URL>``: name NameNodes as their principals do (``localhost``, FQDNs).
+    """SPNEGO for WebHDFS (requests-gssapi): a principal + keytab (a private in-memory ticket
+    cache, logged in again before the ticket runs out), else the ambient ticket cache that
+    ``kinit`` left, read again at each login (docs/connections.md, "Kerberized HDFS"). The
+    service name is ``HTTP@<host of the URL>``: name NameNodes as their principals do.
     """
 
     def __init__(self, principal: str | None = None, keytab: str | None = None) -> None:
@@ -224,6 +168,10 @@ RENEW_TICKET = (
     "run kinit (or start `airflow kerberos`, which keeps Airflow's ticket cache), or give a "
     "principal and keytab"
 )
+_NO_KERBEROS = (
+    "the NameNode asks for Kerberos (SPNEGO); run kinit and pass --hdfs-kerberos "
+    "(webhdfs_options['kerberos']=True), or give a principal and keytab"
+)
 
 
 def _per_thread_spnego() -> type:
@@ -233,28 +181,24 @@ def _per_thread_spnego() -> type:
     (``MutualAuthenticationError`` on an HTTP 200)."""
     from requests_gssapi import HTTPSPNEGOAuth
 
+    class State(threading.local):
+        def __init__(self) -> None:  # runs once in each thread that uses it
+            self.context: dict[str, Any] = {}
+            self.pos: int | None = None
+
+    def per_thread(name: str) -> Any:
+        return property(
+            lambda auth: getattr(auth._state, name),
+            lambda auth, value: setattr(auth._state, name, value),
+        )
+
     class PerThreadSPNEGO(HTTPSPNEGOAuth):
+        context = per_thread("context")
+        pos = per_thread("pos")
+
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            self._state = threading.local()
+            self._state = State()
             super().__init__(*args, **kwargs)
-
-        @property
-        def context(self) -> dict[str, Any]:
-            if not hasattr(self._state, "context"):
-                self._state.context = {}
-            return self._state.context
-
-        @context.setter
-        def context(self, value: dict[str, Any]) -> None:
-            self._state.context = value
-
-        @property
-        def pos(self) -> int | None:
-            return getattr(self._state, "pos", None)
-
-        @pos.setter
-        def pos(self, value: int | None) -> None:
-            self._state.pos = value
 
     return PerThreadSPNEGO
 
@@ -345,11 +289,7 @@ class WebHDFSStorage:
         cls, location: str, /, *, url: str | list[str] | None = None, **options: Any
     ) -> WebHDFSStorage:
         """Backend for a checkpoint URL; ``url`` (NameNode HTTP URL or list) overrides the host.
-        ``options`` are the constructor's: ``kerberos=True`` (or a ``principal`` and ``keytab``)
-        logs in with SPNEGO; ``verify`` is a CA bundle for HTTPS NameNodes (or False);
-        ``token_file`` a Hadoop token file (default ``HADOOP_TOKEN_FILE_LOCATION``), whose HDFS
-        delegation token for the location's NameNode is used unless a principal, keytab or
-        user is given."""
+        ``options`` are the constructor's (docs/connections.md, "HDFS")."""
         storage = cls(url if url else namenode_url_for(location), **options)
         storage.location = location
         return storage
@@ -357,14 +297,13 @@ class WebHDFSStorage:
     # -- Storage interface -------------------------------------------------------------------
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
-        statuses = self._list_status(path)
         return [
             ObjectInfo(
                 name=status["pathSuffix"],
                 size=int(status.get("length", 0)),
                 modified=int(status.get("modificationTime", 0)) / 1000.0,
             )
-            for status in statuses
+            for status in self._list_status(path)
             if status.get("type") == "FILE" and status.get("pathSuffix")
         ]
 
@@ -374,12 +313,8 @@ class WebHDFSStorage:
         # over the raw stream, without the status to check.
         with self._call(path, "OPEN") as client, client._open(hdfs_path(path)) as response:
             kind = response.headers.get("Content-Type", "")
-            if response.status_code != 200 or "json" in kind:
-                raise StorageError(
-                    f"{path}: OPEN answered HTTP {response.status_code} ({kind or 'no type'}) "
-                    f"at {_server(response.url)}, not the file; check that "
-                    "webhdfs_options['url'] is a NameNode's HTTP address"
-                )
+            if response.status_code != 200 or "json" in kind:  # _call names path and server
+                raise ValueError(f"{kind or 'no type'}, not the file")
             return bytes(response.content)
 
     def exists(self, path: str) -> bool:
@@ -400,14 +335,13 @@ class WebHDFSStorage:
             client.write(temp, data=data, overwrite=False)
         try:
             self._rename2(path, temp, target, overwrite=overwrite)
-        except StorageAlreadyExists:
+        except StorageError as exc:
             self._delete_quietly(temp)
+            if not isinstance(exc, StorageAlreadyExists):
+                raise
             raise StorageAlreadyExists(
                 f"{path}: already exists; pass overwrite=True to replace it"
             ) from None
-        except StorageError:
-            self._delete_quietly(temp)
-            raise
 
     def list_children(self, path: str) -> Children:
         files: set[str] = set()
@@ -418,10 +352,7 @@ class WebHDFSStorage:
                 (directories if status.get("type") == "DIRECTORY" else files).add(name)
         return Children(frozenset(files), frozenset(directories))
 
-    def walk(self, root: str) -> dict[str, int]:
-        return self._walk(root, "")
-
-    def _walk(self, root: str, relative: str) -> dict[str, int]:
+    def walk(self, root: str, relative: str = "") -> dict[str, int]:
         found: dict[str, int] = {}
         for status in self._list_status(f"{root.rstrip('/')}/{relative}"):
             name = status.get("pathSuffix")
@@ -430,22 +361,20 @@ class WebHDFSStorage:
                 continue
             child = f"{relative}/{name}" if relative else name
             if status.get("type") == "DIRECTORY":
-                found.update(self._walk(root, child))
+                found.update(self.walk(root, child))
             else:
                 found[child] = int(status.get("length", 0))
         return found
 
-    def delete(self, path: str) -> None:
+    def delete(self, path: str, *, recursive: bool = False) -> None:
         self.requests.add("delete")
         with contextlib.suppress(StorageNotFound), self._call(path, "DELETE") as client:
-            client.delete(hdfs_path(path))
+            client.delete(hdfs_path(path), recursive=recursive)
 
     def remove_empty_directories(self, root: str) -> None:
         if self.walk(root):
             raise StorageError(f"{root}: still holds files; not removing it")
-        self.requests.add("delete")
-        with contextlib.suppress(StorageNotFound), self._call(root, "DELETE") as client:
-            client.delete(hdfs_path(root), recursive=True)
+        self.delete(root, recursive=True)
 
     def rename(self, src: str, dst: str) -> bool:
         target = hdfs_path(dst)
@@ -471,10 +400,9 @@ class WebHDFSStorage:
         self.requests.add("list")
         try:
             with self._call(path, "LISTSTATUS") as client:
-                response = client._list_status(hdfs_path(path))
+                return _file_statuses(client._list_status(hdfs_path(path)))
         except StorageNotFound:
             return []
-        return _file_statuses(response, path)
 
     def _rename2(self, path: str, src: str, dst: str, *, overwrite: bool) -> None:
         # rename2 (any renameoptions) is atomic and, without OVERWRITE, fails with
@@ -490,21 +418,33 @@ class WebHDFSStorage:
 
     @functools.cached_property
     def _connected(self) -> tuple[Any, Any]:
-        """(HdfsCLI client, its session), built on first use."""
+        """(HdfsCLI client, its session), built on first use: the one place its class is
+        chosen. A delegation token is sent as ``delegation=`` (``TokenClient``), else a user as
+        ``user.name`` (``InsecureClient``), else ``Client`` sends Kerberos (``session.auth``)
+        or anonymous requests. Credentials in a URL (``http://user:pw@gateway``) become the
+        session's basic auth, so that they never reach HdfsCLI's log lines or an error."""
+        from hdfs import Client, InsecureClient, TokenClient
+
+        _quiet_library_loggers()
         session = noting_session()
         session.verify = self.verify
         self.delegation_token = self._pick_token()
         if self.delegation_token is None and self.kerberos is not None:
             _require("requests_gssapi", "kerberos", "Kerberized HDFS needs requests-gssapi")
             session.auth = self.kerberos.auth()
-        client = hdfs_client(
-            self.namenode_urls,
-            user=self.user,
-            timeout=self.timeout,
-            session=session,
-            token=self.delegation_token.url_string() if self.delegation_token else None,
-        )
-        return client, session
+        plain = []
+        for url in self.namenode_urls:
+            parts = urlsplit(url)
+            if parts.username is not None and session.auth is None:
+                session.auth = (unquote(parts.username), unquote(parts.password or ""))
+            plain.append(parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl())
+        url = ";".join(plain)  # HdfsCLI's form of a list of NameNodes
+        if self.delegation_token:
+            token = self.delegation_token.url_string()
+            return TokenClient(url, token, timeout=self.timeout, session=session), session
+        if self.user:
+            return InsecureClient(url, self.user, timeout=self.timeout, session=session), session
+        return Client(url, timeout=self.timeout, session=session), session
 
     def _pick_token(self) -> Token | None:
         """The HDFS delegation token of the token file for this NameNode. A file from
@@ -562,7 +502,8 @@ class WebHDFSStorage:
         if isinstance(exc, (KeyError, TypeError, ValueError)):
             return StorageError(
                 f"{path}: {op} answered HTTP {status} at {server} with something that is not "
-                f"WebHDFS's ({problem}); check that webhdfs_options['url'] is a NameNode"
+                f"WebHDFS's ({problem}); check that webhdfs_options['url'] is a NameNode's HTTP "
+                "address and no proxy rewrites the answer"
             )
         # The Java exception first: HDFS answers 403 for FileAlreadyExistsException too.
         if exception in _ALREADY_EXISTS:
@@ -570,7 +511,8 @@ class WebHDFSStorage:
         if exception in _NOT_FOUND or status == 404:
             return StorageNotFound(f"{path}: no such file ({op} at {server}: {problem})")
         if status == 401:
-            return StorageAccessDenied(f"{path}: {op} at {server}: {self._unauthenticated()}")
+            why = self.kerberos.problem() if self.kerberos else _NO_KERBEROS
+            return StorageAccessDenied(f"{path}: {op} at {server}: HTTP 401: {why}")
         if self.delegation_token is not None and "InvalidToken" in f"{exception} {problem}":
             # SecurityException: ...SecretManager$InvalidToken: ... can't be found in cache
             token = self.delegation_token
@@ -589,14 +531,6 @@ class WebHDFSStorage:
             )
         return StorageError(f"{path}: {op} failed at {server}: {problem}")
 
-    def _unauthenticated(self) -> str:
-        if self.kerberos is None:
-            return (
-                "HTTP 401: the NameNode asks for Kerberos (SPNEGO); run kinit and pass "
-                "--hdfs-kerberos (webhdfs_options['kerberos']=True), or give a principal and keytab"
-            )
-        return f"HTTP 401: {self.kerberos.problem()}"
-
 
 def _token_file(option: str | None, other_credentials: str | None) -> str | None:
     """The token file to read: the option, else HADOOP_TOKEN_FILE_LOCATION; none when a
@@ -609,6 +543,20 @@ def _token_file(option: str | None, other_credentials: str | None) -> str | None
     if other_credentials:
         return None
     return option or os.environ.get("HADOOP_TOKEN_FILE_LOCATION") or None
+
+
+def _quiet_library_loggers() -> None:
+    """HdfsCLI logs every request at INFO and the body of every error answer at ERROR, and
+    requests-gssapi each refused login at ERROR; every one of those failures reaches the
+    caller as our typed error naming path, server and cause, so the lines only repeat it."""
+    for name, level in (
+        ("hdfs", logging.WARNING),
+        ("hdfs.client", logging.CRITICAL),
+        ("requests_gssapi", logging.CRITICAL),
+    ):
+        library_logger = logging.getLogger(name)
+        if library_logger.level == logging.NOTSET:
+            library_logger.setLevel(level)
 
 
 def _require(module: str, extra: str, why: str) -> None:
@@ -643,9 +591,10 @@ def _problem(response: Any) -> str:
     return f"HTTP {response.status_code}"
 
 
-def _file_statuses(response: Any, path: str) -> list[dict[str, Any]]:
+def _file_statuses(response: Any) -> list[dict[str, Any]]:
     """LISTSTATUS's FileStatus entries, each checked: a proxy's page or a damaged answer is a
-    StorageError naming the path, never a KeyError deep inside a listing."""
+    ValueError saying what is wrong (``_call`` names the path), never a KeyError deep inside a
+    listing."""
     try:
         document = response.json()
     except ValueError:  # JSONDecodeError, and requests' own subclass of it
@@ -660,10 +609,7 @@ def _file_statuses(response: Any, path: str) -> list[dict[str, Any]]:
             if not wrong:
                 return statuses
             problem = f"a FileStatus entry that is not one ({str(wrong[0])[:120]})"
-    raise StorageError(
-        f"{path}: LISTSTATUS answered HTTP {response.status_code} with {problem}; check that "
-        "webhdfs_options['url'] is a NameNode's HTTP address and no proxy rewrites the answer"
-    )
+    raise ValueError(problem)
 
 
 def _is_file_status(status: Any) -> bool:

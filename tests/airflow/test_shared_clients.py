@@ -213,7 +213,7 @@ def test_a_shared_kafka_client_serves_many_threads_at_once(kafka, topic):
     client = KafkaOffsetsClient({"bootstrap.servers": kafka.bootstrap}, timeout=15)
 
     def poll() -> tuple[int, int]:
-        admin = client._get_admin()
+        admin = client.admin()
         snap = client.snapshot([topic])
         return id(admin), sum(p.log_end for p in snap.partitions[topic].values())
 

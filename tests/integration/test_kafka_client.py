@@ -145,7 +145,7 @@ def _leader_moving_once(client, code: str):  # type: ignore[no-untyped-def]
     from confluent_kafka import KafkaError as RdKafkaError
     from confluent_kafka import KafkaException
 
-    admin = client._get_admin()
+    admin = client.admin()
     real = admin.list_offsets
     calls = []
 
