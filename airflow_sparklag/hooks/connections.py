@@ -1,33 +1,18 @@
 """Airflow connections -> the Kafka config and storage options a Session is built from.
 
-The connections are the ecosystem's own, nothing new to configure:
-
-- ``kafka``: the apache-kafka provider's connection; its ``extra`` is plain librdkafka
-  configuration (``{"bootstrap.servers": "broker:9092", ...}``).
-- ``aws`` (S3 checkpoints): with the amazon provider installed, its ``AwsBaseHook`` builds the
-  S3 client, so everything that connection type supports works (``role_arn`` assume-role,
-  ``profile_name``, session tokens, ``region_name``, ``endpoint_url``, ``service_config``,
-  ``config_kwargs``, ``verify``). Without it the connection is read directly: login/password =
-  access key id and secret, extra ``region_name``, ``endpoint_url``, ``aws_session_token``.
-- ``webhdfs`` (HDFS checkpoints): host (comma-separated NameNodes for HA), port (default 9870),
-  login = HDFS user, extra ``use_ssl``.
-- ``google_cloud_platform`` (``gs://`` checkpoints, gcsfs): with the google provider installed
-  its ``GoogleBaseHook`` gives the credentials; without it the extra is read directly:
-  ``keyfile_dict`` / ``key_path`` (service account), ``project``, and ``token`` / ``endpoint_url``
-  (e.g. ``"anon"`` and an emulator's URL).
-- ``wasb`` / ``adls`` (``abfs://``, ``abfss://``, ``az://`` checkpoints, adlfs): login = account
-  name, password = account key; or extra ``connection_string``, ``sas_token``, or a service
-  principal (extra ``tenant_id``, login = client id, password = client secret,
-  ``account_name``).
-
-No secret from a connection is ever put in a log line, an XCom value or an error message:
-:meth:`ResolvedConnections.scrub` removes every value that is not known to be safe.
+The connection types are the ecosystem's own (``kafka``, ``aws``, ``webhdfs``,
+``google_cloud_platform``, ``wasb`` / ``adls``); docs/connections.md lists what each field
+means. Where a provider is installed, its hook builds the client (amazon's ``AwsBaseHook``,
+google's ``GoogleBaseHook``, apache-kafka's config); without it the connection is read
+directly. No secret of a connection is ever logged, put in XCom or in an error message:
+:meth:`ResolvedConnections.scrub` removes every value not known to be safe.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import importlib
 import json
 import os
 from collections.abc import Mapping
@@ -81,12 +66,13 @@ class ResolvedConnections:
         values = list(kafka_secrets(self.kafka_config))
         for source in self.source_kafka.values():
             values.extend(kafka_secrets(source.config))
-        for options in (self.s3_options or {}, self.webhdfs_options or {}):
-            for key, value in options.items():
-                if is_secret_key(key) and isinstance(value, str):
-                    values.extend(secret_parts(value))
-        values.extend(fsspec_secrets(self.gcs_options or {}))
-        values.extend(fsspec_secrets(self.azure_options or {}))
+        for options in (
+            self.s3_options,
+            self.webhdfs_options,
+            self.gcs_options,
+            self.azure_options,
+        ):
+            values.extend(option_secrets(options or {}))
         return values
 
     def scrub(self, message: str) -> str:
@@ -138,18 +124,26 @@ def kafka_config_from(conn: Connection) -> dict[str, Any]:
     return _kafka_provider_config(conn) or config
 
 
+def _provider_hook(module: str, name: str) -> Any:
+    """The hook class ``name`` of an Airflow provider's ``module``; None when that provider is
+    not installed (any other missing module is an error). Imported here, never at import."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith(".".join(module.split(".")[:3])):
+            return None
+        raise
+
+
 def _kafka_provider_config(conn: Connection) -> dict[str, Any] | None:
     """The apache-kafka provider's config for ``conn`` (``KafkaBaseHook._build_config``, the
     one its own hooks and ``test_connection`` use); None without the provider or with a
     version that has no such method (the 1.x providers that Airflow 2.11 and 3.0 pin, 1.10.2
     and 1.13.0 in the compatibility runs: their extra is then read as plain client config)."""
-    try:
-        from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").startswith("airflow.providers.apache"):
-            return None
-        raise
-    hook = KafkaBaseHook(kafka_config_id=conn.conn_id)
+    hook_class = _provider_hook("airflow.providers.apache.kafka.hooks.base", "KafkaBaseHook")
+    if hook_class is None:
+        return None
+    hook = hook_class(kafka_config_id=conn.conn_id)
     if not hasattr(hook, "_build_config"):
         return None
     # The connection is already read (in a trigger: with the async API); the provider's hook
@@ -190,20 +184,16 @@ def amazon_s3_options(
 
     The client carries whatever the ``aws`` connection configures (assume-role with refreshing
     credentials, profiles, session tokens, region, ``endpoint_url``/``service_config``,
-    ``config_kwargs``, ``verify``). Returns ``None`` when the provider is not installed. The
-    provider is imported here, never at module import.
+    ``config_kwargs``, ``verify``). Returns ``None`` when the provider is not installed.
     """
-    try:
-        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").startswith("airflow.providers.amazon"):
-            return None
-        raise
+    hook_class = _provider_hook("airflow.providers.amazon.aws.hooks.base_aws", "AwsBaseHook")
+    if hook_class is None:
+        return None
     from botocore.config import Config
 
     from airflow_sparklag.storage.s3 import MAX_POOL_CONNECTIONS, client_config
 
-    hook = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
+    hook = hook_class(aws_conn_id=aws_conn_id, client_type="s3")
     # S3Storage's own timeouts and retry budget (3 attempts in all, 60 s worst case) for the
     # client the amazon provider builds; the connection's ``config_kwargs`` override them.
     ours = Config(**client_config(**(bounds or {})), max_pool_connections=MAX_POOL_CONNECTIONS)
@@ -311,29 +301,20 @@ def _bool_or_path(value: str) -> bool | str:
 
 # -- GCS (gcsfs) and Azure (adlfs) -------------------------------------------------------------
 
-# fsspec options that hold a secret although no SECRET_MARKERS word is in their name.
-_FSSPEC_SECRET_KEYS = frozenset({"connection_string", "private_key", "private_key_id"})
+# Storage options that hold a secret although no SECRET_MARKERS word is in their name.
+_SECRET_OPTION_KEYS = frozenset({"connection_string", "private_key", "private_key_id"})
 
 
-def fsspec_secrets(options: Mapping[str, Any]) -> list[str]:
-    """Every secret text in gcsfs / adlfs options, nested ones too (a service-account dict
-    under ``token``: its ``private_key``; a ``connection_string``: its ``AccountKey=``)."""
+def option_secrets(options: Mapping[str, Any], inside_secret: bool = False) -> list[str]:
+    """Every secret text in storage options, nested ones too (a service-account dict under
+    ``token``: its ``private_key``; a ``connection_string``: its ``AccountKey=``); every
+    non-blank text ``inside_secret`` (a mapping under a secret key)."""
     found: list[str] = []
     for key, value in options.items():
-        secret = is_secret_key(str(key)) or key in _FSSPEC_SECRET_KEYS
+        secret = inside_secret or is_secret_key(str(key)) or key in _SECRET_OPTION_KEYS
         if isinstance(value, Mapping):
-            found.extend(fsspec_secrets(value) if not secret else _all_strings(value))
-        elif secret and isinstance(value, str):
-            found.extend(secret_parts(value))
-    return found
-
-
-def _all_strings(options: Mapping[str, Any]) -> list[str]:
-    found: list[str] = []
-    for value in options.values():
-        if isinstance(value, Mapping):
-            found.extend(_all_strings(value))
-        elif isinstance(value, str) and value.strip():
+            found.extend(option_secrets(value, secret))
+        elif secret and isinstance(value, str) and (value.strip() or not inside_secret):
             found.extend(secret_parts(value))
     return found
 
@@ -352,7 +333,9 @@ def _extra(conn: Connection, *conn_types: str) -> dict[str, Any]:
 
 
 def gcs_options_from(conn: Connection) -> dict[str, Any]:
-    """gcsfs options from a ``google_cloud_platform`` connection read directly."""
+    """gcsfs options from a ``google_cloud_platform`` connection read directly; without a
+    ``token`` (no ``keyfile_dict``/``key_path``/``token``) the google provider, when installed,
+    builds the credentials."""
     extra = _extra(conn, "google_cloud_platform", "gcp")
     options: dict[str, Any] = {}
     if extra.get("keyfile_dict"):
@@ -368,24 +351,14 @@ def gcs_options_from(conn: Connection) -> dict[str, Any]:
     return options
 
 
-def gcp_needs_provider(conn: Connection) -> bool:
-    """Whether the google provider should build the credentials: the connection names none
-    that gcsfs reads itself (no ``keyfile_dict``/``key_path``/``token``)."""
-    extra = _extra(conn, "google_cloud_platform", "gcp")
-    return not any(extra.get(name) for name in ("keyfile_dict", "key_path", "token"))
-
-
 def google_provider_credentials(gcp_conn_id: str) -> tuple[Any, str | None] | None:
     """(credentials, project id) from the google provider's ``GoogleBaseHook`` (impersonation,
     key secrets, workload identity, ...); None when the provider is not installed."""
-    try:
-        from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").startswith("airflow.providers.google"):
-            return None
-        raise
-    hook = GoogleBaseHook(gcp_conn_id=gcp_conn_id)
-    credentials, project_id = hook.get_credentials_and_project_id()
+    module = "airflow.providers.google.common.hooks.base_google"
+    hook_class = _provider_hook(module, "GoogleBaseHook")
+    if hook_class is None:
+        return None
+    credentials, project_id = hook_class(gcp_conn_id=gcp_conn_id).get_credentials_and_project_id()
     return credentials, project_id
 
 

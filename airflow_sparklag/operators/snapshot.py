@@ -25,12 +25,6 @@ if TYPE_CHECKING:
 class _SparkLagConnections(SparkLagHookMixin, BaseOperator):
     """Connections (one hook, one session) shared by the three operators."""
 
-    def _run(self, work: Any) -> Any:
-        try:
-            return self.run_core(work)
-        finally:
-            self.close_hook()
-
 
 class CheckpointSnapshotOperator(_SparkLagConnections):
     """Write a verified snapshot of a checkpoint's committed offsets; optionally export them.
@@ -89,7 +83,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
                 payload["consumer_group"] = export_to_group(hook.session, group, result)
             return payload
 
-        payload = self._run(work)
+        payload = self.run_core(work)
         self.record_writes(payload["path"])
         self.log.info(
             "Snapshot of %s batch %s written to %s",
@@ -140,7 +134,7 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
             payload["committed_batch_id"] = result.snapshot.committed.batch_id
             return payload
 
-        payload = self._run(work)
+        payload = self.run_core(work)
         self.log.info("Group %s: total lag %s", group_id, payload["total_lag"])
         return payload
 
@@ -201,7 +195,7 @@ class CheckpointMigrationOperator(_SparkLagConnections):
             )
             return payload
 
-        payload = self._run(work)
+        payload = self.run_core(work)
         if payload["status"] != "planned":  # a dry run writes nothing
             self.record_writes(payload["snapshot_path"], payload["archive_location"])
         for warning in payload["warnings"]:

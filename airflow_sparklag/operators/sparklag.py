@@ -90,8 +90,6 @@ class _LagCheckBase(CheckOptionsMixin):
             if self.emit_metrics:
                 metrics.emit_failure(job, _reason(exc), self.metric_prefix)
             raise
-        finally:
-            self.close_hook()
         if self.emit_metrics:
             metrics.emit_result(job, result.to_dict(), self.metric_prefix)
         return result

@@ -13,7 +13,7 @@ import datetime
 import time
 from collections.abc import Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from airflow.providers.common.compat.sdk import (
     AirflowException,
@@ -76,7 +76,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
         condition = self._condition
         job = metrics.job_name(self, self.metric_name)
         try:
-            probe = self.run_core(lambda: self.hook.probe(condition))
+            probe = self.run_core(lambda: self.hook.probe(condition), close=False)
         except Exception as exc:
             metrics.emit_failure(job, type(exc).__name__)
             raise
@@ -99,11 +99,11 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
             metric_name=metrics.job_name(self, self.metric_name),
         )
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, error: type[Exception] = AirflowFailException) -> NoReturn:
         if self.soft_fail:
             self.log.warning("%s", message)  # Airflow 3 logs a skip without its reason
             raise AirflowSkipException(message)
-        raise AirflowFailException(message)
+        raise error(message)
 
     def poke(self, context: Context) -> PokeReturnValue:
         probe = self._probe(context)
@@ -142,10 +142,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
         if status == "failed":
             self._fail(message)
         if status == "timeout":
-            if self.soft_fail:
-                self.log.warning("%s", message)
-                raise AirflowSkipException(message)
-            raise AirflowSensorTimeout(message)
+            self._fail(message, AirflowSensorTimeout)
         raise AirflowException(message or f"unexpected trigger event {event!r}")
 
 
