@@ -277,18 +277,6 @@ def _execute(query: Any) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in session.execute(query)]
 
 
-def load_rows(
-    dag_ids: set[str] | None, *, per_task: int = MAX_POINTS, tasks: Tasks | None = None
-) -> list[Row]:
-    """Our XComs with their whole values, the newest ``per_task`` of each task (``dag_ids``:
-    only those DAGs; ``tasks``: only those tasks). Rows are ``(dag_id, run_id, task_id,
-    map_index, rendered map index, time, value)``."""
-    from airflow.models.xcom import XComModel as X
-
-    query, _ = _ranked(dag_ids, tasks, per_task, X.value)
-    return _execute(query)
-
-
 def load_table(
     dag_ids: set[str] | None, per_task: int = 1, tasks: Tasks | None = None
 ) -> list[JobView]:
@@ -336,7 +324,9 @@ def job_history(dag_ids: set[str] | None, location: str) -> JobView | None:
         return None
     tasks = {(c.dag_id, c.task_id, c.map_index) for c in found[0].checks}
     job = next(j for j in load_table(dag_ids, MAX_POINTS, tasks) if j.location == location)
-    rows = load_rows(dag_ids, per_task=REPORT_CHECKS, tasks=tasks)
+    from airflow.models.xcom import XComModel as X
+
+    rows = _execute(_ranked(dag_ids, tasks, REPORT_CHECKS, X.value)[0])  # whole values
     reported = {_key(c): c for j in collect(rows) if j.location == location for c in j.checks}
     job.checks = [reported.get(_key(c), c) for c in job.checks]
     return job

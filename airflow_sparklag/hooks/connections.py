@@ -256,10 +256,8 @@ def webhdfs_options_from(conn: Connection) -> dict[str, Any]:
         )
     scheme = "https" if str(extra.get("use_ssl", "")).lower() in {"true", "1", "yes"} else "http"
     port = conn.port or DEFAULT_WEBHDFS_PORT
-    urls = []
-    for host in (h.strip() for h in conn.host.split(",")):
-        if host:
-            urls.append(host if "://" in host else f"{scheme}://{host}:{port}")
+    hosts = [host.strip() for host in conn.host.split(",") if host.strip()]
+    urls = [host if "://" in host else f"{scheme}://{host}:{port}" for host in hosts]
     options: dict[str, Any] = {"url": urls[0] if len(urls) == 1 else urls}
     if conn.login:
         options["user"] = conn.login

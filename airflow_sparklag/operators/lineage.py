@@ -95,10 +95,7 @@ class LineageMixin:
         location = getattr(self, "location", None)
         if not inputs and isinstance(location, str) and location:
             inputs = [storage_dataset(location)]
-        return (
-            inputs,
-            list(self.__dict__.get("_lineage_outputs", {})),
-        )
+        return inputs, list(self.__dict__.get("_lineage_outputs", {}))
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         from airflow.providers.common.compat.openlineage.facet import Dataset as OLDataset

@@ -69,9 +69,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
             lambda: (
                 params.location("checkpoint_location", self.checkpoint_location),
                 params.location("snapshot_root", self.snapshot_root),
-                None
-                if params.is_none(self.consumer_group)
-                else params.text("consumer_group", self.consumer_group),
+                params.optional_text("consumer_group", self.consumer_group),
             )
         )
         hook = self.hook
@@ -142,17 +140,7 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
 class CheckpointMigrationOperator(_SparkLagConnections):
     """Snapshot, validate and archive a checkpoint; return the new query's startingOffsets.
 
-    Example::
-
-        migrate = CheckpointMigrationOperator(
-            task_id="migrate_orders",
-            checkpoint_location="s3a://bucket/ck/orders",
-            archive_root="s3a://bucket/archive",
-            file_sink_paths=["s3a://bucket/out/orders"],   # file sinks the new query writes to
-            aws_conn_id="aws_default",
-        )
-        # downstream startingOffsets:
-        #   "{{ ti.xcom_pull('migrate_orders')['starting_offsets_json'] }}"
+    Example: docs/operators/checkpoint-migration.md.
 
     Refusals (job alive, data loss, topic gone, file-sink log) fail the task without retries;
     a re-run after a crash resumes from the migration journal.

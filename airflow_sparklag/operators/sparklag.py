@@ -54,11 +54,6 @@ def push_check_failed(context: Context, location: str, exc: BaseException, key: 
     return failed
 
 
-def health_name(health: Any) -> str:
-    """``Health.OK`` -> ``"OK"``."""
-    return str(getattr(health, "value", health)).upper()
-
-
 class _LagCheckBase(CheckOptionsMixin):
     """Arguments and the check shared by the check and branch operators: ``location``, the
     connection ids and ``CheckOptions``' fields (``thresholds``, ``history``, ...)."""
@@ -112,15 +107,7 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
     ``.commit_age_seconds`` and ``.health`` (0 OK, 1 lagging, ... 5 data loss, -1 unknown),
     ``<job>`` being ``metric_name`` or ``<dag_id>__<task_id>``; see ``operators/metrics.py``.
 
-    Example::
-
-        SparkLagCheckOperator(
-            task_id="orders_lag",
-            location="s3a://lake/checkpoints/orders",
-            kafka_config_id="kafka_prod",
-            aws_conn_id="aws_lake",
-            thresholds={"max_lag_records_total": 50_000, "max_commit_age_seconds": 600},
-        )
+    Example: docs/operators/spark-lag-check.md.
 
     On a breach it raises ``AirflowFailException`` (no retries: the lag will not change by
     retrying at once) with the verdict and the worst partitions, e.g.
@@ -150,7 +137,7 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
             push_check_failed(context, str(self.location).strip(), exc, "return_value")
             raise
         payload = compact(result.to_dict())
-        health = health_name(result.verdict.health)
+        health = result.verdict.health.value
         report = result.report
         self.log.info(
             "%s: %s (%s); total lag %s records, time lag %s",
@@ -176,16 +163,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
     without it such a failure fails the task. The check result goes to XCom under
     the key ``report``.
 
-    Example::
-
-        SparkLagBranchOperator(
-            task_id="decide",
-            location="/data/checkpoints/orders",
-            thresholds={"max_lag_records_total": 1000},
-            healthy_task_id="deploy_now",
-            lagging_task_id="wait_for_catch_up",
-            default_task_id="abort",
-        )
+    Example: docs/operators/spark-lag-branch.md.
     """
 
     template_fields: Sequence[str] = (*CONN_FIELDS, "location", *CHECK_FIELDS, "metric_name")
@@ -236,7 +214,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
                 "%s: the check failed (%s) -> %s", location, exc, self.check_failed_task_id
             )
             return self.check_failed_task_id
-        health = health_name(result.verdict.health)
+        health = result.verdict.health.value
         context["ti"].xcom_push(key="report", value=compact(result.to_dict()))
         chosen = self.branches.get(health) or self.default_task_id
         self.log.info("%s: %s (%s) -> %s", location, health, result.verdict.reason, chosen)

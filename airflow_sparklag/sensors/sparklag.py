@@ -156,17 +156,7 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
     that looks scheduled. ``fail_fast`` (verdict names) replaces both switches. Pushes the last
     ``CheckResult.to_dict()`` to XCom.
 
-    Example::
-
-        SparkLagSensor(
-            task_id="wait_healthy",
-            location="s3a://lake/checkpoints/orders",
-            kafka_config_id="kafka_prod",
-            aws_conn_id="aws_lake",
-            thresholds={"max_lag_records_total": 10_000, "max_lag_seconds": 300},
-            poke_interval=60,
-            timeout=3600,
-        )
+    Example: docs/operators/spark-lag-sensor.md.
     """
 
     trigger_class = "SparkLagTrigger"
@@ -237,15 +227,7 @@ class SparkCheckpointProgressSensor(_CheckpointSensor):
     Use it after (re)starting a job: "the new version has processed at least one batch".
     Pushes ``{"committed_batch_id", "committed_at", "offsets", ...}`` to XCom.
 
-    Example::
-
-        SparkCheckpointProgressSensor(
-            task_id="new_version_progressing",
-            location="hdfs://nn:8020/checkpoints/orders",
-            webhdfs_conn_id="webhdfs_default",
-            after_batch_id="{{ ti.xcom_pull('record_offsets')['committed_batch_id'] }}",
-            timeout=900,
-        )
+    Example: docs/operators/checkpoint-progress-sensor.md.
     """
 
     trigger_class = "SparkCheckpointProgressTrigger"
@@ -283,14 +265,7 @@ class SparkKafkaCatchUpSensor(_CheckpointSensor):
     run's data interval, so a daily DAG waits until the stream has covered "yesterday".
     ``topics`` limits the check (default: every topic in the checkpoint).
 
-    Example::
-
-        SparkKafkaCatchUpSensor(
-            task_id="orders_complete_until_midnight",
-            location="/data/checkpoints/orders",
-            target_time="{{ data_interval_end }}",
-            deferrable=True,
-        )
+    Example: docs/operators/kafka-catch-up-sensor.md.
     """
 
     trigger_class = "SparkKafkaCatchUpTrigger"
