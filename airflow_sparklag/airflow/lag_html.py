@@ -314,24 +314,19 @@ TOP_PARTITIONS = 8  # lines of the per-partition charts: the most lagging in the
 def partition_lines(job: JobView) -> tuple[dict[str, list[tuple[float, float]]], ...]:
     """``(lag in records, lag in seconds)`` over time of the ``TOP_PARTITIONS`` partitions
     that lag most in the newest check that has partitions, each ``"<topic>-<partition>"``."""
-    records: dict[str, list[tuple[float, float]]] = {}
-    seconds: dict[str, list[tuple[float, float]]] = {}
+    lines: dict[str, dict[str, list[tuple[float, float]]]] = {"lag": {}, "lag_seconds": {}}
     for check in job.checks:
         for p in partition_rows(check.report):
             name, at = f"{p.get('topic')}-{p.get('partition')}", check.at.timestamp()
-            if isinstance(lag := p.get("lag"), (int, float)):
-                records.setdefault(name, []).append((at, float(lag)))
-            if isinstance(lag_s := p.get("lag_seconds"), (int, float)):
-                seconds.setdefault(name, []).append((at, float(lag_s)))
+            for key, series in lines.items():
+                if isinstance(value := p.get(key), (int, float)):
+                    series.setdefault(name, []).append((at, float(value)))
     newest = next((c.report for c in reversed(job.checks) if partition_rows(c.report)), None)
     ranked = sorted(
         partition_rows(newest), key=lambda p: (-(p.get("lag") or 0), str(p.get("topic")))
     )
     top = [f"{p.get('topic')}-{p.get('partition')}" for p in ranked[:TOP_PARTITIONS]]
-    return (
-        {name: records[name] for name in top if name in records},
-        {name: seconds[name] for name in top if name in seconds},
-    )
+    return tuple({name: line[name] for name in top if name in line} for line in lines.values())
 
 
 def _partition_charts(job: JobView, thresholds: Mapping[str, Any]) -> str:

@@ -105,22 +105,19 @@ def _parsed(
     return parsed
 
 
-def _from_result(value: Mapping[str, Any]) -> Parsed | None:
-    """The fields of a ``CheckResult.to_dict()`` (a failed check's has no report)."""
-    verdict = value.get("verdict")
-    if not isinstance(verdict, Mapping) or not value.get("location"):
+def _entry(value: Any) -> Parsed | None:
+    """The fields of a ``CheckResult.to_dict()`` (a failed check's has no report) or of a
+    fleet entry (``failing`` of a fleet check, ``results`` of a scan: flat fields)."""
+    if not isinstance(value, Mapping) or not value.get("location"):
+        return None
+    verdict = value.get("verdict", value)  # a fleet entry is flat
+    if not isinstance(verdict, Mapping):
         return None
     report = value.get("report") if isinstance(value.get("report"), Mapping) else None
-    parsed = _parsed(value, verdict.get("health"), verdict.get("reason"), report or {})
-    parsed["report"] = report
+    measured = value if verdict is value else report or {}
+    parsed = _parsed(value, verdict.get("health"), verdict.get("reason"), measured)
+    parsed["report"] = report if verdict is not value else None
     return parsed
-
-
-def _from_flat(value: Mapping[str, Any]) -> Parsed | None:
-    """The fields of a fleet entry (``failing`` of a fleet check, ``results`` of a scan)."""
-    if not value.get("location"):
-        return None
-    return _parsed(value, value.get("health"), value.get("reason"), value)
 
 
 def _loaded(value: Any) -> Any:
@@ -142,13 +139,11 @@ def parse_xcom(value: Any) -> list[Parsed]:
     if not isinstance(value, Mapping):
         return []
     if "verdict" in value:
-        one = _from_result(value)
+        one = _entry(value)
         return [one] if one else []
     found: dict[str, Parsed] = {}
     for entry in [*(value.get("results") or ()), *(value.get("failing") or ())]:
-        if not isinstance(entry, Mapping):
-            continue
-        parsed = _from_result(entry) if "verdict" in entry else _from_flat(entry)
+        parsed = _entry(entry)
         if parsed and parsed["location"] not in found:
             found[parsed["location"]] = parsed
     return list(found.values())

@@ -51,7 +51,7 @@ class ResolvedConnections:
     azure_options: dict[str, Any] | None = field(default=None, repr=False)
     # Extras of the aws connection that need the amazon provider (e.g. "role_arn").
     aws_provider_only: tuple[str, ...] = ()
-    # connection_fingerprint() of each connection; "" means: do not share its clients.
+    # connection_fingerprint() of each connection: part of its shared clients' keys.
     kafka_fingerprint: str = field(default="", repr=False)
     aws_fingerprint: str = field(default="", repr=False)
     # Sources measured against another cluster: source id -> (kafka connection id, its config,

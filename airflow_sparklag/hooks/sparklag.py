@@ -401,15 +401,10 @@ class SparkLagHook(BaseHook):
     # -- connection test ---------------------------------------------------------------------
 
     def test_connection(self) -> tuple[bool, str]:
-        """Tests every connection the hook uses, each with a real request bounded by the hook's
-        timeouts: Kafka (cluster metadata; each mapped source's cluster too), S3
-        (ListBuckets), WebHDFS (the root's status); GCS and Azure credentials are built by
-        gcsfs / adlfs. With a ``sparklag`` connection whose ``location`` is set, that
-        checkpoint is read too (committed batch, partitions). Airflow's connection "Test"
-        button calls this.
-
-        Returns ``(True, what answered)`` or ``(False, which part failed and why)``; the
-        message holds no secret of any connection.
+        """Tests every connection the hook uses with a real request bounded by its timeouts
+        (docs/connections.md lists each), and the ``sparklag`` connection's ``location`` when
+        set; Airflow's connection "Test" button calls this. ``(True, what answered)`` or
+        ``(False, which part failed and why)``; the message holds no secret.
         """
         passed: list[str] = []
         part = "reading the connections"

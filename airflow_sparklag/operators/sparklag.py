@@ -102,16 +102,9 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
 
     The result (``CheckResult.to_dict()``: report and verdict) is the task's XCom return value,
     also on failure; a check that fails itself leaves ``CHECK_FAILED`` and its error there.
-    Gauges go to Airflow's metrics (StatsD/OpenTelemetry, when enabled) as
-    ``<metric_prefix>.<job>.total_lag``, ``.max_lag``, ``.max_lag_seconds``,
-    ``.commit_age_seconds`` and ``.health`` (0 OK, 1 lagging, ... 5 data loss, -1 unknown),
-    ``<job>`` being ``metric_name`` or ``<dag_id>__<task_id>``; see ``operators/metrics.py``.
-
-    Example: docs/operators/spark-lag-check.md.
-
-    On a breach it raises ``AirflowFailException`` (no retries: the lag will not change by
-    retrying at once) with the verdict and the worst partitions, e.g.
-    ``/ck/orders: LAGGING: total lag 61200 > 50000. Total lag 61200. orders[2] lag=40100 ...``.
+    Gauges go to Airflow's metrics (docs/metrics.md). On a breach it raises
+    ``AirflowFailException`` (no retries: the lag will not change by retrying at once) with the
+    verdict and the worst partitions. Example: docs/operators/spark-lag-check.md.
     """
 
     template_fields: Sequence[str] = (

@@ -101,25 +101,21 @@ class SparkLagEventTrigger(SparkLagTrigger, BaseEventTrigger):
         self.polls = 0  # polls of this run (logged with each)
         self.fleet: Any = None  # the run's FleetChecker
 
-    def _condition_kwargs(self) -> dict[str, Any]:
-        kwargs = super()._condition_kwargs()
-        for unused in ("accept", "fail_fast"):  # the sensor's; a watcher has ``unhealthy``
-            kwargs.pop(unused)
-        return {
-            **kwargs,
-            "locations": self.locations,
-            "prefix": self.prefix,
-            "unhealthy": [h.value for h in self.unhealthy],
-            "fire_on_recovery": self.fire_on_recovery,
-            "max_depth": self.max_depth,
-            "rediscover_seconds": self.rediscover_seconds,
-            "state_variable": getattr(self, "state_variable", None),
-        }
-
     def serialize(self) -> tuple[str, dict[str, Any]]:
         classpath, kwargs = super().serialize()
-        for unused in ("location", "deadline"):  # ``locations`` holds it; never a deadline
+        # ``locations`` holds the location; never a deadline; ``unhealthy``, not the sensor's
+        # accept / fail_fast
+        for unused in ("location", "deadline", "accept", "fail_fast"):
             kwargs.pop(unused)
+        kwargs.update(
+            locations=self.locations,
+            prefix=self.prefix,
+            unhealthy=[h.value for h in self.unhealthy],
+            fire_on_recovery=self.fire_on_recovery,
+            max_depth=self.max_depth,
+            rediscover_seconds=self.rediscover_seconds,
+            state_variable=getattr(self, "state_variable", None),
+        )
         return classpath, kwargs
 
     def _default_state_variable(self) -> str:

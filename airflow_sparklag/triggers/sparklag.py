@@ -66,13 +66,9 @@ class _ConditionTrigger(BaseTrigger):
 
     condition: WaitCondition  # set by each trigger's __init__
 
-    def _condition_kwargs(self) -> dict[str, Any]:
-        """The condition's own arguments: its ``to_dict()`` without kind and location."""
-        kwargs = self.condition.to_dict()
-        del kwargs["kind"], kwargs["location"]
-        return kwargs
-
     def serialize(self) -> tuple[str, dict[str, Any]]:
+        condition = self.condition.to_dict()  # the condition's own arguments follow
+        del condition["kind"], condition["location"]
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
@@ -81,7 +77,7 @@ class _ConditionTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "metric_name": self.metric_name,
-                **self._condition_kwargs(),
+                **condition,
             },
         )
 
