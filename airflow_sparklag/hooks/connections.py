@@ -121,7 +121,17 @@ def kafka_config_from(conn: Connection) -> dict[str, Any]:
             f"Kafka connection {conn.conn_id!r} has no 'bootstrap.servers' in its extra; the "
             'extra is librdkafka config, e.g. {"bootstrap.servers": "broker:9092"}'
         )
-    return _kafka_provider_config(conn) or config
+    # The apache-kafka provider's config (``KafkaBaseHook._build_config``, the one its own
+    # hooks and ``test_connection`` use); the 1.x providers that Airflow 2.11 and 3.0 pin
+    # (1.10.2 and 1.13.0 in the compatibility runs) have no such method: plain client config.
+    hook_class = _provider_hook("airflow.providers.apache.kafka.hooks.base", "KafkaBaseHook")
+    hook = hook_class(kafka_config_id=conn.conn_id) if hook_class is not None else None
+    if not hasattr(hook, "_build_config"):
+        return config
+    # The connection is already read (in a trigger: with the async API); the provider's hook
+    # must not read it again, synchronously, from inside the event loop.
+    hook.get_connection = lambda conn_id: conn  # type: ignore[union-attr]
+    return dict(hook._build_config()) or config  # type: ignore[union-attr]
 
 
 def _provider_hook(module: str, name: str) -> Any:
@@ -135,35 +145,14 @@ def _provider_hook(module: str, name: str) -> Any:
         raise
 
 
-def _kafka_provider_config(conn: Connection) -> dict[str, Any] | None:
-    """The apache-kafka provider's config for ``conn`` (``KafkaBaseHook._build_config``, the
-    one its own hooks and ``test_connection`` use); None without the provider or with a
-    version that has no such method (the 1.x providers that Airflow 2.11 and 3.0 pin, 1.10.2
-    and 1.13.0 in the compatibility runs: their extra is then read as plain client config)."""
-    hook_class = _provider_hook("airflow.providers.apache.kafka.hooks.base", "KafkaBaseHook")
-    if hook_class is None:
-        return None
-    hook = hook_class(kafka_config_id=conn.conn_id)
-    if not hasattr(hook, "_build_config"):
-        return None
-    # The connection is already read (in a trigger: with the async API); the provider's hook
-    # must not read it again, synchronously, from inside the event loop.
-    hook.get_connection = lambda conn_id: conn  # type: ignore[method-assign]
-    return dict(hook._build_config())
-
-
 def s3_options_from(conn: Connection) -> dict[str, Any]:
     extra = dict(conn.extra_dejson or {})
-    options: dict[str, Any] = {}
-    key_id = conn.login or extra.get("aws_access_key_id")
-    secret = conn.password or extra.get("aws_secret_access_key")
-    if key_id:
-        options["aws_access_key_id"] = key_id
-    if secret:
-        options["aws_secret_access_key"] = secret
-    for name in _AWS_EXTRA_OPTIONS:
-        if extra.get(name):
-            options[name] = extra[name]
+    given = {
+        "aws_access_key_id": conn.login or extra.get("aws_access_key_id"),
+        "aws_secret_access_key": conn.password or extra.get("aws_secret_access_key"),
+        **{name: extra.get(name) for name in _AWS_EXTRA_OPTIONS},
+    }
+    options = {name: value for name, value in given.items() if value}
     # The amazon provider also accepts the endpoint per service.
     service_endpoint = (extra.get("service_config") or {}).get("s3", {}).get("endpoint_url")
     if service_endpoint and "endpoint_url" not in options:
@@ -177,45 +166,6 @@ def amazon_provider_only_settings(conn: Connection) -> tuple[str, ...]:
     return tuple(name for name in _AMAZON_PROVIDER_ONLY if extra.get(name))
 
 
-def amazon_s3_options(
-    aws_conn_id: str, bounds: Mapping[str, float] | None = None
-) -> dict[str, Any] | None:
-    """S3 options from the amazon provider: a ready client built by its ``AwsBaseHook``.
-
-    The client carries whatever the ``aws`` connection configures (assume-role with refreshing
-    credentials, profiles, session tokens, region, ``endpoint_url``/``service_config``,
-    ``config_kwargs``, ``verify``). Returns ``None`` when the provider is not installed.
-    """
-    hook_class = _provider_hook("airflow.providers.amazon.aws.hooks.base_aws", "AwsBaseHook")
-    if hook_class is None:
-        return None
-    from botocore.config import Config
-
-    from airflow_sparklag.storage.s3 import MAX_POOL_CONNECTIONS, client_config
-
-    hook = hook_class(aws_conn_id=aws_conn_id, client_type="s3")
-    # S3Storage's own timeouts and retry budget (3 attempts in all, 60 s worst case) for the
-    # client the amazon provider builds; the connection's ``config_kwargs`` override them.
-    ours = Config(**client_config(**(bounds or {})), max_pool_connections=MAX_POOL_CONNECTIONS)
-    config = ours.merge(hook.config)
-    session = hook.get_session(region_name=hook.region_name)
-    client = session.client(
-        "s3",
-        endpoint_url=hook.conn_config.get_service_endpoint_url(service_name="s3"),
-        config=config,
-        verify=hook.verify,
-    )
-    # The reads (obstore) take the credentials from the same session (an assumed role's,
-    # refreshed) and the rest from the client's settings. endpoint_url only names the
-    # endpoint in S3Storage's error messages; the client is used.
-    return {
-        "client": client,
-        "session": session,
-        "verify": hook.verify,
-        "endpoint_url": client.meta.endpoint_url,
-    }
-
-
 @dataclass(frozen=True)
 class S3Client:
     """A ready S3 client for an ``aws`` connection, and how it was built."""
@@ -227,12 +177,34 @@ class S3Client:
 def build_s3_client(
     aws_conn_id: str, conns: ResolvedConnections, bounds: Mapping[str, float] | None = None
 ) -> S3Client:
-    """The S3 client for ``aws_conn_id``: the amazon provider's when installed, else one built
-    from the connection read directly (keys, region, endpoint; no role_arn or profile).
-    ``bounds``: ``connect_timeout`` / ``read_timeout`` of every attempt."""
-    options = amazon_s3_options(aws_conn_id, bounds)
-    if options is not None:
-        return S3Client(options, from_provider=True)
+    """The S3 client for ``aws_conn_id``: the amazon provider's ``AwsBaseHook`` builds it when
+    installed, with whatever the connection configures (assume-role with refreshing
+    credentials, profiles, session tokens, region, ``endpoint_url``/``service_config``,
+    ``config_kwargs``, ``verify``); else one built from the connection read directly (keys,
+    region, endpoint; no role_arn or profile). ``bounds``: ``connect_timeout`` /
+    ``read_timeout`` of every attempt."""
+    hook_class = _provider_hook("airflow.providers.amazon.aws.hooks.base_aws", "AwsBaseHook")
+    if hook_class is not None:
+        from botocore.config import Config
+
+        from airflow_sparklag.storage.s3 import MAX_POOL_CONNECTIONS, client_config
+
+        hook = hook_class(aws_conn_id=aws_conn_id, client_type="s3")
+        # S3Storage's own timeouts and retry budget (3 attempts in all, 60 s worst case) for
+        # the client the amazon provider builds; the connection's ``config_kwargs`` override.
+        ours = Config(**client_config(**(bounds or {})), max_pool_connections=MAX_POOL_CONNECTIONS)
+        session = hook.get_session(region_name=hook.region_name)
+        client = session.client(
+            "s3",
+            endpoint_url=hook.conn_config.get_service_endpoint_url(service_name="s3"),
+            config=ours.merge(hook.config),
+            verify=hook.verify,
+        )
+        # The reads (obstore) take the credentials from the same session (an assumed role's,
+        # refreshed) and the rest from the client's settings. endpoint_url only names the
+        # endpoint in S3Storage's error messages; the client is used.
+        options = {"client": client, "session": session, "verify": hook.verify}
+        return S3Client({**options, "endpoint_url": client.meta.endpoint_url}, True)
     if conns.aws_provider_only:
         raise ValueError(
             f"AWS connection {aws_conn_id!r} sets {', '.join(conns.aws_provider_only)} in its "
