@@ -491,12 +491,9 @@ class SparkLagHook(BaseHook):
     def _test_webhdfs(self, options: Mapping[str, Any]) -> str:
         from airflow_sparklag.session import Session
 
-        urls = options["url"] if isinstance(options["url"], list) else [options["url"]]
+        url = options["url"][0] if isinstance(options["url"], list) else options["url"]
+        host = url.split("://", 1)[-1].split("/", 1)[0]
         with Session(webhdfs_options=options) as session:
-            if not session.storage(f"webhdfs://{_host(urls[0])}/").exists("/"):
+            if not session.storage(f"webhdfs://{host}/").exists("/"):
                 raise ConnectionError("WebHDFS answered but '/' does not exist")
         return "WebHDFS answered"
-
-
-def _host(url: str) -> str:
-    return url.split("://", 1)[-1].split("/", 1)[0]
