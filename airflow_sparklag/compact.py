@@ -1,26 +1,12 @@
 """A check result's bounded form, for the stores that keep every check: Airflow's XCom and
 trigger events, both rows of Airflow's metadata database.
 
-``CheckResult.to_dict()`` lists every partition in full, with its offset history: ~470 bytes
-a partition, 0.5 MB per check of a 1,000-partition job, 4.7 MB at 10,000 (docs/benchmarks.md,
-"XCom size"). ``compact(result.to_dict())`` keeps the ``LISTED`` partitions that matter most
-in full (every one flagged with data loss, an offset past the log end or a removed partition,
-then the most lagging) and every partition's offsets and lag as five columns of its topic, and
-says so in the report's ``partitions_listed``::
-
-    {"sources": [{"topics": [{"topic": "orders", "lag": 5120, ...,
-        "partitions": [<the listed ones, as before>],
-        "partition_columns": {"partition": [0, 1, ...], "committed_offset": [...],
-                              "log_end_offset": [...], "lag": [...], "lag_seconds": [...]}}]}],
-     "partitions_listed": {"total": 1000, "listed": 100,
-                           "rule": "flagged, then most lagging; all in partition_columns"}}
-
-The verdict names at most ``LISTED`` partitions per rule (``partitions_named`` says how many
-it found). A report of ``LISTED`` partitions or fewer keeps all of them in full. Everything
-else (totals, rates, history, the reason) is unchanged.
-
->>> compact(result.to_dict())["report"]["partitions_listed"]["listed"]   # doctest: +SKIP
-100
+``CheckResult.to_dict()`` lists every partition in full (~470 bytes each: 4.7 MB per check at
+10,000 partitions, docs/benchmarks.md). ``compact(result.to_dict())`` keeps ``LISTED`` of them
+in full (every flagged one, then the most lagging), every partition's offsets and lag as five
+columns of its topic (``partition_columns``), says so in ``partitions_listed`` and names at
+most ``LISTED`` partitions per verdict rule; everything else is unchanged
+(docs/operators/spark-lag-check.md shows the shape).
 """
 
 from __future__ import annotations

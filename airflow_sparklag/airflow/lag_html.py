@@ -117,17 +117,10 @@ fetch("trends", {credentials: "same-origin"}).then(r => r.json()).then(trends =>
 def _ticks(t0: float, t1: float, count: int = 5) -> list[tuple[float, str]]:
     """Times along the axis, labelled by time of day (and the date when the span is long)."""
     span = t1 - t0
-    fmt = "%H:%M" if span < 86400 else "%m-%d %H:%M"
-    if span < 120:
-        fmt = "%H:%M:%S"
+    fmt = "%H:%M:%S" if span < 120 else "%H:%M" if span < 86400 else "%m-%d %H:%M"
     steps = max(1, count - 1)
-    return [
-        (
-            t0 + span * i / steps,
-            datetime.fromtimestamp(t0 + span * i / steps, timezone.utc).strftime(fmt),
-        )
-        for i in range(steps + 1 if span else 1)
-    ]
+    times = [t0 + span * i / steps for i in range(steps + 1 if span else 1)]
+    return [(t, datetime.fromtimestamp(t, timezone.utc).strftime(fmt)) for t in times]
 
 
 def _y_text(value: float, unit: str) -> str:
@@ -297,7 +290,7 @@ def fleet_page(
 
 def _partitions(report: Mapping[str, Any] | None) -> str:
     rows = []
-    for p in _partition_entries(report):
+    for p in partition_rows(report):
         cells = (p.get(k) for k in ("partition", "committed_offset", "log_end_offset", "lag"))
         numbers = "".join(
             f'<td class="num">{"-" if v is None else escape(str(v))}</td>' for v in cells
@@ -321,37 +314,26 @@ TOP_PARTITIONS = 8  # lines of the per-partition charts: the most lagging in the
 def partition_lines(job: JobView) -> tuple[dict[str, list[tuple[float, float]]], ...]:
     """``(lag in records, lag in seconds)`` over time of the ``TOP_PARTITIONS`` partitions
     that lag most in the newest check that has partitions, each ``"<topic>-<partition>"``."""
-    records: dict[str, list[tuple[float, float]]] = {}
-    seconds: dict[str, list[tuple[float, float]]] = {}
+    lines: dict[str, dict[str, list[tuple[float, float]]]] = {"lag": {}, "lag_seconds": {}}
     for check in job.checks:
-        for p in _partition_entries(check.report):
+        for p in partition_rows(check.report):
             name, at = f"{p.get('topic')}-{p.get('partition')}", check.at.timestamp()
-            if isinstance(lag := p.get("lag"), (int, float)):
-                records.setdefault(name, []).append((at, float(lag)))
-            if isinstance(lag_s := p.get("lag_seconds"), (int, float)):
-                seconds.setdefault(name, []).append((at, float(lag_s)))
-    newest = next((c.report for c in reversed(job.checks) if _partition_entries(c.report)), None)
+            for key, series in lines.items():
+                if isinstance(value := p.get(key), (int, float)):
+                    series.setdefault(name, []).append((at, float(value)))
+    newest = next((c.report for c in reversed(job.checks) if partition_rows(c.report)), None)
     ranked = sorted(
-        _partition_entries(newest), key=lambda p: (-(p.get("lag") or 0), str(p.get("topic")))
+        partition_rows(newest), key=lambda p: (-(p.get("lag") or 0), str(p.get("topic")))
     )
     top = [f"{p.get('topic')}-{p.get('partition')}" for p in ranked[:TOP_PARTITIONS]]
-    return (
-        {name: records[name] for name in top if name in records},
-        {name: seconds[name] for name in top if name in seconds},
-    )
-
-
-def _partition_entries(report: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
-    """Every partition of a check: an XCom lists the most lagging in full and every one in
-    its topic's columns (``airflow_sparklag.compact``); older XComs list all in full."""
-    return partition_rows(report)
+    return tuple({name: line[name] for name in top if name in line} for line in lines.values())
 
 
 def _partition_charts(job: JobView, thresholds: Mapping[str, Any]) -> str:
     records, seconds = partition_lines(job)
     if not records:
         return '<p class="muted">No partitions in the recorded checks.</p>'
-    total = len(_partition_entries(job.last.report)) or len(records)
+    total = len(partition_rows(job.last.report)) or len(records)
     shown = f"{len(records)} of {total} partitions" if total > len(records) else "every partition"
     note = f'<p class="muted">{shown}, the most lagging in the newest check first.</p>'
     limits = _limits(thresholds, "max_lag_records_per_partition")

@@ -1,27 +1,11 @@
 """The "Streaming lag" page: an Airflow 3 plugin (FastAPI app + external view in the UI nav).
 
-Two views, server-rendered HTML (every value escaped; no CDN; a few lines of inline script
-draw the table's sparklines from ``/sparklag/trends``, fetched once the table is on screen):
-
-- ``/sparklag/``: every job any recorded check saw, one table row each, worst first (a check
-  that failed, then data loss ... lagging, unknown, OK): health, reason, lag (records,
-  seconds), commit age, catch-up time, a sparkline of its lag, the newest check. Counts per
-  health at the top; a form filters by health (``?health=STOPPED``) and searches names and
-  locations (``?q=orders``).
-- ``/sparklag/job?location=...``: one job: lag over time with a time axis and the thresholds of
-  the task that checked it, the lag of its most lagging partitions over time, the newest
-  check's partitions, and every check with a link to its task instance.
-
-The checks come from the metadata database: XComs of the provider's check classes
-(``CheckResult.to_dict()``; a check that failed pushes ``CHECK_FAILED`` with its error before it
-fails the task, see ``operators/sparklag.py``), the fleet check's ``results`` / ``failing``, and
-any task's XCom under the key ``sparklag_results`` (the ``sparklag_fleet_scan`` DAG pushes the
-Spark scan's per-job results there). A job is its checkpoint location; its name is the mapped
-task's name (``map_index_template``, e.g. the SLA DAG's job names), else the task id, else (a
-fleet's jobs) the location's last part.
-
-Behind Airflow's own authentication: the routes depend on the API server's ``get_user`` and
-show only checks of DAGs whose XComs the user may read (the auth manager decides). No
+``/sparklag/``: every job any recorded check saw, worst first, with counts per health, a
+filter and sparklines (fetched from ``/sparklag/trends`` once the table is on screen);
+``/sparklag/job?location=...``: one job's lag over time, its partitions and every check
+(docs/ui.md). The checks are our tasks' XComs in the metadata database (check results, a
+fleet check's ``results`` / ``failing``, any task's ``sparklag_results``). The routes depend
+on the API server's ``get_user`` and show only the DAGs whose XComs the user may read; no
 connection is read.
 """
 
@@ -101,20 +85,15 @@ Parsed = dict[str, Any]  # the Check fields one XCom entry gives
 MEASURES = ("total_lag", "max_lag_seconds", "commit_age_seconds", "catch_up_seconds")
 
 
-def _health(health: Any, error: Any) -> str:
-    """The verdict's name; a checkpoint a fleet could not read (UNKNOWN with an error) is a
-    check that failed."""
-    name = str(health or "UNKNOWN")
-    return "CHECK_FAILED" if error and name == "UNKNOWN" else name
-
-
 def _parsed(
     value: Mapping[str, Any], health: Any, reason: Any, measured: Mapping[str, Any]
 ) -> Parsed:
     error = value.get("error")
+    name = str(health or "UNKNOWN")
     parsed: Parsed = {
         "location": str(value["location"]),
-        "health": _health(health, error),
+        # a checkpoint a fleet could not read (UNKNOWN with an error) is a check that failed
+        "health": "CHECK_FAILED" if error and name == "UNKNOWN" else name,
         "reason": str(error or reason or ""),
         "report": None,
     }
@@ -126,28 +105,19 @@ def _parsed(
     return parsed
 
 
-def _from_result(value: Mapping[str, Any]) -> Parsed | None:
-    """The fields of a ``CheckResult.to_dict()`` (a failed check's has no report)."""
-    verdict = value.get("verdict")
-    if not isinstance(verdict, Mapping) or not value.get("location"):
+def _entry(value: Any) -> Parsed | None:
+    """The fields of a ``CheckResult.to_dict()`` (a failed check's has no report) or of a
+    fleet entry (``failing`` of a fleet check, ``results`` of a scan: flat fields)."""
+    if not isinstance(value, Mapping) or not value.get("location"):
+        return None
+    verdict = value.get("verdict", value)  # a fleet entry is flat
+    if not isinstance(verdict, Mapping):
         return None
     report = value.get("report") if isinstance(value.get("report"), Mapping) else None
-    parsed = _parsed(value, verdict.get("health"), verdict.get("reason"), report or {})
-    parsed["report"] = report
+    measured = value if verdict is value else report or {}
+    parsed = _parsed(value, verdict.get("health"), verdict.get("reason"), measured)
+    parsed["report"] = report if verdict is not value else None
     return parsed
-
-
-def _from_flat(value: Mapping[str, Any]) -> Parsed | None:
-    """The fields of a fleet entry (``failing`` of a fleet check, ``results`` of a scan)."""
-    if not value.get("location"):
-        return None
-    return _parsed(value, value.get("health"), value.get("reason"), value)
-
-
-def _entry(value: Any) -> Parsed | None:
-    if not isinstance(value, Mapping):
-        return None
-    return _from_result(value) if "verdict" in value else _from_flat(value)
 
 
 def _loaded(value: Any) -> Any:
@@ -169,7 +139,7 @@ def parse_xcom(value: Any) -> list[Parsed]:
     if not isinstance(value, Mapping):
         return []
     if "verdict" in value:
-        one = _from_result(value)
+        one = _entry(value)
         return [one] if one else []
     found: dict[str, Parsed] = {}
     for entry in [*(value.get("results") or ()), *(value.get("failing") or ())]:
@@ -302,18 +272,6 @@ def _execute(query: Any) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in session.execute(query)]
 
 
-def load_rows(
-    dag_ids: set[str] | None, *, per_task: int = MAX_POINTS, tasks: Tasks | None = None
-) -> list[Row]:
-    """Our XComs with their whole values, the newest ``per_task`` of each task (``dag_ids``:
-    only those DAGs; ``tasks``: only those tasks). Rows are ``(dag_id, run_id, task_id,
-    map_index, rendered map index, time, value)``."""
-    from airflow.models.xcom import XComModel as X
-
-    query, _ = _ranked(dag_ids, tasks, per_task, X.value)
-    return _execute(query)
-
-
 def load_table(
     dag_ids: set[str] | None, per_task: int = 1, tasks: Tasks | None = None
 ) -> list[JobView]:
@@ -333,20 +291,14 @@ def load_table(
         if value is not None:
             whole.append((dag_id, run_id, task_id, map_index, name, at, value))
             continue
-        parsed = _from_result(_as_result(dict(zip(EXTRACTED, values, strict=True))))
-        if parsed:
+        found = dict(zip(EXTRACTED, values, strict=True))
+        if found["location"]:  # numbers come as text
+            measured = {k: _scalar(found[k]) for k in (*MEASURES, "min_time_to_loss_seconds")}
+            parsed = _parsed(found, found["health"], found["reason"], measured)
             at_task = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
             named = {"map_index": map_index, "name": name or task_id, "at": at}
-            checks.append(Check(**at_task, **named, **{**parsed, "report": None}))
+            checks.append(Check(**at_task, **named, **parsed))
     return collect(whole, checks)
-
-
-def _as_result(found: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields the database read as a ``CheckResult.to_dict()`` (numbers come as text)."""
-    report = {k: _scalar(found[k]) for k in (*MEASURES, "min_time_to_loss_seconds")}
-    verdict = {"health": found["health"], "reason": found["reason"]}
-    return {"location": found["location"], "error": found["error"], "verdict": verdict,
-            "report": report}  # fmt: skip
 
 
 def _scalar(text: Any) -> Any:
@@ -367,7 +319,9 @@ def job_history(dag_ids: set[str] | None, location: str) -> JobView | None:
         return None
     tasks = {(c.dag_id, c.task_id, c.map_index) for c in found[0].checks}
     job = next(j for j in load_table(dag_ids, MAX_POINTS, tasks) if j.location == location)
-    rows = load_rows(dag_ids, per_task=REPORT_CHECKS, tasks=tasks)
+    from airflow.models.xcom import XComModel as X
+
+    rows = _execute(_ranked(dag_ids, tasks, REPORT_CHECKS, X.value)[0])  # whole values
     reported = {_key(c): c for j in collect(rows) if j.location == location for c in j.checks}
     job.checks = [reported.get(_key(c), c) for c in job.checks]
     return job
@@ -381,7 +335,6 @@ def load_thresholds(check: Check) -> dict[str, Any]:
     """The thresholds the task of ``check`` was rendered with (Airflow keeps the rendered
     fields of recent task instances); ``{}`` when it kept none or the task had none."""
     from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
-    from airflow.utils.session import create_session
     from sqlalchemy import select
 
     query = select(RTIF.rendered_fields).where(
@@ -390,8 +343,7 @@ def load_thresholds(check: Check) -> dict[str, Any]:
         RTIF.task_id == check.task_id,
         RTIF.map_index == check.map_index,
     )
-    with create_session() as session:
-        fields = session.execute(query).scalar()
+    fields = next(iter(_execute(query)), (None,))[0]
     thresholds = _loaded((fields or {}).get("thresholds")) if isinstance(fields, dict) else None
     return dict(thresholds) if isinstance(thresholds, Mapping) else {}
 
@@ -427,15 +379,11 @@ def _base_path() -> str:
     return urlparse(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
 
 
-def _current_user() -> Any:
+def create_app() -> FastAPI:
     from airflow.api_fastapi.core_api.security import get_user
 
-    return get_user
-
-
-def create_app() -> FastAPI:
     app = FastAPI(title="Streaming lag", docs_url=None, redoc_url=None, openapi_url=None)
-    user_dependency = Depends(_current_user())
+    user_dependency = Depends(get_user)
 
     @app.get("/", response_class=HTMLResponse)
     def fleet(

@@ -12,8 +12,9 @@ INTEGRATION = "Spark Structured Streaming (Kafka lag)"
 def get_provider_info() -> dict[str, Any]:
     """Provider metadata: name, versions, the modules of each kind, the connection type."""
     from airflow_sparklag import __version__
+    from airflow_sparklag.hooks.bundle import CONN_TYPE, HIDDEN_FIELDS, conn_fields
 
-    info: dict[str, Any] = {
+    return {
         "package-name": "airflow-provider-sparklag",
         "name": "Spark Kafka lag",
         "description": "Lag, health, snapshots and migration of Spark Structured Streaming jobs "
@@ -56,26 +57,19 @@ def get_provider_info() -> dict[str, Any]:
         ],
         # One connection type of our own, `sparklag`: it bundles the ecosystem's `kafka`,
         # `aws`, `webhdfs`, ... connections by id, and its "Test" button runs
-        # SparkLagHook.test_connection() (docs/connections.md).
-        "connection-types": [sparklag_connection_type()],
-    }
-    return info
-
-
-def sparklag_connection_type() -> dict[str, Any]:
-    """The ``sparklag`` connection type, with its form: ``conn-fields`` and
-    ``ui-field-behaviour`` are read by Airflow 3.2+ (older versions accept and ignore them:
-    their provider-info schema allows extra keys in a connection type)."""
-    from airflow_sparklag.hooks.bundle import CONN_TYPE, HIDDEN_FIELDS, conn_fields
-
-    return {
-        "connection-type": CONN_TYPE,
-        "hook-class-name": "airflow_sparklag.hooks.sparklag.SparkLagHook",
-        "hook-name": "Spark Kafka lag",
-        "conn-fields": conn_fields(),
-        "ui-field-behaviour": {
-            "hidden-fields": list(HIDDEN_FIELDS),
-            "relabeling": {},
-            "placeholders": {},
-        },
+        # SparkLagHook.test_connection() (docs/connections.md). Airflow 3.2+ reads its form
+        # (conn-fields, ui-field-behaviour); older versions accept and ignore them.
+        "connection-types": [
+            {
+                "connection-type": CONN_TYPE,
+                "hook-class-name": "airflow_sparklag.hooks.sparklag.SparkLagHook",
+                "hook-name": "Spark Kafka lag",
+                "conn-fields": conn_fields(),
+                "ui-field-behaviour": {
+                    "hidden-fields": list(HIDDEN_FIELDS),
+                    "relabeling": {},
+                    "placeholders": {},
+                },
+            }
+        ],
     }

@@ -1,20 +1,10 @@
 """The ``sparklag`` connection: the connections a check needs, bundled by id in its extra.
 
-One connection names the ``kafka`` connection and the storage connection(s) of a deployment,
-so a task, a sensor or Airflow's connection "Test" button needs one id::
-
-    {"kafka_conn_id": "kafka_prod", "aws_conn_id": "aws_lake",
-     "source_kafka_conn_ids": {"1": "kafka_cluster_b"},
-     "location": "s3a://lake/checkpoints/orders"}
-
-Every key is optional (``kafka_conn_id`` defaults to ``kafka_default``); ``location`` is the
-checkpoint that ``test_connection()`` reads. ``SparkLagHook(sparklag_conn_id="lag_prod")``
-reads the bundle; ids given to the hook itself win over the bundle's. The extra is read
-strictly: an unknown key or a value of the wrong type is an
-:class:`~airflow_sparklag.errors.InvalidParameter` naming the key and the connection.
-
-:data:`FIELDS` describes the keys once: the provider info's ``conn-fields`` (the Airflow UI's
-form) and the reader both use it.
+``{"kafka_conn_id": "kafka_prod", "aws_conn_id": "aws_lake", "location": "s3a://lake/ck/x"}``:
+every key optional (``kafka_conn_id`` defaults to ``kafka_default``; ``location`` is the
+checkpoint ``test_connection()`` reads); ids given to the hook win (docs/connections.md). The
+extra is read strictly: an unknown key or a wrong type is an ``InvalidParameter`` naming the key
+and the connection. :data:`FIELDS` describes the keys once, for the reader and the UI's form.
 """
 
 from __future__ import annotations

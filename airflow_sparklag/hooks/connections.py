@@ -1,33 +1,18 @@
 """Airflow connections -> the Kafka config and storage options a Session is built from.
 
-The connections are the ecosystem's own, nothing new to configure:
-
-- ``kafka``: the apache-kafka provider's connection; its ``extra`` is plain librdkafka
-  configuration (``{"bootstrap.servers": "broker:9092", ...}``).
-- ``aws`` (S3 checkpoints): with the amazon provider installed, its ``AwsBaseHook`` builds the
-  S3 client, so everything that connection type supports works (``role_arn`` assume-role,
-  ``profile_name``, session tokens, ``region_name``, ``endpoint_url``, ``service_config``,
-  ``config_kwargs``, ``verify``). Without it the connection is read directly: login/password =
-  access key id and secret, extra ``region_name``, ``endpoint_url``, ``aws_session_token``.
-- ``webhdfs`` (HDFS checkpoints): host (comma-separated NameNodes for HA), port (default 9870),
-  login = HDFS user, extra ``use_ssl``.
-- ``google_cloud_platform`` (``gs://`` checkpoints, gcsfs): with the google provider installed
-  its ``GoogleBaseHook`` gives the credentials; without it the extra is read directly:
-  ``keyfile_dict`` / ``key_path`` (service account), ``project``, and ``token`` / ``endpoint_url``
-  (e.g. ``"anon"`` and an emulator's URL).
-- ``wasb`` / ``adls`` (``abfs://``, ``abfss://``, ``az://`` checkpoints, adlfs): login = account
-  name, password = account key; or extra ``connection_string``, ``sas_token``, or a service
-  principal (extra ``tenant_id``, login = client id, password = client secret,
-  ``account_name``).
-
-No secret from a connection is ever put in a log line, an XCom value or an error message:
-:meth:`ResolvedConnections.scrub` removes every value that is not known to be safe.
+The connection types are the ecosystem's own (``kafka``, ``aws``, ``webhdfs``,
+``google_cloud_platform``, ``wasb`` / ``adls``); docs/connections.md lists what each field
+means. Where a provider is installed, its hook builds the client (amazon's ``AwsBaseHook``,
+google's ``GoogleBaseHook``, apache-kafka's config); without it the connection is read
+directly. No secret of a connection is ever logged, put in XCom or in an error message:
+:meth:`ResolvedConnections.scrub` removes every value not known to be safe.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import importlib
 import json
 import os
 from collections.abc import Mapping
@@ -66,7 +51,7 @@ class ResolvedConnections:
     azure_options: dict[str, Any] | None = field(default=None, repr=False)
     # Extras of the aws connection that need the amazon provider (e.g. "role_arn").
     aws_provider_only: tuple[str, ...] = ()
-    # connection_fingerprint() of each connection; "" means: do not share its clients.
+    # connection_fingerprint() of each connection: part of its shared clients' keys.
     kafka_fingerprint: str = field(default="", repr=False)
     aws_fingerprint: str = field(default="", repr=False)
     # Sources measured against another cluster: source id -> (kafka connection id, its config,
@@ -81,12 +66,13 @@ class ResolvedConnections:
         values = list(kafka_secrets(self.kafka_config))
         for source in self.source_kafka.values():
             values.extend(kafka_secrets(source.config))
-        for options in (self.s3_options or {}, self.webhdfs_options or {}):
-            for key, value in options.items():
-                if is_secret_key(key) and isinstance(value, str):
-                    values.extend(secret_parts(value))
-        values.extend(fsspec_secrets(self.gcs_options or {}))
-        values.extend(fsspec_secrets(self.azure_options or {}))
+        for options in (
+            self.s3_options,
+            self.webhdfs_options,
+            self.gcs_options,
+            self.azure_options,
+        ):
+            values.extend(option_secrets(options or {}))
         return values
 
     def scrub(self, message: str) -> str:
@@ -135,41 +121,38 @@ def kafka_config_from(conn: Connection) -> dict[str, Any]:
             f"Kafka connection {conn.conn_id!r} has no 'bootstrap.servers' in its extra; the "
             'extra is librdkafka config, e.g. {"bootstrap.servers": "broker:9092"}'
         )
-    return _kafka_provider_config(conn) or config
-
-
-def _kafka_provider_config(conn: Connection) -> dict[str, Any] | None:
-    """The apache-kafka provider's config for ``conn`` (``KafkaBaseHook._build_config``, the
-    one its own hooks and ``test_connection`` use); None without the provider or with a
-    version that has no such method (the 1.x providers that Airflow 2.11 and 3.0 pin, 1.10.2
-    and 1.13.0 in the compatibility runs: their extra is then read as plain client config)."""
-    try:
-        from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").startswith("airflow.providers.apache"):
-            return None
-        raise
-    hook = KafkaBaseHook(kafka_config_id=conn.conn_id)
+    # The apache-kafka provider's config (``KafkaBaseHook._build_config``, the one its own
+    # hooks and ``test_connection`` use); the 1.x providers that Airflow 2.11 and 3.0 pin
+    # (1.10.2 and 1.13.0 in the compatibility runs) have no such method: plain client config.
+    hook_class = _provider_hook("airflow.providers.apache.kafka.hooks.base", "KafkaBaseHook")
+    hook = hook_class(kafka_config_id=conn.conn_id) if hook_class is not None else None
     if not hasattr(hook, "_build_config"):
-        return None
+        return config
     # The connection is already read (in a trigger: with the async API); the provider's hook
     # must not read it again, synchronously, from inside the event loop.
-    hook.get_connection = lambda conn_id: conn  # type: ignore[method-assign]
-    return dict(hook._build_config())
+    hook.get_connection = lambda conn_id: conn  # type: ignore[union-attr]
+    return dict(hook._build_config()) or config  # type: ignore[union-attr]
+
+
+def _provider_hook(module: str, name: str) -> Any:
+    """The hook class ``name`` of an Airflow provider's ``module``; None when that provider is
+    not installed (any other missing module is an error). Imported here, never at import."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith(".".join(module.split(".")[:3])):
+            return None
+        raise
 
 
 def s3_options_from(conn: Connection) -> dict[str, Any]:
     extra = dict(conn.extra_dejson or {})
-    options: dict[str, Any] = {}
-    key_id = conn.login or extra.get("aws_access_key_id")
-    secret = conn.password or extra.get("aws_secret_access_key")
-    if key_id:
-        options["aws_access_key_id"] = key_id
-    if secret:
-        options["aws_secret_access_key"] = secret
-    for name in _AWS_EXTRA_OPTIONS:
-        if extra.get(name):
-            options[name] = extra[name]
+    given = {
+        "aws_access_key_id": conn.login or extra.get("aws_access_key_id"),
+        "aws_secret_access_key": conn.password or extra.get("aws_secret_access_key"),
+        **{name: extra.get(name) for name in _AWS_EXTRA_OPTIONS},
+    }
+    options = {name: value for name, value in given.items() if value}
     # The amazon provider also accepts the endpoint per service.
     service_endpoint = (extra.get("service_config") or {}).get("s3", {}).get("endpoint_url")
     if service_endpoint and "endpoint_url" not in options:
@@ -183,49 +166,6 @@ def amazon_provider_only_settings(conn: Connection) -> tuple[str, ...]:
     return tuple(name for name in _AMAZON_PROVIDER_ONLY if extra.get(name))
 
 
-def amazon_s3_options(
-    aws_conn_id: str, bounds: Mapping[str, float] | None = None
-) -> dict[str, Any] | None:
-    """S3 options from the amazon provider: a ready client built by its ``AwsBaseHook``.
-
-    The client carries whatever the ``aws`` connection configures (assume-role with refreshing
-    credentials, profiles, session tokens, region, ``endpoint_url``/``service_config``,
-    ``config_kwargs``, ``verify``). Returns ``None`` when the provider is not installed. The
-    provider is imported here, never at module import.
-    """
-    try:
-        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").startswith("airflow.providers.amazon"):
-            return None
-        raise
-    from botocore.config import Config
-
-    from airflow_sparklag.storage.s3 import MAX_POOL_CONNECTIONS, client_config
-
-    hook = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
-    # S3Storage's own timeouts and retry budget (3 attempts in all, 60 s worst case) for the
-    # client the amazon provider builds; the connection's ``config_kwargs`` override them.
-    ours = Config(**client_config(**(bounds or {})), max_pool_connections=MAX_POOL_CONNECTIONS)
-    config = ours.merge(hook.config)
-    session = hook.get_session(region_name=hook.region_name)
-    client = session.client(
-        "s3",
-        endpoint_url=hook.conn_config.get_service_endpoint_url(service_name="s3"),
-        config=config,
-        verify=hook.verify,
-    )
-    # The reads (obstore) take the credentials from the same session (an assumed role's,
-    # refreshed) and the rest from the client's settings. endpoint_url only names the
-    # endpoint in S3Storage's error messages; the client is used.
-    return {
-        "client": client,
-        "session": session,
-        "verify": hook.verify,
-        "endpoint_url": client.meta.endpoint_url,
-    }
-
-
 @dataclass(frozen=True)
 class S3Client:
     """A ready S3 client for an ``aws`` connection, and how it was built."""
@@ -237,12 +177,34 @@ class S3Client:
 def build_s3_client(
     aws_conn_id: str, conns: ResolvedConnections, bounds: Mapping[str, float] | None = None
 ) -> S3Client:
-    """The S3 client for ``aws_conn_id``: the amazon provider's when installed, else one built
-    from the connection read directly (keys, region, endpoint; no role_arn or profile).
-    ``bounds``: ``connect_timeout`` / ``read_timeout`` of every attempt."""
-    options = amazon_s3_options(aws_conn_id, bounds)
-    if options is not None:
-        return S3Client(options, from_provider=True)
+    """The S3 client for ``aws_conn_id``: the amazon provider's ``AwsBaseHook`` builds it when
+    installed, with whatever the connection configures (assume-role with refreshing
+    credentials, profiles, session tokens, region, ``endpoint_url``/``service_config``,
+    ``config_kwargs``, ``verify``); else one built from the connection read directly (keys,
+    region, endpoint; no role_arn or profile). ``bounds``: ``connect_timeout`` /
+    ``read_timeout`` of every attempt."""
+    hook_class = _provider_hook("airflow.providers.amazon.aws.hooks.base_aws", "AwsBaseHook")
+    if hook_class is not None:
+        from botocore.config import Config
+
+        from airflow_sparklag.storage.s3 import MAX_POOL_CONNECTIONS, client_config
+
+        hook = hook_class(aws_conn_id=aws_conn_id, client_type="s3")
+        # S3Storage's own timeouts and retry budget (3 attempts in all, 60 s worst case) for
+        # the client the amazon provider builds; the connection's ``config_kwargs`` override.
+        ours = Config(**client_config(**(bounds or {})), max_pool_connections=MAX_POOL_CONNECTIONS)
+        session = hook.get_session(region_name=hook.region_name)
+        client = session.client(
+            "s3",
+            endpoint_url=hook.conn_config.get_service_endpoint_url(service_name="s3"),
+            config=ours.merge(hook.config),
+            verify=hook.verify,
+        )
+        # The reads (obstore) take the credentials from the same session (an assumed role's,
+        # refreshed) and the rest from the client's settings. endpoint_url only names the
+        # endpoint in S3Storage's error messages; the client is used.
+        options = {"client": client, "session": session, "verify": hook.verify}
+        return S3Client({**options, "endpoint_url": client.meta.endpoint_url}, True)
     if conns.aws_provider_only:
         raise ValueError(
             f"AWS connection {aws_conn_id!r} sets {', '.join(conns.aws_provider_only)} in its "
@@ -266,10 +228,8 @@ def webhdfs_options_from(conn: Connection) -> dict[str, Any]:
         )
     scheme = "https" if str(extra.get("use_ssl", "")).lower() in {"true", "1", "yes"} else "http"
     port = conn.port or DEFAULT_WEBHDFS_PORT
-    urls = []
-    for host in (h.strip() for h in conn.host.split(",")):
-        if host:
-            urls.append(host if "://" in host else f"{scheme}://{host}:{port}")
+    hosts = [host.strip() for host in conn.host.split(",") if host.strip()]
+    urls = [host if "://" in host else f"{scheme}://{host}:{port}" for host in hosts]
     options: dict[str, Any] = {"url": urls[0] if len(urls) == 1 else urls}
     if conn.login:
         options["user"] = conn.login
@@ -311,29 +271,20 @@ def _bool_or_path(value: str) -> bool | str:
 
 # -- GCS (gcsfs) and Azure (adlfs) -------------------------------------------------------------
 
-# fsspec options that hold a secret although no SECRET_MARKERS word is in their name.
-_FSSPEC_SECRET_KEYS = frozenset({"connection_string", "private_key", "private_key_id"})
+# Storage options that hold a secret although no SECRET_MARKERS word is in their name.
+_SECRET_OPTION_KEYS = frozenset({"connection_string", "private_key", "private_key_id"})
 
 
-def fsspec_secrets(options: Mapping[str, Any]) -> list[str]:
-    """Every secret text in gcsfs / adlfs options, nested ones too (a service-account dict
-    under ``token``: its ``private_key``; a ``connection_string``: its ``AccountKey=``)."""
+def option_secrets(options: Mapping[str, Any], inside_secret: bool = False) -> list[str]:
+    """Every secret text in storage options, nested ones too (a service-account dict under
+    ``token``: its ``private_key``; a ``connection_string``: its ``AccountKey=``); every
+    non-blank text ``inside_secret`` (a mapping under a secret key)."""
     found: list[str] = []
     for key, value in options.items():
-        secret = is_secret_key(str(key)) or key in _FSSPEC_SECRET_KEYS
+        secret = inside_secret or is_secret_key(str(key)) or key in _SECRET_OPTION_KEYS
         if isinstance(value, Mapping):
-            found.extend(fsspec_secrets(value) if not secret else _all_strings(value))
-        elif secret and isinstance(value, str):
-            found.extend(secret_parts(value))
-    return found
-
-
-def _all_strings(options: Mapping[str, Any]) -> list[str]:
-    found: list[str] = []
-    for value in options.values():
-        if isinstance(value, Mapping):
-            found.extend(_all_strings(value))
-        elif isinstance(value, str) and value.strip():
+            found.extend(option_secrets(value, secret))
+        elif secret and isinstance(value, str) and (value.strip() or not inside_secret):
             found.extend(secret_parts(value))
     return found
 
@@ -352,7 +303,9 @@ def _extra(conn: Connection, *conn_types: str) -> dict[str, Any]:
 
 
 def gcs_options_from(conn: Connection) -> dict[str, Any]:
-    """gcsfs options from a ``google_cloud_platform`` connection read directly."""
+    """gcsfs options from a ``google_cloud_platform`` connection read directly; without a
+    ``token`` (no ``keyfile_dict``/``key_path``/``token``) the google provider, when installed,
+    builds the credentials."""
     extra = _extra(conn, "google_cloud_platform", "gcp")
     options: dict[str, Any] = {}
     if extra.get("keyfile_dict"):
@@ -368,24 +321,14 @@ def gcs_options_from(conn: Connection) -> dict[str, Any]:
     return options
 
 
-def gcp_needs_provider(conn: Connection) -> bool:
-    """Whether the google provider should build the credentials: the connection names none
-    that gcsfs reads itself (no ``keyfile_dict``/``key_path``/``token``)."""
-    extra = _extra(conn, "google_cloud_platform", "gcp")
-    return not any(extra.get(name) for name in ("keyfile_dict", "key_path", "token"))
-
-
 def google_provider_credentials(gcp_conn_id: str) -> tuple[Any, str | None] | None:
     """(credentials, project id) from the google provider's ``GoogleBaseHook`` (impersonation,
     key secrets, workload identity, ...); None when the provider is not installed."""
-    try:
-        from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").startswith("airflow.providers.google"):
-            return None
-        raise
-    hook = GoogleBaseHook(gcp_conn_id=gcp_conn_id)
-    credentials, project_id = hook.get_credentials_and_project_id()
+    module = "airflow.providers.google.common.hooks.base_google"
+    hook_class = _provider_hook(module, "GoogleBaseHook")
+    if hook_class is None:
+        return None
+    credentials, project_id = hook_class(gcp_conn_id=gcp_conn_id).get_credentials_and_project_id()
     return credentials, project_id
 
 

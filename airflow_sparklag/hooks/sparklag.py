@@ -1,19 +1,16 @@
 """SparkLagHook: Airflow connections in, one :class:`~airflow_sparklag.session.Session` out.
 
-The hook reads its connections (see :mod:`airflow_sparklag.hooks.connections`) and builds ONE
-session from them; checks, fleet checks, waits, snapshots and migrations all run through that
-session. Clients are shared by every hook of a process (:data:`SHARED_CLIENTS`): a triggerer
-running 100 deferred sensors on one ``aws`` and one ``kafka`` connection holds one S3 client and
-one Kafka client. They are keyed on the connection id and a keyed hash of the connection's
-fields, so an edited connection gets new clients and no secret is kept in the key.
-
-Nothing heavy (confluent_kafka, boto3, requests) is imported until a check runs.
+Checks, fleet checks, waits, snapshots and migrations all run through the hook's one session.
+Clients are shared by every hook of a process (:data:`SHARED_CLIENTS`: a triggerer running 100
+sensors on one ``aws`` and one ``kafka`` connection holds one S3 and one Kafka client), keyed on
+the connection id and a keyed hash of its fields: an edited connection gets new clients and no
+secret is kept in the key. Nothing heavy is imported until a check runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -30,18 +27,19 @@ from airflow_sparklag.hooks.bundle import (
 )
 from airflow_sparklag.hooks.connections import (
     ResolvedConnections,
+    S3Client,
     SharedClientKey,
     SourceKafka,
     amazon_provider_only_settings,
     azure_options_from,
+    build_s3_client,
     connection_fingerprint,
-    gcp_needs_provider,
     gcs_options_from,
+    google_provider_credentials,
     kafka_config_from,
     s3_options_from,
     webhdfs_options_from,
 )
-from airflow_sparklag.hooks.session_mixin import HookSessionMixin
 from airflow_sparklag.redact import redact_url
 from airflow_sparklag.session import SHARED_CLIENTS
 
@@ -107,7 +105,7 @@ class ConnectionIds:
 CONN_FIELDS = tuple(f.name for f in dataclasses.fields(ConnectionIds))
 
 
-class SparkLagHook(HookSessionMixin, BaseHook):
+class SparkLagHook(BaseHook):
     """Reads a Spark query's checkpoint and Kafka offsets with Airflow connections.
 
     Example::
@@ -117,26 +115,13 @@ class SparkLagHook(HookSessionMixin, BaseHook):
                             thresholds={"max_lag_records_total": 10_000})
         print(result.verdict.health.value, result.report.total_lag)
 
-    One hook keeps its session (and so its checkpoint readers) between calls, so a trigger that
-    polls with the same hook only fetches new batch files. :meth:`close` drops the session;
-    the shared clients stay open for the other hooks.
-
-    A query that reads several Kafka clusters: ``source_kafka_conn_ids`` maps a source (its
-    index or name, as reports show it) to the ``kafka`` connection of its cluster, e.g.
-    ``{"1": "kafka_cluster_b"}``; unmapped sources use ``kafka_config_id``
-    (docs/multi-cluster.md).
-
-    Checkpoints on GCS and Azure: ``gcp_conn_id`` (a ``google_cloud_platform`` connection) gives
-    gcsfs its credentials for ``gs://``, ``wasb_conn_id`` (a ``wasb`` or ``adls`` connection)
-    gives adlfs its credentials for ``abfs://``, ``abfss://`` and ``az://``
-    (docs/connections.md).
-
-    A ``sparklag`` connection bundles those ids (``kafka_conn_id``, ``aws_conn_id``, ...; see
-    :mod:`airflow_sparklag.hooks.bundle`): ``SparkLagHook(sparklag_conn_id="lag_prod")`` reads
-    it with the other connections, on first use; ids given to the hook win over the bundle's.
-    Without a bundle nor ``kafka_config_id`` the Kafka connection is ``kafka_default``. This is
-    the hook Airflow's connection "Test" button runs for a ``sparklag`` connection
-    (:meth:`test_connection`).
+    One hook keeps its session (and so its checkpoint readers) between calls: a trigger that
+    polls with it only fetches new batch files. :meth:`close` drops the session; the shared
+    clients stay open for the other hooks. The connection ids (``source_kafka_conn_ids`` for
+    sources on other clusters, ``gcp_conn_id`` / ``wasb_conn_id`` for GCS and Azure,
+    ``sparklag_conn_id`` for a bundle whose ids the given ones override) are described in
+    docs/connections.md and docs/multi-cluster.md; without any Kafka one it is
+    ``kafka_default``. Airflow's connection "Test" button runs :meth:`test_connection`.
     """
 
     conn_name_attr = "sparklag_conn_id"
@@ -180,40 +165,8 @@ class SparkLagHook(HookSessionMixin, BaseHook):
 
     # -- connections -----------------------------------------------------------------------
 
-    def _resolved(
-        self,
-        kafka: Connection,
-        aws: Connection | None,
-        hdfs: Connection | None,
-        sources: Mapping[str, Connection],
-        gcp: Connection | None = None,
-        wasb: Connection | None = None,
-    ) -> ResolvedConnections:
-        """``sources``: each mapped source's ``kafka`` connection, read with the same helper
-        as the main one."""
-        self._gcp_provider = gcp is not None and gcp_needs_provider(gcp)
-        return ResolvedConnections(
-            gcs_options=gcs_options_from(gcp) if gcp is not None else None,
-            azure_options=azure_options_from(wasb) if wasb is not None else None,
-            kafka_config=kafka_config_from(kafka),
-            s3_options=s3_options_from(aws) if aws is not None else None,
-            webhdfs_options=webhdfs_options_from(hdfs) if hdfs is not None else None,
-            aws_provider_only=amazon_provider_only_settings(aws) if aws is not None else (),
-            kafka_fingerprint=connection_fingerprint(kafka),
-            aws_fingerprint=connection_fingerprint(aws) if aws is not None else "",
-            source_kafka={
-                source_id: SourceKafka(
-                    self.source_kafka_conn_ids[source_id],
-                    kafka_config_from(conn),
-                    connection_fingerprint(conn),
-                )
-                for source_id, conn in sources.items()
-            },
-        )
-
     def _use(self, ids: ConnectionIds) -> None:
         """Read the connections of ``ids`` from now on (without a Kafka one: kafka_default)."""
-        self.ids = ids
         self.sparklag_conn_id = ids.sparklag_conn_id
         self.kafka_config_id = ids.kafka_config_id or DEFAULT_KAFKA_CONN_ID
         self.aws_conn_id = ids.aws_conn_id
@@ -224,21 +177,18 @@ class SparkLagHook(HookSessionMixin, BaseHook):
 
     def use_bundle(self, conn: Connection) -> ConnectionBundle:
         """Take the ids of the ``sparklag`` connection ``conn`` that were not given to the hook."""
-        bundle = read_bundle(conn)
+        self.bundle = bundle = read_bundle(conn)
         given = self.given
-        self.bundle = bundle
+        storage = ("aws_conn_id", "webhdfs_conn_id", "gcp_conn_id", "wasb_conn_id")
         self._use(
             dataclasses.replace(
                 given,
                 kafka_config_id=given.kafka_config_id or bundle.kafka_conn_id,
-                aws_conn_id=given.aws_conn_id or bundle.aws_conn_id,
-                webhdfs_conn_id=given.webhdfs_conn_id or bundle.webhdfs_conn_id,
-                gcp_conn_id=given.gcp_conn_id or bundle.gcp_conn_id,
-                wasb_conn_id=given.wasb_conn_id or bundle.wasb_conn_id,
                 source_kafka_conn_ids={
                     **bundle.source_kafka_conn_ids,
                     **given.source_kafka_conn_ids,
                 },
+                **{name: getattr(given, name) or getattr(bundle, name) for name in storage},
             )
         )
         return bundle
@@ -254,19 +204,39 @@ class SparkLagHook(HookSessionMixin, BaseHook):
         ids += [("Azure connection", self.wasb_conn_id)] if self.wasb_conn_id else []
         return ids
 
+    def _to_read(self) -> dict[str, None]:
+        """The ids of every connection the hook reads, each once (in order)."""
+        return dict.fromkeys(conn_id for _, conn_id in self.connection_ids())
+
     def _resolve(self, read: Mapping[str, Connection]) -> ResolvedConnections:
-        """ResolvedConnections from the connections read, by id (each id read once)."""
-
-        def optional(conn_id: str | None) -> Connection | None:
-            return read[conn_id] if conn_id else None
-
-        return self._resolved(
-            read[self.kafka_config_id],
-            optional(self.aws_conn_id),
-            optional(self.webhdfs_conn_id),
-            {s: read[conn_id] for s, conn_id in self.source_kafka_conn_ids.items()},
-            optional(self.gcp_conn_id),
-            optional(self.wasb_conn_id),
+        """ResolvedConnections from the connections read, by id."""
+        kafka = read[self.kafka_config_id]
+        aws, hdfs, gcp, wasb = (
+            read[conn_id] if conn_id else None
+            for conn_id in (
+                self.aws_conn_id,
+                self.webhdfs_conn_id,
+                self.gcp_conn_id,
+                self.wasb_conn_id,
+            )
+        )
+        gcs = gcs_options_from(gcp) if gcp is not None else None
+        self._gcp_provider = gcs is not None and "token" not in gcs  # none gcsfs reads itself
+        return ResolvedConnections(
+            gcs_options=gcs,
+            azure_options=azure_options_from(wasb) if wasb is not None else None,
+            kafka_config=kafka_config_from(kafka),
+            s3_options=s3_options_from(aws) if aws is not None else None,
+            webhdfs_options=webhdfs_options_from(hdfs) if hdfs is not None else None,
+            aws_provider_only=amazon_provider_only_settings(aws) if aws is not None else (),
+            kafka_fingerprint=connection_fingerprint(kafka),
+            aws_fingerprint=connection_fingerprint(aws) if aws is not None else "",
+            source_kafka={
+                source_id: SourceKafka(
+                    conn_id, kafka_config_from(read[conn_id]), connection_fingerprint(read[conn_id])
+                )
+                for source_id, conn_id in self.source_kafka_conn_ids.items()
+            },
         )
 
     def get_conn(self) -> ResolvedConnections:
@@ -274,10 +244,7 @@ class SparkLagHook(HookSessionMixin, BaseHook):
         if self._connections is None:
             if self.sparklag_conn_id and self.bundle is None:
                 self.use_bundle(self.get_connection(self.sparklag_conn_id))
-            read: dict[str, Connection] = {}  # a connection named twice is read once
-            for _, conn_id in self.connection_ids():
-                if conn_id not in read:
-                    read[conn_id] = self.get_connection(conn_id)
+            read = {conn_id: self.get_connection(conn_id) for conn_id in self._to_read()}
             self._connections = self._resolve(read)
         return self._connections
 
@@ -286,10 +253,7 @@ class SparkLagHook(HookSessionMixin, BaseHook):
         if self._connections is None:
             if self.sparklag_conn_id and self.bundle is None:
                 self.use_bundle(await get_async_connection(self.sparklag_conn_id, self))
-            read: dict[str, Connection] = {}
-            for _, conn_id in self.connection_ids():
-                if conn_id not in read:
-                    read[conn_id] = await get_async_connection(conn_id, self)
+            read = {c: await get_async_connection(c, self) for c in self._to_read()}
             self._connections = self._resolve(read)
         return self._connections
 
@@ -297,15 +261,95 @@ class SparkLagHook(HookSessionMixin, BaseHook):
         """``message`` without any secret of the connections (for logs, XCom, events)."""
         return self._connections.scrub(message) if self._connections else message
 
-    def kafka_client(self) -> KafkaOffsetsClient:
-        """The Kafka client of the hook's session (shared; do not close it)."""
-        return self.session.kafka
-
     def close(self) -> None:
         """Drop the session (its readers); shared clients stay open for the other hooks."""
         if self._session is not None:
             self._session.close()
         self._session = None
+
+    # -- the session: shared clients, storage bounds ------------------------------------------
+
+    @property
+    def session(self) -> Session:
+        """The hook's session: shared Kafka and S3 clients, readers kept between calls."""
+        if self._session is None:
+            from airflow_sparklag.session import Session, StorageOptions
+
+            conns = self.get_conn()
+            webhdfs = conns.webhdfs_options
+            self._session = Session(
+                kafka_config=conns.kafka_config,
+                kafka_client=self._shared_kafka(
+                    self.kafka_config_id, conns.kafka_config, conns.kafka_fingerprint
+                ),
+                storage=StorageOptions(
+                    s3=self._s3_options if self.aws_conn_id is not None else None,
+                    webhdfs=None if webhdfs is None else {**webhdfs, **self._bounds()},
+                    fsspec=self.fsspec_options(),
+                ),
+                kafka_timeout=self.kafka_timeout,
+                source_kafka={s: source.config for s, source in conns.source_kafka.items()},
+                source_kafka_clients={
+                    s: self._shared_kafka(source.conn_id, source.config, source.fingerprint)
+                    for s, source in conns.source_kafka.items()
+                },
+            )
+        return self._session
+
+    def _bounds(self) -> dict[str, float]:
+        timeout = self.storage_timeout
+        if timeout is None:
+            return {}
+        return {"connect_timeout": min(5.0, timeout), "read_timeout": float(timeout)}
+
+    def fsspec_options(self) -> dict[str, Any] | None:
+        """The fsspec options of the GCS and Azure connections, per scheme (``{"gs": {...},
+        "abfs": {...}}``; ``abfs`` serves ``abfss://`` and ``az://`` too); None without them."""
+        conns = self.get_conn()
+        options: dict[str, Any] = {}
+        if conns.gcs_options is not None:
+            options["gs"] = dict(conns.gcs_options)
+            gcp = self.gcp_conn_id if self._gcp_provider else None
+            found = google_provider_credentials(gcp) if gcp else None
+            if found is not None:
+                credentials, project = found
+                options["gs"]["token"] = credentials
+                if project and "project" not in options["gs"]:
+                    options["gs"]["project"] = project
+        if conns.azure_options is not None:
+            options["abfs"] = dict(conns.azure_options)
+        return options or None
+
+    def _s3_options(self) -> dict[str, Any]:
+        # Called by the session on first S3 use: the client is built only when needed.
+        client = self.s3_client()
+        assert client is not None
+        return client.options
+
+    def s3_client(self) -> S3Client | None:
+        """The S3 client of ``aws_conn_id`` (the amazon provider's, role_arn and all), shared
+        by every hook of the process on that connection; None without ``aws_conn_id``."""
+        conns = self.get_conn()
+        aws_conn_id = self.aws_conn_id
+        if aws_conn_id is None:
+            return None
+        key = SharedClientKey("s3", aws_conn_id, conns.aws_fingerprint, (self.storage_timeout,))
+        build = partial(build_s3_client, aws_conn_id, conns, self._bounds())
+        return SHARED_CLIENTS.get(key, build)  # type: ignore[no-any-return]
+
+    def _shared_kafka(
+        self, conn_id: str, config: Mapping[str, Any], fingerprint: str
+    ) -> KafkaOffsetsClient:
+        """The process-wide client of one ``kafka`` connection (see :data:`SHARED_CLIENTS`)."""
+
+        def build() -> KafkaOffsetsClient:
+            from airflow_sparklag.session import Session
+
+            # A session builds the client; the cache keeps it, so this one is never closed.
+            return Session(kafka_config=config, kafka_timeout=self.kafka_timeout).kafka
+
+        key = SharedClientKey("kafka", conn_id, fingerprint, (self.kafka_timeout,))
+        return SHARED_CLIENTS.get(key, build)  # type: ignore[no-any-return]
 
     # -- the core's checks and waits --------------------------------------------------------
 
@@ -357,75 +401,61 @@ class SparkLagHook(HookSessionMixin, BaseHook):
     # -- connection test ---------------------------------------------------------------------
 
     def test_connection(self) -> tuple[bool, str]:
-        """Tests every connection the hook uses, each with a real request bounded by the hook's
-        timeouts: Kafka (cluster metadata; each mapped source's cluster too), S3
-        (ListBuckets), WebHDFS (the root's status); GCS and Azure credentials are built by
-        gcsfs / adlfs. With a ``sparklag`` connection whose ``location`` is set, that
-        checkpoint is read too (committed batch, partitions). Airflow's connection "Test"
-        button calls this.
-
-        Returns ``(True, what answered)`` or ``(False, which part failed and why)``; the
-        message holds no secret of any connection.
+        """Tests every connection the hook uses with a real request bounded by its timeouts
+        (docs/connections.md lists each), and the ``sparklag`` connection's ``location`` when
+        set; Airflow's connection "Test" button calls this. ``(True, what answered)`` or
+        ``(False, which part failed and why)``; the message holds no secret.
         """
         passed: list[str] = []
         part = "reading the connections"
         try:
-            for name, test in self._tests():
-                part = name  # named in the message if this test fails
-                outcome = test()
-                if outcome:
-                    passed.append(outcome)
+            for step in self._tests(passed):
+                part = step  # named in the message if this step fails
         except Exception as exc:
             failed = f"{part} failed: {type(exc).__name__}: {exc}"
             before = f" (passed: {'; '.join(passed)})" if passed else ""
             return False, self.scrub(failed + before)
         return True, "; ".join(passed)
 
-    def _tests(self) -> Iterator[tuple[str, Callable[[], str | None]]]:
-        """(what is tested, the test), in order; each is made after the ones before passed."""
+    def _tests(self, passed: list[str]) -> Iterator[str]:
+        """Yields what it tests next, then tests it (adding what answered to ``passed``)."""
         if self.sparklag_conn_id:
-            name = f"the sparklag connection {self.sparklag_conn_id!r}"
-            yield f"reading {name}", self._read_bundle
+            yield f"reading the sparklag connection {self.sparklag_conn_id!r}"
+            self.use_bundle(self.get_connection(self.sparklag_conn_id))
         read: dict[str, Connection] = {}
         for role, conn_id in self.connection_ids():
-            yield f"reading the {role} {conn_id!r}", partial(self._read_into, read, conn_id)
-        yield "reading the connections", partial(self._read_all, read)
-        conns = self.get_conn()
-        kafka = f"Kafka (connection {self.kafka_config_id!r})"
-        yield kafka, partial(self._test_kafka, conns.kafka_config)
+            yield f"reading the {role} {conn_id!r}"
+            if conn_id not in read:
+                read[conn_id] = self.get_connection(conn_id)
+        yield "reading the connections"
+        # The connections just read replace any read before: the test is of what is saved now.
+        self._connections = conns = self._resolve(read)
+        yield f"Kafka (connection {self.kafka_config_id!r})"
+        passed.append(self._test_kafka(conns.kafka_config))
         for source_id, mapped in sorted(conns.source_kafka.items()):
-            kafka = f"Kafka of source {source_id} (connection {mapped.conn_id!r})"
-            yield kafka, partial(self._test_source, source_id, mapped.config)
+            yield f"Kafka of source {source_id} (connection {mapped.conn_id!r})"
+            passed.append(f"source {source_id}: {self._test_kafka(mapped.config)}")
         if self.aws_conn_id:
-            yield f"S3 (connection {self.aws_conn_id!r})", self._test_s3
+            yield f"S3 (connection {self.aws_conn_id!r})"
+            passed.append(self._test_s3())
         if conns.webhdfs_options is not None:
-            webhdfs = f"WebHDFS (connection {self.webhdfs_conn_id!r})"
-            yield webhdfs, partial(self._test_webhdfs, conns.webhdfs_options)
+            yield f"WebHDFS (connection {self.webhdfs_conn_id!r})"
+            passed.append(self._test_webhdfs(conns.webhdfs_options))
         for scheme, store, conn_id in (
             ("gs", "GCS", self.gcp_conn_id),
             ("abfs", "Azure", self.wasb_conn_id),
         ):
             if conn_id:
-                yield f"{store} (connection {conn_id!r})", partial(self._test_fsspec, scheme, store)
+                yield f"{store} (connection {conn_id!r})"
+                # Without a location there is nothing to read (listing every bucket would need
+                # rights a checkpoint reader lacks): gcsfs / adlfs build the filesystem from the
+                # connection, refusing options they cannot use; a location reads for real.
+                self.session.storage(f"{scheme}://")
+                passed.append(f"{store} client built from the connection")
         location = self.bundle.location if self.bundle is not None else None
         if location:
-            checkpoint = f"reading the checkpoint {redact_url(location)}"
-            yield checkpoint, partial(self._test_checkpoint, location)
-
-    def _read_bundle(self) -> None:
-        assert self.sparklag_conn_id
-        self.use_bundle(self.get_connection(self.sparklag_conn_id))
-
-    def _read_into(self, read: dict[str, Connection], conn_id: str) -> None:
-        if conn_id not in read:
-            read[conn_id] = self.get_connection(conn_id)
-
-    def _read_all(self, read: Mapping[str, Connection]) -> None:
-        # The connections just read replace any read before: the test is of what is saved now.
-        self._connections = self._resolve(read)
-
-    def _test_source(self, source_id: str, config: Mapping[str, Any]) -> str:
-        return f"source {source_id}: {self._test_kafka(config)}"
+            yield f"reading the checkpoint {redact_url(location)}"
+            passed.append(self._test_checkpoint(location))
 
     def _test_s3(self) -> str:
         s3 = self.s3_client()
@@ -433,13 +463,6 @@ class SparkLagHook(HookSessionMixin, BaseHook):
         buckets = s3.options["client"].list_buckets().get("Buckets", [])
         source = "amazon provider's AwsBaseHook" if s3.from_provider else "connection"
         return f"S3 answered ({len(buckets)} buckets; client from the {source})"
-
-    def _test_fsspec(self, scheme: str, store: str) -> str:
-        # Without a location there is nothing to read: listing every bucket or container would
-        # need rights a checkpoint reader does not have. gcsfs / adlfs build the filesystem
-        # from the connection (refusing options they cannot use); a location reads for real.
-        self.session.storage(f"{scheme}://")
-        return f"{store} client built from the connection"
 
     def _test_checkpoint(self, location: str) -> str:
         state = self.read_checkpoint(location, history=1)
@@ -468,12 +491,9 @@ class SparkLagHook(HookSessionMixin, BaseHook):
     def _test_webhdfs(self, options: Mapping[str, Any]) -> str:
         from airflow_sparklag.session import Session
 
-        urls = options["url"] if isinstance(options["url"], list) else [options["url"]]
+        url = options["url"][0] if isinstance(options["url"], list) else options["url"]
+        host = url.split("://", 1)[-1].split("/", 1)[0]
         with Session(webhdfs_options=options) as session:
-            if not session.storage(f"webhdfs://{_host(urls[0])}/").exists("/"):
+            if not session.storage(f"webhdfs://{host}/").exists("/"):
                 raise ConnectionError("WebHDFS answered but '/' does not exist")
         return "WebHDFS answered"
-
-
-def _host(url: str) -> str:
-    return url.split("://", 1)[-1].split("/", 1)[0]

@@ -1,38 +1,31 @@
 """What every operator and sensor of the provider shares: its connections, its hook, and how
 rendered parameters and core errors become task outcomes.
 
-Operators take the connection ids (``ConnectionIds``: ``kafka_config_id``, ``aws_conn_id``,
-..., ``source_kafka_conn_ids`` for a query whose sources read different Kafka clusters,
-``sparklag_conn_id`` for one ``sparklag`` connection bundling them) and their options
-(``CheckOptions``, ``MigrationOptions``) as flat, templated keyword arguments made from the
-fields (:class:`FlatOptions`), and read each group into ONE object. The hook is declared once
-through :class:`SparkLagHookMixin` (like the amazon provider's ``AwsBaseHookMixin``), built
-on first use, after templates are rendered, and closed with the task. Parameters are read with
-:mod:`airflow_sparklag.params` inside :meth:`SparkLagHookMixin.read_params`: a value that
-cannot be read fails the task at once, naming the parameter, before anything is read or
-changed.
+Connection ids (``ConnectionIds``) and options (``CheckOptions``, ``MigrationOptions``) are
+flat, templated keyword arguments made from the dataclass fields (:class:`FlatOptions`), read
+into ONE object each. The hook is built on first use, after templates are rendered, and closed
+with the task. A parameter that cannot be read fails the task at once, naming it, before
+anything is read or changed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any, ClassVar, TypeVar
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
 from airflow_sparklag.hooks.sparklag import CONN_FIELDS, ConnectionIds, SparkLagHook
-from airflow_sparklag.monitor import OPTION_NAMES, CheckOptions
+from airflow_sparklag.monitor import OPTION_NAMES as CHECK_FIELDS  # templated check options
+from airflow_sparklag.monitor import CheckOptions
 from airflow_sparklag.operators.lineage import LineageMixin
 
 T = TypeVar("T")
 
 __all__ = ["CHECK_FIELDS", "CONN_FIELDS", "FlatOptions", "SparkLagHookMixin"]
-
-# The check options as templated fields (thresholds, history, ...): CheckOptions' fields.
-CHECK_FIELDS: tuple[str, ...] = OPTION_NAMES
 
 
 def _flat_default(f: dataclasses.Field) -> Any:
@@ -92,14 +85,7 @@ class SparkLagHookMixin(LineageMixin, FlatOptions):
     """Connection ids, the hook, the two error boundaries of a task, and its lineage (what
     its session read, recorded when the hook is closed: operators/lineage.py)."""
 
-    flat_options: ClassVar[tuple[type, ...]] = (ConnectionIds,)
-    kafka_config_id: str | None  # None: the sparklag connection's, else kafka_default
-    aws_conn_id: str | None
-    webhdfs_conn_id: str | None
-    gcp_conn_id: str | None  # gs:// checkpoints: a google_cloud_platform connection
-    wasb_conn_id: str | None  # abfs:// / abfss:// / az:// checkpoints: a wasb or adls connection
-    source_kafka_conn_ids: Mapping[str, str] | str | None
-    sparklag_conn_id: str | None  # a `sparklag` connection bundling the ids (hooks/bundle.py)
+    flat_options: ClassVar[tuple[type, ...]] = (ConnectionIds,)  # attributes as given
     task_id: str
 
     def connection_ids(self) -> ConnectionIds:
@@ -110,9 +96,6 @@ class SparkLagHookMixin(LineageMixin, FlatOptions):
     def hook(self) -> SparkLagHook:
         return self.connection_ids().hook()
 
-    def get_hook(self) -> SparkLagHook:
-        return self.hook
-
     def read_params(self, read: Callable[[], T]) -> T:
         """Run ``read`` (params.* calls); a value it cannot read fails the task for good."""
         from airflow_sparklag.errors import InvalidParameter
@@ -122,8 +105,9 @@ class SparkLagHookMixin(LineageMixin, FlatOptions):
         except InvalidParameter as exc:
             raise AirflowFailException(f"{self.task_id}: invalid parameter {exc}") from None
 
-    def run_core(self, work: Callable[[], T]) -> T:
+    def run_core(self, work: Callable[[], T], *, close: bool = True) -> T:
         """Run core work; its typed errors become task errors with every secret scrubbed.
+        ``close``: close the hook after it (a poking sensor keeps its session).
 
         Refusals (a migration that would lose data) and invalid parameters are final: no
         retry can change them. Storage and Kafka errors may pass: the task may retry.
@@ -142,6 +126,9 @@ class SparkLagHookMixin(LineageMixin, FlatOptions):
             if scrubbed != str(exc):  # drop the original: its text holds a secret
                 raise AirflowException(f"{type(exc).__name__}: {scrubbed}") from None
             raise
+        finally:
+            if close:
+                self.close_hook()
 
     def close_hook(self) -> None:
         if "hook" in self.__dict__:

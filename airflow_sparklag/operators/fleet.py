@@ -13,7 +13,7 @@ from airflow_sparklag import params
 from airflow_sparklag.compact import compact
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CHECK_FIELDS, CONN_FIELDS, CheckOptionsMixin
-from airflow_sparklag.operators.sparklag import DEFAULT_FAIL_ON, fail_on_names, health_name
+from airflow_sparklag.operators.sparklag import DEFAULT_FAIL_ON, fail_on_names
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -31,16 +31,7 @@ class SparkLagFleetCheckOperator(CheckOptionsMixin, BaseOperator):
     A job *fails* when its verdict is in ``fail_on`` or, with ``fail_on_error``, when its
     checkpoint cannot be read; the task fails when more than ``max_failing`` jobs fail.
 
-    Example::
-
-        SparkLagFleetCheckOperator(
-            task_id="fleet_lag",
-            prefix="s3a://lake/checkpoints",
-            kafka_config_id="kafka_prod",
-            aws_conn_id="aws_lake",
-            thresholds={"max_lag_seconds": 300},
-            max_failing=0,
-        )
+    Example: docs/operators/spark-lag-fleet-check.md.
 
     XCom (return value, pushed on failure too), JSON-safe: ``{"jobs", "health": {verdict:
     count}, "failing": [{"location", "health", "reason", "total_lag", "max_lag_seconds",
@@ -132,7 +123,7 @@ class SparkLagFleetCheckOperator(CheckOptionsMixin, BaseOperator):
         counts: Counter[str] = Counter()
         failing: list[dict[str, Any]] = []
         for result in results:
-            health = health_name(result.verdict.health)
+            health = result.verdict.health.value
             counts[health] += 1
             errored = result.error is not None
             if health in fail_on or (errored and given["fail_on_error"]):

@@ -1,16 +1,11 @@
 """OpenLineage for every operator and sensor: what a task read and wrote, as datasets.
 
-Inputs are what the task's session read (``Session.sources_read``): each checkpoint, and the
-Kafka topics its sources read, named as OpenLineage's naming spec and the apache-kafka provider
-name them (namespace ``kafka://<first bootstrap server>``, name the topic). Outputs are what a
-snapshot or a migration wrote (the snapshot file, the archived checkpoint). The OpenLineage
-provider calls :meth:`LineageMixin.get_openlineage_facets_on_complete` after the task (and on
-failure: a failed check still read its checkpoint); without that provider nothing calls it,
-and nothing here imports it before then.
-
-Storage locations map to the spec's namespaces (``s3a://b/ck`` -> ``s3://b`` + ``ck``,
-``hdfs://nn:8020/ck`` -> ``hdfs://nn:8020`` + ``/ck``, a local path -> ``file`` + the path, gs://,
-abfss://container@account...). No credentials: user names and passwords in a URL are dropped.
+Inputs are what the task's session read (each checkpoint, and its sources' Kafka topics as
+``kafka://<first bootstrap server>`` + topic); outputs what a snapshot or migration wrote.
+Storage locations map to the spec's namespaces (``s3a://b/ck`` -> ``s3://b`` + ``ck``), without
+credentials. The OpenLineage provider, when installed, calls
+:meth:`LineageMixin.get_openlineage_facets_on_complete`; nothing imports it before then
+(docs/lineage.md).
 """
 
 from __future__ import annotations
@@ -100,10 +95,7 @@ class LineageMixin:
         location = getattr(self, "location", None)
         if not inputs and isinstance(location, str) and location:
             inputs = [storage_dataset(location)]
-        return (
-            inputs,
-            list(self.__dict__.get("_lineage_outputs", {})),
-        )
+        return inputs, list(self.__dict__.get("_lineage_outputs", {}))
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         from airflow.providers.common.compat.openlineage.facet import Dataset as OLDataset

@@ -1,26 +1,10 @@
 """Airflow metrics from every class: checks, branches, fleet checks, sensors and triggers.
 
-Names cannot collide: a job is named by ``metric_name`` when given, else by its DAG and task
-(``<dag_id>__<task_id>``; a fleet job by its checkpoint location). Health is a number, never a
-tag (a tag that changes with the verdict would split every series). What is sent, through
-Airflow's own ``Stats`` (StatsD, Datadog, OpenTelemetry, whatever ``[metrics]`` configures):
-
-| metric | kind | what |
-|---|---|---|
-| ``sparklag.<job>.total_lag`` | gauge | records waiting, all partitions |
-| ``sparklag.<job>.max_lag`` | gauge | records waiting, worst partition |
-| ``sparklag.<job>.max_lag_seconds`` | gauge | time lag, worst partition (when known) |
-| ``sparklag.<job>.commit_age_seconds`` | gauge | age of the last committed batch |
-| ``sparklag.<job>.health`` | gauge | ``Health.metric_value``: 0 OK .. 5 DATA_LOSS, -1 UNKNOWN |
-| ``sparklag.<job>.check_failed`` | counter | a check that could not be made |
-| ``sparklag.check_failed`` | counter | the same, tags ``job`` and ``reason`` (error class) |
-| ``sparklag.partition_lag`` | gauge | tags ``job``, ``topic``, ``partition`` (tagging backends) |
-| ``sparklag.partition_lag_seconds`` | gauge | the same for the time lag |
-
-Every value also carries the tag ``job``. Plain StatsD drops tags, so the per-partition gauges
-(one name, told apart by tags) are sent only when the backend keeps them: OpenTelemetry
-(``otel_on``), Datadog (``statsd_datadog_enabled``) or InfluxDB-style tags
-(``statsd_influxdb_enabled``). Metrics never fail a task: a broken backend is logged once.
+A job is named by ``metric_name`` when given, else ``<dag_id>__<task_id>`` (a fleet job by its
+checkpoint location); health is a gauge (``Health.metric_value``), never a tag. Sent through
+Airflow's own ``Stats``; the per-partition gauges (told apart by tags) only when the backend
+keeps tags (OpenTelemetry, Datadog, InfluxDB-style). docs/metrics.md lists every metric.
+Metrics never fail a task: a broken backend is logged.
 """
 
 from __future__ import annotations

@@ -25,12 +25,6 @@ if TYPE_CHECKING:
 class _SparkLagConnections(SparkLagHookMixin, BaseOperator):
     """Connections (one hook, one session) shared by the three operators."""
 
-    def _run(self, work: Any) -> Any:
-        try:
-            return self.run_core(work)
-        finally:
-            self.close_hook()
-
 
 class CheckpointSnapshotOperator(_SparkLagConnections):
     """Write a verified snapshot of a checkpoint's committed offsets; optionally export them.
@@ -75,9 +69,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
             lambda: (
                 params.location("checkpoint_location", self.checkpoint_location),
                 params.location("snapshot_root", self.snapshot_root),
-                None
-                if params.is_none(self.consumer_group)
-                else params.text("consumer_group", self.consumer_group),
+                params.optional_text("consumer_group", self.consumer_group),
             )
         )
         hook = self.hook
@@ -89,7 +81,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
                 payload["consumer_group"] = export_to_group(hook.session, group, result)
             return payload
 
-        payload = self._run(work)
+        payload = self.run_core(work)
         self.record_writes(payload["path"])
         self.log.info(
             "Snapshot of %s batch %s written to %s",
@@ -140,7 +132,7 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
             payload["committed_batch_id"] = result.snapshot.committed.batch_id
             return payload
 
-        payload = self._run(work)
+        payload = self.run_core(work)
         self.log.info("Group %s: total lag %s", group_id, payload["total_lag"])
         return payload
 
@@ -148,17 +140,7 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
 class CheckpointMigrationOperator(_SparkLagConnections):
     """Snapshot, validate and archive a checkpoint; return the new query's startingOffsets.
 
-    Example::
-
-        migrate = CheckpointMigrationOperator(
-            task_id="migrate_orders",
-            checkpoint_location="s3a://bucket/ck/orders",
-            archive_root="s3a://bucket/archive",
-            file_sink_paths=["s3a://bucket/out/orders"],   # file sinks the new query writes to
-            aws_conn_id="aws_default",
-        )
-        # downstream startingOffsets:
-        #   "{{ ti.xcom_pull('migrate_orders')['starting_offsets_json'] }}"
+    Example: docs/operators/checkpoint-migration.md.
 
     Refusals (job alive, data loss, topic gone, file-sink log) fail the task without retries;
     a re-run after a crash resumes from the migration journal.
@@ -201,7 +183,7 @@ class CheckpointMigrationOperator(_SparkLagConnections):
             )
             return payload
 
-        payload = self._run(work)
+        payload = self.run_core(work)
         if payload["status"] != "planned":  # a dry run writes nothing
             self.record_writes(payload["snapshot_path"], payload["archive_location"])
         for warning in payload["warnings"]:

@@ -54,11 +54,6 @@ def push_check_failed(context: Context, location: str, exc: BaseException, key: 
     return failed
 
 
-def health_name(health: Any) -> str:
-    """``Health.OK`` -> ``"OK"``."""
-    return str(getattr(health, "value", health)).upper()
-
-
 class _LagCheckBase(CheckOptionsMixin):
     """Arguments and the check shared by the check and branch operators: ``location``, the
     connection ids and ``CheckOptions``' fields (``thresholds``, ``history``, ...)."""
@@ -90,8 +85,6 @@ class _LagCheckBase(CheckOptionsMixin):
             if self.emit_metrics:
                 metrics.emit_failure(job, _reason(exc), self.metric_prefix)
             raise
-        finally:
-            self.close_hook()
         if self.emit_metrics:
             metrics.emit_result(job, result.to_dict(), self.metric_prefix)
         return result
@@ -109,24 +102,9 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
 
     The result (``CheckResult.to_dict()``: report and verdict) is the task's XCom return value,
     also on failure; a check that fails itself leaves ``CHECK_FAILED`` and its error there.
-    Gauges go to Airflow's metrics (StatsD/OpenTelemetry, when enabled) as
-    ``<metric_prefix>.<job>.total_lag``, ``.max_lag``, ``.max_lag_seconds``,
-    ``.commit_age_seconds`` and ``.health`` (0 OK, 1 lagging, ... 5 data loss, -1 unknown),
-    ``<job>`` being ``metric_name`` or ``<dag_id>__<task_id>``; see ``operators/metrics.py``.
-
-    Example::
-
-        SparkLagCheckOperator(
-            task_id="orders_lag",
-            location="s3a://lake/checkpoints/orders",
-            kafka_config_id="kafka_prod",
-            aws_conn_id="aws_lake",
-            thresholds={"max_lag_records_total": 50_000, "max_commit_age_seconds": 600},
-        )
-
-    On a breach it raises ``AirflowFailException`` (no retries: the lag will not change by
-    retrying at once) with the verdict and the worst partitions, e.g.
-    ``/ck/orders: LAGGING: total lag 61200 > 50000. Total lag 61200. orders[2] lag=40100 ...``.
+    Gauges go to Airflow's metrics (docs/metrics.md). On a breach it raises
+    ``AirflowFailException`` (no retries: the lag will not change by retrying at once) with the
+    verdict and the worst partitions. Example: docs/operators/spark-lag-check.md.
     """
 
     template_fields: Sequence[str] = (
@@ -152,7 +130,7 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
             push_check_failed(context, str(self.location).strip(), exc, "return_value")
             raise
         payload = compact(result.to_dict())
-        health = health_name(result.verdict.health)
+        health = result.verdict.health.value
         report = result.report
         self.log.info(
             "%s: %s (%s); total lag %s records, time lag %s",
@@ -178,16 +156,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
     without it such a failure fails the task. The check result goes to XCom under
     the key ``report``.
 
-    Example::
-
-        SparkLagBranchOperator(
-            task_id="decide",
-            location="/data/checkpoints/orders",
-            thresholds={"max_lag_records_total": 1000},
-            healthy_task_id="deploy_now",
-            lagging_task_id="wait_for_catch_up",
-            default_task_id="abort",
-        )
+    Example: docs/operators/spark-lag-branch.md.
     """
 
     template_fields: Sequence[str] = (*CONN_FIELDS, "location", *CHECK_FIELDS, "metric_name")
@@ -238,7 +207,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
                 "%s: the check failed (%s) -> %s", location, exc, self.check_failed_task_id
             )
             return self.check_failed_task_id
-        health = health_name(result.verdict.health)
+        health = result.verdict.health.value
         context["ti"].xcom_push(key="report", value=compact(result.to_dict()))
         chosen = self.branches.get(health) or self.default_task_id
         self.log.info("%s: %s (%s) -> %s", location, health, result.verdict.reason, chosen)

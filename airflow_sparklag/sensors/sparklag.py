@@ -13,7 +13,7 @@ import datetime
 import time
 from collections.abc import Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from airflow.providers.common.compat.sdk import (
     AirflowException,
@@ -76,7 +76,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
         condition = self._condition
         job = metrics.job_name(self, self.metric_name)
         try:
-            probe = self.run_core(lambda: self.hook.probe(condition))
+            probe = self.run_core(lambda: self.hook.probe(condition), close=False)
         except Exception as exc:
             metrics.emit_failure(job, type(exc).__name__)
             raise
@@ -99,11 +99,11 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
             metric_name=metrics.job_name(self, self.metric_name),
         )
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, error: type[Exception] = AirflowFailException) -> NoReturn:
         if self.soft_fail:
             self.log.warning("%s", message)  # Airflow 3 logs a skip without its reason
             raise AirflowSkipException(message)
-        raise AirflowFailException(message)
+        raise error(message)
 
     def poke(self, context: Context) -> PokeReturnValue:
         probe = self._probe(context)
@@ -142,10 +142,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
         if status == "failed":
             self._fail(message)
         if status == "timeout":
-            if self.soft_fail:
-                self.log.warning("%s", message)
-                raise AirflowSkipException(message)
-            raise AirflowSensorTimeout(message)
+            self._fail(message, AirflowSensorTimeout)
         raise AirflowException(message or f"unexpected trigger event {event!r}")
 
 
@@ -159,17 +156,7 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
     that looks scheduled. ``fail_fast`` (verdict names) replaces both switches. Pushes the last
     ``CheckResult.to_dict()`` to XCom.
 
-    Example::
-
-        SparkLagSensor(
-            task_id="wait_healthy",
-            location="s3a://lake/checkpoints/orders",
-            kafka_config_id="kafka_prod",
-            aws_conn_id="aws_lake",
-            thresholds={"max_lag_records_total": 10_000, "max_lag_seconds": 300},
-            poke_interval=60,
-            timeout=3600,
-        )
+    Example: docs/operators/spark-lag-sensor.md.
     """
 
     trigger_class = "SparkLagTrigger"
@@ -240,15 +227,7 @@ class SparkCheckpointProgressSensor(_CheckpointSensor):
     Use it after (re)starting a job: "the new version has processed at least one batch".
     Pushes ``{"committed_batch_id", "committed_at", "offsets", ...}`` to XCom.
 
-    Example::
-
-        SparkCheckpointProgressSensor(
-            task_id="new_version_progressing",
-            location="hdfs://nn:8020/checkpoints/orders",
-            webhdfs_conn_id="webhdfs_default",
-            after_batch_id="{{ ti.xcom_pull('record_offsets')['committed_batch_id'] }}",
-            timeout=900,
-        )
+    Example: docs/operators/checkpoint-progress-sensor.md.
     """
 
     trigger_class = "SparkCheckpointProgressTrigger"
@@ -286,14 +265,7 @@ class SparkKafkaCatchUpSensor(_CheckpointSensor):
     run's data interval, so a daily DAG waits until the stream has covered "yesterday".
     ``topics`` limits the check (default: every topic in the checkpoint).
 
-    Example::
-
-        SparkKafkaCatchUpSensor(
-            task_id="orders_complete_until_midnight",
-            location="/data/checkpoints/orders",
-            target_time="{{ data_interval_end }}",
-            deferrable=True,
-        )
+    Example: docs/operators/kafka-catch-up-sensor.md.
     """
 
     trigger_class = "SparkKafkaCatchUpTrigger"

@@ -1,37 +1,13 @@
 """An event trigger for Airflow 3 asset watchers: fires when a job's health changes.
 
-Health checks as a sensor does, but it never ends: each poll (every ``poll_interval`` seconds)
-checks one job or a fleet (``locations`` and/or ``prefix``) through one
-:class:`~airflow_sparklag.hooks.sparklag.SparkLagHook` session kept between polls, and yields
-one event per job that crossed into the ``unhealthy`` set, and (``fire_on_recovery``) one per
-job that left it. A verdict that merely persists fires nothing, nor does a move inside the set
-(LAGGING to STALLED) or a check that failed (UNKNOWN: the job keeps its last side, unless
-UNKNOWN is named in the set)::
-
-    from airflow.sdk import Asset, AssetWatcher
-
-    watcher = AssetWatcher(
-        name="orders_health",
-        trigger=SparkLagEventTrigger(
-            "s3a://lake/ck/orders", thresholds={"max_lag_seconds": 600},
-            kafka_config_id="kafka_default", aws_conn_id="aws_default", poll_interval=60,
-        ),
-    )
-    orders_unhealthy = Asset("sparklag://orders/health", watchers=[watcher])
-
-Event payloads (JSON-safe, no connection secrets, credentials cut from locations)::
-
-    {"status": "unhealthy" | "recovered", "job": location, "health": "LAGGING",
-     "previous": "OK" | None, "message": ..., "result": CheckResult.to_dict()}
-
-Restart safety: the side each job was last recorded on is kept in an Airflow Variable
-(``state_variable``, default ``sparklag_events_<hash of the trigger's settings>``), read when
-the trigger starts and written BEFORE an event is yielded. A restarted triggerer therefore
-never fires twice for one transition (if it dies between the write and the yield, that one
-event is lost, not doubled). A job seen for the first time fires if it is already unhealthy.
-
+Each poll checks one job or a fleet (``locations`` and/or ``prefix``) through one hook session
+kept between polls and yields one event per job that crossed into the ``unhealthy`` set (and,
+with ``fire_on_recovery``, one per job that left it); a verdict that persists, a move inside
+the set or a check that failed fires nothing. The side each job was last on is kept in an
+Airflow Variable, written BEFORE an event is yielded, so a restarted triggerer never fires
+twice for one transition. Payloads are JSON-safe, without secrets or URL credentials.
 Needs Airflow 3.0+ (``BaseEventTrigger``); on Airflow 2 constructing it raises ``UsageError``.
-See docs/events.md.
+See docs/events.md (the payload, the Variable, an example DAG).
 """
 
 from __future__ import annotations
@@ -125,25 +101,21 @@ class SparkLagEventTrigger(SparkLagTrigger, BaseEventTrigger):
         self.polls = 0  # polls of this run (logged with each)
         self.fleet: Any = None  # the run's FleetChecker
 
-    def _condition_kwargs(self) -> dict[str, Any]:
-        kwargs = super()._condition_kwargs()
-        for unused in ("accept", "fail_fast"):  # the sensor's; a watcher has ``unhealthy``
-            kwargs.pop(unused)
-        return {
-            **kwargs,
-            "locations": self.locations,
-            "prefix": self.prefix,
-            "unhealthy": [h.value for h in self.unhealthy],
-            "fire_on_recovery": self.fire_on_recovery,
-            "max_depth": self.max_depth,
-            "rediscover_seconds": self.rediscover_seconds,
-            "state_variable": getattr(self, "state_variable", None),
-        }
-
     def serialize(self) -> tuple[str, dict[str, Any]]:
         classpath, kwargs = super().serialize()
-        for unused in ("location", "deadline"):  # ``locations`` holds it; never a deadline
+        # ``locations`` holds the location; never a deadline; ``unhealthy``, not the sensor's
+        # accept / fail_fast
+        for unused in ("location", "deadline", "accept", "fail_fast"):
             kwargs.pop(unused)
+        kwargs.update(
+            locations=self.locations,
+            prefix=self.prefix,
+            unhealthy=[h.value for h in self.unhealthy],
+            fire_on_recovery=self.fire_on_recovery,
+            max_depth=self.max_depth,
+            rediscover_seconds=self.rediscover_seconds,
+            state_variable=getattr(self, "state_variable", None),
+        )
         return classpath, kwargs
 
     def _default_state_variable(self) -> str:
@@ -167,7 +139,7 @@ class SparkLagEventTrigger(SparkLagTrigger, BaseEventTrigger):
                         self.fleet = fleet = hook.fleet_checker(
                             self.locations,
                             prefix=self.prefix,
-                            options=self._health.options,
+                            options=self.condition.options,  # a HealthCondition
                             max_depth=self.max_depth,
                             rediscover_seconds=self.rediscover_seconds,
                         )

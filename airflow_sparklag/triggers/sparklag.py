@@ -64,17 +64,11 @@ class _ConditionTrigger(BaseTrigger):
         self.poll_interval = float(poll_interval)
         self.deadline = deadline
 
-    @property
-    def condition(self) -> WaitCondition:
-        raise NotImplementedError
-
-    def _condition_kwargs(self) -> dict[str, Any]:
-        """The condition's own arguments: its ``to_dict()`` without kind and location."""
-        kwargs = self.condition.to_dict()
-        del kwargs["kind"], kwargs["location"]
-        return kwargs
+    condition: WaitCondition  # set by each trigger's __init__
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
+        condition = self.condition.to_dict()  # the condition's own arguments follow
+        del condition["kind"], condition["location"]
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
@@ -83,7 +77,7 @@ class _ConditionTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "metric_name": self.metric_name,
-                **self._condition_kwargs(),
+                **condition,
             },
         )
 
@@ -158,16 +152,12 @@ class SparkLagTrigger(_ConditionTrigger):
         checked = CheckOptions.from_dict({**(options or {}), **given})
         if fail_fast is None:
             fail_fast = ["DATA_LOSS"] * fail_on_data_loss + ["STOPPED"] * fail_on_stopped
-        self._health = HealthCondition(
+        self.condition = HealthCondition(
             location,
             checked,
             tuple(Health(str(a).upper()) for a in accept),
             tuple(Health(str(f).upper()) for f in fail_fast),
         )
-
-    @property
-    def condition(self) -> WaitCondition:
-        return self._health
 
 
 class SparkCheckpointProgressTrigger(_ConditionTrigger):
@@ -183,15 +173,11 @@ class SparkCheckpointProgressTrigger(_ConditionTrigger):
         **kwargs: Any,
     ) -> None:
         super().__init__(location, **kwargs)
-        self._progress = ProgressCondition(
+        self.condition = ProgressCondition(
             location,
             None if after_batch_id is None else int(after_batch_id),
             None if after_commit_time is None else float(after_commit_time),
         )
-
-    @property
-    def condition(self) -> WaitCondition:
-        return self._progress
 
 
 class SparkKafkaCatchUpTrigger(_ConditionTrigger):
@@ -207,10 +193,6 @@ class SparkKafkaCatchUpTrigger(_ConditionTrigger):
         **kwargs: Any,
     ) -> None:
         super().__init__(location, **kwargs)
-        self._catch_up = CatchUpCondition(
+        self.condition = CatchUpCondition(
             location, int(target_time_ms), tuple(topics) if topics else None
         )
-
-    @property
-    def condition(self) -> WaitCondition:
-        return self._catch_up

@@ -15,7 +15,6 @@ from airflow.sdk import Connection
 from airflow_sparklag.hooks.connections import (
     ResolvedConnections,
     azure_options_from,
-    gcp_needs_provider,
     gcs_options_from,
 )
 from airflow_sparklag.hooks.sparklag import SparkLagHook
@@ -39,8 +38,7 @@ def _conn(conn_type: str, **fields: Any) -> Connection:
 def test_gcp_connection_read_directly() -> None:
     keyfile = {"type": "service_account", "private_key": PRIVATE_KEY, "client_email": "a@b"}
     conn = _conn("google_cloud_platform", extra={"keyfile_dict": json.dumps(keyfile)})
-    assert gcs_options_from(conn) == {"token": keyfile}
-    assert not gcp_needs_provider(conn)
+    assert gcs_options_from(conn) == {"token": keyfile}  # gcsfs reads it: no provider needed
     old_style = _conn(
         "google_cloud_platform",
         extra={
@@ -52,7 +50,7 @@ def test_gcp_connection_read_directly() -> None:
     emulator = _conn("google_cloud_platform", extra={"token": "anon", "endpoint_url": "http://e"})
     assert gcs_options_from(emulator) == {"token": "anon", "endpoint_url": "http://e"}
     # Nothing gcsfs can use itself: the google provider (when installed) builds credentials.
-    assert gcp_needs_provider(_conn("google_cloud_platform", extra={"project": "p"}))
+    assert "token" not in gcs_options_from(_conn("google_cloud_platform", extra={"project": "p"}))
 
 
 def test_wasb_and_adls_connections_read_directly() -> None:

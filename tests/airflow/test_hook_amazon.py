@@ -114,7 +114,7 @@ def test_aws_base_hook_builds_the_client_from_the_connection(monkeypatch):
         },
     )
     hook = SparkLagHook(KAFKA_CONN_ID, aws_conn_id=conn_id)
-    options = hook.s3_storage_options()
+    options = hook.s3_client().options
     assert set(options) == {"client", "session", "verify", "endpoint_url"}
     client = options["client"]
     assert client.meta.endpoint_url == options["endpoint_url"] == "http://minio.invalid:9000"
@@ -127,7 +127,7 @@ def test_aws_base_hook_builds_the_client_from_the_connection(monkeypatch):
     assert config.s3 == {"addressing_style": "path"}
     creds = frozen_credentials(options)
     assert (creds.access_key, creds.secret_key) == ("AKIAAMAZONUNIT", "amazon-unit-secret")
-    assert hook.s3_storage_options() is options  # built once per hook
+    assert hook.s3_client().options is options  # built once per hook
     # What the connection holds, read directly, is still there for scrubbing.
     assert hook.get_conn().s3_options["aws_secret_access_key"] == "amazon-unit-secret"
     assert "amazon-unit-secret" not in repr(hook.get_conn())
@@ -146,7 +146,7 @@ def test_keys_and_endpoint_read_a_checkpoint_on_s3(
         extra=keys_extra(s3),
     )
     hook = SparkLagHook(KAFKA_CONN_ID, aws_conn_id=conn_id)
-    options = hook.s3_storage_options()
+    options = hook.s3_client().options
     seen = record_access_key_ids(options["client"])  # boto3's requests (obstore reads)
     assert_same_checkpoint(hook, s3_checkpoint, local_ck35)
     assert set(seen) <= {s3.options["aws_access_key_id"]}
@@ -173,7 +173,7 @@ def test_role_arn_assumes_the_role_through_sts(s3, s3_checkpoint, local_ck35, mo
         extra=role_extra(s3, assume_role_kwargs={"RoleSessionName": "sparklag-check"}),
     )
     hook = SparkLagHook(KAFKA_CONN_ID, aws_conn_id=conn_id)
-    options = hook.s3_storage_options()
+    options = hook.s3_client().options
     seen = record_access_key_ids(options["client"])
     assert_same_checkpoint(hook, s3_checkpoint, local_ck35)
 
@@ -225,12 +225,12 @@ FALLBACK_SCRIPT = textwrap.dedent(
 
     kafka, keys_conn, role_conn, location, live_kafka = sys.argv[1:6]
     hook = SparkLagHook(kafka, aws_conn_id=keys_conn)
-    options = hook.s3_storage_options()
+    options = hook.get_conn().s3_options
     recorded = hook.committed_offsets(location)
     # test_connection() checks Kafka first: a connection to a broker that answers.
     tested = SparkLagHook(live_kafka, aws_conn_id=keys_conn).test_connection()
     try:
-        SparkLagHook(kafka, aws_conn_id=role_conn).s3_storage_options()
+        SparkLagHook(kafka, aws_conn_id=role_conn).s3_client()
         role_error = None
     except ValueError as exc:
         role_error = str(exc)
@@ -316,7 +316,7 @@ def test_secrets_stay_out_of_reprs_logs_and_errors(s3, s3_checkpoint, monkeypatc
         extra=role_extra(s3, aws_session_token=token),
     )
     hook = SparkLagHook(KAFKA_CONN_ID, aws_conn_id=conn_id)
-    options = hook.s3_storage_options()
+    options = hook.s3_client().options
     hook.read_checkpoint(s3_checkpoint)
     assumed = frozen_credentials(options)
     secrets = [secret, token, assumed.secret_key, assumed.token]

@@ -78,16 +78,16 @@ def test_hooks_on_one_connection_share_one_client_each(kafka, topic, s3_checkpoi
     assert recorded[1] == recorded[0]
     client = s3_client_of(first, s3_checkpoint)
     assert s3_client_of(second, s3_checkpoint) is client
-    assert first.s3_storage_options()["client"] is client
+    assert first.s3_client().options["client"] is client
 
-    assert second.kafka_client() is first.kafka_client()
-    snapshots = [h.kafka_client().snapshot([topic]) for h in (first, second)]
+    assert second.session.kafka is first.session.kafka
+    snapshots = [h.session.kafka.snapshot([topic]) for h in (first, second)]
     assert [sum(p.log_end for p in s.partitions[topic].values()) for s in snapshots] == [6, 6]
 
     # The Kafka timeout shapes the client: another timeout, another client; S3 is still shared.
     slower = SparkLagHook(kafka_id, aws_conn_id=aws_id, kafka_timeout=20.0)
-    assert slower.kafka_client() is not first.kafka_client()
-    assert slower.s3_storage_options()["client"] is client
+    assert slower.session.kafka is not first.session.kafka
+    assert slower.s3_client().options["client"] is client
     assert [k.conn_id for k in SHARED_CLIENTS.cached_keys()].count(kafka_id) == 2
     assert [k.conn_id for k in SHARED_CLIENTS.cached_keys()].count(aws_id) == 1
 
@@ -97,7 +97,7 @@ def test_an_edited_connection_gets_new_clients(kafka, s3, s3_checkpoint, conn_id
     kafka_id, aws_id = conn_ids
     before = SparkLagHook(kafka_id, aws_conn_id=aws_id)
     before.committed_offsets(s3_checkpoint)
-    old_s3, old_kafka = s3_client_of(before, s3_checkpoint), before.kafka_client()
+    old_s3, old_kafka = s3_client_of(before, s3_checkpoint), before.session.kafka
 
     # A different extra on the same connection ids.
     set_aws(monkeypatch, aws_id, s3, extra=keys_extra(s3, config_kwargs={"read_timeout": 19}))
@@ -108,8 +108,8 @@ def test_an_edited_connection_gets_new_clients(kafka, s3, s3_checkpoint, conn_id
     assert new_s3 is not old_s3
     assert new_s3.meta.config.read_timeout == 19  # built from the edited connection
     assert old_s3.meta.config.read_timeout == 15.0  # our default (storage.s3.DEFAULT_READ_TIMEOUT)
-    assert after.kafka_client() is not old_kafka
-    assert after.kafka_client()._config["client.id"] == "sparklag-edited"
+    assert after.session.kafka is not old_kafka
+    assert after.session.kafka._config["client.id"] == "sparklag-edited"
 
     # Only the password changed: a new S3 client too (it is in the fingerprint, hashed).
     set_aws(
@@ -120,12 +120,12 @@ def test_an_edited_connection_gets_new_clients(kafka, s3, s3_checkpoint, conn_id
         extra=keys_extra(s3, config_kwargs={"read_timeout": 19}),
     )
     rotated = SparkLagHook(kafka_id, aws_conn_id=aws_id)
-    assert rotated.s3_storage_options()["client"] not in (old_s3, new_s3)
+    assert rotated.s3_client().options["client"] not in (old_s3, new_s3)
 
     # The hook made before the edits keeps its clients, and they still work.
     assert before.committed_offsets(s3_checkpoint)["committed_batch_id"] is not None
     assert s3_client_of(before, s3_checkpoint) is old_s3
-    assert before.kafka_client() is old_kafka
+    assert before.session.kafka is old_kafka
     assert old_kafka.snapshot([]).cluster_id
 
 
@@ -138,8 +138,8 @@ def test_closing_one_hook_leaves_the_others_working(
     for hook in (first, second):
         assert hook.check(lagging_job.location).report.total_lag == 45
         hook.committed_offsets(s3_checkpoint)
-    kafka_client = second.kafka_client()
-    assert kafka_client is first.kafka_client()
+    kafka_client = second.session.kafka
+    assert kafka_client is first.session.kafka
     admin = kafka_client._admin
     assert admin is not None
     s3_client = s3_client_of(second, s3_checkpoint)
@@ -150,7 +150,7 @@ def test_closing_one_hook_leaves_the_others_working(
     assert first._session is None and session.closed
     assert session._readers == {} and session.backends == []
     # The shared clients were not closed: same client, same librdkafka handle.
-    assert second.kafka_client() is kafka_client and kafka_client._admin is admin
+    assert second.session.kafka is kafka_client and kafka_client._admin is admin
     assert second.check(lagging_job.location).report.total_lag == 45
     assert second.committed_offsets(s3_checkpoint)["committed_batch_id"] is not None
     assert s3_client_of(second, s3_checkpoint) is s3_client
@@ -158,7 +158,7 @@ def test_closing_one_hook_leaves_the_others_working(
 
     # A closed hook can be used again: it borrows the same shared clients.
     assert first.check(lagging_job.location).report.total_lag == 45
-    assert first.kafka_client() is kafka_client
+    assert first.session.kafka is kafka_client
     first.committed_offsets(s3_checkpoint)
     assert s3_client_of(first, s3_checkpoint) is s3_client
 
@@ -168,7 +168,7 @@ def test_no_secret_in_the_cache_keys(s3_checkpoint, conn_ids):
     kafka_id, aws_id = conn_ids
     hook = SparkLagHook(kafka_id, aws_conn_id=aws_id)
     hook.committed_offsets(s3_checkpoint)
-    hook.kafka_client()
+    assert hook.session.kafka is not None  # the Kafka client is built and cached
     keys = [k for k in SHARED_CLIENTS.cached_keys() if k.conn_id in (kafka_id, aws_id)]
     assert sorted(k.kind for k in keys) == ["kafka", "s3"]
     texts = [repr(keys), str(keys), repr(hook.__dict__), repr(hook.get_conn())]
@@ -296,7 +296,7 @@ clients = [r.storage.client for r in readers]
 first.close()
 print(json.dumps({
     "blocked": bool(blocked),
-    "options": sorted(second.s3_storage_options()),
+    "options": sorted(second.get_conn().s3_options),
     "batches": batches,
     "shared": clients[0] is clients[1],
     "after_close": second.committed_offsets(location)["committed_batch_id"],
@@ -324,7 +324,7 @@ def test_without_the_amazon_provider_the_direct_client_is_shared(
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["blocked"]
-    # s3_storage_options() is still the connection read directly; the readers share a client.
+    # get_conn().s3_options is still the connection read directly; the readers share a client.
     assert result["options"] == [
         "aws_access_key_id",
         "aws_secret_access_key",

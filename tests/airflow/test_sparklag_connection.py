@@ -194,7 +194,7 @@ def test_tasks_and_triggers_take_a_sparklag_connection(monkeypatch):
     snapshot = CheckpointSnapshotOperator(
         task_id="snap", checkpoint_location="/ck", snapshot_root="/snap", sparklag_conn_id="lag_two"
     )
-    conns = snapshot.get_hook().get_conn()
+    conns = snapshot.hook.get_conn()
     assert conns.source_kafka["1"].config["bootstrap.servers"] == "t2:9092"
 
 
