@@ -140,10 +140,6 @@ class CheckpointState:
     preceding_commit_modified: float | None = None
 
 
-def _batch_id(entry: tuple[ObjectInfo, BatchOffsets]) -> int:
-    return entry[1].batch_id
-
-
 # -- parsers ---------------------------------------------------------------------------------
 
 
@@ -517,7 +513,7 @@ class CheckpointReader:
 
     def batches_read(self) -> list[BatchOffsets]:
         """The offsets files this reader holds (those of its newest read), oldest first."""
-        return [batch for _, batch in sorted(self._offsets_cache.values(), key=_batch_id)]
+        return [batch for _, (_, batch) in sorted(self._offsets_cache.items())]
 
     def read(self, history: int = 10, *, lazy_history: bool = False) -> CheckpointState:
         """A fresh snapshot; ``history`` bounds how many committed batches are returned.
@@ -625,7 +621,7 @@ class CheckpointReader:
         """``CheckpointState.written_before`` for ``newest``: only when it has real-time's
         span (one listing of the checkpoint's root more, without S3's combined listing, when
         it is the first batch)."""
-        span = None if newest is None else _span(newest)
+        span = _span(newest)
         if newest is None or span is None or span < REAL_TIME_MIN_INTERVAL:
             return None
         earlier = [i for i in offsets if i < newest.batch_id]
@@ -674,11 +670,7 @@ class CheckpointReader:
         (else one after another); a state with nothing unread is returned as is."""
         if not state.unread_history:
             return state
-        listed = {}
-        for info in state.unread_history:
-            batch_id = parse_batch_id(info.name)
-            if batch_id is not None:
-                listed[batch_id] = info
+        listed = _batches(state.unread_history)
         ids = list(listed)
         take = ids if newest is None else ids[len(ids) - max(0, newest) :]
         left = tuple(listed[i] for i in ids[: len(ids) - len(take)])
@@ -746,10 +738,7 @@ class CheckpointReader:
                 f"{path}: {info.size:,} bytes, far larger than any offsets file Spark writes "
                 f"(a query over 100,000 partitions writes ~2 MB); not read"
             )
-        try:
-            data = self.storage.read(path)
-        except StorageNotFound:
-            raise _Vanished(path) from None
+        data = self._read_listed(path)
         batch = parse_offsets(data, path, batch_id=batch_id, modified=info.modified)
         self._offsets_cache[batch_id] = (info, batch)
         return batch
@@ -777,12 +766,15 @@ class CheckpointReader:
             self._commit_checked = key
             return
         path = join(self.location, "commits", info.name)
+        parse_commit(self._read_listed(path), path)
+        self._commit_checked = key
+
+    def _read_listed(self, path: str) -> bytes:
+        """A listed file's content; :class:`_Vanished` when it is gone."""
         try:
-            data = self.storage.read(path)
+            return self.storage.read(path)
         except StorageNotFound:
             raise _Vanished(path) from None
-        parse_commit(data, path)
-        self._commit_checked = key
 
     def _read_query_id(self, listed: bool | None = None) -> str | None:
         if listed is False and self._query_id is None:
@@ -841,7 +833,7 @@ def _v1_commit_md5(watermark_ms: int) -> str:
     return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
 
 
-def _batches(entries: list[ObjectInfo]) -> dict[int, ObjectInfo]:
+def _batches(entries: Iterable[ObjectInfo]) -> dict[int, ObjectInfo]:
     """Batch id -> entry, for the entries whose name :func:`parse_batch_id` accepts."""
     batches: dict[int, ObjectInfo] = {}
     for info in entries:
@@ -901,7 +893,7 @@ def real_time_interval(state: CheckpointState) -> float | None:
     and the same "offsets long after the batch time, the commit just after" shape.
     """
     newest = state.in_flight or state.committed
-    span = None if newest is None else _span(newest)
+    span = _span(newest)
     if newest is None or span is None or span < REAL_TIME_MIN_INTERVAL:
         return None
     assert newest.batch_timestamp_ms is not None  # _span has it
@@ -924,7 +916,7 @@ def _shape(batch: BatchOffsets | None, commit_modified: float | None) -> float |
     """A committed batch's span when it has real-time's shape: offsets written at least
     ``REAL_TIME_MIN_INTERVAL`` after its batch time, its commit within
     ``REAL_TIME_MAX_WRITE_SHARE`` of that span after them."""
-    span = None if batch is None else _span(batch)
+    span = _span(batch)
     if span is None or batch is None or batch.modified is None or commit_modified is None:
         return None
     wrote = commit_modified - batch.modified
@@ -933,8 +925,8 @@ def _shape(batch: BatchOffsets | None, commit_modified: float | None) -> float |
     return span
 
 
-def _span(batch: BatchOffsets) -> float | None:
+def _span(batch: BatchOffsets | None) -> float | None:
     """Seconds from a batch's time to its offsets file's."""
-    if batch.batch_timestamp_ms is None or batch.modified is None:
+    if batch is None or batch.batch_timestamp_ms is None or batch.modified is None:
         return None
     return batch.modified - batch.batch_timestamp_ms / 1000.0

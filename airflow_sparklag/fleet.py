@@ -189,7 +189,8 @@ class FleetChecker:
     @property
     def locations(self) -> list[str]:
         """The checkpoints the next poll checks (discovering them first if needed)."""
-        self._maybe_discover()
+        if self._discovery_due():
+            self.discover()
         return list(self._locations)
 
     def discover(self) -> list[str]:
@@ -210,10 +211,6 @@ class FleetChecker:
                 and time.monotonic() - self._discovered_at >= self.rediscover_seconds
             )
         )
-
-    def _maybe_discover(self) -> None:
-        if self._discovery_due():
-            self.discover()
 
     def _found(self) -> Iterator[str]:
         """The prefixes' checkpoints as discovery finds them."""

@@ -770,40 +770,31 @@ def _source_lags(
             continue
         stored = starts.get(source.source_id) if started else source.kafka
         basis = basis_of(source.source_id)
+        topics: list[TopicLag] = []
+        subscribed = False
+        if stored is not None:
+            read = set(source.kafka) | set(stored) | set(planned.get(source.source_id, {}))
+            subscribed = _subscribed_by(basis.snapshot, pattern, read)
+            unread = set(basis.snapshot.pattern_topics) - read if subscribed else set()
+            topics = [
+                _topic_lag(
+                    basis,
+                    source.source_id,
+                    topic,
+                    stored.get(topic, {}),
+                    planned,
+                    series_offsets,
+                    started=started,
+                    assign=assign,
+                )
+                for topic in sorted(read | unread)
+            ]
+        unknown = [t.lag_unknown or t.topic for t in topics if t.lag is None]
         if stored is None:  # no commit yet and its starting offsets unknown: not measured
-            why = (
+            unknown = [
                 f"no batch committed yet and sources/{source.source_id}/0 (where it started) "
                 "not found"
-            )
-            sources.append(
-                SourceLag(
-                    source.source_id,
-                    "kafka",
-                    True,
-                    (),
-                    None,
-                    lag_unknown=why,
-                    cluster=basis.cluster,
-                )
-            )
-            continue
-        read = set(source.kafka) | set(stored) | set(planned.get(source.source_id, {}))
-        subscribed = _subscribed_by(basis.snapshot, pattern, read)
-        unread = set(basis.snapshot.pattern_topics) - read if subscribed else set()
-        topics = [
-            _topic_lag(
-                basis,
-                source.source_id,
-                topic,
-                stored.get(topic, {}),
-                planned,
-                series_offsets,
-                started=started,
-                assign=assign,
-            )
-            for topic in sorted(read | unread)
-        ]
-        unknown = [t.lag_unknown or t.topic for t in topics if t.lag is None]
+            ]
         sources.append(
             SourceLag(
                 source.source_id,
