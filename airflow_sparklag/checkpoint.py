@@ -479,25 +479,12 @@ class CheckpointReader:
     - no ``offsets/``, ``commits/`` or ``metadata`` at all:
       :class:`~airflow_sparklag.errors.CheckpointNotFound`.
 
-    Request budget of a first ``read(history=1)``: LIST commits/, LIST offsets/, GET offsets/C,
-    GET metadata (once per reader), and GET offsets/L when a batch is in flight. Each extra
-    history batch costs one GET, once, and ``commits/C`` one GET per new committed batch unless
-    the listing's content hash proves it (S3 ETag, GCS md5Hash).
-    On S3 (a backend with ``list_checkpoint``) the two
-    LISTs are one (a page per ~1,000 log files), and ``metadata`` is only read when listed:
-    a first check is LIST + GET offsets/C + GET metadata = 3, a repeated one LIST + new GETs.
-
-    ``read(history, lazy_history=True)`` (what ``monitor.check``/``check_many`` do) costs the
-    budget of ``history=1`` whatever ``history`` is: the older batches of the window are only
-    listed (``state.unread_history``) and :meth:`read_history` GETs them, once, when a rule
-    needs them (``health.reads_needed``: not for a caught-up job; offsets/C-1 first for a job
-    with lag, the rest only if it says the rest could matter). So a default check of a
-    caught-up job on S3 is LIST + GET offsets/C (+ GET metadata for the query id, once per
-    reader), of a job with some lag that offsets/C-1 settles one GET more, constant in the
-    number of state objects and of retained batches.
-
-    ``query_id=False`` never reads ``metadata`` (the state's ``query_id`` is then ``None``): lag
-    and health do not need it, so a fleet check is LIST + GET offsets/C = 2 requests on S3.
+    Request budget (docs/architecture.md, "Checkpoint state"): a first ``read(history=1)`` is
+    LIST commits/, LIST offsets/ (one listing on S3: ``list_checkpoint``), GET offsets/C, GET
+    metadata (once per reader, never with ``query_id=False``) and GET offsets/L when a batch is
+    in flight; each extra history batch one GET, once; ``commits/C`` one GET per new committed
+    batch unless the listing's content hash proves it. ``read(history, lazy_history=True)``
+    costs what ``history=1`` does and leaves the older batches to :meth:`read_history`.
     """
 
     def __init__(self, storage: Storage, location: str, *, query_id: bool = True) -> None:
@@ -848,14 +835,10 @@ def _is_continuous(batch: BatchOffsets) -> bool:
     return batch.batch_timestamp_ms is None and batch.watermark_ms is None and not batch.conf
 
 
-# Real-time mode (Spark >= 4.1, ``trigger(realTime=...)``; its intervals are at least
-# spark.sql.streaming.realTimeMode.minBatchDuration, 5 s by default, which may be lowered to 0:
-# Spark then accepts any interval from 1 ms) writes offsets/N at the END of interval N, just
-# before commits/N, while batchTimestampMs is the interval's start. A micro-batch writes
-# offsets/N when it plans batch N (its batch time), commits/N after running it. Measured on
-# pyspark 4.2 on 2 cores (docs/lag-and-health.md, "the real-time trigger"): a real-time span
-# (batch time to offsets/N) is the interval plus 0.02-0.25 s (up to 1.2 s at a load of 14);
-# a micro-batch plan took 0.002-0.18 s, 0.78 s at a load of 14.
+# Real-time mode (Spark >= 4.1) writes offsets/N at the END of interval N, just before
+# commits/N, while batchTimestampMs is the interval's start; a micro-batch writes offsets/N when
+# it plans batch N. The bounds below were measured on pyspark 4.2 (docs/lag-and-health.md, "The
+# real-time trigger").
 # Seconds from batchTimestampMs to offsets/C, at least: over the longest micro-batch plan seen.
 REAL_TIME_MIN_INTERVAL = 1.0
 # From this span on the newest checkpoint alone decides (no plan comes near it, and it leaves
@@ -876,21 +859,13 @@ def real_time_interval(state: CheckpointState) -> float | None:
     """The newest checkpoint's interval (seconds from its ``batchTimestampMs`` to the time
     ``offsets/C`` was written) when the files have real-time mode's shape, else None.
 
-    The checkpoint records no trigger, so the shape decides: ``offsets/C`` written at least
-    ``REAL_TIME_MIN_INTERVAL`` after its batch time and ``commits/C`` within half of that
-    span after it. A micro-batch query writes ``offsets/C`` as it plans the batch (well under a
-    second after its batch time) and commits after running it. Under
-    ``REAL_TIME_SURE_INTERVAL`` the batch before C (``state.preceding``) must have that shape
-    too. An ``offsets/L`` without its commit is real-time's too when it has that span (read
-    between the two writes): the interval is then C's, or L's before the first commit (from
-    ``REAL_TIME_SURE_INTERVAL``). Storage times on S3 have 1 s resolution and the store's
-    clock. Intervals under ``REAL_TIME_MIN_INTERVAL`` are not recognised (judged as a
-    micro-batch): their files cannot be told from a micro-batch's.
-
-    And the interval began after what Spark wrote before it (``written_before``: the previous
-    offsets file, or ``metadata`` for the first): a checkpoint copied by ``aws s3 sync``,
-    ``distcp`` or ``cp -r`` has all its files written at copy time, long after every batch time,
-    and the same "offsets long after the batch time, the commit just after" shape.
+    The checkpoint records no trigger, so the shape decides (docs/lag-and-health.md, "The
+    real-time trigger"): ``offsets/C`` written at least ``REAL_TIME_MIN_INTERVAL`` after its
+    batch time, ``commits/C`` within half of that span after it, and under
+    ``REAL_TIME_SURE_INTERVAL`` the batch before C (``state.preceding``) too. An ``offsets/L``
+    without its commit with that span is real-time's, read between the two writes. The
+    interval began after what Spark wrote before it (``written_before``), which a copied
+    checkpoint, every file written at copy time, fails.
     """
     newest = state.in_flight or state.committed
     span = _span(newest)

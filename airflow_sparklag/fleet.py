@@ -266,11 +266,8 @@ class FleetChecker:
 
         An unreadable checkpoint gives ``error`` and an UNKNOWN verdict; Kafka errors concern
         every job and are raised. ``progress(done, total)`` is called as checkpoints are read.
-
         The older batches of a job's window are read only when its report depends on them
-        (``health.reads_needed``: not for a caught-up job; offsets/C-1 first, the rest only
-        when it says the rest could matter), with the same verdict and partition numbers as
-        an eager read; a failure to read them gives that job a failed result.
+        (:func:`~airflow_sparklag.monitor.judge_states`).
         """
         states, failures = self.read_states(progress)
         judged = (

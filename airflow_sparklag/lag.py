@@ -1029,14 +1029,10 @@ def subscription_note(report: LagReport) -> str | None:
 
 def _notes(report: LagReport, source_starts: Offsets | None) -> tuple[str, ...]:
     """What a reader of the numbers must know, in the report itself."""
-    notes = []
-    warning = single_cluster_warning(report)
-    if warning is not None:
-        notes.append(warning)
-    parts = list(report.partitions())
+    notes = [single_cluster_warning(report)]
     open_tx = [
         p
-        for p in parts
+        for p in report.partitions()
         if p.last_stable_offset is not None
         and p.log_end_offset is not None
         and p.last_stable_offset < p.log_end_offset
@@ -1063,10 +1059,8 @@ def _notes(report: LagReport, source_starts: Offsets | None) -> tuple[str, ...]:
             else f"no batch committed yet: batch {report.in_flight.batch_id} is in flight and "
             "the query's starting offsets were not read, so its lag is not measured"
         )
-    for note in (subscription_note(report), new_partitions_note(report)):
-        if note is not None:
-            notes.append(note)
-    return tuple(notes)
+    notes += [subscription_note(report), new_partitions_note(report)]
+    return tuple(note for note in notes if note is not None)
 
 
 def _report(
