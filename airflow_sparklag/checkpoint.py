@@ -564,10 +564,12 @@ class CheckpointReader:
 
         window = _window(commit_ids, offsets, committed_id, history)
         unread: tuple[ObjectInfo, ...] = ()
+        # An older offsets file listed larger than offsets/C hints at a rewind (offsets only
+        # grow, and with them their digits): only the older batches show it, read them now.
         if (
             lazy_history
             and committed_id is not None
-            and not _shrunk((offsets[i] for i in window), offsets[committed_id])
+            and not any(offsets[i].size > offsets[committed_id].size for i in window)
         ):
             past: tuple[BatchOffsets, ...] = ()
             unread = tuple(offsets[batch_id] for batch_id in window)
@@ -800,12 +802,6 @@ def _window(
         return []
     older = [bid for bid in commit_ids if bid < committed_id and bid in offsets]
     return older[-(history - 1) :]
-
-
-def _shrunk(older: Iterable[ObjectInfo], committed: ObjectInfo) -> bool:
-    """Is an older offsets file listed larger than offsets/C? (Offsets only grow, and with
-    them their digits: a smaller offsets/C hints at a rewind.)"""
-    return any(info.size > committed.size for info in older)
 
 
 def _commit_md5s(watermarks: set[int | None]) -> set[str]:

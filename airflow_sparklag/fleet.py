@@ -135,26 +135,19 @@ class FleetChecker:
     """Checks a fixed (or discovered) set of checkpoints repeatedly, e.g. from a sensor loop.
 
     Everything goes through one :class:`~airflow_sparklag.session.Session`: one storage client
-    per store for the whole fleet, one :class:`~airflow_sparklag.checkpoint.CheckpointReader`
-    per location kept across polls (a poll re-reads only the listing(s) and one GET per new
-    batch), one Kafka snapshot per poll for every topic of every checkpoint. Readers forget
-    batches that fell out of the history window, so memory stays flat however long it lives.
+    per store, one reader per location kept across polls (a poll re-reads the listing and one
+    GET per new batch; memory stays flat), one Kafka snapshot per poll.
 
     >>> with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
     ...     fleet = FleetChecker(session=session, prefix="s3a://bucket/checkpoints")
     ...     for result in fleet.check():                                   # doctest: +SKIP
     ...         print(result.location, result.verdict.health.value)
 
-    Without ``session`` the checker opens one of its own from ``kafka_config`` and the storage
-    options, and closes it on :meth:`close`. ``options`` (a ``CheckOptions``) or the separate
-    ``thresholds``/``history``/``exact_time_lag``/``read_committed`` say how to judge.
-
-    ``rediscover_seconds`` (with ``prefix``) lists the prefix again when that much time has
-    passed since the last discovery, to pick up new jobs and drop deleted ones.
-
-    ``query_ids=True`` also reads each checkpoint's ``metadata`` (once per reader) so reports
-    carry the query id; by default they do not (``query_id`` is ``None``): lag and health do
-    not need it, and it would cost a third request per job on a first check.
+    Without ``session`` the checker opens one of its own from the ``Session`` keyword
+    arguments and closes it on :meth:`close`. ``options`` (a ``CheckOptions``) or its fields
+    as keyword arguments say how to judge. ``rediscover_seconds`` (with ``prefix``) lists the
+    prefix again that long after the last discovery. ``query_ids=True`` also reads each
+    checkpoint's ``metadata`` (a third request per job on a first check) for the query id.
     """
 
     def __init__(
@@ -270,11 +263,7 @@ class FleetChecker:
         (:func:`~airflow_sparklag.monitor.judge_states`).
         """
         states, failures = self.read_states(progress)
-        judged = (
-            judge_states(self.session, states, self.options, now=now, query_id=self.query_ids)
-            if states
-            else {}
-        )
+        judged = judge_states(self.session, states, self.options, now=now, query_id=self.query_ids)
         self.polls += 1
         return [judged.get(loc) or failures[loc] for loc in self._locations]
 

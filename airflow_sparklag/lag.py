@@ -381,13 +381,9 @@ def time_lag_reads(report: LagReport) -> Reads:
     """What this report's own numbers need: the time-lag estimate of a waiting record, the
     rate-limit guess that withholds it (``_looks_rate_limited``), the rates.
 
-    A caught-up job (every partition at the log end, no in-flight batch planned short of it)
-    needs nothing: its records' age is 0 and the guess needs a backlog. A waiting one needs
-    offsets/C-1, and then the rest of the window when a partition is not in both, an offset
-    went back between them (the estimate is judged over the window), or older batches could
-    make the guess true: when the steps a report has differ, read nothing, or read at least
-    what waits now, no older batch can. Otherwise the estimate depends only on the newest
-    batch, the in-flight plan and the live log end.
+    Nothing for a caught-up job; offsets/C-1 for a waiting one, then the rest of the window
+    when a partition is not in both, an offset went back between them, or older batches could
+    make the guess true (the steps seen are equal and at most what waits now).
     """
     if not any(p.lag > 0 or _planned_short(p, report.read_committed) for p in report.partitions()):
         return Reads.NOTHING
@@ -874,25 +870,15 @@ def compute_lag(
     """Lag of the query in `state` against the log in `snapshot`, at `now` (default: the
     snapshot's `fetched_at`, so every age in the report is measured from one instant).
 
-    `source_clusters` measures the sources it names against their own cluster's snapshot
-    (and record timestamps) instead; without it, a query with several Kafka sources is
-    measured against `snapshot` alone and the report says so (`single_cluster_assumed`).
-
-    `record_timestamps` (exact time-lag mode) maps (topic, partition) to the timestamp in ms of
-    the record at the committed offset (at the log start for a new partition); without it
-    `lag_seconds` is interpolated from the checkpoint's history (`timelag.OffsetTimeTable`).
-    `source_starts` (source id -> topic -> partition -> offset, from `sources/<id>/0`) measures
-    a query whose first batch is in flight from where it started. `runs_every` declares a
-    scheduled job (seconds between runs, `run_grace` after it): the report then has a
-    `schedule` with its last run. `estimate_ages=False` leaves the interpolated `lag_seconds`
-    of lagging partitions unknown (`NOT_ESTIMATED`): for a preliminary report that is made
-    again once the older batches are read (`health.reads_needed`).
-
-    `subscribe_pattern` (the query's subscribePattern; the snapshot must have listed the
-    cluster's topics by it: `KafkaOffsetsClient.snapshot(pattern=...)`) counts the topics it
-    is found in that the query has not read yet, every partition from its log start, as Spark
-    will read them; without it a note says such topics are not counted. `assign` (a query of
-    fixed partitions, Spark's `assign`) counts only the partitions the checkpoint has.
+    `source_clusters` measures the sources it names against their own cluster's snapshot (and
+    record timestamps); without it several Kafka sources are measured against `snapshot`
+    alone (`single_cluster_assumed`). `record_timestamps` (exact mode): (topic, partition) ->
+    ms of the record at the committed offset; without it `lag_seconds` is interpolated from
+    the history. `source_starts` (from `sources/<id>/0`) measures a query whose first batch is
+    in flight from where it started. `runs_every`/`run_grace`: a scheduled job (the report's
+    `schedule`). `estimate_ages=False` leaves interpolated ages unknown (`NOT_ESTIMATED`), for a
+    preliminary report made again with the older batches. `subscribe_pattern` (the snapshot
+    listed by it) and `assign`: docs/lag-and-health.md, "Subscriptions".
 
     >>> report = compute_lag(state, snapshot, read_committed=True)   # doctest: +SKIP
     >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
@@ -1081,7 +1067,10 @@ def _report(
     at_end = interval is not None
     consumption, production = _rates(list(series), bases.source_ends, snapshot.fetched_at, at_end)
     basis = bases.main
-    real_time = _real_time(state, series, interval)
+    real_time = None  # the real-time trigger's checkpoint times, once one is committed
+    committed = state.committed
+    if interval is not None and committed is not None and committed.modified is not None:
+        real_time = RealTime(interval, committed.modified, tuple(b.modified for b in series))
     return LagReport(
         location=state.location,
         query_id=state.query_id,
@@ -1108,16 +1097,6 @@ def _report(
         trigger="continuous" if state.continuous else "real-time" if interval else "micro-batch",
         real_time=real_time,
     )
-
-
-def _real_time(
-    state: CheckpointState, series: Sequence[BatchOffsets], interval: float | None
-) -> RealTime | None:
-    """The real-time trigger's checkpoint times, once it has a committed checkpoint."""
-    if interval is None or state.committed is None or state.committed.modified is None:
-        return None
-    times = tuple(b.modified for b in series)
-    return RealTime(interval, state.committed.modified, times)
 
 
 def as_of_checkpoint(report: LagReport, ends: Sequence[Offsets | None]) -> LagReport:

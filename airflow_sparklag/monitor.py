@@ -481,11 +481,8 @@ class _Judge:
 
     def with_history(self, reports: Mapping[str, LagReport]) -> dict[str, LagReport]:
         """The reports of the jobs whose lazily read states need their older batches
-        (``reads_needed``), again with them; the others are not in the result.
-
-        Newest first: a job whose report can be settled by offsets/C-1 reads that batch alone
-        (``reads_needed`` again says whether the rest could still matter), the others and
-        those it cannot settle read the whole window."""
+        (``reads_needed``), again with them; the others are not in the result. Newest first:
+        offsets/C-1 alone where it may settle the report, then the whole window where not."""
         needed = {
             loc: self.reads(report)
             for loc, report in reports.items()
@@ -836,7 +833,8 @@ def check_many(
         progress=progress,
         lazy_history=True,
     )
-    judged = judge_states(session, states, options, now=now, query_id=query_id) if states else {}
+    # No state: no Kafka request either (no topic to ask for).
+    judged = judge_states(session, states, options, now=now, query_id=query_id)
     return [judged.get(loc) or failures[loc] for loc in locations]
 
 

@@ -199,18 +199,13 @@ class S3Storage:
                             aws_access_key_id="...", aws_secret_access_key="...")
         storage.list_dir("s3a://bucket/checkpoints/orders/offsets")
 
-    Credentials, region and endpoint come from the caller; anything left out falls back to
-    boto3's usual chain (environment, profile, web identity, SSO, instance profile). A ready
-    boto3 ``client`` may be passed instead, with the boto3 ``session`` it was made from (the
-    Airflow hook passes the amazon provider's): without that session reads go through boto3.
-    ``verify``: False, or a CA bundle path, as boto3's. Every request is bounded so that a
-    health check never hangs on a dead endpoint: ``max_attempts`` attempts in all (the first
-    included), each of at most ``connect_timeout`` + ``read_timeout`` seconds: 60 s with the
-    defaults (see :func:`worst_case_seconds`).
-
-    ``reader``: who sends a check's reads (``list_checkpoint``, ``read``): ``obstore`` (the
-    default where it installs, Python >= 3.11: see ``s3_obstore``) or ``boto3``. Every other
-    request goes through boto3.
+    Credentials, region and endpoint come from the caller, else boto3's usual chain. A ready
+    boto3 ``client`` may be passed instead, with the boto3 ``session`` it was made from
+    (without it reads go through boto3). ``verify``: False, or a CA bundle path, as boto3's.
+    Every request is bounded: ``max_attempts`` attempts in all, each of at most
+    ``connect_timeout`` + ``read_timeout`` seconds (:func:`worst_case_seconds`). ``reader``:
+    who sends the reads, ``obstore`` (the default where it installs: ``s3_obstore``) or
+    ``boto3``; every other request goes through boto3.
     """
 
     def __init__(
@@ -319,22 +314,14 @@ class S3Storage:
     def list_checkpoint(
         self, location: str, *, first_page: int = FIRST_PAGE_KEYS
     ) -> dict[str, list[ObjectInfo]]:
-        """``commits/``, ``offsets/`` and ``metadata`` of a checkpoint in ONE listing.
+        """``{"commits": [...], "offsets": [...], "metadata": [...]}`` of a checkpoint in ONE
+        listing (``metadata``: zero or one entry).
 
-        S3 lists keys in lexicographic order, and a checkpoint's top level sorts as
-        ``commits/`` < ``metadata`` < ``offsets/`` < ``sources/`` < ``state/``. So one
-        ListObjectsV2 without a delimiter, starting after ``<ck>/commits``, returns the two logs
-        and ``metadata`` first; paging stops at the first key past ``offsets/``, so ``state/``
-        (which can hold 100k objects) is never paged through. With fewer than ~1,000 log files
-        (Spark retains 100 batches by default) this is one request.
-
-        The first page asks for ``first_page`` keys (1..1000), later pages for 1,000: a page
-        that runs into ``state/`` costs client CPU per key (botocore parses every entry), so
-        the first page is sized for Spark's default retention (100 batches: ~203 keys) and a
-        caller that knows the checkpoint's size can ask for less.
-
-        Returns ``{"commits": [...], "offsets": [...], "metadata": [...]}``: direct children of
-        the two log directories, and ``metadata`` as a list of zero or one entry.
+        S3 lists keys in order, and ``commits/`` < ``metadata`` < ``offsets/`` < ``sources/`` <
+        ``state/``: one ListObjectsV2 starting after ``<ck>/commits`` stops at the first key past
+        ``offsets/`` and never pages through ``state/`` (docs/architecture.md). The first page
+        asks for ``first_page`` keys (1..1000): botocore parses every key of a page that runs
+        into ``state/``, so a caller that knows the checkpoint's size asks for less.
         """
         bucket = split_s3_url(location)[0]
         root = _directory_prefix(location)

@@ -1,17 +1,11 @@
-"""The S3 read path (one ListObjectsV2 per checkpoint, GETs) over obstore: the default on
-Python >= 3.11.
+"""The S3 read path (one ListObjectsV2 per checkpoint, GETs, discovery's delimiter listings)
+over obstore: the default on Python >= 3.11.
 
 obstore is the Python binding of Rust's ``object_store``: signing, HTTP, retries and the XML
 parse of a listing run in Rust, outside the GIL, so many requests are in flight from a few
-Python threads at little client CPU (docs/benchmarks.md). Only reads go through here; writes,
-deletes, copies, HEADs and delimiter listings stay with boto3.
-
-Everything comes from the settings the boto3 client is built from (:class:`ObstoreSettings`,
-made by ``S3Storage``): credentials through obstore's own ``Boto3CredentialProvider`` over the
-boto3 session (static keys, the default chain, web identity, SSO, an instance profile, the
-Airflow ``aws`` connection's assumed role: refreshing ones are asked again before they expire),
-region, endpoint, addressing style, proxy, CA bundle and ``verify``, timeouts and attempts.
-
+Python threads at little client CPU (docs/benchmarks.md). Writes, deletes, copies and HEADs
+stay with boto3. Everything comes from the boto3 client and session (``settings_from``;
+credentials through obstore's ``Boto3CredentialProvider``, so refreshing ones work).
 obstore is imported when the first store is built, never at module import.
 """
 
