@@ -695,14 +695,11 @@ class CheckpointReader:
         """
         list_checkpoint = getattr(self.storage, "list_checkpoint", None)
         if callable(list_checkpoint):
-            if self._listed_keys is None:
-                listing = list_checkpoint(self.location)
-            else:
-                # Size the first page from the last listing (room for new batches), so a page
-                # does not run deep into state/: every listed key costs client CPU.
-                listing = list_checkpoint(
-                    self.location, first_page=min(1000, 2 * self._listed_keys + 64)
-                )
+            # Size the first page from the last listing (room for new batches), so a page does
+            # not run deep into state/: every listed key costs client CPU.
+            keys = self._listed_keys
+            sized = {} if keys is None else {"first_page": min(1000, 2 * keys + 64)}
+            listing = list_checkpoint(self.location, **sized)
             self._listed_keys = sum(len(entries) for entries in listing.values())
             return (
                 _batches(listing["commits"]),

@@ -166,7 +166,11 @@ class FleetChecker:
         if not locations and not prefix:
             raise ValueError("FleetChecker needs checkpoint locations or a prefix to discover")
         self.options = CheckOptions.take(options_and_session, options)
-        self.session, self._owns_session = _session_of(session, options_and_session)
+        if session is not None and options_and_session:
+            given = ", ".join(sorted(options_and_session))
+            raise TypeError(f"give either session or {given}, not both")
+        self._owns_session = session is None
+        self.session = session or Session(**options_and_session)
         self.prefixes = [prefix] if isinstance(prefix, str) else list(prefix or ())
         self.max_workers = max_workers
         self.max_depth = max_depth
@@ -276,15 +280,6 @@ class FleetChecker:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _session_of(session: Session | None, kwargs: dict[str, Any]) -> tuple[Session, bool]:
-    """The given session, or one of the checker's own from the session keyword arguments."""
-    if session is not None:
-        if kwargs:
-            raise TypeError(f"give either session or {', '.join(sorted(kwargs))}, not both")
-        return session, False
-    return Session(**kwargs), True
 
 
 def check_fleet(

@@ -806,15 +806,6 @@ def _source_lags(
     return sources
 
 
-def _committed_at(state: CheckpointState) -> float | None:
-    """When offsets/C was committed: the commit file's time, else the batch's own time."""
-    committed = state.committed
-    committed_at = state.commit_modified
-    if committed_at is None and committed is not None and committed.batch_timestamp_ms:
-        committed_at = committed.batch_timestamp_ms / 1000.0
-    return committed_at
-
-
 def _in_flight(
     state: CheckpointState,
     planned: Offsets,
@@ -1063,12 +1054,14 @@ def _report(
     ``interval``: a real-time query's (``checkpoint.real_time_interval``), else None."""
     # Measured lag only: a missing topic's lag is unknown (None, listed in missing_topics).
     totals = _totals([p for s in sources for t in s.topics for p in t.partitions], report=True)
-    committed_at = _committed_at(state)
+    committed = state.committed
+    committed_at = state.commit_modified  # when offsets/C was committed, else the batch's time
+    if committed_at is None and committed is not None and committed.batch_timestamp_ms:
+        committed_at = committed.batch_timestamp_ms / 1000.0
     at_end = interval is not None
     consumption, production = _rates(list(series), bases.source_ends, snapshot.fetched_at, at_end)
     basis = bases.main
     real_time = None  # the real-time trigger's checkpoint times, once one is committed
-    committed = state.committed
     if interval is not None and committed is not None and committed.modified is not None:
         real_time = RealTime(interval, committed.modified, tuple(b.modified for b in series))
     return LagReport(
@@ -1138,24 +1131,15 @@ def as_of_checkpoint(report: LagReport, ends: Sequence[Offsets | None]) -> LagRe
         )
 
     measured = _with_partitions(report, at_checkpoint)
-    older = ends[:-1]
-    lags = (*(None if e is None else _lag_at(report, i, e) for i, e in enumerate(older)),)
+    # The total lag as of each older checkpoint asked: Kafka's ends then minus its offsets.
+    series = _positions_of(report)[0]
+    lags = tuple(
+        None if e is None else _records(series[i], e) if i < len(series) else 0
+        for i, e in enumerate(ends[:-1])
+    )
     lags += (measured.total_lag,)
     real_time = dataclasses.replace(real_time, checkpoint_lags=lags, produced_since=since)
     return dataclasses.replace(measured, real_time=real_time)
-
-
-def _lag_at(report: LagReport, index: int, ends: Offsets) -> int:
-    """Total lag as of ``history[index]``'s checkpoint: Kafka's ends then minus its offsets."""
-    total = 0
-    for source in report.kafka_sources:
-        for p in (p for topic in source.topics for p in topic.partitions):
-            h = p.offset_history
-            offset = h[index] if index < len(h) else None
-            end = _at(ends, source.source_id, p.topic, p.partition)
-            if offset is not None and end is not None:
-                total += max(0, end - offset)
-    return total
 
 
 def _with_partitions(
