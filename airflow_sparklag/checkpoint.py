@@ -505,12 +505,9 @@ class CheckpointReader:
     def read(self, history: int = 10, *, lazy_history: bool = False) -> CheckpointState:
         """A fresh snapshot; ``history`` bounds how many committed batches are returned.
 
-        ``lazy_history=True`` reads no older batch: the state's ``history`` is offsets/C alone
-        and ``unread_history`` lists the older batches of the window, which
-        :meth:`read_history` reads when a rule needs them (a caught-up job needs none). The
-        listing still decides eagerly when an older offsets file is LARGER than offsets/C:
-        Kafka offsets only grow, so a shrunk file hints at a rewind (topic recreated), which
-        only the older batches can show.
+        ``lazy_history=True`` reads no older batch (unless the listing hints at a rewind): the
+        state's ``history`` is offsets/C alone and ``unread_history`` lists the older batches
+        of the window, which :meth:`read_history` reads when a rule needs them.
         """
         try:
             return self._read_once(history, lazy_history)
@@ -732,14 +729,10 @@ class CheckpointReader:
     def _check_commit(self, info: ObjectInfo, watermarks: set[int | None]) -> None:
         """Is ``commits/C`` a commit log entry? Checked once per new committed batch.
 
-        Without state checkpoint format v2 Spark writes ``v1`` + ``{"nextBatchWatermarkMs":W}``,
-        W almost always 0 or the watermark of ``offsets/C`` or ``offsets/C+1``. When the
-        listing proves the content (an S3 ETag or GCS md5Hash equal to the MD5 of one of those
-        texts) the file is not read, so a fleet check stays LIST + GET offsets/C. Otherwise
-        (local disk, HDFS, a watermark that moved, a v2/v3 commit, a damaged file) it is read
-        and parsed, once: an empty file, ``v99`` or a non-JSON body is
-        :class:`~airflow_sparklag.errors.CheckpointCorrupt` naming the file, as Spark itself
-        would refuse to restart from it.
+        Spark writes ``v1`` + ``{"nextBatchWatermarkMs":W}``, W almost always 0 or the
+        watermark of ``offsets/C`` or ``offsets/C+1``: when the listing's content hash (S3 ETag,
+        GCS md5Hash) is the MD5 of one of those texts the file is not read. Otherwise it is read
+        and parsed, once: a damaged one is :class:`~airflow_sparklag.errors.CheckpointCorrupt`.
         """
         key = (info.name, info.size, info.modified)
         if key == self._commit_checked:
