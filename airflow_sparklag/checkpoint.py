@@ -140,10 +140,6 @@ class CheckpointState:
     preceding_commit_modified: float | None = None
 
 
-def _batch_id(entry: tuple[ObjectInfo, BatchOffsets]) -> int:
-    return entry[1].batch_id
-
-
 # -- parsers ---------------------------------------------------------------------------------
 
 
@@ -483,25 +479,12 @@ class CheckpointReader:
     - no ``offsets/``, ``commits/`` or ``metadata`` at all:
       :class:`~airflow_sparklag.errors.CheckpointNotFound`.
 
-    Request budget of a first ``read(history=1)``: LIST commits/, LIST offsets/, GET offsets/C,
-    GET metadata (once per reader), and GET offsets/L when a batch is in flight. Each extra
-    history batch costs one GET, once, and ``commits/C`` one GET per new committed batch unless
-    the listing's content hash proves it (S3 ETag, GCS md5Hash).
-    On S3 (a backend with ``list_checkpoint``) the two
-    LISTs are one (a page per ~1,000 log files), and ``metadata`` is only read when listed:
-    a first check is LIST + GET offsets/C + GET metadata = 3, a repeated one LIST + new GETs.
-
-    ``read(history, lazy_history=True)`` (what ``monitor.check``/``check_many`` do) costs the
-    budget of ``history=1`` whatever ``history`` is: the older batches of the window are only
-    listed (``state.unread_history``) and :meth:`read_history` GETs them, once, when a rule
-    needs them (``health.reads_needed``: not for a caught-up job; offsets/C-1 first for a job
-    with lag, the rest only if it says the rest could matter). So a default check of a
-    caught-up job on S3 is LIST + GET offsets/C (+ GET metadata for the query id, once per
-    reader), of a job with some lag that offsets/C-1 settles one GET more, constant in the
-    number of state objects and of retained batches.
-
-    ``query_id=False`` never reads ``metadata`` (the state's ``query_id`` is then ``None``): lag
-    and health do not need it, so a fleet check is LIST + GET offsets/C = 2 requests on S3.
+    Request budget (docs/architecture.md, "Checkpoint state"): a first ``read(history=1)`` is
+    LIST commits/, LIST offsets/ (one listing on S3: ``list_checkpoint``), GET offsets/C, GET
+    metadata (once per reader, never with ``query_id=False``) and GET offsets/L when a batch is
+    in flight; each extra history batch one GET, once; ``commits/C`` one GET per new committed
+    batch unless the listing's content hash proves it. ``read(history, lazy_history=True)``
+    costs what ``history=1`` does and leaves the older batches to :meth:`read_history`.
     """
 
     def __init__(self, storage: Storage, location: str, *, query_id: bool = True) -> None:
@@ -517,17 +500,14 @@ class CheckpointReader:
 
     def batches_read(self) -> list[BatchOffsets]:
         """The offsets files this reader holds (those of its newest read), oldest first."""
-        return [batch for _, batch in sorted(self._offsets_cache.values(), key=_batch_id)]
+        return [batch for _, (_, batch) in sorted(self._offsets_cache.items())]
 
     def read(self, history: int = 10, *, lazy_history: bool = False) -> CheckpointState:
         """A fresh snapshot; ``history`` bounds how many committed batches are returned.
 
-        ``lazy_history=True`` reads no older batch: the state's ``history`` is offsets/C alone
-        and ``unread_history`` lists the older batches of the window, which
-        :meth:`read_history` reads when a rule needs them (a caught-up job needs none). The
-        listing still decides eagerly when an older offsets file is LARGER than offsets/C:
-        Kafka offsets only grow, so a shrunk file hints at a rewind (topic recreated), which
-        only the older batches can show.
+        ``lazy_history=True`` reads no older batch (unless the listing hints at a rewind): the
+        state's ``history`` is offsets/C alone and ``unread_history`` lists the older batches
+        of the window, which :meth:`read_history` reads when a rule needs them.
         """
         try:
             return self._read_once(history, lazy_history)
@@ -581,10 +561,12 @@ class CheckpointReader:
 
         window = _window(commit_ids, offsets, committed_id, history)
         unread: tuple[ObjectInfo, ...] = ()
+        # An older offsets file listed larger than offsets/C hints at a rewind (offsets only
+        # grow, and with them their digits): only the older batches show it, read them now.
         if (
             lazy_history
             and committed_id is not None
-            and not _shrunk((offsets[i] for i in window), offsets[committed_id])
+            and not any(offsets[i].size > offsets[committed_id].size for i in window)
         ):
             past: tuple[BatchOffsets, ...] = ()
             unread = tuple(offsets[batch_id] for batch_id in window)
@@ -625,7 +607,7 @@ class CheckpointReader:
         """``CheckpointState.written_before`` for ``newest``: only when it has real-time's
         span (one listing of the checkpoint's root more, without S3's combined listing, when
         it is the first batch)."""
-        span = None if newest is None else _span(newest)
+        span = _span(newest)
         if newest is None or span is None or span < REAL_TIME_MIN_INTERVAL:
             return None
         earlier = [i for i in offsets if i < newest.batch_id]
@@ -674,11 +656,7 @@ class CheckpointReader:
         (else one after another); a state with nothing unread is returned as is."""
         if not state.unread_history:
             return state
-        listed = {}
-        for info in state.unread_history:
-            batch_id = parse_batch_id(info.name)
-            if batch_id is not None:
-                listed[batch_id] = info
+        listed = _batches(state.unread_history)
         ids = list(listed)
         take = ids if newest is None else ids[len(ids) - max(0, newest) :]
         left = tuple(listed[i] for i in ids[: len(ids) - len(take)])
@@ -714,14 +692,11 @@ class CheckpointReader:
         """
         list_checkpoint = getattr(self.storage, "list_checkpoint", None)
         if callable(list_checkpoint):
-            if self._listed_keys is None:
-                listing = list_checkpoint(self.location)
-            else:
-                # Size the first page from the last listing (room for new batches), so a page
-                # does not run deep into state/: every listed key costs client CPU.
-                listing = list_checkpoint(
-                    self.location, first_page=min(1000, 2 * self._listed_keys + 64)
-                )
+            # Size the first page from the last listing (room for new batches), so a page does
+            # not run deep into state/: every listed key costs client CPU.
+            keys = self._listed_keys
+            sized = {} if keys is None else {"first_page": min(1000, 2 * keys + 64)}
+            listing = list_checkpoint(self.location, **sized)
             self._listed_keys = sum(len(entries) for entries in listing.values())
             return (
                 _batches(listing["commits"]),
@@ -746,10 +721,7 @@ class CheckpointReader:
                 f"{path}: {info.size:,} bytes, far larger than any offsets file Spark writes "
                 f"(a query over 100,000 partitions writes ~2 MB); not read"
             )
-        try:
-            data = self.storage.read(path)
-        except StorageNotFound:
-            raise _Vanished(path) from None
+        data = self._read_listed(path)
         batch = parse_offsets(data, path, batch_id=batch_id, modified=info.modified)
         self._offsets_cache[batch_id] = (info, batch)
         return batch
@@ -757,14 +729,10 @@ class CheckpointReader:
     def _check_commit(self, info: ObjectInfo, watermarks: set[int | None]) -> None:
         """Is ``commits/C`` a commit log entry? Checked once per new committed batch.
 
-        Without state checkpoint format v2 Spark writes ``v1`` + ``{"nextBatchWatermarkMs":W}``,
-        W almost always 0 or the watermark of ``offsets/C`` or ``offsets/C+1``. When the
-        listing proves the content (an S3 ETag or GCS md5Hash equal to the MD5 of one of those
-        texts) the file is not read, so a fleet check stays LIST + GET offsets/C. Otherwise
-        (local disk, HDFS, a watermark that moved, a v2/v3 commit, a damaged file) it is read
-        and parsed, once: an empty file, ``v99`` or a non-JSON body is
-        :class:`~airflow_sparklag.errors.CheckpointCorrupt` naming the file, as Spark itself
-        would refuse to restart from it.
+        Spark writes ``v1`` + ``{"nextBatchWatermarkMs":W}``, W almost always 0 or the
+        watermark of ``offsets/C`` or ``offsets/C+1``: when the listing's content hash (S3 ETag,
+        GCS md5Hash) is the MD5 of one of those texts the file is not read. Otherwise it is read
+        and parsed, once: a damaged one is :class:`~airflow_sparklag.errors.CheckpointCorrupt`.
         """
         key = (info.name, info.size, info.modified)
         if key == self._commit_checked:
@@ -777,12 +745,15 @@ class CheckpointReader:
             self._commit_checked = key
             return
         path = join(self.location, "commits", info.name)
+        parse_commit(self._read_listed(path), path)
+        self._commit_checked = key
+
+    def _read_listed(self, path: str) -> bytes:
+        """A listed file's content; :class:`_Vanished` when it is gone."""
         try:
-            data = self.storage.read(path)
+            return self.storage.read(path)
         except StorageNotFound:
             raise _Vanished(path) from None
-        parse_commit(data, path)
-        self._commit_checked = key
 
     def _read_query_id(self, listed: bool | None = None) -> str | None:
         if listed is False and self._query_id is None:
@@ -823,12 +794,6 @@ def _window(
     return older[-(history - 1) :]
 
 
-def _shrunk(older: Iterable[ObjectInfo], committed: ObjectInfo) -> bool:
-    """Is an older offsets file listed larger than offsets/C? (Offsets only grow, and with
-    them their digits: a smaller offsets/C hints at a rewind.)"""
-    return any(info.size > committed.size for info in older)
-
-
 def _commit_md5s(watermarks: set[int | None]) -> set[str]:
     """MD5s of the v1 commit texts Spark writes for these next-batch watermarks (and 0)."""
     values = {0} | {w for w in watermarks if w is not None}
@@ -841,7 +806,7 @@ def _v1_commit_md5(watermark_ms: int) -> str:
     return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
 
 
-def _batches(entries: list[ObjectInfo]) -> dict[int, ObjectInfo]:
+def _batches(entries: Iterable[ObjectInfo]) -> dict[int, ObjectInfo]:
     """Batch id -> entry, for the entries whose name :func:`parse_batch_id` accepts."""
     batches: dict[int, ObjectInfo] = {}
     for info in entries:
@@ -856,14 +821,10 @@ def _is_continuous(batch: BatchOffsets) -> bool:
     return batch.batch_timestamp_ms is None and batch.watermark_ms is None and not batch.conf
 
 
-# Real-time mode (Spark >= 4.1, ``trigger(realTime=...)``; its intervals are at least
-# spark.sql.streaming.realTimeMode.minBatchDuration, 5 s by default, which may be lowered to 0:
-# Spark then accepts any interval from 1 ms) writes offsets/N at the END of interval N, just
-# before commits/N, while batchTimestampMs is the interval's start. A micro-batch writes
-# offsets/N when it plans batch N (its batch time), commits/N after running it. Measured on
-# pyspark 4.2 on 2 cores (docs/lag-and-health.md, "the real-time trigger"): a real-time span
-# (batch time to offsets/N) is the interval plus 0.02-0.25 s (up to 1.2 s at a load of 14);
-# a micro-batch plan took 0.002-0.18 s, 0.78 s at a load of 14.
+# Real-time mode (Spark >= 4.1) writes offsets/N at the END of interval N, just before
+# commits/N, while batchTimestampMs is the interval's start; a micro-batch writes offsets/N when
+# it plans batch N. The bounds below were measured on pyspark 4.2 (docs/lag-and-health.md, "The
+# real-time trigger").
 # Seconds from batchTimestampMs to offsets/C, at least: over the longest micro-batch plan seen.
 REAL_TIME_MIN_INTERVAL = 1.0
 # From this span on the newest checkpoint alone decides (no plan comes near it, and it leaves
@@ -884,24 +845,16 @@ def real_time_interval(state: CheckpointState) -> float | None:
     """The newest checkpoint's interval (seconds from its ``batchTimestampMs`` to the time
     ``offsets/C`` was written) when the files have real-time mode's shape, else None.
 
-    The checkpoint records no trigger, so the shape decides: ``offsets/C`` written at least
-    ``REAL_TIME_MIN_INTERVAL`` after its batch time and ``commits/C`` within half of that
-    span after it. A micro-batch query writes ``offsets/C`` as it plans the batch (well under a
-    second after its batch time) and commits after running it. Under
-    ``REAL_TIME_SURE_INTERVAL`` the batch before C (``state.preceding``) must have that shape
-    too. An ``offsets/L`` without its commit is real-time's too when it has that span (read
-    between the two writes): the interval is then C's, or L's before the first commit (from
-    ``REAL_TIME_SURE_INTERVAL``). Storage times on S3 have 1 s resolution and the store's
-    clock. Intervals under ``REAL_TIME_MIN_INTERVAL`` are not recognised (judged as a
-    micro-batch): their files cannot be told from a micro-batch's.
-
-    And the interval began after what Spark wrote before it (``written_before``: the previous
-    offsets file, or ``metadata`` for the first): a checkpoint copied by ``aws s3 sync``,
-    ``distcp`` or ``cp -r`` has all its files written at copy time, long after every batch time,
-    and the same "offsets long after the batch time, the commit just after" shape.
+    The checkpoint records no trigger, so the shape decides (docs/lag-and-health.md, "The
+    real-time trigger"): ``offsets/C`` written at least ``REAL_TIME_MIN_INTERVAL`` after its
+    batch time, ``commits/C`` within half of that span after it, and under
+    ``REAL_TIME_SURE_INTERVAL`` the batch before C (``state.preceding``) too. An ``offsets/L``
+    without its commit with that span is real-time's, read between the two writes. The
+    interval began after what Spark wrote before it (``written_before``), which a copied
+    checkpoint, every file written at copy time, fails.
     """
     newest = state.in_flight or state.committed
-    span = None if newest is None else _span(newest)
+    span = _span(newest)
     if newest is None or span is None or span < REAL_TIME_MIN_INTERVAL:
         return None
     assert newest.batch_timestamp_ms is not None  # _span has it
@@ -924,7 +877,7 @@ def _shape(batch: BatchOffsets | None, commit_modified: float | None) -> float |
     """A committed batch's span when it has real-time's shape: offsets written at least
     ``REAL_TIME_MIN_INTERVAL`` after its batch time, its commit within
     ``REAL_TIME_MAX_WRITE_SHARE`` of that span after them."""
-    span = None if batch is None else _span(batch)
+    span = _span(batch)
     if span is None or batch is None or batch.modified is None or commit_modified is None:
         return None
     wrote = commit_modified - batch.modified
@@ -933,8 +886,8 @@ def _shape(batch: BatchOffsets | None, commit_modified: float | None) -> float |
     return span
 
 
-def _span(batch: BatchOffsets) -> float | None:
+def _span(batch: BatchOffsets | None) -> float | None:
     """Seconds from a batch's time to its offsets file's."""
-    if batch.batch_timestamp_ms is None or batch.modified is None:
+    if batch is None or batch.batch_timestamp_ms is None or batch.modified is None:
         return None
     return batch.modified - batch.batch_timestamp_ms / 1000.0

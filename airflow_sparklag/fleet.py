@@ -135,26 +135,19 @@ class FleetChecker:
     """Checks a fixed (or discovered) set of checkpoints repeatedly, e.g. from a sensor loop.
 
     Everything goes through one :class:`~airflow_sparklag.session.Session`: one storage client
-    per store for the whole fleet, one :class:`~airflow_sparklag.checkpoint.CheckpointReader`
-    per location kept across polls (a poll re-reads only the listing(s) and one GET per new
-    batch), one Kafka snapshot per poll for every topic of every checkpoint. Readers forget
-    batches that fell out of the history window, so memory stays flat however long it lives.
+    per store, one reader per location kept across polls (a poll re-reads the listing and one
+    GET per new batch; memory stays flat), one Kafka snapshot per poll.
 
     >>> with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
     ...     fleet = FleetChecker(session=session, prefix="s3a://bucket/checkpoints")
     ...     for result in fleet.check():                                   # doctest: +SKIP
     ...         print(result.location, result.verdict.health.value)
 
-    Without ``session`` the checker opens one of its own from ``kafka_config`` and the storage
-    options, and closes it on :meth:`close`. ``options`` (a ``CheckOptions``) or the separate
-    ``thresholds``/``history``/``exact_time_lag``/``read_committed`` say how to judge.
-
-    ``rediscover_seconds`` (with ``prefix``) lists the prefix again when that much time has
-    passed since the last discovery, to pick up new jobs and drop deleted ones.
-
-    ``query_ids=True`` also reads each checkpoint's ``metadata`` (once per reader) so reports
-    carry the query id; by default they do not (``query_id`` is ``None``): lag and health do
-    not need it, and it would cost a third request per job on a first check.
+    Without ``session`` the checker opens one of its own from the ``Session`` keyword
+    arguments and closes it on :meth:`close`. ``options`` (a ``CheckOptions``) or its fields
+    as keyword arguments say how to judge. ``rediscover_seconds`` (with ``prefix``) lists the
+    prefix again that long after the last discovery. ``query_ids=True`` also reads each
+    checkpoint's ``metadata`` (a third request per job on a first check) for the query id.
     """
 
     def __init__(
@@ -173,7 +166,11 @@ class FleetChecker:
         if not locations and not prefix:
             raise ValueError("FleetChecker needs checkpoint locations or a prefix to discover")
         self.options = CheckOptions.take(options_and_session, options)
-        self.session, self._owns_session = _session_of(session, options_and_session)
+        if session is not None and options_and_session:
+            given = ", ".join(sorted(options_and_session))
+            raise TypeError(f"give either session or {given}, not both")
+        self._owns_session = session is None
+        self.session = session or Session(**options_and_session)
         self.prefixes = [prefix] if isinstance(prefix, str) else list(prefix or ())
         self.max_workers = max_workers
         self.max_depth = max_depth
@@ -189,7 +186,8 @@ class FleetChecker:
     @property
     def locations(self) -> list[str]:
         """The checkpoints the next poll checks (discovering them first if needed)."""
-        self._maybe_discover()
+        if self._discovery_due():
+            self.discover()
         return list(self._locations)
 
     def discover(self) -> list[str]:
@@ -210,10 +208,6 @@ class FleetChecker:
                 and time.monotonic() - self._discovered_at >= self.rediscover_seconds
             )
         )
-
-    def _maybe_discover(self) -> None:
-        if self._discovery_due():
-            self.discover()
 
     def _found(self) -> Iterator[str]:
         """The prefixes' checkpoints as discovery finds them."""
@@ -269,18 +263,11 @@ class FleetChecker:
 
         An unreadable checkpoint gives ``error`` and an UNKNOWN verdict; Kafka errors concern
         every job and are raised. ``progress(done, total)`` is called as checkpoints are read.
-
         The older batches of a job's window are read only when its report depends on them
-        (``health.reads_needed``: not for a caught-up job; offsets/C-1 first, the rest only
-        when it says the rest could matter), with the same verdict and partition numbers as
-        an eager read; a failure to read them gives that job a failed result.
+        (:func:`~airflow_sparklag.monitor.judge_states`).
         """
         states, failures = self.read_states(progress)
-        judged = (
-            judge_states(self.session, states, self.options, now=now, query_id=self.query_ids)
-            if states
-            else {}
-        )
+        judged = judge_states(self.session, states, self.options, now=now, query_id=self.query_ids)
         self.polls += 1
         return [judged.get(loc) or failures[loc] for loc in self._locations]
 
@@ -293,15 +280,6 @@ class FleetChecker:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _session_of(session: Session | None, kwargs: dict[str, Any]) -> tuple[Session, bool]:
-    """The given session, or one of the checker's own from the session keyword arguments."""
-    if session is not None:
-        if kwargs:
-            raise TypeError(f"give either session or {', '.join(sorted(kwargs))}, not both")
-        return session, False
-    return Session(**kwargs), True
 
 
 def check_fleet(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -285,6 +286,22 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def _totals(parts: Sequence[PartitionLag], *, report: bool = False) -> dict[str, Any]:
+    """The totals of ``parts``: their lag, their worst partition (named only when it lags),
+    their largest known ``lag_seconds``; a topic's fields, or with ``report`` a report's."""
+    worst = max(parts, key=lambda pl: pl.lag, default=None)
+    known = [pl.lag_seconds for pl in parts if pl.lag_seconds is not None]
+    totals: dict[str, Any] = {
+        "total_lag" if report else "lag": sum(pl.lag for pl in parts),
+        "max_lag": worst.lag if worst else 0,
+        "max_lag_partition": worst.partition if worst and worst.lag > 0 else None,
+        "max_lag_seconds": max(known) if known else None,
+    }
+    if report:
+        totals["max_lag_topic"] = worst.topic if worst and worst.lag > 0 else None
+    return totals
+
+
 def _kafka_offsets(batch: BatchOffsets | None) -> dict[str, Mapping[str, Mapping[int, int]]]:
     """source id -> topic -> partition -> offset, Kafka sources only."""
     if batch is None:
@@ -311,35 +328,35 @@ def _rates(
     first_offsets, last_offsets = _kafka_offsets(first), _kafka_offsets(last)
     t_first = (batch_time_ms(first, real_time) or 0) / 1000.0
     t_last = (batch_time_ms(last, real_time) or 0) / 1000.0
-    consumed = produced = 0
-    for source_id, topics in first_offsets.items():
-        for topic, parts in topics.items():
-            for partition, start in parts.items():
-                end = last_offsets.get(source_id, {}).get(topic, {}).get(partition)
-                if end is not None:
-                    consumed += end - start
-                now_end = source_ends.get(source_id, {}).get(topic, {}).get(partition)
-                if now_end is not None and now_end >= start:
-                    produced += now_end - start
+    consumed = 0
+    for source_id, topic, partition, start in _entries(first_offsets):
+        end = _at(last_offsets, source_id, topic, partition)
+        if end is not None:
+            consumed += end - start  # not clamped: a rewind between them gives no rate
+    produced = _records(first_offsets, source_ends)
     consumption = consumed / (t_last - t_first) if t_last > t_first and consumed >= 0 else None
     production = produced / (fetched_at - t_first) if fetched_at > t_first else None
     return _finite(consumption), _finite(production)
 
 
 def _looks_rate_limited(
-    series_offsets: Sequence[Offsets], planned: Offsets, source_ends: Offsets
+    series_offsets: Sequence[Offsets], planned: Offsets, source_ends: Offsets, fewest: int = 2
 ) -> bool:
     """True when every observed batch read the same number of records while a backlog remained.
 
     maxOffsetsPerTrigger caps each batch at exactly N records as long as more are waiting;
     free-running batches of an organic stream practically never match to the record. Needs at
-    least two batches (retained history plus the in-flight one) to say so.
+    least ``fewest`` steps between batches (retained history plus the in-flight one) to say so.
     """
     positions = [*series_offsets, planned] if planned else list(series_offsets)
-    totals = _step_totals(positions)
-    if len(totals) < 2 or not _capped_steps(totals):
+    totals = [_records(before, after) for before, after in itertools.pairwise(positions)]
+    if len(totals) < fewest or totals[0] <= 0 or any(t != totals[0] for t in totals):
         return False
-    return _backlog(positions[-1], source_ends) > totals[0]
+    backlog = sum(
+        max(0, _at(source_ends, source_id, topic, partition, offset) - offset)
+        for source_id, topic, partition, offset in _entries(positions[-1])
+    )
+    return backlog > totals[0]
 
 
 class Reads(enum.IntEnum):
@@ -364,13 +381,9 @@ def time_lag_reads(report: LagReport) -> Reads:
     """What this report's own numbers need: the time-lag estimate of a waiting record, the
     rate-limit guess that withholds it (``_looks_rate_limited``), the rates.
 
-    A caught-up job (every partition at the log end, no in-flight batch planned short of it)
-    needs nothing: its records' age is 0 and the guess needs a backlog. A waiting one needs
-    offsets/C-1, and then the rest of the window when a partition is not in both, an offset
-    went back between them (the estimate is judged over the window), or older batches could
-    make the guess true: when the steps a report has differ, read nothing, or read at least
-    what waits now, no older batch can. Otherwise the estimate depends only on the newest
-    batch, the in-flight plan and the live log end.
+    Nothing for a caught-up job; offsets/C-1 for a waiting one, then the rest of the window
+    when a partition is not in both, an offset went back between them, or older batches could
+    make the guess true (the steps seen are equal and at most what waits now).
     """
     if not any(p.lag > 0 or _planned_short(p, report.read_committed) for p in report.partitions()):
         return Reads.NOTHING
@@ -380,50 +393,48 @@ def time_lag_reads(report: LagReport) -> Reads:
         h = p.offset_history
         if len(h) < 2 or h[-1] is None or h[-2] is None or h[-1] < h[-2]:
             return Reads.WINDOW
+    # Every partition has offsets/C-1 and offsets/C here: one step at least.
     series, planned, ends = _positions_of(report)
-    positions = [*series, planned] if planned else series
-    totals = _step_totals(positions)
-    if totals and not (_capped_steps(totals) and _backlog(positions[-1], ends) > totals[0]):
-        return Reads.NOTHING
-    return Reads.WINDOW
+    return Reads.WINDOW if _looks_rate_limited(series, planned, ends, fewest=1) else Reads.NOTHING
+
+
+def _reference(p: PartitionLag, read_committed: bool) -> int | None:
+    """The offset ``p``'s lag is measured to: the last stable offset under read_committed."""
+    if read_committed and p.last_stable_offset is not None:
+        return p.last_stable_offset
+    return p.log_end_offset
 
 
 def _planned_short(p: PartitionLag, read_committed: bool) -> bool:
     """An in-flight batch planned short of the log end (of the last stable offset)."""
-    reference = p.log_end_offset
-    if read_committed and p.last_stable_offset is not None:
-        reference = p.last_stable_offset
+    reference = _reference(p, read_committed)
     return p.planned_offset is not None and reference is not None and p.planned_offset < reference
 
 
-def _step_totals(positions: Sequence[Offsets]) -> list[int]:
-    """Records read from each position to the next, summed over every partition in both."""
-    totals: list[int] = []
-    for before, after in itertools.pairwise(positions):
-        total = 0
-        for source_id, topics in after.items():
-            for topic, parts in topics.items():
-                for partition, offset in parts.items():
-                    base = before.get(source_id, {}).get(topic, {}).get(partition)
-                    if base is not None:
-                        total += max(0, offset - base)
-        totals.append(total)
-    return totals
+def _entries(offsets: Offsets) -> Iterator[tuple[str, str, int, int]]:
+    """(source id, topic, partition, offset) of every partition in ``offsets``."""
+    for source_id, topics in offsets.items():
+        for topic, parts in topics.items():
+            for partition, offset in parts.items():
+                yield source_id, topic, partition, offset
 
 
-def _capped_steps(totals: Sequence[int]) -> bool:
-    """Every step read the same number of records, more than none."""
-    return totals[0] > 0 and all(t == totals[0] for t in totals)
+def _at(offsets: Offsets, source_id: str, topic: str, partition: int, default: Any = None) -> Any:
+    """``offsets[source_id][topic][partition]``, or ``default``."""
+    return offsets.get(source_id, {}).get(topic, {}).get(partition, default)
 
 
-def _backlog(last: Offsets, source_ends: Offsets) -> int:
-    """Records waiting beyond ``last`` (a partition without a reference end counts none)."""
-    return sum(
-        max(0, source_ends.get(source_id, {}).get(topic, {}).get(partition, offset) - offset)
-        for source_id, topics in last.items()
-        for topic, parts in topics.items()
-        for partition, offset in parts.items()
-    )
+def _records(before: Offsets, after: Offsets) -> int:
+    """Records read from ``before`` to ``after``, summed over every partition in both."""
+    total = 0
+    for source_id, topics in after.items():
+        for topic, parts in topics.items():
+            bases = before.get(source_id, {}).get(topic, {})  # a fleet's hot loop: looked up once
+            for partition, offset in parts.items():
+                base = bases.get(partition)
+                if base is not None:
+                    total += max(0, offset - base)
+    return total
 
 
 def _positions_of(report: LagReport) -> tuple[list[Offsets], Offsets, Offsets]:
@@ -434,22 +445,17 @@ def _positions_of(report: LagReport) -> tuple[list[Offsets], Offsets, Offsets]:
     planned: dict[str, dict[str, dict[int, int]]] = {}
     ends: dict[str, dict[str, dict[int, int]]] = {}
     for source in report.kafka_sources:
-        for topic in source.topics:
-            for p in topic.partitions:
-                for i, offset in enumerate(p.offset_history):
-                    if offset is not None:
-                        series[i].setdefault(source.source_id, {}).setdefault(p.topic, {})[
-                            p.partition
-                        ] = offset
-                if p.planned_offset is not None:
-                    planned.setdefault(source.source_id, {}).setdefault(p.topic, {})[
+        for p in (p for topic in source.topics for p in topic.partitions):
+            ref = _reference(p, report.read_committed)
+            for offsets, offset in (
+                *zip(series, p.offset_history, strict=False),
+                (planned, p.planned_offset),
+                (ends, ref),
+            ):
+                if offset is not None:
+                    offsets.setdefault(source.source_id, {}).setdefault(p.topic, {})[
                         p.partition
-                    ] = p.planned_offset
-                ref = p.log_end_offset
-                if report.read_committed and p.last_stable_offset is not None:
-                    ref = p.last_stable_offset
-                if ref is not None:
-                    ends.setdefault(source.source_id, {}).setdefault(p.topic, {})[p.partition] = ref
+                    ] = offset
     return list(series), planned, ends
 
 
@@ -502,37 +508,6 @@ def _reference_ends(
     return ref_ends
 
 
-class _TimeTables:
-    """Offset -> time estimates, made only for partitions that lag (a caught-up partition needs
-    none), from history points collected once per job: the committed batches, the in-flight
-    batch (its planned offsets were the log end when it was planned) and the live log end."""
-
-    def __init__(
-        self,
-        observed: Sequence[BatchOffsets],
-        ref_ends: Mapping[str, Mapping[int, int]],
-        fetched_at_ms: float,
-    ) -> None:
-        self._observed = observed
-        self._ref_ends = ref_ends
-        self._fetched_at_ms = fetched_at_ms
-        self._points: dict[tuple[str, int], list[tuple[int, float]]] | None = None
-
-    def _points_of(self, topic: str, partition: int) -> Sequence[tuple[int, float]]:
-        if self._points is None:
-            self._points = history_points(self._observed)
-        return self._points.get((topic, partition), ())
-
-    def age(
-        self, topic: str, partition: int, position: int, now_ms: float
-    ) -> tuple[float | None, str | None]:
-        """``(seconds, unknown)`` of the partition's ``OffsetTimeTable.record_age(position,
-        now_ms)`` over its history and live log end (``timelag.estimate_age``)."""
-        live = self._ref_ends.get(topic, {}).get(partition)
-        points = self._points_of(topic, partition)
-        return estimate_age(points, live, self._fetched_at_ms, position, now_ms)
-
-
 RATE_LIMITED = "batches look capped by maxOffsetsPerTrigger: the history cannot date records"
 NO_TIMESTAMP = "the record's timestamp could not be read"
 NOT_ESTIMATED = "not estimated (a preliminary report)"
@@ -553,16 +528,19 @@ class LagBasis:
     # Exact time-lag mode: (topic, partition) -> timestamp ms of the record at the position.
     record_timestamps: Mapping[tuple[str, int], int | None] | None
     rate_limited: bool
-    time_tables: _TimeTables
+    # What the time-lag estimate dates records by: the committed batches and the in-flight one
+    # (its planned offsets were the log end when it was planned), with the live log end.
+    observed: Sequence[BatchOffsets]
     cluster: str | None = None  # a mapped source's cluster (bootstrap servers); None: main
     # Why lag_seconds of a lagging partition is not estimated, when it is not: NOT_ESTIMATED
     # for a report only asked whether it needs the older batches (then made again with them);
     # REAL_TIME_AGE for a real-time query (its batch times are its intervals' starts).
     unestimated: str | None = None
 
-    @property
-    def cluster_name(self) -> str:
-        return "the cluster" if self.cluster is None else f"cluster {self.cluster}"
+    @functools.cached_property
+    def _points(self) -> dict[tuple[str, int], list[tuple[int, float]]]:
+        """(topic, partition) -> history points: made once, only when a partition lags."""
+        return history_points(self.observed)
 
     def age(
         self, topic: str, partition: int, position: int, lag: int
@@ -580,7 +558,9 @@ class LagBasis:
             return None, RATE_LIMITED
         if self.unestimated is not None:
             return None, self.unestimated
-        return self.time_tables.age(topic, partition, position, self.now_ms)
+        live = self.ref_ends.get(topic, {}).get(partition)
+        points = self._points.get((topic, partition), ())
+        return estimate_age(points, live, self.snapshot.fetched_at * 1000.0, position, self.now_ms)
 
 
 def _partition_lag(
@@ -666,38 +646,36 @@ class _Bases:
         now: float,
         series_offsets: Sequence[Offsets],
         planned: Offsets,
-        committed: Offsets,
         observed: Sequence[BatchOffsets],
         unestimated: str | None = None,
     ) -> None:
-        every = [*series_offsets, planned, committed]
+        every = [*series_offsets, planned]  # the series ends with offsets/C
         topics = {topic for offsets in every for parts in offsets.values() for topic in parts}
         source_ids = {source_id for offsets in every for source_id in offsets}
         views = {source_id: clusters.get(source_id, main) for source_id in source_ids}
-        ends: dict[int, dict[str, dict[int, int]]] = {}
-        for view in (main, *views.values()):
-            if id(view) not in ends:
-                wanted = topics | view.snapshot.pattern_topics
-                ends[id(view)] = _reference_ends(view.snapshot, wanted, read_committed)
+        distinct = {id(view): view for view in (main, *views.values())}
+        ends = {
+            key: _reference_ends(
+                view.snapshot, topics | view.snapshot.pattern_topics, read_committed
+            )
+            for key, view in distinct.items()
+        }
         self.source_ends = {source_id: ends[id(view)] for source_id, view in views.items()}
         rate_limited = _looks_rate_limited(series_offsets, planned, self.source_ends)
-        built: dict[int, LagBasis] = {}
-        for view in (main, *views.values()):
-            if id(view) in built:
-                continue
-            built[id(view)] = LagBasis(
+        built = {
+            key: LagBasis(
                 snapshot=view.snapshot,
-                ref_ends=ends[id(view)],
+                ref_ends=ends[key],
                 read_committed=read_committed,
                 now_ms=now * 1000.0,
                 record_timestamps=view.record_timestamps,
                 rate_limited=rate_limited,
-                time_tables=_TimeTables(
-                    observed, ends[id(view)], view.snapshot.fetched_at * 1000.0
-                ),
+                observed=observed,
                 cluster=view.servers,
                 unestimated=unestimated,
             )
+            for key, view in distinct.items()
+        }
         self.main = built[id(main)]
         self._of = {source_id: built[id(view)] for source_id, view in views.items()}
 
@@ -730,7 +708,8 @@ def _topic_lag(
             missing=True,
             partitions=(),
             lag=None,
-            lag_unknown=f"topic {topic} not found in {basis.cluster_name}",
+            lag_unknown=f"topic {topic} not found in "
+            + ("the cluster" if basis.cluster is None else f"cluster {basis.cluster}"),
             checkpoint_offsets=dict(stored),
         )
     in_kafka = set(snapshot.partitions[topic])
@@ -749,18 +728,7 @@ def _topic_lag(
         )
         for p in sorted(set(stored) | (set(planned_parts) if assign else in_kafka))
     )
-    worst = max(lags, key=lambda pl: pl.lag, default=None)
-    known_seconds = [pl.lag_seconds for pl in lags if pl.lag_seconds is not None]
-    return TopicLag(
-        topic=topic,
-        missing=False,
-        partitions=lags,
-        lag=sum(pl.lag for pl in lags),
-        max_lag=worst.lag if worst else 0,
-        max_lag_partition=worst.partition if worst and worst.lag > 0 else None,
-        max_lag_seconds=max(known_seconds) if known_seconds else None,
-        new_topic=not stored,
-    )
+    return TopicLag(topic, False, lags, **_totals(lags), new_topic=not stored)
 
 
 def _subscribed_by(snapshot: KafkaSnapshot, pattern: str | None, read: set[str]) -> bool:
@@ -771,14 +739,6 @@ def _subscribed_by(snapshot: KafkaSnapshot, pattern: str | None, read: set[str])
         return False
     regex = subscribe_regex(pattern)
     return all(regex.search(topic) for topic in read)
-
-
-def _unread_topics(snapshot: KafkaSnapshot, pattern: str | None, read: set[str]) -> set[str]:
-    """Topics a source subscribed by ``pattern`` will read that it has not read yet: those of
-    the cluster the pattern is found in (``snapshot.pattern_topics``)."""
-    if not _subscribed_by(snapshot, pattern, read):
-        return set()
-    return set(snapshot.pattern_topics) - read
 
 
 def _source_lags(
@@ -794,8 +754,8 @@ def _source_lags(
 
     Before the first commit: the sources of the in-flight batch, measured from the offsets the
     query started at (``source_starts``; a source whose start is unknown is listed with no
-    topics). Topics the source has not read yet (in the in-flight batch only, or found by
-    ``pattern``: ``_unread_topics``) wait from their log start."""
+    topics). Topics the source has not read yet (in the in-flight batch only, or those of the
+    cluster ``pattern`` is found in: ``snapshot.pattern_topics``) wait from their log start."""
     started = state.committed is None
     batch = state.in_flight if started else state.committed
     starts = source_starts or {}
@@ -806,39 +766,31 @@ def _source_lags(
             continue
         stored = starts.get(source.source_id) if started else source.kafka
         basis = basis_of(source.source_id)
+        topics: list[TopicLag] = []
+        subscribed = False
+        if stored is not None:
+            read = set(source.kafka) | set(stored) | set(planned.get(source.source_id, {}))
+            subscribed = _subscribed_by(basis.snapshot, pattern, read)
+            unread = set(basis.snapshot.pattern_topics) - read if subscribed else set()
+            topics = [
+                _topic_lag(
+                    basis,
+                    source.source_id,
+                    topic,
+                    stored.get(topic, {}),
+                    planned,
+                    series_offsets,
+                    started=started,
+                    assign=assign,
+                )
+                for topic in sorted(read | unread)
+            ]
+        unknown = [t.lag_unknown or t.topic for t in topics if t.lag is None]
         if stored is None:  # no commit yet and its starting offsets unknown: not measured
-            why = (
+            unknown = [
                 f"no batch committed yet and sources/{source.source_id}/0 (where it started) "
                 "not found"
-            )
-            sources.append(
-                SourceLag(
-                    source.source_id,
-                    "kafka",
-                    True,
-                    (),
-                    None,
-                    lag_unknown=why,
-                    cluster=basis.cluster,
-                )
-            )
-            continue
-        read = set(source.kafka) | set(stored) | set(planned.get(source.source_id, {}))
-        unread = _unread_topics(basis.snapshot, pattern, read)
-        topics = [
-            _topic_lag(
-                basis,
-                source.source_id,
-                topic,
-                stored.get(topic, {}),
-                planned,
-                series_offsets,
-                started=started,
-                assign=assign,
-            )
-            for topic in sorted(read | unread)
-        ]
-        unknown = [t.lag_unknown or t.topic for t in topics if t.lag is None]
+            ]
         sources.append(
             SourceLag(
                 source.source_id,
@@ -848,19 +800,10 @@ def _source_lags(
                 None if unknown else sum(t.lag or 0 for t in topics),
                 lag_unknown="; ".join(unknown) if unknown else None,
                 cluster=basis.cluster,
-                pattern=pattern if _subscribed_by(basis.snapshot, pattern, read) else None,
+                pattern=pattern if subscribed else None,
             )
         )
     return sources
-
-
-def _committed_at(state: CheckpointState) -> float | None:
-    """When offsets/C was committed: the commit file's time, else the batch's own time."""
-    committed = state.committed
-    committed_at = state.commit_modified
-    if committed_at is None and committed is not None and committed.batch_timestamp_ms:
-        committed_at = committed.batch_timestamp_ms / 1000.0
-    return committed_at
 
 
 def _in_flight(
@@ -878,18 +821,11 @@ def _in_flight(
     if started is None and batch.batch_timestamp_ms is not None:
         started = batch.batch_timestamp_ms / 1000.0
     base_offsets = _kafka_offsets(state.committed) if state.committed else (source_starts or {})
-    planned_records = 0
-    for source_id, topic_parts in planned.items():
-        for topic, planned_parts in topic_parts.items():
-            for partition, offset in planned_parts.items():
-                base = base_offsets.get(source_id, {}).get(topic, {}).get(partition)
-                if base is not None and offset > base:
-                    planned_records += offset - base
     return InFlightBatch(
         batch_id=batch.batch_id,
         started_at=started,
         age_seconds=None if started is None else max(0.0, now - started),
-        planned_records=planned_records,
+        planned_records=_records(base_offsets, planned),
         planned_offsets={
             sid: {t: dict(ps) for t, ps in tps.items()} for sid, tps in planned.items()
         },
@@ -925,25 +861,15 @@ def compute_lag(
     """Lag of the query in `state` against the log in `snapshot`, at `now` (default: the
     snapshot's `fetched_at`, so every age in the report is measured from one instant).
 
-    `source_clusters` measures the sources it names against their own cluster's snapshot
-    (and record timestamps) instead; without it, a query with several Kafka sources is
-    measured against `snapshot` alone and the report says so (`single_cluster_assumed`).
-
-    `record_timestamps` (exact time-lag mode) maps (topic, partition) to the timestamp in ms of
-    the record at the committed offset (at the log start for a new partition); without it
-    `lag_seconds` is interpolated from the checkpoint's history (`timelag.OffsetTimeTable`).
-    `source_starts` (source id -> topic -> partition -> offset, from `sources/<id>/0`) measures
-    a query whose first batch is in flight from where it started. `runs_every` declares a
-    scheduled job (seconds between runs, `run_grace` after it): the report then has a
-    `schedule` with its last run. `estimate_ages=False` leaves the interpolated `lag_seconds`
-    of lagging partitions unknown (`NOT_ESTIMATED`): for a preliminary report that is made
-    again once the older batches are read (`health.reads_needed`).
-
-    `subscribe_pattern` (the query's subscribePattern; the snapshot must have listed the
-    cluster's topics by it: `KafkaOffsetsClient.snapshot(pattern=...)`) counts the topics it
-    is found in that the query has not read yet, every partition from its log start, as Spark
-    will read them; without it a note says such topics are not counted. `assign` (a query of
-    fixed partitions, Spark's `assign`) counts only the partitions the checkpoint has.
+    `source_clusters` measures the sources it names against their own cluster's snapshot (and
+    record timestamps); without it several Kafka sources are measured against `snapshot`
+    alone (`single_cluster_assumed`). `record_timestamps` (exact mode): (topic, partition) ->
+    ms of the record at the committed offset; without it `lag_seconds` is interpolated from
+    the history. `source_starts` (from `sources/<id>/0`) measures a query whose first batch is
+    in flight from where it started. `runs_every`/`run_grace`: a scheduled job (the report's
+    `schedule`). `estimate_ages=False` leaves interpolated ages unknown (`NOT_ESTIMATED`), for a
+    preliminary report made again with the older batches. `subscribe_pattern` (the snapshot
+    listed by it) and `assign`: docs/lag-and-health.md, "Subscriptions".
 
     >>> report = compute_lag(state, snapshot, read_committed=True)   # doctest: +SKIP
     >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
@@ -961,7 +887,6 @@ def compute_lag(
         now=now,
         series_offsets=series_offsets,
         planned=planned,
-        committed=_kafka_offsets(state.committed),
         observed=observed,
         unestimated=REAL_TIME_AGE if interval else None if estimate_ages else NOT_ESTIMATED,
     )
@@ -976,17 +901,16 @@ def compute_lag(
         subscribe_pattern=subscribe_pattern,
         assign=assign,
     )
-    notes = _notes(report, source_starts)
-    if runs_every is None:
-        return dataclasses.replace(report, notes=notes)
-    schedule = schedule_of(
-        report.history,
-        runs_every=runs_every,
-        grace=run_grace,
-        in_flight=None if in_flight is None else (in_flight.batch_id, in_flight.started_at),
-        committed_at=report.committed_at,
-    )
-    return dataclasses.replace(report, notes=notes, schedule=schedule)
+    schedule = None
+    if runs_every is not None:
+        schedule = schedule_of(
+            report.history,
+            runs_every=runs_every,
+            grace=run_grace,
+            in_flight=None if in_flight is None else (in_flight.batch_id, in_flight.started_at),
+            committed_at=report.committed_at,
+        )
+    return dataclasses.replace(report, notes=_notes(report, source_starts), schedule=schedule)
 
 
 def _history(series: Sequence[BatchOffsets], real_time: bool) -> tuple[HistoryBatch, ...]:
@@ -996,15 +920,7 @@ def _history(series: Sequence[BatchOffsets], real_time: bool) -> tuple[HistoryBa
     previous: Offsets | None = None
     for batch in series:
         offsets = _kafka_offsets(batch)
-        records = None
-        if previous is not None:
-            records = sum(
-                max(0, offset - base)
-                for source_id, topics in offsets.items()
-                for topic, parts in topics.items()
-                for partition, offset in parts.items()
-                if (base := previous.get(source_id, {}).get(topic, {}).get(partition)) is not None
-            )
+        records = None if previous is None else _records(previous, offsets)
         batches.append(HistoryBatch(batch.batch_id, batch_time_ms(batch, real_time), records))
         previous = offsets
     return tuple(batches)
@@ -1090,14 +1006,10 @@ def subscription_note(report: LagReport) -> str | None:
 
 def _notes(report: LagReport, source_starts: Offsets | None) -> tuple[str, ...]:
     """What a reader of the numbers must know, in the report itself."""
-    notes = []
-    warning = single_cluster_warning(report)
-    if warning is not None:
-        notes.append(warning)
-    parts = list(report.partitions())
+    notes = [single_cluster_warning(report)]
     open_tx = [
         p
-        for p in parts
+        for p in report.partitions()
         if p.last_stable_offset is not None
         and p.log_end_offset is not None
         and p.last_stable_offset < p.log_end_offset
@@ -1124,10 +1036,8 @@ def _notes(report: LagReport, source_starts: Offsets | None) -> tuple[str, ...]:
             else f"no batch committed yet: batch {report.in_flight.batch_id} is in flight and "
             "the query's starting offsets were not read, so its lag is not measured"
         )
-    for note in (subscription_note(report), new_partitions_note(report)):
-        if note is not None:
-            notes.append(note)
-    return tuple(notes)
+    notes += [subscription_note(report), new_partitions_note(report)]
+    return tuple(note for note in notes if note is not None)
 
 
 def _report(
@@ -1142,16 +1052,18 @@ def _report(
 ) -> LagReport:
     """The report: the sources' lags, their totals and worst partition, rates and catch-up;
     ``interval``: a real-time query's (``checkpoint.real_time_interval``), else None."""
-    all_parts = [p for s in sources for t in s.topics for p in t.partitions]
-    worst_part = max(all_parts, key=lambda pl: pl.lag, default=None)
-    known = [p.lag_seconds for p in all_parts if p.lag_seconds is not None]
     # Measured lag only: a missing topic's lag is unknown (None, listed in missing_topics).
-    total_lag = sum(t.lag or 0 for s in sources for t in s.topics)
-    committed_at = _committed_at(state)
+    totals = _totals([p for s in sources for t in s.topics for p in t.partitions], report=True)
+    committed = state.committed
+    committed_at = state.commit_modified  # when offsets/C was committed, else the batch's time
+    if committed_at is None and committed is not None and committed.batch_timestamp_ms:
+        committed_at = committed.batch_timestamp_ms / 1000.0
     at_end = interval is not None
     consumption, production = _rates(list(series), bases.source_ends, snapshot.fetched_at, at_end)
     basis = bases.main
-    real_time = _real_time(state, series, interval)
+    real_time = None  # the real-time trigger's checkpoint times, once one is committed
+    if interval is not None and committed is not None and committed.modified is not None:
+        real_time = RealTime(interval, committed.modified, tuple(b.modified for b in series))
     return LagReport(
         location=state.location,
         query_id=state.query_id,
@@ -1163,7 +1075,9 @@ def _report(
         history=_history(series, at_end),
         consumption_rate=consumption,
         production_rate=production,
-        catch_up_seconds=_catch_up_seconds(total_lag, bool(sources), consumption, production),
+        catch_up_seconds=_catch_up_seconds(
+            totals["total_lag"], bool(sources), consumption, production
+        ),
         time_lag_mode="exact" if basis.record_timestamps is not None else "estimate",
         read_committed=basis.read_committed,
         kafka_fetched_at=snapshot.fetched_at,
@@ -1171,25 +1085,11 @@ def _report(
         missing_topics=tuple(sorted({t.topic for s in sources for t in s.topics if t.missing})),
         generated_at=now,
         continuous=bool(state.continuous),
-        total_lag=total_lag,
-        max_lag=worst_part.lag if worst_part else 0,
-        max_lag_topic=worst_part.topic if worst_part and worst_part.lag > 0 else None,
-        max_lag_partition=worst_part.partition if worst_part and worst_part.lag > 0 else None,
-        max_lag_seconds=max(known) if known else None,
+        **totals,
         rate_limited=basis.rate_limited,
         trigger="continuous" if state.continuous else "real-time" if interval else "micro-batch",
         real_time=real_time,
     )
-
-
-def _real_time(
-    state: CheckpointState, series: Sequence[BatchOffsets], interval: float | None
-) -> RealTime | None:
-    """The real-time trigger's checkpoint times, once it has a committed checkpoint."""
-    if interval is None or state.committed is None or state.committed.modified is None:
-        return None
-    times = tuple(b.modified for b in series)
-    return RealTime(interval, state.committed.modified, times)
 
 
 def as_of_checkpoint(report: LagReport, ends: Sequence[Offsets | None]) -> LagReport:
@@ -1231,25 +1131,15 @@ def as_of_checkpoint(report: LagReport, ends: Sequence[Offsets | None]) -> LagRe
         )
 
     measured = _with_partitions(report, at_checkpoint)
-    older = ends[:-1]
-    lags = (*(None if e is None else _lag_at(report, i, e) for i, e in enumerate(older)),)
+    # The total lag as of each older checkpoint asked: Kafka's ends then minus its offsets.
+    series = _positions_of(report)[0]
+    lags = tuple(
+        None if e is None else _records(series[i], e) if i < len(series) else 0
+        for i, e in enumerate(ends[:-1])
+    )
     lags += (measured.total_lag,)
     real_time = dataclasses.replace(real_time, checkpoint_lags=lags, produced_since=since)
     return dataclasses.replace(measured, real_time=real_time)
-
-
-def _lag_at(report: LagReport, index: int, ends: Offsets) -> int:
-    """Total lag as of ``history[index]``'s checkpoint: Kafka's ends then minus its offsets."""
-    total = 0
-    for source in report.kafka_sources:
-        for topic in source.topics:
-            for p in topic.partitions:
-                h = p.offset_history
-                offset = h[index] if index < len(h) else None
-                end = ends.get(source.source_id, {}).get(p.topic, {}).get(p.partition)
-                if offset is not None and end is not None:
-                    total += max(0, end - offset)
-    return total
 
 
 def _with_partitions(
@@ -1261,37 +1151,19 @@ def _with_partitions(
     for source in report.sources:
         topics = []
         for topic in source.topics:
-            parts = tuple(change(source.source_id, p) for p in topic.partitions)
-            worst = max(parts, key=lambda pl: pl.lag, default=None)
-            known = [pl.lag_seconds for pl in parts if pl.lag_seconds is not None]
-            topics.append(
-                topic
-                if topic.missing
-                else dataclasses.replace(
-                    topic,
-                    partitions=parts,
-                    lag=sum(pl.lag for pl in parts),
-                    max_lag=worst.lag if worst else 0,
-                    max_lag_partition=worst.partition if worst and worst.lag > 0 else None,
-                    max_lag_seconds=max(known) if known else None,
-                )
-            )
+            if not topic.missing:
+                parts = tuple(change(source.source_id, p) for p in topic.partitions)
+                topic = dataclasses.replace(topic, partitions=parts, **_totals(parts))
+            topics.append(topic)
         lag = None if source.lag is None else sum(t.lag or 0 for t in topics)
         sources.append(dataclasses.replace(source, topics=tuple(topics), lag=lag))
-    every = [p for s in sources for t in s.topics for p in t.partitions]
-    worst_part = max(every, key=lambda pl: pl.lag, default=None)
-    known = [p.lag_seconds for p in every if p.lag_seconds is not None]
-    total = sum(t.lag or 0 for s in sources for t in s.topics)
+    totals = _totals([p for s in sources for t in s.topics for p in t.partitions], report=True)
     return dataclasses.replace(
         report,
         sources=tuple(sources),
-        total_lag=total,
-        max_lag=worst_part.lag if worst_part else 0,
-        max_lag_topic=worst_part.topic if worst_part and worst_part.lag > 0 else None,
-        max_lag_partition=worst_part.partition if worst_part and worst_part.lag > 0 else None,
-        max_lag_seconds=max(known) if known else None,
+        **totals,
         catch_up_seconds=_catch_up_seconds(
-            total, bool(sources), report.consumption_rate, report.production_rate
+            totals["total_lag"], bool(sources), report.consumption_rate, report.production_rate
         ),
     )
 
@@ -1325,24 +1197,13 @@ def with_time_to_loss(
 ) -> LagReport:
     """``report`` with each lagging partition's time to data loss; ``retention``: source id
     -> topic -> its retention (DescribeConfigs of the source's cluster)."""
-    sources = []
-    for source in report.sources:
-        topics = []
-        for topic in source.topics:
-            settings = retention.get(source.source_id, {}).get(topic.topic)
-            parts = tuple(
-                dataclasses.replace(p, time_to_loss_seconds=time_to_loss(p, settings))
-                for p in topic.partitions
-            )
-            topics.append(dataclasses.replace(topic, partitions=parts))
-        sources.append(dataclasses.replace(source, topics=tuple(topics)))
-    known = [
-        p.time_to_loss_seconds
-        for s in sources
-        for t in s.topics
-        for p in t.partitions
-        if p.time_to_loss_seconds is not None
-    ]
+
+    def with_loss(source_id: str, p: PartitionLag) -> PartitionLag:
+        settings = retention.get(source_id, {}).get(p.topic)
+        return dataclasses.replace(p, time_to_loss_seconds=time_to_loss(p, settings))
+
+    changed = _with_partitions(report, with_loss)  # the same totals: no lag changes
+    known = [p.time_to_loss_seconds for p in changed.partitions()]
     return dataclasses.replace(
-        report, sources=tuple(sources), min_time_to_loss_seconds=min(known, default=None)
+        changed, min_time_to_loss_seconds=min((t for t in known if t is not None), default=None)
     )

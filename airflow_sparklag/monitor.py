@@ -71,28 +71,15 @@ def _period(name: str, value: Any) -> float | None:
 
 @dataclass(frozen=True)
 class CheckOptions:
-    """How to judge a checkpoint: thresholds, history read, time-lag mode, isolation level,
-    and the job's shape. THE options of a check: the CLI's flags, the operators' and sensors'
-    keyword arguments and the triggers' serialized ``options`` are made from these fields
-    (each declared once with its reader, flag and doc line: ``params.option``; every field
-    has its row in docs/lag-and-health.md, "Check options").
+    """How to judge a checkpoint: THE options of a check. The CLI's flags, the operators' and
+    sensors' keyword arguments and the triggers' serialized ``options`` are made from these
+    fields (each declared once with its reader, flag and doc line: ``params.option``; their
+    meaning is in docs/lag-and-health.md, "Check options").
 
     ``read_committed=None`` means read_uncommitted: Spark does not record the Kafka source's
-    isolation level in the checkpoint, so pass True for jobs that read with
-    ``kafka.isolation.level=read_committed``. ``exact_time_lag`` reads the record timestamp at
-    each committed offset instead of estimating from the checkpoint's history.
-
-    ``subscribe_pattern`` is the query's ``subscribePattern`` (the checkpoint does not record
-    it): topics it is found in that the checkpoint has not seen yet are counted as waiting from
-    their log start, as Spark will read them (docs/lag-and-health.md, "Subscriptions").
-    ``assign`` declares a query of fixed partitions (Spark's ``assign``): partitions of its
-    topics that the checkpoint lacks are then not counted (they are, from their log start,
-    for a subscribing query, which reads partitions added to a topic).
-
-    ``runs_every`` (seconds) declares a scheduled job (``Trigger.AvailableNow``/``Once`` started
-    every so often): STOPPED then means "no run within runs_every + ``run_grace``" (default
-    ``runs.default_grace``: max(5 min, 25 % of the period)), never "idle between runs", and the
-    report describes the last run and whether it was complete.
+    isolation level in the checkpoint. ``runs_every`` (seconds) declares a scheduled job:
+    STOPPED then means "no run within runs_every + ``run_grace``", never "idle between runs"
+    (docs/scheduled-jobs.md).
 
     >>> CheckOptions(Thresholds(max_lag_seconds=300), history=5).to_dict()["history"]
     5
@@ -348,10 +335,6 @@ class _Judge:
         self.snapshots = snapshots
         self.snapshot = snapshots[0]
         self.now = now
-        # Spark writes neither the Kafka source options (`kafka.isolation.level`) nor the
-        # reader's conf to the checkpoint, so None falls back to read_uncommitted, which is
-        # also the Kafka source's default: pass True for jobs that read with read_committed.
-        self.isolation = {loc: bool(options.read_committed) for loc in states}
         self.starts = {loc: _source_starts(session, st) for loc, st in states.items()}
         # Real-time queries: Kafka's offsets when a checkpoint was written, per (job, time).
         self.checkpoint_ends: dict[tuple[str, float | None], Offsets | None] = {}
@@ -367,7 +350,8 @@ class _Judge:
             state,
             self.snapshot,
             now=self.now,
-            read_committed=self.isolation[loc],
+            # Not in the checkpoint: None is read_uncommitted, the Kafka source's default.
+            read_committed=bool(self.options.read_committed),
             record_timestamps=None if stamps is None else stamps.get(0, {}),
             source_starts=self.starts[loc],
             runs_every=self.options.runs_every,
@@ -497,11 +481,8 @@ class _Judge:
 
     def with_history(self, reports: Mapping[str, LagReport]) -> dict[str, LagReport]:
         """The reports of the jobs whose lazily read states need their older batches
-        (``reads_needed``), again with them; the others are not in the result.
-
-        Newest first: a job whose report can be settled by offsets/C-1 reads that batch alone
-        (``reads_needed`` again says whether the rest could still matter), the others and
-        those it cannot settle read the whole window."""
+        (``reads_needed``), again with them; the others are not in the result. Newest first:
+        offsets/C-1 alone where it may settle the report, then the whole window where not."""
         needed = {
             loc: self.reads(report)
             for loc, report in reports.items()
@@ -677,24 +658,18 @@ def judge_states(
     now: float | None = None,
     query_id: bool = True,
 ) -> dict[str, CheckResult]:
-    """One Kafka snapshot for all topics of all states, then a report and verdict each, all
-    measured at one instant (``now``, default the snapshot's fetch time).
+    """One Kafka snapshot for all topics of all states (one per cluster when the session maps
+    sources to clusters: docs/multi-cluster.md), then a report and verdict each, all measured
+    at one instant (``now``, default the snapshot's fetch time).
 
-    A session that maps sources to clusters (``Session(source_kafka=...)``) gets one snapshot
-    per cluster, of the topics of the sources mapped to it, and each source is measured
-    against its own cluster's (docs/multi-cluster.md).
+    A `max_lag_seconds` threshold is never skipped silently: when the estimate cannot date a
+    lagging job's records, that job's time lag is read exactly before it is judged; so is a
+    job a STOPPED rule would judge by the age of its waiting records. A declared scheduled
+    job's last run is checked for completeness.
 
-    The snapshot always includes the last stable offsets: the report shows them beside the log
-    end and notes open transactions. A `max_lag_seconds` threshold is never skipped silently:
-    when the estimate cannot date a lagging job's records (history too short, an idle gap,
-    rate-limited batches), that job's time lag is read exactly (one bounded fetch per lagging
-    partition) before it is judged; so is a job a STOPPED rule would judge by the age of its
-    waiting records. A declared scheduled job's last run is checked for completeness.
-
-    States read with ``lazy_history`` (``read_states``, with ``query_id`` as given there) get
-    their older batches read by the session's reader of the location only when
-    ``health.reads_needed`` says the report depends on them; a failure to read them gives that
-    job a failed result.
+    States read lazily (``read_states``, with ``query_id`` as given there) get their older
+    batches read only when ``health.reads_needed`` says the report depends on them; a failure
+    to read them gives that job a failed result.
     """
     return _judge(session, states, options, now, query_id).run()
 
@@ -858,7 +833,8 @@ def check_many(
         progress=progress,
         lazy_history=True,
     )
-    judged = judge_states(session, states, options, now=now, query_id=query_id) if states else {}
+    # No state: no Kafka request either (no topic to ask for).
+    judged = judge_states(session, states, options, now=now, query_id=query_id)
     return [judged.get(loc) or failures[loc] for loc in locations]
 
 

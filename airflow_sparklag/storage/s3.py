@@ -29,9 +29,6 @@ from airflow_sparklag.storage import (
     ObjectInfo,
     RequestCounter,
     Storage,
-    checkpoint_listing_end,
-    checkpoint_log_entry,
-    etag_md5,
     seconds_option,
     url_parts,
 )
@@ -39,6 +36,7 @@ from airflow_sparklag.storage.s3_obstore import (
     CREDENTIAL_TTL,
     ObstoreReader,
     answer_of,
+    checkpoint_files,
     header_safe_credentials,
     settings_from,
 )
@@ -77,16 +75,6 @@ _THROTTLED = frozenset({"SlowDown", "Throttling", "ThrottlingException", "Servic
 # object_store's words for a key it cannot name (an empty, "." or ".." segment: "a//b"), in
 # a listing or in the path asked: S3 has such keys, so that request goes through boto3.
 _PATHS_OBJECT_STORE_REFUSES = ("Encountered object with invalid path", "Could not parse path")
-
-
-class _Boto3Fallback:
-    """What ``_fast_call`` answers when the request must go through boto3 instead."""
-
-    def __bool__(self) -> bool:
-        return False
-
-
-_BOTO3 = _Boto3Fallback()
 # How object_store names an answer it could not parse.
 _UNREADABLE = "invalid list response"
 # What an obstore error names instead of S3's message (its text is Rust's debug output).
@@ -211,18 +199,13 @@ class S3Storage:
                             aws_access_key_id="...", aws_secret_access_key="...")
         storage.list_dir("s3a://bucket/checkpoints/orders/offsets")
 
-    Credentials, region and endpoint come from the caller; anything left out falls back to
-    boto3's usual chain (environment, profile, web identity, SSO, instance profile). A ready
-    boto3 ``client`` may be passed instead, with the boto3 ``session`` it was made from (the
-    Airflow hook passes the amazon provider's): without that session reads go through boto3.
-    ``verify``: False, or a CA bundle path, as boto3's. Every request is bounded so that a
-    health check never hangs on a dead endpoint: ``max_attempts`` attempts in all (the first
-    included), each of at most ``connect_timeout`` + ``read_timeout`` seconds: 60 s with the
-    defaults (see :func:`worst_case_seconds`).
-
-    ``reader``: who sends a check's reads (``list_checkpoint``, ``read``): ``obstore`` (the
-    default where it installs, Python >= 3.11: see ``s3_obstore``) or ``boto3``. Every other
-    request goes through boto3.
+    Credentials, region and endpoint come from the caller, else boto3's usual chain. A ready
+    boto3 ``client`` may be passed instead, with the boto3 ``session`` it was made from
+    (without it reads go through boto3). ``verify``: False, or a CA bundle path, as boto3's.
+    Every request is bounded: ``max_attempts`` attempts in all, each of at most
+    ``connect_timeout`` + ``read_timeout`` seconds (:func:`worst_case_seconds`). ``reader``:
+    who sends the reads, ``obstore`` (the default where it installs: ``s3_obstore``) or
+    ``boto3``; every other request goes through boto3.
     """
 
     def __init__(
@@ -310,9 +293,6 @@ class S3Storage:
     def _build_obstore(self) -> ObstoreReader | None:
         if self.reader != "obstore":
             return None
-        import os
-        import urllib.request
-
         from obstore.auth.boto3 import Boto3CredentialProvider
 
         client = self.client  # the settings every request of this backend is made with
@@ -324,69 +304,31 @@ class S3Storage:
             # object_store panics signing a header value with CR/LF, control or non-ASCII
             # characters; boto3 refuses such a credential with an error naming the request.
             return None
-        verify = self._verify
-        if verify is None:
-            verify = os.environ.get("AWS_CA_BUNDLE") or None
-        proxies = client.meta.config.proxies or urllib.request.getproxies()
-        settings = settings_from(
-            region=client.meta.region_name,
-            endpoint_url=client.meta.endpoint_url,
-            config=client.meta.config,
-            verify=verify,
-            proxies={k: v for k, v in proxies.items() if k in ("http", "https")},
-            no_proxy=os.environ.get("NO_PROXY") or os.environ.get("no_proxy"),
-            attempts=_attempts(client.meta.config.retries or self._config["retries"]),
-        )
+        attempts = _attempts(client.meta.config.retries or self._config["retries"])
+        settings = settings_from(client, self._verify, attempts)
         return ObstoreReader(provider, settings, self._secrets())
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
-        prefix = _directory_prefix(path)
-        entries: list[ObjectInfo] = []
-        # Delimiter="/" returns only direct children: a checkpoint's state/ can hold 100k
-        # objects and must never be walked.
-        for response in self._pages(path, Delimiter="/"):
-            for item in response.get("Contents", []):
-                name = item["Key"][len(prefix) :]
-                if not name or "/" in name:  # directory marker objects
-                    continue
-                modified = item.get("LastModified")
-                entries.append(
-                    ObjectInfo(
-                        name=name,
-                        size=int(item.get("Size", 0)),
-                        modified=modified.timestamp() if modified is not None else 0.0,
-                        content_md5=etag_md5(item.get("ETag")),
-                    )
-                )
-        return entries
+        return [_info(name, item) for name, item in self._delimited(path) if item is not None]
 
     def list_checkpoint(
         self, location: str, *, first_page: int = FIRST_PAGE_KEYS
     ) -> dict[str, list[ObjectInfo]]:
-        """``commits/``, ``offsets/`` and ``metadata`` of a checkpoint in ONE listing.
+        """``{"commits": [...], "offsets": [...], "metadata": [...]}`` of a checkpoint in ONE
+        listing (``metadata``: zero or one entry).
 
-        S3 lists keys in lexicographic order, and a checkpoint's top level sorts as
-        ``commits/`` < ``metadata`` < ``offsets/`` < ``sources/`` < ``state/``. So one
-        ListObjectsV2 without a delimiter, starting after ``<ck>/commits``, returns the two logs
-        and ``metadata`` first; paging stops at the first key past ``offsets/``, so ``state/``
-        (which can hold 100k objects) is never paged through. With fewer than ~1,000 log files
-        (Spark retains 100 batches by default) this is one request.
-
-        The first page asks for ``first_page`` keys (1..1000), later pages for 1,000: a page
-        that runs into ``state/`` costs client CPU per key (botocore parses every entry), so
-        the first page is sized for Spark's default retention (100 batches: ~203 keys) and a
-        caller that knows the checkpoint's size can ask for less.
-
-        Returns ``{"commits": [...], "offsets": [...], "metadata": [...]}``: direct children of
-        the two log directories, and ``metadata`` as a list of zero or one entry.
+        S3 lists keys in order, and ``commits/`` < ``metadata`` < ``offsets/`` < ``sources/`` <
+        ``state/``: one ListObjectsV2 starting after ``<ck>/commits`` stops at the first key past
+        ``offsets/`` and never pages through ``state/`` (docs/architecture.md). The first page
+        asks for ``first_page`` keys (1..1000): botocore parses every key of a page that runs
+        into ``state/``, so a caller that knows the checkpoint's size asks for less.
         """
-        bucket, key = split_s3_url(location)
-        root = key.rstrip("/") + "/" if key.rstrip("/") else ""
-        fast = self._obstore(bucket)
-        answer = None
-        if fast is not None:
-            answer = self._fast_call(location, "list", bucket, fast.list_checkpoint, root)
-        if answer:  # pages of 1,000 keys, parsed in Rust: first_page does not apply
+        bucket = split_s3_url(location)[0]
+        root = _directory_prefix(location)
+        answer = self._fast_call(
+            location, "list", bucket, lambda fast: fast.list_checkpoint(bucket, root)
+        )
+        if answer is not None:  # pages of 1,000 keys, parsed in Rust: first_page does not apply
             listed, pages = answer
             self.requests.add("list", pages)
             if any(listed.values()):
@@ -394,45 +336,22 @@ class S3Storage:
             # Nothing listed: object_store reads any XML (an XHTML page, another service's
             # answer) as an empty listing, which would pass for "no batch yet". boto3 asks
             # again and checks the answer is S3's (one request more, only when empty).
-        end = checkpoint_listing_end(root)
-        found: dict[str, list[ObjectInfo]] = {"commits": [], "offsets": [], "metadata": []}
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": root}
-            if token:
-                kwargs["ContinuationToken"] = token
-            else:
-                kwargs["StartAfter"] = root + "commits"
-                kwargs["MaxKeys"] = max(1, min(1000, first_page))
-            self.requests.add("list")
-            response = self.call(location, "list", self.client.list_objects_v2, **kwargs)
-            for item in response.get("Contents", []):
-                if item["Key"] >= end:
-                    return found
-                entry = checkpoint_log_entry(item["Key"], root)
-                if entry is not None:
-                    modified = item.get("LastModified")
-                    found[entry[0]].append(
-                        ObjectInfo(
-                            entry[1],
-                            int(item.get("Size", 0)),
-                            modified.timestamp() if modified is not None else 0.0,
-                            etag=item.get("ETag"),
-                        )
-                    )
-            token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
-            if not token:
-                return found
+        first = {"StartAfter": root + "commits", "MaxKeys": max(1, min(1000, first_page))}
+        listed_keys = (
+            (item["Key"], item)
+            for response in self._pages(location, first)
+            for item in response.get("Contents", [])
+        )
+        return checkpoint_files(listed_keys, root, _info)[0]
 
     def read(self, path: str) -> bytes:
         bucket, key = split_s3_url(path)
         self.requests.add("read")
         # object_store's paths drop a trailing "/": a directory marker ("ck/", which s3a
         # writes) would be read as "ck" and be missing; boto3 reads the key as it is.
-        fast = self._obstore(bucket) if not key.endswith("/") else None
-        if fast is not None:
-            data = self._fast_call(path, "read", bucket, fast.read, key)
-            if data is not _BOTO3:
+        if not key.endswith("/"):
+            data = self._fast_call(path, "read", bucket, lambda fast: fast.read(bucket, key))
+            if data is not None:
                 return bytes(data)
         response = self.call(path, "read", self.client.get_object, Bucket=bucket, Key=key)
         body = response["Body"]
@@ -457,52 +376,39 @@ class S3Storage:
     def write_atomic(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
         # A single PUT is atomic on S3: readers see the old object or the new one.
         bucket, key = split_s3_url(path)
-        if overwrite:
+
+        def put(**condition: str) -> None:
             self.requests.add("write")
-            self.call(path, "write", self.client.put_object, Bucket=bucket, Key=key, Body=data)
+            put_object = self.client.put_object
+            self.call(path, "write", put_object, Bucket=bucket, Key=key, Body=data, **condition)
+
+        if overwrite:
+            put()
             return
         # Check first (some S3-compatible servers ignore If-None-Match), then let the server
         # enforce it with IfNoneMatch="*" to close the race where the server supports it.
         if self.exists(path):
             raise StorageAlreadyExists(f"{path}: already exists; pass overwrite=True to replace it")
-        self.requests.add("write")
         try:
-            self.call(
-                path,
-                "write",
-                self.client.put_object,
-                Bucket=bucket,
-                Key=key,
-                Body=data,
-                IfNoneMatch="*",
-            )
+            put(IfNoneMatch="*")
         except ConditionalWriteUnsupported:
-            self.requests.add("write")
-            self.call(path, "write", self.client.put_object, Bucket=bucket, Key=key, Body=data)
+            put()
 
     def list_children(self, path: str) -> Children:
         prefix = _directory_prefix(path)
         bucket = split_s3_url(path)[0]
-        fast = self._obstore(bucket)
-        answer = None
-        if fast is not None:
-            answer = self._fast_call(path, "list", bucket, fast.list_children, prefix)
-        if answer:  # fleet discovery: one listing per directory visited
+        answer = self._fast_call(
+            path, "list", bucket, lambda fast: fast.list_children(bucket, prefix)
+        )
+        if answer is not None:  # fleet discovery: one listing per directory visited
             files, directories, pages = answer
             self.requests.add("list", pages)
             return Children(frozenset(files), frozenset(directories))
-        files = set()
-        directories = set()
-        for response in self._pages(path, Delimiter="/"):
-            for item in response.get("Contents", []):
-                name = item["Key"][len(prefix) :]
-                if name and "/" not in name:
-                    files.add(name)
-            for common in response.get("CommonPrefixes", []):
-                name = common["Prefix"][len(prefix) :].rstrip("/")
-                if name:
-                    directories.add(name)
-        return Children(frozenset(files), frozenset(directories))
+        listed = list(self._delimited(path))
+        return Children(
+            frozenset(name for name, item in listed if item is not None),
+            frozenset(name for name, item in listed if item is None),
+        )
 
     def walk(self, root: str) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -540,47 +446,65 @@ class S3Storage:
             CopySource={"Bucket": src_bucket, "Key": src_key},
         )
 
-    def _pages(self, path: str, **options: Any) -> Iterator[dict[str, Any]]:
-        """ListObjectsV2 pages of the keys under ``<path>/`` (one request each)."""
+    def _pages(
+        self, path: str, first: Mapping[str, Any] | None = None, **options: Any
+    ) -> Iterator[dict[str, Any]]:
+        """ListObjectsV2 pages of the keys under ``<path>/`` (one request each), ``first``'s
+        options on the first request only."""
         bucket, _key = split_s3_url(path)
-        token: str | None = None
+        asked = {"Bucket": bucket, "Prefix": _directory_prefix(path), **options}
+        kwargs = {**asked, **(first or {})}
         while True:
-            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": _directory_prefix(path)}
-            kwargs.update(options)
-            if token:
-                kwargs["ContinuationToken"] = token
             self.requests.add("list")
             response = self.call(path, "list", self.client.list_objects_v2, **kwargs)
             yield response
             token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
             if not token:
                 return
+            kwargs = {**asked, "ContinuationToken": token}
+
+    def _delimited(self, path: str) -> Iterator[tuple[str, dict[str, Any] | None]]:
+        """The direct children of ``path`` (Delimiter="/": a checkpoint's state/ can hold 100k
+        objects and must never be walked): ``(name, its listing entry)`` of each file (not a
+        directory marker), ``(name, None)`` of each subdirectory."""
+        prefix = _directory_prefix(path)
+        for response in self._pages(path, Delimiter="/"):
+            for item in response.get("Contents", []):
+                name = item["Key"][len(prefix) :]
+                if name and "/" not in name:
+                    yield name, item
+            for common in response.get("CommonPrefixes", []):
+                name = common["Prefix"][len(prefix) :].rstrip("/")
+                if name:
+                    yield name, None
 
     def call(self, path: str, action: str, method: Any, **kwargs: Any) -> Any:
-        """Run one boto3 call and turn its errors into the package's typed errors.
-
-        Public so that modules needing more than the Storage interface (archive: copy/delete,
-        fleet: prefix listing) share this backend's error mapping instead of their own.
-        """
+        """Run one boto3 call and turn its errors into the package's typed errors."""
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
         from botocore.parsers import ResponseParserError
 
-        endpoint = self._client_options.get("endpoint_url") or "the S3 endpoint"
+        endpoint = self._endpoint
         try:
             response = method(**kwargs)
         except ClientError as exc:
-            not_s3 = _not_s3_error(exc.response, action)
-            if not_s3:
-                raise StorageError(f"{path}: {action} failed: {endpoint} {not_s3}") from exc
-            raise _map_client_error(exc, path, action, kwargs) from exc
+            answer, error = exc.response, exc.response.get("Error", {})
+            code = str(error.get("Code", ""))
+            if action in ("list", "read") and code.isdigit() and _has_body(answer):
+                seen = (
+                    f"HTTP {_status(answer)}, {_content_type(answer)}: not S3's XML, or cut short"
+                )
+                raise _not_s3(path, action, endpoint, seen) from exc
+            status = str(answer.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            message = error.get("Message") or code or status
+            bucket = kwargs.get("Bucket", "")
+            conditional = "IfNoneMatch" in kwargs
+            raise s3_error(code, status, message, path, action, bucket, conditional) from exc
         except (ResponseParserError, ValueError, TypeError, KeyError) as exc:
             # An answer botocore could not read: a listing with a LastModified or Size that is
             # not one, XML cut short, a body of another API.
-            raise StorageError(
-                f"{path}: {action} failed: {endpoint} did not answer like S3 (the answer "
-                f"could not be read: {type(exc).__name__}: {self._scrubbed(exc)[:200]}); check "
-                "the S3 endpoint (--s3-endpoint-url, the connection's endpoint_url) and any proxy "
-                "in between"
+            seen = f"{type(exc).__name__}: {self._scrubbed(exc)[:200]}"
+            raise _not_s3(
+                path, action, endpoint, seen, unreadable=True
             ) from None  # the original may quote a credential (a refused header value)
         except NoCredentialsError as exc:
             raise StorageAccessDenied(
@@ -599,26 +523,25 @@ class S3Storage:
         if action == "list" and not any(member in response for member in _LISTING_MEMBERS):
             # botocore reads any well-formed XML (an XHTML page) as an empty listing, which
             # would pass for "no batch committed yet".
-            raise StorageError(
-                f"{path}: {action} failed: {endpoint} did not answer like S3 (HTTP "
-                f"{_status(response)}, {_content_type(response)}, no ListObjectsV2 result); "
-                "check the S3 endpoint (--s3-endpoint-url, the connection's endpoint_url): a web "
-                "page, a login portal or a proxy answered"
-            )
+            seen = f"HTTP {_status(response)}, {_content_type(response)}, no ListObjectsV2 result"
+            raise _not_s3(path, action, endpoint, seen)
         return response
 
     def _fast_call(
-        self, path: str, action: str, bucket: str, method: Callable[..., Any], *args: Any
+        self, path: str, action: str, bucket: str, method: Callable[[ObstoreReader], Any]
     ) -> Any:
-        """Run one obstore read of ``bucket`` and turn its errors into the typed errors boto3's
-        get. ``_BOTO3`` (falsy) when S3 redirects to the bucket's own region: object_store
-        follows no such redirect, so that bucket's reads go through boto3 from then on."""
-        fast = self._fast
+        """Run one obstore read of ``bucket`` (``method(reader)``) and turn its errors into the
+        typed errors boto3's get. None when the read must go through boto3: no obstore reader,
+        or S3 redirects to the bucket's own region (object_store follows no such redirect, so
+        that bucket's reads go through boto3 from then on), or a key object_store refuses."""
+        fast = self._obstore(bucket)
+        if fast is None:
+            return None
         try:
-            return method(bucket, *args)
+            return method(fast)
         except Exception as exc:
             code, status = answer_of(exc)
-            described = fast.describe(exc) if fast else type(exc).__name__
+            described = fast.describe(exc)
         except BaseException as exc:  # a Rust panic (pyo3's PanicException): never a crash
             if type(exc).__name__ != "PanicException":
                 raise
@@ -627,30 +550,26 @@ class S3Storage:
                 f"{scrub(str(exc), self._secrets())[:200]}); s3_options={{'reader': 'boto3'}} "
                 "reads through boto3"
             ) from None
-        endpoint = self._client_options.get("endpoint_url") or "the S3 endpoint"
         if code in _REGION_REDIRECT:
             self._boto3_buckets.add(bucket)
-            return _BOTO3
+            return None
         if any(words in described for words in _PATHS_OBJECT_STORE_REFUSES):
-            return _BOTO3  # a key such as "logs//x" (S3 takes any): boto3 lists it as it is
+            return None  # a key such as "logs//x" (S3 takes any): boto3 lists it as it is
         if code:
             message = _ERROR_MESSAGE.get(code, code)
             raise s3_error(code, status, message, path, action, bucket) from None
         if status:  # an error answer without S3's XML: a web page, a proxy
-            raise StorageError(
-                f"{path}: {action} failed: {endpoint} did not answer like S3 (HTTP {status}, "
-                "not S3's XML error); check the S3 endpoint (--s3-endpoint-url, the "
-                "connection's endpoint_url): a web page, a login portal or a proxy answered"
-            )
+            raise _not_s3(path, action, self._endpoint, f"HTTP {status}, not S3's XML error")
         if _UNREADABLE in described:  # a 200 answer object_store could not parse
-            raise StorageError(
-                f"{path}: {action} failed: {endpoint} did not answer like S3 (the answer could "
-                f"not be read: {described}); check the S3 endpoint (--s3-endpoint-url, the "
-                "connection's endpoint_url) and any proxy in between"
-            )
+            raise _not_s3(path, action, self._endpoint, described, unreadable=True)
         raise StorageError(
-            f"{path}: {action} failed, could not talk to {endpoint}: {described}"
+            f"{path}: {action} failed, could not talk to {self._endpoint}: {described}"
         )  # not chained: the original may quote a credential
+
+    @property
+    def _endpoint(self) -> str:
+        """The endpoint as error messages name it."""
+        return self._client_options.get("endpoint_url") or "the S3 endpoint"
 
     def _secrets(self) -> list[str]:
         options = self._client_options
@@ -676,36 +595,42 @@ def _content_type(response: Mapping[str, Any]) -> str:
     return f"Content-Type {headers.get('content-type') or 'none'}"
 
 
-def _not_s3_error(response: Mapping[str, Any], action: str) -> str:
-    """Why an error answer is not S3's ("" when it is).
-
-    S3's errors are XML naming a code (``NoSuchKey``); botocore gives a bare status code
-    instead when the body held none, and turns an unreadable 200 (an HTML page, XML cut short)
-    into a bare "500". A bare code with a body is therefore not S3's answer.
-    """
-    code = str(response.get("Error", {}).get("Code", ""))
+def _has_body(response: Mapping[str, Any]) -> bool:
+    """Did an error answer come with a body? S3's errors are XML naming a code (``NoSuchKey``);
+    botocore gives a bare status code instead when the body held none, and turns an unreadable
+    200 (an HTML page, XML cut short) into a bare "500": a bare code with a body is not S3's.
+    Only asked of answers we read: HEAD has no body, and writes are judged by their status (a
+    501 to If-None-Match may come with any page)."""
     headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-    has_body = str(headers.get("content-length", "0")) != "0" or "html" in str(
+    return str(headers.get("content-length", "0")) != "0" or "html" in str(
         headers.get("content-type", "")
     )
-    # Only answers we read: HEAD has no body, and writes are judged by their status (a 501
-    # to If-None-Match may come with any page).
-    if action not in ("list", "read") or not code.isdigit() or not has_body:
-        return ""
-    return (
-        f"did not answer like S3 (HTTP {_status(response)}, {_content_type(response)}: not "
-        "S3's XML, or cut short); check the S3 endpoint (--s3-endpoint-url, the connection's "
-        "endpoint_url): a web page, a login portal or a proxy answered"
+
+
+def _not_s3(
+    path: str, action: str, endpoint: str, seen: str, *, unreadable: bool = False
+) -> StorageError:
+    """The error of an answer that is not S3's (``seen``: what came back), or with
+    ``unreadable`` of one that could not be read at all (``seen``: why)."""
+    if unreadable:
+        seen, then = f"the answer could not be read: {seen}", " and any proxy in between"
+    else:
+        then = ": a web page, a login portal or a proxy answered"
+    return StorageError(
+        f"{path}: {action} failed: {endpoint} did not answer like S3 ({seen}); check the S3 "
+        f"endpoint (--s3-endpoint-url, the connection's endpoint_url){then}"
     )
 
 
-def _map_client_error(exc: Any, path: str, action: str, kwargs: dict[str, Any]) -> StorageError:
-    error = exc.response.get("Error", {})
-    code = str(error.get("Code", ""))
-    status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
-    message = error.get("Message") or code or status
-    conditional = "IfNoneMatch" in kwargs
-    return s3_error(code, status, message, path, action, kwargs.get("Bucket", ""), conditional)
+def _info(name: str, item: Mapping[str, Any]) -> ObjectInfo:
+    """The ObjectInfo of a ListObjectsV2 entry."""
+    modified = item.get("LastModified")
+    return ObjectInfo(
+        name,
+        int(item.get("Size", 0)),
+        modified.timestamp() if modified is not None else 0.0,
+        etag=item.get("ETag"),
+    )
 
 
 def _redirect_loop(path: str, action: str, endpoint: str, bucket: Any) -> StorageError:

@@ -1,17 +1,11 @@
-"""The S3 read path (one ListObjectsV2 per checkpoint, GETs) over obstore: the default on
-Python >= 3.11.
+"""The S3 read path (one ListObjectsV2 per checkpoint, GETs, discovery's delimiter listings)
+over obstore: the default on Python >= 3.11.
 
 obstore is the Python binding of Rust's ``object_store``: signing, HTTP, retries and the XML
 parse of a listing run in Rust, outside the GIL, so many requests are in flight from a few
-Python threads at little client CPU (docs/benchmarks.md). Only reads go through here; writes,
-deletes, copies, HEADs and delimiter listings stay with boto3.
-
-Everything comes from the settings the boto3 client is built from (:class:`ObstoreSettings`,
-made by ``S3Storage``): credentials through obstore's own ``Boto3CredentialProvider`` over the
-boto3 session (static keys, the default chain, web identity, SSO, an instance profile, the
-Airflow ``aws`` connection's assumed role: refreshing ones are asked again before they expire),
-region, endpoint, addressing style, proxy, CA bundle and ``verify``, timeouts and attempts.
-
+Python threads at little client CPU (docs/benchmarks.md). Writes, deletes, copies and HEADs
+stay with boto3. Everything comes from the boto3 client and session (``settings_from``;
+credentials through obstore's ``Boto3CredentialProvider``, so refreshing ones work).
 obstore is imported when the first store is built, never at module import.
 """
 
@@ -19,9 +13,10 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from airflow_sparklag.errors import StorageError
@@ -40,6 +35,7 @@ PAGE_KEYS = 1000  # keys of a full ListObjectsV2 page
 _STATUS = re.compile(r"non-2xx status code: (\d{3})")
 _CODE = re.compile(r"<Code>([^<]{1,100})</Code>")
 _REDIRECT = "Received redirect without LOCATION"  # object_store's own words for S3's 301
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -58,22 +54,20 @@ class ObstoreSettings:
     retry: dict[str, Any]
 
 
-def settings_from(
-    *,
-    region: str | None,
-    endpoint_url: str | None,
-    config: Any,
-    verify: bool | str | None,
-    proxies: dict[str, str],
-    no_proxy: str | None,
-    attempts: int,
-) -> ObstoreSettings:
-    """obstore's settings from a botocore ``Config`` and the client's other arguments.
+def settings_from(client: Any, verify: bool | str | None, attempts: int) -> ObstoreSettings:
+    """obstore's settings from a boto3 S3 client: its region, endpoint and botocore ``Config``
+    (the proxy is the ``Config``'s, else the environment's: ``HTTPS_PROXY``, ``NO_PROXY``).
 
-    ``verify``: False skips certificate checks, a path is a CA bundle (PEM) trusted besides
-    the system roots (botocore's ``verify``/``AWS_CA_BUNDLE``). ``proxies``: botocore's
-    ``Config(proxies=...)`` or the environment's (``HTTPS_PROXY``); ``no_proxy``: the hosts
-    that bypass it."""
+    ``verify``: the client's: False skips certificate checks, a path is a CA bundle (PEM)
+    trusted besides the system roots; None: ``AWS_CA_BUNDLE``'s. ``attempts``: in all."""
+    import os
+    import urllib.request
+
+    config = client.meta.config
+    endpoint_url = client.meta.endpoint_url
+    if verify is None:
+        verify = os.environ.get("AWS_CA_BUNDLE") or None
+    proxies = config.proxies or urllib.request.getproxies()
     on_aws = endpoint_url is None or (urlsplit(endpoint_url).hostname or "").endswith(
         ".amazonaws.com"
     )
@@ -99,10 +93,11 @@ def settings_from(
         proxy_ca = (getattr(config, "proxies_config", None) or {}).get("proxy_ca_bundle")
         if proxy_ca:
             options["proxy_ca_certificate"] = _pem(proxy_ca, "proxy_ca_bundle")
+        no_proxy = os.environ.get("NO_PROXY") or os.environ.get("no_proxy")
         if no_proxy:
             options["proxy_excludes"] = no_proxy
     return ObstoreSettings(
-        region=region or "us-east-1",
+        region=client.meta.region_name or "us-east-1",
         endpoint_url=None if on_aws else endpoint_url,
         virtual_hosted=virtual,
         client_options=options,
@@ -144,6 +139,33 @@ def answer_of(exc: BaseException) -> tuple[str, str]:
     status = _STATUS.search(text)
     code = _CODE.search(text)
     return (code.group(1) if code else "", status.group(1) if status else "")
+
+
+def checkpoint_files(
+    listed: Iterable[tuple[str, T]], root: str, info: Callable[[str, T], ObjectInfo]
+) -> tuple[dict[str, list[ObjectInfo]], int, bool]:
+    """A listing of the checkpoint at key prefix ``root`` from ``<root>commits`` on, as
+    ``(key, entry)`` pairs, sorted into ``commits``, ``offsets`` and ``metadata`` (each file's
+    ``info(name, entry)``) up to the first key past ``offsets/``: both readers' one filter.
+    Also the keys taken before it, and whether it was reached (the listing stops there)."""
+    end = checkpoint_listing_end(root)
+    found: dict[str, list[ObjectInfo]] = {"commits": [], "offsets": [], "metadata": []}
+    seen = 0
+    for key, entry in listed:
+        if key >= end:
+            return found, seen, True
+        seen += 1
+        where = checkpoint_log_entry(key, root)
+        if where is not None:
+            found[where[0]].append(info(where[1], entry))
+    return found, seen, False
+
+
+def _info(name: str, meta: Any) -> ObjectInfo:
+    """The ObjectInfo of an obstore listing entry."""
+    return ObjectInfo(
+        name, int(meta["size"]), meta["last_modified"].timestamp(), etag=meta.get("e_tag")
+    )
 
 
 class ObstoreReader:
@@ -208,32 +230,15 @@ class ObstoreReader:
         it took (S3 pages hold 1,000 keys)."""
         import obstore
 
-        end = checkpoint_listing_end(root)
-        found: dict[str, list[ObjectInfo]] = {"commits": [], "offsets": [], "metadata": []}
         stream = obstore.list(
             self.store(bucket),
             root.rstrip("/") or None,
             offset=root + "commits",
             chunk_size=LIST_CHUNK,
         )
-        seen = 0
-        for chunk in stream:
-            for meta in chunk:
-                key = meta["path"]
-                if key >= end:
-                    return found, 1 + seen // PAGE_KEYS
-                seen += 1
-                entry = checkpoint_log_entry(key, root)
-                if entry is not None:
-                    found[entry[0]].append(
-                        ObjectInfo(
-                            entry[1],
-                            int(meta["size"]),
-                            meta["last_modified"].timestamp(),
-                            etag=meta.get("e_tag"),
-                        )
-                    )
-        return found, 1 + max(0, seen - 1) // PAGE_KEYS
+        listed_keys = ((meta["path"], meta) for chunk in stream for meta in chunk)
+        found, seen, ended = checkpoint_files(listed_keys, root, _info)
+        return found, 1 + (seen if ended else max(0, seen - 1)) // PAGE_KEYS
 
     def list_children(self, bucket: str, prefix: str) -> tuple[set[str], set[str], int]:
         """Names of the files and the subdirectories directly under key prefix ``prefix``

@@ -218,11 +218,17 @@ def test_an_assumed_roles_refreshing_credentials_sign_every_read(
             light.shutdown()
 
 
-def test_obstore_takes_the_boto3_clients_settings(tmp_path: Path) -> None:
+def test_obstore_takes_the_boto3_clients_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Proxy, CA bundle, verify, addressing style, timeouts and attempts: what the boto3
     client is built with is what obstore is given."""
+    import boto3
     from botocore.config import Config
 
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "AWS_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "localhost,.internal")
     bundle = tmp_path / "ca.pem"
     bundle.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
     config = Config(
@@ -230,17 +236,14 @@ def test_obstore_takes_the_boto3_clients_settings(tmp_path: Path) -> None:
         read_timeout=7,
         max_pool_connections=32,
         s3={"addressing_style": "path"},
+        proxies={"https": "http://proxy.example:3128"},
         proxies_config={"proxy_ca_bundle": str(bundle)},
     )
-    custom = settings_from(
-        region="eu-west-1",
-        endpoint_url="https://minio.example:9000",
-        config=config,
-        verify=str(bundle),
-        proxies={"https": "http://proxy.example:3128"},
-        no_proxy="localhost,.internal",
-        attempts=3,
+    session = boto3.session.Session(aws_access_key_id="k", aws_secret_access_key="s")
+    client = session.client(
+        "s3", region_name="eu-west-1", endpoint_url="https://minio.example:9000", config=config
     )
+    custom = settings_from(client, str(bundle), 3)
     options = custom.client_options
     assert (custom.region, custom.endpoint_url, custom.virtual_hosted) == (
         "eu-west-1",
@@ -256,15 +259,8 @@ def test_obstore_takes_the_boto3_clients_settings(tmp_path: Path) -> None:
         9,
     )
     assert custom.retry["max_retries"] == 2 and not options["allow_http"]
-    aws = settings_from(
-        region=None,
-        endpoint_url="https://s3.us-east-1.amazonaws.com",
-        config=Config(connect_timeout=5, read_timeout=15, max_pool_connections=10),
-        verify=False,
-        proxies={},
-        no_proxy=None,
-        attempts=1,
-    )
+    aws_config = Config(connect_timeout=5, read_timeout=15, max_pool_connections=10)
+    aws = settings_from(session.client("s3", region_name="us-east-1", config=aws_config), False, 1)
     assert (aws.region, aws.endpoint_url, aws.virtual_hosted) == ("us-east-1", None, True)
     assert aws.client_options["allow_invalid_certificates"] is True
     assert "proxy_url" not in aws.client_options and aws.retry["max_retries"] == 0
