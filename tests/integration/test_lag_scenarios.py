@@ -597,6 +597,16 @@ def test_records_deleted_beyond_committed_offset(spark, kafka, tmp_path):
 # -- transactional producer + read_committed -------------------------------------------------------
 
 
+def _high_watermark(kafka: Any, topic: str, partition: int) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"hw-{uid()}"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)[1])
+    finally:
+        consumer.close()
+
+
 def test_read_committed_against_last_stable_offset(spark, kafka, tmp_path):
     topic = kafka.create_topic(f"tx-{uid()}", partitions=2)
     producer = jobs.transactional_producer(kafka.bootstrap, f"tx-{uid()}")
@@ -625,7 +635,9 @@ def test_read_committed_against_last_stable_offset(spark, kafka, tmp_path):
         assert by_partition(uncommitted)[(topic, 0)].lag == 5
     finally:
         producer.commit_transaction(30)
-    # Committed now: 5 records + a marker = 6 offsets, 5 of them readable records.
+    # Committed now: 5 records + a marker = 6 offsets, 5 of them readable records. The
+    # coordinator writes the marker after EndTxn has answered: wait until it is in the log.
+    jobs.wait_until(lambda: _high_watermark(kafka, topic, 0) == 17, 30, "the commit marker")
     result = check(kafka, ck, read_committed=True)
     p0 = by_partition(result)[(topic, 0)]
     assert (p0.last_stable_offset, p0.log_end_offset, p0.lag) == (17, 17, 6)
