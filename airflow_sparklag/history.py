@@ -4,8 +4,9 @@ At each retained batch's time T_N (``batchTimestampMs``; a real-time checkpoint'
 ``offsets/N`` was written), the lag is Kafka's log end at T_N (ListOffsets by timestamp) minus
 what was processed then (``offsets/(N-1)``; batch 0: ``sources/<id>/0``; real-time:
 ``offsets/N``), and the first unread record's age is bracketed by two of Kafka's answers and
-interpolated in between, never extrapolated. The last point, ``kind="now"``, is the committed
-offsets against the live log end. docs/history.md explains the method, its limits and its cost.
+interpolated in between, never extrapolated, by status's estimator (``timelag.record_age``).
+The last point, ``kind="now"``, is the committed offsets against the live log end.
+docs/history.md explains the method, its limits and its cost.
 
     >>> with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
     ...     past = history(session, "s3a://bucket/ck/orders", batches=20)   # doctest: +SKIP
@@ -18,16 +19,15 @@ Nothing heavy is imported at module level.
 from __future__ import annotations
 
 import time
-from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from airflow_sparklag import params
 from airflow_sparklag.checkpoint import real_time_interval
 from airflow_sparklag.lag import _ToDict
-from airflow_sparklag.timelag import Stairs, staircase
+from airflow_sparklag.timelag import RecordAge, Stairs, record_age, staircase
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
@@ -67,7 +67,8 @@ APPROXIMATIONS = (
     "the time of a batch is batchTimestampMs, taken when Spark starts planning it: before it "
     "asks Kafka for the latest offsets and before the batch commits",
     "lag_seconds is the age of the first unread record, known only between two of Kafka's "
-    "answers (lag_seconds_min .. lag_seconds_max) and interpolated linearly in between",
+    "answers (lag_seconds_min .. lag_seconds_max) and interpolated linearly in between, as "
+    "status does; unknown when the two are further apart than 2 s and 10 % of its age",
     "lag is measured against the high watermark: on transactional topics read with "
     "read_committed, markers and open transactions count as lag",
 )
@@ -234,52 +235,6 @@ def _kafka(batch: BatchOffsets | None) -> dict[str, TopicOffsets]:
     return {s.source_id: s.kafka for s in batch.sources if s.kind == "kafka" and s.kafka}
 
 
-# -- dating a record -------------------------------------------------------------------------------
-
-
-class RecordAge(NamedTuple):
-    """Age (s) of a record at some time: estimate, bracket, and why what is missing is."""
-
-    seconds: float | None
-    minimum: float | None
-    maximum: float | None
-    unknown: str | None = None
-
-
-def record_age(stairs: Stairs, offset: int, at_ms: float) -> RecordAge:
-    """How old the record at ``offset`` was at ``at_ms``, from (log end, time) answers.
-
-    A level (L, first, last) of the staircase says the first record stamped >= each of those
-    times was at L. So a record at o >= L was stamped at or after ``last``, and a record
-    below the next level L' was stamped before that level's ``first``.
-
-    >>> record_age(staircase([(0, 0), (10, 1_000), (20, 2_000)]), 15, 3_000)
-    RecordAge(seconds=1.5, minimum=1.0, maximum=2.0, unknown=None)
-    """
-    offsets, first, last = stairs
-    i = bisect_right(offsets, offset) - 1
-    if i < 0:
-        if not offsets:
-            return RecordAge(None, None, None, "Kafka gave no log end for this partition")
-        at_least = max(0.0, (at_ms - first[0]) / 1000.0)
-        return RecordAge(
-            None,
-            at_least,
-            None,
-            f"the first unread record (offset {offset}) was written before the oldest "
-            f"retained batch: at least {at_least:.1f} s old, not extrapolated",
-        )
-    if i + 1 == len(offsets):
-        return RecordAge(None, None, None, f"no record at offset {offset} was written yet")
-    after, before = last[i], max(first[i + 1], last[i])
-    stamped = after + (offset - offsets[i]) * (before - after) / (offsets[i + 1] - offsets[i])
-
-    def age(ms: float) -> float:
-        return max(0.0, (at_ms - ms) / 1000.0)
-
-    return RecordAge(age(stamped), age(before), age(after))
-
-
 def _log_ends(snapshot: KafkaSnapshot) -> dict[str, dict[int, int]]:
     return {t: {p: po.log_end for p, po in ps.items()} for t, ps in snapshot.partitions.items()}
 
@@ -308,7 +263,7 @@ class _At:
 
     kind: str
     batch_id: int | None
-    time_ms: int
+    time_ms: float  # the now point's: the snapshot's instant, to the bit, as status dates it
     planned: Positions  # the batch's own end offsets (what it reads up to)
     processed: Positions | None  # None: the position at that time is unknown
     why_unprocessed: str
@@ -377,7 +332,7 @@ def _history_point(at: _At, tables: Tables) -> HistoryPoint:
     lags = [part.lag for part in parts]
     known = [part.lag_seconds for part in parts if part.lag_seconds is not None]
     return HistoryPoint(
-        time_ms=at.time_ms,
+        time_ms=int(at.time_ms),
         kind=at.kind,
         batch_id=at.batch_id,
         partitions=parts,
@@ -434,7 +389,7 @@ def reconstruct(
             _At(
                 "now",
                 None,
-                int((snapshot or next(iter(lives.values()))).fetched_at * 1000),
+                (snapshot or next(iter(lives.values()))).fetched_at * 1000.0,
                 _kafka(state.in_flight),
                 _kafka(state.committed),
                 "",

@@ -21,7 +21,7 @@ import functools
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import BatchOffsets
@@ -86,30 +86,44 @@ def _in_a_gap(gap: float) -> str:
     return IN_A_GAP.format(gap=gap)
 
 
-def _age(stairs: Stairs, offset: int, now_ms: float) -> tuple[float | None, str | None]:
-    """``(seconds, unknown)``: the age at ``now_ms`` of the record AT ``offset``.
+class RecordAge(NamedTuple):
+    """Age (s) of a record at some time: the estimate, the youngest and oldest it can be (the
+    bracket; ``maximum`` None below the oldest point), and why ``seconds`` is None, when it is."""
+
+    seconds: float | None
+    minimum: float | None
+    maximum: float | None
+    unknown: str | None = None
+
+
+def record_age(stairs: Stairs, offset: int, now_ms: float) -> RecordAge:
+    """The age at ``now_ms`` of the record AT ``offset``.
 
     It was produced after the last time the log end was seen at or below ``offset`` and by the
     first time it was seen above it; linear interpolation between the two places it (it is the
     ``offset + 1``-th record of that stretch).
+
+    >>> record_age(staircase([(0, 0), (10, 1_000), (20, 2_000)]), 15, 3_000)
+    RecordAge(seconds=1.4, minimum=1.0, maximum=2.0, unknown=None)
     """
     offsets, first, last = stairs
     if not offsets:
-        return None, NO_POINTS
+        return RecordAge(None, None, None, NO_POINTS)
     i = bisect_right(offsets, offset)  # offsets[i - 1] <= offset < offsets[i]
     if i == 0:
-        return None, OLDER_THAN_HISTORY
+        return RecordAge(None, max(0.0, (now_ms - first[0]) / 1000.0), None, OLDER_THAN_HISTORY)
     if i == len(offsets):
-        return None, NOT_PRODUCED
+        return RecordAge(None, None, None, NOT_PRODUCED)
     low = offsets[i - 1]
     start = last[i - 1]
     end = max(first[i], start)  # an end before the start only after a rewind: clamp
     produced = start + (offset + 1 - low) * (end - start) / (offsets[i] - low)
     youngest = max(0.0, (now_ms - end) / 1000.0)
+    oldest = max(0.0, (now_ms - start) / 1000.0)
     gap = (end - start) / 1000.0
     if gap > max(MAX_UNCERTAINTY_SECONDS, MAX_UNCERTAINTY_RATIO * youngest):
-        return None, _in_a_gap(gap)
-    return max(0.0, (now_ms - produced) / 1000.0), None
+        return RecordAge(None, youngest, oldest, _in_a_gap(gap))
+    return RecordAge(max(0.0, (now_ms - produced) / 1000.0), youngest, oldest)
 
 
 def estimate_age(
@@ -135,7 +149,8 @@ def estimate_age(
             if point_offset > live:  # recreated or truncated topic: the live point alone
                 hist = [now_point]
                 break
-    return _age(staircase(hist), offset, now_ms)
+    age = record_age(staircase(hist), offset, now_ms)
+    return age.seconds, age.unknown
 
 
 def history_points(

@@ -1,4 +1,4 @@
-"""history.reconstruct / record_age / plan_history: the lag history rebuilt from what was read.
+"""history.reconstruct / plan_history: the lag history rebuilt from what was read.
 
 Hand-made states and Kafka answers: the real-query check of the same numbers is
 tests/integration/test_history.py.
@@ -12,14 +12,10 @@ import json
 import pytest
 
 from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
-from airflow_sparklag.history import (
-    LagHistory,
-    plan_history,
-    reconstruct,
-    record_age,
-)
+from airflow_sparklag.history import LagHistory, PartitionPoint, plan_history, reconstruct
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
-from airflow_sparklag.timelag import staircase
+from airflow_sparklag.lag import PartitionLag, compute_lag
+from airflow_sparklag.timelag import estimate_age, history_points
 
 T0 = 1_700_000_000_000  # ms
 
@@ -50,42 +46,53 @@ def snapshot(ends: dict[int, int], at_ms: int, topic: str = "t") -> KafkaSnapsho
     return KafkaSnapshot({topic: parts}, frozenset(), at_ms / 1000.0, None)
 
 
-# -- record_age: one table per case ---------------------------------------------------------------
+# -- the age of the first unread record is status's ------------------------------------------
 
-TABLE = staircase([(0, 0), (0, 500), (10, 1_000), (20, 2_000)])
+
+def now_and_status(
+    committed: list[BatchOffsets], in_flight: BatchOffsets | None, live: int, at_ms: int
+) -> tuple[PartitionPoint, PartitionLag]:
+    """History's ``now`` partition and status's, from one checkpoint, Kafka and instant: Kafka's
+    answer at each batch time is that batch's planned offset (a batch plans up to the log end)."""
+    st = state(committed, in_flight)
+    observed = [*committed, *([in_flight] if in_flight else [])]
+    ends = {b.batch_timestamp_ms: b.sources[0].kafka for b in observed}
+    snap = snapshot({0: live}, at_ms)
+    past = reconstruct(st, ends, snap, batches=len(committed))  # type: ignore[arg-type]
+    now = past.points[-1]
+    assert now.kind == "now"
+    return now.partitions[0], next(compute_lag(st, snap).partitions())
 
 
 @pytest.mark.parametrize(
-    ("offset", "at_ms", "expected"),
+    ("case", "offsets", "times", "in_flight", "live", "at_ms", "expected"),
     [
-        # between levels 10 (seen at 1000) and 20 (first seen at 2000): written in [1000, 2000)
-        (15, 3_000, (1.5, 1.0, 2.0)),
-        # exactly a level: stamped at or after the LAST time the log end was there
-        (0, 3_000, (2.5, 2.0, 2.5)),
-        (10, 2_500, (1.5, 0.5, 1.5)),
-        # the bracket lies after `at`: the age is clamped at 0, never negative
-        (15, 1_200, (0.0, 0.0, 0.2)),
+        # Committed up to 20 at 2 s, batch 3 planned up to 30 at 3 s: the first unread record
+        # (20) is the 1st of the 10 written between 2 s and 3 s, produced ~2.1 s, not at 2 s
+        # when the log end was still 20 (the old history said 1.5 s).
+        ("bracket position", [0, 7, 20, 30], [0, 1_000, 2_000, 3_000], True, 35, 3_500, 1.4),
+        # 60 s idle after batch 2, then a burst just before the snapshot: record 7 was written
+        # at an unknown moment of the 60.5 s, so its age is unknown (the old history: 60.5 s).
+        ("gap then burst", [0, 3, 7], [0, 1_000, 2_000], False, 110, 62_500, None),
     ],
 )
-def test_record_age_brackets_and_interpolates(offset, at_ms, expected):
-    age = record_age(TABLE, offset, at_ms)
-    assert (age.seconds, age.minimum, age.maximum) == pytest.approx(expected)
-    assert age.unknown is None
-
-
-def test_record_age_older_than_the_oldest_answer_is_not_extrapolated():
-    age = record_age(staircase([(50, 1_000), (60, 2_000)]), 40, 4_000)
-    assert age.seconds is None and age.maximum is None
-    assert age.minimum == pytest.approx(3.0)
-    assert "before the oldest retained batch" in (age.unknown or "")
-    assert "not extrapolated" in (age.unknown or "")
-
-
-def test_record_age_without_any_answer_or_past_the_log_end():
-    assert record_age(staircase([]), 5, 1_000).unknown == (
-        "Kafka gave no log end for this partition"
+def test_history_dates_the_first_unread_record_as_status_does(
+    case, offsets, times, in_flight, live, at_ms, expected
+):
+    batches = [
+        batch(i, {"t": {0: o}}, T0 + t) for i, (o, t) in enumerate(zip(offsets, times, strict=True))
+    ]
+    committed, flying = (batches[:-1], batches[-1]) if in_flight else (batches, None)
+    mine, status = now_and_status(committed, flying, live, T0 + at_ms)
+    assert mine.processed_offset == status.committed_offset
+    seconds, unknown = estimate_age(
+        history_points(batches)[("t", 0)], live, T0 + at_ms, offsets[2], T0 + at_ms
     )
-    assert "no record at offset 30" in (record_age(TABLE, 30, 3_000).unknown or "")
+    assert (mine.lag_seconds, mine.unknown) == (status.lag_seconds, unknown), case
+    assert status.lag_seconds_unknown == unknown
+    assert mine.lag_seconds == seconds == (None if expected is None else pytest.approx(expected))
+    # The bracket stays known either way: where the record can have been written.
+    assert mine.lag_seconds_min is not None and mine.lag_seconds_max is not None
 
 
 # -- plan_history ---------------------------------------------------------------------------------

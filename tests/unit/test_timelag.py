@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 
 from airflow_sparklag.timelag import (
+    IN_A_GAP,
     MAX_UNCERTAINTY_SECONDS,
     NO_POINTS,
     NOT_PRODUCED,
     OLDER_THAN_HISTORY,
     estimate_age,
     history_points,
+    record_age,
     staircase,
 )
 
@@ -109,6 +111,34 @@ def test_record_age(
         assert why is None
     else:
         assert why is not None and unknown in why
+
+
+BRACKETED = staircase([(0, 0), (0, 500), (10, 1_000), (20, 2_000)])
+
+
+@pytest.mark.parametrize(
+    ("offset", "now_ms", "expected"),
+    [
+        # between levels 10 (seen at 1 s) and 20 (first seen at 2 s): the 6th of 10, ~1.6 s
+        (15, 3_000, (1.4, 1.0, 2.0, None)),
+        # a level's first record: written after the LAST time the log end was there (0.5 s)
+        (0, 3_000, (2.45, 2.0, 2.5, None)),
+        # the bracket lies after `now`: clamped at 0, never negative
+        (15, 1_200, (0.0, 0.0, 0.2, None)),
+        # below the oldest level: at least as old as that level's first time, no upper edge
+        (-5, 3_000, (None, 3.0, None, OLDER_THAN_HISTORY)),
+        (20, 3_000, (None, None, None, NOT_PRODUCED)),
+    ],
+)
+def test_record_age_gives_the_bracket_it_interpolates_in(
+    offset: int, now_ms: float, expected: tuple[Any, ...]
+) -> None:
+    assert record_age(BRACKETED, offset, now_ms) == pytest.approx(expected)
+
+
+def test_an_age_unknown_in_a_gap_keeps_its_bracket() -> None:
+    age = record_age(staircase([(0, 0), (10, 60_000)]), 3, 61_000)
+    assert age == pytest.approx((None, 1.0, 61.0, IN_A_GAP.format(gap=60)))
 
 
 def test_record_age_never_leaves_its_bracket() -> None:
