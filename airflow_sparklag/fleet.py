@@ -24,9 +24,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparklag import params
 from airflow_sparklag.errors import StorageAccessDenied
 from airflow_sparklag.monitor import (
     MAX_READERS,
+    OPTION_NAMES,
     CheckOptions,
     CheckResult,
     Progress,
@@ -165,7 +167,7 @@ class FleetChecker:
     ) -> None:
         if not locations and not prefix:
             raise ValueError("FleetChecker needs checkpoint locations or a prefix to discover")
-        self.options = CheckOptions.take(options_and_session, options)
+        self.options = params.take(OPTION_NAMES, CheckOptions.build, options_and_session, options)
         if session is not None and options_and_session:
             given = ", ".join(sorted(options_and_session))
             raise TypeError(f"give either session or {given}, not both")

@@ -296,16 +296,6 @@ class MigrationOptions:
                 _path(name, getattr(self, name))
         object.__setattr__(self, "file_sink_paths", _paths("file_sink_paths", self.file_sink_paths))
 
-    @classmethod
-    def take(
-        cls, given: dict[str, Any], options: MigrationOptions | None = None
-    ) -> MigrationOptions:
-        """``options``, or the options among the keyword arguments ``given`` (taken out)."""
-        values = {name: given.pop(name) for name in MIGRATION_OPTIONS if name in given}
-        if options is not None and values:
-            raise TypeError(f"give either options or {', '.join(sorted(values))}, not both")
-        return options or cls(**values)
-
 
 MIGRATION_OPTIONS = tuple(f.name for f in fields(MigrationOptions))
 
@@ -450,7 +440,7 @@ class Migration:
         **given: Any,
     ) -> None:
         """``options``, or its fields as keyword arguments (``dry_run=True``, ...)."""
-        self.options = MigrationOptions.take(given, options)
+        self.options = params.take(MIGRATION_OPTIONS, MigrationOptions, given, options)
         if given:
             raise TypeError(f"Migration got unexpected arguments: {', '.join(sorted(given))}")
         self.now = None if now is None else _number("now", now, "epoch seconds (a finite number)")
@@ -773,6 +763,7 @@ def migrate_checkpoint(
     Raises :class:`~airflow_sparklag.errors.InvalidParameter` (nothing read or written),
     :class:`MigrationRefused` subclasses (nothing changed), storage/Kafka errors.
     """
-    chosen = MigrationOptions.take(options_and_session, options)  # checked before a session
+    # checked before a session
+    chosen = params.take(MIGRATION_OPTIONS, MigrationOptions, options_and_session, options)
     with Session.using(session, **options_and_session) as active:
         return Migration(active, location, archive_root, chosen, now=now, fault=fault).run()

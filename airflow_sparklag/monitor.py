@@ -179,15 +179,6 @@ class CheckOptions:
             thresholds = Thresholds.from_dict(thresholds)
         return cls(thresholds, **values)
 
-    @classmethod
-    def take(cls, given: dict[str, Any], options: CheckOptions | None = None) -> CheckOptions:
-        """``options``, or the options among the keyword arguments ``given`` (taken out of
-        it; what remains is for someone else, e.g. a ``Session``). Both: a TypeError."""
-        values = {name: given.pop(name) for name in OPTION_NAMES if name in given}
-        if options is not None and values:
-            raise TypeError(f"give either options or {', '.join(sorted(values))}, not both")
-        return options or cls.build(**values)
-
     def to_dict(self) -> dict[str, Any]:
         values = {name: getattr(self, name) for name in OPTION_NAMES}
         thresholds = self.thresholds.to_dict().items()
@@ -855,7 +846,7 @@ def check_checkpoint(
     >>> check_checkpoint("/data/ck/orders", kafka_config={"bootstrap.servers": "k:9092"},
     ...                  thresholds={"max_lag_seconds": 600})      # doctest: +SKIP
     """
-    chosen = CheckOptions.take(options_and_session, options)
+    chosen = params.take(OPTION_NAMES, CheckOptions.build, options_and_session, options)
     with Session(**options_and_session) as session:
         return check(session, location, chosen, now=now)
 
@@ -875,7 +866,7 @@ def check_checkpoints(
     >>> [r.verdict.health.value for r in results]                                   # doctest: +SKIP
     ['OK', 'LAGGING']
     """
-    chosen = CheckOptions.take(options_and_session, options)
+    chosen = params.take(OPTION_NAMES, CheckOptions.build, options_and_session, options)
     with Session(**options_and_session) as session:
         return check_many(session, locations, chosen, now=now, max_workers=max_workers)
 

@@ -409,6 +409,21 @@ def option(
     )
 
 
+def take(
+    names: Iterable[str],
+    build: Callable[..., Options],
+    given: dict[str, Any],
+    options: Options | None,
+) -> Options:
+    """``options``, or ``build(**fields)`` from the fields ``names`` among the keyword arguments
+    ``given`` (taken out of it; what remains is for someone else, e.g. a ``Session``). Both:
+    a TypeError."""
+    values = {name: given.pop(name) for name in names if name in given}
+    if options is not None and values:
+        raise TypeError(f"give either options or {', '.join(sorted(values))}, not both")
+    return options or build(**values)
+
+
 def options(kind: type[Options], values: Mapping[str, Any]) -> Options:
     """An options object (``CheckOptions``, ``MigrationOptions``) from rendered values: each
     field given read by its declared reader, each error naming the field; the others keep

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
 from airflow_sparklag.health import Thresholds
-from airflow_sparklag.monitor import CheckOptions, cluster_snapshots
+from airflow_sparklag.monitor import OPTION_NAMES, CheckOptions, cluster_snapshots
 from airflow_sparklag.session import Session
 
 if TYPE_CHECKING:
@@ -374,7 +374,7 @@ def scan(
 
 def _scan_options(options: CheckOptions | None, check: dict[str, Any]) -> CheckOptions:
     """``options``, or the option fields given to ``scan()`` as keywords (nothing else)."""
-    chosen = CheckOptions.take(check, options)
+    chosen = params.take(OPTION_NAMES, CheckOptions.build, check, options)
     if check:
         raise TypeError(f"scan() got unexpected keyword arguments: {', '.join(sorted(check))}")
     return chosen
