@@ -72,8 +72,35 @@ _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's legal topic names
 _RATE_CONTINUOUS_KEYS = frozenset({"value", "runTimeMs"})
 
 
+def _read_only(mapping: dict[Any, Any]) -> Mapping[Any, Any]:
+    return MappingProxyType(mapping)
+
+
+class _Pickled(dict[Any, Any]):
+    """A mappingproxy on its way through pickle, which cannot take one: loads as one again."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _read_only, (dict(self),)
+
+
+def _picklable(value: Any) -> Any:
+    if isinstance(value, MappingProxyType):
+        return _Pickled({key: _picklable(inner) for key, inner in value.items()})
+    return value
+
+
+class _ReadOnlyFields:
+    """Picklable although fields hold read-only mappings (read-only again when loaded)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: _picklable(value) for name, value in vars(self).items()}
+
+    def __copy__(self) -> Any:  # copy.copy would keep the stand-ins: frozen, so itself
+        return self
+
+
 @dataclass(frozen=True)
-class SourceOffset:
+class SourceOffset(_ReadOnlyFields):
     """One source's offset in a batch. ``kafka`` maps topic -> partition -> NEXT offset to read."""
 
     source_id: str  # "0", "1", ... or the name given with DataStreamReader.name()
@@ -83,7 +110,7 @@ class SourceOffset:
 
 
 @dataclass(frozen=True)
-class BatchOffsets:
+class BatchOffsets(_ReadOnlyFields):
     """The content of ``offsets/<batch_id>``: the end offsets batch ``batch_id`` reads up to.
 
     Example::

@@ -26,8 +26,6 @@ pyspark is imported only inside the functions: importing this module is cheap.
 from __future__ import annotations
 
 import argparse
-import copyreg
-import io
 import json
 import os
 import pickle
@@ -38,7 +36,6 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
@@ -49,7 +46,6 @@ from airflow_sparklag.session import Session
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
     from airflow_sparklag.monitor import CheckResult
 
@@ -142,24 +138,6 @@ class ScanResult:
 # -- executor side ---------------------------------------------------------------------------
 
 
-def _dump_state(state: CheckpointState) -> bytes:
-    """Pickle a state; its read-only mappings (mappingproxy) are pickled as plain dicts and
-    rebuilt as mappingproxy on load. A private dispatch table: no process-wide side effect."""
-    buffer = io.BytesIO()
-    pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
-    pickler.dispatch_table = {
-        **copyreg.dispatch_table,
-        MappingProxyType: lambda proxy: (_read_only, (dict(proxy),)),
-    }
-    pickler.dump(state)
-    return buffer.getvalue()
-
-
-def _read_only(mapping: dict) -> Mapping:
-    # A module-level function: mappingproxy itself cannot be pickled by reference.
-    return MappingProxyType(mapping)
-
-
 # One Session per Python worker process and storage options: Spark reuses its Python workers
 # (spark.python.worker.reuse, the default), so every later task of the scan, in the read and
 # the judge passes, uses the same storage clients instead of building its own.
@@ -217,7 +195,7 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
         state, failed = states.get(location), failures.get(location)
         yield (
             location,
-            None if state is None else _dump_state(state),
+            None if state is None else pickle.dumps(state, pickle.HIGHEST_PROTOCOL),
             None if failed is None else pickle.dumps(failed),
             task if i == 0 else None,
         )

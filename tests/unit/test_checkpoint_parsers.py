@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
 
 from airflow_sparklag.checkpoint import (
+    CheckpointState,
     parse_batch_id,
     parse_commit,
     parse_metadata,
@@ -395,3 +397,18 @@ def test_bad_source_start_file(
     assert type(raised.value) is error
     assert SOURCE_PATH in str(raised.value)
     assert problem in str(raised.value)
+
+
+def test_a_state_pickles_and_loads_read_only() -> None:
+    """The Spark scan sends states between processes by pickle (mappingproxy alone cannot)."""
+    data = b'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{"k":"v"}}\n{"orders":{"0":5}}'
+    batch = parse_offsets(data, "ck/offsets/3", batch_id=3)
+    state = CheckpointState("ck", None, 3, batch, None, None, (batch,), (3,), (3,), False)
+    loaded = pickle.loads(pickle.dumps(state, pickle.HIGHEST_PROTOCOL))
+    assert loaded == state and loaded.committed is not None
+    kafka = loaded.committed.sources[0].kafka
+    assert kafka is not None and kafka["orders"][0] == 5
+    with pytest.raises(TypeError):
+        loaded.committed.conf["k"] = "w"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        kafka["orders"][0] = 6  # type: ignore[index]
