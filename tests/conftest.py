@@ -6,8 +6,10 @@ start fails every test that needs it with the component's log tail: nothing is s
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,6 +28,8 @@ if str(REPO) not in sys.path:
 # Airflow reads AIRFLOW_HOME when it is first imported: point it at a throwaway directory before
 # any test module imports airflow. SQLite metadata database, no examples.
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="sparklag-airflow-"))
+# Each pytest process (every xdist worker too) makes its own and removes it when it exits.
+atexit.register(shutil.rmtree, _AIRFLOW_HOME, ignore_errors=True)
 os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(REPO / "dags"))
