@@ -63,12 +63,9 @@ def test_a_failed_check_is_a_row_of_its_own() -> None:
 
 
 def test_bad_check_options_are_refused_before_spark_starts(monkeypatch) -> None:
-    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
-
-    def no_spark() -> None:
-        raise AssertionError("Spark started for a usage error")
-
-    monkeypatch.setattr(spark_scan, "_spark_session", no_spark)
+    """A usage error (SystemExit with the message): after Spark had started it was a
+    traceback (InvalidParameter), which pytest.raises(SystemExit) does not take."""
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)  # not under spark-submit
     argv = ["--checkpoints", "/nowhere", "--bootstrap-servers", "127.0.0.1:1", "--output", "o"]
     with pytest.raises(SystemExit) as refused:
         spark_scan.main([*argv, "--run-grace", "5"])
