@@ -139,6 +139,7 @@ def export_offsets(
     # A session of its own: its Kafka client is built (and closed) there, like everywhere else.
     with Session(kafka_config=kafka_config, kafka_timeout=timeout) as session:
         client = session.kafka
+        assert isinstance(client, KafkaOffsetsClient)  # built from kafka_config: it has admin()
         servers = client.bootstrap_servers
         group = _ask_group(client, "describe", group_id, "describe_consumer_groups", group_id)
         state = getattr(group.state, "name", str(group.state)).upper()

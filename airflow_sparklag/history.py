@@ -31,7 +31,7 @@ from airflow_sparklag.timelag import RecordAge, Stairs, record_age, staircase
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
-    from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+    from airflow_sparklag.kafka import KafkaOffsets, KafkaSnapshot
     from airflow_sparklag.session import Session
 
 __all__ = [
@@ -411,7 +411,7 @@ def reconstruct(
 
 
 def log_ends_at(
-    client: KafkaOffsetsClient,
+    client: KafkaOffsets,
     topics: Sequence[str],
     times_ms: Sequence[int],
     *,
