@@ -97,8 +97,8 @@ def _group_request(client: KafkaOffsetsClient, what: str, send: Callable[[float]
         if not isinstance(outcome, BaseException):
             return outcome
         if not _not_ready(outcome):
-            raise client.translate(outcome, what) from outcome
-        last = client.describe(outcome)
+            raise client.errors.translate(outcome, what) from outcome
+        last = client.errors.describe(outcome)
         log.info("%s: coordinator not ready (%s); retrying", what, last)
         time.sleep(min(_RETRY_PAUSE, max(0.0, deadline - time.monotonic())))
 

@@ -31,7 +31,8 @@ from airflow_sparklag.timelag import RecordAge, Stairs, record_age, staircase
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
-    from airflow_sparklag.kafka import KafkaOffsets, KafkaSnapshot
+    from airflow_sparklag.kafka import KafkaSnapshot
+    from airflow_sparklag.kafka_model import KafkaOffsets
     from airflow_sparklag.session import Session
 
 __all__ = [

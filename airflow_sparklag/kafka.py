@@ -30,9 +30,6 @@ from airflow_sparklag.kafka_errors import (
     error_name,
 )
 from airflow_sparklag.kafka_model import (
-    INTERNAL_TOPICS,
-    RETENTION_TTL_SECONDS,
-    KafkaOffsets,
     KafkaSnapshot,
     PartitionOffsets,
     TopicRetention,
@@ -41,22 +38,13 @@ from airflow_sparklag.kafka_model import (
 from airflow_sparklag.kafka_timestamps import read_record_timestamps
 from airflow_sparklag.storage import seconds_option
 
-__all__ = [
-    "INTERNAL_TOPICS",
-    "RETENTION_TTL_SECONDS",
-    "KafkaOffsets",
-    "KafkaOffsetsClient",
-    "KafkaSnapshot",
-    "PartitionOffsets",
-    "TopicRetention",
-    "check_bootstrap_servers",
-    "error_name",
-    "load_kafka_config",
-    "subscribe_regex",
-]
-
 log = logging.getLogger(__name__)
 
+# Topics Kafka marks internal: Spark's subscribePattern never matches them (its Admin listing
+# leaves them out), and neither do we.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+# How long a topic's retention settings are taken as known (a check, a sensor's polls).
+RETENTION_TTL_SECONDS = 300.0
 _ANSWER_GRACE = 1.0  # seconds other bootstrap servers get once one answered (cluster check)
 # What a bootstrap server that never answered leaves (dead, hung or filtered).
 _NO_ANSWER_CODES = frozenset({"_TIMED_OUT", "_TRANSPORT", "_ALL_BROKERS_DOWN", "REQUEST_TIMED_OUT"})
@@ -171,7 +159,7 @@ class KafkaOffsetsClient:
 
     def admin(self) -> Any:
         """The AdminClient (built once), for requests this class has no method for; wait for
-        its futures with :meth:`outcomes` and turn errors into ours with :meth:`translate`."""
+        its futures with :meth:`outcomes` and turn errors into ours with ``errors.translate``."""
         admin = self._admin
         if admin is not None:
             return admin
@@ -203,15 +191,6 @@ class KafkaOffsetsClient:
         self.close()
 
     # -- errors and waiting -------------------------------------------------------------------
-
-    def describe(self, exc: BaseException) -> str:
-        """What went wrong in ``exc``, never empty, without any secret of the config (librdkafka
-        may quote one)."""
-        return self.errors.describe(exc)
-
-    def translate(self, exc: BaseException, what: str, topic: str | None = None) -> Exception:
-        """Our typed error for a librdkafka error (or a timeout) of the request ``what``."""
-        return self.errors.translate(exc, what, topic)
 
     def outcomes(
         self,
@@ -298,16 +277,16 @@ class KafkaOffsetsClient:
         if pending_set:
             concurrent.futures.wait(pending_set, timeout=min(_ANSWER_GRACE, self._timeout))
         by_cluster: dict[str, list[str]] = {}
-        errors = []
+        failed = []
         for server, future in futures.items():
             if not future.done():
-                errors.append("_TIMED_OUT")
+                failed.append("_TIMED_OUT")
             elif future.exception() is not None:
-                errors.append(error_name(future.exception()))  # type: ignore[arg-type]
+                failed.append(error_name(future.exception()))  # type: ignore[arg-type]
             elif future.result().cluster_id:
                 by_cluster.setdefault(str(future.result().cluster_id), []).append(server)
-        answered = len(futures) - len(errors)
-        if not answered and errors and all(code in _NO_ANSWER_CODES for code in errors):
+        answered = len(futures) - len(failed)
+        if not answered and failed and all(code in _NO_ANSWER_CODES for code in failed):
             # No server answered within the timeout: the request after this one would wait a
             # second timeout to learn the same (a list of hung servers failed in 2x the bound).
             raise self.errors.unavailable("a metadata request")
@@ -355,7 +334,7 @@ class KafkaOffsetsClient:
         except (KafkaError, KafkaUnavailable):
             raise
         except Exception as exc:
-            raise self.translate(exc, "a metadata request") from exc
+            raise self.errors.translate(exc, "a metadata request") from exc
         self.errors.client_log.answered()
         matched: frozenset[str] = frozenset()
         if pattern is not None:
@@ -374,7 +353,7 @@ class KafkaOffsetsClient:
             if tmd is None or (error is not None and str(error.name()) in MISSING_TOPIC_CODES):
                 missing.add(topic)
             elif error is not None:
-                raise self.translate(Exception(error), "a metadata request", topic)
+                raise self.errors.translate(Exception(error), "a metadata request", topic)
             else:
                 partitions[topic] = sorted(tmd.partitions)
         cluster_id = getattr(md, "cluster_id", None)
@@ -389,7 +368,7 @@ class KafkaOffsetsClient:
         except Exception as exc:
             if error_name(exc) in MISSING_TOPIC_CODES:
                 return None
-            raise self.translate(exc, "a metadata request", topic) from exc
+            raise self.errors.translate(exc, "a metadata request", topic) from exc
 
     def _list_offsets(
         self,
@@ -421,7 +400,7 @@ class KafkaOffsetsClient:
                         query, isolation_level=isolation, request_timeout=self._timeout
                     )
                 except Exception as exc:
-                    raise self.translate(exc, what) from exc
+                    raise self.errors.translate(exc, what) from exc
                 futures.update({(name, tp): future for tp, future in sent.items()})
             retry: dict[str, dict[str, list[int]]] = {}
             for (name, tp), outcome in self.outcomes(futures, what, deadline).items():
@@ -429,7 +408,7 @@ class KafkaOffsetsClient:
                     if error_name(outcome) in _LEADER_MOVING and time.monotonic() < deadline:
                         retry.setdefault(name, {}).setdefault(tp.topic, []).append(tp.partition)
                         continue
-                    raise self.translate(outcome, what, tp.topic) from outcome
+                    raise self.errors.translate(outcome, what, tp.topic) from outcome
                 out[name][(tp.topic, tp.partition)] = int(outcome.offset)
             if not retry:
                 return out
@@ -525,7 +504,7 @@ class KafkaOffsetsClient:
             for topic in wanted:
                 answer = answers.get(topic)
                 if answer is None or isinstance(answer, BaseException):
-                    why = "no answer" if answer is None else self.describe(answer)
+                    why = "no answer" if answer is None else self.errors.describe(answer)
                     log.info(
                         "Retention of topic %s not read (%s): time to loss unknown", topic, why
                     )

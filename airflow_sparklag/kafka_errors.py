@@ -20,15 +20,6 @@ from typing import Any
 from airflow_sparklag.errors import KafkaError, KafkaUnavailable
 from airflow_sparklag.redact import kafka_secrets, redact_kafka_config, scrub
 
-__all__ = [
-    "AUTH_CODES",
-    "MISSING_TOPIC_CODES",
-    "POLL_INTERVAL",
-    "ClientLog",
-    "KafkaErrors",
-    "error_name",
-]
-
 # Error codes that mean "the cluster did not answer", as opposed to "it answered with an error".
 _UNAVAILABLE_CODES = frozenset(
     {"_TRANSPORT", "_TIMED_OUT", "_ALL_BROKERS_DOWN", "_RESOLVE", "_TIMED_OUT_QUEUE", "_DESTROY"}

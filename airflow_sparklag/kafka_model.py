@@ -15,22 +15,6 @@ from typing import Any, Protocol
 
 from airflow_sparklag.errors import InvalidParameter
 
-__all__ = [
-    "INTERNAL_TOPICS",
-    "RETENTION_TTL_SECONDS",
-    "KafkaOffsets",
-    "KafkaSnapshot",
-    "PartitionOffsets",
-    "TopicRetention",
-    "subscribe_regex",
-]
-
-# Topics Kafka marks internal: Spark's subscribePattern never matches them (its Admin listing
-# leaves them out), and neither do we.
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
-# How long a topic's retention settings are taken as known (a check, a sensor's polls).
-RETENTION_TTL_SECONDS = 300.0
-
 
 @dataclasses.dataclass(frozen=True)
 class PartitionOffsets:

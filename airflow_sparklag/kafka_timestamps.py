@@ -14,8 +14,6 @@ from typing import Any
 
 from airflow_sparklag.kafka_errors import AUTH_CODES, MISSING_TOPIC_CODES, KafkaErrors
 
-__all__ = ["read_record_timestamps"]
-
 log = logging.getLogger("airflow_sparklag.kafka")  # the Kafka side's one logger
 
 # What the consumer changes in the client's config: it reads, one record per partition.
@@ -40,7 +38,7 @@ def read_record_timestamps(
     built from the client's librdkafka ``config``; ``errors`` is the client's (its timeout,
     its refusals). See :meth:`~airflow_sparklag.kafka.KafkaOffsetsClient.record_timestamps`.
     """
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, TopicPartition
 
     result: dict[tuple[str, int], int | None] = dict.fromkeys(offsets)
     pending = {key for key, off in offsets.items() if off >= 0}
@@ -57,7 +55,33 @@ def read_record_timestamps(
     deadline = time.monotonic() + errors.timeout
     try:
         consumer.assign([TopicPartition(t, p, offsets[(t, p)]) for t, p in sorted(pending)])
-        _consume(consumer, errors, offsets, pending, result, deadline)
+        while pending:
+            remaining = deadline - time.monotonic()
+            refused = errors.refused_recently()  # consume() serves the error callback
+            if refused is not None:
+                raise refused
+            if remaining <= 0:
+                break
+            # consume() returns at num_messages or at its timeout: a short timeout, or a
+            # partition's first fetch (fewer records than asked) costs a whole second.
+            for msg in consumer.consume(num_messages=500, timeout=min(remaining, 0.05)):
+                key = (msg.topic(), msg.partition())
+                if key not in pending:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    code = str(err.name())
+                    if code in ("_PARTITION_EOF", "_AUTO_OFFSET_RESET", "OFFSET_OUT_OF_RANGE"):
+                        pending.discard(key)  # past the end or gone: no record to time
+                    elif code in AUTH_CODES or code in MISSING_TOPIC_CODES:
+                        raise errors.translate(Exception(err), "a fetch", key[0])
+                    continue
+                offset = msg.offset()
+                if offset is None or offset < offsets[key]:
+                    continue
+                ts_type, ts = msg.timestamp()
+                result[key] = None if ts_type == TIMESTAMP_NOT_AVAILABLE else int(ts)
+                pending.discard(key)
         if pending:
             log.info(
                 "No record read within %.1f s for %d partition(s) from %s; time unknown",
@@ -68,44 +92,3 @@ def read_record_timestamps(
     finally:
         consumer.close()
     return result
-
-
-def _consume(
-    consumer: Any,
-    errors: KafkaErrors,
-    offsets: Mapping[tuple[str, int], int],
-    pending: set[tuple[str, int]],
-    result: dict[tuple[str, int], int | None],
-    deadline: float,
-) -> None:
-    """Read until every ``pending`` partition has its record (or none to time), or the
-    deadline; ``result`` and ``pending`` are filled in place."""
-    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
-
-    while pending:
-        remaining = deadline - time.monotonic()
-        refused = errors.refused_recently()  # consume() serves the error callback
-        if refused is not None:
-            raise refused
-        if remaining <= 0:
-            return
-        # consume() returns at num_messages or at its timeout: a short timeout, or a
-        # partition's first fetch (fewer records than asked) costs a whole second.
-        for msg in consumer.consume(num_messages=500, timeout=min(remaining, 0.05)):
-            key = (msg.topic(), msg.partition())
-            if key not in pending:
-                continue
-            err = msg.error()
-            if err is not None:
-                code = str(err.name())
-                if code in ("_PARTITION_EOF", "_AUTO_OFFSET_RESET", "OFFSET_OUT_OF_RANGE"):
-                    pending.discard(key)  # past the end or gone: no record to time
-                elif code in AUTH_CODES or code in MISSING_TOPIC_CODES:
-                    raise errors.translate(Exception(err), "a fetch", key[0])
-                continue
-            offset = msg.offset()
-            if offset is None or offset < offsets[key]:
-                continue
-            ts_type, ts = msg.timestamp()
-            result[key] = None if ts_type == TIMESTAMP_NOT_AVAILABLE else int(ts)
-            pending.discard(key)

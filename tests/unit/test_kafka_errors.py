@@ -44,26 +44,26 @@ def _done(result: Any) -> concurrent.futures.Future:
 
 def test_an_error_without_a_reason_still_says_what_went_wrong(client: KafkaOffsetsClient) -> None:
     empty = KafkaException(LibKafkaError(LibKafkaError.NOT_COORDINATOR, "ConsumerGroupDescribe: "))
-    assert client.describe(empty) == (
+    assert client.errors.describe(empty) == (
         "ConsumerGroupDescribe: NOT_COORDINATOR (Broker: Not coordinator)"
     )
-    error = client.translate(empty, "describe group 'g'")
+    error = client.errors.translate(empty, "describe group 'g'")
     assert str(error).endswith(": ConsumerGroupDescribe: NOT_COORDINATOR (Broker: Not coordinator)")
-    assert client.describe(TimeoutError()) == "TimeoutError"
+    assert client.errors.describe(TimeoutError()) == "TimeoutError"
 
 
 def test_refusal_reported_by_the_error_callback_wins_over_transport_failure(
     client: KafkaOffsetsClient,
 ) -> None:
     transport = KafkaException(LibKafkaError(LibKafkaError._TRANSPORT))
-    assert isinstance(client.translate(transport, "a metadata request"), KafkaUnavailable)
+    assert isinstance(client.errors.translate(transport, "a metadata request"), KafkaUnavailable)
     client.errors.on_error(
         LibKafkaError(
             LibKafkaError._AUTHENTICATION,
             "SASL authentication error: Authentication failed: Invalid username or password",
         )
     )
-    refused = client.translate(transport, "a metadata request")
+    refused = client.errors.translate(transport, "a metadata request")
     assert type(refused) is KafkaError
     assert str(refused).startswith(
         "Kafka refused the credentials for 127.0.0.1:9 (SASL authentication failed): "
