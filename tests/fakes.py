@@ -49,7 +49,7 @@ class Call(NamedTuple):
     """A read the cluster was asked for."""
 
     name: str  # "snapshot", "offsets_for_time", "record_timestamps"
-    topics: tuple[str, ...]
+    topics: tuple[str, ...]  # record_timestamps: the topic of each partition asked
     timestamp_ms: int | None = None  # offsets_for_time's
 
 
@@ -121,7 +121,7 @@ class FakeKafka:
     def record_timestamps(
         self, offsets: Mapping[tuple[str, int], int]
     ) -> dict[tuple[str, int], int | None]:
-        self.calls.append(Call("record_timestamps", tuple(sorted({t for t, _ in offsets}))))
+        self.calls.append(Call("record_timestamps", tuple(sorted(t for t, _ in offsets))))
         stamps = {(t, p): self.written(t, p, o) for (t, p), o in offsets.items()}
         return {key: None if at is None else int(at * 1000) for key, at in stamps.items()}
 
