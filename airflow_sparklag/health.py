@@ -840,24 +840,43 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def ages_needed(report: LagReport, thresholds: Thresholds, now: float) -> bool:
-    """Does a rule need the age of waiting records the estimate could not give? (A check then
-    reads their timestamps.)"""
-    return any(rule.ages(report, thresholds, now) for rule in RULES)
+def ages_needed(report: LagReport, thresholds: Thresholds, now: float) -> tuple[str, ...]:
+    """The rules that need the age of waiting records the estimate could not give (a check
+    then reads their timestamps); empty when none does."""
+    return tuple(rule.name for rule in RULES if rule.ages(report, thresholds, now))
+
+
+TIME_LAG = "time lag"  # the time-lag estimate, when it asks for older batches
 
 
 def reads_needed(
     report: LagReport, thresholds: Thresholds, now: float, *, exact_time_lag: bool = False
-) -> Reads:
+) -> tuple[Reads, tuple[str, ...]]:
     """The older history ``report`` needs for its verdict and every partition's numbers to be
-    those of the whole window: the most that the rules and the time-lag estimate declare.
+    those of the whole window: the most that the rules and the time-lag estimate declare, and
+    who declared it.
 
     The one place a newest-first check decides what to read: ``NOTHING`` settles the report,
     ``OLDER`` reads offsets/C-1 and asks again, ``WINDOW`` reads the rest of the window.
     """
-    dated = exact_time_lag or ages_needed(report, thresholds, now)
-    needs = (rule.reads(report, thresholds, now, dated) for rule in RULES)
-    return max(time_lag_reads(report), *needs)
+    dated = exact_time_lag or bool(ages_needed(report, thresholds, now))
+    needs = {TIME_LAG: time_lag_reads(report)}
+    needs.update({rule.name: rule.reads(report, thresholds, now, dated) for rule in RULES})
+    most = max(needs.values())
+    return most, tuple(name for name, reads in needs.items() if most and reads == most)
+
+
+def waiting_wanted(report: LagReport, thresholds: Thresholds, now: float) -> bool:
+    """The stopped rule's declaration of Kafka's offsets before the last run: wanted when the
+    verdict would be STOPPED by the job's own pace (``_stopped_idle``) while no schedule is
+    declared: records that waited between runs show a job started by a scheduler, which
+    ``_stopped_idle`` then judges by the period its runs came at."""
+    if report.schedule is not None or _unjudged(report) is not None:
+        return False
+    if rule_data_loss(report, thresholds, now) or rule_rewind(report, thresholds, now):
+        return False
+    found = rule_stopped(report, thresholds, now)
+    return found is not None and found.rule == "stopped_idle"
 
 
 def evaluate(
@@ -884,12 +903,9 @@ def evaluate(
 
 def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> HealthVerdict:
     now = report.generated_at if now is None else now
-    # A real-time query's first offsets file is written with its first checkpoint.
-    real_time = report.trigger == "real-time"
-    if report.committed_batch_id is None and (report.in_flight is None or real_time):
-        return HealthVerdict(Health.UNKNOWN, "no committed batch yet", "no_commit")
-    if not report.kafka_sources:
-        return HealthVerdict(Health.UNKNOWN, "the query has no Kafka source", "no_kafka_source")
+    unjudged = _unjudged(report)
+    if unjudged is not None:
+        return unjudged
     findings = tuple(r for r in (rule.check(report, thresholds, now) for rule in RULES) if r)
     pending = _first_batch_pending(report, now)
     if findings:
@@ -919,6 +935,17 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
         )
     as_of = "" if report.real_time is None else f" {_as_of_checkpoint(report)}"
     return HealthVerdict(Health.OK, f"lag {report.total_lag} record(s){as_of}", "ok")
+
+
+def _unjudged(report: LagReport) -> HealthVerdict | None:
+    """UNKNOWN without running the rules: no committed batch yet, or no Kafka source."""
+    # A real-time query's first offsets file is written with its first checkpoint.
+    real_time = report.trigger == "real-time"
+    if report.committed_batch_id is None and (report.in_flight is None or real_time):
+        return HealthVerdict(Health.UNKNOWN, "no committed batch yet", "no_commit")
+    if not report.kafka_sources:
+        return HealthVerdict(Health.UNKNOWN, "the query has no Kafka source", "no_kafka_source")
+    return None
 
 
 def _as_of_checkpoint(report: LagReport) -> str:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag.checkpoint import real_time_interval
 from airflow_sparklag.kafka import subscribe_regex
-from airflow_sparklag.runs import Schedule, schedule_of
+from airflow_sparklag.runs import Schedule, busy_interval, last_gap, run_gap, schedule_of
 from airflow_sparklag.timelag import estimate_age, history_points
 
 if TYPE_CHECKING:
@@ -843,6 +843,24 @@ def _catch_up_seconds(
     return None
 
 
+@dataclass(frozen=True)
+class Answers:
+    """What Kafka answered beyond the snapshot, for one job: the evidence a check fetched
+    because a rule declared it (``judge``). Each is None when not asked.
+
+    ``retention``: source id -> topic -> its retention (time to data loss); ``run_start``:
+    source id -> topic -> partition -> Kafka's offset when a declared scheduled job's last run
+    started (was the run complete?); ``waited``: did records wait before the last run of an
+    undeclared job (it looks scheduled); ``checkpoint_ends``: a real-time query's Kafka offsets
+    when each checkpoint of its history was written (``as_of_checkpoint``), None where not
+    asked."""
+
+    retention: Mapping[str, Mapping[str, TopicRetention | None]] | None = None
+    run_start: Offsets | None = None
+    waited: bool = False
+    checkpoint_ends: Sequence[Offsets | None] | None = None
+
+
 def compute_lag(
     state: CheckpointState,
     snapshot: KafkaSnapshot,
@@ -857,9 +875,62 @@ def compute_lag(
     estimate_ages: bool = True,
     subscribe_pattern: str | None = None,
     assign: bool = False,
+    answers: Answers | None = None,
 ) -> LagReport:
-    """Lag of the query in `state` against the log in `snapshot`, at `now` (default: the
-    snapshot's `fetched_at`, so every age in the report is measured from one instant).
+    """The lag report of the query in `state` against the log in `snapshot`, at `now`
+    (default: the snapshot's `fetched_at`, so every age in the report is measured from one
+    instant): :func:`measure`'s positions and ages, with what ``answers`` adds (time to data
+    loss, the last run's completeness, the looks-scheduled shape, a real-time query's lag as of
+    its checkpoints). A check makes it once per job, from the whole evidence.
+
+    >>> report = compute_lag(state, snapshot, read_committed=True)   # doctest: +SKIP
+    >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
+    """
+    answers = answers or Answers()
+    report = measure(
+        state,
+        snapshot,
+        now=now,
+        read_committed=read_committed,
+        record_timestamps=record_timestamps,
+        source_starts=source_starts,
+        runs_every=runs_every,
+        run_grace=run_grace,
+        source_clusters=source_clusters,
+        estimate_ages=estimate_ages,
+        subscribe_pattern=subscribe_pattern,
+        assign=assign,
+        checkpoint_ends=answers.checkpoint_ends,
+    )
+    if answers.run_start is not None:
+        report = with_completeness(report, answers.run_start)
+    if answers.retention is not None:
+        report = with_time_to_loss(report, answers.retention)
+    if answers.waited and report.schedule is None:
+        report = dataclasses.replace(report, schedule=looks_scheduled(report))
+    return report
+
+
+def measure(
+    state: CheckpointState,
+    snapshot: KafkaSnapshot,
+    *,
+    now: float | None = None,
+    read_committed: bool = False,
+    record_timestamps: Mapping[tuple[str, int], int | None] | None = None,
+    source_starts: Offsets | None = None,
+    runs_every: float | None = None,
+    run_grace: float | None = None,
+    source_clusters: Mapping[str, SourceCluster] | None = None,
+    estimate_ages: bool = True,
+    subscribe_pattern: str | None = None,
+    assign: bool = False,
+    checkpoint_ends: Sequence[Offsets | None] | None = None,
+) -> LagReport:
+    """The positions of the query in `state` against the log in `snapshot`, at `now`: every
+    partition's lag and the estimated age of its first waiting record, the batches read, the
+    in-flight plan, a declared schedule's runs. What a check's plan looks at between its
+    reads (``health.Rule.reads``/``ages``); :func:`compute_lag` builds the report from it.
 
     `source_clusters` measures the sources it names against their own cluster's snapshot (and
     record timestamps); without it several Kafka sources are measured against `snapshot`
@@ -869,10 +940,8 @@ def compute_lag(
     in flight from where it started. `runs_every`/`run_grace`: a scheduled job (the report's
     `schedule`). `estimate_ages=False` leaves interpolated ages unknown (`NOT_ESTIMATED`), for a
     preliminary report made again with the older batches. `subscribe_pattern` (the snapshot
-    listed by it) and `assign`: docs/lag-and-health.md, "Subscriptions".
-
-    >>> report = compute_lag(state, snapshot, read_committed=True)   # doctest: +SKIP
-    >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
+    listed by it) and `assign`: docs/lag-and-health.md, "Subscriptions". `checkpoint_ends`: a
+    real-time query's lag as of its checkpoints (``as_of_checkpoint``).
     """
     now = snapshot.fetched_at if now is None else now
     series = _committed_series(state)
@@ -910,7 +979,8 @@ def compute_lag(
             in_flight=None if in_flight is None else (in_flight.batch_id, in_flight.started_at),
             committed_at=report.committed_at,
         )
-    return dataclasses.replace(report, notes=_notes(report, source_starts), schedule=schedule)
+    report = dataclasses.replace(report, notes=_notes(report, source_starts), schedule=schedule)
+    return report if not checkpoint_ends else as_of_checkpoint(report, checkpoint_ends)
 
 
 def _history(series: Sequence[BatchOffsets], real_time: bool) -> tuple[HistoryBatch, ...]:
@@ -1206,4 +1276,84 @@ def with_time_to_loss(
     known = [p.time_to_loss_seconds for p in changed.partitions()]
     return dataclasses.replace(
         changed, min_time_to_loss_seconds=min((t for t in known if t is not None), default=None)
+    )
+
+
+# -- scheduled jobs: what Kafka says about their last run -----------------------------------------
+
+
+def run_start(report: LagReport) -> float | None:
+    """When a declared scheduled job's last run started, if its completeness can be measured
+    (a run with a known start and something of it committed); None otherwise."""
+    schedule = report.schedule
+    run = schedule.last_run if schedule is not None else None
+    if schedule is None or run is None or not run.start_known or run.started_at is None:
+        return None
+    if report.committed_batch_id is None or run.first_batch_id > report.committed_batch_id:
+        return None  # nothing of this run committed yet: "not yet", nothing to compare
+    return run.started_at
+
+
+def with_completeness(report: LagReport, targets: Offsets) -> LagReport:
+    """The last run's completeness: its committed offsets against Kafka's offsets as of its
+    start (``targets``: source id -> topic -> partition -> offset; ListOffsets by timestamp at
+    its first batch's time)."""
+    schedule = report.schedule
+    if schedule is None or schedule.last_run is None or run_start(report) is None:
+        return report
+    left = 0
+    for source in report.kafka_sources:
+        for p in (p for topic in source.topics for p in topic.partitions):
+            target = _at(targets, source.source_id, p.topic, p.partition)
+            position = p.committed_offset if p.committed_offset is not None else p.log_start_offset
+            if target is not None and position is not None:
+                left += max(0, target - position)
+    done = dataclasses.replace(schedule.last_run, complete=left == 0, records_left=left)
+    return dataclasses.replace(report, schedule=dataclasses.replace(schedule, last_run=done))
+
+
+# Records that waited this long (or 3 busy intervals) before the first batch of a run read them
+# show a scheduled job, not a streaming one that reacts to arrivals.
+WAITED_MIN_SECONDS = 10.0
+
+
+def waiting_probe(report: LagReport) -> tuple[int, int] | None:
+    """(when, before): the moment to ask Kafka's offsets at to learn whether records waited
+    before the first batch after the newest long pause (``WAITED_MIN_SECONDS`` or 3 busy
+    intervals before it, epoch ms), and the index in ``history`` of the batch before the
+    pause; None when the history shows no such pause."""
+    history = report.history
+    gap = run_gap(history, None)
+    edges = last_gap(history, gap) if gap is not None else None
+    busy = busy_interval(history)
+    if edges is None or busy is None:
+        return None
+    before, after = edges
+    after_ms = history[after].timestamp_ms
+    if after_ms is None:
+        return None
+    return int(after_ms - max(WAITED_MIN_SECONDS, 3 * busy) * 1000), before
+
+
+def records_waited(report: LagReport, waiting: Offsets, before: int) -> bool:
+    """Did Kafka hold records (``waiting``: source id -> topic -> partition -> offset, before
+    the run) beyond what the batch before the pause had read? A streaming query reacts to new
+    records within its trigger; a scheduled one leaves them waiting until the next run."""
+    for source in report.kafka_sources:
+        for p in (p for topic in source.topics for p in topic.partitions):
+            end = p.offset_history[before] if len(p.offset_history) > before else None
+            if end is not None and _at(waiting, source.source_id, p.topic, p.partition, end) > end:
+                return True
+    return False
+
+
+def looks_scheduled(report: LagReport) -> Schedule:
+    """The runs of an undeclared job whose records waited between its runs."""
+    flight = report.in_flight
+    return schedule_of(
+        report.history,
+        runs_every=None,
+        in_flight=None if flight is None else (flight.batch_id, flight.started_at),
+        committed_at=report.committed_at,
+        looks_scheduled=True,
     )
