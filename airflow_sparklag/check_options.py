@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_sparklag import params
-from airflow_sparklag.health import Thresholds
 from airflow_sparklag.kafka import subscribe_regex
+from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.runs import SCHEDULED_HISTORY, default_grace
 
 DEFAULT_HISTORY = 10  # batches of history a check reads (the trend rules' window)

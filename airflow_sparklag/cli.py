@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
 from airflow_sparklag.errors import InvalidParameter, MigrationRefused, SparkLagError, UsageError
-from airflow_sparklag.health import EXIT_CHECK_FAILED, EXIT_USAGE, Health, Thresholds
+from airflow_sparklag.model.verdict import EXIT_CHECK_FAILED, EXIT_USAGE, Health, Thresholds
 from airflow_sparklag.redact import printable, scrub
 from airflow_sparklag.storage.s3 import READERS
 

@@ -24,20 +24,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_sparklag.check_options import CheckOptions
 from airflow_sparklag.errors import SparkLagError, StorageNotFound
-from airflow_sparklag.health import (
-    Health,
-    HealthVerdict,
-    ages_needed,
-    evaluate,
-    reads_needed,
-    waiting_wanted,
-)
+from airflow_sparklag.health import ages_needed, evaluate, reads_needed, waiting_wanted
 from airflow_sparklag.kafka import KafkaSnapshot
 from airflow_sparklag.lag import (
     Answers,
-    LagReport,
     Offsets,
-    Reads,
     SourceCluster,
     compute_lag,
     measure,
@@ -45,12 +36,15 @@ from airflow_sparklag.lag import (
     run_start,
     waiting_probe,
 )
+from airflow_sparklag.model.report import LagReport, Reads
+from airflow_sparklag.model.result import CheckResult, Read
+from airflow_sparklag.model.verdict import Health, HealthVerdict
 from airflow_sparklag.session import Session
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.kafka import TopicRetention
-    from airflow_sparklag.lag import PartitionLag
+    from airflow_sparklag.model.report import PartitionLag
 
 # Checkpoints read at once: each read is a few small, latency-bound storage requests, sent
 # outside the GIL by obstore (S3) or waiting on the network; 64 keep a 20 ms store busy.
@@ -64,52 +58,6 @@ KAFKA_REQUESTS = 8
 Stamps = Mapping[int, Mapping[tuple[str, int], int | None]]  # cluster -> record timestamps
 ByCluster = dict[int, dict[str, dict[int, int]]]  # cluster -> topic -> partition -> offset
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Read:
-    """One tier of a job's evidence: what was read, and the rules that asked for it."""
-
-    what: str
-    asked_by: tuple[str, ...] = ()
-
-    def __str__(self) -> str:
-        return self.what if not self.asked_by else f"{self.what} ({', '.join(self.asked_by)})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"read": self.what, "asked_by": list(self.asked_by)}
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """Lag report and verdict of one checkpoint; `error` set (and `report` None) when the
-    checkpoint could not be read in a multi-checkpoint check. ``evidence``: what it was judged
-    on, and which rule asked for each part.
-
-    >>> result = check(session, "s3a://bucket/ck/orders")       # doctest: +SKIP
-    >>> result.verdict.health.value, result.report.total_lag    # doctest: +SKIP
-    ('OK', 0)
-    >>> json.dumps(result.to_dict())                            # doctest: +SKIP
-    """
-
-    report: LagReport | None
-    verdict: HealthVerdict
-    location: str = ""
-    error: str | None = None  # "<ErrorClass>: message"
-    evidence: tuple[Read, ...] = ()
-
-    def explain(self) -> str:
-        """The evidence in one line: ``offsets/C; offsets/C-1 (lagging); ...``."""
-        return "; ".join(map(str, self.evidence)) or "nothing read"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "location": self.location,
-            "error": self.error,
-            "verdict": self.verdict.to_dict(),
-            "report": None if self.report is None else self.report.to_dict(),
-            "evidence": [read.to_dict() for read in self.evidence],
-        }
 
 
 def failed_result(location: str, error: SparkLagError) -> CheckResult:

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 from test_lag_scenarios import _ids, disk_offsets, ends, merged, uid
 
-from airflow_sparklag.health import Health, Thresholds
 from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+from airflow_sparklag.model.verdict import Health, Thresholds
 from airflow_sparklag.monitor import CheckOptions, CheckResult, check, judge_states
 from airflow_sparklag.session import Session
 from testbed import jobs

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from airflow_sparklag.checkpoint import CheckpointReader
-from airflow_sparklag.health import Health, Thresholds
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
+from airflow_sparklag.model.verdict import Health, Thresholds
 from airflow_sparklag.monitor import CheckOptions, CheckResult, check, check_many, judge_states
 from airflow_sparklag.session import Session
 from airflow_sparklag.storage import open_storage

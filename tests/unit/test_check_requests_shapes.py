@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from airflow_sparklag import health
-from airflow_sparklag.health import Thresholds
-from airflow_sparklag.lag import Reads
+from airflow_sparklag.model.report import Reads
+from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.monitor import CheckOptions
 from tests.unit.test_check_requests import (
     NOW,

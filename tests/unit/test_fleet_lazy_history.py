@@ -14,7 +14,7 @@ import pytest
 
 from airflow_sparklag.errors import CheckpointCorrupt
 from airflow_sparklag.fleet import FleetChecker
-from airflow_sparklag.health import Health
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckOptions, CheckResult
 from airflow_sparklag.session import Session
 from tests.unit.test_check_requests import (

@@ -7,7 +7,8 @@ import json
 import pytest
 from test_health_support import NOW, part, report
 
-from airflow_sparklag.health import RULES, Health, Thresholds, evaluate
+from airflow_sparklag.health import RULES, evaluate
+from airflow_sparklag.model.verdict import Health, Thresholds
 
 
 def test_rule_order_is_worst_first() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from airflow_sparklag import health, lag
-from airflow_sparklag.health import Thresholds
+from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.monitor import CheckOptions, check_many
 from airflow_sparklag.session import Session
 from tests.unit.test_check_requests import NOW, FakeKafka, _write, checkpoint_files, steady
