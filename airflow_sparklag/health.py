@@ -26,14 +26,8 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from airflow_sparklag.lag import (
-    LagReport,
-    PartitionLag,
-    Reads,
-    more_history,
-    single_cluster_warning,
-    time_lag_reads,
-)
+from airflow_sparklag.lag import single_cluster_warning
+from airflow_sparklag.model.report import LagReport, PartitionLag, Reads
 from airflow_sparklag.model.verdict import (
     REAL_TIME_STOPPED_INTERVALS,
     STOPPED_BUSY_INTERVALS,
@@ -44,6 +38,7 @@ from airflow_sparklag.model.verdict import (
     RuleResult,
     Thresholds,
 )
+from airflow_sparklag.positions import more_history, time_lag_reads
 from airflow_sparklag.runs import busy_interval, default_grace, observed_period
 
 
@@ -491,29 +486,59 @@ def rule_lagging(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
 
 
 def rule_time_to_loss(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
-    """Retention would delete an unread record sooner than ``min_time_to_loss_seconds``
-    (LAGGING, rule ``time_to_data_loss``): the job must catch up, or its retention grow,
-    before the records are lost. Partitions whose time to loss is unknown do not fire."""
-    limit = thresholds.min_time_to_loss_seconds
-    if limit is None:
-        return None
+    """Retention would delete an unread record sooner than ``Thresholds.loss_bound`` (at
+    defaults: within a quarter of the topic's retention.ms, at most 6 h ahead): LAGGING,
+    rule ``time_to_data_loss``, with what to do. Partitions whose time to loss is unknown do
+    not fire; a worse verdict names it in its reason (``_verdict``)."""
     soon = [
-        p
+        (p, bound)
         for p in _lagging(report, thresholds)
-        if p.time_to_loss_seconds is not None and p.time_to_loss_seconds < limit
+        if p.time_to_loss_seconds is not None
+        and p.time_to_loss_seconds < (bound := thresholds.loss_bound(p.retention_seconds))
     ]
     if not soon:
         return None
-    first = min(p.time_to_loss_seconds or 0.0 for p in soon)
-    reason = f"retention deletes unread records in {first:.0f} s (< {limit:g} s)"
-    return _on(Health.LAGGING, "time_to_data_loss", reason, soon)
+    first, bound = min(soon, key=lambda found: found[0].time_to_loss_seconds or 0.0)
+    retention = first.retention_seconds
+    limit = _duration(bound)
+    if retention:
+        limit += f", {bound / retention:.0%} of its {_duration(retention)} retention"
+    refs = _refs([p for p, _ in soon])
+    reason = (
+        f"retention deletes unread records in {_duration(first.time_to_loss_seconds)} "
+        f"(< {limit}) on {_names(refs)}: {LOSS_NEXT_STEP}"
+    )
+    return RuleResult(Health.LAGGING, "time_to_data_loss", reason, refs)
+
+
+# What an operator does when records are about to be deleted unread.
+LOSS_NEXT_STEP = (
+    "restart or scale the job before then (raise maxOffsetsPerTrigger or its resources), or "
+    "raise the topic's retention.ms; if it cannot catch up, snapshot its offsets first "
+    "(sparklag snapshot) and migrate"
+)
+
+
+def _duration(seconds: float | None) -> str:
+    """``42 s``, ``6.5 min``, ``3.2 h``, ``2.0 d``."""
+    if seconds is None:
+        return "unknown"
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def ages_time_to_loss(report: LagReport, thresholds: Thresholds, now: float) -> bool:
-    """A ``min_time_to_loss_seconds`` threshold and a lagging partition the estimate cannot
-    date: the time to loss is counted from the record's age."""
-    return thresholds.min_time_to_loss_seconds is not None and any(
-        p.lag > thresholds.allowed_lag and p.lag_seconds is None for p in report.partitions()
+    """A lagging partition of a topic that deletes by age, whose waiting record the estimate
+    cannot date, while the warning is on: the time to loss is counted from that record's age,
+    so it is read (every report where records wait then has its time to loss)."""
+    return any(
+        p.lag > thresholds.allowed_lag
+        and p.lag_seconds is None
+        and p.retention_seconds is not None
+        and thresholds.loss_bound(p.retention_seconds) > 0
+        for p in report.partitions()
     )
 
 
@@ -720,6 +745,11 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
         reason = first.reason if pending is None or named else f"{first.reason} ({pending})"
         if first.rule == "lagging" and report.real_time is not None:
             reason = f"{reason} {_as_of_checkpoint(report)}"
+        if first.rule != "time_to_data_loss" and any(
+            f.rule == "time_to_data_loss" for f in findings
+        ):
+            soonest = report.min_time_to_loss_seconds
+            reason += f"; retention deletes unread records in {_duration(soonest)}"
         return HealthVerdict(first.health, reason, first.rule, first.partitions, findings)
     unknown = [
         f"source {s.source_id}: {s.lag_unknown}" for s in report.kafka_sources if s.lag_unknown

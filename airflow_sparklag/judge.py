@@ -5,7 +5,7 @@
 
 Each tier of the plan asks what the rules and the time-lag estimate declare they still need
 (``health.reads_needed``, ``health.ages_needed``, ``health.waiting_wanted``; ``lag.run_start``,
-``lag.waiting_probe``) of what was read so far (``lag.measure``), and fetches it for every job
+``lag.waiting_probe``) of what was read so far (``positions.measure``), and fetches it for every job
 of the check together: offsets/C-1, then the rest of the window (storage GETs, in one pool),
 then record timestamps (one consumer pass per cluster), then Kafka's retention, the offsets at
 a scheduled run's start and before an undeclared job's last run (together). Then the report is
@@ -28,17 +28,17 @@ from airflow_sparklag.health import ages_needed, evaluate, reads_needed, waiting
 from airflow_sparklag.kafka import KafkaSnapshot
 from airflow_sparklag.lag import (
     Answers,
-    Offsets,
-    SourceCluster,
+    as_of_checkpoint,
     compute_lag,
-    measure,
     records_waited,
     run_start,
     waiting_probe,
+    with_time_to_loss,
 )
 from airflow_sparklag.model.report import LagReport, Reads
 from airflow_sparklag.model.result import CheckResult, Read
 from airflow_sparklag.model.verdict import Health, HealthVerdict
+from airflow_sparklag.positions import Offsets, SourceCluster, measure
 from airflow_sparklag.session import Session
 
 if TYPE_CHECKING:
@@ -199,13 +199,12 @@ class _Check:
         return [*([None] * (len(times) - 1)), job.ends.get(times[-1])]
 
     def measure(self, job: Evidence) -> LagReport:
-        """``job``'s positions so far (``lag.measure``): what the plan looks at."""
+        """``job``'s positions so far (``positions.measure``): what the plan looks at."""
         arguments = self._arguments(job)
         report = measure(job.state, self.snapshots[0], **arguments)
         ends = self._checkpoint_ends(job, report)
-        if ends is None:
-            return report
-        return measure(job.state, self.snapshots[0], **arguments, checkpoint_ends=ends)
+        report = report if ends is None else as_of_checkpoint(report, ends)
+        return report if job.retention is None else with_time_to_loss(report, job.retention)
 
     def source_clusters(
         self, state: CheckpointState, stamps: Stamps | None
@@ -250,6 +249,7 @@ class _Check:
         measured = self.with_history(self.remeasure(self.jobs))
         measured = {loc: m for loc, m in measured.items() if loc not in self.errors}
         if any(s.partitions or s.missing_topics for s in self.snapshots.values()):
+            measured.update(self.with_retention(measured))
             measured.update(self.with_record_ages(measured))
             self.with_kafka_answers(measured)
         results = {}
@@ -398,45 +398,48 @@ class _Check:
                 job.read(f"record timestamps of {count} partition(s)", asked[loc])
         return self.remeasure(asked)
 
+    def with_retention(self, measured: Mapping[str, LagReport]) -> dict[str, LagReport]:
+        """The retention of the topics with lag (one DescribeConfigs per cluster, every job's
+        topics together, remembered by the client): each lagging partition's time to data
+        loss, which the time_to_data_loss rule judges and may need record ages for."""
+        topics: dict[int, set[str]] = {}
+        lagging = {loc: r for loc, r in measured.items() if r.total_lag > 0}
+        for report in lagging.values():
+            for source in report.kafka_sources:
+                names = {t.topic for t in source.topics if t.lag}
+                topics.setdefault(self.session.cluster_of(source.source_id), set()).update(names)
+        calls = {
+            str(cluster): _retention(self.session, cluster, names)
+            for cluster, names in topics.items()
+            if names
+        }
+        answers = _together(calls)
+        for loc, report in lagging.items():
+            job = self.jobs[loc]
+            job.retention = {
+                s.source_id: answers.get(str(self.session.cluster_of(s.source_id)), {})
+                for s in report.kafka_sources
+            }
+            job.read("topic retention", ["time_to_data_loss"])
+        return self.remeasure(lagging)
+
     def with_kafka_answers(self, measured: Mapping[str, LagReport]) -> None:
-        """What Kafka answers beyond the snapshot, every job's asked together: the retention
-        of the topics with lag (time to data loss), the offsets at a declared scheduled job's
-        last run start (was it complete?) and before an undeclared job's last run (did records
-        wait: it looks scheduled, when the idle rule would call it STOPPED)."""
+        """What else Kafka answers beyond the snapshot, every job's asked together: the
+        offsets at a declared scheduled job's last run start (was it complete?) and before an
+        undeclared job's last run (did records wait: it looks scheduled, when the idle rule
+        would call it STOPPED)."""
         thresholds = self.options.thresholds
         calls: dict[str, Callable[[], Any]] = {}
-        topics: dict[int, set[str]] = {}
         for loc, report in measured.items():
-            if report.total_lag > 0:
-                for source in report.kafka_sources:
-                    names = {t.topic for t in source.topics if t.lag}
-                    topics.setdefault(self.session.cluster_of(source.source_id), set()).update(
-                        names
-                    )
             started = run_start(report) if self.options.runs_every is not None else None
             if started is not None:
                 calls[f"start\0{loc}"] = _offsets_at(self, report, int(started * 1000))
             probe = waiting_probe(report) if waiting_wanted(report, thresholds, self.now) else None
             if probe is not None:
                 calls[f"waited\0{loc}"] = _offsets_at(self, report, probe[0])
-        for cluster, names in topics.items():
-            if names:
-                calls[f"retention\0{cluster}"] = _retention(self.session, cluster, names)
         answers = _together(calls)
-        self.apply_answers(measured, answers)
-
-    def apply_answers(self, measured: Mapping[str, LagReport], answers: Mapping[str, Any]) -> None:
-        """Each job's share of one tier's Kafka answers, recorded in its evidence."""
         for loc, report in measured.items():
             job = self.jobs[loc]
-            if report.total_lag > 0:
-                job.retention = {
-                    s.source_id: answers.get(
-                        f"retention\0{self.session.cluster_of(s.source_id)}", {}
-                    )
-                    for s in report.kafka_sources
-                }
-                job.read("topic retention", ["time_to_data_loss"])
             if f"start\0{loc}" in answers:
                 found = answers[f"start\0{loc}"]
                 job.run_start = None if found is None else self.by_source(report, found)

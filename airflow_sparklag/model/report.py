@@ -83,6 +83,8 @@ class PartitionLag(ToDict):
     # Seconds until retention deletes the oldest unread record (a lower bound: Kafka deletes
     # whole segments); math.inf: never (compacted or unlimited); None: no lag, or unknown.
     time_to_loss_seconds: float | None = None
+    # The topic's retention.ms in seconds, once read (None: not read, or not deleted by age).
+    retention_seconds: float | None = None
     # Real-time trigger: records produced after the newest checkpoint, which the query reads
     # as they arrive: an UPPER bound of those waiting, never lag (`lag` is as of the checkpoint).
     since_checkpoint: int | None = None

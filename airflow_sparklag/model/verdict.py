@@ -96,6 +96,10 @@ STOPPED_MIN_IDLE_SECONDS = 30.0
 # A real-time query checkpoints every interval, records or not: this many intervals without
 # one (and STOPPED_MIN_IDLE_SECONDS) while records wait, and it has stopped.
 REAL_TIME_STOPPED_INTERVALS = 3
+# Imminent data loss at defaults: warn when retention would delete an unread record within a
+# quarter of the topic's retention.ms, and at most 6 h ahead (Thresholds.loss_bound).
+DEFAULT_LOSS_RATIO = 0.25
+DEFAULT_LOSS_HORIZON_SECONDS = 6 * 3600.0
 # CLI exit codes beyond the verdicts' own (Health.exit_code, 0-3).
 EXIT_CHECK_FAILED = 4  # the check itself failed: bad checkpoint, unreachable storage or Kafka
 EXIT_USAGE = 64  # sysexits EX_USAGE: wrong arguments or configuration
@@ -139,8 +143,12 @@ class Thresholds:
     max_lag_seconds: float | None = None
     max_commit_age_seconds: float | None = None
     max_in_flight_seconds: float | None = None
-    # LAGGING when retention would delete an unread record within this many seconds.
+    # LAGGING (rule time_to_data_loss) when retention would delete an unread record sooner
+    # than the smaller of this many seconds and this share of the topic's retention.ms. None:
+    # the defaults (DEFAULT_LOSS_HORIZON_SECONDS, DEFAULT_LOSS_RATIO; only the seconds when
+    # just those are set); 0 turns the warning off.
     min_time_to_loss_seconds: float | None = None
+    min_time_to_loss_ratio: float | None = None
     # Lag (records per partition) that still counts as caught up: transactional topics keep
     # a commit marker after the last record, and some sources trail by a record or two.
     allowed_lag: int = 0
@@ -155,6 +163,11 @@ class Thresholds:
                 f.name, getattr(self, f.name), optional=f.default is None, count=count
             )
             object.__setattr__(self, f.name, value)
+        if self.min_time_to_loss_ratio is not None and self.min_time_to_loss_ratio > 1:
+            raise ValueError(
+                "threshold min_time_to_loss_ratio is a share of the topic's retention, from 0 "
+                f"(off) to 1, got {self.min_time_to_loss_ratio!r}"
+            )
         if self.window < 2 or self.min_window < 2:
             raise ValueError("window and min_window must be >= 2 batches")
         if self.min_window > self.window:
@@ -174,6 +187,19 @@ class Thresholds:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def loss_bound(self, retention_seconds: float | None) -> float:
+        """How soon before retention deletes an unread record the time_to_data_loss rule
+        warns, for a topic of ``retention_seconds`` (None: unknown or not by time): the
+        smaller of the absolute bound and the share of the retention; 0: off."""
+        seconds, ratio = self.min_time_to_loss_seconds, self.min_time_to_loss_ratio
+        if seconds is not None and ratio is None:
+            return seconds  # the bound the user gave, alone
+        absolute = DEFAULT_LOSS_HORIZON_SECONDS if seconds is None else seconds
+        share = DEFAULT_LOSS_RATIO if ratio is None else ratio
+        if retention_seconds is None or math.isinf(retention_seconds):
+            return 0.0
+        return min(absolute, share * retention_seconds)
 
 
 @dataclass(frozen=True)

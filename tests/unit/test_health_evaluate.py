@@ -95,6 +95,7 @@ def test_thresholds_defaults() -> None:
         "max_commit_age_seconds": None,
         "max_in_flight_seconds": None,
         "min_time_to_loss_seconds": None,
+        "min_time_to_loss_ratio": None,
         "allowed_lag": 0,
         "window": 10,
         "min_window": 3,

@@ -270,7 +270,8 @@ def test_the_report_dates_each_checkpoint_when_its_offsets_were_reached() -> Non
     rates and the time lag use the offsets file's write, never the interval's start."""
     from airflow_sparklag.checkpoint import SourceOffset
     from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
-    from airflow_sparklag.lag import REAL_TIME_AGE, compute_lag
+    from airflow_sparklag.lag import compute_lag
+    from airflow_sparklag.positions import REAL_TIME_AGE
 
     def checkpoint(n: int) -> BatchOffsets:
         offsets = {"t": {0: 250 * (n + 1)}}
