@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
 from airflow_sparklag.errors import InvalidParameter, MigrationRefused, SparkLagError, UsageError
-from airflow_sparklag.health import EXIT_CHECK_FAILED, EXIT_USAGE, Health, Thresholds
+from airflow_sparklag.model.verdict import EXIT_CHECK_FAILED, EXIT_USAGE, Health, Thresholds
 from airflow_sparklag.redact import printable, scrub
 from airflow_sparklag.storage.s3 import READERS
 
@@ -36,14 +36,15 @@ THRESHOLD_FLAGS = {
     "max_commit_age": "max_commit_age_seconds",
     "max_in_flight": "max_in_flight_seconds",
     "min_time_to_loss": "min_time_to_loss_seconds",
+    "min_time_to_loss_ratio": "min_time_to_loss_ratio",
     "allowed_lag": "allowed_lag",
     "window": "window",
     "min_window": "min_window",
 }
-# the other thresholds are counts
 DURATION_FLAGS = frozenset(
     {"max_lag_seconds", "max_commit_age", "max_in_flight", "min_time_to_loss"}
 )
+SHARE_FLAGS = frozenset({"min_time_to_loss_ratio"})  # a share, 0 to 1; the others are counts
 PROGRESS_MIN = 10  # checkpoints from which `status` shows a progress line
 
 
@@ -154,7 +155,13 @@ def _check_flags(command: argparse.ArgumentParser) -> None:
 
     params.option_flags(command, CheckOptions)
     for flag, field in THRESHOLD_FLAGS.items():
-        reader = params.duration if flag in DURATION_FLAGS else params.count
+        reader = (
+            params.duration
+            if flag in DURATION_FLAGS
+            else params.number
+            if flag in SHARE_FLAGS
+            else params.count
+        )
         command.add_argument(
             f"--{flag.replace('_', '-')}",
             type=params.flag_type(flag, reader),

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from airflow_sparklag.errors import CheckpointNotFound, InvalidParameter
-from airflow_sparklag.health import Health
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckOptions, CheckResult, check
 from airflow_sparklag.session import Session
 from airflow_sparklag.snapshot import by_partition

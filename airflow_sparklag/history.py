@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from airflow_sparklag import params
 from airflow_sparklag.checkpoint import real_time_interval
-from airflow_sparklag.lag import _ToDict
+from airflow_sparklag.model.report import ToDict
 from airflow_sparklag.timelag import RecordAge, Stairs, record_age, staircase
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ REAL_TIME_NOW = (
 
 
 @dataclass(frozen=True)
-class PartitionPoint(_ToDict):
+class PartitionPoint(ToDict):
     """One partition of one Kafka source at one point of the history.
 
     ``unknown`` says why ``lag`` or ``lag_seconds`` is None (or why ``lag_seconds_max`` is).
@@ -115,7 +115,7 @@ class PartitionPoint(_ToDict):
 
 
 @dataclass(frozen=True)
-class HistoryPoint(_ToDict):
+class HistoryPoint(ToDict):
     """The lag of every partition at one time: a retained batch's planning time or now.
 
     ``kind`` is ``committed`` (offsets/N with commits/N), ``in_flight`` (offsets/N not
@@ -135,7 +135,7 @@ class HistoryPoint(_ToDict):
 
 
 @dataclass(frozen=True)
-class LagHistory(_ToDict):
+class LagHistory(ToDict):
     """Lag over the retained batches of one checkpoint, oldest first, ending with ``now``.
 
     ``approximations`` says in plain words what the numbers assume; ``unknown`` why there are

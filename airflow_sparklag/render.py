@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from airflow_sparklag.health import HealthVerdict
     from airflow_sparklag.history import HistoryPoint, LagHistory
-    from airflow_sparklag.lag import LagReport, PartitionLag
+    from airflow_sparklag.model.report import LagReport, PartitionLag
+    from airflow_sparklag.model.verdict import HealthVerdict
 
 
 def _num(value: int | None) -> str:

@@ -186,7 +186,7 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
 
     def condition(self) -> HealthCondition:
         from airflow_sparklag.conditions import HealthCondition
-        from airflow_sparklag.health import Health
+        from airflow_sparklag.model.verdict import Health
 
         options = self.check_options()
         accept = params.health_names("accept", self.accept)

@@ -31,8 +31,8 @@ from airflow_sparklag.conditions import (
     ProgressCondition,
     WaitCondition,
 )
-from airflow_sparklag.health import Health
 from airflow_sparklag.hooks.sparklag import CONN_FIELDS, ConnectionIds, SparkLagHook
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import OPTION_NAMES, CheckOptions
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.redact import redact_url

@@ -13,9 +13,9 @@ import pytest
 from airflow_sparklag import conditions
 from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
 from airflow_sparklag.conditions import DEFAULT_FAIL_FAST, HealthCondition
-from airflow_sparklag.health import Health, HealthVerdict, Thresholds
+from airflow_sparklag.model.report import Schedule
+from airflow_sparklag.model.verdict import Health, HealthVerdict, Thresholds
 from airflow_sparklag.monitor import CheckOptions, CheckResult, judge_states
-from airflow_sparklag.runs import Schedule
 from airflow_sparklag.session import Session
 from tests.fakes import FakeKafka, written_in_stretches
 
