@@ -241,6 +241,10 @@ class HealthVerdict(_ToDict):
     findings: tuple[RuleResult, ...] = field(default=())
 
 
+# A query without a Kafka source: nothing to measure (status and history say the same).
+NO_KAFKA_SOURCE = HealthVerdict(Health.UNKNOWN, "the query has no Kafka source", "no_kafka_source")
+
+
 @dataclass(frozen=True)
 class Rule:
     """A health rule and what it reads, so a check reads no more and no less than it needs.
@@ -889,7 +893,7 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
     if report.committed_batch_id is None and (report.in_flight is None or real_time):
         return HealthVerdict(Health.UNKNOWN, "no committed batch yet", "no_commit")
     if not report.kafka_sources:
-        return HealthVerdict(Health.UNKNOWN, "the query has no Kafka source", "no_kafka_source")
+        return NO_KAFKA_SOURCE
     findings = tuple(r for r in (rule.check(report, thresholds, now) for rule in RULES) if r)
     pending = _first_batch_pending(report, now)
     if findings:
