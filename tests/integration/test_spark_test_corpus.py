@@ -117,12 +117,15 @@ def test_the_test_jars_are_fetched() -> None:
 # -- what Spark reads ------------------------------------------------------------------------
 
 
+# An offsets file: (log version, source id -> offset JSON or None, batchTimestampMs, watermark)
+Batch = tuple[int, dict[str, str | None], int | None, int | None]
+
+
 @dataclass(frozen=True)
 class SparkRead:
     """One checkpoint as Spark's own classes read it."""
 
-    # batch id -> (log version, source id -> offset JSON or None, batchTimestampMs, watermark)
-    offsets: dict[int, tuple[int, dict[str, str | None], int | None, int | None]]
+    offsets: dict[int, Batch]  # batch id -> what its offsets file holds
     commits: tuple[int, ...]
     query_id: str | None
     source_starts: dict[str, str]  # source id -> KafkaSourceInitialOffsetWriter's JSON
@@ -132,7 +135,7 @@ def _option_json(option: Any) -> str | None:
     return str(option.get().json()) if option.isDefined() else None
 
 
-def _spark_batch(seq: Any, scala: Any) -> tuple[int, dict[str, str | None], int | None, int | None]:
+def _spark_batch(seq: Any, scala: Any) -> Batch:
     if seq.version() == 2:
         sources = {str(k): _option_json(v) for k, v in scala.asJava(seq.offsetsMap()).items()}
     else:
@@ -141,6 +144,13 @@ def _spark_batch(seq: Any, scala: Any) -> tuple[int, dict[str, str | None], int 
     if not meta.isDefined():
         return seq.version(), sources, None, None
     return seq.version(), sources, meta.get().batchTimestampMs(), meta.get().batchWatermarkMs()
+
+
+def _spark_start(spark: Any, path: Path) -> str:
+    """A Kafka source's ``sources/<id>/0`` as Spark reads it: KafkaSourceOffset's JSON."""
+    kafka010 = spark._jvm.org.apache.spark.sql.kafka010
+    log = kafka010.KafkaSourceInitialOffsetWriter(spark._jsparkSession, str(path.parent))
+    return str(log.get(int(path.name)).get().json())
 
 
 def _spark_reads(spark: Any, root: Path) -> SparkRead:
@@ -161,12 +171,7 @@ def _spark_reads(spark: Any, root: Path) -> SparkRead:
     runtime = jvm.org.apache.spark.sql.execution.streaming.runtime
     stream_metadata = getattr(getattr(runtime, "StreamMetadata$"), "MODULE$")
     metadata = stream_metadata.read(jvm.org.apache.hadoop.fs.Path(str(root / "metadata")), hadoop)
-    starts = {}
-    for start in sorted(root.glob("sources/*/0")):
-        writer = jvm.org.apache.spark.sql.kafka010.KafkaSourceInitialOffsetWriter(
-            session, str(start.parent)
-        )
-        starts[start.parent.name] = str(writer.get(0).get().json())
+    starts = {start.parent.name: _spark_start(spark, start) for start in root.glob("sources/*/0")}
     query_id = str(metadata.get().id()) if metadata.isDefined() else None
     return SparkRead(offsets, commits, query_id, starts)
 
@@ -183,10 +188,28 @@ def spark_reads(spark: Any, corpus: Path, tmp_path_factory: pytest.TempPathFacto
     return reads
 
 
+@pytest.fixture(scope="module")
+def spark_starts(spark: Any, corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The two loose initial-offset files, each as ``sources/0/0`` (where Spark's tests put
+    them), as Spark reads them: KafkaSourceOffset's JSON, or Spark's error message."""
+    from py4j.protocol import Py4JJavaError
+
+    read: dict[str, str] = {}
+    for name in (INITIAL_2_1_0, INITIAL_FUTURE):
+        start = tmp_path_factory.mktemp("spark-start") / "sources" / "0" / "0"
+        start.parent.mkdir(parents=True)
+        shutil.copyfile(corpus / name, start)
+        try:
+            read[name] = _spark_start(spark, start)
+        except Py4JJavaError as error:
+            read[name] = str(error.java_exception.getMessage())
+    return read
+
+
 # -- what we read ------------------------------------------------------------------------------
 
 
-def _ours(batch: BatchOffsets) -> tuple[int, dict[str, str | None], int | None, int | None]:
+def _ours(batch: BatchOffsets) -> Batch:
     sources = {s.source_id: None if s.kind == "none" else s.raw.strip() for s in batch.sources}
     return batch.version, sources, batch.batch_timestamp_ms, batch.watermark_ms
 
@@ -359,16 +382,19 @@ def test_file_source_log_files_are_not_kafka(corpus: Path) -> None:
         assert parse_source_start(path.read_bytes(), str(path), "0").kind == "other", path
 
 
-def test_kafka_initial_offsets_of_spark_2_1_0(corpus: Path) -> None:
+def test_kafka_initial_offsets_of_spark_2_1_0(corpus: Path, spark_starts: dict[str, str]) -> None:
     """A length byte, then the JSON: Spark drops the first byte (KafkaMicroBatchSourceSuite
     "deserialization of initial offset written by Spark 2.1.0 (SPARK-19517)" starts from these
     offsets). Was refused as CheckpointCorrupt."""
     data, path = _file(corpus, INITIAL_2_1_0)
     start = parse_source_start(data, path, "0")
     assert _kafka(start) == {"kafka-initial-offset-2-1-0": {0: 0, 1: 1, 2: 2}}
+    assert _kafka(start) == _spark_kafka(spark_starts[INITIAL_2_1_0])
 
 
-def test_kafka_initial_offsets_of_a_future_version(corpus: Path) -> None:
+def test_kafka_initial_offsets_of_a_future_version(
+    corpus: Path, spark_starts: dict[str, str]
+) -> None:
     """A byte, then ``v99999``: a newer Spark's, named as the offsets log's future version is
     (Spark: "maximum supported log version is v1, but encountered v99999"). Was called corrupt."""
     data, path = _file(corpus, INITIAL_FUTURE)
@@ -376,6 +402,10 @@ def test_kafka_initial_offsets_of_a_future_version(corpus: Path) -> None:
         parse_source_start(data, path, "0")
     with pytest.raises(UnsupportedCheckpointVersion) as offsets_log:
         parse_offsets(data[1:], "/ck/offsets/0")
+    assert (
+        "maximum supported log version is v1, but encountered v99999"
+        in spark_starts[INITIAL_FUTURE]
+    )
     message = str(raised.value)
     assert message.startswith(f"{path}: ") and "v99999" in message
     assert "written by a newer Spark" in message and "written by a newer Spark" in str(
