@@ -405,12 +405,13 @@ def reconstruct(
                 REAL_TIME_NOW if plan.real_time else None,
             )
         )
+    approximations = REAL_TIME_APPROXIMATIONS if plan.real_time else APPROXIMATIONS
     return LagHistory(
         location=state.location,
         generated_at=time.time() if now is None else now,
         points=tuple(_history_point(at, tables) for at in ats),
         kafka_calls=kafka_calls,
-        approximations=REAL_TIME_APPROXIMATIONS if plan.real_time else APPROXIMATIONS,
+        approximations=() if plan.verdict else approximations,  # no point: nothing approximated
         unknown=plan.unknown,
         verdict=plan.verdict,
     )

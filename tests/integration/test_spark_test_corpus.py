@@ -275,9 +275,10 @@ def test_status_and_history_agree_without_a_kafka_source(corpus: Path, kafka: An
             result = check(session, location)
             past = history(session, location)
             assert result.verdict == NO_KAFKA_SOURCE, relative
-            assert (past.verdict, past.unknown, past.points) == (
+            assert (past.verdict, past.unknown, past.points, past.approximations) == (
                 NO_KAFKA_SOURCE,
                 NO_KAFKA_SOURCE.reason,
+                (),
                 (),
             ), relative
 
@@ -302,6 +303,7 @@ def test_history_without_a_kafka_source_says_unknown_and_exits_3(corpus: Path, k
     document = json.loads(as_json.stdout)
     assert document["verdict"] == NO_KAFKA_SOURCE.to_dict()
     assert (document["points"], document["unknown"]) == ([], NO_KAFKA_SOURCE.reason)
+    assert document["approximations"] == []
 
 
 # -- loose files, with the values Spark's own suites assert --------------------------------------
