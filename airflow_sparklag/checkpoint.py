@@ -254,8 +254,8 @@ def parse_metadata(data: bytes, path: str) -> str:
 def parse_source_start(data: bytes, path: str, source_id: str) -> SourceOffset:
     """Parse ``sources/<id>/0``: the offsets the source started from.
 
-    Other sources write ``v1\\n<offset>`` (a file source: a JSON line per file). Kafka writes one
-    byte first (0x00; Spark 2.1.0 the JSON's length, and no version line): Spark drops it.
+    Other sources (rate) write ``v1\\n<offset>``. Kafka writes one byte first (0x00; Spark 2.1.0
+    the JSON's length, and no version line), which Spark drops whatever it is.
     """
     if not _SOURCE_VERSION_LINE.match(data):
         data = data[1:]
@@ -265,12 +265,9 @@ def parse_source_start(data: bytes, path: str, source_id: str) -> SourceOffset:
         _version(header, path, "source start offsets", SOURCE_START_VERSIONS)
     else:
         body = text
-    body = body.strip()
-    if not body:
+    if not body.strip():
         raise CheckpointCorrupt(f"{path}: truncated source start file: no offset after the header")
-    if "\n" in body:  # a file source's log: a JSON line per file read, not one offset
-        return SourceOffset(source_id=source_id, kind="other", kafka=None, raw=body)
-    return _source_offset(source_id, body, path)
+    return _source_offset(source_id, body.strip(), path)
 
 
 # -- parser helpers --------------------------------------------------------------------------

@@ -45,7 +45,11 @@ from airflow_sparklag.checkpoint import (
     parse_offsets,
     parse_source_start,
 )
-from airflow_sparklag.errors import SparkLagError, UnsupportedCheckpointVersion
+from airflow_sparklag.errors import (
+    CheckpointCorrupt,
+    SparkLagError,
+    UnsupportedCheckpointVersion,
+)
 from airflow_sparklag.health import NO_KAFKA_SOURCE
 from airflow_sparklag.history import history
 from airflow_sparklag.monitor import check
@@ -374,14 +378,19 @@ def test_file_source_offsets_of_spark_2_1_0(corpus: Path, form: str) -> None:
     assert source.kind == "other" and "345" in source.raw
 
 
-def test_file_source_log_files_are_not_kafka(corpus: Path) -> None:
-    """A file source's ``sources/0/N`` (one JSON line per file it read; FileStreamSourceSuite
-    reads these as Spark 2.1.0's log) is another kind of source, whatever its length."""
+def test_file_source_log_files(corpus: Path) -> None:
+    """A file source's ``sources/0/N`` (FileStreamSourceSuite reads these as Spark 2.1.0's log):
+    one JSON line per file read, never read by the reader (it reads ``sources/<id>/0`` of Kafka
+    sources only). Through the start-offsets parser: another kind of source, or, with several
+    lines, a typed error naming the file, as a Kafka start file with several lines is."""
     log = corpus / "structured-streaming/file-source-log-version-2.1.0"
-    files = sorted(log.iterdir())
-    assert [path.name for path in files] == ["2.compact", "3", "4"]
-    for path in files:
-        assert parse_source_start(path.read_bytes(), str(path), "0").kind == "other", path
+    files = {path.name: path for path in log.iterdir()}
+    assert sorted(files) == ["2.compact", "3", "4"]
+    for name in ("3", "4"):
+        assert parse_source_start(files[name].read_bytes(), str(files[name]), "0").kind == "other"
+    with pytest.raises(CheckpointCorrupt, match=r"not valid JSON \(Extra data\)") as raised:
+        parse_source_start(files["2.compact"].read_bytes(), str(files["2.compact"]), "0")
+    assert str(raised.value).startswith(f"{files['2.compact']}: ")
 
 
 def test_kafka_initial_offsets_of_spark_2_1_0(corpus: Path, spark_starts: dict[str, str]) -> None:
