@@ -559,7 +559,7 @@ def run_history(args: argparse.Namespace) -> int:
     with open_session(args) as session:
         past = history(session, args.checkpoint, batches=args.batches, include_now=not args.no_now)
     _out(json.dumps(past.to_dict(), indent=2) if args.json else history_table(past), args)
-    return 0
+    return 0 if past.verdict is None else past.verdict.health.exit_code
 
 
 def run_serve(args: argparse.Namespace) -> int:
