@@ -126,15 +126,15 @@ def kafka_config_from(conn: Connection) -> dict[str, Any]:
     # (1.10.2 and 1.13.0 in the compatibility runs) have no such method: plain client config.
     hook_class = _provider_hook("airflow.providers.apache.kafka.hooks.base", "KafkaBaseHook")
     hook = hook_class(kafka_config_id=conn.conn_id) if hook_class is not None else None
-    if not hasattr(hook, "_build_config"):
+    if hook is None or not hasattr(hook, "_build_config"):
         return config
     # The connection is already read (in a trigger: with the async API); the provider's hook
     # must not read it again, synchronously, from inside the event loop.
-    hook.get_connection = lambda conn_id: conn  # type: ignore[union-attr]
-    return dict(hook._build_config()) or config  # type: ignore[union-attr]
+    hook.get_connection = lambda conn_id: conn
+    return dict(hook._build_config()) or config
 
 
-def _provider_hook(module: str, name: str) -> Any:
+def _provider_hook(module: str, name: str) -> type[Any] | None:
     """The hook class ``name`` of an Airflow provider's ``module``; None when that provider is
     not installed (any other missing module is an error). Imported here, never at import."""
     try:

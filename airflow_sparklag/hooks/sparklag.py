@@ -350,7 +350,9 @@ class SparkLagHook(BaseHook):
 
     # -- the core's checks and waits --------------------------------------------------------
 
-    def check(self, location: str, *, options: CheckOptions | None = None, **check: Any) -> Any:
+    def check(
+        self, location: str, *, options: CheckOptions | None = None, **check: Any
+    ) -> CheckResult:
         """Lag and health of one checkpoint: the core's ``CheckResult(report, verdict)``.
         ``check`` are ``CheckOptions`` fields (thresholds, history, exact_time_lag, ...)."""
         from airflow_sparklag.monitor import CheckOptions
@@ -367,7 +369,11 @@ class SparkLagHook(BaseHook):
         return check_many(self.session, list(locations), options or CheckOptions.build(**check))
 
     def fleet_checker(
-        self, locations: Sequence[str] = (), *, prefix: Any = None, **options: Any
+        self,
+        locations: Sequence[str] = (),
+        *,
+        prefix: str | Sequence[str] | None = None,
+        **options: Any,
     ) -> FleetChecker:
         """A :class:`~airflow_sparklag.fleet.FleetChecker` on this hook's session."""
         from airflow_sparklag.fleet import FleetChecker
