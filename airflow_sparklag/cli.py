@@ -198,6 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--detail", action="store_true", help="with several jobs, every partition of each"
     )
+    status.add_argument(
+        "--explain",
+        action="store_true",
+        help="a line per job: what was read to judge it and which rule asked for it "
+        "(always in --json: 'evidence')",
+    )
     _connection_flags(status)
     _check_flags(status)
     add_wait_command(sub)
@@ -296,14 +302,17 @@ def _print_results(args: argparse.Namespace, results: list[CheckResult]) -> None
         return
     if len(results) > 1 and not args.detail:
         _out(compact_table(results), args)
-        return
-    for i, result in enumerate(results):
-        if i:
-            _out("\n" + "-" * 80 + "\n", args)
-        if result.error is not None or result.report is None:
-            _out(f"checkpoint  {result.location}\nerror       {result.error}", args)
-        else:
-            _out(render(result.report, result.verdict), args)
+    else:
+        for i, result in enumerate(results):
+            if i:
+                _out("\n" + "-" * 80 + "\n", args)
+            if result.error is not None or result.report is None:
+                _out(f"checkpoint  {result.location}\nerror       {result.error}", args)
+            else:
+                _out(render(result.report, result.verdict), args)
+    if args.explain:  # what each job was judged on, and which rule asked for it
+        for result in results:
+            _out(f"evidence    {result.location}: {result.explain()}", args)
 
 
 def compact_table(results: list[CheckResult]) -> str:
@@ -559,7 +568,7 @@ def run_history(args: argparse.Namespace) -> int:
     with open_session(args) as session:
         past = history(session, args.checkpoint, batches=args.batches, include_now=not args.no_now)
     _out(json.dumps(past.to_dict(), indent=2) if args.json else history_table(past), args)
-    return 0
+    return 0 if past.verdict is None else past.verdict.health.exit_code
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from airflow_sparklag.lag import single_cluster_warning
 from airflow_sparklag.model.report import LagReport, PartitionLag, Reads
 from airflow_sparklag.model.verdict import (
+    NO_KAFKA_SOURCE,
     REAL_TIME_STOPPED_INTERVALS,
     STOPPED_BUSY_INTERVALS,
     STOPPED_MIN_IDLE_SECONDS,
@@ -780,7 +781,7 @@ def _unjudged(report: LagReport) -> HealthVerdict | None:
     if report.committed_batch_id is None and (report.in_flight is None or real_time):
         return HealthVerdict(Health.UNKNOWN, "no committed batch yet", "no_commit")
     if not report.kafka_sources:
-        return HealthVerdict(Health.UNKNOWN, "the query has no Kafka source", "no_kafka_source")
+        return NO_KAFKA_SOURCE
     return None
 
 

@@ -267,6 +267,9 @@ def _history_seconds(point: HistoryPoint) -> str:
 def history_table(history: LagHistory, *, max_partitions: int = 4) -> str:
     """``sparklag history``: one row per point (batch or now), worst lags per partition,
     then why some numbers are unknown and what the reconstruction assumes."""
+    if history.verdict is not None:  # nothing to rebuild: status's verdict, as status says it
+        health, reason = history.verdict.health.value, history.verdict.reason
+        return f"checkpoint  {history.location}\nhealth      {health}: {reason}"
     batch_ids = [p.batch_id for p in history.points if p.batch_id is not None]
     span = f"batches {batch_ids[0]} .. {batch_ids[-1]}" if batch_ids else "no batch"
     lines = [

@@ -5,7 +5,7 @@ Pure functions of the retained batches (a batch is anything with ``batch_id``, `
 and ``records``, e.g. ``lag.HistoryBatch``); whether each run was complete needs Kafka and is
 filled in by ``monitor``:
 
->>> from airflow_sparklag.lag import HistoryBatch
+>>> from airflow_sparklag.model.report import HistoryBatch
 >>> history = [HistoryBatch(i, t * 1000, 10) for i, t in enumerate([0, 1, 2, 3600, 3601])]
 >>> schedule = schedule_of(history, runs_every=3600)
 >>> schedule.runs_seen, schedule.last_run.first_batch_id, schedule.last_run.batches

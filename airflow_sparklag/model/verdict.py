@@ -237,3 +237,7 @@ class HealthVerdict(ToDict):
     rule: str
     partitions: tuple[PartitionRef, ...] = ()
     findings: tuple[RuleResult, ...] = field(default=())
+
+
+# A query without a Kafka source: nothing to measure (status and history say the same).
+NO_KAFKA_SOURCE = HealthVerdict(Health.UNKNOWN, "the query has no Kafka source", "no_kafka_source")
