@@ -83,21 +83,39 @@ def process_cpu(pid: int) -> float:
 
 
 class AccessLog:
-    """Counts the requests moto served, from its werkzeug access log lines."""
+    """Counts the requests moto served, from its werkzeug access log lines, in all and by
+    kind: ``list`` (ListObjectsV2), ``get`` (GetObject), ``head`` (HeadObject), ``write``
+    (PUT/POST/DELETE: this script's own uploads and purges)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
         self.count = 0
+        self.by_kind: dict[str, int] = {}
 
     def requests(self) -> int:
         with open(self.path, "rb") as handle:
             handle.seek(self.offset)
             chunk = handle.read()
         complete = chunk.rfind(b"\n") + 1
-        self.count += chunk[:complete].count(b'HTTP/1.1" ')
+        for line in chunk[:complete].splitlines():
+            if b'HTTP/1.1" ' in line:
+                self.count += 1
+                kind = _request_kind(line)
+                self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
         self.offset += complete
         return self.count
+
+
+def _request_kind(line: bytes) -> str:
+    method, _, target = line.split(b'"')[1].partition(b" ")
+    if method == b"HEAD":
+        return "head"
+    if method != b"GET":
+        return "write"
+    path, _, query = target.split(b" ")[0].partition(b"?")
+    bucket_level = path.strip(b"/").count(b"/") == 0
+    return "list" if b"list-type=" in query or bucket_level else "get"
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -168,6 +186,7 @@ class Recorder:
         self.samples: list[dict[str, float]] = []
         self.started = time.perf_counter()
         self.last = self._point(0.0)
+        self.points = [self.last]
 
     def _point(self, polls: float) -> dict[str, float]:
         return {
@@ -176,6 +195,7 @@ class Recorder:
             "moto_cpu": process_cpu(self.moto_pid),
             "requests": self.log.requests() - self.fleet.own_requests(),
             "wall": time.perf_counter(),
+            **{f"kind:{kind}": count for kind, count in self.log.by_kind.items()},
         }
 
     def sample(self, polls: float, spread: tuple[int, int] | None = None) -> None:
@@ -199,8 +219,17 @@ class Recorder:
         if spread is not None:
             row["probes_per_trigger_min_max"] = list(spread)
         self.samples.append(row)
+        self.points.append(point)
         self.last = point
         print(json.dumps(row), flush=True)
+
+    def by_kind_since(self, poll: float) -> dict[str, float]:
+        """Requests per job per poll by kind from the first sample at ``poll`` on."""
+        first = next(p for p in self.points if p["polls"] >= poll)
+        last = self.points[-1]
+        done = max(last["polls"] - first["polls"], 1e-9) * self.jobs
+        kinds = sorted({k for k in last if k.startswith("kind:")})
+        return {k[5:]: round((last[k] - first.get(k, 0)) / done, 3) for k in kinds}
 
 
 async def run_triggers(args: argparse.Namespace, fleet: Fleet, recorder: Recorder) -> list:
@@ -371,6 +400,7 @@ def main() -> None:
         requests = sorted(s["storage_requests_per_poll"] for s in steady)
         result["cpu_s_per_poll_median"] = cpu[len(cpu) // 2]
         result["storage_requests_per_poll_median"] = requests[len(requests) // 2]
+        result["per_job_per_poll_by_kind"] = recorder.by_kind_since(args.sample - 1)
         result["wall_s"] = recorder.samples[-1]["elapsed_s"]
         print("# verdict " + json.dumps(result), flush=True)
         from airflow_sparklag.hooks.sparklag import SHARED_CLIENTS

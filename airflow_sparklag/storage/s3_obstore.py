@@ -230,7 +230,7 @@ class ObstoreReader:
 
         try:
             obstore.head(self.store(bucket), key)
-        except NotFoundError:
+        except (FileNotFoundError, NotFoundError):  # obstore raises the builtin for a 404
             return False
         return True
 
