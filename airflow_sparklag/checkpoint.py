@@ -612,18 +612,23 @@ class CheckpointReader:
             return False
         return not self.storage.is_file(join(self.location, *following))
 
+    def _list_again(self) -> tuple[_Listing, bool]:
+        """A new listing, and whether it agrees with the last one. A listing of another
+        checkpoint (:func:`_replaced`) makes the query id be read again."""
+        previous, self._listing = self._listing, None  # kept again once the read succeeds
+        # commits/ first: offsets/N is written before commits/N, so any commit we see has its
+        # offsets file in the listing that follows (no false "commits ahead of offsets").
+        listing = self._list_logs()
+        if previous is not None and _replaced(previous, listing):
+            self._metadata_read = False
+        return listing, listing == previous
+
     def _read_once(
         self, history: int, lazy_history: bool, listing: _Listing | None, now: float
     ) -> CheckpointState:
         fresh, settled = listing is None, self._settled
         if listing is None:
-            # commits/ first: offsets/N is written before commits/N, so any commit we see has
-            # its offsets file in the listing that follows (no false "commits ahead of offsets").
-            previous, self._listing = self._listing, None
-            listing = self._list_logs()
-            settled = listing == previous
-            if previous is not None and _replaced(previous, listing):
-                self._metadata_read = False  # a new query's checkpoint: read its id again
+            listing, settled = self._list_again()
         commits, offsets, metadata = listing
         metadata_listed = None if metadata is None else bool(metadata)
         query_id = self._read_query_id(metadata_listed) if self.wants_query_id else None
