@@ -13,7 +13,7 @@ Modes:
 
 - ``triggers`` (what a deferred sensor runs): one ``SparkLagTrigger`` per job, all in one event
   loop as in the triggerer, ``poll_interval=0``; each trigger's own ``run()`` loop polls (its
-  hook's ``probe`` in a worker thread). The only change is a subclass that counts polls
+  hook's ``probe`` in a worker thread). The only change is a subclass whose hook counts polls
   and reports "done" after its ``--polls``-th real probe, so the trigger ends the way it does in
   production (event, then ``hook.close()``). A "poll" below is one poll of every job (100
   probes); the triggers run freely, so at a sample some are a poll or two ahead of others.
@@ -41,6 +41,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import resource
 import sys
 import tempfile
@@ -82,6 +83,11 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+# One request line of werkzeug's access log; it colours 4xx lines (a HEAD of a missing key is
+# "\x1b[33mHEAD /b/k HTTP/1.1\x1b[0m" 404), which must count too.
+_REQUEST_LINE = re.compile(rb'"(?:\x1b\[[0-9;]*m)?([A-Z]+) (\S+) HTTP/1\.1(?:\x1b\[[0-9;]*m)?" ')
+
+
 class AccessLog:
     """Counts the requests moto served, from its werkzeug access log lines, in all and by
     kind: ``list`` (ListObjectsV2), ``get`` (GetObject), ``head`` (HeadObject), ``write``
@@ -98,22 +104,20 @@ class AccessLog:
             handle.seek(self.offset)
             chunk = handle.read()
         complete = chunk.rfind(b"\n") + 1
-        for line in chunk[:complete].splitlines():
-            if b'HTTP/1.1" ' in line:
-                self.count += 1
-                kind = _request_kind(line)
-                self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
+        for method, target in _REQUEST_LINE.findall(chunk[:complete]):
+            self.count += 1
+            kind = _request_kind(method, target)
+            self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
         self.offset += complete
         return self.count
 
 
-def _request_kind(line: bytes) -> str:
-    method, _, target = line.split(b'"')[1].partition(b" ")
+def _request_kind(method: bytes, target: bytes) -> str:
     if method == b"HEAD":
         return "head"
     if method != b"GET":
         return "write"
-    path, _, query = target.split(b" ")[0].partition(b"?")
+    path, _, query = target.partition(b"?")
     bucket_level = path.strip(b"/").count(b"/") == 0
     return "list" if b"list-type=" in query or bucket_level else "get"
 
@@ -233,7 +237,7 @@ class Recorder:
 
 
 async def run_triggers(args: argparse.Namespace, fleet: Fleet, recorder: Recorder) -> list:
-    from airflow_sparklag.hooks.sparklag import Probe
+    from airflow_sparklag.conditions import Probe
     from airflow_sparklag.triggers.sparklag import SparkLagTrigger
 
     counts = [0] * args.jobs
@@ -241,14 +245,22 @@ async def run_triggers(args: argparse.Namespace, fleet: Fleet, recorder: Recorde
     class Counted(SparkLagTrigger):
         index = 0
 
-        def _probe(self, hook: Any) -> Probe:
-            probe = super()._probe(hook)  # the real poll
-            counts[self.index] += 1
-            if probe.done or probe.failed:
-                raise RuntimeError(f"{self.location}: the sensor's wait ended: {probe.message}")
-            if counts[self.index] >= args.polls:
-                return Probe(True, f"soak over after {args.polls} polls", {})
-            return probe
+        def _hook(self) -> Any:
+            hook = super()._hook()
+            real_probe = hook.probe
+
+            def probe(condition: Any) -> Probe:
+                result = real_probe(condition)  # the real poll
+                counts[self.index] += 1
+                if result.done or result.failed:
+                    ended = result.message
+                    raise RuntimeError(f"{self.location}: the sensor's wait ended: {ended}")
+                if counts[self.index] >= args.polls:
+                    return Probe(True, f"soak over after {args.polls} polls", {})
+                return result
+
+            hook.probe = probe
+            return hook
 
     events: list[dict[str, Any]] = []
 
