@@ -46,8 +46,18 @@ def _poll(reader: CheckpointReader, storage: LocalStorage, **options: object) ->
     return dict(storage.requests.by_operation)
 
 
-def test_quiet_poll_is_one_stat_of_the_next_offsets_file(tmp_path: Path) -> None:
-    location = _copy("ckm3.5.9", tmp_path)
+@pytest.mark.parametrize(
+    "sample",
+    [
+        "ckm3.5.9",
+        "ckc35",  # continuous mode: epochs are batches, offsets/C+1 comes next
+        "ck43v2",  # purged: batches 12-15 left
+        "ckn4.3.0",  # offsets v2, named sources
+        "cka4.1.4",
+    ],
+)
+def test_quiet_poll_is_one_stat_of_the_next_offsets_file(tmp_path: Path, sample: str) -> None:
+    location = _copy(sample, tmp_path)
     reader, storage = _settled(location)
     for _ in range(3):
         state = reader.read()
@@ -147,3 +157,20 @@ def test_full_listing_every_read_when_asked(tmp_path: Path) -> None:
     location = _copy("ckm3.5.9", tmp_path)
     reader, storage = _settled(location, full_listing_seconds=0)
     assert _poll(reader, storage) == {"list": 2}
+
+
+def test_a_lazy_quiet_poll_leaves_the_same_window_to_read(tmp_path: Path) -> None:
+    """The checks read lazily (monitor): the window a quiet poll leaves unread is the fresh
+    reader's, and reading it costs nothing more (the reader kept those files)."""
+    location = _copy("ckm3.5.9", tmp_path)
+    storage = LocalStorage()
+    reader = CheckpointReader(storage, str(location))
+    for _ in range(2):
+        reader.read_history(reader.read(history=5, lazy_history=True))
+    storage.requests.reset()
+    state = reader.read(history=5, lazy_history=True)
+    fresh = CheckpointReader(LocalStorage(), str(location))
+    expected = fresh.read(history=5, lazy_history=True)
+    assert state == expected and len(state.unread_history) == 4
+    assert reader.read_history(state) == fresh.read_history(expected)
+    assert storage.requests.by_operation == {"stat": 1}
