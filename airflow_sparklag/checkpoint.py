@@ -530,7 +530,7 @@ class CheckpointReader:
     flight), a read first asks for the ONE file Spark writes next (``storage.is_file``:
     ``offsets/C+1``, or ``commits/L`` while L is in flight). Absent: the last listing still
     stands and the read costs that one request. Present, or the last listing older than
-    ``full_listing_seconds``, or the commit age past one of ``confirm_ages`` since that
+    ``full_listing_seconds``, or one of the caller's ``confirm_at`` times passed since that
     listing: a full read as above.
     """
 
@@ -566,7 +566,7 @@ class CheckpointReader:
         *,
         lazy_history: bool = False,
         now: float | None = None,
-        confirm_ages: Iterable[float] = (),
+        confirm_at: Iterable[float] = (),
     ) -> CheckpointState:
         """A fresh snapshot; ``history`` bounds how many committed batches are returned.
 
@@ -574,13 +574,13 @@ class CheckpointReader:
         state's ``history`` is offsets/C alone and ``unread_history`` lists the older batches
         of the window, which :meth:`read_history` reads when a rule needs them.
 
-        ``confirm_ages``: commit ages (seconds since ``commits/C`` was written, on the clock
-        of ``now``, default ``time.time()``) at which a verdict may change; the first read
-        after the age passes one of them lists the checkpoint again rather than trusting a
-        point read (class docstring).
+        ``confirm_at``: times (epoch seconds, on the clock of ``now``, default
+        ``time.time()``) at which the caller's verdict may change with nothing written, e.g.
+        the last commit's time + ``max_commit_age_seconds``; the first read after one of them
+        lists the checkpoint again rather than trusting a point read (class docstring).
         """
         now = time.time() if now is None else now
-        listing = self._listing if self._quiet(now, confirm_ages) else None
+        listing = self._listing if self._quiet(now, confirm_at) else None
         try:
             return self._read_once(history, lazy_history, listing, now)
         except _Vanished:
@@ -595,9 +595,9 @@ class CheckpointReader:
                 f"{self.location} is being deleted or rewritten"
             ) from None
 
-    def _quiet(self, now: float, confirm_ages: Iterable[float]) -> bool:
+    def _quiet(self, now: float, confirm_at: Iterable[float]) -> bool:
         """May this read reuse the last listing? Only when it settled and is recent, no
-        ``confirm_ages`` was crossed since, and the file Spark writes next is still absent
+        ``confirm_at`` time passed since, and the file Spark writes next is still absent
         (one point request)."""
         listing = self._listing
         if listing is None or not self._settled:
@@ -608,8 +608,7 @@ class CheckpointReader:
         following = _next_file(commits, offsets)
         if following is None:
             return False
-        committed_at = commits[max(commits)].modified
-        if any(self._listed_at < committed_at + age <= now for age in confirm_ages):
+        if any(self._listed_at < moment <= now for moment in confirm_at):
             return False
         return not self.storage.is_file(join(self.location, *following))
 

@@ -139,18 +139,17 @@ def test_reset_purge_and_deletion_are_noticed_at_the_full_listing_bound(tmp_path
         reader.read(now=later + 1 + FULL_LISTING_SECONDS)
 
 
-def test_a_commit_age_limit_crossed_since_the_last_listing_is_confirmed_by_one(
+def test_a_verdict_change_time_passed_since_the_last_listing_is_confirmed_by_one(
     tmp_path: Path,
 ) -> None:
     location = _copy("ckm3.5.9", tmp_path)
     reader, storage = _settled(location)
-    committed_at = (location / "commits" / "6").stat().st_mtime
     now = time.time()
-    age = now - committed_at + 30  # the verdict may change 30 s from now
-    assert _poll(reader, storage, now=now + 10, confirm_ages=[age]) == {"stat": 1}
-    assert _poll(reader, storage, now=now + 31, confirm_ages=[age]) == {"list": 2}
-    # confirmed once: later polls past that age are point reads again
-    assert _poll(reader, storage, now=now + 60, confirm_ages=[age]) == {"stat": 1}
+    change = [now + 30]  # e.g. commits/C's time + max_commit_age_seconds
+    assert _poll(reader, storage, now=now + 10, confirm_at=change) == {"stat": 1}
+    assert _poll(reader, storage, now=now + 31, confirm_at=change) == {"list": 2}
+    # confirmed once: later polls past that time are point reads again
+    assert _poll(reader, storage, now=now + 60, confirm_at=change) == {"stat": 1}
 
 
 def test_full_listing_every_read_when_asked(tmp_path: Path) -> None:
