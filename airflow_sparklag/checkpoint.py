@@ -555,6 +555,9 @@ class CheckpointReader:
         self._listing: _Listing | None = None  # the last listing of a read that succeeded
         self._listed_at = 0.0  # when it was taken (time.time())
         self._settled = False  # it agreed with the listing before it
+        # When the last check's verdict may change with nothing written (health.changes_at):
+        # the reads after one of these list again (the ``confirm_at`` of every read).
+        self.confirm_at: tuple[float, ...] = ()
 
     def batches_read(self) -> list[BatchOffsets]:
         """The offsets files this reader holds (those of its newest read), oldest first."""
@@ -580,7 +583,8 @@ class CheckpointReader:
         lists the checkpoint again rather than trusting a point read (class docstring).
         """
         now = time.time() if now is None else now
-        listing = self._listing if self._quiet(now, confirm_at) else None
+        moments = (*confirm_at, *self.confirm_at)
+        listing = self._listing if self._quiet(now, moments) else None
         try:
             return self._read_once(history, lazy_history, listing, now)
         except _Vanished:
