@@ -219,6 +219,7 @@ def run_status(args: argparse.Namespace) -> int:
         raise UsageExit("give checkpoint locations or --prefix")
     options = _check_options(args)
     with open_session(args) as session:
+        _storage_ready(session, [*args.checkpoints, *args.prefix])
         if args.prefix or len(args.checkpoints) > 1:
             progress = None if args.no_progress else _progress_line
             checker = FleetChecker(
@@ -241,9 +242,29 @@ def run_status(args: argparse.Namespace) -> int:
         )
         return EXIT_CHECK_FAILED
     _print_results(args, results)
-    return max(
-        EXIT_CHECK_FAILED if r.error is not None else r.verdict.health.exit_code for r in results
-    )
+    return exit_code(results)
+
+
+def exit_code(results: list[CheckResult]) -> int:
+    """The code of the verdict users act on first (``Health.worst``): a breach (2 before 1)
+    outranks a failed check (4), which outranks "cannot tell" (3) and OK (0)."""
+    worst = Health.worst(r.verdict.health for r in results if r.error is None)
+    if any(r.error is not None for r in results) and not (worst and worst.is_breach):
+        return EXIT_CHECK_FAILED
+    return worst.exit_code if worst else EXIT_CHECK_FAILED
+
+
+def _storage_ready(session: Session, locations: list[str]) -> None:
+    """Each store's client made before any job is read: a configuration error (an unknown
+    AWS_PROFILE, an unreadable AWS config) concerns every job, so it is the command's error
+    (exit 64) rather than a failed check per job."""
+    for location in locations:
+        try:
+            session.storage(location)
+        except UsageError:
+            raise
+        except SparkLagError:
+            pass  # this job's own failure: its result says it
 
 
 def natural_key(text: str) -> list[Any]:

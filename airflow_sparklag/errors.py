@@ -36,6 +36,7 @@ The hierarchy::
     │   (Kafka)
     ├── KafkaUnavailable                       the cluster did not answer in time
     ├── KafkaError                             the cluster answered with an error
+    │   └── KafkaConfigInvalid (also UsageError)  librdkafka refused the config (CLI exit 64)
     ├── ConsumerGroupActive                    a group with live members: offsets not touched
     │   (snapshots, archives, migrations)
     ├── SnapshotError                          a snapshot could not be taken, written or read
@@ -69,6 +70,7 @@ __all__ = [
     "DelegationTokenRejected",
     "InvalidParameter",
     "JobStillRunning",
+    "KafkaConfigInvalid",
     "KafkaError",
     "KafkaUnavailable",
     "MigrationRefused",
@@ -201,6 +203,11 @@ class KafkaUnavailable(SparkLagError):
 
 class KafkaError(SparkLagError):
     """Kafka answered with an error (unknown topic, authorization, ...)."""
+
+
+class KafkaConfigInvalid(KafkaError, UsageError):
+    """librdkafka refused the Kafka config before any request: an unknown key, a bad value, a
+    missing setting, a SASL mechanism its build lacks. A configuration error (CLI exit 64)."""
 
 
 class ConsumerGroupActive(SparkLagError):

@@ -97,6 +97,16 @@ class Health(str, Enum):
         return _SEVERITY[self]
 
     @classmethod
+    def worst(cls, verdicts: Iterable[Health]) -> Health | None:
+        """The verdict users act on first (a fleet's exit code): the most severe breach, else
+        UNKNOWN ("cannot tell" never passes as OK), else OK; None when there is none.
+
+        >>> Health.worst([Health.UNKNOWN, Health.STOPPED, Health.OK]), Health.worst([Health.OK])
+        (<Health.STOPPED: 'STOPPED'>, <Health.OK: 'OK'>)
+        """
+        return max(verdicts, key=lambda h: 0.5 if h is cls.UNKNOWN else h.severity, default=None)
+
+    @classmethod
     def parse(cls, name: object) -> Health:
         """The verdict named ``name``, in any case (``"lagging"`` -> ``Health.LAGGING``)."""
         if isinstance(name, cls):

@@ -18,7 +18,13 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from airflow_sparklag.errors import InvalidParameter, KafkaError, KafkaUnavailable, UsageError
+from airflow_sparklag.errors import (
+    InvalidParameter,
+    KafkaConfigInvalid,
+    KafkaError,
+    KafkaUnavailable,
+    UsageError,
+)
 from airflow_sparklag.redact import kafka_secrets, redact_kafka_config, scrub
 from airflow_sparklag.storage import seconds_option
 
@@ -347,7 +353,7 @@ class KafkaOffsetsClient:
                     raise self._unbuildable(exc) from exc
             return self._admin
 
-    def _unbuildable(self, exc: BaseException) -> KafkaError:
+    def _unbuildable(self, exc: BaseException) -> KafkaConfigInvalid:
         """Why librdkafka refused the config; a SASL mechanism missing from the build (GSSAPI in
         the PyPI wheels) says which builds have it, not "recompile librdkafka"."""
         text = self.describe(exc)
@@ -356,7 +362,7 @@ class KafkaOffsetsClient:
                 self._config.get("sasl.mechanism") or self._config.get("sasl.mechanisms")
             )
             built = re.search(r"Current build options: [A-Z_ ]+", text)
-            return KafkaError(
+            return KafkaConfigInvalid(
                 f"Kafka {self.bootstrap_servers}: this confluent-kafka cannot use SASL mechanism "
                 f"{mechanism}: its librdkafka was built without it"
                 f"{f' ({built.group(0).strip()})' if built else ''}. The PyPI wheels have no "
@@ -365,7 +371,7 @@ class KafkaOffsetsClient:
                 "the cluster offers (SCRAM, OAUTHBEARER). See docs/connections.md, 'Kafka with "
                 "Kerberos'."
             )
-        return KafkaError(
+        return KafkaConfigInvalid(
             f"Cannot create a Kafka client for {self.bootstrap_servers}: "
             f"{text} (config: {redact_kafka_config(self._config)})"
         )
