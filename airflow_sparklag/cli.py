@@ -647,6 +647,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if not args.checkpoints and not args.prefix:
         raise UsageError("give checkpoint locations or --prefix")
     with open_session(args) as session:
+        _storage_ready(session, [*args.checkpoints, *args.prefix])
         checker = FleetChecker(
             args.checkpoints,
             session=session,

@@ -134,6 +134,21 @@ def test_an_unusable_aws_setup_is_a_configuration_error(
     assert proc.stderr.count("\n") == 1 and not proc.stdout
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["wait", "progress", "s3a://b/ck", "--max-wait", "1"],
+        ["history", "s3a://b/ck"],
+        ["snapshot", "s3a://b/ck", "--to", "/nowhere"],
+        ["serve", "s3a://b/ck", "--once"],
+    ],
+)
+def test_every_command_says_an_unusable_aws_setup_once(tmp_path: Path, command: list[str]) -> None:
+    proc = run(*command, *NO_KAFKA, env=aws_env(tmp_path, AWS_PROFILE="prod"))
+    assert proc.returncode == 64, proc.stdout + proc.stderr  # serve --once: 0 before, jobs down
+    assert "ProfileNotFound" in proc.stderr and "internal error" not in proc.stderr
+
+
 def test_a_failing_credential_provider_is_a_failed_check(tmp_path: Path) -> None:
     env = aws_env(tmp_path, "[profile p]\ncredential_process = /bin/false\n", AWS_PROFILE="p")
     endpoint = ["--s3-endpoint-url", "http://127.0.0.1:1"]
