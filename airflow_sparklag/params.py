@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from airflow_sparklag.checkpoint import LATEST_TIME_MS
 from airflow_sparklag.errors import InvalidParameter, UsageError
-from airflow_sparklag.health import Health, Thresholds
+from airflow_sparklag.model.verdict import Health, Thresholds
 
 __all__ = [
     "batches",
@@ -498,6 +498,8 @@ class FlagHelp(argparse.RawDescriptionHelpFormatter):
             return "DURATION"
         if read in COUNT_READERS:
             return "N"
+        if read is number:
+            return "NUMBER"
         return super()._get_default_metavar_for_optional(action)
 
 

@@ -15,7 +15,7 @@ from airflow.providers.common.compat.sdk import (
 from airflow_sparklag import params
 from airflow_sparklag.compact import compact
 from airflow_sparklag.conditions import breach_message
-from airflow_sparklag.health import DEFAULT_FAIL_ON as _FAIL_ON
+from airflow_sparklag.model.verdict import DEFAULT_FAIL_ON as _FAIL_ON
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CHECK_FIELDS, CONN_FIELDS, CheckOptionsMixin
 from airflow_sparklag.render import seconds_text
