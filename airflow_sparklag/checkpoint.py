@@ -30,13 +30,8 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     UnsupportedCheckpointVersion,
 )
-from airflow_sparklag.storage import (
-    ObjectInfo,
-    Storage,
-    join,
-    refuse_bucketless,
-    trim_location,
-)
+from airflow_sparklag.location import Location
+from airflow_sparklag.storage import ObjectInfo, Storage, join
 
 __all__ = [
     "BatchOffsets",
@@ -514,10 +509,11 @@ class CheckpointReader:
     costs what ``history=1`` does and leaves the older batches to :meth:`read_history`.
     """
 
-    def __init__(self, storage: Storage, location: str, *, query_id: bool = True) -> None:
+    def __init__(
+        self, storage: Storage, location: Location | str, *, query_id: bool = True
+    ) -> None:
         self.storage = storage
-        refuse_bucketless(location)
-        self.location = trim_location(location)
+        self.location = Location.of(location).text  # text: a script's own reader
         self.wants_query_id = query_id
         self._offsets_cache: dict[int, tuple[ObjectInfo, BatchOffsets]] = {}
         self._metadata_read = False

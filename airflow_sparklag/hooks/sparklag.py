@@ -454,7 +454,7 @@ class SparkLagHook(BaseHook):
                 passed.append(f"{store} client built from the connection")
         location = self.bundle.location if self.bundle is not None else None
         if location:
-            yield f"reading the checkpoint {redact_url(location)}"
+            yield f"reading the checkpoint {redact_url(str(location))}"
             passed.append(self._test_checkpoint(location))
 
     def _test_s3(self) -> str:
@@ -466,7 +466,7 @@ class SparkLagHook(BaseHook):
 
     def _test_checkpoint(self, location: str) -> str:
         state = self.read_checkpoint(location, history=1)
-        shown = redact_url(location)
+        shown = redact_url(str(location))
         if state.committed is None:
             return f"checkpoint {shown} read: no batch committed yet"
         partitions = {
