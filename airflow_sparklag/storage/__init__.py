@@ -378,12 +378,9 @@ class StorageOptions:
 
     def options_for(self, wanted: type[BackendOptions]) -> BackendOptions:
         """The options of the backend ``wanted`` types (its defaults when none were given)."""
-        s3 = self.s3() if callable(self.s3) else self.s3
-        for value in (
-            _typed("s3", s3) if isinstance(s3, Mapping) else s3,
-            self.webhdfs,
-            self.fsspec,
-        ):
+        for value in (self.s3, self.webhdfs, self.fsspec):
+            if callable(value) and wanted is options_type("s3"):  # only an S3 backend calls it
+                value = _typed("s3", value())
             if isinstance(value, wanted):
                 return value
         return wanted()

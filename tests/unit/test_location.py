@@ -191,3 +191,17 @@ def test_storage_options_read_mappings_once_and_never_print_them() -> None:
         StorageOptions(webhdfs={"usr": "me"})
     with pytest.raises(InvalidParameter, match=r"^s3_options: unknown option\(s\) 'read_timout'"):
         Session(s3_options={"read_timout": 5})
+
+
+def test_the_s3_options_function_is_called_by_an_s3_backend_only(tmp_path: Path) -> None:
+    """The hook hands a function that builds its S3 client: opening a local (or HDFS) store
+    must not build it (it did: any first backend called it)."""
+    from airflow_sparklag.storage.local import LocalStorage
+    from airflow_sparklag.storage.s3 import S3Options
+
+    calls: list[int] = []
+    lazy = StorageOptions(s3=lambda: calls.append(1) or {"region_name": "eu-west-1"})
+    assert isinstance(lazy.open(Location.parse(tmp_path)), LocalStorage)
+    assert calls == []
+    s3 = lazy.options_for(S3Options)
+    assert isinstance(s3, S3Options) and s3.region_name == "eu-west-1" and calls == [1]
