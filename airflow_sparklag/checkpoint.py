@@ -60,6 +60,7 @@ LATEST_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last datet
 INT32_MAX = 2**31 - 1  # Kafka partition ids are Java ints
 
 _VERSION_LINE = re.compile(r"v([0-9]+)")
+_SOURCE_VERSION_LINE = re.compile(rb"v[0-9]+(\n|$)")  # a start file with no byte before it
 _PARTITION_KEY = re.compile(r"0|[1-9][0-9]*")  # as Spark writes an Int: no sign, no padding
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's legal topic names
 # The rate source's continuous offsets {"<partition>": {"value": .., "runTimeMs": ..}} have
@@ -248,10 +249,10 @@ def parse_metadata(data: bytes, path: str) -> str:
 def parse_source_start(data: bytes, path: str, source_id: str) -> SourceOffset:
     """Parse ``sources/<id>/0``: the offsets the source started from.
 
-    Kafka writes a 0x00 byte, then ``v1\\n``, then the JSON; Spark 2.1 files have no version;
-    other sources (rate, files) write ``v1\\n<offset>`` without the 0x00 byte.
+    Other sources (rate) write ``v1\\n<offset>``. Kafka writes one byte first (0x00; Spark 2.1.0
+    the JSON's length, and no version line), which Spark drops whatever it is.
     """
-    if data[:1] == b"\x00":
+    if not _SOURCE_VERSION_LINE.match(data):
         data = data[1:]
     text = _decode(data, path)
     if text.startswith("v"):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
 from airflow_sparklag.errors import InvalidParameter, MigrationRefused, SparkLagError, UsageError
-from airflow_sparklag.health import EXIT_CHECK_FAILED, EXIT_USAGE, Health, Thresholds
+from airflow_sparklag.model.verdict import EXIT_CHECK_FAILED, EXIT_USAGE, Health, Thresholds
 from airflow_sparklag.redact import printable, scrub
 from airflow_sparklag.storage.s3 import READERS
 
@@ -36,14 +36,15 @@ THRESHOLD_FLAGS = {
     "max_commit_age": "max_commit_age_seconds",
     "max_in_flight": "max_in_flight_seconds",
     "min_time_to_loss": "min_time_to_loss_seconds",
+    "min_time_to_loss_ratio": "min_time_to_loss_ratio",
     "allowed_lag": "allowed_lag",
     "window": "window",
     "min_window": "min_window",
 }
-# the other thresholds are counts
 DURATION_FLAGS = frozenset(
     {"max_lag_seconds", "max_commit_age", "max_in_flight", "min_time_to_loss"}
 )
+SHARE_FLAGS = frozenset({"min_time_to_loss_ratio"})  # a share, 0 to 1; the others are counts
 PROGRESS_MIN = 10  # checkpoints from which `status` shows a progress line
 
 
@@ -154,7 +155,13 @@ def _check_flags(command: argparse.ArgumentParser) -> None:
 
     params.option_flags(command, CheckOptions)
     for flag, field in THRESHOLD_FLAGS.items():
-        reader = params.duration if flag in DURATION_FLAGS else params.count
+        reader = (
+            params.duration
+            if flag in DURATION_FLAGS
+            else params.number
+            if flag in SHARE_FLAGS
+            else params.count
+        )
         command.add_argument(
             f"--{flag.replace('_', '-')}",
             type=params.flag_type(flag, reader),
@@ -190,6 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument(
         "--detail", action="store_true", help="with several jobs, every partition of each"
+    )
+    status.add_argument(
+        "--explain",
+        action="store_true",
+        help="a line per job: what was read to judge it and which rule asked for it "
+        "(always in --json: 'evidence')",
     )
     _connection_flags(status)
     _check_flags(status)
@@ -289,14 +302,17 @@ def _print_results(args: argparse.Namespace, results: list[CheckResult]) -> None
         return
     if len(results) > 1 and not args.detail:
         _out(compact_table(results), args)
-        return
-    for i, result in enumerate(results):
-        if i:
-            _out("\n" + "-" * 80 + "\n", args)
-        if result.error is not None or result.report is None:
-            _out(f"checkpoint  {result.location}\nerror       {result.error}", args)
-        else:
-            _out(render(result.report, result.verdict), args)
+    else:
+        for i, result in enumerate(results):
+            if i:
+                _out("\n" + "-" * 80 + "\n", args)
+            if result.error is not None or result.report is None:
+                _out(f"checkpoint  {result.location}\nerror       {result.error}", args)
+            else:
+                _out(render(result.report, result.verdict), args)
+    if args.explain:  # what each job was judged on, and which rule asked for it
+        for result in results:
+            _out(f"evidence    {result.location}: {result.explain()}", args)
 
 
 def compact_table(results: list[CheckResult]) -> str:
@@ -552,7 +568,7 @@ def run_history(args: argparse.Namespace) -> int:
     with open_session(args) as session:
         past = history(session, args.checkpoint, batches=args.batches, include_now=not args.no_now)
     _out(json.dumps(past.to_dict(), indent=2) if args.json else history_table(past), args)
-    return 0
+    return 0 if past.verdict is None else past.verdict.health.exit_code
 
 
 def run_serve(args: argparse.Namespace) -> int:

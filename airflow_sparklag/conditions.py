@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from airflow_sparklag.errors import CheckpointNotFound, InvalidParameter
-from airflow_sparklag.health import Health
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckOptions, CheckResult, check
 from airflow_sparklag.session import Session
 from airflow_sparklag.snapshot import by_partition
@@ -56,7 +56,9 @@ class Probe:
 
 class WaitCondition(Protocol):
     kind: ClassVar[str]
-    location: str
+
+    @property
+    def location(self) -> str: ...  # read-only: the conditions are frozen dataclasses
 
     def probe(self, session: Session) -> Probe: ...
 

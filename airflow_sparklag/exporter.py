@@ -35,7 +35,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag.errors import InvalidParameter, UsageError
-from airflow_sparklag.health import Health
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.redact import redact_url
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from airflow_sparklag.fleet import FleetChecker
-    from airflow_sparklag.lag import LagReport, PartitionLag
+    from airflow_sparklag.model.report import LagReport, PartitionLag
     from airflow_sparklag.monitor import CheckResult
 
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_PORT", "MAX_PARTITIONS_PER_JOB", "LagExporter"]

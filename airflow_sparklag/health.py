@@ -22,223 +22,25 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
-import numbers
 import statistics
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
-from enum import Enum
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-from airflow_sparklag.lag import (
-    LagReport,
-    PartitionLag,
-    Reads,
-    _ToDict,
-    more_history,
-    single_cluster_warning,
-    time_lag_reads,
+from airflow_sparklag.lag import single_cluster_warning
+from airflow_sparklag.model.report import LagReport, PartitionLag, Reads
+from airflow_sparklag.model.verdict import (
+    NO_KAFKA_SOURCE,
+    REAL_TIME_STOPPED_INTERVALS,
+    STOPPED_BUSY_INTERVALS,
+    STOPPED_MIN_IDLE_SECONDS,
+    Health,
+    HealthVerdict,
+    PartitionRef,
+    RuleResult,
+    Thresholds,
 )
+from airflow_sparklag.positions import more_history, time_lag_reads
 from airflow_sparklag.runs import busy_interval, default_grace, observed_period
-
-
-class Health(str, Enum):
-    """Verdicts, from healthy to worst; UNKNOWN means "cannot tell".
-
-    Each verdict carries its policy, so no caller restates it:
-
-    ============  ========  =========  =========  ============
-    verdict       severity  exit_code  is_breach  metric_value
-    ============  ========  =========  =========  ============
-    OK            0         0          no         0
-    LAGGING       1         1          yes        1
-    STALLED       2         2          yes        2
-    STOPPED       3         2          yes        3
-    REWIND        4         2          yes        4
-    DATA_LOSS     5         2          yes        5
-    UNKNOWN       -1        3          no         -1
-    ============  ========  =========  =========  ============
-
-    UNKNOWN is not a degree of badness but the absence of a verdict (nothing committed yet, no
-    Kafka source, a missing topic), so it sits outside the scale, below OK, as Burrow's
-    NOTFOUND does: "the worst of" a set never picks it over a real verdict. Callers that must
-    not let "cannot tell" pass check for it by name (the CLI exits 3, a metric reads -1).
-
-    >>> Health.parse("lagging").exit_code, Health.STOPPED.severity > Health.LAGGING.severity
-    (1, True)
-    """
-
-    OK = "OK"
-    LAGGING = "LAGGING"
-    STALLED = "STALLED"
-    STOPPED = "STOPPED"
-    REWIND = "REWIND"
-    DATA_LOSS = "DATA_LOSS"
-    UNKNOWN = "UNKNOWN"
-
-    @property
-    def severity(self) -> int:
-        """0 (OK) to 5 (DATA_LOSS), in the order the rules are tried; UNKNOWN is -1."""
-        return _SEVERITY[self]
-
-    @property
-    def exit_code(self) -> int:
-        """The CLI's exit code: 0 OK, 1 LAGGING, 2 worse, 3 UNKNOWN."""
-        return 3 if self is Health.UNKNOWN else min(_SEVERITY[self], 2)
-
-    @property
-    def is_breach(self) -> bool:
-        """A verdict that fails a check by default (every one but OK and UNKNOWN)."""
-        return _SEVERITY[self] > 0
-
-    @property
-    def metric_value(self) -> int:
-        """The number dashboards get: 0 OK .. 5 DATA_LOSS, -1 UNKNOWN. A stable contract."""
-        return _SEVERITY[self]
-
-    @classmethod
-    def parse(cls, name: object) -> Health:
-        """The verdict named ``name``, in any case (``"lagging"`` -> ``Health.LAGGING``)."""
-        if isinstance(name, cls):
-            return name
-        if isinstance(name, str):
-            try:
-                return cls(name.strip().upper())
-            except ValueError:
-                pass
-        valid = ", ".join(h.value for h in cls)
-        raise ValueError(f"unknown verdict {name!r}; valid verdicts: {valid}")
-
-
-# The members are declared from healthy to worst; UNKNOWN, the last, sits outside the scale.
-_SEVERITY = {h: -1 if h is Health.UNKNOWN else i for i, h in enumerate(Health)}
-
-# Verdicts that fail a check operator unless told otherwise. UNKNOWN (no batch committed yet,
-# no Kafka source) is not a breach by default: there is nothing to measure.
-DEFAULT_FAIL_ON: tuple[Health, ...] = tuple(h for h in Health if h.is_breach)
-# The threshold-free STOPPED rule: a query with records waiting that has not planned a batch
-# for this many of its own busy-batch intervals, and at least this long, has stopped. Too
-# short a history to measure that pace: past this long, the verdict is UNKNOWN, never OK.
-STOPPED_BUSY_INTERVALS = 5
-STOPPED_MIN_IDLE_SECONDS = 30.0
-# A real-time query checkpoints every interval, records or not: this many intervals without
-# one (and STOPPED_MIN_IDLE_SECONDS) while records wait, and it has stopped.
-REAL_TIME_STOPPED_INTERVALS = 3
-# CLI exit codes beyond the verdicts' own (Health.exit_code, 0-3).
-EXIT_CHECK_FAILED = 4  # the check itself failed: bad checkpoint, unreachable storage or Kafka
-EXIT_USAGE = 64  # sysexits EX_USAGE: wrong arguments or configuration
-
-
-def _checked_limit(name: str, value: object, *, optional: bool, count: bool) -> int | float | None:
-    """``value`` as a plain finite number >= 0 (a whole int for a count), else ValueError."""
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"threshold {name} must be a number, got {type(value).__name__} {value!r}")
-    number: int | float = int(value) if isinstance(value, numbers.Integral) else float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"threshold {name} must be a finite number, got {value!r}")
-    if number < 0:
-        raise ValueError(f"threshold {name} must be >= 0, got {value!r}")
-    if count and isinstance(number, float):
-        # Counts arrive as floats from CLI flags and JSON ("--window 5" -> 5.0); the window is
-        # a slice bound, so keep them whole ints (a float crashed every rule with a TypeError).
-        if not number.is_integer():
-            raise ValueError(f"threshold {name} must be a whole number, got {value!r}")
-        number = int(number)
-    return number
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Named limits of the health rules. A None limit turns its check off.
-
-    Defaults: every absolute limit is off (they depend on the job), `allowed_lag` is 0 records,
-    the window is the last 10 batches and history-based checks need at least 3 of them (so a
-    lone old commit never decides STOPPED by itself; Burrow's minimum-complete).
-
-    >>> t = Thresholds.from_dict({"max_lag_seconds": 300, "allowed_lag": 1})
-    >>> t.max_lag_seconds, t.window
-    (300, 10)
-    """
-
-    max_lag_records_per_partition: int | None = None
-    max_lag_records_total: int | None = None
-    max_lag_seconds: float | None = None
-    max_commit_age_seconds: float | None = None
-    max_in_flight_seconds: float | None = None
-    # LAGGING when retention would delete an unread record within this many seconds.
-    min_time_to_loss_seconds: float | None = None
-    # Lag (records per partition) that still counts as caught up: transactional topics keep
-    # a commit marker after the last record, and some sources trail by a record or two.
-    allowed_lag: int = 0
-    window: int = 10  # batches of history the trend rules look at
-    min_window: int = 3  # fewer batches than this: trend rules stay silent
-
-    def __post_init__(self) -> None:
-        # Strict: rendered Airflow text is read by airflow_sparklag.params before it gets here.
-        for f in fields(self):
-            count = str(f.type).startswith("int")  # the fields typed int are counts
-            value = _checked_limit(
-                f.name, getattr(self, f.name), optional=f.default is None, count=count
-            )
-            object.__setattr__(self, f.name, value)
-        if self.window < 2 or self.min_window < 2:
-            raise ValueError("window and min_window must be >= 2 batches")
-        if self.min_window > self.window:
-            raise ValueError("min_window must not exceed window")
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any] | None) -> Thresholds:
-        """Build from a plain dict (DAG params, JSON); unknown names are an error."""
-        values = dict(values or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown threshold(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-            )
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-@dataclass(frozen=True)
-class PartitionRef:
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}:{self.partition}"
-
-
-@dataclass(frozen=True)
-class RuleResult(_ToDict):
-    """What one rule found."""
-
-    health: Health
-    rule: str
-    reason: str
-    partitions: tuple[PartitionRef, ...] = ()
-
-
-@dataclass(frozen=True)
-class HealthVerdict(_ToDict):
-    """The verdict: worst rule that fired, a short reason and the partitions to look at.
-
-    `findings` lists every rule that fired, worst first.
-
-    >>> verdict = evaluate(report, Thresholds(max_lag_seconds=600))   # doctest: +SKIP
-    >>> verdict.health, verdict.reason                                  # doctest: +SKIP
-    (<Health.LAGGING: 'LAGGING'>, 'lag 912 s > 600 s on orders:3')
-    """
-
-    health: Health
-    reason: str
-    rule: str
-    partitions: tuple[PartitionRef, ...] = ()
-    findings: tuple[RuleResult, ...] = field(default=())
 
 
 @dataclass(frozen=True)
@@ -685,29 +487,59 @@ def rule_lagging(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
 
 
 def rule_time_to_loss(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
-    """Retention would delete an unread record sooner than ``min_time_to_loss_seconds``
-    (LAGGING, rule ``time_to_data_loss``): the job must catch up, or its retention grow,
-    before the records are lost. Partitions whose time to loss is unknown do not fire."""
-    limit = thresholds.min_time_to_loss_seconds
-    if limit is None:
-        return None
+    """Retention would delete an unread record sooner than ``Thresholds.loss_bound`` (at
+    defaults: within a quarter of the topic's retention.ms, at most 6 h ahead): LAGGING,
+    rule ``time_to_data_loss``, with what to do. Partitions whose time to loss is unknown do
+    not fire; a worse verdict names it in its reason (``_verdict``)."""
     soon = [
-        p
+        (p, bound)
         for p in _lagging(report, thresholds)
-        if p.time_to_loss_seconds is not None and p.time_to_loss_seconds < limit
+        if p.time_to_loss_seconds is not None
+        and p.time_to_loss_seconds < (bound := thresholds.loss_bound(p.retention_seconds))
     ]
     if not soon:
         return None
-    first = min(p.time_to_loss_seconds or 0.0 for p in soon)
-    reason = f"retention deletes unread records in {first:.0f} s (< {limit:g} s)"
-    return _on(Health.LAGGING, "time_to_data_loss", reason, soon)
+    first, bound = min(soon, key=lambda found: found[0].time_to_loss_seconds or 0.0)
+    retention = first.retention_seconds
+    limit = _duration(bound)
+    if retention:
+        limit += f", {bound / retention:.0%} of its {_duration(retention)} retention"
+    refs = _refs([p for p, _ in soon])
+    reason = (
+        f"retention deletes unread records in {_duration(first.time_to_loss_seconds)} "
+        f"(< {limit}) on {_names(refs)}: {LOSS_NEXT_STEP}"
+    )
+    return RuleResult(Health.LAGGING, "time_to_data_loss", reason, refs)
+
+
+# What an operator does when records are about to be deleted unread.
+LOSS_NEXT_STEP = (
+    "restart or scale the job before then (raise maxOffsetsPerTrigger or its resources), or "
+    "raise the topic's retention.ms; if it cannot catch up, snapshot its offsets first "
+    "(sparklag snapshot) and migrate"
+)
+
+
+def _duration(seconds: float | None) -> str:
+    """``42 s``, ``6.5 min``, ``3.2 h``, ``2.0 d``."""
+    if seconds is None:
+        return "unknown"
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def ages_time_to_loss(report: LagReport, thresholds: Thresholds, now: float) -> bool:
-    """A ``min_time_to_loss_seconds`` threshold and a lagging partition the estimate cannot
-    date: the time to loss is counted from the record's age."""
-    return thresholds.min_time_to_loss_seconds is not None and any(
-        p.lag > thresholds.allowed_lag and p.lag_seconds is None for p in report.partitions()
+    """A lagging partition of a topic that deletes by age, whose waiting record the estimate
+    cannot date, while the warning is on: the time to loss is counted from that record's age,
+    so it is read (every report where records wait then has its time to loss)."""
+    return any(
+        p.lag > thresholds.allowed_lag
+        and p.lag_seconds is None
+        and p.retention_seconds is not None
+        and thresholds.loss_bound(p.retention_seconds) > 0
+        for p in report.partitions()
     )
 
 
@@ -840,24 +672,43 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def ages_needed(report: LagReport, thresholds: Thresholds, now: float) -> bool:
-    """Does a rule need the age of waiting records the estimate could not give? (A check then
-    reads their timestamps.)"""
-    return any(rule.ages(report, thresholds, now) for rule in RULES)
+def ages_needed(report: LagReport, thresholds: Thresholds, now: float) -> tuple[str, ...]:
+    """The rules that need the age of waiting records the estimate could not give (a check
+    then reads their timestamps); empty when none does."""
+    return tuple(rule.name for rule in RULES if rule.ages(report, thresholds, now))
+
+
+TIME_LAG = "time lag"  # the time-lag estimate, when it asks for older batches
 
 
 def reads_needed(
     report: LagReport, thresholds: Thresholds, now: float, *, exact_time_lag: bool = False
-) -> Reads:
+) -> tuple[Reads, tuple[str, ...]]:
     """The older history ``report`` needs for its verdict and every partition's numbers to be
-    those of the whole window: the most that the rules and the time-lag estimate declare.
+    those of the whole window: the most that the rules and the time-lag estimate declare, and
+    who declared it.
 
     The one place a newest-first check decides what to read: ``NOTHING`` settles the report,
     ``OLDER`` reads offsets/C-1 and asks again, ``WINDOW`` reads the rest of the window.
     """
-    dated = exact_time_lag or ages_needed(report, thresholds, now)
-    needs = (rule.reads(report, thresholds, now, dated) for rule in RULES)
-    return max(time_lag_reads(report), *needs)
+    dated = exact_time_lag or bool(ages_needed(report, thresholds, now))
+    needs = {TIME_LAG: time_lag_reads(report)}
+    needs.update({rule.name: rule.reads(report, thresholds, now, dated) for rule in RULES})
+    most = max(needs.values())
+    return most, tuple(name for name, reads in needs.items() if most and reads == most)
+
+
+def waiting_wanted(report: LagReport, thresholds: Thresholds, now: float) -> bool:
+    """The stopped rule's declaration of Kafka's offsets before the last run: wanted when the
+    verdict would be STOPPED by the job's own pace (``_stopped_idle``) while no schedule is
+    declared: records that waited between runs show a job started by a scheduler, which
+    ``_stopped_idle`` then judges by the period its runs came at."""
+    if report.schedule is not None or _unjudged(report) is not None:
+        return False
+    if rule_data_loss(report, thresholds, now) or rule_rewind(report, thresholds, now):
+        return False
+    found = rule_stopped(report, thresholds, now)
+    return found is not None and found.rule == "stopped_idle"
 
 
 def evaluate(
@@ -884,12 +735,9 @@ def evaluate(
 
 def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> HealthVerdict:
     now = report.generated_at if now is None else now
-    # A real-time query's first offsets file is written with its first checkpoint.
-    real_time = report.trigger == "real-time"
-    if report.committed_batch_id is None and (report.in_flight is None or real_time):
-        return HealthVerdict(Health.UNKNOWN, "no committed batch yet", "no_commit")
-    if not report.kafka_sources:
-        return HealthVerdict(Health.UNKNOWN, "the query has no Kafka source", "no_kafka_source")
+    unjudged = _unjudged(report)
+    if unjudged is not None:
+        return unjudged
     findings = tuple(r for r in (rule.check(report, thresholds, now) for rule in RULES) if r)
     pending = _first_batch_pending(report, now)
     if findings:
@@ -898,6 +746,11 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
         reason = first.reason if pending is None or named else f"{first.reason} ({pending})"
         if first.rule == "lagging" and report.real_time is not None:
             reason = f"{reason} {_as_of_checkpoint(report)}"
+        if first.rule != "time_to_data_loss" and any(
+            f.rule == "time_to_data_loss" for f in findings
+        ):
+            soonest = report.min_time_to_loss_seconds
+            reason += f"; retention deletes unread records in {_duration(soonest)}"
         return HealthVerdict(first.health, reason, first.rule, first.partitions, findings)
     unknown = [
         f"source {s.source_id}: {s.lag_unknown}" for s in report.kafka_sources if s.lag_unknown
@@ -919,6 +772,17 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
         )
     as_of = "" if report.real_time is None else f" {_as_of_checkpoint(report)}"
     return HealthVerdict(Health.OK, f"lag {report.total_lag} record(s){as_of}", "ok")
+
+
+def _unjudged(report: LagReport) -> HealthVerdict | None:
+    """UNKNOWN without running the rules: no committed batch yet, or no Kafka source."""
+    # A real-time query's first offsets file is written with its first checkpoint.
+    real_time = report.trigger == "real-time"
+    if report.committed_batch_id is None and (report.in_flight is None or real_time):
+        return HealthVerdict(Health.UNKNOWN, "no committed batch yet", "no_commit")
+    if not report.kafka_sources:
+        return NO_KAFKA_SOURCE
+    return None
 
 
 def _as_of_checkpoint(report: LagReport) -> str:

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_sparklag.checkpoint import real_time_interval
-from airflow_sparklag.lag import _ToDict
 from airflow_sparklag.location import Location
+from airflow_sparklag.model.report import ToDict
+from airflow_sparklag.model.verdict import NO_KAFKA_SOURCE, HealthVerdict
 from airflow_sparklag.timelag import RecordAge, Stairs, record_age, staircase
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ REAL_TIME_NOW = (
 
 
 @dataclass(frozen=True)
-class PartitionPoint(_ToDict):
+class PartitionPoint(ToDict):
     """One partition of one Kafka source at one point of the history.
 
     ``unknown`` says why ``lag`` or ``lag_seconds`` is None (or why ``lag_seconds_max`` is).
@@ -114,7 +115,7 @@ class PartitionPoint(_ToDict):
 
 
 @dataclass(frozen=True)
-class HistoryPoint(_ToDict):
+class HistoryPoint(ToDict):
     """The lag of every partition at one time: a retained batch's planning time or now.
 
     ``kind`` is ``committed`` (offsets/N with commits/N), ``in_flight`` (offsets/N not
@@ -134,11 +135,12 @@ class HistoryPoint(_ToDict):
 
 
 @dataclass(frozen=True)
-class LagHistory(_ToDict):
+class LagHistory(ToDict):
     """Lag over the retained batches of one checkpoint, oldest first, ending with ``now``.
 
     ``approximations`` says in plain words what the numbers assume; ``unknown`` why there are
-    no batch points (continuous trigger, nothing committed yet).
+    no batch points (continuous trigger, nothing committed yet). ``verdict`` is status's when
+    there is nothing to measure (UNKNOWN, no Kafka source: no points), else None.
 
     >>> past = history(session, "/data/ck/orders")                      # doctest: +SKIP
     >>> past.series("orders", 0)                                         # doctest: +SKIP
@@ -151,6 +153,7 @@ class LagHistory(_ToDict):
     kafka_calls: int  # ListOffsets-by-time calls made (one per distinct batch time)
     approximations: tuple[str, ...] = APPROXIMATIONS
     unknown: str | None = None
+    verdict: HealthVerdict | None = None
 
     def series(
         self, topic: str, partition: int, source_id: str | None = None
@@ -180,6 +183,7 @@ class HistoryPlan:
     start_sources: tuple[str, ...]  # Kafka source ids whose sources/<id>/0 batch 0 needs
     unknown: str | None
     real_time: bool = False  # points at offsets/N's write, processed = offsets/N
+    verdict: HealthVerdict | None = None  # NO_KAFKA_SOURCE: no batch read has one
 
 
 def _point_time_ms(batch: BatchOffsets, real_time: bool) -> int | None:
@@ -206,7 +210,10 @@ def plan_history(state: CheckpointState, batches: int) -> HistoryPlan:
         topic for b in by_id.values() for positions in _kafka(b).values() for topic in positions
     )
     unknown = None
-    if not shown:
+    verdict = NO_KAFKA_SOURCE if chosen and not topics else None
+    if verdict is not None:  # no point to show: a lag of 0 at each batch would be a guess
+        shown, unknown = (), verdict.reason
+    elif not shown:
         if state.continuous or chosen:
             unknown = "the batches carry no time (continuous trigger): nothing to date"
         else:
@@ -225,6 +232,7 @@ def plan_history(state: CheckpointState, batches: int) -> HistoryPlan:
         start_sources=tuple(_kafka(first)) if first is not None else (),
         unknown=unknown,
         real_time=real_time,
+        verdict=verdict,
     )
 
 
@@ -397,13 +405,15 @@ def reconstruct(
                 REAL_TIME_NOW if plan.real_time else None,
             )
         )
+    approximations = REAL_TIME_APPROXIMATIONS if plan.real_time else APPROXIMATIONS
     return LagHistory(
         location=state.location,
         generated_at=time.time() if now is None else now,
         points=tuple(_history_point(at, tables) for at in ats),
         kafka_calls=kafka_calls,
-        approximations=REAL_TIME_APPROXIMATIONS if plan.real_time else APPROXIMATIONS,
+        approximations=() if plan.verdict else approximations,  # no point: nothing approximated
         unknown=plan.unknown,
+        verdict=plan.verdict,
     )
 
 

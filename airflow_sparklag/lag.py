@@ -1,846 +1,52 @@
-"""Lag of a Spark query: its last committed Kafka offsets against the live log, per partition.
-
-`compute_lag()` is pure: a `CheckpointState` (what the job processed and planned) plus a
-`KafkaSnapshot` (what the log holds) give a `LagReport`. Every report class is a frozen dataclass
-whose `to_dict()` survives `json.dumps` (XCom, `--json`). One instant serves the whole report:
-the snapshot's `fetched_at`, unless the caller gives `now`.
-
-Lag in records is an offset difference: on transactional topics the commit/abort markers and the
-records of aborted transactions occupy offsets too, so a consumer reads fewer records than the
-lag says (the report's `notes` say so and show the last stable offset).
+"""The lag report of a Spark query: its positions (``positions.measure``) with what Kafka
+answered beyond the snapshot (``Answers``: time to data loss, a scheduled run's completeness,
+the looks-scheduled shape, a real-time query's lag as of its checkpoints) and the notes a
+reader of the numbers must know. `compute_lag()` is pure and made once per job by a check.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
-import functools
-import itertools
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from airflow_sparklag.checkpoint import real_time_interval
-from airflow_sparklag.kafka import subscribe_regex
-from airflow_sparklag.runs import Schedule, schedule_of
-from airflow_sparklag.timelag import estimate_age, history_points
+from airflow_sparklag.model.report import LagReport, PartitionLag, Schedule
+from airflow_sparklag.positions import (
+    REAL_TIME_AGE,
+    Offsets,
+    SourceCluster,
+    catch_up_seconds,
+    measure,
+    offset_at,
+    positions_of,
+    records_between,
+    sum_lags,
+)
+from airflow_sparklag.runs import busy_interval, last_gap, run_gap, schedule_of
 
 if TYPE_CHECKING:
-    from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
+    from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.kafka import KafkaSnapshot, TopicRetention
 
 
-_JSON_LEAVES = frozenset({str, int, bool})
-
-
-def json_safe(value: Any) -> Any:
-    """`value` turned into JSON types: dataclasses and mappings become dicts with string keys,
-    tuples/sets become lists (sets sorted), NaN and -inf become None, +inf "infinite"."""
-    if value is None or type(value) in _JSON_LEAVES:  # most values: answered first
-        return value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: json_safe(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (set, frozenset)):
-        return [json_safe(v) for v in sorted(value, key=str)]
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return "infinite" if value == math.inf else None  # +inf: "never" (time to data loss)
-    if hasattr(value, "value") and hasattr(value, "name") and not isinstance(value, type):
-        return json_safe(value.value)  # enums
-    return value
-
-
-class _ToDict:
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe dict of every field (`json.dumps(obj.to_dict())` always works)."""
-        result = json_safe(self)
-        assert isinstance(result, dict)
-        return result
-
-
 @dataclass(frozen=True)
-class PartitionLag(_ToDict):
-    """Lag of one partition for one source.
-
-    `lag` counts offsets still to read: reference offset - committed offset, where the reference
-    is the last stable offset under read_committed and the log end otherwise; never negative
-    (`ahead_of_log` flags a committed offset beyond the log end instead). For a partition that
-    Kafka has and the checkpoint lacks (`new_partition`) Spark will read from the log start, so
-    the lag is counted from there. Before the query's first commit (`start_offset` set,
-    `committed_offset` None) it is counted from the offset the query started at.
-    `last_stable_offset` is shown whenever Kafka was asked for it.
-
-    >>> p = PartitionLag("orders", 0, committed_offset=90, planned_offset=None,
-    ...                  log_start_offset=0, log_end_offset=100, last_stable_offset=None,
-    ...                  lag=10, lag_seconds=4.5)
-    >>> p.to_dict()["lag"]
-    10
-    """
-
-    topic: str
-    partition: int
-    committed_offset: int | None
-    planned_offset: int | None  # offset the in-flight batch will reach, if one is running
-    log_start_offset: int | None
-    log_end_offset: int | None
-    last_stable_offset: int | None
-    lag: int
-    lag_seconds: float | None  # None = unknown
-    new_partition: bool = False
-    removed_partition: bool = False
-    data_loss: bool = False
-    records_lost: int = 0
-    ahead_of_log: bool = False
-    # Committed offset at each batch of LagReport.history (oldest first); None where absent.
-    offset_history: tuple[int | None, ...] = ()
-    start_offset: int | None = None  # before the first commit: where the query started
-    lag_seconds_unknown: str | None = None  # why lag_seconds is None, when it is
-    # Seconds until retention deletes the oldest unread record (a lower bound: Kafka deletes
-    # whole segments); math.inf: never (compacted or unlimited); None: no lag, or unknown.
-    time_to_loss_seconds: float | None = None
-    # Real-time trigger: records produced after the newest checkpoint, which the query reads
-    # as they arrive: an UPPER bound of those waiting, never lag (`lag` is as of the checkpoint).
-    since_checkpoint: int | None = None
-
-
-@dataclass(frozen=True)
-class TopicLag(_ToDict):
-    """Totals of one topic of one source.
-
-    `missing` = the cluster the source is measured against has no such topic (deleted, or the
-    source reads another cluster: docs/multi-cluster.md): its lag is unknown (`lag` None,
-    `lag_unknown` says why, never 0), it has no partitions, and `checkpoint_offsets` keeps
-    where the query stands on it. `new_topic` = the query has not read it yet (found by its
-    subscribePattern, or only in the in-flight batch): every partition is a `new_partition`,
-    waiting from its log start.
-
-    >>> TopicLag("orders", missing=False, partitions=()).lag
-    0
-    """
-
-    topic: str
-    missing: bool
-    partitions: tuple[PartitionLag, ...]
-    lag: int | None = 0
-    max_lag: int = 0
-    max_lag_partition: int | None = None
-    max_lag_seconds: float | None = None  # largest KNOWN lag_seconds; None when none is known
-    lag_unknown: str | None = None  # why `lag` is None, when it is
-    # A missing topic: partition -> offset the checkpoint holds (committed, or started at).
-    checkpoint_offsets: Mapping[int, int] = field(default_factory=dict)
-    new_topic: bool = False
-
-
-@dataclass(frozen=True)
-class SourceLag(_ToDict):
-    """One source of the query. Non-Kafka sources are listed with `is_kafka=False` and no topics.
-
-    >>> SourceLag("0", "other", is_kafka=False, topics=()).lag
-    0
-    """
-
-    source_id: str
-    kind: str  # "kafka" | "other" | "none" (no offset yet)
-    is_kafka: bool
-    topics: tuple[TopicLag, ...]
-    lag: int | None = 0  # None: a topic is missing from its cluster (see lag_unknown)
-    lag_unknown: str | None = None  # why `lag` is None, when it is
-    # The bootstrap servers of the cluster the source is mapped to; None: the main cluster.
-    cluster: str | None = None
-    # The subscribePattern its topics were counted by (found in every topic it read), if any.
-    pattern: str | None = None
-
-
-@dataclass(frozen=True)
-class InFlightBatch(_ToDict):
-    """A planned batch (offsets/L with L > C) whose commit is not written yet.
-
-    >>> InFlightBatch(8, started_at=100.0, age_seconds=3.0, planned_records=50).batch_id
-    8
-    """
-
-    batch_id: int
-    started_at: float | None  # epoch seconds (offsets/L modified time, else its batchTimestampMs)
-    age_seconds: float | None
-    planned_records: int  # records between the committed and the planned offsets
-    # source id -> topic -> partition -> planned offset
-    planned_offsets: Mapping[str, Mapping[str, Mapping[int, int]]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class RealTime(_ToDict):
-    """A real-time query (Spark >= 4.1, ``trigger(realTime=...)``): it reads records as they
-    arrive and writes ``offsets/N`` and ``commits/N`` together at the END of each interval, so
-    no file tells how far the running interval got. Its report measures what is known: the lag
-    as of the newest checkpoint (Kafka's offsets at ``checkpoint_at``, ListOffsets by
-    timestamp) and, apart, the records produced since (an upper bound of those waiting).
-
-    >>> RealTime(5.1, checkpoint_at=100.0, checkpoint_times=(100.0,)).interval_seconds
-    5.1
-    """
-
-    interval_seconds: float  # the newest checkpoint's: batchTimestampMs to offsets/C written
-    checkpoint_at: float  # epoch seconds offsets/C was written: what its lag is measured at
-    checkpoint_times: tuple[float | None, ...]  # offsets/N written, for each batch of history
-    # Total lag as of each checkpoint of `history` (oldest first); None where not measured.
-    checkpoint_lags: tuple[int | None, ...] = ()
-    produced_since: int | None = None  # records produced after checkpoint_at (upper bound)
-
-
-@dataclass(frozen=True)
-class HistoryBatch(_ToDict):
-    """A retained committed batch: the x-axis of PartitionLag.offset_history.
-
-    `timestamp_ms` is when the batch's offsets were reached (`batch_time_ms`): its
-    `batchTimestampMs`; for an epoch of the continuous trigger, which has none (empty metadata
-    line), and a real-time checkpoint, whose `batchTimestampMs` is its interval's start, its
-    offsets file's modification time (the epoch's or interval's end). `records` is how many
-    offsets (all Kafka partitions of all sources) the batch read, counted from the batch
-    before it in the history; None for the oldest one.
-    """
-
-    batch_id: int
-    timestamp_ms: int | None
-    records: int | None = None
-
-
-@dataclass(frozen=True)
-class LagReport(_ToDict):
-    """Everything known about a query's lag at `generated_at`.
-
-    Rates are records per second summed over all Kafka partitions of all sources, measured
-    over the batches in `history` (a check reads the older ones only when a rule needs them:
-    `health.reads_needed`; then they span the two newest, or the whole window).
-    `total_lag` and `max_lag` count the measured partitions; a topic its cluster lacks is in
-    `missing_topics`, and its source's `lag` is None with the reason (`lag_unknown`).
-    `production_rate` is an UPPER bound (the log end at the oldest retained batch is only known
-    to be at least that batch's offset), so `catch_up_seconds` errs on the long side.
-
-    >>> report = compute_lag(state, snapshot)                 # doctest: +SKIP
-    >>> report.total_lag, report.max_lag_seconds              # doctest: +SKIP
-    (1200, 35.2)
-    """
-
-    location: str
-    query_id: str | None
-    committed_batch_id: int | None
-    committed_at: float | None  # epoch seconds
-    commit_age_seconds: float | None
-    in_flight: InFlightBatch | None
-    sources: tuple[SourceLag, ...]
-    history: tuple[HistoryBatch, ...]
-    consumption_rate: float | None
-    production_rate: float | None
-    catch_up_seconds: float | None
-    time_lag_mode: str  # "estimate" (interpolated from history) | "exact" (record timestamps)
-    read_committed: bool
-    kafka_fetched_at: float
-    kafka_cluster_id: str | None
-    missing_topics: tuple[str, ...]
-    generated_at: float
-    continuous: bool
-    total_lag: int
-    max_lag: int
-    max_lag_topic: str | None
-    max_lag_partition: int | None
-    max_lag_seconds: float | None
-    # The retained batches look capped by a rate limit (maxOffsetsPerTrigger): the checkpoint's
-    # offsets then trail the log end at each batch time and cannot date records, so estimate
-    # mode reports lag_seconds as unknown. Exact mode is unaffected.
-    rate_limited: bool = False
-    # What a reader of the numbers must know (transactional topics, no commit yet, ...).
-    notes: tuple[str, ...] = ()
-    # Scheduled jobs (runs_every declared, or history that looks like runs): the last run.
-    schedule: Schedule | None = None
-    # Several Kafka sources, none mapped to a cluster: all were measured against one cluster,
-    # which is wrong when they read different ones (the checkpoint does not say).
-    single_cluster_assumed: bool = False
-    # The smallest time_to_loss_seconds of a lagging partition (see PartitionLag).
-    min_time_to_loss_seconds: float | None = None
-    trigger: str = "micro-batch"  # "micro-batch" | "continuous" | "real-time"
-    # The real-time trigger: lag is as of its newest checkpoint (see RealTime).
-    real_time: RealTime | None = None
-    # The query's subscribePattern as given (the checkpoint does not record it); None: not
-    # given, and topics the query has not read yet are not counted (a note says so).
-    subscribe_pattern: str | None = None
-    # The query reads fixed partitions (Spark's assign): partitions the checkpoint lacks are
-    # not counted.
-    assign: bool = False
-
-    @property
-    def kafka_sources(self) -> tuple[SourceLag, ...]:
-        return tuple(s for s in self.sources if s.is_kafka)
-
-    def partitions(self) -> Iterator[PartitionLag]:
-        """Every partition of every Kafka source."""
-        for source in self.sources:
-            for topic in source.topics:
-                yield from topic.partitions
-
-
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
-def _totals(parts: Sequence[PartitionLag], *, report: bool = False) -> dict[str, Any]:
-    """The totals of ``parts``: their lag, their worst partition (named only when it lags),
-    their largest known ``lag_seconds``; a topic's fields, or with ``report`` a report's."""
-    worst = max(parts, key=lambda pl: pl.lag, default=None)
-    known = [pl.lag_seconds for pl in parts if pl.lag_seconds is not None]
-    totals: dict[str, Any] = {
-        "total_lag" if report else "lag": sum(pl.lag for pl in parts),
-        "max_lag": worst.lag if worst else 0,
-        "max_lag_partition": worst.partition if worst and worst.lag > 0 else None,
-        "max_lag_seconds": max(known) if known else None,
-    }
-    if report:
-        totals["max_lag_topic"] = worst.topic if worst and worst.lag > 0 else None
-    return totals
-
-
-def _kafka_offsets(batch: BatchOffsets | None) -> dict[str, Mapping[str, Mapping[int, int]]]:
-    """source id -> topic -> partition -> offset, Kafka sources only."""
-    if batch is None:
-        return {}
-    return {
-        s.source_id: s.kafka for s in batch.sources if s.kind == "kafka" and s.kafka is not None
-    }
-
-
-def _rates(
-    series: list[BatchOffsets],
-    source_ends: Mapping[str, Mapping[str, Mapping[int, int]]],
-    fetched_at: float,
-    real_time: bool = False,
-) -> tuple[float | None, float | None]:
-    """(consumption rate, production-rate upper bound) over the retained history;
-    ``source_ends``: source id -> topic -> partition -> reference offset in its cluster.
-    Each batch's offsets are dated when they were reached (``batch_time_ms``): the upper bound
-    holds only then (the log end was at least the first batch's offsets at that time)."""
-    timed = [b for b in series if batch_time_ms(b, real_time) is not None]
-    if not timed:
-        return None, None
-    first, last = timed[0], timed[-1]
-    first_offsets, last_offsets = _kafka_offsets(first), _kafka_offsets(last)
-    t_first = (batch_time_ms(first, real_time) or 0) / 1000.0
-    t_last = (batch_time_ms(last, real_time) or 0) / 1000.0
-    consumed = 0
-    for source_id, topic, partition, start in _entries(first_offsets):
-        end = _at(last_offsets, source_id, topic, partition)
-        if end is not None:
-            consumed += end - start  # not clamped: a rewind between them gives no rate
-    produced = _records(first_offsets, source_ends)
-    consumption = consumed / (t_last - t_first) if t_last > t_first and consumed >= 0 else None
-    production = produced / (fetched_at - t_first) if fetched_at > t_first else None
-    return _finite(consumption), _finite(production)
-
-
-def _looks_rate_limited(
-    series_offsets: Sequence[Offsets], planned: Offsets, source_ends: Offsets, fewest: int = 2
-) -> bool:
-    """True when every observed batch read the same number of records while a backlog remained.
-
-    maxOffsetsPerTrigger caps each batch at exactly N records as long as more are waiting;
-    free-running batches of an organic stream practically never match to the record. Needs at
-    least ``fewest`` steps between batches (retained history plus the in-flight one) to say so.
-    """
-    positions = [*series_offsets, planned] if planned else list(series_offsets)
-    totals = [_records(before, after) for before, after in itertools.pairwise(positions)]
-    if len(totals) < fewest or totals[0] <= 0 or any(t != totals[0] for t in totals):
-        return False
-    backlog = sum(
-        max(0, _at(source_ends, source_id, topic, partition, offset) - offset)
-        for source_id, topic, partition, offset in _entries(positions[-1])
-    )
-    return backlog > totals[0]
-
-
-class Reads(enum.IntEnum):
-    """How much older history a report must have before a rule (or the report's own numbers)
-    is judged as on the whole window: what a check reads beyond offsets/C, newest first.
-
-    Each health rule declares it (``health.Rule.reads``), the time-lag estimate too
-    (``time_lag_reads``); ``health.reads_needed`` takes the most of them, in one place.
-    """
-
-    NOTHING = 0  # what the report has settles it
-    OLDER = 1  # the next older batch (offsets/C-1 after offsets/C alone), then ask again
-    WINDOW = 2  # every batch of the window, at once
-
-
-def more_history(report: LagReport) -> Reads:
-    """offsets/C-1 when the report has only the newest batch, else the whole window."""
-    return Reads.OLDER if len(report.history) < 2 else Reads.WINDOW
-
-
-def time_lag_reads(report: LagReport) -> Reads:
-    """What this report's own numbers need: the time-lag estimate of a waiting record, the
-    rate-limit guess that withholds it (``_looks_rate_limited``), the rates.
-
-    Nothing for a caught-up job; offsets/C-1 for a waiting one, then the rest of the window
-    when a partition is not in both, an offset went back between them, or older batches could
-    make the guess true (the steps seen are equal and at most what waits now).
-    """
-    if not any(p.lag > 0 or _planned_short(p, report.read_committed) for p in report.partitions()):
-        return Reads.NOTHING
-    if len(report.history) < 2:
-        return Reads.OLDER
-    for p in report.partitions():
-        h = p.offset_history
-        if len(h) < 2 or h[-1] is None or h[-2] is None or h[-1] < h[-2]:
-            return Reads.WINDOW
-    # Every partition has offsets/C-1 and offsets/C here: one step at least.
-    series, planned, ends = _positions_of(report)
-    return Reads.WINDOW if _looks_rate_limited(series, planned, ends, fewest=1) else Reads.NOTHING
-
-
-def _reference(p: PartitionLag, read_committed: bool) -> int | None:
-    """The offset ``p``'s lag is measured to: the last stable offset under read_committed."""
-    if read_committed and p.last_stable_offset is not None:
-        return p.last_stable_offset
-    return p.log_end_offset
-
-
-def _planned_short(p: PartitionLag, read_committed: bool) -> bool:
-    """An in-flight batch planned short of the log end (of the last stable offset)."""
-    reference = _reference(p, read_committed)
-    return p.planned_offset is not None and reference is not None and p.planned_offset < reference
-
-
-def _entries(offsets: Offsets) -> Iterator[tuple[str, str, int, int]]:
-    """(source id, topic, partition, offset) of every partition in ``offsets``."""
-    for source_id, topics in offsets.items():
-        for topic, parts in topics.items():
-            for partition, offset in parts.items():
-                yield source_id, topic, partition, offset
-
-
-def _at(offsets: Offsets, source_id: str, topic: str, partition: int, default: Any = None) -> Any:
-    """``offsets[source_id][topic][partition]``, or ``default``."""
-    return offsets.get(source_id, {}).get(topic, {}).get(partition, default)
-
-
-def _records(before: Offsets, after: Offsets) -> int:
-    """Records read from ``before`` to ``after``, summed over every partition in both."""
-    total = 0
-    for source_id, topics in after.items():
-        for topic, parts in topics.items():
-            bases = before.get(source_id, {}).get(topic, {})  # a fleet's hot loop: looked up once
-            for partition, offset in parts.items():
-                base = bases.get(partition)
-                if base is not None:
-                    total += max(0, offset - base)
-    return total
-
-
-def _positions_of(report: LagReport) -> tuple[list[Offsets], Offsets, Offsets]:
-    """A report's committed series, in-flight plan and reference ends, as the offsets maps
-    ``_looks_rate_limited`` takes (source id -> topic -> partition -> offset)."""
-    width = max((len(p.offset_history) for p in report.partitions()), default=0)
-    series: list[dict[str, dict[str, dict[int, int]]]] = [{} for _ in range(width)]
-    planned: dict[str, dict[str, dict[int, int]]] = {}
-    ends: dict[str, dict[str, dict[int, int]]] = {}
-    for source in report.kafka_sources:
-        for p in (p for topic in source.topics for p in topic.partitions):
-            ref = _reference(p, report.read_committed)
-            for offsets, offset in (
-                *zip(series, p.offset_history, strict=False),
-                (planned, p.planned_offset),
-                (ends, ref),
-            ):
-                if offset is not None:
-                    offsets.setdefault(source.source_id, {}).setdefault(p.topic, {})[
-                        p.partition
-                    ] = offset
-    return list(series), planned, ends
-
-
-def batch_time_ms(batch: BatchOffsets, real_time: bool = False) -> int | None:
-    """When a batch's offsets were reached: its ``batchTimestampMs`` (a micro-batch plans up
-    to them then); for a continuous epoch, which has none, and for a ``real_time`` checkpoint,
-    whose ``batchTimestampMs`` is its interval's START while its offsets are those of the END,
-    when its offsets file was written (Spark writes it at the epoch's or interval's end);
-    None when not known."""
-    if batch.batch_timestamp_ms is not None and not real_time:
-        return batch.batch_timestamp_ms
-    if batch.modified is not None:
-        return int(batch.modified * 1000)
-    return None if real_time else batch.batch_timestamp_ms
-
-
-def _committed_series(state: CheckpointState) -> list[BatchOffsets]:
-    """Retained committed batches, oldest first, ending at offsets/C."""
-    committed = state.committed
-    series = sorted(
-        (b for b in state.history if committed is None or b.batch_id <= committed.batch_id),
-        key=lambda b: b.batch_id,
-    )
-    if committed is not None and (not series or series[-1].batch_id != committed.batch_id):
-        series.append(committed)
-    return series
-
-
-def _reference_ends(
-    snapshot: KafkaSnapshot, topics: Iterable[str], read_committed: bool
-) -> dict[str, dict[int, int]]:
-    """topic -> partition -> the offset the lag is measured to, for ``topics`` only.
-
-    Only THIS job's topics: a fleet shares one snapshot of every topic of every job, and walking
-    all of it per job cost more than the job itself.
-    """
-    ref_ends: dict[str, dict[int, int]] = {}
-    for topic in topics:
-        kafka_parts = snapshot.partitions.get(topic)
-        if kafka_parts is None:
-            continue
-        # Under read_committed Spark stops at the LSO: measuring against the high watermark
-        # would show a permanent lag on transactional topics.
-        ref_ends[topic] = {
-            partition: po.last_stable
-            if read_committed and po.last_stable is not None
-            else po.log_end
-            for partition, po in kafka_parts.items()
-        }
-    return ref_ends
-
-
-RATE_LIMITED = "batches look capped by maxOffsetsPerTrigger: the history cannot date records"
-NO_TIMESTAMP = "the record's timestamp could not be read"
-NOT_ESTIMATED = "not estimated (a preliminary report)"
-REAL_TIME_AGE = (
-    "real-time trigger: its batch times are its intervals' starts, so only the record's "
-    "timestamp dates it as of the checkpoint (exact time lag)"
-)
-
-
-@dataclass(frozen=True)
-class LagBasis:
-    """What every partition of one query is measured against (one per `compute_lag` call)."""
-
-    snapshot: KafkaSnapshot
-    ref_ends: Mapping[str, Mapping[int, int]]  # topic -> partition -> reference offset
-    read_committed: bool
-    now_ms: float
-    # Exact time-lag mode: (topic, partition) -> timestamp ms of the record at the position.
-    record_timestamps: Mapping[tuple[str, int], int | None] | None
-    rate_limited: bool
-    # What the time-lag estimate dates records by: the committed batches and the in-flight one
-    # (its planned offsets were the log end when it was planned), with the live log end.
-    observed: Sequence[BatchOffsets]
-    cluster: str | None = None  # a mapped source's cluster (bootstrap servers); None: main
-    # Why lag_seconds of a lagging partition is not estimated, when it is not: NOT_ESTIMATED
-    # for a report only asked whether it needs the older batches (then made again with them);
-    # REAL_TIME_AGE for a real-time query (its batch times are its intervals' starts).
-    unestimated: str | None = None
-
-    @functools.cached_property
-    def _points(self) -> dict[tuple[str, int], list[tuple[int, float]]]:
-        """(topic, partition) -> history points: made once, only when a partition lags."""
-        return history_points(self.observed)
-
-    def age(
-        self, topic: str, partition: int, position: int, lag: int
-    ) -> tuple[float | None, str | None]:
-        """How old the first unread record is: ``(seconds, None)``, or ``(None, why)`` when
-        it is unknown."""
-        if lag == 0:
-            return 0.0, None
-        if self.record_timestamps is not None:
-            ts = self.record_timestamps.get((topic, partition))
-            if ts is None:
-                return None, NO_TIMESTAMP
-            return max(0.0, (self.now_ms - ts) / 1000.0), None
-        if self.rate_limited:
-            return None, RATE_LIMITED
-        if self.unestimated is not None:
-            return None, self.unestimated
-        live = self.ref_ends.get(topic, {}).get(partition)
-        points = self._points.get((topic, partition), ())
-        return estimate_age(points, live, self.snapshot.fetched_at * 1000.0, position, self.now_ms)
-
-
-def _partition_lag(
-    basis: LagBasis,
-    topic: str,
-    partition: int,
-    committed: int | None,
-    planned: int | None,
-    history: tuple[int | None, ...],
-    start: int | None,
-) -> PartitionLag:
-    """Lag of one partition: from its committed offset, else the offset the query started at
-    (no commit yet), else the log start (a partition the checkpoint lacks) to the log end."""
-    po = basis.snapshot.partitions.get(topic, {}).get(partition)
-    if po is None:
-        return PartitionLag(
-            topic, partition, committed, planned, None, None, None, 0, None,
-            removed_partition=topic not in basis.snapshot.missing_topics,
-            offset_history=history, start_offset=start,
-        )  # fmt: skip
-    ref = basis.ref_ends[topic][partition]
-    new = committed is None and start is None
-    position = committed
-    if position is None:
-        position = po.log_start if start is None else start
-    lag = max(0, ref - position)
-    data_loss = not new and position < po.log_start
-    age, unknown = basis.age(topic, partition, position, lag)
-    seconds = _finite(age)
-    # A frozen dataclass's __init__ sets each of the 17 fields through object.__setattr__;
-    # a fleet makes one per partition (32,000 for 1,000 jobs): fill the instance at once.
-    lag_of = object.__new__(PartitionLag)
-    lag_of.__dict__.update(
-        topic=topic,
-        partition=partition,
-        committed_offset=committed,
-        planned_offset=planned,
-        log_start_offset=po.log_start,
-        log_end_offset=po.log_end,
-        last_stable_offset=po.last_stable,
-        lag=lag,
-        lag_seconds=seconds,
-        new_partition=new,
-        removed_partition=False,
-        data_loss=data_loss,
-        records_lost=po.log_start - position if data_loss else 0,
-        ahead_of_log=not new and position > po.log_end,
-        offset_history=history,
-        start_offset=start,
-        lag_seconds_unknown=(unknown or "unknown") if seconds is None else None,
-    )
-    return lag_of
-
-
-Offsets = Mapping[str, Mapping[str, Mapping[int, int]]]  # source id -> topic -> partition -> offset
-
-
-@dataclass(frozen=True)
-class SourceCluster:
-    """The cluster one source is measured against. The checkpoint does not record which
-    cluster a source reads, so the session's mapping says (docs/multi-cluster.md).
-
-    >>> SourceCluster(snapshot_of_b, "b:9092")                       # doctest: +SKIP
-    """
-
-    snapshot: KafkaSnapshot
-    servers: str | None  # None: the session's main cluster
-    # Exact time-lag mode: (topic, partition) -> timestamp ms of the record at the position.
-    record_timestamps: Mapping[tuple[str, int], int | None] | None = None
-
-
-class _Bases:
-    """One `LagBasis` per cluster the query's sources are measured against; `of(source)`
-    gives a source's, `main` the main cluster's. Reference offsets are looked up per source
-    (`source_ends`): a topic of one name may live on two clusters with different offsets."""
-
-    def __init__(
-        self,
-        main: SourceCluster,
-        clusters: Mapping[str, SourceCluster],
-        *,
-        read_committed: bool,
-        now: float,
-        series_offsets: Sequence[Offsets],
-        planned: Offsets,
-        observed: Sequence[BatchOffsets],
-        unestimated: str | None = None,
-    ) -> None:
-        every = [*series_offsets, planned]  # the series ends with offsets/C
-        topics = {topic for offsets in every for parts in offsets.values() for topic in parts}
-        source_ids = {source_id for offsets in every for source_id in offsets}
-        views = {source_id: clusters.get(source_id, main) for source_id in source_ids}
-        distinct = {id(view): view for view in (main, *views.values())}
-        ends = {
-            key: _reference_ends(
-                view.snapshot, topics | view.snapshot.pattern_topics, read_committed
-            )
-            for key, view in distinct.items()
-        }
-        self.source_ends = {source_id: ends[id(view)] for source_id, view in views.items()}
-        rate_limited = _looks_rate_limited(series_offsets, planned, self.source_ends)
-        built = {
-            key: LagBasis(
-                snapshot=view.snapshot,
-                ref_ends=ends[key],
-                read_committed=read_committed,
-                now_ms=now * 1000.0,
-                record_timestamps=view.record_timestamps,
-                rate_limited=rate_limited,
-                observed=observed,
-                cluster=view.servers,
-                unestimated=unestimated,
-            )
-            for key, view in distinct.items()
-        }
-        self.main = built[id(main)]
-        self._of = {source_id: built[id(view)] for source_id, view in views.items()}
-
-    def of(self, source_id: str) -> LagBasis:
-        return self._of.get(source_id, self.main)
-
-
-def _topic_lag(
-    basis: LagBasis,
-    source_id: str,
-    topic: str,
-    stored: Mapping[int, int],
-    planned: Offsets,
-    series_offsets: Sequence[Offsets],
-    *,
-    started: bool = False,
-    assign: bool = False,
-) -> TopicLag:
-    """Every partition of one topic of one source: those stored and those Kafka has (with
-    ``assign``, a query of fixed partitions: those stored or planned only).
-
-    ``stored`` holds the committed offsets, or with ``started`` the starting offsets of a query
-    that has not committed yet."""
-    snapshot = basis.snapshot
-    if topic in snapshot.missing_topics or topic not in snapshot.partitions:
-        # Nothing to measure against: unknown, never 0 (a 0 here once hid a source that
-        # reads another cluster).
-        return TopicLag(
-            topic,
-            missing=True,
-            partitions=(),
-            lag=None,
-            lag_unknown=f"topic {topic} not found in "
-            + ("the cluster" if basis.cluster is None else f"cluster {basis.cluster}"),
-            checkpoint_offsets=dict(stored),
-        )
-    in_kafka = set(snapshot.partitions[topic])
-    # This source's offsets of this topic at each retained batch, looked up once.
-    topic_series = [offsets.get(source_id, {}).get(topic, {}) for offsets in series_offsets]
-    planned_parts = planned.get(source_id, {}).get(topic, {})
-    lags = tuple(
-        _partition_lag(
-            basis,
-            topic,
-            p,
-            None if started else stored.get(p),
-            planned_parts.get(p),
-            tuple(offsets.get(p) for offsets in topic_series),
-            stored.get(p) if started else None,
-        )
-        for p in sorted(set(stored) | (set(planned_parts) if assign else in_kafka))
-    )
-    return TopicLag(topic, False, lags, **_totals(lags), new_topic=not stored)
-
-
-def _subscribed_by(snapshot: KafkaSnapshot, pattern: str | None, read: set[str]) -> bool:
-    """Is ``pattern`` the subscription of a source that has read ``read``: found in every one
-    of them (Spark reads no other topic by a pattern), with the cluster's topics listed by it
-    in ``snapshot``?"""
-    if pattern is None or snapshot.pattern != pattern or not read:
-        return False
-    regex = subscribe_regex(pattern)
-    return all(regex.search(topic) for topic in read)
-
-
-def _source_lags(
-    basis_of: Callable[[str], LagBasis],
-    state: CheckpointState,
-    planned: Offsets,
-    series_offsets: Sequence[Offsets],
-    source_starts: Offsets | None,
-    pattern: str | None = None,
-    assign: bool = False,
-) -> list[SourceLag]:
-    """One SourceLag per source of the committed batch; non-Kafka sources have no topics.
-
-    Before the first commit: the sources of the in-flight batch, measured from the offsets the
-    query started at (``source_starts``; a source whose start is unknown is listed with no
-    topics). Topics the source has not read yet (in the in-flight batch only, or those of the
-    cluster ``pattern`` is found in: ``snapshot.pattern_topics``) wait from their log start."""
-    started = state.committed is None
-    batch = state.in_flight if started else state.committed
-    starts = source_starts or {}
-    sources: list[SourceLag] = []
-    for source in batch.sources if batch is not None else ():
-        if source.kind != "kafka" or source.kafka is None:
-            sources.append(SourceLag(source.source_id, source.kind, False, ()))
-            continue
-        stored = starts.get(source.source_id) if started else source.kafka
-        basis = basis_of(source.source_id)
-        topics: list[TopicLag] = []
-        subscribed = False
-        if stored is not None:
-            read = set(source.kafka) | set(stored) | set(planned.get(source.source_id, {}))
-            subscribed = _subscribed_by(basis.snapshot, pattern, read)
-            unread = set(basis.snapshot.pattern_topics) - read if subscribed else set()
-            topics = [
-                _topic_lag(
-                    basis,
-                    source.source_id,
-                    topic,
-                    stored.get(topic, {}),
-                    planned,
-                    series_offsets,
-                    started=started,
-                    assign=assign,
-                )
-                for topic in sorted(read | unread)
-            ]
-        unknown = [t.lag_unknown or t.topic for t in topics if t.lag is None]
-        if stored is None:  # no commit yet and its starting offsets unknown: not measured
-            unknown = [
-                f"no batch committed yet and sources/{source.source_id}/0 (where it started) "
-                "not found"
-            ]
-        sources.append(
-            SourceLag(
-                source.source_id,
-                "kafka",
-                True,
-                tuple(topics),
-                None if unknown else sum(t.lag or 0 for t in topics),
-                lag_unknown="; ".join(unknown) if unknown else None,
-                cluster=basis.cluster,
-                pattern=pattern if subscribed else None,
-            )
-        )
-    return sources
-
-
-def _in_flight(
-    state: CheckpointState,
-    planned: Offsets,
-    now: float,
-    source_starts: Offsets | None,
-) -> InFlightBatch | None:
-    """The planned, uncommitted batch, with the records it covers beyond offsets/C (beyond the
-    starting offsets when nothing is committed yet)."""
-    batch = state.in_flight
-    if batch is None:
-        return None
-    started = batch.modified
-    if started is None and batch.batch_timestamp_ms is not None:
-        started = batch.batch_timestamp_ms / 1000.0
-    base_offsets = _kafka_offsets(state.committed) if state.committed else (source_starts or {})
-    return InFlightBatch(
-        batch_id=batch.batch_id,
-        started_at=started,
-        age_seconds=None if started is None else max(0.0, now - started),
-        planned_records=_records(base_offsets, planned),
-        planned_offsets={
-            sid: {t: dict(ps) for t, ps in tps.items()} for sid, tps in planned.items()
-        },
-    )
-
-
-def _catch_up_seconds(
-    total_lag: int, has_sources: bool, consumption: float | None, production: float | None
-) -> float | None:
-    """Time to drain the backlog at the current rates; None when it does not shrink."""
-    if total_lag == 0 and has_sources:
-        return 0.0
-    if consumption is not None and production is not None and consumption > production:
-        return _finite(total_lag / (consumption - production))
-    return None
+class Answers:
+    """What Kafka answered beyond the snapshot, for one job: the evidence a check fetched
+    because a rule declared it (``judge``). Each is None when not asked.
+
+    ``retention``: source id -> topic -> its retention (time to data loss); ``run_start``:
+    source id -> topic -> partition -> Kafka's offset when a declared scheduled job's last run
+    started (was the run complete?); ``waited``: did records wait before the last run of an
+    undeclared job (it looks scheduled); ``checkpoint_ends``: a real-time query's Kafka offsets
+    when each checkpoint of its history was written (``as_of_checkpoint``), None where not
+    asked."""
+
+    retention: Mapping[str, Mapping[str, TopicRetention | None]] | None = None
+    run_start: Offsets | None = None
+    waited: bool = False
+    checkpoint_ends: Sequence[Offsets | None] | None = None
 
 
 def compute_lag(
@@ -857,73 +63,42 @@ def compute_lag(
     estimate_ages: bool = True,
     subscribe_pattern: str | None = None,
     assign: bool = False,
+    answers: Answers | None = None,
 ) -> LagReport:
-    """Lag of the query in `state` against the log in `snapshot`, at `now` (default: the
-    snapshot's `fetched_at`, so every age in the report is measured from one instant).
-
-    `source_clusters` measures the sources it names against their own cluster's snapshot (and
-    record timestamps); without it several Kafka sources are measured against `snapshot`
-    alone (`single_cluster_assumed`). `record_timestamps` (exact mode): (topic, partition) ->
-    ms of the record at the committed offset; without it `lag_seconds` is interpolated from
-    the history. `source_starts` (from `sources/<id>/0`) measures a query whose first batch is
-    in flight from where it started. `runs_every`/`run_grace`: a scheduled job (the report's
-    `schedule`). `estimate_ages=False` leaves interpolated ages unknown (`NOT_ESTIMATED`), for a
-    preliminary report made again with the older batches. `subscribe_pattern` (the snapshot
-    listed by it) and `assign`: docs/lag-and-health.md, "Subscriptions".
+    """The lag report of the query in `state` against the log in `snapshot`, at `now`
+    (default: the snapshot's `fetched_at`, so every age in the report is measured from one
+    instant): :func:`measure`'s positions and ages, with what ``answers`` adds (time to data
+    loss, the last run's completeness, the looks-scheduled shape, a real-time query's lag as of
+    its checkpoints). A check makes it once per job, from the whole evidence.
 
     >>> report = compute_lag(state, snapshot, read_committed=True)   # doctest: +SKIP
     >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
     """
-    now = snapshot.fetched_at if now is None else now
-    series = _committed_series(state)
-    planned = _kafka_offsets(state.in_flight)
-    series_offsets = [_kafka_offsets(b) for b in series]
-    observed = [*series, state.in_flight] if state.in_flight is not None else series
-    interval = real_time_interval(state)  # a real-time query's batch times cannot date records
-    bases = _Bases(
-        SourceCluster(snapshot, None, record_timestamps),
-        source_clusters or {},
-        read_committed=read_committed,
+    answers = answers or Answers()
+    report = measure(
+        state,
+        snapshot,
         now=now,
-        series_offsets=series_offsets,
-        planned=planned,
-        observed=observed,
-        unestimated=REAL_TIME_AGE if interval else None if estimate_ages else NOT_ESTIMATED,
-    )
-    sources = _source_lags(
-        bases.of, state, planned, series_offsets, source_starts, subscribe_pattern, assign
-    )
-    in_flight = _in_flight(state, planned, now, source_starts)
-    report = _report(state, snapshot, bases, series, sources, in_flight, now, interval)
-    report = dataclasses.replace(
-        report,
-        single_cluster_assumed=not source_clusters and sum(s.is_kafka for s in sources) > 1,
+        read_committed=read_committed,
+        record_timestamps=record_timestamps,
+        source_starts=source_starts,
+        runs_every=runs_every,
+        run_grace=run_grace,
+        source_clusters=source_clusters,
+        estimate_ages=estimate_ages,
         subscribe_pattern=subscribe_pattern,
         assign=assign,
     )
-    schedule = None
-    if runs_every is not None:
-        schedule = schedule_of(
-            report.history,
-            runs_every=runs_every,
-            grace=run_grace,
-            in_flight=None if in_flight is None else (in_flight.batch_id, in_flight.started_at),
-            committed_at=report.committed_at,
-        )
-    return dataclasses.replace(report, notes=_notes(report, source_starts), schedule=schedule)
-
-
-def _history(series: Sequence[BatchOffsets], real_time: bool) -> tuple[HistoryBatch, ...]:
-    """The retained batches, each with the offsets it read beyond the one before it, dated
-    when its offsets were reached (``batch_time_ms``)."""
-    batches = []
-    previous: Offsets | None = None
-    for batch in series:
-        offsets = _kafka_offsets(batch)
-        records = None if previous is None else _records(previous, offsets)
-        batches.append(HistoryBatch(batch.batch_id, batch_time_ms(batch, real_time), records))
-        previous = offsets
-    return tuple(batches)
+    report = dataclasses.replace(report, notes=_notes(report, source_starts))
+    if answers.checkpoint_ends:
+        report = as_of_checkpoint(report, answers.checkpoint_ends)
+    if answers.run_start is not None:
+        report = with_completeness(report, answers.run_start)
+    if answers.retention is not None:
+        report = with_time_to_loss(report, answers.retention)
+    if answers.waited and report.schedule is None:
+        report = dataclasses.replace(report, schedule=looks_scheduled(report))
+    return report
 
 
 OFFSETS_NOT_RECORDS = (
@@ -1040,58 +215,6 @@ def _notes(report: LagReport, source_starts: Offsets | None) -> tuple[str, ...]:
     return tuple(note for note in notes if note is not None)
 
 
-def _report(
-    state: CheckpointState,
-    snapshot: KafkaSnapshot,
-    bases: _Bases,
-    series: Sequence[BatchOffsets],
-    sources: Sequence[SourceLag],
-    in_flight: InFlightBatch | None,
-    now: float,
-    interval: float | None,
-) -> LagReport:
-    """The report: the sources' lags, their totals and worst partition, rates and catch-up;
-    ``interval``: a real-time query's (``checkpoint.real_time_interval``), else None."""
-    # Measured lag only: a missing topic's lag is unknown (None, listed in missing_topics).
-    totals = _totals([p for s in sources for t in s.topics for p in t.partitions], report=True)
-    committed = state.committed
-    committed_at = state.commit_modified  # when offsets/C was committed, else the batch's time
-    if committed_at is None and committed is not None and committed.batch_timestamp_ms:
-        committed_at = committed.batch_timestamp_ms / 1000.0
-    at_end = interval is not None
-    consumption, production = _rates(list(series), bases.source_ends, snapshot.fetched_at, at_end)
-    basis = bases.main
-    real_time = None  # the real-time trigger's checkpoint times, once one is committed
-    if interval is not None and committed is not None and committed.modified is not None:
-        real_time = RealTime(interval, committed.modified, tuple(b.modified for b in series))
-    return LagReport(
-        location=state.location,
-        query_id=state.query_id,
-        committed_batch_id=state.committed_batch_id,
-        committed_at=committed_at,
-        commit_age_seconds=None if committed_at is None else max(0.0, now - committed_at),
-        in_flight=in_flight,
-        sources=tuple(sources),
-        history=_history(series, at_end),
-        consumption_rate=consumption,
-        production_rate=production,
-        catch_up_seconds=_catch_up_seconds(
-            totals["total_lag"], bool(sources), consumption, production
-        ),
-        time_lag_mode="exact" if basis.record_timestamps is not None else "estimate",
-        read_committed=basis.read_committed,
-        kafka_fetched_at=snapshot.fetched_at,
-        kafka_cluster_id=snapshot.cluster_id,
-        missing_topics=tuple(sorted({t.topic for s in sources for t in s.topics if t.missing})),
-        generated_at=now,
-        continuous=bool(state.continuous),
-        **totals,
-        rate_limited=basis.rate_limited,
-        trigger="continuous" if state.continuous else "real-time" if interval else "micro-batch",
-        real_time=real_time,
-    )
-
-
 def as_of_checkpoint(report: LagReport, ends: Sequence[Offsets | None]) -> LagReport:
     """A real-time query's report measured as of its checkpoints: ``ends[i]`` (source id ->
     topic -> partition -> offset) is Kafka's log end when ``history[i]``'s offsets file was
@@ -1132,9 +255,9 @@ def as_of_checkpoint(report: LagReport, ends: Sequence[Offsets | None]) -> LagRe
 
     measured = _with_partitions(report, at_checkpoint)
     # The total lag as of each older checkpoint asked: Kafka's ends then minus its offsets.
-    series = _positions_of(report)[0]
+    series = positions_of(report)[0]
     lags = tuple(
-        None if e is None else _records(series[i], e) if i < len(series) else 0
+        None if e is None else records_between(series[i], e) if i < len(series) else 0
         for i, e in enumerate(ends[:-1])
     )
     lags += (measured.total_lag,)
@@ -1153,16 +276,16 @@ def _with_partitions(
         for topic in source.topics:
             if not topic.missing:
                 parts = tuple(change(source.source_id, p) for p in topic.partitions)
-                topic = dataclasses.replace(topic, partitions=parts, **_totals(parts))
+                topic = dataclasses.replace(topic, partitions=parts, **sum_lags(parts))
             topics.append(topic)
         lag = None if source.lag is None else sum(t.lag or 0 for t in topics)
         sources.append(dataclasses.replace(source, topics=tuple(topics), lag=lag))
-    totals = _totals([p for s in sources for t in s.topics for p in t.partitions], report=True)
+    totals = sum_lags([p for s in sources for t in s.topics for p in t.partitions], report=True)
     return dataclasses.replace(
         report,
         sources=tuple(sources),
         **totals,
-        catch_up_seconds=_catch_up_seconds(
+        catch_up_seconds=catch_up_seconds(
             totals["total_lag"], bool(sources), report.consumption_rate, report.production_rate
         ),
     )
@@ -1200,10 +323,97 @@ def with_time_to_loss(
 
     def with_loss(source_id: str, p: PartitionLag) -> PartitionLag:
         settings = retention.get(source_id, {}).get(p.topic)
-        return dataclasses.replace(p, time_to_loss_seconds=time_to_loss(p, settings))
+        return dataclasses.replace(
+            p,
+            time_to_loss_seconds=time_to_loss(p, settings),
+            retention_seconds=None if settings is None else settings.seconds,
+        )
 
     changed = _with_partitions(report, with_loss)  # the same totals: no lag changes
     known = [p.time_to_loss_seconds for p in changed.partitions()]
     return dataclasses.replace(
         changed, min_time_to_loss_seconds=min((t for t in known if t is not None), default=None)
+    )
+
+
+# -- scheduled jobs: what Kafka says about their last run -----------------------------------------
+
+
+def run_start(report: LagReport) -> float | None:
+    """When a declared scheduled job's last run started, if its completeness can be measured
+    (a run with a known start and something of it committed); None otherwise."""
+    schedule = report.schedule
+    run = schedule.last_run if schedule is not None else None
+    if schedule is None or run is None or not run.start_known or run.started_at is None:
+        return None
+    if report.committed_batch_id is None or run.first_batch_id > report.committed_batch_id:
+        return None  # nothing of this run committed yet: "not yet", nothing to compare
+    return run.started_at
+
+
+def with_completeness(report: LagReport, targets: Offsets) -> LagReport:
+    """The last run's completeness: its committed offsets against Kafka's offsets as of its
+    start (``targets``: source id -> topic -> partition -> offset; ListOffsets by timestamp at
+    its first batch's time)."""
+    schedule = report.schedule
+    if schedule is None or schedule.last_run is None or run_start(report) is None:
+        return report
+    left = 0
+    for source in report.kafka_sources:
+        for p in (p for topic in source.topics for p in topic.partitions):
+            target = offset_at(targets, source.source_id, p.topic, p.partition)
+            position = p.committed_offset if p.committed_offset is not None else p.log_start_offset
+            if target is not None and position is not None:
+                left += max(0, target - position)
+    done = dataclasses.replace(schedule.last_run, complete=left == 0, records_left=left)
+    return dataclasses.replace(report, schedule=dataclasses.replace(schedule, last_run=done))
+
+
+# Records that waited this long (or 3 busy intervals) before the first batch of a run read them
+# show a scheduled job, not a streaming one that reacts to arrivals.
+WAITED_MIN_SECONDS = 10.0
+
+
+def waiting_probe(report: LagReport) -> tuple[int, int] | None:
+    """(when, before): the moment to ask Kafka's offsets at to learn whether records waited
+    before the first batch after the newest long pause (``WAITED_MIN_SECONDS`` or 3 busy
+    intervals before it, epoch ms), and the index in ``history`` of the batch before the
+    pause; None when the history shows no such pause."""
+    history = report.history
+    gap = run_gap(history, None)
+    edges = last_gap(history, gap) if gap is not None else None
+    busy = busy_interval(history)
+    if edges is None or busy is None:
+        return None
+    before, after = edges
+    after_ms = history[after].timestamp_ms
+    if after_ms is None:
+        return None
+    return int(after_ms - max(WAITED_MIN_SECONDS, 3 * busy) * 1000), before
+
+
+def records_waited(report: LagReport, waiting: Offsets, before: int) -> bool:
+    """Did Kafka hold records (``waiting``: source id -> topic -> partition -> offset, before
+    the run) beyond what the batch before the pause had read? A streaming query reacts to new
+    records within its trigger; a scheduled one leaves them waiting until the next run."""
+    for source in report.kafka_sources:
+        for p in (p for topic in source.topics for p in topic.partitions):
+            end = p.offset_history[before] if len(p.offset_history) > before else None
+            if (
+                end is not None
+                and offset_at(waiting, source.source_id, p.topic, p.partition, end) > end
+            ):
+                return True
+    return False
+
+
+def looks_scheduled(report: LagReport) -> Schedule:
+    """The runs of an undeclared job whose records waited between its runs."""
+    flight = report.in_flight
+    return schedule_of(
+        report.history,
+        runs_every=None,
+        in_flight=None if flight is None else (flight.batch_id, flight.started_at),
+        committed_at=report.committed_at,
+        looks_scheduled=True,
     )

@@ -31,8 +31,8 @@ from typing import Any, TypeVar
 
 from airflow_sparklag.checkpoint import LATEST_TIME_MS
 from airflow_sparklag.errors import InvalidParameter, UnsupportedStorageURL
-from airflow_sparklag.health import Health, Thresholds
 from airflow_sparklag.location import Location
+from airflow_sparklag.model.verdict import Health, Thresholds
 
 __all__ = [
     "batches",

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from airflow_sparklag.health import HealthVerdict
     from airflow_sparklag.history import HistoryPoint, LagHistory
-    from airflow_sparklag.lag import LagReport, PartitionLag
+    from airflow_sparklag.model.report import LagReport, PartitionLag
+    from airflow_sparklag.model.verdict import HealthVerdict
 
 
 def _num(value: int | None) -> str:
@@ -267,6 +267,9 @@ def _history_seconds(point: HistoryPoint) -> str:
 def history_table(history: LagHistory, *, max_partitions: int = 4) -> str:
     """``sparklag history``: one row per point (batch or now), worst lags per partition,
     then why some numbers are unknown and what the reconstruction assumes."""
+    if history.verdict is not None:  # nothing to rebuild: status's verdict, as status says it
+        health, reason = history.verdict.health.value, history.verdict.reason
+        return f"checkpoint  {history.location}\nhealth      {health}: {reason}"
     batch_ids = [p.batch_id for p in history.points if p.batch_id is not None]
     span = f"batches {batch_ids[0]} .. {batch_ids[-1]}" if batch_ids else "no batch"
     lines = [

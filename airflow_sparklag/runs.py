@@ -5,7 +5,7 @@ Pure functions of the retained batches (a batch is anything with ``batch_id``, `
 and ``records``, e.g. ``lag.HistoryBatch``); whether each run was complete needs Kafka and is
 filled in by ``monitor``:
 
->>> from airflow_sparklag.lag import HistoryBatch
+>>> from airflow_sparklag.model.report import HistoryBatch
 >>> history = [HistoryBatch(i, t * 1000, 10) for i, t in enumerate([0, 1, 2, 3600, 3601])]
 >>> schedule = schedule_of(history, runs_every=3600)
 >>> schedule.runs_seen, schedule.last_run.first_batch_id, schedule.last_run.batches
@@ -19,8 +19,9 @@ import itertools
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
+
+from airflow_sparklag.model.report import Run, Schedule
 
 __all__ = [
     "DEFAULT_GRACE_RATIO",
@@ -66,58 +67,6 @@ class _Batch(Protocol):
 def default_grace(runs_every: float) -> float:
     """The grace a declared job gets when none is given (see ``DEFAULT_GRACE_RATIO``)."""
     return max(MIN_DEFAULT_GRACE_SECONDS, DEFAULT_GRACE_RATIO * runs_every)
-
-
-@dataclass(frozen=True)
-class Run:
-    """One run: consecutive batches with no gap between them longer than the run gap.
-
-    ``complete`` and ``records_left`` are set by a check that asked Kafka (docs/scheduled-jobs.md);
-    None when not asked, when nothing of the run is committed yet, or when its start is not in the
-    history read (``start_known`` False).
-    """
-
-    first_batch_id: int
-    last_batch_id: int
-    batches: int
-    started_at: float | None  # epoch seconds: the first batch's batchTimestampMs
-    last_batch_at: float | None  # epoch seconds: the last batch's batchTimestampMs
-    ended_at: float | None  # when its last batch was committed, if that is known
-    start_known: bool  # False: the oldest batch read is in the run, which may be longer
-    in_progress: bool  # a batch of this run is planned and not committed yet
-    complete: bool | None = None
-    records_left: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """The job's shape as a scheduled job.
-
-    ``runs_every`` and ``grace`` are set when the job was declared scheduled; an undeclared job
-    gets a ``Schedule`` only when its history looks like runs AND records waited between them
-    (``looks_scheduled``), which a check finds out from Kafka.
-    """
-
-    runs_every: float | None
-    grace: float | None
-    looks_scheduled: bool
-    runs_seen: int  # runs in the history read
-    last_run: Run | None
-
-    @property
-    def declared(self) -> bool:
-        return self.runs_every is not None
-
-    @property
-    def scheduled(self) -> bool:
-        """Declared, or looks like it: idling between runs is expected."""
-        return self.declared or self.looks_scheduled
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def _seconds(batch: _Batch) -> float | None:

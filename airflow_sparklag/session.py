@@ -19,7 +19,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_sparklag.errors import KafkaError
 from airflow_sparklag.location import Location
@@ -36,10 +36,12 @@ __all__ = [
     "Session",
     "SourceClusters",
     "StorageOptions",
+    "build_kafka_client",
 ]
 
 DEFAULT_KAFKA_TIMEOUT = 10.0  # seconds any one Kafka request may take
 SHARED_CLIENTS_MAX = 32  # clients (S3 and Kafka together) a process keeps in the shared cache
+_Client = TypeVar("_Client")
 
 
 class SourceClusters:
@@ -279,15 +281,13 @@ class Session:
         return client
 
     def _new_kafka(self, cluster: int) -> KafkaOffsetsClient:
-        from airflow_sparklag.kafka import KafkaOffsetsClient
-
         if cluster == 0 and not self.kafka_config.get("bootstrap.servers"):
             raise KafkaError(
                 "no Kafka configured: give the bootstrap servers (CLI --bootstrap-servers, "
                 'the Airflow `kafka` connection\'s extra {"bootstrap.servers": ...})'
             )
         config = self.kafka_config if cluster == 0 else self._clusters.built[cluster]
-        client = KafkaOffsetsClient(config, timeout=self.kafka_timeout)
+        client = build_kafka_client(config, self.kafka_timeout)
         with self._lock:
             self._clusters.clients[cluster] = client
             self._clusters.owned.add(cluster)
@@ -328,6 +328,14 @@ class Session:
         self.close()
 
 
+def build_kafka_client(config: Mapping[str, Any], timeout: float) -> KafkaOffsetsClient:
+    """A new Kafka client of ``config``: how a session builds each cluster's, and how the
+    Airflow hook builds the ones it shares between hooks (:data:`SHARED_CLIENTS`)."""
+    from airflow_sparklag.kafka import KafkaOffsetsClient
+
+    return KafkaOffsetsClient(config, timeout=timeout)
+
+
 class ClientCache:
     """Clients shared by everything in a process: thread-safe, least recently used first out
     beyond ``maxsize`` keys.
@@ -346,7 +354,7 @@ class ClientCache:
         self._building: dict[Hashable, threading.Lock] = {}
         self._forked_away: list[Any] = []
 
-    def get(self, key: Hashable, build: Callable[[], Any]) -> Any:
+    def get(self, key: Hashable, build: Callable[[], _Client]) -> _Client:
         """The client cached under ``key``, built with ``build()`` on first use."""
         with self._lock:
             client = self._hit(key)

@@ -39,8 +39,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
-from airflow_sparklag.health import Thresholds
 from airflow_sparklag.location import Location
+from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.monitor import OPTION_NAMES, CheckOptions, cluster_snapshots
 from airflow_sparklag.session import Session
 

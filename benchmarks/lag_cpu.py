@@ -23,9 +23,10 @@ from types import MappingProxyType
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
-from airflow_sparklag.health import Thresholds, evaluate
+from airflow_sparklag.health import evaluate
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
 from airflow_sparklag.lag import compute_lag
+from airflow_sparklag.model.verdict import Thresholds
 
 NOW = 1_700_000_100.0
 PARTITIONS = 32

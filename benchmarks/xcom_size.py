@@ -26,9 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from lag_cpu import NOW, make_job
 
 from airflow_sparklag.compact import compact
-from airflow_sparklag.health import Thresholds, evaluate
+from airflow_sparklag.health import evaluate
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
 from airflow_sparklag.lag import compute_lag
+from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.monitor import CheckResult
 
 

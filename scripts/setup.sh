@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh machine: Python virtualenv with the package and its dev extras,
 # and the test bed's jars (Kafka, Spark's Kafka connector, s3a, HDFS MiniCluster) from Maven
-# Central into a cache. A second run downloads nothing and takes a few seconds.
+# Central into a cache (and Spark's own test jars, for their checkpoint files). A second run
+# downloads nothing and takes a few seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -100,7 +101,9 @@ if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && ! command -v postg
 fi
 
 # --- jars ----------------------------------------------------------------------------------------
-fetch_jars kafka spark-kafka s3a hdfs kdc
+# spark-tests / spark35-tests: Spark 4.2.0's and 3.5.7's own test jars, for their checkpoint
+# resources (tests/integration/test_spark_test_corpus.py reads them; never on a classpath)
+fetch_jars kafka spark-kafka s3a hdfs kdc spark-tests spark35-tests
 bash scripts/setup_spark35.sh  # pyspark 3.5 venv + its Kafka connector (Spark 3.5 tests)
 bash scripts/setup_compat.sh  # Airflow 2.11 / 3.0 and Python 3.10 / 3.13 venvs (test_compat.sh)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SPARKLAG_CACHE", Path.home() / ".cache" / "sparklag"))
 JARS = CACHE / "jars"
-COMPONENTS = ("kafka", "spark-kafka", "s3a", "hdfs", "kdc")
+COMPONENTS = ("kafka", "spark-kafka", "s3a", "hdfs", "kdc", "spark-tests", "spark35-tests")
 
 
 def jar_dir(component: str) -> Path:

@@ -71,7 +71,7 @@ def emit_result(job: str, result: Mapping[str, Any], prefix: str = PREFIX) -> No
 def _emit_report(
     job: str, report: Mapping[str, Any], verdict: Mapping[str, Any], prefix: str
 ) -> None:
-    from airflow_sparklag.health import Health
+    from airflow_sparklag.model.verdict import Health
 
     stats = _stats()
     tags = {"job": job}

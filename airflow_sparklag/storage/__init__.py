@@ -385,9 +385,11 @@ class StorageOptions:
                 return value
         return wanted()
 
-    def open(self, location: Location) -> Storage:
-        """A new backend for ``location``'s scheme (the session calls this once per store)."""
-        return self.options_for(options_type(location.scheme)).open(location)
+    def open(self, location: Location | str) -> Storage:
+        """A new backend for ``location``'s scheme (the session calls this once per store);
+        text names a store (``s3://``: no bucket needed)."""
+        where = Location.of(location, bucket=False)
+        return self.options_for(options_type(where.scheme)).open(where)
 
 
 def _typed(kind: str, given: Mapping[str, Any]) -> BackendOptions:
@@ -401,7 +403,7 @@ def open_storage(location: Location | str, options: StorageOptions | None = None
     ``abfs://``, ...), opened with its options from ``options``. Their time bounds are in
     docs/connections.md ("Time bounds").
     """
-    return (options or StorageOptions()).open(Location.of(location, bucket=False))
+    return (options or StorageOptions()).open(location)
 
 
 # Schemes served by one fsspec implementation: options given for the first name apply to all.

@@ -67,7 +67,7 @@ _LISTING_MEMBERS = ("IsTruncated", "KeyCount", "Name")
 # First page of list_checkpoint: Spark's default retention (minBatchesToRetain=100) keeps
 # ~101 offsets + ~101 commits files + metadata; the rest is margin for a lagging async purge.
 FIRST_PAGE_KEYS = 320
-# botocore's default is 10; a check has 128 GETs in flight (monitor.WINDOW_READERS)
+# botocore's default is 10; a check has 128 GETs in flight (judge.WINDOW_READERS)
 MAX_POOL_CONNECTIONS = 128
 # Who sends a check's reads (list_checkpoint, read): obstore (Rust object_store; see s3_obstore),
 # the default wherever it installs (Python >= 3.11, where it comes with boto3), or boto3.

@@ -26,13 +26,14 @@ from airflow.triggers.base import TriggerEvent
 from airflow_sparklag.compact import compact
 from airflow_sparklag.conditions import breach_message
 from airflow_sparklag.errors import InvalidParameter, UsageError
-from airflow_sparklag.health import Health
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.redact import redact_url
 from airflow_sparklag.triggers.sparklag import SparkLagTrigger
 
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseEventTrigger
 
+    from airflow_sparklag.fleet import FleetChecker
     from airflow_sparklag.hooks.sparklag import SparkLagHook
     from airflow_sparklag.monitor import CheckResult
 else:  # Airflow 2 has no event triggers: the class exists, constructing it says why not
@@ -99,7 +100,7 @@ class SparkLagEventTrigger(SparkLagTrigger, BaseEventTrigger):
         self.rediscover_seconds = rediscover_seconds
         self.state_variable = state_variable or self._default_state_variable()
         self.polls = 0  # polls of this run (logged with each)
-        self.fleet: Any = None  # the run's FleetChecker
+        self.fleet: FleetChecker | None = None  # the run's
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         classpath, kwargs = super().serialize()

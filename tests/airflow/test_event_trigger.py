@@ -206,7 +206,7 @@ def test_first_seen_unhealthy_fires_once_and_a_failed_check_keeps_the_side(
 
 
 def _poll(location: str, health: str) -> object:
-    from airflow_sparklag.health import Health, HealthVerdict
+    from airflow_sparklag.model.verdict import Health, HealthVerdict
     from airflow_sparklag.monitor import CheckResult
 
     # A failed check has no report (the breach message then is the error).

@@ -11,9 +11,9 @@ import pytest
 
 from airflow_sparklag import params
 from airflow_sparklag.conditions import CatchUpCondition, HealthCondition, ProgressCondition
-from airflow_sparklag.health import Health, Thresholds
 from airflow_sparklag.hooks.connections import webhdfs_options_from
 from airflow_sparklag.hooks.sparklag import SparkLagHook
+from airflow_sparklag.model.verdict import Health, Thresholds
 from airflow_sparklag.monitor import CheckOptions
 from tests.airflow.conftest import conn_env, kafka_connection, kept_reader
 

@@ -23,7 +23,7 @@ import pytest
 from test_lag_scenarios import _ids, disk_committed, disk_offsets, ends, merged, sql_conf, uid
 
 from airflow_sparklag.conditions import HealthCondition
-from airflow_sparklag.health import STOPPED_MIN_IDLE_SECONDS, Health
+from airflow_sparklag.model.verdict import STOPPED_MIN_IDLE_SECONDS, Health
 from airflow_sparklag.monitor import CheckOptions, CheckResult, check, check_checkpoint
 from airflow_sparklag.session import Session
 from airflow_sparklag.timelag import MAX_UNCERTAINTY_RATIO, MAX_UNCERTAINTY_SECONDS

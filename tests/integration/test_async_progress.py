@@ -23,7 +23,7 @@ import pytest
 from test_lag_scenarios import _ids, assert_exact, disk_committed, disk_offsets, merged, uid
 from test_real_time_mode import producing
 
-from airflow_sparklag.health import STOPPED_MIN_IDLE_SECONDS, Health
+from airflow_sparklag.model.verdict import STOPPED_MIN_IDLE_SECONDS, Health
 from airflow_sparklag.monitor import CheckResult, check_checkpoint
 from testbed import jobs
 

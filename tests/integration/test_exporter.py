@@ -26,7 +26,7 @@ import pytest
 
 from airflow_sparklag.exporter import LagExporter
 from airflow_sparklag.fleet import FleetChecker
-from airflow_sparklag.health import Health, Thresholds
+from airflow_sparklag.model.verdict import Health, Thresholds
 from airflow_sparklag.monitor import CheckOptions, check
 from airflow_sparklag.session import Session
 from testbed import jobs

@@ -28,12 +28,12 @@ from typing import Any
 import pytest
 from test_lag_scenarios import _ids, disk_offsets, ends, merged, uid
 
-from airflow_sparklag.health import Health, Thresholds
 from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+from airflow_sparklag.model.verdict import Health, Thresholds
 from airflow_sparklag.monitor import CheckOptions, CheckResult, check, judge_states
 from airflow_sparklag.session import Session
 from testbed import jobs
-from tests.unit.test_check_requests import _without_window
+from tests.unit.test_check_requests import _without_window, judged
 
 pytestmark = pytest.mark.testbed
 
@@ -109,7 +109,7 @@ def assert_same(lazy: CheckResult, eager: CheckResult, path: str) -> None:
     if path == "C-1":
         assert lazy_ids == eager_ids[-2:], (lazy_ids, eager_ids)
     else:
-        assert lazy.to_dict() == eager.to_dict()
+        assert judged(lazy) == judged(eager)
         assert lazy_ids == eager_ids
 
 

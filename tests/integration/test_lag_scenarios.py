@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from airflow_sparklag.checkpoint import CheckpointReader
-from airflow_sparklag.health import Health
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckResult, check_checkpoint, check_checkpoints
 from airflow_sparklag.monitor import check as monitor_check
 from airflow_sparklag.session import Session
@@ -233,7 +233,8 @@ def test_stopped_query_is_stopped_past_commit_age(many, kafka):
     later = check(kafka, many["ck"], now=time.time() + 3600).verdict
     assert (later.health, later.rule) == (Health.UNKNOWN, "short_history"), later
     # Same age but nothing to read: not stopped (the caught-up report of the fixture).
-    from airflow_sparklag.health import Thresholds, evaluate
+    from airflow_sparklag.health import evaluate
+    from airflow_sparklag.model.verdict import Thresholds
 
     caught_up = many["caught_up"].report
     verdict = evaluate(caught_up, Thresholds(max_commit_age_seconds=1), now=time.time())

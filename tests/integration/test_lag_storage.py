@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from airflow_sparklag.checkpoint import CheckpointReader
-from airflow_sparklag.health import Health
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import check_checkpoint, check_checkpoints
 from airflow_sparklag.session import Session
 from testbed import jobs

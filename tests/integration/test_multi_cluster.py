@@ -30,8 +30,8 @@ import pytest
 
 from airflow_sparklag.conditions import CatchUpCondition
 from airflow_sparklag.errors import KafkaError
-from airflow_sparklag.health import Health
 from airflow_sparklag.kafka import KafkaOffsetsClient
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckResult, check_checkpoint
 from airflow_sparklag.session import Session
 from testbed import jobs

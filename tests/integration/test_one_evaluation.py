@@ -35,7 +35,7 @@ import pytest
 from test_history_newest_first import new_topic, produce_per_partition, steady_job
 
 from airflow_sparklag import spark_scan
-from airflow_sparklag.health import Thresholds
+from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.monitor import CheckOptions, check_many
 from airflow_sparklag.session import Session
 from testbed import jobs
@@ -124,7 +124,7 @@ def run_exporter(locations: list[str], bootstrap: str, limits: dict) -> dict:
 
 
 def _metric_value(health: str) -> int:
-    from airflow_sparklag.health import Health
+    from airflow_sparklag.model.verdict import Health
 
     return Health.parse(health).metric_value
 

@@ -31,10 +31,10 @@ from typing import Any
 
 import pytest
 
-from airflow_sparklag.health import Health
 from airflow_sparklag.history import REAL_TIME_NOW, history
-from airflow_sparklag.lag import REAL_TIME_AGE
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckResult, check_checkpoint
+from airflow_sparklag.positions import REAL_TIME_AGE
 from airflow_sparklag.render import render
 from airflow_sparklag.session import Session
 from testbed import jobs

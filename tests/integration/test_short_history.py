@@ -27,8 +27,9 @@ from typing import Any
 import pytest
 
 from airflow_sparklag import spark_scan
-from airflow_sparklag.health import STOPPED_MIN_IDLE_SECONDS, Health, Thresholds, ages_needed
-from airflow_sparklag.lag import LagReport
+from airflow_sparklag.health import ages_needed
+from airflow_sparklag.model.report import LagReport
+from airflow_sparklag.model.verdict import STOPPED_MIN_IDLE_SECONDS, Health, Thresholds
 from airflow_sparklag.monitor import CheckOptions, CheckResult, check, check_many
 from airflow_sparklag.session import Session
 from testbed import jobs

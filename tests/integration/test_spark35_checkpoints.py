@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from test_lag_scenarios import _ids, disk_committed, merged, uid
 
-from airflow_sparklag.health import Health
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckResult, check_checkpoint
 from testbed import jobs
 from testbed.paths import classpath

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from airflow_sparklag import cli
-from airflow_sparklag.health import Health
 from airflow_sparklag.kafka import KafkaOffsetsClient
-from airflow_sparklag.lag import UNREAD_TOPICS, LagReport
+from airflow_sparklag.lag import UNREAD_TOPICS
+from airflow_sparklag.model.report import LagReport
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckResult, check_checkpoint
 from testbed import jobs
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_sparklag.health import Health, Thresholds
+from airflow_sparklag.model.verdict import Health, Thresholds
 from airflow_sparklag.monitor import CheckOptions, check
 from airflow_sparklag.session import Session
 from testbed import jobs

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from airflow_sparklag import health
-from airflow_sparklag.health import Thresholds
-from airflow_sparklag.lag import Reads
+from airflow_sparklag.model.report import Reads
+from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.monitor import CheckOptions
 from tests.unit.test_check_requests import (
     NOW,
@@ -32,6 +32,7 @@ from tests.unit.test_check_requests import (
     _write,
     checkpoint_files,
     eager,
+    judged,
     lazy,
 )
 
@@ -146,7 +147,7 @@ def compare(tmp_path: Path, seeds: range) -> tuple[list[int], int, int]:
             before
         )
         if read == len(full.history):
-            same = same and result.to_dict() == before.to_dict()
+            same = same and judged(result) == judged(before)
         else:
             settled_early += 1
         if not same:

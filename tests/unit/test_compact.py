@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 
 from airflow_sparklag.compact import COLUMNS, LISTED, compact, partition_rows
-from airflow_sparklag.health import Thresholds, evaluate
+from airflow_sparklag.health import evaluate
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
 from airflow_sparklag.lag import compute_lag
+from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.monitor import CheckResult
 from tests.unit.test_lag import NOW, batch, state
 

@@ -15,9 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
 from airflow_sparklag.errors import KafkaUnavailable
 from airflow_sparklag.exporter import LagExporter
-from airflow_sparklag.health import Health, evaluate
+from airflow_sparklag.health import evaluate
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
 from airflow_sparklag.lag import compute_lag
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckResult, failed_result
 
 NOW = 1_700_000_100.0

@@ -11,7 +11,7 @@ import pytest
 from airflow_sparklag import fleet
 from airflow_sparklag.errors import InvalidParameter, StorageAccessDenied
 from airflow_sparklag.fleet import FleetChecker, discover_checkpoints
-from airflow_sparklag.health import Health
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import check, check_checkpoint, check_many
 from airflow_sparklag.session import Session
 from airflow_sparklag.storage import Children

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from airflow_sparklag import cli
-from airflow_sparklag.health import EXIT_CHECK_FAILED, EXIT_USAGE, Health
+from airflow_sparklag.model.verdict import EXIT_CHECK_FAILED, EXIT_USAGE, Health
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 KAFKA = ["--bootstrap-servers", "127.0.0.1:1"]  # never contacted: no Kafka source in the samples

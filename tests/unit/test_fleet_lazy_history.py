@@ -14,7 +14,7 @@ import pytest
 
 from airflow_sparklag.errors import CheckpointCorrupt
 from airflow_sparklag.fleet import FleetChecker
-from airflow_sparklag.health import Health
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckOptions, CheckResult
 from airflow_sparklag.session import Session
 from tests.unit.test_check_requests import (
@@ -27,6 +27,7 @@ from tests.unit.test_check_requests import (
     _write,
     checkpoint_files,
     eager,
+    judged,
     limits,
     steady,
 )
@@ -73,7 +74,7 @@ def test_a_fleet_reads_the_window_of_the_jobs_that_need_it_and_judges_them_as_be
         assert result.verdict.health is expected, result.verdict
         assert result.verdict == before.verdict
         if reads == "window":
-            assert result.to_dict() == before.to_dict()
+            assert judged(result) == judged(before)
         else:  # offsets/C-1 settled it: all but what is measured over the batches read
             assert _without_window(result) == _without_window(before)
         # The caught-up job is judged as before on offsets/C alone: no older batch read.

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from test_health_support import NOW, part, report
 
-from airflow_sparklag.health import Health, PartitionRef, Thresholds, rule_data_loss
+from airflow_sparklag.health import rule_data_loss
+from airflow_sparklag.model.verdict import Health, PartitionRef, Thresholds
 
 CASES = [
     # id, partitions, fires

@@ -7,7 +7,8 @@ import json
 import pytest
 from test_health_support import NOW, part, report
 
-from airflow_sparklag.health import RULES, Health, Thresholds, evaluate
+from airflow_sparklag.health import RULES, evaluate
+from airflow_sparklag.model.verdict import Health, Thresholds
 
 
 def test_rule_order_is_worst_first() -> None:
@@ -94,6 +95,7 @@ def test_thresholds_defaults() -> None:
         "max_commit_age_seconds": None,
         "max_in_flight_seconds": None,
         "min_time_to_loss_seconds": None,
+        "min_time_to_loss_ratio": None,
         "allowed_lag": 0,
         "window": 10,
         "min_window": 3,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from test_health_support import NOW, part, report
 
-from airflow_sparklag.health import Health, Thresholds, rule_lagging
+from airflow_sparklag.health import rule_lagging
+from airflow_sparklag.model.verdict import Health, Thresholds
 
 THRESHOLD_CASES = [
     # id, partitions, thresholds, fires, offending partitions

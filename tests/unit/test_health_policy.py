@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_sparklag.health import DEFAULT_FAIL_ON, EXIT_CHECK_FAILED, EXIT_USAGE, Health
+from airflow_sparklag.model.verdict import DEFAULT_FAIL_ON, EXIT_CHECK_FAILED, EXIT_USAGE, Health
 
 # verdict: (severity, exit_code, is_breach, metric_value)
 POLICY = {

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from test_health_support import NOW, part, report
 
-from airflow_sparklag.health import Health, Thresholds, rule_rewind
+from airflow_sparklag.health import rule_rewind
+from airflow_sparklag.model.verdict import Health, Thresholds
 
 CASES = [
     # id, offset history (oldest first), ahead_of_log, window, fires

@@ -16,17 +16,10 @@ import pytest
 from test_health_support import NOW, part, report
 
 from airflow_sparklag.checkpoint import parse_offsets
-from airflow_sparklag.health import (
-    STOPPED_MIN_IDLE_SECONDS,
-    Health,
-    Thresholds,
-    evaluate,
-    needs_record_ages,
-    rule_short_history,
-    rule_stopped,
-)
-from airflow_sparklag.lag import batch_time_ms
-from airflow_sparklag.runs import Schedule
+from airflow_sparklag.health import evaluate, needs_record_ages, rule_short_history, rule_stopped
+from airflow_sparklag.model.report import Schedule
+from airflow_sparklag.model.verdict import STOPPED_MIN_IDLE_SECONDS, Health, Thresholds
+from airflow_sparklag.positions import batch_time_ms
 
 HOURLY = Schedule(runs_every=3600.0, grace=900.0, looks_scheduled=False, runs_seen=1, last_run=None)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from test_health_support import NOW, part, report
 
-from airflow_sparklag.health import Health, Thresholds, rule_stalled
+from airflow_sparklag.health import rule_stalled
+from airflow_sparklag.model.verdict import Health, Thresholds
 
 IN_FLIGHT_CASES = [
     # id, in-flight age, limit, fires

@@ -11,16 +11,14 @@ from __future__ import annotations
 import pytest
 from test_health_support import NOW, part, report
 
-from airflow_sparklag.health import (
+from airflow_sparklag.health import evaluate, needs_record_ages, rule_stopped
+from airflow_sparklag.model.report import Schedule
+from airflow_sparklag.model.verdict import (
     STOPPED_BUSY_INTERVALS,
     STOPPED_MIN_IDLE_SECONDS,
     Health,
     Thresholds,
-    evaluate,
-    needs_record_ages,
-    rule_stopped,
 )
-from airflow_sparklag.runs import Schedule
 
 BUSY = (100.0, 99.0, 98.0)  # three batches 1 s apart, the newest 98 s ago
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from airflow_sparklag.lag import (
+from airflow_sparklag.model.report import (
     HistoryBatch,
     InFlightBatch,
     LagReport,
     PartitionLag,
+    Schedule,
     SourceLag,
     TopicLag,
 )
-from airflow_sparklag.runs import Schedule
 
 NOW = 1_700_000_000.0
 

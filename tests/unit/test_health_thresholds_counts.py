@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_sparklag.health import Health, Thresholds, evaluate
+from airflow_sparklag.health import evaluate
+from airflow_sparklag.model.verdict import Health, Thresholds
 from tests.unit.test_health_support import NOW, part, report
 
 

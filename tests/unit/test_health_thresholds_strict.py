@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import pytest
 
-from airflow_sparklag.health import Thresholds
+from airflow_sparklag.model.verdict import Thresholds
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,8 @@ import pytest
 from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
 from airflow_sparklag.history import LagHistory, PartitionPoint, plan_history, reconstruct
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
-from airflow_sparklag.lag import PartitionLag, compute_lag
+from airflow_sparklag.lag import compute_lag
+from airflow_sparklag.model.report import PartitionLag
 from airflow_sparklag.timelag import estimate_age, history_points
 
 T0 = 1_700_000_000_000  # ms

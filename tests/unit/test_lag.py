@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from airflow_sparklag.health import Health, Thresholds, evaluate
+from airflow_sparklag.health import evaluate
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
-from airflow_sparklag.lag import UNREAD_TOPICS, LagReport, compute_lag
+from airflow_sparklag.lag import UNREAD_TOPICS, compute_lag
+from airflow_sparklag.model.report import LagReport
+from airflow_sparklag.model.verdict import Health, Thresholds
 
 try:
     from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset

@@ -13,10 +13,10 @@ from airflow_sparklag import conditions
 from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
 from airflow_sparklag.conditions import DEFAULT_FAIL_FAST, HealthCondition
 from airflow_sparklag.errors import StorageNotFound
-from airflow_sparklag.health import Health, HealthVerdict, Thresholds
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
+from airflow_sparklag.model.report import Schedule
+from airflow_sparklag.model.verdict import Health, HealthVerdict, Thresholds
 from airflow_sparklag.monitor import CheckOptions, CheckResult, judge_states
-from airflow_sparklag.runs import Schedule
 
 NOW = 1_700_000_000.0
 

@@ -13,10 +13,12 @@ import pytest
 from airflow_sparklag import params
 from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
 from airflow_sparklag.errors import InvalidParameter, KafkaError
-from airflow_sparklag.health import Health, evaluate
+from airflow_sparklag.health import evaluate
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
-from airflow_sparklag.lag import UNREAD_TOPICS, SourceCluster, compute_lag
+from airflow_sparklag.lag import UNREAD_TOPICS, compute_lag
+from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckOptions, judge_states
+from airflow_sparklag.positions import SourceCluster
 from airflow_sparklag.render import render
 from airflow_sparklag.session import Session
 

@@ -12,8 +12,8 @@ import pytest
 
 from airflow_sparklag import params
 from airflow_sparklag.cli import THRESHOLD_FLAGS, build_parser
-from airflow_sparklag.health import Thresholds
 from airflow_sparklag.migration import MigrationOptions
+from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.monitor import CheckOptions
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -15,7 +15,7 @@ import pytest
 
 from airflow_sparklag import params
 from airflow_sparklag.errors import InvalidParameter
-from airflow_sparklag.health import Health, Thresholds
+from airflow_sparklag.model.verdict import Health, Thresholds
 from airflow_sparklag.monitor import CheckOptions
 
 

@@ -16,14 +16,14 @@ from test_health_support import NOW, part, report
 
 from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, real_time_interval
 from airflow_sparklag.health import (
-    Health,
-    Thresholds,
     evaluate,
     reads_lagging_real_time,
     rule_lagging_real_time,
     rule_stopped_real_time,
 )
-from airflow_sparklag.lag import Reads, RealTime, as_of_checkpoint
+from airflow_sparklag.lag import as_of_checkpoint
+from airflow_sparklag.model.report import Reads, RealTime
+from airflow_sparklag.model.verdict import Health, Thresholds
 
 T = 1_795_622_184.0  # a batch time
 
@@ -270,7 +270,8 @@ def test_the_report_dates_each_checkpoint_when_its_offsets_were_reached() -> Non
     rates and the time lag use the offsets file's write, never the interval's start."""
     from airflow_sparklag.checkpoint import SourceOffset
     from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
-    from airflow_sparklag.lag import REAL_TIME_AGE, compute_lag
+    from airflow_sparklag.lag import compute_lag
+    from airflow_sparklag.positions import REAL_TIME_AGE
 
     def checkpoint(n: int) -> BatchOffsets:
         offsets = {"t": {0: 250 * (n + 1)}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_sparklag.lag import HistoryBatch
+from airflow_sparklag.model.report import HistoryBatch
 from airflow_sparklag.runs import (
     MIN_DEFAULT_GRACE_SECONDS,
     busy_interval,

@@ -9,7 +9,7 @@ import pytest
 
 from airflow_sparklag import spark_scan
 from airflow_sparklag.errors import CheckpointNotFound
-from airflow_sparklag.health import Thresholds
+from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.monitor import failed_result
 
 FLAGS = {

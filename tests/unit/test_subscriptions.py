@@ -12,7 +12,8 @@ from airflow_sparklag import params
 from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
 from airflow_sparklag.errors import InvalidParameter
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets, subscribe_regex
-from airflow_sparklag.lag import UNREAD_TOPICS, LagReport, compute_lag
+from airflow_sparklag.lag import UNREAD_TOPICS, compute_lag
+from airflow_sparklag.model.report import LagReport
 from airflow_sparklag.monitor import CheckOptions
 
 NOW = 1_700_000_100.0

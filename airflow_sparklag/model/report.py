@@ -1,0 +1,330 @@
+"""The report types of a check: what ``lag.compute_lag`` returns, frozen dataclasses whose
+``to_dict()`` survives ``json.dumps`` (XCom, ``--json``). The bottom of the package: imports
+nothing else of ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+_JSON_LEAVES = frozenset({str, int, bool})
+
+
+def json_safe(value: Any) -> Any:
+    """`value` turned into JSON types: dataclasses and mappings become dicts with string keys,
+    tuples/sets become lists (sets sorted), NaN and -inf become None, +inf "infinite"."""
+    if value is None or type(value) in _JSON_LEAVES:  # most values: answered first
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: json_safe(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return [json_safe(v) for v in sorted(value, key=str)]
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "infinite" if value == math.inf else None  # +inf: "never" (time to data loss)
+    if hasattr(value, "value") and hasattr(value, "name") and not isinstance(value, type):
+        return json_safe(value.value)  # enums
+    return value
+
+
+class ToDict:
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict of every field (`json.dumps(obj.to_dict())` always works)."""
+        result = json_safe(self)
+        assert isinstance(result, dict)
+        return result
+
+
+@dataclass(frozen=True)
+class PartitionLag(ToDict):
+    """Lag of one partition for one source.
+
+    `lag` counts offsets still to read: reference offset - committed offset, where the reference
+    is the last stable offset under read_committed and the log end otherwise; never negative
+    (`ahead_of_log` flags a committed offset beyond the log end instead). For a partition that
+    Kafka has and the checkpoint lacks (`new_partition`) Spark will read from the log start, so
+    the lag is counted from there. Before the query's first commit (`start_offset` set,
+    `committed_offset` None) it is counted from the offset the query started at.
+    `last_stable_offset` is shown whenever Kafka was asked for it.
+
+    >>> p = PartitionLag("orders", 0, committed_offset=90, planned_offset=None,
+    ...                  log_start_offset=0, log_end_offset=100, last_stable_offset=None,
+    ...                  lag=10, lag_seconds=4.5)
+    >>> p.to_dict()["lag"]
+    10
+    """
+
+    topic: str
+    partition: int
+    committed_offset: int | None
+    planned_offset: int | None  # offset the in-flight batch will reach, if one is running
+    log_start_offset: int | None
+    log_end_offset: int | None
+    last_stable_offset: int | None
+    lag: int
+    lag_seconds: float | None  # None = unknown
+    new_partition: bool = False
+    removed_partition: bool = False
+    data_loss: bool = False
+    records_lost: int = 0
+    ahead_of_log: bool = False
+    # Committed offset at each batch of LagReport.history (oldest first); None where absent.
+    offset_history: tuple[int | None, ...] = ()
+    start_offset: int | None = None  # before the first commit: where the query started
+    lag_seconds_unknown: str | None = None  # why lag_seconds is None, when it is
+    # Seconds until retention deletes the oldest unread record (a lower bound: Kafka deletes
+    # whole segments); math.inf: never (compacted or unlimited); None: no lag, or unknown.
+    time_to_loss_seconds: float | None = None
+    # The topic's retention.ms in seconds, once read (None: not read, or not deleted by age).
+    retention_seconds: float | None = None
+    # Real-time trigger: records produced after the newest checkpoint, which the query reads
+    # as they arrive: an UPPER bound of those waiting, never lag (`lag` is as of the checkpoint).
+    since_checkpoint: int | None = None
+
+
+@dataclass(frozen=True)
+class TopicLag(ToDict):
+    """Totals of one topic of one source.
+
+    `missing` = the cluster the source is measured against has no such topic (deleted, or the
+    source reads another cluster: docs/multi-cluster.md): its lag is unknown (`lag` None,
+    `lag_unknown` says why, never 0), it has no partitions, and `checkpoint_offsets` keeps
+    where the query stands on it. `new_topic` = the query has not read it yet (found by its
+    subscribePattern, or only in the in-flight batch): every partition is a `new_partition`,
+    waiting from its log start.
+
+    >>> TopicLag("orders", missing=False, partitions=()).lag
+    0
+    """
+
+    topic: str
+    missing: bool
+    partitions: tuple[PartitionLag, ...]
+    lag: int | None = 0
+    max_lag: int = 0
+    max_lag_partition: int | None = None
+    max_lag_seconds: float | None = None  # largest KNOWN lag_seconds; None when none is known
+    lag_unknown: str | None = None  # why `lag` is None, when it is
+    # A missing topic: partition -> offset the checkpoint holds (committed, or started at).
+    checkpoint_offsets: Mapping[int, int] = field(default_factory=dict)
+    new_topic: bool = False
+
+
+@dataclass(frozen=True)
+class SourceLag(ToDict):
+    """One source of the query. Non-Kafka sources are listed with `is_kafka=False` and no topics.
+
+    >>> SourceLag("0", "other", is_kafka=False, topics=()).lag
+    0
+    """
+
+    source_id: str
+    kind: str  # "kafka" | "other" | "none" (no offset yet)
+    is_kafka: bool
+    topics: tuple[TopicLag, ...]
+    lag: int | None = 0  # None: a topic is missing from its cluster (see lag_unknown)
+    lag_unknown: str | None = None  # why `lag` is None, when it is
+    # The bootstrap servers of the cluster the source is mapped to; None: the main cluster.
+    cluster: str | None = None
+    # The subscribePattern its topics were counted by (found in every topic it read), if any.
+    pattern: str | None = None
+
+
+@dataclass(frozen=True)
+class InFlightBatch(ToDict):
+    """A planned batch (offsets/L with L > C) whose commit is not written yet.
+
+    >>> InFlightBatch(8, started_at=100.0, age_seconds=3.0, planned_records=50).batch_id
+    8
+    """
+
+    batch_id: int
+    started_at: float | None  # epoch seconds (offsets/L modified time, else its batchTimestampMs)
+    age_seconds: float | None
+    planned_records: int  # records between the committed and the planned offsets
+    # source id -> topic -> partition -> planned offset
+    planned_offsets: Mapping[str, Mapping[str, Mapping[int, int]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RealTime(ToDict):
+    """A real-time query (Spark >= 4.1, ``trigger(realTime=...)``): it reads records as they
+    arrive and writes ``offsets/N`` and ``commits/N`` together at the END of each interval, so
+    no file tells how far the running interval got. Its report measures what is known: the lag
+    as of the newest checkpoint (Kafka's offsets at ``checkpoint_at``, ListOffsets by
+    timestamp) and, apart, the records produced since (an upper bound of those waiting).
+
+    >>> RealTime(5.1, checkpoint_at=100.0, checkpoint_times=(100.0,)).interval_seconds
+    5.1
+    """
+
+    interval_seconds: float  # the newest checkpoint's: batchTimestampMs to offsets/C written
+    checkpoint_at: float  # epoch seconds offsets/C was written: what its lag is measured at
+    checkpoint_times: tuple[float | None, ...]  # offsets/N written, for each batch of history
+    # Total lag as of each checkpoint of `history` (oldest first); None where not measured.
+    checkpoint_lags: tuple[int | None, ...] = ()
+    produced_since: int | None = None  # records produced after checkpoint_at (upper bound)
+
+
+@dataclass(frozen=True)
+class HistoryBatch(ToDict):
+    """A retained committed batch: the x-axis of PartitionLag.offset_history.
+
+    `timestamp_ms` is when the batch's offsets were reached (`batch_time_ms`): its
+    `batchTimestampMs`; for an epoch of the continuous trigger, which has none (empty metadata
+    line), and a real-time checkpoint, whose `batchTimestampMs` is its interval's start, its
+    offsets file's modification time (the epoch's or interval's end). `records` is how many
+    offsets (all Kafka partitions of all sources) the batch read, counted from the batch
+    before it in the history; None for the oldest one.
+    """
+
+    batch_id: int
+    timestamp_ms: int | None
+    records: int | None = None
+
+
+@dataclass(frozen=True)
+class LagReport(ToDict):
+    """Everything known about a query's lag at `generated_at`.
+
+    Rates are records per second summed over all Kafka partitions of all sources, measured
+    over the batches in `history` (a check reads the older ones only when a rule needs them:
+    `health.reads_needed`; then they span the two newest, or the whole window).
+    `total_lag` and `max_lag` count the measured partitions; a topic its cluster lacks is in
+    `missing_topics`, and its source's `lag` is None with the reason (`lag_unknown`).
+    `production_rate` is an UPPER bound (the log end at the oldest retained batch is only known
+    to be at least that batch's offset), so `catch_up_seconds` errs on the long side.
+
+    >>> report = compute_lag(state, snapshot)                 # doctest: +SKIP
+    >>> report.total_lag, report.max_lag_seconds              # doctest: +SKIP
+    (1200, 35.2)
+    """
+
+    location: str
+    query_id: str | None
+    committed_batch_id: int | None
+    committed_at: float | None  # epoch seconds
+    commit_age_seconds: float | None
+    in_flight: InFlightBatch | None
+    sources: tuple[SourceLag, ...]
+    history: tuple[HistoryBatch, ...]
+    consumption_rate: float | None
+    production_rate: float | None
+    catch_up_seconds: float | None
+    time_lag_mode: str  # "estimate" (interpolated from history) | "exact" (record timestamps)
+    read_committed: bool
+    kafka_fetched_at: float
+    kafka_cluster_id: str | None
+    missing_topics: tuple[str, ...]
+    generated_at: float
+    continuous: bool
+    total_lag: int
+    max_lag: int
+    max_lag_topic: str | None
+    max_lag_partition: int | None
+    max_lag_seconds: float | None
+    # The retained batches look capped by a rate limit (maxOffsetsPerTrigger): the checkpoint's
+    # offsets then trail the log end at each batch time and cannot date records, so estimate
+    # mode reports lag_seconds as unknown. Exact mode is unaffected.
+    rate_limited: bool = False
+    # What a reader of the numbers must know (transactional topics, no commit yet, ...).
+    notes: tuple[str, ...] = ()
+    # Scheduled jobs (runs_every declared, or history that looks like runs): the last run.
+    schedule: Schedule | None = None
+    # Several Kafka sources, none mapped to a cluster: all were measured against one cluster,
+    # which is wrong when they read different ones (the checkpoint does not say).
+    single_cluster_assumed: bool = False
+    # The smallest time_to_loss_seconds of a lagging partition (see PartitionLag).
+    min_time_to_loss_seconds: float | None = None
+    trigger: str = "micro-batch"  # "micro-batch" | "continuous" | "real-time"
+    # The real-time trigger: lag is as of its newest checkpoint (see RealTime).
+    real_time: RealTime | None = None
+    # The query's subscribePattern as given (the checkpoint does not record it); None: not
+    # given, and topics the query has not read yet are not counted (a note says so).
+    subscribe_pattern: str | None = None
+    # The query reads fixed partitions (Spark's assign): partitions the checkpoint lacks are
+    # not counted.
+    assign: bool = False
+
+    @property
+    def kafka_sources(self) -> tuple[SourceLag, ...]:
+        return tuple(s for s in self.sources if s.is_kafka)
+
+    def partitions(self) -> Iterator[PartitionLag]:
+        """Every partition of every Kafka source."""
+        for source in self.sources:
+            for topic in source.topics:
+                yield from topic.partitions
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run: consecutive batches with no gap between them longer than the run gap.
+
+    ``complete`` and ``records_left`` are set by a check that asked Kafka (docs/scheduled-jobs.md);
+    None when not asked, when nothing of the run is committed yet, or when its start is not in the
+    history read (``start_known`` False).
+    """
+
+    first_batch_id: int
+    last_batch_id: int
+    batches: int
+    started_at: float | None  # epoch seconds: the first batch's batchTimestampMs
+    last_batch_at: float | None  # epoch seconds: the last batch's batchTimestampMs
+    ended_at: float | None  # when its last batch was committed, if that is known
+    start_known: bool  # False: the oldest batch read is in the run, which may be longer
+    in_progress: bool  # a batch of this run is planned and not committed yet
+    complete: bool | None = None
+    records_left: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The job's shape as a scheduled job.
+
+    ``runs_every`` and ``grace`` are set when the job was declared scheduled; an undeclared job
+    gets a ``Schedule`` only when its history looks like runs AND records waited between them
+    (``looks_scheduled``), which a check finds out from Kafka.
+    """
+
+    runs_every: float | None
+    grace: float | None
+    looks_scheduled: bool
+    runs_seen: int  # runs in the history read
+    last_run: Run | None
+
+    @property
+    def declared(self) -> bool:
+        return self.runs_every is not None
+
+    @property
+    def scheduled(self) -> bool:
+        """Declared, or looks like it: idling between runs is expected."""
+        return self.declared or self.looks_scheduled
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class Reads(enum.IntEnum):
+    """How much older history a report must have before a rule (or the report's own numbers)
+    is judged as on the whole window: what a check reads beyond offsets/C, newest first.
+
+    Each health rule declares it (``health.Rule.reads``), the time-lag estimate too
+    (``time_lag_reads``); ``health.reads_needed`` takes the most of them, in one place.
+    """
+
+    NOTHING = 0  # what the report has settles it
+    OLDER = 1  # the next older batch (offsets/C-1 after offsets/C alone), then ask again
+    WINDOW = 2  # every batch of the window, at once

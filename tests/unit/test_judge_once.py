@@ -1,0 +1,115 @@
+"""A check is a plan, a fetch and ONE judgment: ``compute_lag`` and ``evaluate`` run once per job
+per check, whatever the job's shape (caught up, lagging, stopped, capped, rewound, in flight,
+runs-shaped, declared scheduled) and the time-lag mode; and the evidence a result was judged on
+says what was read and which rule asked for it.
+
+Checkpoints are generated job shapes (test_check_requests_shapes: real Spark 3.5 checkpoint
+files with Kafka offsets); a fake Kafka cluster answers. The counters wrap the two functions
+wherever a module of the package has bound them, so the test counts the calls of any layout.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparklag import health, lag
+from airflow_sparklag.model.verdict import Thresholds
+from airflow_sparklag.monitor import CheckOptions, check_many
+from airflow_sparklag.session import Session
+from tests.unit.test_check_requests import NOW, FakeKafka, _write, checkpoint_files, steady
+from tests.unit.test_check_requests_shapes import shape
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[tuple[str, str]]:
+    """(function, job location) -> calls, for ``compute_lag`` and ``evaluate``."""
+    counted: collections.Counter[tuple[str, str]] = collections.Counter()
+    originals = {"compute_lag": lag.compute_lag, "evaluate": health.evaluate}
+
+    def counting(name: str) -> Any:
+        original = originals[name]
+
+        def wrapper(subject: Any, *args: Any, **kwargs: Any) -> Any:
+            counted[(name, subject.location)] += 1
+            return original(subject, *args, **kwargs)
+
+        return wrapper
+
+    for module in [m for n, m in sys.modules.items() if n.startswith("airflow_sparklag")]:
+        for name, original in originals.items():
+            if getattr(module, name, None) is original:
+                monkeypatch.setattr(module, name, counting(name))
+    return counted
+
+
+def _fleet(tmp_path: Path, seeds: range) -> tuple[list[str], dict[str, tuple]]:
+    jobs = {}
+    for seed in seeds:
+        batches, committed, ends, starts, rate, options = shape(seed)
+        location = _write(tmp_path / str(seed), checkpoint_files(batches, committed))
+        jobs[location] = (ends, starts, rate, options)
+    return list(jobs), jobs
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        CheckOptions(),
+        CheckOptions(exact_time_lag=True),
+        CheckOptions(Thresholds(max_lag_seconds=30)),
+        CheckOptions(runs_every=3600),
+    ],
+    ids=["defaults", "exact", "max_lag_seconds", "scheduled"],
+)
+def test_each_job_is_measured_and_judged_once(
+    tmp_path: Path, calls: collections.Counter[tuple[str, str]], options: CheckOptions
+) -> None:
+    locations, jobs = _fleet(tmp_path, range(30))
+    for location in locations:
+        ends, starts, rate, _ = jobs[location]
+        with Session(kafka_client=FakeKafka(dict(ends), dict(starts), rate)) as session:  # type: ignore[arg-type]
+            [result] = check_many(session, [location], options, now=NOW)
+        assert result.error is None
+        assert calls[("compute_lag", location)] == 1, location
+        assert calls[("evaluate", location)] == 1, location
+
+
+def test_a_fleet_is_measured_and_judged_once_per_job(
+    tmp_path: Path, calls: collections.Counter[tuple[str, str]]
+) -> None:
+    """Many jobs in one check: one report and one verdict each."""
+    ends = {0: 1300, 1: 1300}
+    locations = [
+        _write(tmp_path / name, checkpoint_files(batches))
+        for name, batches in {
+            "caught-up": steady(end=1300),
+            "lagging": steady(end=1300, lag=100),
+            "stopped": steady(end=1300, lag=100, every=10.0)[:6],
+        }.items()
+    ]
+    with Session(kafka_client=FakeKafka(dict(ends))) as session:  # type: ignore[arg-type]
+        results = check_many(session, locations, CheckOptions(), now=NOW)
+    assert [r.error for r in results] == [None, None, None]
+    assert set(calls.values()) == {1} and len(calls) == 2 * len(locations)
+
+
+def test_the_evidence_names_what_was_read_and_who_asked(tmp_path: Path) -> None:
+    """A caught-up job is judged on its newest batch; a lagging one reads offsets/C-1 because
+    the rules that judge a trend asked for it; both say so in ``evidence`` and ``explain()``."""
+    ends = {0: 1300, 1: 1300}
+    caught_up = _write(tmp_path / "ok", checkpoint_files(steady(end=1300)))
+    lagging = _write(tmp_path / "lag", checkpoint_files(steady(end=1300, lag=10)))
+    with Session(kafka_client=FakeKafka(dict(ends))) as session:  # type: ignore[arg-type]
+        ok, behind = check_many(session, [caught_up, lagging], CheckOptions(), now=NOW)
+    assert [read.what for read in ok.evidence] == ["listing, offsets/C, Kafka end offsets"]
+    assert ok.to_dict()["evidence"] == [
+        {"read": "listing, offsets/C, Kafka end offsets", "asked_by": []}
+    ]
+    asked = {read.what: read.asked_by for read in behind.evidence}
+    assert "lagging" in asked["offsets/C-1"] and "time lag" in asked["offsets/C-1"]
+    assert "topic retention (time_to_data_loss)" in behind.explain()
