@@ -21,7 +21,7 @@ from airflow_sparklag import health, lag
 from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.monitor import CheckOptions, check_many
 from airflow_sparklag.session import Session
-from tests.unit.test_check_requests import NOW, FakeKafka, _write, checkpoint_files, steady
+from tests.unit.test_check_requests import NOW, _write, checkpoint_files, cluster, steady
 from tests.unit.test_check_requests_shapes import shape
 
 
@@ -72,7 +72,7 @@ def test_each_job_is_measured_and_judged_once(
     locations, jobs = _fleet(tmp_path, range(30))
     for location in locations:
         ends, starts, rate, _ = jobs[location]
-        with Session(kafka_client=FakeKafka(dict(ends), dict(starts), rate)) as session:  # type: ignore[arg-type]
+        with Session(kafka_client=cluster(dict(ends), dict(starts), rate)) as session:
             [result] = check_many(session, [location], options, now=NOW)
         assert result.error is None
         assert calls[("compute_lag", location)] == 1, location
@@ -92,7 +92,7 @@ def test_a_fleet_is_measured_and_judged_once_per_job(
             "stopped": steady(end=1300, lag=100, every=10.0)[:6],
         }.items()
     ]
-    with Session(kafka_client=FakeKafka(dict(ends))) as session:  # type: ignore[arg-type]
+    with Session(kafka_client=cluster(dict(ends))) as session:
         results = check_many(session, locations, CheckOptions(), now=NOW)
     assert [r.error for r in results] == [None, None, None]
     assert set(calls.values()) == {1} and len(calls) == 2 * len(locations)
@@ -104,7 +104,7 @@ def test_the_evidence_names_what_was_read_and_who_asked(tmp_path: Path) -> None:
     ends = {0: 1300, 1: 1300}
     caught_up = _write(tmp_path / "ok", checkpoint_files(steady(end=1300)))
     lagging = _write(tmp_path / "lag", checkpoint_files(steady(end=1300, lag=10)))
-    with Session(kafka_client=FakeKafka(dict(ends))) as session:  # type: ignore[arg-type]
+    with Session(kafka_client=cluster(dict(ends))) as session:
         ok, behind = check_many(session, [caught_up, lagging], CheckOptions(), now=NOW)
     assert [read.what for read in ok.evidence] == ["listing, offsets/C, Kafka end offsets"]
     assert ok.to_dict()["evidence"] == [

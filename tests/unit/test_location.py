@@ -1,8 +1,8 @@
 """A location is text parsed once, where it enters; the backends are one table of options types.
 
 The parse-once checks count ``Location.parse`` across real checks of checkpoints on local disk
-(written from a real Spark 3.5 checkpoint's files) against the fake Kafka cluster of
-``test_check_requests``.
+(written from a real Spark 3.5 checkpoint's files) against the shared in-memory Kafka cluster
+(``test_check_requests.cluster``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from airflow_sparklag.location import Location
 from airflow_sparklag.monitor import CheckOptions, check, check_many
 from airflow_sparklag.session import Session
 from airflow_sparklag.storage import BACKENDS, StorageOptions, options_type
-from tests.unit.test_check_requests import NOW, FakeKafka, _write, checkpoint_files, steady
+from tests.unit.test_check_requests import NOW, _write, checkpoint_files, cluster, steady
 
 # -- parsing -------------------------------------------------------------------------------------
 
@@ -114,7 +114,7 @@ def _jobs(root: Path, count: int) -> list[str]:
 
 def test_a_check_parses_its_location_once(tmp_path: Path, parsed: list[str]) -> None:
     (job,) = _jobs(tmp_path, 1)
-    with Session(kafka_client=FakeKafka({0: 1200, 1: 1200})) as session:  # type: ignore[arg-type]
+    with Session(kafka_client=cluster({0: 1200, 1: 1200})) as session:
         where = params.location("location", job)  # an operator's field, after templating
         result = check(session, where, CheckOptions(), now=NOW)
         assert result.report is not None and result.report.history  # the window was read
@@ -129,8 +129,8 @@ def test_many_checks_and_fleet_polls_parse_each_location_once(
     tmp_path: Path, parsed: list[str]
 ) -> None:
     jobs = _jobs(tmp_path, 3)
-    kafka = FakeKafka({0: 1200, 1: 1200})
-    with Session(kafka_client=kafka) as session:  # type: ignore[arg-type]
+    kafka = cluster({0: 1200, 1: 1200})
+    with Session(kafka_client=kafka) as session:
         results = check_many(session, jobs, CheckOptions(), now=NOW)
         assert [r.location for r in results] == [j.rstrip("/") for j in jobs]
         assert all(r.report is not None and r.report.history for r in results)
