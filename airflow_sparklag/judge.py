@@ -38,7 +38,7 @@ from airflow_sparklag.lag import (
 from airflow_sparklag.model.report import LagReport, Reads
 from airflow_sparklag.model.result import CheckResult, Read
 from airflow_sparklag.model.verdict import Health, HealthVerdict
-from airflow_sparklag.positions import Offsets, SourceCluster, measure
+from airflow_sparklag.positions import Measuring, Offsets, SourceCluster, measure
 from airflow_sparklag.session import Session
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ class _Check:
 
     # -- what was read, as positions ------------------------------------------------------
 
-    def _arguments(self, job: Evidence) -> dict[str, Any]:
+    def _arguments(self, job: Evidence) -> Measuring:
         """The arguments of ``measure``/``compute_lag`` for what ``job`` holds."""
         options, state = self.options, job.state
         return {
