@@ -17,6 +17,7 @@ import functools
 import hashlib
 import json
 import re
+import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -45,6 +46,10 @@ __all__ = [
     "parse_source_start",
 ]
 
+# A reader that polls lists the checkpoint at least this often (seconds), whatever its point
+# reads say: the bound on noticing a change no point read shows (a checkpoint deleted,
+# recreated or reset to fewer batches, a purge that finished after the last listing).
+FULL_LISTING_SECONDS = 600.0
 OFFSETS_VERSIONS = (1, 2)
 COMMITS_VERSIONS = (1, 2, 3)
 SOURCE_START_VERSIONS = (1,)
@@ -469,6 +474,11 @@ def _offset(offset: Any, where: str) -> int:
 # -- reader ----------------------------------------------------------------------------------
 
 
+# commits/ and offsets/ batches by id, and ``metadata`` as listed (None: not listed, see
+# CheckpointReader._list_logs)
+_Listing = tuple[dict[int, ObjectInfo], dict[int, ObjectInfo], list[ObjectInfo] | None]
+
+
 class _Vanished(Exception):
     """A listed file was gone when read (purge, or the checkpoint is being replaced)."""
 
@@ -485,6 +495,7 @@ class CheckpointReader:
         reader = CheckpointReader(open_storage("s3a://bucket/ck/orders"), "s3a://bucket/ck/orders")
         state = reader.read(history=10)   # first call: LIST offsets/, LIST commits/, GET ...
         state = reader.read(history=10)   # later calls GET only the new offsets files
+        state = reader.read(history=10)   # nothing changed: one HEAD of the next batch's file
 
     Rules (see ``docs/``):
 
@@ -508,10 +519,23 @@ class CheckpointReader:
     in flight; each extra history batch one GET, once; ``commits/C`` one GET per new committed
     batch unless the listing's content hash proves it. ``read(history, lazy_history=True)``
     costs what ``history=1`` does and leaves the older batches to :meth:`read_history`.
+
+    Polls (docs/fleet.md, "Polling at the price of a point read"): once two listings in a row
+    agree and show a regular log (at least two commits, ids without gaps, at most one batch in
+    flight), a read first asks for the ONE file Spark writes next (``storage.is_file``:
+    ``offsets/C+1``, or ``commits/L`` while L is in flight). Absent: the last listing still
+    stands and the read costs that one request. Present, or the last listing older than
+    ``full_listing_seconds``, or one of the caller's ``confirm_at`` times passed since that
+    listing: a full read as above.
     """
 
     def __init__(
-        self, storage: Storage, location: Location | str, *, query_id: bool = True
+        self,
+        storage: Storage,
+        location: Location | str,
+        *,
+        query_id: bool = True,
+        full_listing_seconds: float = FULL_LISTING_SECONDS,
     ) -> None:
         self.storage = storage
         self.location = Location.of(location).text  # text: a script's own reader
@@ -521,36 +545,89 @@ class CheckpointReader:
         self._listed_keys: int | None = None  # keys of the last single listing (S3)
         self._query_id: str | None = None
         self._commit_checked: tuple[str, int, float] | None = None  # a small commits/C, read
+        self.full_listing_seconds = full_listing_seconds  # 0: list on every read
+        self._listing: _Listing | None = None  # the last listing of a read that succeeded
+        self._listed_at = 0.0  # when it was taken (time.time())
+        self._settled = False  # it agreed with the listing before it
+        # When the last check's verdict may change with nothing written (health.changes_at):
+        # the reads after one of these list again (the ``confirm_at`` of every read).
+        self.confirm_at: tuple[float, ...] = ()
 
     def batches_read(self) -> list[BatchOffsets]:
         """The offsets files this reader holds (those of its newest read), oldest first."""
         return [batch for _, (_, batch) in sorted(self._offsets_cache.items())]
 
-    def read(self, history: int = 10, *, lazy_history: bool = False) -> CheckpointState:
+    def read(
+        self,
+        history: int = 10,
+        *,
+        lazy_history: bool = False,
+        now: float | None = None,
+        confirm_at: Iterable[float] = (),
+    ) -> CheckpointState:
         """A fresh snapshot; ``history`` bounds how many committed batches are returned.
 
         ``lazy_history=True`` reads no older batch (unless the listing hints at a rewind): the
         state's ``history`` is offsets/C alone and ``unread_history`` lists the older batches
         of the window, which :meth:`read_history` reads when a rule needs them.
+
+        ``confirm_at``: times (epoch seconds, on the clock of ``now``, default
+        ``time.time()``) at which the caller's verdict may change with nothing written, e.g.
+        the last commit's time + ``max_commit_age_seconds``; the first read after one of them
+        lists the checkpoint again rather than trusting a point read (class docstring).
         """
+        now = time.time() if now is None else now
+        moments = (*confirm_at, *self.confirm_at)
+        listing = self._listing if self._quiet(now, moments) else None
         try:
-            return self._read_once(history, lazy_history)
+            return self._read_once(history, lazy_history, listing, now)
         except _Vanished:
             pass
         # A file we just listed vanished: the listing is stale (checkpoint deleted/replaced while
         # we read it). One fresh listing settles it; a second miss means it really is broken.
         try:
-            return self._read_once(history, lazy_history)
+            return self._read_once(history, lazy_history, None, now)
         except _Vanished as vanished:
             raise CheckpointCorrupt(
                 f"{vanished.path}: listed but gone when read, twice; the checkpoint at "
                 f"{self.location} is being deleted or rewritten"
             ) from None
 
-    def _read_once(self, history: int, lazy_history: bool = False) -> CheckpointState:
+    def _quiet(self, now: float, confirm_at: Iterable[float]) -> bool:
+        """May this read reuse the last listing? Only when it settled and is recent, no
+        ``confirm_at`` time passed since, and the file Spark writes next is still absent
+        (one point request)."""
+        listing = self._listing
+        if listing is None or not self._settled:
+            return False
+        if not 0 <= now - self._listed_at < self.full_listing_seconds:
+            return False
+        commits, offsets, _ = listing
+        following = _next_file(commits, offsets)
+        if following is None:
+            return False
+        if any(self._listed_at < moment <= now for moment in confirm_at):
+            return False
+        return not self.storage.is_file(join(self.location, *following))
+
+    def _list_again(self) -> tuple[_Listing, bool]:
+        """A new listing, and whether it agrees with the last one. A listing of another
+        checkpoint (:func:`_replaced`) makes the query id be read again."""
+        previous, self._listing = self._listing, None  # kept again once the read succeeds
         # commits/ first: offsets/N is written before commits/N, so any commit we see has its
         # offsets file in the listing that follows (no false "commits ahead of offsets").
-        commits, offsets, metadata = self._list_logs()
+        listing = self._list_logs()
+        if previous is not None and _replaced(previous, listing):
+            self._metadata_read = False
+        return listing, listing == previous
+
+    def _read_once(
+        self, history: int, lazy_history: bool, listing: _Listing | None, now: float
+    ) -> CheckpointState:
+        fresh, settled = listing is None, self._settled
+        if listing is None:
+            listing, settled = self._list_again()
+        commits, offsets, metadata = listing
         metadata_listed = None if metadata is None else bool(metadata)
         query_id = self._read_query_id(metadata_listed) if self.wants_query_id else None
         commit_ids = tuple(sorted(commits))
@@ -605,6 +682,8 @@ class CheckpointReader:
         keep.update(b.batch_id for b in (committed, in_flight) if b is not None)
         for stale in [i for i in self._offsets_cache if i not in keep]:
             del self._offsets_cache[stale]
+        if fresh:
+            self._listing, self._listed_at, self._settled = listing, now, settled
         return CheckpointState(
             location=self.location,
             query_id=query_id,
@@ -705,9 +784,7 @@ class CheckpointReader:
             found = [read(batch_id) for batch_id in wanted]
         return tuple(batch for batch in found if batch is not None)
 
-    def _list_logs(
-        self,
-    ) -> tuple[dict[int, ObjectInfo], dict[int, ObjectInfo], list[ObjectInfo] | None]:
+    def _list_logs(self) -> _Listing:
         """commits/ and offsets/ batches, and ``metadata`` as listed (None: not asked).
 
         A backend with ``list_checkpoint`` (S3) lists both logs and ``metadata`` in one
@@ -802,6 +879,36 @@ class CheckpointReader:
         if not self.wants_query_id:
             names.append("metadata")  # not read by this reader, but proof of a checkpoint
         return any(self.storage.exists(join(self.location, name)) for name in names)
+
+
+def _next_file(
+    commits: Mapping[int, ObjectInfo], offsets: Mapping[int, ObjectInfo]
+) -> tuple[str, str] | None:
+    """The file Spark writes next in a regular log: ``offsets/C+1`` when no batch is in flight,
+    ``commits/L`` while L = C+1 is. None when unsure: fewer than two commits, a gap in the ids
+    (async progress tracking skips batches and may write offsets several batches ahead), or
+    more than one batch in flight."""
+    if len(commits) < 2 or not offsets:
+        return None
+    committed, latest = max(commits), max(offsets)
+    if any(max(ids) - min(ids) + 1 != len(ids) for ids in (commits, offsets)):
+        return None
+    if latest == committed:
+        return "offsets", str(committed + 1)
+    return ("commits", str(latest)) if latest == committed + 1 else None
+
+
+def _replaced(before: _Listing, after: _Listing) -> bool:
+    """Is ``after`` the listing of another checkpoint than ``before`` (deleted and recreated
+    under the same path)? Spark never rewrites a batch file nor lowers its newest commit."""
+    (commits, offsets, metadata), (new_commits, new_offsets, new_metadata) = before, after
+    if (commits or offsets) and not (new_commits or new_offsets):
+        return True  # gone (or emptied): only a fresh look at metadata tells which
+    if commits and new_commits and max(new_commits) < max(commits):
+        return True
+    if metadata and new_metadata and metadata != new_metadata:
+        return True
+    return any(new_offsets[i] != info for i, info in offsets.items() if i in new_offsets)
 
 
 def _window(

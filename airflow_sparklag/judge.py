@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_sparklag.check_options import CheckOptions
 from airflow_sparklag.errors import SparkLagError, StorageNotFound
-from airflow_sparklag.health import ages_needed, evaluate, reads_needed, waiting_wanted
+from airflow_sparklag.health import ages_needed, changes_at, evaluate, reads_needed, waiting_wanted
 from airflow_sparklag.kafka import KafkaSnapshot
 from airflow_sparklag.lag import (
     Answers,
@@ -266,6 +266,9 @@ class _Check:
             )
             verdict = evaluate(report, self.options.thresholds, now=self.now)
             results[loc] = CheckResult(report, verdict, loc, evidence=tuple(job.reads))
+            # A later poll lists this checkpoint again once its verdict may change by time.
+            reader = self.session.reader(loc, query_id=self.query_id)
+            reader.confirm_at = changes_at(report, self.options.thresholds)
         for loc, error in self.errors.items():
             results[loc] = failed_result(loc, error)
         return results

@@ -423,6 +423,14 @@ class WebHDFSStorage:
             return False
         return True
 
+    def is_file(self, path: str) -> bool:
+        self.requests.add("stat")
+        try:
+            with self._call(path, "GETFILESTATUS") as client:
+                return bool(client.status(hdfs_path(path)).get("type") == "FILE")
+        except StorageNotFound:
+            return False
+
     def write_atomic(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
         self.requests.add("write")
         target = hdfs_path(path)
