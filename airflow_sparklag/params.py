@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from airflow_sparklag.checkpoint import LATEST_TIME_MS
+from airflow_sparklag.checkpoint_files import LATEST_TIME_MS
 from airflow_sparklag.errors import InvalidParameter, UnsupportedStorageURL
 from airflow_sparklag.location import Location
 from airflow_sparklag.model.verdict import Health, Thresholds
