@@ -35,13 +35,8 @@ from airflow_sparklag.errors import (
     SparkLagError,
     StorageNotFound,
 )
-from airflow_sparklag.storage import (
-    ObjectInfo,
-    Storage,
-    join,
-    refuse_bucketless,
-    trim_location,
-)
+from airflow_sparklag.location import Location
+from airflow_sparklag.storage import ObjectInfo, Storage, join
 
 __all__ = [
     "BatchOffsets",
@@ -122,14 +117,13 @@ class CheckpointReader:
     def __init__(
         self,
         storage: Storage,
-        location: str,
+        location: Location | str,
         *,
         query_id: bool = True,
         full_listing_seconds: float = FULL_LISTING_SECONDS,
     ) -> None:
         self.storage = storage
-        refuse_bucketless(location)
-        self.location = trim_location(location)
+        self.location = Location.of(location).text  # text: a script's own reader
         self.wants_query_id = query_id
         self._offsets_cache: dict[int, tuple[ObjectInfo, BatchOffsets]] = {}
         self._metadata_read = False

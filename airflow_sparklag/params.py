@@ -26,13 +26,13 @@ import dataclasses
 import datetime
 import json
 import math
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from airflow_sparklag.checkpoint_files import LATEST_TIME_MS
-from airflow_sparklag.errors import InvalidParameter, UsageError
+from airflow_sparklag.errors import InvalidParameter, UnsupportedStorageURL, UsageError
+from airflow_sparklag.location import Location
 from airflow_sparklag.model.verdict import Health, Thresholds
 
 __all__ = [
@@ -331,29 +331,21 @@ def conn_id(name: str, value: Any) -> str | None:
     return text(name, value)
 
 
-def location(name: str, value: Any) -> str:
-    """One checkpoint location (a path or URL, a ``pathlib.Path``); a list, also rendered as
-    text, is refused, and so is a NUL character (no store has it in a name)."""
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if isinstance(value, str) and "\x00" in value:
-        raise invalid(name, f"must be a checkpoint path or URL, got {ascii(value)[:200]} (a NUL)")
+def location(name: str, value: Any) -> Location:
+    """One checkpoint location (a path or URL, a ``pathlib.Path``), parsed once
+    (:meth:`Location.parse <airflow_sparklag.location.Location.parse>`, whose refusals are all
+    :class:`~airflow_sparklag.errors.InvalidParameter` here); a list, also as text, is refused."""
     if isinstance(value, str) and value.strip().startswith(("[", "(")):
         # Not a list after all: a path that starts with a bracket.
         with contextlib.suppress(InvalidParameter):
             value = _literal(name, value.strip())
-    if isinstance(value, str) and value.strip():
-        return value.strip()
-    if isinstance(value, (list, tuple)):
-        raise invalid(
-            name,
-            f"must be one location, got a list of {len(value)}; check many jobs with the fleet "
-            "check (SparkLagFleetCheckOperator / `sparklag status --prefix`)",
-        )
-    raise invalid(name, f"must be a checkpoint path or URL, got {_shown(value)}")
+    try:
+        return Location.parse(value, name)
+    except UnsupportedStorageURL as exc:  # credentials in it, no bucket: a parameter error too
+        raise invalid(name, str(exc)) from None
 
 
-def optional_location(name: str, value: Any) -> str | None:
+def optional_location(name: str, value: Any) -> Location | None:
     return None if is_none(value) else location(name, value)
 
 

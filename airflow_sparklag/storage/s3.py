@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -24,9 +25,11 @@ from airflow_sparklag.errors import (
     UnsupportedStorageURL,
     UsageError,
 )
+from airflow_sparklag.location import Location
 from airflow_sparklag.redact import scrub, secret_parts
 from airflow_sparklag.storage import (
     S3_SCHEMES,
+    BackendOptions,
     Children,
     ObjectInfo,
     RequestCounter,
@@ -717,3 +720,25 @@ def s3_error(
     elif code in _THROTTLED or status == "503":
         hint = "; S3 throttled or was unavailable through every attempt: check again later"
     return StorageError(f"{path}: {action} failed: {code or status}: {message}{hint}")
+
+
+@dataclass(frozen=True, repr=False)
+class S3Options(BackendOptions):
+    """The options of :class:`S3Storage` (its keyword arguments; None: its default), given
+    once for every bucket. Never printed."""
+
+    client: Any = None
+    session: Any = None
+    endpoint_url: str | None = None
+    aws_access_key_id: str | None = None
+    aws_secret_access_key: str | None = None
+    aws_session_token: str | None = None
+    region_name: str | None = None
+    verify: bool | str | None = None
+    connect_timeout: float | None = None
+    read_timeout: float | None = None
+    max_attempts: int | None = None
+    reader: str | None = None
+
+    def open(self, location: Location) -> Storage:
+        return S3Storage(**self.given())
