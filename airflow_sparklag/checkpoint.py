@@ -166,6 +166,9 @@ class CheckpointState:
     # and commits/P's LastModified (None: not committed), which must have that shape too.
     preceding: BatchOffsets | None = None
     preceding_commit_modified: float | None = None
+    # (batch id, offsets/N LastModified, commits/N LastModified or None) for each batch of the
+    # window, C and the in-flight one, oldest first: from the listing, read or not (pace.py).
+    listed_times: tuple[tuple[int, float, float | None], ...] = ()
 
 
 # -- parsers ---------------------------------------------------------------------------------
@@ -624,6 +627,11 @@ class CheckpointReader:
             written_before=self._written_before(in_flight or committed, offsets, metadata),
             preceding=preceding[0],
             preceding_commit_modified=preceding[1],
+            listed_times=tuple(
+                (i, offsets[i].modified, commits[i].modified if i in commits else None)
+                for i in sorted(keep)
+                if i in offsets
+            ),
         )
 
     def _written_before(

@@ -37,14 +37,17 @@ THRESHOLD_FLAGS = {
     "max_in_flight": "max_in_flight_seconds",
     "min_time_to_loss": "min_time_to_loss_seconds",
     "min_time_to_loss_ratio": "min_time_to_loss_ratio",
+    "min_time_to_breach": "min_time_to_breach_seconds",
+    "max_batch_time_ratio": "max_batch_time_ratio",
     "allowed_lag": "allowed_lag",
     "window": "window",
     "min_window": "min_window",
 }
 DURATION_FLAGS = frozenset(
-    {"max_lag_seconds", "max_commit_age", "max_in_flight", "min_time_to_loss"}
+    {"max_lag_seconds", "max_commit_age", "max_in_flight", "min_time_to_loss", "min_time_to_breach"}
 )
-SHARE_FLAGS = frozenset({"min_time_to_loss_ratio"})  # a share, 0 to 1; the others are counts
+# shares (a number, not a count)
+SHARE_FLAGS = frozenset({"min_time_to_loss_ratio", "max_batch_time_ratio"})
 PROGRESS_MIN = 10  # checkpoints from which `status` shows a progress line
 
 
