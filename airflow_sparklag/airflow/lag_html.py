@@ -233,8 +233,8 @@ def _row(job: JobView, base: str) -> str:
         f'<td class="num">{seconds_text(last.max_lag_seconds)}</td>'
         f'<td class="num">{seconds_text(last.commit_age_seconds)}</td>'
         f'<td class="num">{seconds_text(last.catch_up_seconds)}</td>'
-        f'<td class="num">{_loss_text(last.min_time_to_loss_seconds)}</td>'
         f'<td class="num">{_batch_text(last)}</td>'
+        f'<td class="num">{_loss_text(last.min_time_to_loss_seconds)}</td>'
         f'<td><svg class="spark" width="120" height="24" role="img" '
         f'data-job="{escape(job.location)}"></svg></td>'
         f'<td><a href="{escape(ti_href(base, last))}" target="_top">'
@@ -274,7 +274,7 @@ def fleet_page(
     table = (
         '<table class="jobs"><thead><tr><th>Job</th><th>Health</th><th>Reason</th>'
         "<th>Lag (records)</th><th>Lag (time)</th><th>Commit age</th><th>Catch-up in</th>"
-        "<th>Data loss in</th><th>Batch time</th>"
+        "<th>Batch time</th><th>Data loss in</th>"
         f"<th>Trend</th><th>Last check</th></tr></thead><tbody>{rows}</tbody></table>"
     )
     empty = (

@@ -5,6 +5,7 @@ The real scrape by a real Prometheus is tests/integration/test_exporter.py.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import urllib.request
@@ -20,6 +21,7 @@ from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
 from airflow_sparklag.lag import compute_lag
 from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckResult, failed_result
+from airflow_sparklag.pace import pace_of
 
 NOW = 1_700_000_100.0
 
@@ -171,3 +173,21 @@ def test_serves_on_ipv6_addresses_too(address: str) -> None:
         server.shutdown()
         server.server_close()
         exporter.stop()
+
+
+def test_batch_time_gauges():
+    """Issue 34: the batches' time and its share of the interval, from the listing's times;
+    absent when unknown."""
+    paced = result("/ck/a", {0: 90}, {0: 100})
+    listed = tuple((i, NOW - 30 + 10 * i, NOW - 27 + 10 * i) for i in range(3))
+    assert paced.report is not None
+    report = dataclasses.replace(paced.report, pace=pace_of(listed))
+    exporter = LagExporter(
+        FakeFleet([dataclasses.replace(paced, report=report), result("/ck/b", {0: 1}, {0: 1})]),
+        clock=lambda: NOW,
+    )
+    assert exporter.refresh()
+    found = samples(exporter)
+    assert value(found, "sparklag_job_batch_seconds", job="/ck/a") == 3.0
+    assert value(found, "sparklag_job_batch_time_ratio", job="/ck/a") == pytest.approx(0.3)
+    assert ("sparklag_job_batch_seconds", (("job", "/ck/b"),)) not in found
