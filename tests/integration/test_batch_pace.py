@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -60,7 +61,7 @@ def test_batches_slowing_past_their_interval_are_flagged_before_lag_crosses(
             trigger={"processingTime": f"{INTERVAL:g} seconds"},
         )
         try:
-            polls = poll_until_crossed(kafka, ck, query)
+            polls = poll_until_crossed(kafka, ck, query, THRESHOLDS, TOTAL_LIMIT)
         finally:
             jobs.stop_quietly(query)
     judged = [r for r in polls if r.report is not None and r.report.committed_batch_id is not None]
@@ -85,23 +86,80 @@ def test_batches_slowing_past_their_interval_are_flagged_before_lag_crosses(
         f"{len(before)} OK polls before it"
     )
     assert margin > 0, margin
+    rules = Counter(r.verdict.rule for r in judged)
+    forecasts = [b for r in judged if r.report for b in r.report.time_to_breach if b.seconds]
+    print(f"verdicts over {len(judged)} polls: {dict(rules)}; forecasts: {len(forecasts)}")
 
 
-def poll_until_crossed(kafka: Any, ck: str, query: Any) -> list[CheckResult]:
-    """Checks every second until the lag crossed TOTAL_LIMIT (at most 240 s)."""
+def poll_until_crossed(
+    kafka: Any, ck: str, query: Any, thresholds: Thresholds, limit: int
+) -> list[CheckResult]:
+    """Checks every second until the total lag crossed ``limit`` (at most 240 s)."""
     polls: list[CheckResult] = []
     deadline = time.monotonic() + 240
     with Session(kafka_config={"bootstrap.servers": kafka.bootstrap}) as session:
         while time.monotonic() < deadline:
             assert query.exception() is None, query.exception()
             try:
-                result = check(session, ck, CheckOptions(THRESHOLDS))
+                result = check(session, ck, CheckOptions(thresholds))
             except CheckpointNotFound:  # nothing written yet
                 time.sleep(1.0)
                 continue
             polls.append(result)
             report = result.report
-            if report is not None and report.total_lag > TOTAL_LIMIT:
+            if report is not None and report.total_lag > limit:
                 return polls
             time.sleep(1.0)
-    raise AssertionError(f"the lag never crossed {TOTAL_LIMIT}: {polls[-1].verdict}")
+    raise AssertionError(f"the lag never crossed {limit}: {polls[-1].verdict}")
+
+
+CAPPED_RATE = 100  # records/s produced
+CAP = 40  # maxOffsetsPerTrigger, on a 1 s trigger: the backlog grows by ~60 records/s
+CAPPED_LIMIT = 1500
+BREACH_BOUND = 20.0  # min_time_to_breach_seconds
+
+
+def test_a_capped_query_is_forecast_to_cross_its_threshold_before_it_does(
+    spark: Any, kafka: Any, tmp_path: Any
+) -> None:
+    """Issue 34 item 2: a query capped by maxOffsetsPerTrigger below the production rate. The
+    forecast of max_lag_records_total is in its reports, the rule time_to_breach is among the
+    findings before the lag crosses the threshold, and the crossing it predicted is compared
+    with the real one (the production rate is an upper bound: it errs early)."""
+    topic = kafka.create_topic(f"capped-{uuid.uuid4().hex[:8]}", partitions=1)
+    ck = str(tmp_path / "ck")
+    limits = Thresholds(max_lag_records_total=CAPPED_LIMIT, min_time_to_breach_seconds=BREACH_BOUND)
+    polls: list[CheckResult] = []
+    with producing(kafka.bootstrap, topic, CAPPED_RATE):
+        df = jobs.kafka_stream(
+            spark,
+            kafka.bootstrap,
+            topics=[topic],
+            starting="latest",
+            options={"maxOffsetsPerTrigger": str(CAP)},
+        )
+        query = jobs.start_query(df, ck, trigger={"processingTime": "1 second"})
+        try:
+            polls = poll_until_crossed(kafka, ck, query, limits, CAPPED_LIMIT)
+        finally:
+            jobs.stop_quietly(query)
+    judged = [r for r in polls if r.report is not None and r.report.committed_batch_id is not None]
+    flagged = next(r for r in judged if any(f.rule == "time_to_breach" for f in r.verdict.findings))
+    crossed = judged[-1]
+    assert flagged.report is not None and crossed.report is not None
+    assert flagged.report.total_lag <= CAPPED_LIMIT, flagged.report.total_lag
+    breach = next(
+        b for b in flagged.report.time_to_breach if b.threshold == "max_lag_records_total"
+    )
+    assert breach.seconds is not None and 0 < breach.seconds < BREACH_BOUND, breach
+    finding = next(f for f in flagged.verdict.findings if f.rule == "time_to_breach")
+    assert "maxOffsetsPerTrigger" in finding.reason, finding
+    predicted = flagged.report.generated_at + breach.seconds
+    actual = crossed.report.generated_at
+    print(
+        f"time_to_breach flagged {actual - flagged.report.generated_at:.1f} s before the lag "
+        f"crossed {CAPPED_LIMIT}: predicted in {breach.seconds:.1f} s at "
+        f"+{breach.growth:.1f} records/s, crossed {actual - predicted:+.1f} s after the "
+        f"prediction (polled every second); {finding.reason.split(':')[0]}"
+    )
+    assert actual > flagged.report.generated_at
