@@ -115,7 +115,7 @@ def poll_until_crossed(
 
 CAPPED_RATE = 100  # records/s produced
 CAP = 40  # maxOffsetsPerTrigger, on a 1 s trigger: the backlog grows by ~60 records/s
-CAPPED_LIMIT = 1500
+CAPPED_LIMIT = 4000
 BREACH_BOUND = 20.0  # min_time_to_breach_seconds
 
 
@@ -163,3 +163,18 @@ def test_a_capped_query_is_forecast_to_cross_its_threshold_before_it_does(
         f"prediction (polled every second); {finding.reason.split(':')[0]}"
     )
     assert actual > flagged.report.generated_at
+    first = next(r for r in judged if r.report and _forecast(r.report) is not None)
+    assert first.report is not None
+    early = first.report.generated_at + (_forecast(first.report) or 0.0)
+    print(
+        f"first forecast {actual - first.report.generated_at:.1f} s before the crossing: "
+        f"predicted {actual - early:+.1f} s early"
+    )
+
+
+def _forecast(report: Any) -> float | None:
+    """The finite forecast of max_lag_records_total in ``report``, if any."""
+    for b in report.time_to_breach:
+        if b.threshold == "max_lag_records_total" and b.seconds and b.seconds < float("inf"):
+            return float(b.seconds)
+    return None
