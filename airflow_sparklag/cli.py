@@ -201,6 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--detail", action="store_true", help="with several jobs, every partition of each"
     )
+    status.add_argument(
+        "--explain",
+        action="store_true",
+        help="a line per job: what was read to judge it and which rule asked for it "
+        "(always in --json: 'evidence')",
+    )
     _connection_flags(status)
     _check_flags(status)
     add_wait_command(sub)
@@ -299,14 +305,17 @@ def _print_results(args: argparse.Namespace, results: list[CheckResult]) -> None
         return
     if len(results) > 1 and not args.detail:
         _out(compact_table(results), args)
-        return
-    for i, result in enumerate(results):
-        if i:
-            _out("\n" + "-" * 80 + "\n", args)
-        if result.error is not None or result.report is None:
-            _out(f"checkpoint  {result.location}\nerror       {result.error}", args)
-        else:
-            _out(render(result.report, result.verdict), args)
+    else:
+        for i, result in enumerate(results):
+            if i:
+                _out("\n" + "-" * 80 + "\n", args)
+            if result.error is not None or result.report is None:
+                _out(f"checkpoint  {result.location}\nerror       {result.error}", args)
+            else:
+                _out(render(result.report, result.verdict), args)
+    if args.explain:  # what each job was judged on, and which rule asked for it
+        for result in results:
+            _out(f"evidence    {result.location}: {result.explain()}", args)
 
 
 def compact_table(results: list[CheckResult]) -> str:

@@ -18,6 +18,7 @@ The hierarchy::
     │   (parameters and usage)
     ├── InvalidParameter (also a ValueError)   a parameter could not be read; .parameter
     ├── UsageError                             a command was called wrongly (CLI exit 64)
+    │   └── HadoopConfigInvalid                a Hadoop site file is malformed or refused
     │   (storage)
     ├── UnsupportedStorageURL                  no storage backend for the URL's scheme
     ├── StorageError                           the store answered with an error, or not at all
@@ -67,6 +68,7 @@ __all__ = [
     "ConsumerGroupActive",
     "DataLossRefused",
     "DelegationTokenRejected",
+    "HadoopConfigInvalid",
     "InvalidParameter",
     "JobStillRunning",
     "KafkaError",
@@ -134,6 +136,11 @@ class UsageError(SparkLagError):
 
 
 # -- storage -----------------------------------------------------------------------------------
+
+
+class HadoopConfigInvalid(UsageError):
+    """A Hadoop client configuration file (``HADOOP_CONF_DIR``'s core-site.xml, hdfs-site.xml)
+    is unreadable, malformed, refused (a DTD, XInclude, too large) or lacks a needed key."""
 
 
 class UnsupportedStorageURL(SparkLagError):

@@ -32,7 +32,8 @@ from airflow_sparklag.timelag import RecordAge, Stairs, record_age, staircase
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
-    from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
+    from airflow_sparklag.kafka import KafkaSnapshot
+    from airflow_sparklag.kafka_model import KafkaOffsets
     from airflow_sparklag.session import Session
 
 __all__ = [
@@ -421,7 +422,7 @@ def reconstruct(
 
 
 def log_ends_at(
-    client: KafkaOffsetsClient,
+    client: KafkaOffsets,
     topics: Sequence[str],
     times_ms: Sequence[int],
     *,

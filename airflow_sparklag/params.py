@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from airflow_sparklag.checkpoint import LATEST_TIME_MS
+from airflow_sparklag.checkpoint_files import LATEST_TIME_MS
 from airflow_sparklag.errors import InvalidParameter
 from airflow_sparklag.model.verdict import Health, Thresholds
 

@@ -20,7 +20,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from airflow_sparklag.errors import KafkaError
@@ -36,6 +36,7 @@ from airflow_sparklag.storage import (
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointReader, CheckpointState
     from airflow_sparklag.kafka import KafkaOffsetsClient
+    from airflow_sparklag.kafka_model import KafkaOffsets
 
 __all__ = [
     "DEFAULT_KAFKA_TIMEOUT",
@@ -44,10 +45,12 @@ __all__ = [
     "Session",
     "SourceClusters",
     "StorageOptions",
+    "build_kafka_client",
 ]
 
 DEFAULT_KAFKA_TIMEOUT = 10.0  # seconds any one Kafka request may take
 SHARED_CLIENTS_MAX = 32  # clients (S3 and Kafka together) a process keeps in the shared cache
+_Client = TypeVar("_Client")
 
 
 @dataclass(frozen=True)
@@ -114,18 +117,16 @@ class SourceClusters:
     def __init__(
         self,
         main_config: Mapping[str, Any],
-        main_client: KafkaOffsetsClient | None,
+        main_client: KafkaOffsets | None,
         configs: Mapping[str, Mapping[str, Any]],
-        clients: Mapping[str, KafkaOffsetsClient],
+        clients: Mapping[str, KafkaOffsets],
     ) -> None:
         self.configs: dict[str, dict[str, Any]] = {}
         self.of_source: dict[str, int] = {}
         self.servers: dict[int, str] = {}
         self.built: dict[int, dict[str, Any]] = {}  # cluster -> config its client is built from
         # handed in, or built by the session; 0 is the main cluster's
-        self.clients: dict[int, KafkaOffsetsClient] = (
-            {} if main_client is None else {0: main_client}
-        )
+        self.clients: dict[int, KafkaOffsets] = {} if main_client is None else {0: main_client}
         self.owned: set[int] = set()
         for source_id in sorted(set(configs) | set(clients)):
             if not isinstance(source_id, str) or not source_id.strip():
@@ -138,7 +139,7 @@ class SourceClusters:
             self.of_source[source_id] = self._number(config, client, main_config)
 
     def _number(
-        self, config: dict[str, Any], client: KafkaOffsetsClient | None, main: Mapping[str, Any]
+        self, config: dict[str, Any], client: KafkaOffsets | None, main: Mapping[str, Any]
     ) -> int:
         if client is not None:
             same = [n for n, known in self.clients.items() if known is client]
@@ -158,7 +159,7 @@ class SourceClusters:
             self.built[cluster] = config
         return cluster
 
-    def take_owned(self) -> list[KafkaOffsetsClient]:
+    def take_owned(self) -> list[KafkaOffsets]:
         """The clients the session built (to close); handed-in ones stay with their owner."""
         owned = [self.clients.pop(n) for n in sorted(self.owned) if n in self.clients]
         self.owned.clear()
@@ -184,14 +185,14 @@ class Session:
         self,
         *,
         kafka_config: Mapping[str, Any] | None = None,
-        kafka_client: KafkaOffsetsClient | None = None,
+        kafka_client: KafkaOffsets | None = None,
         storage: StorageOptions | None = None,
         s3_options: Mapping[str, Any] | None = None,
         webhdfs_options: Mapping[str, Any] | None = None,
         fsspec_options: Mapping[str, Any] | None = None,
         kafka_timeout: float = DEFAULT_KAFKA_TIMEOUT,
         source_kafka: Mapping[str, Mapping[str, Any]] | None = None,
-        source_kafka_clients: Mapping[str, KafkaOffsetsClient] | None = None,
+        source_kafka_clients: Mapping[str, KafkaOffsets] | None = None,
     ) -> None:
         if storage is None:
             storage = StorageOptions(s3_options, webhdfs_options, fsspec_options)
@@ -309,7 +310,7 @@ class Session:
         return 0 in self._clusters.clients or bool(self.kafka_config.get("bootstrap.servers"))
 
     @property
-    def kafka(self) -> KafkaOffsetsClient:
+    def kafka(self) -> KafkaOffsets:
         """The Kafka client, built on first use (once)."""
         return self.cluster_kafka(0)
 
@@ -332,27 +333,25 @@ class Session:
             return str(servers or (client.bootstrap_servers if client is not None else "-"))
         return self._clusters.servers[cluster]
 
-    def kafka_for(self, source_id: str) -> KafkaOffsetsClient:
+    def kafka_for(self, source_id: str) -> KafkaOffsets:
         """The Kafka client of a source's cluster (the main one for an unmapped source)."""
         return self.cluster_kafka(self.cluster_of(source_id))
 
-    def cluster_kafka(self, cluster: int) -> KafkaOffsetsClient:
+    def cluster_kafka(self, cluster: int) -> KafkaOffsets:
         """The client of a cluster (see :meth:`cluster_of`), built on first use (once)."""
-        client: KafkaOffsetsClient = self._once(
+        client: KafkaOffsets = self._once(
             self._clusters.clients, cluster, lambda: self._new_kafka(cluster)
         )
         return client
 
     def _new_kafka(self, cluster: int) -> KafkaOffsetsClient:
-        from airflow_sparklag.kafka import KafkaOffsetsClient
-
         if cluster == 0 and not self.kafka_config.get("bootstrap.servers"):
             raise KafkaError(
                 "no Kafka configured: give the bootstrap servers (CLI --bootstrap-servers, "
                 'the Airflow `kafka` connection\'s extra {"bootstrap.servers": ...})'
             )
         config = self.kafka_config if cluster == 0 else self._clusters.built[cluster]
-        client = KafkaOffsetsClient(config, timeout=self.kafka_timeout)
+        client = build_kafka_client(config, self.kafka_timeout)
         with self._lock:
             self._clusters.clients[cluster] = client
             self._clusters.owned.add(cluster)
@@ -393,6 +392,14 @@ class Session:
         self.close()
 
 
+def build_kafka_client(config: Mapping[str, Any], timeout: float) -> KafkaOffsetsClient:
+    """A new Kafka client of ``config``: how a session builds each cluster's, and how the
+    Airflow hook builds the ones it shares between hooks (:data:`SHARED_CLIENTS`)."""
+    from airflow_sparklag.kafka import KafkaOffsetsClient
+
+    return KafkaOffsetsClient(config, timeout=timeout)
+
+
 class ClientCache:
     """Clients shared by everything in a process: thread-safe, least recently used first out
     beyond ``maxsize`` keys.
@@ -411,7 +418,7 @@ class ClientCache:
         self._building: dict[Hashable, threading.Lock] = {}
         self._forked_away: list[Any] = []
 
-    def get(self, key: Hashable, build: Callable[[], Any]) -> Any:
+    def get(self, key: Hashable, build: Callable[[], _Client]) -> _Client:
         """The client cached under ``key``, built with ``build()`` on first use."""
         with self._lock:
             client = self._hit(key)

@@ -91,7 +91,8 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
 
         condition = self._condition.to_dict()
         del condition["kind"]
-        return getattr(triggers, self.trigger_class)(  # type: ignore[no-any-return]
+        trigger: type[BaseTrigger] = getattr(triggers, self.trigger_class)
+        return trigger(
             **condition,
             connections=self.connection_ids().to_dict(),
             poll_interval=self.poke_interval,

@@ -219,6 +219,11 @@ class Storage(Protocol):
         """True when ``path`` is an object (or, where the store has them, a directory)."""
         ...
 
+    def is_file(self, path: str) -> bool:
+        """Is there a file at ``path``? ONE point request (S3 HEAD, WebHDFS GETFILESTATUS, a
+        local stat, fsspec a one-byte read), never a listing: how a poll asks "anything new?"."""
+        ...
+
     def list_children(self, path: str) -> Children:
         """Names of the files and subdirectories directly under ``path``, in one listing
         (paginated where the store pages); no children when the directory is missing."""

@@ -156,6 +156,17 @@ class FsspecStorage:
         with self._errors(path, "exists"):
             return bool(self.filesystem.exists(path))
 
+    def is_file(self, path: str) -> bool:
+        # One byte read, not fsspec's info(): on a miss gcsfs and s3fs list the path to see
+        # whether it is a directory, and a miss is what a poll of a quiet job gets.
+        self.requests.add("stat")
+        try:
+            with self._errors(path, "stat"):
+                self.filesystem.cat_file(path, start=0, end=1)
+        except StorageNotFound:
+            return False
+        return True
+
     def write_atomic(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
         if not overwrite and self.exists(path):
             raise StorageAlreadyExists(f"{path}: already exists; pass overwrite=True to replace it")

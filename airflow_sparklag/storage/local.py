@@ -76,6 +76,10 @@ class LocalStorage:
         self.requests.add("exists")
         return os.path.exists(local_path(path))
 
+    def is_file(self, path: str) -> bool:
+        self.requests.add("stat")
+        return os.path.isfile(local_path(path))
+
     def write_atomic(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
         self.requests.add("write")
         target = local_path(path)

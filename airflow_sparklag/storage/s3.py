@@ -363,10 +363,23 @@ class S3Storage:
             body.close()
 
     def exists(self, path: str) -> bool:
-        bucket, key = split_s3_url(path)
         self.requests.add("exists")
+        return self._head(path, "exists")
+
+    def is_file(self, path: str) -> bool:
+        bucket, key = split_s3_url(path)
+        self.requests.add("stat")
+        if not key.endswith("/"):  # see read(): object_store drops a trailing "/"
+            found = self._fast_call(path, "stat", bucket, lambda fast: fast.has_object(bucket, key))
+            if found is not None:
+                return bool(found)
+        return self._head(path, "stat")
+
+    def _head(self, path: str, action: str) -> bool:
+        """One HEAD through boto3: is there an object at ``path``?"""
+        bucket, key = split_s3_url(path)
         try:
-            self.call(path, "exists", self.client.head_object, Bucket=bucket, Key=key)
+            self.call(path, action, self.client.head_object, Bucket=bucket, Key=key)
         except BucketNotFound:
             raise
         except StorageNotFound:

@@ -122,6 +122,32 @@ def test_json_parses_and_matches(checkpoints, kafka):
     assert [r[4] for r in rows] == [2, 0, 7]
 
 
+def test_explain_says_what_each_job_was_judged_on(checkpoints, kafka):
+    """--explain: a line per job, what was read and which rule asked; --json: 'evidence'."""
+    both = [checkpoints["caught_up"], checkpoints["lagging"]]
+    proc = sparklag(*both, "--bootstrap-servers", kafka.bootstrap, "--explain", *DAY)
+    assert proc.returncode == 0, proc.stderr
+    lines = {
+        line.split(": ", 1)[0].removeprefix("evidence    "): line.split(": ", 1)[1]
+        for line in proc.stdout.splitlines()
+        if line.startswith("evidence    ")
+    }
+    assert lines[checkpoints["caught_up"]] == "listing, offsets/C, Kafka end offsets", lines
+    # One batch: nothing older to read; its waiting records cannot be dated by the estimate,
+    # so the time-to-loss rule asked for the topic's retention and their timestamps.
+    assert lines[checkpoints["lagging"]] == (
+        "listing, offsets/C, Kafka end offsets; topic retention (time_to_data_loss); "
+        "record timestamps of 2 partition(s) (time_to_data_loss)"
+    ), lines
+    payload = json.loads(
+        sparklag(both[1], "--bootstrap-servers", kafka.bootstrap, "--json", *DAY).stdout
+    )
+    assert payload["evidence"][0] == {
+        "read": "listing, offsets/C, Kafka end offsets",
+        "asked_by": [],
+    }, payload["evidence"]
+
+
 @pytest.mark.parametrize(
     ("which", "flags", "code", "health"),
     [

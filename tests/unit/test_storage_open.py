@@ -17,9 +17,10 @@ from airflow_sparklag.checkpoint import CheckpointReader
 from airflow_sparklag.errors import StorageAlreadyExists, StorageError, UnsupportedStorageURL
 from airflow_sparklag.storage import join, open_storage
 from airflow_sparklag.storage.fsspec_store import FsspecStorage
+from airflow_sparklag.storage.hadoop_conf import HadoopConf
 from airflow_sparklag.storage.local import LocalStorage
 from airflow_sparklag.storage.s3 import S3Storage, split_s3_url
-from airflow_sparklag.storage.webhdfs import WebHDFSStorage, hdfs_path, namenode_url_for
+from airflow_sparklag.storage.webhdfs import WebHDFSStorage, hdfs_path
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 
@@ -156,7 +157,7 @@ def test_fsspec_list_read_write_errors() -> None:
     ],
 )
 def test_namenode_url_derived_from_location(location: str, expected: str) -> None:
-    assert namenode_url_for(location) == expected
+    assert HadoopConf().namenode_urls(location) == [expected]  # no Hadoop configuration
 
 
 def test_hdfs_url_without_host_needs_explicit_namenode() -> None:
