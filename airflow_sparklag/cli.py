@@ -37,6 +37,8 @@ THRESHOLD_FLAGS = {
     "max_in_flight": "max_in_flight_seconds",
     "min_time_to_loss": "min_time_to_loss_seconds",
     "min_time_to_loss_ratio": "min_time_to_loss_ratio",
+    "min_time_to_breach": "min_time_to_breach_seconds",
+    "max_batch_time_ratio": "max_batch_time_ratio",
     "allowed_lag": "allowed_lag",
     "window": "window",
     "min_window": "min_window",
@@ -52,14 +54,19 @@ THRESHOLD_HELP = {
     "(default: the smaller of 6h and --min-time-to-loss-ratio of the retention)",
     "min_time_to_loss_ratio": "the same as a share of the topic's retention, 0 to 1 "
     "(default: 0.25 unless --min-time-to-loss alone is given)",
+    "min_time_to_breach": "LAGGING when a lag threshold set above will be crossed sooner, at "
+    "the current production and consumption rates",
+    "max_batch_time_ratio": "LAGGING when batches take more than this share of their trigger "
+    "interval, e.g. 0.8",
     "allowed_lag": "records per partition that still count as caught up",
     "window": "batches of history the trend rules look at",
     "min_window": "fewest batches the trend rules need",
 }
 DURATION_FLAGS = frozenset(
-    {"max_lag_seconds", "max_commit_age", "max_in_flight", "min_time_to_loss"}
+    {"max_lag_seconds", "max_commit_age", "max_in_flight", "min_time_to_loss", "min_time_to_breach"}
 )
-SHARE_FLAGS = frozenset({"min_time_to_loss_ratio"})  # a share, 0 to 1; the others are counts
+# shares (a number, not a count)
+SHARE_FLAGS = frozenset({"min_time_to_loss_ratio", "max_batch_time_ratio"})
 PROGRESS_MIN = 10  # checkpoints from which `status` shows a progress line
 EPILOG = """\
 durations take a unit: 500ms, 90s, 5m, 1h, 1d (a bare number is seconds)

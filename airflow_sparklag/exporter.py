@@ -90,6 +90,9 @@ JOB_GAUGES = {
     "job_in_flight_age_seconds": "Seconds the planned, uncommitted batch has run; 0 when no "
     "batch is in flight.",
     "job_committed_batch_id": "Id of the last committed batch.",
+    "job_batch_seconds": "Median time of the newest three batches, offsets/N to commits/N.",
+    "job_batch_time_ratio": "Batch time over the trigger interval the batches run at; absent "
+    "when the interval is unknown.",
     "job_health": "Health verdict: 0 OK, 1 LAGGING, 2 STALLED, 3 STOPPED, 4 REWIND, "
     "5 DATA_LOSS, -1 UNKNOWN (check failed, nothing committed, topic missing).",
     "job_partitions_omitted": "Partitions left out of the per-partition series "
@@ -464,6 +467,9 @@ def _add_report(families: dict[str, Any], job: list[str], report: LagReport, lim
     put("job_last_commit_timestamp_seconds", job, report.committed_at)
     put("job_in_flight_age_seconds", job, (in_flight.age_seconds or 0.0) if in_flight else 0.0)
     put("job_committed_batch_id", job, report.committed_batch_id)
+    pace = report.pace
+    put("job_batch_seconds", job, None if pace is None else pace.batch_seconds)
+    put("job_batch_time_ratio", job, None if pace is None else pace.ratio)
     put("job_partitions_omitted", job, len(partitions) - len(kept))
 
 

@@ -26,6 +26,7 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from airflow_sparklag.forecast import reads_time_to_breach, rule_time_to_breach
 from airflow_sparklag.lag import single_cluster_warning
 from airflow_sparklag.model.report import LagReport, PartitionLag, Reads
 from airflow_sparklag.model.verdict import (
@@ -39,6 +40,7 @@ from airflow_sparklag.model.verdict import (
     RuleResult,
     Thresholds,
 )
+from airflow_sparklag.pace import rule_batch_time
 from airflow_sparklag.positions import more_history, time_lag_reads
 from airflow_sparklag.runs import busy_interval, default_grace, observed_period
 
@@ -668,6 +670,8 @@ RULES: tuple[Rule, ...] = (
     Rule("time_to_data_loss", rule_time_to_loss, _reads_nothing, ages_time_to_loss),
     Rule("lagging", rule_lagging, reads_lagging, ages_lagging),
     Rule("lagging_real_time", rule_lagging_real_time, reads_lagging_real_time),
+    Rule("time_to_breach", rule_time_to_breach, reads_time_to_breach),  # forecast.py
+    Rule("batch_time", rule_batch_time, _reads_nothing),  # pace.py: the listing's times
     Rule("short_history", rule_short_history, reads_stopped, needs_record_ages),
 )
 

@@ -12,7 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from airflow_sparklag.forecast import time_to_breach
 from airflow_sparklag.model.report import LagReport, PartitionLag, Schedule
+from airflow_sparklag.model.verdict import Thresholds
+from airflow_sparklag.pace import pace_of
 from airflow_sparklag.positions import (
     REAL_TIME_AGE,
     Measuring,
@@ -56,13 +59,15 @@ def compute_lag(
     snapshot: KafkaSnapshot,
     *,
     answers: Answers | None = None,
+    thresholds: Thresholds | None = None,
     **how: Unpack[Measuring],
 ) -> LagReport:
     """The lag report of the query in `state` against the log in `snapshot`, at `now`
     (default: the snapshot's `fetched_at`, so every age in the report is measured from one
     instant): :func:`measure`'s positions and ages, with what ``answers`` adds (time to data
     loss, the last run's completeness, the looks-scheduled shape, a real-time query's lag as of
-    its checkpoints). A check makes it once per job, from the whole evidence.
+    its checkpoints). A check makes it once per job, from the whole evidence; with its
+    ``thresholds``, when each lag threshold is crossed at the current rates (forecast.py).
 
     >>> report = compute_lag(state, snapshot, read_committed=True)   # doctest: +SKIP
     >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
@@ -78,7 +83,8 @@ def compute_lag(
         report = with_time_to_loss(report, answers.retention)
     if answers.waited and report.schedule is None:
         report = dataclasses.replace(report, schedule=looks_scheduled(report))
-    return report
+    pace = pace_of(state.listed_times) if report.trigger == "micro-batch" else None
+    return dataclasses.replace(report, time_to_breach=time_to_breach(report, thresholds), pace=pace)
 
 
 OFFSETS_NOT_RECORDS = (

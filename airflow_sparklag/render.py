@@ -6,6 +6,9 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from airflow_sparklag.forecast import breach_text
+from airflow_sparklag.pace import pace_text
+
 if TYPE_CHECKING:
     from airflow_sparklag.history import HistoryPoint, LagHistory
     from airflow_sparklag.model.report import LagReport, PartitionLag
@@ -163,6 +166,9 @@ def summary_lines(report: LagReport) -> list[str]:
             f"rate        {report.consumption_rate:.1f} records/s consumed{span}, "
             f"catch-up {catch_up}"
         )
+    if report.pace is not None:
+        lines.append(f"batches     {pace_text(report.pace)}")
+    lines += [f"forecast    {breach_text(b)}" for b in report.time_to_breach]
     if report.missing_topics:
         lines.append(f"missing     topics not in Kafka: {', '.join(report.missing_topics)}")
     return lines

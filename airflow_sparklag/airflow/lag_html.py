@@ -214,6 +214,12 @@ def _loss_text(seconds: float | None) -> str:
     return "never" if seconds is not None and math.isinf(seconds) else seconds_text(seconds)
 
 
+def _batch_text(check: Check) -> str:
+    """``9.2 s (92%)``: the batches' time and its share of their interval (report.pace)."""
+    share = "" if check.batch_time_ratio is None else f" ({check.batch_time_ratio:.0%})"
+    return seconds_text(check.batch_seconds) + share
+
+
 def _row(job: JobView, base: str) -> str:
     last = job.last
     lag = "-" if last.total_lag is None else f"{last.total_lag:,}"
@@ -227,6 +233,7 @@ def _row(job: JobView, base: str) -> str:
         f'<td class="num">{seconds_text(last.max_lag_seconds)}</td>'
         f'<td class="num">{seconds_text(last.commit_age_seconds)}</td>'
         f'<td class="num">{seconds_text(last.catch_up_seconds)}</td>'
+        f'<td class="num">{_batch_text(last)}</td>'
         f'<td class="num">{_loss_text(last.min_time_to_loss_seconds)}</td>'
         f'<td><svg class="spark" width="120" height="24" role="img" '
         f'data-job="{escape(job.location)}"></svg></td>'
@@ -267,7 +274,7 @@ def fleet_page(
     table = (
         '<table class="jobs"><thead><tr><th>Job</th><th>Health</th><th>Reason</th>'
         "<th>Lag (records)</th><th>Lag (time)</th><th>Commit age</th><th>Catch-up in</th>"
-        "<th>Data loss in</th>"
+        "<th>Batch time</th><th>Data loss in</th>"
         f"<th>Trend</th><th>Last check</th></tr></thead><tbody>{rows}</tbody></table>"
     )
     empty = (

@@ -159,6 +159,12 @@ class Thresholds:
     # just those are set); 0 turns the warning off.
     min_time_to_loss_seconds: float | None = None
     min_time_to_loss_ratio: float | None = None
+    # LAGGING (rule time_to_breach) when a lag threshold set above would be crossed sooner
+    # than this at the current rates (forecast.py).
+    min_time_to_breach_seconds: float | None = None
+    # LAGGING (rule batch_time) when batches take more than this share of the interval they
+    # run at (pace.py); above 1: they overrun it by that much.
+    max_batch_time_ratio: float | None = None
     # Lag (records per partition) that still counts as caught up: transactional topics keep
     # a commit marker after the last record, and some sources trail by a record or two.
     allowed_lag: int = 0

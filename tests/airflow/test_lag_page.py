@@ -439,6 +439,7 @@ def test_page_queries_read_every_kind_of_xcom(metadata_db):
     ok = check_result(f"/ck/ok-{tag}", big, 5000)
     ok["verdict"]["reason"] = "läuft \"gut\" 'so' \\ ✓"
     ok["report"].update(max_lag_seconds=1e-7, min_time_to_loss_seconds="infinite")
+    ok["report"]["pace"] = {"batch_seconds": 9.2, "ratio": 0.92, "interval_seconds": 10.0}
     unmeasured = check_result(f"/ck/unmeasured-{tag}", 0, 5000, health="UNKNOWN")
     unmeasured["report"].update(total_lag=None, max_lag_seconds=None, commit_age_seconds=None)
     failed = {
@@ -488,6 +489,7 @@ def test_page_queries_read_every_kind_of_xcom(metadata_db):
     first = jobs[f"/ck/ok-{tag}"]
     assert first.reason == ok["verdict"]["reason"] and first.name == f"ok_{tag}"
     assert first.min_time_to_loss_seconds == float("inf")
+    assert (first.batch_seconds, first.batch_time_ratio) == (9.2, 0.92)  # report.pace's
     assert jobs[f"/ck/failed-{tag}"].reason == "CheckpointNotFound: gone"
     assert history is not None and history.last.report == ok["report"]  # read whole
     assert thresholds == {"max_lag_records_total": 5000}

@@ -145,3 +145,16 @@ def test_job_view_draws_the_most_lagging_partitions_over_time_with_thresholds(st
     assert html.count("max_lag_seconds 60.0s<") == 2  # the time lag and per-partition charts
     assert html.count('<span class="key">') == 16  # a legend per partition chart
     assert len(html) < 200_000  # the 1,000 partitions' table, not 1,000 lines
+
+
+def test_batch_time_is_a_column():
+    """report.pace's batch time and its share of the interval (issue 34), from a whole
+    report and as the database extracts it (flat)."""
+    paced = result("/ck/a", "LAGGING", 5)
+    paced["report"]["pace"] = {"batch_seconds": 9.2, "ratio": 0.92, "interval_seconds": 10.0}
+    jobs = collect([row("a", 0, paced), row("b", 0, result("/ck/b", "OK", 0))])
+    html = fleet_page(jobs, counts(jobs), jobs, "http://airflow", (None, None))
+    assert "<th>Batch time</th><th>Data loss in</th>" in html
+    assert '<td class="num">9.2s (92%)</td>' in html
+    flat = parse_xcom(result("/ck/c", "OK", 0))[0]
+    assert flat["batch_seconds"] is None and flat["batch_time_ratio"] is None

@@ -21,6 +21,7 @@ from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
 from airflow_sparklag.lag import compute_lag
 from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckResult, failed_result
+from airflow_sparklag.pace import pace_of
 from airflow_sparklag.redact import redact_url
 
 NOW = 1_700_000_100.0
@@ -202,3 +203,22 @@ def test_partitions_carry_the_kafka_cluster_they_are_measured_against():
     assert value(found, "sparklag_partition_lag_records", **A, kafka_cluster="cluster-main",
                  topic="orders", partition="0") == 10  # fmt: skip
     assert not any(dict(labels).get("job") for _, labels in found)
+
+
+def test_batch_time_gauges():
+    """Issue 34: the batches' time and its share of the interval, from the listing's times;
+    absent when unknown."""
+    paced = result("/ck/a", {0: 90}, {0: 100})
+    listed = tuple((i, NOW - 30 + 10 * i, NOW - 27 + 10 * i) for i in range(3))
+    assert paced.report is not None
+    report = dataclasses.replace(paced.report, pace=pace_of(listed))
+    exporter = LagExporter(
+        FakeFleet([dataclasses.replace(paced, report=report), result("/ck/b", {0: 1}, {0: 1})]),
+        clock=lambda: NOW,
+    )
+    assert exporter.refresh()
+    found = samples(exporter)
+    assert value(found, "sparklag_job_batch_seconds", **A) == 3.0
+    assert value(found, "sparklag_job_batch_time_ratio", **A) == pytest.approx(0.3)
+    b = tuple(sorted({"spark_job": "b", "checkpoint": "/ck/b"}.items()))
+    assert ("sparklag_job_batch_seconds", b) not in found
