@@ -116,6 +116,9 @@ class TopicLag(ToDict):
     # A missing topic: partition -> offset the checkpoint holds (committed, or started at).
     checkpoint_offsets: Mapping[int, int] = field(default_factory=dict)
     new_topic: bool = False
+    # Partitions Kafka has that the query does not read (not counted): its source reads fixed
+    # partitions, given (``assign``) or shown by a gap in the ones it lists (a note says so).
+    not_read: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -253,6 +256,10 @@ class LagReport(ToDict):
     # The query reads fixed partitions (Spark's assign): partitions the checkpoint lacks are
     # not counted.
     assign: bool = False
+    # Why a number above is unknown, each only when it is: "catch_up_seconds", "max_lag_seconds"
+    # (a lagging partition's age) and "min_time_to_loss_seconds" (a lagging partition's) ->
+    # a short reason (lag.py: the same words in the CLI, the lag page and the exporter).
+    unknown: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def kafka_sources(self) -> tuple[SourceLag, ...]:
