@@ -5,7 +5,7 @@ from __future__ import annotations
 from test_lag import NOW, batch, snapshot, state
 
 from airflow_sparklag.health import evaluate
-from airflow_sparklag.lag import compute_lag
+from airflow_sparklag.lag import MAY_KEEP_PACE, ONE_BATCH, compute_lag
 from airflow_sparklag.render import partition_table, render
 
 
@@ -58,3 +58,23 @@ def test_rate_line_names_the_batches_it_is_measured_over() -> None:
     assert "rate        10.0 records/s consumed over batches 0-2, catch-up " in text
     two = compute_lag(state(history[1:]), snapshot({"t": {0: (0, 350)}}), now=NOW)
     assert "records/s consumed over batches 1-2, catch-up " in render(two, evaluate(two))
+
+
+def test_an_unknown_catch_up_says_why() -> None:
+    """Consumed 10 records/s while up to 30/s may have been produced (an upper bound: the log
+    end at the oldest batch is not known): the backlog may not shrink, and the line says so
+    in report.unknown's words, with the bound. One batch read: no rate at all, said too."""
+    history = [batch(i, {"t": {0: 100 * (i + 1)}}, NOW - 30 + 10 * i) for i in range(3)]
+    report = compute_lag(state(history), snapshot({"t": {0: (0, 1000)}}), now=NOW)
+    assert report.catch_up_seconds is None
+    assert report.unknown["catch_up_seconds"] == MAY_KEEP_PACE
+    text = render(report, evaluate(report))
+    assert (
+        "rate        10.0 records/s consumed over batches 0-2, catch-up unknown: production "
+        "may keep pace (up to 30.0 records/s produced: an upper bound)"
+    ) in text
+    one = compute_lag(state(history[-1:]), snapshot({"t": {0: (0, 1000)}}), now=NOW)
+    assert one.unknown["catch_up_seconds"] == ONE_BATCH
+    assert f"catch-up    unknown: {ONE_BATCH}" in render(one, evaluate(one))
+    caught_up = compute_lag(state(history), snapshot({"t": {0: (0, 300)}}), now=NOW)
+    assert caught_up.unknown == {} and caught_up.catch_up_seconds == 0.0
