@@ -216,7 +216,8 @@ def fixed_partitions_note(report: LagReport) -> str | None:
 def new_partitions_note(report: LagReport) -> str | None:
     """Partitions of read topics the checkpoint lacks, counted from their log start: right for
     `subscribe` and `subscribePattern`, which read partitions added to a topic; wrong for a
-    query of fixed partitions (`assign`), which the report cannot tell apart."""
+    query of fixed partitions (`assign`), which the report cannot tell apart when the listed
+    partitions have no gap (``positions.partition_gap``: then they are not counted)."""
     added = [
         f"{t.topic}:{p.partition}"
         for s in report.kafka_sources

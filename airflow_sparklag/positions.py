@@ -520,7 +520,9 @@ def _source_lags(
     Before the first commit: the sources of the in-flight batch, measured from the offsets the
     query started at (``source_starts``; a source whose start is unknown is listed with no
     topics). Topics the source has not read yet (in the in-flight batch only, or those of the
-    cluster ``pattern`` is found in: ``snapshot.pattern_topics``) wait from their log start."""
+    cluster ``pattern`` is found in: ``snapshot.pattern_topics``) wait from their log start.
+    A source given ``assign``, or whose listed partitions skip one (``partition_gap``), is
+    measured on those partitions only."""
     started = state.committed is None
     batch = state.in_flight if started else state.committed
     starts = source_starts or {}
