@@ -206,10 +206,11 @@ def fixed_partitions_note(report: LagReport) -> str | None:
     if not left:
         return None
     return (
-        f"partitions not read by the query, not counted: {_first_five(left)}; the checkpoint "
-        "lists a higher partition of the same source but not these, and Kafka numbers "
-        "partitions from 0 and only adds them at the end, so the query reads fixed partitions "
-        "(assign; docs/lag-and-health.md#subscriptions)"
+        f"partitions not read by the query, not counted: {_first_five(left)}; the partitions "
+        "the checkpoint lists for their source skip one, and only a query of fixed partitions "
+        "(assign) does that: Kafka numbers partitions from 0 and only adds them at the end, "
+        "and Spark records every partition a subscribing query reads "
+        "(docs/lag-and-health.md#subscriptions)"
     )
 
 
