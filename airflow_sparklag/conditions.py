@@ -56,7 +56,9 @@ class Probe:
 
 class WaitCondition(Protocol):
     kind: ClassVar[str]
-    location: str
+
+    @property
+    def location(self) -> str: ...  # read-only: the conditions are frozen dataclasses
 
     def probe(self, session: Session) -> Probe: ...
 

@@ -97,8 +97,8 @@ def _group_request(client: KafkaOffsetsClient, what: str, send: Callable[[float]
         if not isinstance(outcome, BaseException):
             return outcome
         if not _not_ready(outcome):
-            raise client.translate(outcome, what) from outcome
-        last = client.describe(outcome)
+            raise client.errors.translate(outcome, what) from outcome
+        last = client.errors.describe(outcome)
         log.info("%s: coordinator not ready (%s); retrying", what, last)
         time.sleep(min(_RETRY_PAUSE, max(0.0, deadline - time.monotonic())))
 
@@ -139,6 +139,7 @@ def export_offsets(
     # A session of its own: its Kafka client is built (and closed) there, like everywhere else.
     with Session(kafka_config=kafka_config, kafka_timeout=timeout) as session:
         client = session.kafka
+        assert isinstance(client, KafkaOffsetsClient)  # built from kafka_config: it has admin()
         servers = client.bootstrap_servers
         group = _ask_group(client, "describe", group_id, "describe_consumer_groups", group_id)
         state = getattr(group.state, "name", str(group.state)).upper()

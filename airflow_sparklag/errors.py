@@ -18,6 +18,7 @@ The hierarchy::
     │   (parameters and usage)
     ├── InvalidParameter (also a ValueError)   a parameter could not be read; .parameter
     ├── UsageError                             a command was called wrongly (CLI exit 64)
+    │   └── HadoopConfigInvalid                a Hadoop site file is malformed or refused
     │   (storage)
     ├── UnsupportedStorageURL                  no storage backend for the URL's scheme
     ├── StorageError                           the store answered with an error, or not at all
@@ -36,6 +37,7 @@ The hierarchy::
     │   (Kafka)
     ├── KafkaUnavailable                       the cluster did not answer in time
     ├── KafkaError                             the cluster answered with an error
+    │   └── KafkaConfigInvalid (also UsageError)  librdkafka refused the config (CLI exit 64)
     ├── ConsumerGroupActive                    a group with live members: offsets not touched
     │   (snapshots, archives, migrations)
     ├── SnapshotError                          a snapshot could not be taken, written or read
@@ -67,8 +69,10 @@ __all__ = [
     "ConsumerGroupActive",
     "DataLossRefused",
     "DelegationTokenRejected",
+    "HadoopConfigInvalid",
     "InvalidParameter",
     "JobStillRunning",
+    "KafkaConfigInvalid",
     "KafkaError",
     "KafkaUnavailable",
     "MigrationRefused",
@@ -136,6 +140,11 @@ class UsageError(SparkLagError):
 # -- storage -----------------------------------------------------------------------------------
 
 
+class HadoopConfigInvalid(UsageError):
+    """A Hadoop client configuration file (``HADOOP_CONF_DIR``'s core-site.xml, hdfs-site.xml)
+    is unreadable, malformed, refused (a DTD, XInclude, too large) or lacks a needed key."""
+
+
 class UnsupportedStorageURL(SparkLagError):
     """The checkpoint URL has a scheme no storage backend handles."""
 
@@ -201,6 +210,11 @@ class KafkaUnavailable(SparkLagError):
 
 class KafkaError(SparkLagError):
     """Kafka answered with an error (unknown topic, authorization, ...)."""
+
+
+class KafkaConfigInvalid(KafkaError, UsageError):
+    """librdkafka refused the Kafka config before any request: an unknown key, a bad value, a
+    missing setting, a SASL mechanism its build lacks. A configuration error (CLI exit 64)."""
 
 
 class ConsumerGroupActive(SparkLagError):

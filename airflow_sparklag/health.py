@@ -711,6 +711,30 @@ def waiting_wanted(report: LagReport, thresholds: Thresholds, now: float) -> boo
     return found is not None and found.rule == "stopped_idle"
 
 
+def changes_at(report: LagReport, thresholds: Thresholds) -> tuple[float, ...]:
+    """The moments (epoch seconds) at which a rule may judge ``report``'s job differently with
+    nothing new written to its checkpoint: its commit age passing ``max_commit_age_seconds``,
+    its idle time passing the STOPPED pace or the short-history bound, a declared schedule's
+    period and grace, an in-flight batch passing ``max_in_flight_seconds``. A poll that reads
+    the checkpoint with one point read lists it again once one has passed, to confirm no reset,
+    purge or rename before such a verdict (``CheckpointReader.confirm_at``)."""
+    moments = []
+    limit = thresholds.max_commit_age_seconds
+    if limit is not None and report.committed_at is not None:
+        moments.append(report.committed_at + limit)
+    last = _last_activity(report, thresholds)
+    if last is not None:
+        pace = _idle_limit(report, thresholds)
+        moments.append(last + STOPPED_MIN_IDLE_SECONDS)
+        moments += [last + pace[1]] if pace is not None else []
+        period = _period(report)
+        moments += [last + period] if period is not None else []
+    flight, in_flight = report.in_flight, thresholds.max_in_flight_seconds
+    if flight is not None and flight.started_at is not None and in_flight is not None:
+        moments.append(flight.started_at + in_flight)
+    return tuple(sorted(moments))
+
+
 def evaluate(
     report: LagReport, thresholds: Thresholds | None = None, *, now: float | None = None
 ) -> HealthVerdict:

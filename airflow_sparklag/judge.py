@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_sparklag.check_options import CheckOptions
 from airflow_sparklag.errors import SparkLagError, StorageNotFound
-from airflow_sparklag.health import ages_needed, evaluate, reads_needed, waiting_wanted
+from airflow_sparklag.health import ages_needed, changes_at, evaluate, reads_needed, waiting_wanted
 from airflow_sparklag.kafka import KafkaSnapshot
 from airflow_sparklag.lag import (
     Answers,
@@ -38,7 +38,7 @@ from airflow_sparklag.lag import (
 from airflow_sparklag.model.report import LagReport, Reads
 from airflow_sparklag.model.result import CheckResult, Read
 from airflow_sparklag.model.verdict import Health, HealthVerdict
-from airflow_sparklag.positions import Offsets, SourceCluster, measure
+from airflow_sparklag.positions import Measuring, Offsets, SourceCluster, measure
 from airflow_sparklag.session import Session
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ class _Check:
 
     # -- what was read, as positions ------------------------------------------------------
 
-    def _arguments(self, job: Evidence) -> dict[str, Any]:
+    def _arguments(self, job: Evidence) -> Measuring:
         """The arguments of ``measure``/``compute_lag`` for what ``job`` holds."""
         options, state = self.options, job.state
         return {
@@ -266,6 +266,9 @@ class _Check:
             )
             verdict = evaluate(report, self.options.thresholds, now=self.now)
             results[loc] = CheckResult(report, verdict, loc, evidence=tuple(job.reads))
+            # A later poll lists this checkpoint again once its verdict may change by time.
+            reader = self.session.reader(loc, query_id=self.query_id)
+            reader.confirm_at = changes_at(report, self.options.thresholds)
         for loc, error in self.errors.items():
             results[loc] = failed_result(loc, error)
         return results

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 from airflow_sparklag.model.report import LagReport, PartitionLag, Schedule
 from airflow_sparklag.positions import (
     REAL_TIME_AGE,
+    Measuring,
     Offsets,
-    SourceCluster,
     catch_up_seconds,
     measure,
     offset_at,
@@ -28,6 +28,8 @@ from airflow_sparklag.positions import (
 from airflow_sparklag.runs import busy_interval, last_gap, run_gap, schedule_of
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.kafka import KafkaSnapshot, TopicRetention
 
@@ -54,17 +56,8 @@ def compute_lag(
     state: CheckpointState,
     snapshot: KafkaSnapshot,
     *,
-    now: float | None = None,
-    read_committed: bool = False,
-    record_timestamps: Mapping[tuple[str, int], int | None] | None = None,
-    source_starts: Offsets | None = None,
-    runs_every: float | None = None,
-    run_grace: float | None = None,
-    source_clusters: Mapping[str, SourceCluster] | None = None,
-    estimate_ages: bool = True,
-    subscribe_pattern: str | None = None,
-    assign: bool = False,
     answers: Answers | None = None,
+    **how: Unpack[Measuring],
 ) -> LagReport:
     """The lag report of the query in `state` against the log in `snapshot`, at `now`
     (default: the snapshot's `fetched_at`, so every age in the report is measured from one
@@ -76,21 +69,8 @@ def compute_lag(
     >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
     """
     answers = answers or Answers()
-    report = measure(
-        state,
-        snapshot,
-        now=now,
-        read_committed=read_committed,
-        record_timestamps=record_timestamps,
-        source_starts=source_starts,
-        runs_every=runs_every,
-        run_grace=run_grace,
-        source_clusters=source_clusters,
-        estimate_ages=estimate_ages,
-        subscribe_pattern=subscribe_pattern,
-        assign=assign,
-    )
-    report = dataclasses.replace(report, notes=_notes(report, source_starts))
+    report = measure(state, snapshot, **how)
+    report = dataclasses.replace(report, notes=_notes(report, how.get("source_starts")))
     if answers.checkpoint_ends:
         report = as_of_checkpoint(report, answers.checkpoint_ends)
     if answers.run_start is not None:

@@ -20,7 +20,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from airflow_sparklag.checkpoint import real_time_interval
 from airflow_sparklag.kafka import subscribe_regex
@@ -38,6 +38,8 @@ from airflow_sparklag.runs import schedule_of
 from airflow_sparklag.timelag import estimate_age, history_points
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
     from airflow_sparklag.kafka import KafkaSnapshot
 
@@ -613,21 +615,22 @@ def catch_up_seconds(
     return None
 
 
-def measure(
-    state: CheckpointState,
-    snapshot: KafkaSnapshot,
-    *,
-    now: float | None = None,
-    read_committed: bool = False,
-    record_timestamps: Mapping[tuple[str, int], int | None] | None = None,
-    source_starts: Offsets | None = None,
-    runs_every: float | None = None,
-    run_grace: float | None = None,
-    source_clusters: Mapping[str, SourceCluster] | None = None,
-    estimate_ages: bool = True,
-    subscribe_pattern: str | None = None,
-    assign: bool = False,
-) -> LagReport:
+class Measuring(TypedDict, total=False):
+    """How :func:`measure` (and ``lag.compute_lag``) measure; every key optional."""
+
+    now: float | None
+    read_committed: bool
+    record_timestamps: Mapping[tuple[str, int], int | None] | None
+    source_starts: Offsets | None
+    runs_every: float | None
+    run_grace: float | None
+    source_clusters: Mapping[str, SourceCluster] | None
+    estimate_ages: bool
+    subscribe_pattern: str | None
+    assign: bool
+
+
+def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measuring]) -> LagReport:
     """The positions of the query in `state` against the log in `snapshot`, at `now`: every
     partition's lag and the estimated age of its first waiting record, the batches read, the
     in-flight plan, a declared schedule's runs. What a check's plan looks at between its
@@ -643,7 +646,12 @@ def measure(
     preliminary report made again with the older batches. `subscribe_pattern` (the snapshot
     listed by it) and `assign`: docs/lag-and-health.md, "Subscriptions".
     """
-    now = snapshot.fetched_at if now is None else now
+    given_now, read_committed = how.get("now"), how.get("read_committed", False)
+    source_starts, source_clusters = how.get("source_starts"), how.get("source_clusters")
+    subscribe_pattern, assign = how.get("subscribe_pattern"), how.get("assign", False)
+    record_timestamps, runs_every = how.get("record_timestamps"), how.get("runs_every")
+    estimate_ages = how.get("estimate_ages", True)
+    now = snapshot.fetched_at if given_now is None else given_now
     series = _committed_series(state)
     planned = _kafka_offsets(state.in_flight)
     series_offsets = [_kafka_offsets(b) for b in series]
@@ -675,7 +683,7 @@ def measure(
         schedule = schedule_of(
             report.history,
             runs_every=runs_every,
-            grace=run_grace,
+            grace=how.get("run_grace"),
             in_flight=None if in_flight is None else (in_flight.batch_id, in_flight.started_at),
             committed_at=report.committed_at,
         )

@@ -19,23 +19,16 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_sparklag.errors import KafkaError
-from airflow_sparklag.storage import (
-    LOCAL_SCHEMES,
-    S3_SCHEMES,
-    Storage,
-    refuse_bucketless,
-    scheme_of,
-    trim_location,
-)
+from airflow_sparklag.location import Location
+from airflow_sparklag.storage import Storage, StorageOptions
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointReader, CheckpointState
     from airflow_sparklag.kafka import KafkaOffsetsClient
+    from airflow_sparklag.kafka_model import KafkaOffsets
 
 __all__ = [
     "DEFAULT_KAFKA_TIMEOUT",
@@ -44,66 +37,12 @@ __all__ = [
     "Session",
     "SourceClusters",
     "StorageOptions",
+    "build_kafka_client",
 ]
 
 DEFAULT_KAFKA_TIMEOUT = 10.0  # seconds any one Kafka request may take
 SHARED_CLIENTS_MAX = 32  # clients (S3 and Kafka together) a process keeps in the shared cache
-
-
-@dataclass(frozen=True)
-class StorageOptions:
-    """How to open each kind of store. Never printed: the options hold credentials.
-
-    - ``s3``: ``endpoint_url``, ``aws_access_key_id``, ``aws_secret_access_key``,
-      ``aws_session_token``, ``region_name``, or a ready ``client`` (boto3 S3 client); or a
-      function returning them, called on first S3 use (the Airflow hook builds its client
-      only when a checkpoint on S3 is read);
-    - ``webhdfs``: ``url`` (or a list of NameNode URLs for HA), ``user``;
-    - ``fsspec``: keyword arguments of the fsspec filesystem (``gs://``, ``abfs://``, ...):
-      a flat dict for every scheme, or per scheme (``{"gs": {...}, "abfs": {...}}``, merged over
-      the flat keys; ``gs`` serves ``gcs://``, ``abfs`` serves ``abfss://`` and ``az://``).
-    """
-
-    s3: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = field(default=None, repr=False)
-    webhdfs: Mapping[str, Any] | None = field(default=None, repr=False)
-    fsspec: Mapping[str, Any] | None = field(default=None, repr=False)
-
-    def open(self, location: str) -> Storage:
-        """A new backend for ``location``'s scheme (the session calls this once per store)."""
-        from airflow_sparklag.storage import open_storage
-
-        s3 = self.s3() if callable(self.s3) else self.s3
-        return open_storage(
-            location,
-            s3_options=dict(s3) if s3 is not None else None,
-            webhdfs_options=dict(self.webhdfs) if self.webhdfs is not None else None,
-            fsspec_options=dict(self.fsspec) if self.fsspec is not None else None,
-        )
-
-
-def store_key(location: str) -> tuple[str, str]:
-    """Which backend serves ``location``: one for every S3 bucket (one client), one for local
-    disk, one per host for WebHDFS and fsspec stores."""
-    scheme = scheme_of(location)
-    if scheme in S3_SCHEMES:
-        return ("s3", "")
-    if scheme in LOCAL_SCHEMES:
-        return ("", "")
-    return (scheme, urlsplit(location).netloc)
-
-
-def refuse_credentials_in(location: str) -> None:
-    """Credentials written into a location (``s3a://KEY:SECRET@bucket/...``) would end up in
-    every message that names the location: refuse them, without repeating them."""
-    from airflow_sparklag.errors import UnsupportedStorageURL
-    from airflow_sparklag.redact import redact_url
-
-    clean = redact_url(location)
-    if clean != location:
-        raise UnsupportedStorageURL(
-            f"{clean}: the location holds credentials (user:secret@), which are never read "
-            "from a URL nor printed; give them through the connection or the AWS environment"
-        )
+_Client = TypeVar("_Client")
 
 
 class SourceClusters:
@@ -114,18 +53,16 @@ class SourceClusters:
     def __init__(
         self,
         main_config: Mapping[str, Any],
-        main_client: KafkaOffsetsClient | None,
+        main_client: KafkaOffsets | None,
         configs: Mapping[str, Mapping[str, Any]],
-        clients: Mapping[str, KafkaOffsetsClient],
+        clients: Mapping[str, KafkaOffsets],
     ) -> None:
         self.configs: dict[str, dict[str, Any]] = {}
         self.of_source: dict[str, int] = {}
         self.servers: dict[int, str] = {}
         self.built: dict[int, dict[str, Any]] = {}  # cluster -> config its client is built from
         # handed in, or built by the session; 0 is the main cluster's
-        self.clients: dict[int, KafkaOffsetsClient] = (
-            {} if main_client is None else {0: main_client}
-        )
+        self.clients: dict[int, KafkaOffsets] = {} if main_client is None else {0: main_client}
         self.owned: set[int] = set()
         for source_id in sorted(set(configs) | set(clients)):
             if not isinstance(source_id, str) or not source_id.strip():
@@ -138,7 +75,7 @@ class SourceClusters:
             self.of_source[source_id] = self._number(config, client, main_config)
 
     def _number(
-        self, config: dict[str, Any], client: KafkaOffsetsClient | None, main: Mapping[str, Any]
+        self, config: dict[str, Any], client: KafkaOffsets | None, main: Mapping[str, Any]
     ) -> int:
         if client is not None:
             same = [n for n, known in self.clients.items() if known is client]
@@ -158,7 +95,7 @@ class SourceClusters:
             self.built[cluster] = config
         return cluster
 
-    def take_owned(self) -> list[KafkaOffsetsClient]:
+    def take_owned(self) -> list[KafkaOffsets]:
         """The clients the session built (to close); handed-in ones stay with their owner."""
         owned = [self.clients.pop(n) for n in sorted(self.owned) if n in self.clients]
         self.owned.clear()
@@ -184,14 +121,14 @@ class Session:
         self,
         *,
         kafka_config: Mapping[str, Any] | None = None,
-        kafka_client: KafkaOffsetsClient | None = None,
+        kafka_client: KafkaOffsets | None = None,
         storage: StorageOptions | None = None,
         s3_options: Mapping[str, Any] | None = None,
         webhdfs_options: Mapping[str, Any] | None = None,
         fsspec_options: Mapping[str, Any] | None = None,
         kafka_timeout: float = DEFAULT_KAFKA_TIMEOUT,
         source_kafka: Mapping[str, Mapping[str, Any]] | None = None,
-        source_kafka_clients: Mapping[str, KafkaOffsetsClient] | None = None,
+        source_kafka_clients: Mapping[str, KafkaOffsets] | None = None,
     ) -> None:
         if storage is None:
             storage = StorageOptions(s3_options, webhdfs_options, fsspec_options)
@@ -214,18 +151,15 @@ class Session:
 
     # -- storage ---------------------------------------------------------------------------
 
-    def storage(self, location: str) -> Storage:
-        """The backend serving ``location``, built on first use (once, under a lock)."""
-        if not isinstance(location, str) or "\x00" in location:  # one typed error for all
-            from airflow_sparklag import params
-
-            raise params.invalid("location", f"must be a path or URL text, got {location!r}")
-        refuse_credentials_in(location)
-        key = store_key(location)
-        backend: Storage = self._once(self._backends, key, lambda: self._new_backend(key, location))
+    def storage(self, location: Location | str) -> Storage:
+        """The backend serving ``location`` (text is parsed: a bare ``s3a://`` names the
+        store), built on first use (once, under a lock)."""
+        where = Location.of(location, bucket=False)
+        key = where.store
+        backend: Storage = self._once(self._backends, key, lambda: self._new_backend(key, where))
         return backend
 
-    def _new_backend(self, key: tuple[str, str], location: str) -> Storage:
+    def _new_backend(self, key: tuple[str, str], location: Location) -> Storage:
         backend = self.storage_options.open(location)
         if key == ("s3", ""):
             # boto3 builds its client lazily; build it now, under this key's lock, so threads
@@ -260,22 +194,24 @@ class Session:
 
     # -- checkpoints -------------------------------------------------------------------------
 
-    def reader(self, location: str, *, query_id: bool = True) -> CheckpointReader:
-        """The reader of ``location``, kept for the session's life (it caches batch files)."""
+    def reader(self, location: Location | str, *, query_id: bool = True) -> CheckpointReader:
+        """The reader of ``location``, kept for the session's life (it caches batch files).
+        Text is parsed unless it is the canonical text of a reader already made."""
         from airflow_sparklag.checkpoint import CheckpointReader
 
-        refuse_bucketless(location)
-        root = trim_location(location)
-        key = (root, query_id)
+        given = location.text if isinstance(location, Location) else location
         with self._lock:
-            reader = self._readers.get(key)
+            reader = self._readers.get((given, query_id)) if isinstance(given, str) else None
         if reader is None:
-            reader = CheckpointReader(self.storage(root), root, query_id=query_id)
+            where = Location.of(location)
+            built = CheckpointReader(self.storage(where), where, query_id=query_id)
             with self._lock:
-                reader = self._readers.setdefault(key, reader)
+                reader = self._readers.setdefault((where.text, query_id), built)
         return reader
 
-    def read(self, location: str, *, history: int = 10, query_id: bool = True) -> CheckpointState:
+    def read(
+        self, location: Location | str, *, history: int = 10, query_id: bool = True
+    ) -> CheckpointState:
         """The checkpoint's state now; ``history`` committed batches of it at most."""
         return self.reader(location, query_id=query_id).read(history=history)
 
@@ -295,9 +231,9 @@ class Session:
                         clusters.setdefault(servers, set()).update(source.kafka)
         return found
 
-    def forget(self, keep: Iterable[str]) -> None:
+    def forget(self, keep: Iterable[Location | str]) -> None:
         """Drop the readers of every checkpoint not in ``keep`` (a fleet lost some jobs)."""
-        wanted = {trim_location(loc) for loc in keep}
+        wanted = {Location.of(loc, bucket=False).text for loc in keep}
         with self._lock:
             for key in [k for k in self._readers if k[0] not in wanted]:
                 del self._readers[key]
@@ -309,7 +245,7 @@ class Session:
         return 0 in self._clusters.clients or bool(self.kafka_config.get("bootstrap.servers"))
 
     @property
-    def kafka(self) -> KafkaOffsetsClient:
+    def kafka(self) -> KafkaOffsets:
         """The Kafka client, built on first use (once)."""
         return self.cluster_kafka(0)
 
@@ -332,27 +268,25 @@ class Session:
             return str(servers or (client.bootstrap_servers if client is not None else "-"))
         return self._clusters.servers[cluster]
 
-    def kafka_for(self, source_id: str) -> KafkaOffsetsClient:
+    def kafka_for(self, source_id: str) -> KafkaOffsets:
         """The Kafka client of a source's cluster (the main one for an unmapped source)."""
         return self.cluster_kafka(self.cluster_of(source_id))
 
-    def cluster_kafka(self, cluster: int) -> KafkaOffsetsClient:
+    def cluster_kafka(self, cluster: int) -> KafkaOffsets:
         """The client of a cluster (see :meth:`cluster_of`), built on first use (once)."""
-        client: KafkaOffsetsClient = self._once(
+        client: KafkaOffsets = self._once(
             self._clusters.clients, cluster, lambda: self._new_kafka(cluster)
         )
         return client
 
     def _new_kafka(self, cluster: int) -> KafkaOffsetsClient:
-        from airflow_sparklag.kafka import KafkaOffsetsClient
-
         if cluster == 0 and not self.kafka_config.get("bootstrap.servers"):
             raise KafkaError(
                 "no Kafka configured: give the bootstrap servers (CLI --bootstrap-servers, "
                 'the Airflow `kafka` connection\'s extra {"bootstrap.servers": ...})'
             )
         config = self.kafka_config if cluster == 0 else self._clusters.built[cluster]
-        client = KafkaOffsetsClient(config, timeout=self.kafka_timeout)
+        client = build_kafka_client(config, self.kafka_timeout)
         with self._lock:
             self._clusters.clients[cluster] = client
             self._clusters.owned.add(cluster)
@@ -393,6 +327,14 @@ class Session:
         self.close()
 
 
+def build_kafka_client(config: Mapping[str, Any], timeout: float) -> KafkaOffsetsClient:
+    """A new Kafka client of ``config``: how a session builds each cluster's, and how the
+    Airflow hook builds the ones it shares between hooks (:data:`SHARED_CLIENTS`)."""
+    from airflow_sparklag.kafka import KafkaOffsetsClient
+
+    return KafkaOffsetsClient(config, timeout=timeout)
+
+
 class ClientCache:
     """Clients shared by everything in a process: thread-safe, least recently used first out
     beyond ``maxsize`` keys.
@@ -411,7 +353,7 @@ class ClientCache:
         self._building: dict[Hashable, threading.Lock] = {}
         self._forked_away: list[Any] = []
 
-    def get(self, key: Hashable, build: Callable[[], Any]) -> Any:
+    def get(self, key: Hashable, build: Callable[[], _Client]) -> _Client:
         """The client cached under ``key``, built with ``build()`` on first use."""
         with self._lock:
             client = self._hit(key)

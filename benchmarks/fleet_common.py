@@ -164,3 +164,23 @@ def count_calls(client: Any) -> Callable[[], int]:
 
     client.meta.events.register("before-call.s3", on_call)
     return lambda: count[0]
+
+
+def requests_by_kind(backends: Any) -> dict[str, int]:
+    """Requests sent by these storage backends so far, by kind (list, read, stat, ...)."""
+    total: dict[str, int] = {}
+    for backend in backends:
+        for kind, count in backend.requests.by_operation.items():
+            total[kind] = total.get(kind, 0) + count
+    return total
+
+
+def per_job_per_poll(
+    before: dict[str, int], after: dict[str, int], jobs: int, polls: float
+) -> dict[str, float]:
+    """Requests per job per poll by kind between two ``requests_by_kind`` counts."""
+    kinds = sorted(set(before) | set(after))
+    return {
+        kind: round((after.get(kind, 0) - before.get(kind, 0)) / (jobs * polls), 3)
+        for kind in kinds
+    }

@@ -8,7 +8,8 @@ by running a real query first) and read real Kafka topics (32 partitions). Betwe
 commit a new batch (offsets/N then commits/N) and Spark's retention is imitated (files below
 N - 100 are deleted). Local disk keeps the run short: the storage backend only changes the
 request latency, not what the checker keeps in memory. Reports, every 100 polls, the Python heap
-(tracemalloc current), RSS, storage requests and CPU per poll. Not part of the test suite.
+(tracemalloc current), RSS, storage requests and CPU per poll, and at the end the storage
+requests per job per poll by kind (list, read, stat) from poll 2 on. Not part of the test suite.
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fleet_common import job_files, load_template, real_template, write_local
+from fleet_common import (
+    job_files,
+    load_template,
+    per_job_per_poll,
+    real_template,
+    requests_by_kind,
+    write_local,
+)
 
 RETAINED = 100  # Spark's default minBatchesToRetain
 
@@ -92,6 +100,7 @@ def main() -> None:
         samples: list[dict[str, float]] = []
         cpu_per_poll: list[float] = []
         wall_per_poll: list[float] = []
+        after_first: dict[str, int] = {}
         for poll in range(1, args.polls + 1):
             for i in rng.sample(range(args.jobs), args.advancing):
                 root, batch_id = roots[i], next_batch[i]
@@ -105,6 +114,8 @@ def main() -> None:
             results = checker.check()
             cpu_per_poll.append(time.process_time() - cpu)
             wall_per_poll.append(time.perf_counter() - wall)
+            if poll == 1:
+                after_first = requests_by_kind(checker.session.backends)
             if any(result.error for result in results):
                 raise SystemExit(f"poll {poll}: {[r.error for r in results if r.error][:3]}")
             if poll == 1 or poll % 100 == 0:
@@ -118,6 +129,9 @@ def main() -> None:
                 }
                 samples.append(sample)
                 print(json.dumps(sample), flush=True)
+        by_kind = per_job_per_poll(
+            after_first, requests_by_kind(checker.session.backends), args.jobs, args.polls - 1
+        )
         checker.close()
         polled = max(1, samples[-1]["poll"] - 1)
         per_poll = (samples[-1]["storage_requests"] - samples[0]["storage_requests"]) / polled
@@ -128,7 +142,8 @@ def main() -> None:
             f"{first['rss_mb']:.0f} -> {last['rss_mb']:.0f} MB, CPU per poll median "
             f"{1000 * statistics.median(cpu_per_poll):.1f} ms, wall per poll median "
             f"{1000 * statistics.median(wall_per_poll):.1f} ms, storage requests per poll "
-            f"{per_poll:.1f}"
+            f"{per_poll:.1f}; per job per poll by kind (polls 2-{args.polls}, {args.advancing} "
+            f"of {args.jobs} jobs with a new batch each poll): {json.dumps(by_kind)}"
         )
     finally:
         kafka.stop()

@@ -13,7 +13,7 @@ Modes:
 
 - ``triggers`` (what a deferred sensor runs): one ``SparkLagTrigger`` per job, all in one event
   loop as in the triggerer, ``poll_interval=0``; each trigger's own ``run()`` loop polls (its
-  hook's ``probe`` in a worker thread). The only change is a subclass that counts polls
+  hook's ``probe`` in a worker thread). The only change is a subclass whose hook counts polls
   and reports "done" after its ``--polls``-th real probe, so the trigger ends the way it does in
   production (event, then ``hook.close()``). A "poll" below is one poll of every job (100
   probes); the triggers run freely, so at a sample some are a poll or two ahead of others.
@@ -41,6 +41,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import resource
 import sys
 import tempfile
@@ -82,22 +83,43 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+# One request line of werkzeug's access log; it colours 4xx lines (a HEAD of a missing key is
+# "\x1b[33mHEAD /b/k HTTP/1.1\x1b[0m" 404), which must count too.
+_REQUEST_LINE = re.compile(rb'"(?:\x1b\[[0-9;]*m)?([A-Z]+) (\S+) HTTP/1\.1(?:\x1b\[[0-9;]*m)?" ')
+
+
 class AccessLog:
-    """Counts the requests moto served, from its werkzeug access log lines."""
+    """Counts the requests moto served, from its werkzeug access log lines, in all and by
+    kind: ``list`` (ListObjectsV2), ``get`` (GetObject), ``head`` (HeadObject), ``write``
+    (PUT/POST/DELETE: this script's own uploads and purges)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
         self.count = 0
+        self.by_kind: dict[str, int] = {}
 
     def requests(self) -> int:
         with open(self.path, "rb") as handle:
             handle.seek(self.offset)
             chunk = handle.read()
         complete = chunk.rfind(b"\n") + 1
-        self.count += chunk[:complete].count(b'HTTP/1.1" ')
+        for method, target in _REQUEST_LINE.findall(chunk[:complete]):
+            self.count += 1
+            kind = _request_kind(method, target)
+            self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
         self.offset += complete
         return self.count
+
+
+def _request_kind(method: bytes, target: bytes) -> str:
+    if method == b"HEAD":
+        return "head"
+    if method != b"GET":
+        return "write"
+    path, _, query = target.partition(b"?")
+    bucket_level = path.strip(b"/").count(b"/") == 0
+    return "list" if b"list-type=" in query or bucket_level else "get"
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -168,6 +190,7 @@ class Recorder:
         self.samples: list[dict[str, float]] = []
         self.started = time.perf_counter()
         self.last = self._point(0.0)
+        self.points = [self.last]
 
     def _point(self, polls: float) -> dict[str, float]:
         return {
@@ -176,6 +199,7 @@ class Recorder:
             "moto_cpu": process_cpu(self.moto_pid),
             "requests": self.log.requests() - self.fleet.own_requests(),
             "wall": time.perf_counter(),
+            **{f"kind:{kind}": count for kind, count in self.log.by_kind.items()},
         }
 
     def sample(self, polls: float, spread: tuple[int, int] | None = None) -> None:
@@ -199,12 +223,21 @@ class Recorder:
         if spread is not None:
             row["probes_per_trigger_min_max"] = list(spread)
         self.samples.append(row)
+        self.points.append(point)
         self.last = point
         print(json.dumps(row), flush=True)
 
+    def by_kind_since(self, poll: float) -> dict[str, float]:
+        """Requests per job per poll by kind from the first sample at ``poll`` on."""
+        first = next(p for p in self.points if p["polls"] >= poll)
+        last = self.points[-1]
+        done = max(last["polls"] - first["polls"], 1e-9) * self.jobs
+        kinds = sorted({k for k in last if k.startswith("kind:")})
+        return {k[5:]: round((last[k] - first.get(k, 0)) / done, 3) for k in kinds}
+
 
 async def run_triggers(args: argparse.Namespace, fleet: Fleet, recorder: Recorder) -> list:
-    from airflow_sparklag.hooks.sparklag import Probe
+    from airflow_sparklag.conditions import Probe
     from airflow_sparklag.triggers.sparklag import SparkLagTrigger
 
     counts = [0] * args.jobs
@@ -212,14 +245,22 @@ async def run_triggers(args: argparse.Namespace, fleet: Fleet, recorder: Recorde
     class Counted(SparkLagTrigger):
         index = 0
 
-        def _probe(self, hook: Any) -> Probe:
-            probe = super()._probe(hook)  # the real poll
-            counts[self.index] += 1
-            if probe.done or probe.failed:
-                raise RuntimeError(f"{self.location}: the sensor's wait ended: {probe.message}")
-            if counts[self.index] >= args.polls:
-                return Probe(True, f"soak over after {args.polls} polls", {})
-            return probe
+        def _hook(self) -> Any:
+            hook = super()._hook()
+            real_probe = hook.probe
+
+            def probe(condition: Any) -> Probe:
+                result = real_probe(condition)  # the real poll
+                counts[self.index] += 1
+                if result.done or result.failed:
+                    ended = result.message
+                    raise RuntimeError(f"{self.location}: the sensor's wait ended: {ended}")
+                if counts[self.index] >= args.polls:
+                    return Probe(True, f"soak over after {args.polls} polls", {})
+                return result
+
+            hook.probe = probe
+            return hook
 
     events: list[dict[str, Any]] = []
 
@@ -371,6 +412,7 @@ def main() -> None:
         requests = sorted(s["storage_requests_per_poll"] for s in steady)
         result["cpu_s_per_poll_median"] = cpu[len(cpu) // 2]
         result["storage_requests_per_poll_median"] = requests[len(requests) // 2]
+        result["per_job_per_poll_by_kind"] = recorder.by_kind_since(args.sample - 1)
         result["wall_s"] = recorder.samples[-1]["elapsed_s"]
         print("# verdict " + json.dumps(result), flush=True)
         from airflow_sparklag.hooks.sparklag import SHARED_CLIENTS

@@ -18,7 +18,7 @@ else:
     # SDK's on 3.3, another class).
     from airflow.plugins_manager import AirflowPlugin
 
-    class SparkLagPlugin(AirflowPlugin):  # type: ignore[no-redef]
+    class SparkLagPlugin(AirflowPlugin):  # type: ignore[no-redef]  # lag_page.py's on 3.1+
         """No page: it needs Airflow 3.1+."""
 
         name = "sparklag"

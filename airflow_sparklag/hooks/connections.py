@@ -17,7 +17,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from airflow_sparklag.redact import is_secret_key, kafka_secrets, scrub, secret_parts
 
@@ -126,15 +126,15 @@ def kafka_config_from(conn: Connection) -> dict[str, Any]:
     # (1.10.2 and 1.13.0 in the compatibility runs) have no such method: plain client config.
     hook_class = _provider_hook("airflow.providers.apache.kafka.hooks.base", "KafkaBaseHook")
     hook = hook_class(kafka_config_id=conn.conn_id) if hook_class is not None else None
-    if not hasattr(hook, "_build_config"):
+    if hook is None or not hasattr(hook, "_build_config"):
         return config
     # The connection is already read (in a trigger: with the async API); the provider's hook
     # must not read it again, synchronously, from inside the event loop.
-    hook.get_connection = lambda conn_id: conn  # type: ignore[union-attr]
-    return dict(hook._build_config()) or config  # type: ignore[union-attr]
+    hook.get_connection = lambda conn_id: conn
+    return dict(hook._build_config()) or config
 
 
-def _provider_hook(module: str, name: str) -> Any:
+def _provider_hook(module: str, name: str) -> type[Any] | None:
     """The hook class ``name`` of an Airflow provider's ``module``; None when that provider is
     not installed (any other missing module is an error). Imported here, never at import."""
     try:
@@ -166,6 +166,14 @@ def amazon_provider_only_settings(conn: Connection) -> tuple[str, ...]:
     return tuple(name for name in _AMAZON_PROVIDER_ONLY if extra.get(name))
 
 
+class StorageBounds(TypedDict, total=False):
+    """Bounds of each storage attempt, from the hook's ``storage_timeout`` (none given: the
+    backends' defaults); keyword arguments of ``client_config`` and of the backends."""
+
+    connect_timeout: float
+    read_timeout: float
+
+
 @dataclass(frozen=True)
 class S3Client:
     """A ready S3 client for an ``aws`` connection, and how it was built."""
@@ -175,7 +183,7 @@ class S3Client:
 
 
 def build_s3_client(
-    aws_conn_id: str, conns: ResolvedConnections, bounds: Mapping[str, float] | None = None
+    aws_conn_id: str, conns: ResolvedConnections, bounds: StorageBounds | None = None
 ) -> S3Client:
     """The S3 client for ``aws_conn_id``: the amazon provider's ``AwsBaseHook`` builds it when
     installed, with whatever the connection configures (assume-role with refreshing
@@ -211,10 +219,13 @@ def build_s3_client(
             "extra, which needs the amazon provider: pip install "
             "apache-airflow-providers-amazon (or airflow-provider-sparklag[amazon])"
         )
+    from airflow_sparklag.session import StorageOptions
     from airflow_sparklag.storage.s3 import S3Storage
 
+    # The session's own builder makes the backend; the hooks share its client and session.
     direct = conns.s3_options or {}
-    storage = S3Storage(**direct, **(bounds or {}))
+    storage = StorageOptions(s3={**direct, **(bounds or {})}).open("s3://")
+    assert isinstance(storage, S3Storage)  # the backend of every s3:// location
     options = {"client": storage.client, "session": storage.boto3_session}
     return S3Client({**options, "endpoint_url": direct.get("endpoint_url")}, False)
 

@@ -30,6 +30,7 @@ from airflow_sparklag.hooks.connections import (
     S3Client,
     SharedClientKey,
     SourceKafka,
+    StorageBounds,
     amazon_provider_only_settings,
     azure_options_from,
     build_s3_client,
@@ -41,7 +42,7 @@ from airflow_sparklag.hooks.connections import (
     webhdfs_options_from,
 )
 from airflow_sparklag.redact import redact_url
-from airflow_sparklag.session import SHARED_CLIENTS
+from airflow_sparklag.session import SHARED_CLIENTS, build_kafka_client
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from airflow_sparklag.fleet import FleetChecker
     from airflow_sparklag.history import LagHistory
     from airflow_sparklag.kafka import KafkaOffsetsClient
+    from airflow_sparklag.location import Location
     from airflow_sparklag.monitor import CheckOptions, CheckResult
     from airflow_sparklag.session import Session
 
@@ -157,7 +159,7 @@ class SparkLagHook(BaseHook):
         self.bundle: ConnectionBundle | None = None
         self._gcp_provider = False  # the google provider builds the gs:// credentials
         self._use(self.given)
-        self.kafka_timeout = kafka_timeout
+        self.kafka_timeout = float(kafka_timeout)  # as a Session takes it
         # Bound of each storage attempt (S3: 3 attempts); None keeps the backends' defaults.
         self.storage_timeout = storage_timeout
         self._connections: ResolvedConnections | None = None
@@ -296,7 +298,7 @@ class SparkLagHook(BaseHook):
             )
         return self._session
 
-    def _bounds(self) -> dict[str, float]:
+    def _bounds(self) -> StorageBounds:
         timeout = self.storage_timeout
         if timeout is None:
             return {}
@@ -335,25 +337,23 @@ class SparkLagHook(BaseHook):
             return None
         key = SharedClientKey("s3", aws_conn_id, conns.aws_fingerprint, (self.storage_timeout,))
         build = partial(build_s3_client, aws_conn_id, conns, self._bounds())
-        return SHARED_CLIENTS.get(key, build)  # type: ignore[no-any-return]
+        return SHARED_CLIENTS.get(key, build)
 
     def _shared_kafka(
         self, conn_id: str, config: Mapping[str, Any], fingerprint: str
     ) -> KafkaOffsetsClient:
         """The process-wide client of one ``kafka`` connection (see :data:`SHARED_CLIENTS`)."""
 
-        def build() -> KafkaOffsetsClient:
-            from airflow_sparklag.session import Session
-
-            # A session builds the client; the cache keeps it, so this one is never closed.
-            return Session(kafka_config=config, kafka_timeout=self.kafka_timeout).kafka
-
+        # Built as a session builds its own; the cache keeps it, so it is never closed.
+        build = partial(build_kafka_client, config, self.kafka_timeout)
         key = SharedClientKey("kafka", conn_id, fingerprint, (self.kafka_timeout,))
-        return SHARED_CLIENTS.get(key, build)  # type: ignore[no-any-return]
+        return SHARED_CLIENTS.get(key, build)
 
     # -- the core's checks and waits --------------------------------------------------------
 
-    def check(self, location: str, *, options: CheckOptions | None = None, **check: Any) -> Any:
+    def check(
+        self, location: Location | str, *, options: CheckOptions | None = None, **check: Any
+    ) -> CheckResult:
         """Lag and health of one checkpoint: the core's ``CheckResult(report, verdict)``.
         ``check`` are ``CheckOptions`` fields (thresholds, history, exact_time_lag, ...)."""
         from airflow_sparklag.monitor import CheckOptions
@@ -370,7 +370,11 @@ class SparkLagHook(BaseHook):
         return check_many(self.session, list(locations), options or CheckOptions.build(**check))
 
     def fleet_checker(
-        self, locations: Sequence[str] = (), *, prefix: Any = None, **options: Any
+        self,
+        locations: Sequence[str] = (),
+        *,
+        prefix: str | Sequence[str] | None = None,
+        **options: Any,
     ) -> FleetChecker:
         """A :class:`~airflow_sparklag.fleet.FleetChecker` on this hook's session."""
         from airflow_sparklag.fleet import FleetChecker
@@ -384,7 +388,7 @@ class SparkLagHook(BaseHook):
 
         return history(self.session, location, batches=batches)
 
-    def read_checkpoint(self, location: str, *, history: int = 1) -> CheckpointState:
+    def read_checkpoint(self, location: Location | str, *, history: int = 1) -> CheckpointState:
         """The checkpoint's state (committed batch, offsets); readers kept per location."""
         return self.session.read(location, history=history)
 
@@ -441,12 +445,12 @@ class SparkLagHook(BaseHook):
         if conns.webhdfs_options is not None:
             yield f"WebHDFS (connection {self.webhdfs_conn_id!r})"
             passed.append(self._test_webhdfs(conns.webhdfs_options))
-        for scheme, store, conn_id in (
+        for scheme, store, fsspec_conn_id in (
             ("gs", "GCS", self.gcp_conn_id),
             ("abfs", "Azure", self.wasb_conn_id),
         ):
-            if conn_id:
-                yield f"{store} (connection {conn_id!r})"
+            if fsspec_conn_id:
+                yield f"{store} (connection {fsspec_conn_id!r})"
                 # Without a location there is nothing to read (listing every bucket would need
                 # rights a checkpoint reader lacks): gcsfs / adlfs build the filesystem from the
                 # connection, refusing options they cannot use; a location reads for real.
@@ -454,7 +458,7 @@ class SparkLagHook(BaseHook):
                 passed.append(f"{store} client built from the connection")
         location = self.bundle.location if self.bundle is not None else None
         if location:
-            yield f"reading the checkpoint {redact_url(location)}"
+            yield f"reading the checkpoint {redact_url(str(location))}"
             passed.append(self._test_checkpoint(location))
 
     def _test_s3(self) -> str:
@@ -464,9 +468,9 @@ class SparkLagHook(BaseHook):
         source = "amazon provider's AwsBaseHook" if s3.from_provider else "connection"
         return f"S3 answered ({len(buckets)} buckets; client from the {source})"
 
-    def _test_checkpoint(self, location: str) -> str:
+    def _test_checkpoint(self, location: Location) -> str:
         state = self.read_checkpoint(location, history=1)
-        shown = redact_url(location)
+        shown = redact_url(str(location))
         if state.committed is None:
             return f"checkpoint {shown} read: no batch committed yet"
         partitions = {

@@ -14,7 +14,7 @@ import dataclasses
 import inspect
 from collections.abc import Callable
 from functools import cached_property
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
@@ -23,7 +23,11 @@ from airflow_sparklag.monitor import OPTION_NAMES as CHECK_FIELDS  # templated c
 from airflow_sparklag.monitor import CheckOptions
 from airflow_sparklag.operators.lineage import LineageMixin
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 T = TypeVar("T")
+Options = TypeVar("Options", bound="DataclassInstance")  # ConnectionIds, CheckOptions, ...
 
 __all__ = ["CHECK_FIELDS", "CONN_FIELDS", "FlatOptions", "SparkLagHookMixin"]
 
@@ -73,11 +77,11 @@ class FlatOptions:
         for name, value in given.items():
             setattr(self, name, value)
 
-    def options(self, kind: type[T]) -> T:
+    def options(self, kind: type[Options]) -> Options:
         """The ``kind`` object of the task's rendered arguments (errors name the argument)."""
         from airflow_sparklag import params
 
-        names = (f.name for f in dataclasses.fields(kind))  # type: ignore[arg-type]
+        names = (f.name for f in dataclasses.fields(kind))
         return params.options(kind, {name: getattr(self, name) for name in names})
 
 

@@ -125,8 +125,8 @@ class SparkLagFleetCheckOperator(CheckOptionsMixin, BaseOperator):
         for result in results:
             health = result.verdict.health.value
             counts[health] += 1
-            errored = result.error is not None
-            if health in fail_on or (errored and given["fail_on_error"]):
+            error = result.error
+            if health in fail_on or (error is not None and given["fail_on_error"]):
                 report = result.report
                 failing.append(
                     {
@@ -135,7 +135,7 @@ class SparkLagFleetCheckOperator(CheckOptionsMixin, BaseOperator):
                         "reason": hook.scrub(result.verdict.reason),
                         "total_lag": report.total_lag if report else None,
                         "max_lag_seconds": report.max_lag_seconds if report else None,
-                        "error": hook.scrub(result.error) if errored else None,
+                        "error": hook.scrub(error) if error is not None else None,
                     }
                 )
         payload: dict[str, Any] = {

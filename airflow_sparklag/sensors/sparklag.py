@@ -91,7 +91,8 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
 
         condition = self._condition.to_dict()
         del condition["kind"]
-        return getattr(triggers, self.trigger_class)(  # type: ignore[no-any-return]
+        trigger: type[BaseTrigger] = getattr(triggers, self.trigger_class)
+        return trigger(
             **condition,
             connections=self.connection_ids().to_dict(),
             poll_interval=self.poke_interval,
@@ -201,7 +202,7 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
         else:
             fail_fast = params.health_names("fail_fast", self.fail_fast)
         return HealthCondition(
-            params.location("location", self.location), options, accept, fail_fast
+            params.location("location", self.location).text, options, accept, fail_fast
         )
 
     def _probe(self, context: Context) -> Probe:
@@ -251,7 +252,7 @@ class SparkCheckpointProgressSensor(_CheckpointSensor):
 
     def condition(self) -> ProgressCondition:
         return ProgressCondition(
-            params.location("location", self.location),
+            params.location("location", self.location).text,
             params.optional_count("after_batch_id", self.after_batch_id, minimum=-1),
             params.moment("after_commit_time", self.after_commit_time),
         )
@@ -290,5 +291,5 @@ class SparkKafkaCatchUpSensor(_CheckpointSensor):
             )
         topics = tuple(params.strings("topics", self.topics)) or None
         return CatchUpCondition(
-            params.location("location", self.location), int(seconds * 1000), topics
+            params.location("location", self.location).text, int(seconds * 1000), topics
         )

@@ -223,6 +223,17 @@ class ObstoreReader:
 
         return bytes(obstore.get(self.store(bucket), key).bytes())
 
+    def has_object(self, bucket: str, key: str) -> bool:
+        """One HEAD: is there an object at ``key``?"""
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        try:
+            obstore.head(self.store(bucket), key)
+        except (FileNotFoundError, NotFoundError):  # obstore raises the builtin for a 404
+            return False
+        return True
+
     def list_checkpoint(self, bucket: str, root: str) -> tuple[dict[str, list[ObjectInfo]], int]:
         """``commits/``, ``offsets/`` and ``metadata`` of the checkpoint at key prefix ``root``
         (``""`` or ending in ``/``): one ListObjectsV2 from ``<root>commits`` on, stopped at

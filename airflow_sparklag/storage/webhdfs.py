@@ -11,9 +11,11 @@ import contextlib
 import functools
 import logging
 import os
+import struct
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
@@ -28,8 +30,10 @@ from airflow_sparklag.errors import (
     UnsupportedStorageURL,
     UsageError,
 )
+from airflow_sparklag.location import Location
 from airflow_sparklag.storage import (
     HDFS_SCHEMES,
+    BackendOptions,
     Children,
     ObjectInfo,
     RequestCounter,
@@ -37,9 +41,9 @@ from airflow_sparklag.storage import (
     seconds_option,
     url_parts,
 )
+from airflow_sparklag.storage.hadoop_conf import HadoopConf
 from airflow_sparklag.storage.hadoop_tokens import Token, pick_hdfs_token, read_token_file
 
-DEFAULT_HTTP_PORT = 9870  # dfs.namenode.http-address since Hadoop 3
 _RENEW_BEFORE = 30  # seconds of ticket life left below which a keytab login is renewed
 # What HdfsCLI fails over on: raised once every NameNode answered it.
 _STANDBY = frozenset({"StandbyException", "RetriableException"})
@@ -57,32 +61,22 @@ def hdfs_path(url: str) -> str:
     return url_parts(url)[1] or "/"
 
 
-def namenode_url_for(location: str) -> str:
-    """The WebHDFS HTTP URL implied by a checkpoint URL.
-
-    ``webhdfs://host:port`` already names the HTTP port; ``hdfs://host:port`` names the RPC
-    port, so the HTTP URL is ``http://host:9870``.
-    """
-    parts = urlsplit(location)
-    if not parts.hostname:
-        raise UnsupportedStorageURL(
-            f"{location!r} has no NameNode host; name one (hdfs://namenode:8020/...) or give "
-            "the WebHDFS URL: --webhdfs-url http://namenode:9870 (repeat it for HA NameNodes), "
-            "a webhdfs connection, or webhdfs_options={'url': ...}"
-        )
-    if parts.scheme.lower() == "webhdfs":
-        return f"http://{parts.hostname}:{parts.port or DEFAULT_HTTP_PORT}"
-    return f"http://{parts.hostname}:{DEFAULT_HTTP_PORT}"
-
-
 class Kerberos:
     """SPNEGO for WebHDFS (requests-gssapi): a principal + keytab (a private in-memory ticket
     cache, logged in again before the ticket runs out), else the ambient ticket cache that
-    ``kinit`` left, read again at each login (docs/connections.md, "Kerberized HDFS"). The
-    service name is ``HTTP@<host of the URL>``: name NameNodes as their principals do.
+    ``kinit`` left, read again at each login (docs/hdfs.md). The service name is
+    ``HTTP@<host of the URL>``: name NameNodes as their principals do.
+
+    ``reason`` says why Kerberos is used when nobody asked for it: the Hadoop configuration
+    (``hadoop.security.authentication=kerberos``), or :data:`CHALLENGED` (the NameNode's 401
+    ``Negotiate``). Told to use it (a flag, an option, the configuration), the first request
+    carries SPNEGO; not told, the first challenge is answered; either way the login is then
+    kept as Hadoop's ``hadoop.auth`` cookie, and each later challenge answered.
     """
 
-    def __init__(self, principal: str | None = None, keytab: str | None = None) -> None:
+    def __init__(
+        self, principal: str | None = None, keytab: str | None = None, *, reason: str = ""
+    ) -> None:
         if bool(principal) != bool(keytab):
             raise InvalidParameter(
                 "give both a Kerberos principal and its keytab, or neither (then the ticket "
@@ -91,6 +85,7 @@ class Kerberos:
             )
         self.principal = principal
         self.keytab = keytab
+        self.reason = reason
 
     def auth(self) -> Any:
         """The requests auth handler; a keytab that cannot log in fails here, naming why."""
@@ -98,8 +93,9 @@ class Kerberos:
         from requests_gssapi import OPTIONAL
 
         spnego = _per_thread_spnego()
+        first = self.reason != CHALLENGED  # told: a token with the first request, no 401
         if not self.keytab:  # the ambient cache, looked up at each login
-            return spnego(mutual_authentication=OPTIONAL)
+            return spnego(mutual_authentication=OPTIONAL, opportunistic_auth=first)
         login = self._keytab_login
         renewing = threading.Lock()  # one login for all threads
 
@@ -118,7 +114,7 @@ class Kerberos:
                         self.creds = login()
                 return super().generate_request_header(*args, **kwargs)
 
-        return KeytabSPNEGO(mutual_authentication=OPTIONAL, creds=login())
+        return KeytabSPNEGO(mutual_authentication=OPTIONAL, creds=login(), opportunistic_auth=first)
 
     def _keytab_login(self) -> Any:
         """Credentials from the keytab, in a private in-memory cache (never KRB5CCNAME's)."""
@@ -141,7 +137,11 @@ class Kerberos:
         return creds
 
     def problem(self) -> str:
-        """Why a 401 happened, as far as the client can tell."""
+        """Why a 401 happened, as far as the client can tell (and why Kerberos was used)."""
+        why = f"{self.reason}: " if self.reason else ""
+        return why + self._refused()
+
+    def _refused(self) -> str:
         if self.keytab:
             return (
                 f"the NameNode refused the ticket of {self.principal} (keytab {self.keytab}): "
@@ -154,7 +154,9 @@ class Kerberos:
             creds = gssapi.Credentials(usage="initiate")
             who, lifetime = str(creds.name), creds.lifetime
         except gssapi.exceptions.ExpiredCredentialsError:
-            return f"the Kerberos ticket in {cache} has expired: {RENEW_TICKET}"
+            of = cache_principal(os.environ.get("KRB5CCNAME", ""))
+            of = f" of {of}" if of else ""
+            return f"the Kerberos ticket{of} in {cache} has expired: {RENEW_TICKET}"
         except gssapi.exceptions.GSSError as exc:
             return f"no Kerberos ticket in {cache} ({_gss_reason(exc)}): {RENEW_TICKET}"
         return (
@@ -168,10 +170,50 @@ RENEW_TICKET = (
     "run kinit (or start `airflow kerberos`, which keeps Airflow's ticket cache), or give a "
     "principal and keytab"
 )
-_NO_KERBEROS = (
-    "the NameNode asks for Kerberos (SPNEGO); run kinit and pass --hdfs-kerberos "
-    "(webhdfs_options['kerberos']=True), or give a principal and keytab"
-)
+CHALLENGED = "the NameNode asks for Kerberos (SPNEGO)"
+
+
+def cache_principal(cache: str) -> str:
+    """The principal a FILE ticket cache is for (its header: MIT's file format, versions 2-4),
+    ``""`` for any other cache or an unreadable one. GSSAPI names no principal once its
+    ticket has expired; the message should."""
+    path = cache[5:] if cache.startswith("FILE:") else cache
+    if not path or ":" in path:
+        return ""
+    with contextlib.suppress(OSError, ValueError, struct.error), open(path, "rb") as file:
+        head = file.read(4096)
+        version, at = struct.unpack_from(">H", head)[0], 2
+        if version not in (0x0502, 0x0503, 0x0504):
+            return ""
+        if version == 0x0504:
+            at += 2 + struct.unpack_from(">H", head, at)[0]  # the header's tags
+        _, count = struct.unpack_from(">II", head, at)
+        parts, at = [], at + 8
+        for _ in range(count + 1):  # the realm, then each component
+            size = struct.unpack_from(">I", head, at)[0]
+            parts.append(head[at + 4 : at + 4 + size].decode())
+            at += 4 + size
+        realm, *names = parts
+        return f"{'/'.join(names)}@{realm}" if names and at <= len(head) else ""
+    return ""
+
+
+def _no_kerberos(user: str | None, may_infer: bool) -> str:
+    """A 401 when no Kerberos was set up: a user name given (simple authentication), Kerberos
+    turned off, or no requests-gssapi to answer with."""
+    if not (user or may_infer):
+        return f"{CHALLENGED}, which webhdfs_options['kerberos']=False turned off"
+    if user:
+        return (
+            f"{CHALLENGED}, but user {user!r} was given (simple authentication: --hdfs-user, "
+            "webhdfs_options['user'] or the webhdfs connection's login), which comes first: "
+            "leave it out to log in from the ticket cache kinit left, or give a principal and "
+            "keytab"
+        )
+    return (
+        f"{CHALLENGED}, which needs requests-gssapi: pip install "
+        "'airflow-provider-sparklag[kerberos]'; the ticket cache kinit left is then used"
+    )
 
 
 def _per_thread_spnego() -> type:
@@ -200,7 +242,45 @@ def _per_thread_spnego() -> type:
             self._state = State()
             super().__init__(*args, **kwargs)
 
+        def handle_other(self, response: Any) -> Any:
+            answered = super().handle_other(response)
+            if response.ok and "Authorization" in response.request.headers:
+                # Logged in: Hadoop's hadoop.auth cookie carries it from now on (a token with
+                # every request cost ~0.6 ms of CPU and twice the time per request); when the
+                # cookie runs out, the NameNode asks again (401) and is answered.
+                self.opportunistic_auth = False
+            return answered
+
     return PerThreadSPNEGO
+
+
+def _on_challenge(build: Callable[[], Any]) -> Any:
+    """A requests auth that adds nothing (and imports no GSSAPI) until an answer is a 401
+    ``Negotiate``; then it builds the SPNEGO auth once (``build()``), answers with it, and
+    hands every later request to it."""
+    import requests
+
+    class OnChallenge(requests.auth.AuthBase):
+        def __init__(self) -> None:
+            self.spnego: Any = None
+            self.building = threading.Lock()
+
+        def __call__(self, request: Any) -> Any:
+            if self.spnego is not None:
+                return self.spnego(request)
+            request.register_hook("response", self.challenged)
+            return request
+
+        def challenged(self, response: Any, **kwargs: Any) -> Any:
+            asked = response.headers.get("WWW-Authenticate", "")
+            if response.status_code != 401 or "negotiate" not in asked.lower():
+                return response
+            with self.building:
+                if self.spnego is None:
+                    self.spnego = build()
+            return self.spnego.handle_response(response, **kwargs)
+
+    return OnChallenge()
 
 
 def _gss_reason(exc: BaseException) -> str:
@@ -260,7 +340,7 @@ class WebHDFSStorage:
         user: str | None = None,
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
-        kerberos: bool = False,
+        kerberos: bool | None = None,
         principal: str | None = None,
         keytab: str | None = None,
         verify: bool | str = True,
@@ -278,6 +358,8 @@ class WebHDFSStorage:
         self.requests = RequestCounter()
         wants_kerberos = kerberos not in (False, None, "", "false", "False") or principal or keytab
         self.kerberos = Kerberos(principal, keytab) if wants_kerberos else None
+        # Not said either way (None): the Hadoop configuration, else the NameNode's challenge.
+        self.may_infer_kerberos = kerberos in (None, "") and not user
         self.verify = verify  # True, False or a CA bundle's path (HTTPS NameNodes)
         self.token_file = _token_file(token_file, principal or keytab or user)
         self.explicit_token_file = bool(token_file)
@@ -289,9 +371,24 @@ class WebHDFSStorage:
         cls, location: str, /, *, url: str | list[str] | None = None, **options: Any
     ) -> WebHDFSStorage:
         """Backend for a checkpoint URL; ``url`` (NameNode HTTP URL or list) overrides the host.
-        ``options`` are the constructor's (docs/connections.md, "HDFS")."""
-        storage = cls(url if url else namenode_url_for(location), **options)
+        ``options`` are the constructor's (docs/connections.md, "HDFS"). What neither gives is
+        taken from the Hadoop configuration (``HADOOP_CONF_DIR``, docs/hdfs.md): the NameNodes
+        of a nameservice or of ``fs.defaultFS``, HTTPS, Kerberos."""
+        credentials = ("user", "kerberos", "principal", "keytab", "token_file")
+        told = any(options.get(key) for key in credentials)
+        settled = url and told and options.get("verify") is not None
+        conf = HadoopConf() if settled else HadoopConf.from_environment()
+        location = conf.qualify(location)
+        urls = url or conf.namenode_urls(location)
+        listed = [urls] if isinstance(urls, str) else list(urls)
+        if options.get("verify") is None and any(u.lower().startswith("https:") for u in listed):
+            bundle = conf.ca_bundle()  # ssl-client.xml's truststore: what Hadoop's client trusts
+            options = {**options, "verify": bundle} if bundle else options
+        storage = cls(urls, **options)
         storage.location = location
+        if storage.kerberos is None and storage.may_infer_kerberos and conf.kerberos:
+            key = "hadoop.security.authentication"
+            storage.kerberos = Kerberos(reason=f"{conf.source(key)} says {key}=kerberos")
         return storage
 
     # -- Storage interface -------------------------------------------------------------------
@@ -325,6 +422,14 @@ class WebHDFSStorage:
         except StorageNotFound:
             return False
         return True
+
+    def is_file(self, path: str) -> bool:
+        self.requests.add("stat")
+        try:
+            with self._call(path, "GETFILESTATUS") as client:
+                return bool(client.status(hdfs_path(path)).get("type") == "FILE")
+        except StorageNotFound:
+            return False
 
     def write_atomic(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
         self.requests.add("write")
@@ -430,7 +535,8 @@ class WebHDFSStorage:
         session.verify = self.verify
         self.delegation_token = self._pick_token()
         if self.delegation_token is None and self.kerberos is not None:
-            _require("requests_gssapi", "kerberos", "Kerberized HDFS needs requests-gssapi")
+            why = f"Kerberized HDFS ({self.kerberos.reason or 'asked for'}) needs requests-gssapi"
+            _require("requests_gssapi", "kerberos", why)
             session.auth = self.kerberos.auth()
         plain = []
         for url in self.namenode_urls:
@@ -438,6 +544,8 @@ class WebHDFSStorage:
             if parts.username is not None and session.auth is None:
                 session.auth = (unquote(parts.username), unquote(parts.password or ""))
             plain.append(parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl())
+        if session.auth is None and self.delegation_token is None and self.may_infer_kerberos:
+            session.auth = self._answer_challenges()
         url = ";".join(plain)  # HdfsCLI's form of a list of NameNodes
         if self.delegation_token:
             token = self.delegation_token.url_string()
@@ -445,6 +553,17 @@ class WebHDFSStorage:
         if self.user:
             return InsecureClient(url, self.user, timeout=self.timeout, session=session), session
         return Client(url, timeout=self.timeout, session=session), session
+
+    def _answer_challenges(self) -> Any:
+        """Nothing said how to log in: SPNEGO from the ticket cache kinit left, should the
+        NameNode ask for it (a 401 ``Negotiate``; a cluster without Kerberos never does);
+        ``None`` without requests-gssapi (a 401 then says to install it)."""
+        import importlib.util
+
+        if importlib.util.find_spec("requests_gssapi") is None:
+            return None
+        self.kerberos = Kerberos(reason=CHALLENGED)
+        return _on_challenge(self.kerberos.auth)
 
     def _pick_token(self) -> Token | None:
         """The HDFS delegation token of the token file for this NameNode. A file from
@@ -511,7 +630,11 @@ class WebHDFSStorage:
         if exception in _NOT_FOUND or status == 404:
             return StorageNotFound(f"{path}: no such file ({op} at {server}: {problem})")
         if status == 401:
-            why = self.kerberos.problem() if self.kerberos else _NO_KERBEROS
+            why = (
+                self.kerberos.problem()
+                if self.kerberos
+                else _no_kerberos(self.user, self.may_infer_kerberos)
+            )
             return StorageAccessDenied(f"{path}: {op} at {server}: HTTP 401: {why}")
         if self.delegation_token is not None and "InvalidToken" in f"{exception} {problem}":
             # SecurityException: ...SecretManager$InvalidToken: ... can't be found in cache
@@ -623,3 +746,23 @@ def _is_file_status(status: Any) -> bool:
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+@dataclass(frozen=True, repr=False)
+class WebHDFSOptions(BackendOptions):
+    """The options of :class:`WebHDFSStorage` (its keyword arguments; None: its default);
+    ``url``: the NameNodes' HTTP URL (or a list of them, HA) instead of the location's host.
+    Never printed."""
+
+    url: str | list[str] | None = None
+    user: str | None = None
+    connect_timeout: float | None = None
+    read_timeout: float | None = None
+    kerberos: bool | None = None
+    principal: str | None = None
+    keytab: str | None = None
+    verify: bool | str | None = None
+    token_file: str | None = None
+
+    def open(self, location: Location) -> Storage:
+        return WebHDFSStorage.for_url(str(location), **self.given())

@@ -33,6 +33,7 @@ from airflow_sparklag.triggers.sparklag import SparkLagTrigger
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseEventTrigger
 
+    from airflow_sparklag.fleet import FleetChecker
     from airflow_sparklag.hooks.sparklag import SparkLagHook
     from airflow_sparklag.monitor import CheckResult
 else:  # Airflow 2 has no event triggers: the class exists, constructing it says why not
@@ -99,7 +100,7 @@ class SparkLagEventTrigger(SparkLagTrigger, BaseEventTrigger):
         self.rediscover_seconds = rediscover_seconds
         self.state_variable = state_variable or self._default_state_variable()
         self.polls = 0  # polls of this run (logged with each)
-        self.fleet: Any = None  # the run's FleetChecker
+        self.fleet: FleetChecker | None = None  # the run's
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         classpath, kwargs = super().serialize()

@@ -37,6 +37,8 @@ from airflow_sparklag.monitor import OPTION_NAMES, CheckOptions
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.redact import redact_url
 
+_DEFAULT_ACCEPT_NAMES = tuple(health.value for health in DEFAULT_ACCEPT)
+
 
 class _ConditionTrigger(BaseTrigger):
     """Polls one condition every ``poll_interval`` seconds until done, failed or ``deadline``.
@@ -134,12 +136,14 @@ class SparkLagTrigger(_ConditionTrigger):
     'airflow_sparklag.triggers.sparklag.SparkLagTrigger'
     """
 
+    condition: HealthCondition
+
     def __init__(
         self,
         location: str,
         *,
         options: Mapping[str, Any] | None = None,
-        accept: Sequence[str] = tuple(h.value for h in DEFAULT_ACCEPT),
+        accept: Sequence[str] = _DEFAULT_ACCEPT_NAMES,
         fail_on_data_loss: bool = True,
         fail_fast: Sequence[str] | None = None,
         fail_on_stopped: bool = True,
@@ -164,6 +168,8 @@ class SparkCheckpointProgressTrigger(_ConditionTrigger):
     """Fires when the query commits a batch newer than ``after_batch_id`` and/or after
     ``after_commit_time`` (epoch seconds)."""
 
+    condition: ProgressCondition
+
     def __init__(
         self,
         location: str,
@@ -183,6 +189,8 @@ class SparkCheckpointProgressTrigger(_ConditionTrigger):
 class SparkKafkaCatchUpTrigger(_ConditionTrigger):
     """Fires when the committed offsets reach, on every partition, the first offset produced at
     or after ``target_time_ms`` (everything produced before it has been processed)."""
+
+    condition: CatchUpCondition
 
     def __init__(
         self,

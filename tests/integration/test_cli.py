@@ -25,6 +25,7 @@ from testbed import jobs
 pytestmark = pytest.mark.testbed
 
 SPARKLAG = Path(sys.executable).parent / "sparklag"
+DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 
 
 # A day's commit age decides STOPPED. The checkpoints hold one batch each: without it, once
@@ -122,6 +123,32 @@ def test_json_parses_and_matches(checkpoints, kafka):
     assert [r[4] for r in rows] == [2, 0, 7]
 
 
+def test_explain_says_what_each_job_was_judged_on(checkpoints, kafka):
+    """--explain: a line per job, what was read and which rule asked; --json: 'evidence'."""
+    both = [checkpoints["caught_up"], checkpoints["lagging"]]
+    proc = sparklag(*both, "--bootstrap-servers", kafka.bootstrap, "--explain", *DAY)
+    assert proc.returncode == 0, proc.stderr
+    lines = {
+        line.split(": ", 1)[0].removeprefix("evidence    "): line.split(": ", 1)[1]
+        for line in proc.stdout.splitlines()
+        if line.startswith("evidence    ")
+    }
+    assert lines[checkpoints["caught_up"]] == "listing, offsets/C, Kafka end offsets", lines
+    # One batch: nothing older to read; its waiting records cannot be dated by the estimate,
+    # so the time-to-loss rule asked for the topic's retention and their timestamps.
+    assert lines[checkpoints["lagging"]] == (
+        "listing, offsets/C, Kafka end offsets; topic retention (time_to_data_loss); "
+        "record timestamps of 2 partition(s) (time_to_data_loss)"
+    ), lines
+    payload = json.loads(
+        sparklag(both[1], "--bootstrap-servers", kafka.bootstrap, "--json", *DAY).stdout
+    )
+    assert payload["evidence"][0] == {
+        "read": "listing, offsets/C, Kafka end offsets",
+        "asked_by": [],
+    }, payload["evidence"]
+
+
 @pytest.mark.parametrize(
     ("which", "flags", "code", "health"),
     [
@@ -175,6 +202,43 @@ def test_several_checkpoints_worst_exit_code(checkpoints, kafka, tmp_path):
     assert caught_up["report"]["total_lag"] == 0 and caught_up["error"] is None
     assert "CheckpointNotFound" in gone["error"] and missing in gone["error"]
     assert document["summary"]["jobs"] == 2 and document["summary"]["failed_checks"] == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "code", "health"),
+    [(["--max-commit-age", "0.001"], 2, "STOPPED"), (["--max-lag", "5", *DAY], 1, "LAGGING")],
+)
+def test_a_fleet_exits_with_its_worst_verdict_not_its_highest_code(
+    checkpoints, kafka, flags, code, health
+):
+    # Before: the highest number won, so the job with no Kafka source (UNKNOWN, 3) hid the
+    # stopped one (2) from cron and Nagios-style wrappers.
+    no_kafka = str(DATA / "cka")  # written by a real PySpark query from the rate source
+    args = [no_kafka, checkpoints["lagging"], "--bootstrap-servers", kafka.bootstrap, "--json"]
+    proc = sparklag(*args, *flags)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    results = json.loads(proc.stdout)["results"]
+    verdicts = {r["location"]: r["verdict"]["health"] for r in results}
+    assert verdicts == {no_kafka: "UNKNOWN", checkpoints["lagging"]: health}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"bogus.key": "x"},  # misspelt
+        {"security.protocol": "SASL_FOO"},
+        {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"},  # no user/password
+    ],
+)
+def test_a_kafka_config_librdkafka_refuses_is_a_configuration_error(
+    checkpoints, kafka, tmp_path, config
+):
+    path = tmp_path / "kafka.json"
+    path.write_text(json.dumps({"bootstrap.servers": kafka.bootstrap, **config}))
+    proc = sparklag(checkpoints["lagging"], "--kafka-config", str(path))
+    assert proc.returncode == 64, proc.stdout + proc.stderr  # before: 4, a failed check
+    assert proc.stderr.startswith("sparklag: Cannot create a Kafka client"), proc.stderr
+    assert list(config)[-1] in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_two_checkpoints_of_one_topic(checkpoints, kafka):

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -190,10 +191,37 @@ def test_keytab_that_does_not_match(kerberized, secure_hdfs, monkeypatch):
         storage.list_dir(f"{kerberized['location']}/offsets")
 
 
-def test_without_kerberos_the_401_says_to_use_it(kerberized, secure_hdfs, kafka):
-    proc = _status(kerberized, secure_hdfs, kafka, {})
+def test_the_401_challenge_is_answered_from_the_ticket_cache(kerberized, secure_hdfs, kafka):
+    """No flag, no Hadoop configuration: the NameNode's 401 `Negotiate` is answered with the
+    ticket kinit left (on the previous code: exit 4, "pass --hdfs-kerberos")."""
+    env = secure_hdfs.kinit("alice", kerberized["dir"] / "challenged.cc")
+    proc = _status(kerberized, secure_hdfs, kafka, env)
+    assert proc.returncode in (0, 1, 2, 3), proc.stdout + proc.stderr
+    assert _lags(proc) == (kerberized["committed"][kerberized["topic"]], AFTER)
+
+
+def test_without_a_ticket_the_401_names_the_cache_and_the_way_out(kerberized, secure_hdfs, kafka):
+    """Was: "asks for Kerberos ... pass --hdfs-kerberos"; the flag is no longer needed, so
+    the message names what is missing instead (the ticket) and no flag."""
+    env = {"KRB5CCNAME": f"FILE:{kerberized['dir']}/nothing.cc"}
+    proc = _status(kerberized, secure_hdfs, kafka, env)
     assert proc.returncode == 4, proc.stderr
-    assert "asks for Kerberos" in proc.stdout and "--hdfs-kerberos" in proc.stdout
+    assert "HTTP 401: the NameNode asks for Kerberos (SPNEGO): no Kerberos ticket in FILE:" in (
+        proc.stdout
+    ), proc.stdout
+    assert "run kinit" in proc.stdout and "--hdfs-kerberos" not in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def _lags(proc: subprocess.CompletedProcess[str]) -> tuple[dict[int, int], dict[int, int]]:
+    """(committed offset, lag) per partition of a `status --json` of the one-topic query."""
+    (source,) = json.loads(proc.stdout)["report"]["sources"]
+    (topic,) = source["topics"]
+    partitions = topic["partitions"]
+    return (
+        {p["partition"]: p["committed_offset"] for p in partitions},
+        {p["partition"]: p["lag"] for p in partitions},
+    )
 
 
 def test_a_user_without_permission_gets_403_naming_path_and_user(secure_hdfs, monkeypatch):
@@ -672,6 +700,160 @@ def test_sensors_and_operators_in_a_real_airflow_run(
     (source,) = snapshot.committed.sources
     assert source.kafka is not None
     assert dict(source.kafka[kerberized["topic"]]) == committed
+
+
+# -- only KRB5CCNAME and HADOOP_CONF_DIR: what a Hadoop client of the estate has ---------------
+
+
+def _hadoop_conf(secure_hdfs: Any, where: Path, **hdfs_site: str) -> Path:
+    """A client configuration directory as the cluster's own would be written: Kerberos, HTTPS
+    only, the NameNode's HTTPS address, the default file system, the truststore of the HTTPS
+    client (ssl-client.xml: a JKS file); ``hdfs_site`` added over it."""
+    where.mkdir(parents=True, exist_ok=True)
+    sites = {
+        "core-site.xml": {
+            "hadoop.security.authentication": "kerberos",
+            "fs.defaultFS": secure_hdfs.namenode_uri,
+        },
+        "hdfs-site.xml": {
+            "dfs.http.policy": "HTTPS_ONLY",
+            "dfs.namenode.https-address": secure_hdfs.webhdfs_url.removeprefix("https://"),
+            "dfs.namenode.kerberos.principal": f"hdfs/localhost@{secure_hdfs.realm}",
+            "dfs.client.https.keystore.resource": "ssl-client.xml",
+            **hdfs_site,
+        },
+    }
+    for name, properties in sites.items():
+        rows = "".join(
+            f"  <property><name>{key}</name><value>{value}</value></property>\n"
+            for key, value in properties.items()
+        )
+        (where / name).write_text(
+            f'<?xml version="1.0"?>\n<configuration>\n{rows}</configuration>\n'
+        )
+    ssl_client = secure_hdfs.workdir / "tls" / "conf" / "ssl-client.xml"
+    (where / "ssl-client.xml").write_text(ssl_client.read_text())
+    return where
+
+
+def _estate(secure_hdfs: Any, conf: Path, ccache: str) -> dict[str, str]:
+    """The environment of a Hadoop client: the ticket cache and the Hadoop configuration, and
+    nothing else (the KDC is named in KRB5_CONFIG, as /etc/krb5.conf would: `_sparklag` sets
+    it). The host's CA bundles (REQUESTS_CA_BUNDLE, ... if set) do not hold the cluster's CA:
+    the truststore of the configuration's ssl-client.xml is what trusts it."""
+    ca = secure_hdfs.ca_bundle.read_text().strip()
+    for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE"):
+        assert ca not in (Path(os.environ[name]).read_text() if os.environ.get(name) else "")
+    return {"KRB5CCNAME": ccache, "HADOOP_CONF_DIR": str(conf)}
+
+
+def _status_at_defaults(
+    secure_hdfs: Any, kafka: Any, location: str, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    return _sparklag(secure_hdfs, "status", location, "-b", kafka.bootstrap, "--json", env=env)
+
+
+def test_status_with_only_the_ticket_cache_and_the_hadoop_configuration(
+    kerberized, secure_hdfs, kafka
+):
+    """`sparklag status` with no HDFS flag at all: the NameNode's HTTPS address, HTTPS and
+    Kerberos from HADOOP_CONF_DIR, the ticket from KRB5CCNAME; a bare `hdfs:///` path on
+    `fs.defaultFS`. Exact offsets and lag (on the previous code: http://localhost:9870,
+    refused)."""
+    conf = _hadoop_conf(secure_hdfs, kerberized["dir"] / "conf-plain")
+    cache = secure_hdfs.kinit("alice", kerberized["dir"] / "estate.cc")["KRB5CCNAME"]
+    env = _estate(secure_hdfs, conf, cache)
+    bare = "hdfs://" + kerberized["location"].removeprefix(secure_hdfs.namenode_uri)
+    assert bare.startswith("hdfs:///checkpoints/")
+    expected = (kerberized["committed"][kerberized["topic"]], AFTER)
+    for location in (kerberized["location"], bare):
+        proc = _status_at_defaults(secure_hdfs, kafka, location, env)
+        assert proc.returncode in (0, 1, 2, 3), proc.stdout + proc.stderr
+        assert _lags(proc) == expected, location
+
+
+def test_status_on_an_ha_nameservice_of_the_hadoop_configuration(kerberized, secure_hdfs, kafka):
+    """`hdfs://<nameservice>/...`: the NameNodes of `dfs.ha.namenodes.<ns>` at their
+    `dfs.namenode.https-address.<ns>.<nn>` (HTTPS_ONLY); the first one does not answer, the
+    second is the cluster's."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = sock.getsockname()[1]
+    ha = {
+        "dfs.nameservices": "krbcluster",
+        "dfs.ha.namenodes.krbcluster": "nn1,nn2",
+        "dfs.namenode.https-address.krbcluster.nn1": f"localhost:{dead}",
+        "dfs.namenode.https-address.krbcluster.nn2": secure_hdfs.webhdfs_url.removeprefix(
+            "https://"
+        ),
+    }
+    conf = _hadoop_conf(secure_hdfs, kerberized["dir"] / "conf-ha", **ha)
+    cache = secure_hdfs.kinit("alice", kerberized["dir"] / "ha.cc")["KRB5CCNAME"]
+    location = "hdfs://krbcluster" + kerberized["location"].removeprefix(secure_hdfs.namenode_uri)
+    proc = _status_at_defaults(secure_hdfs, kafka, location, _estate(secure_hdfs, conf, cache))
+    assert proc.returncode in (0, 1, 2, 3), proc.stdout + proc.stderr
+    assert _lags(proc) == (kerberized["committed"][kerberized["topic"]], AFTER)
+
+
+def test_no_ticket_or_an_expired_one_with_the_hadoop_configuration(kerberized, secure_hdfs, kafka):
+    """Kerberos from the configuration, but no usable ticket: the message says where Kerberos
+    came from, what is wrong with the ticket (and whose it was) and what to do."""
+    conf = _hadoop_conf(secure_hdfs, kerberized["dir"] / "conf-noticket")
+    said = f"HTTP 401: {conf / 'core-site.xml'} says hadoop.security.authentication=kerberos: "
+    empty = f"FILE:{kerberized['dir']}/estate-empty.cc"
+    proc = _status_at_defaults(
+        secure_hdfs, kafka, kerberized["location"], _estate(secure_hdfs, conf, empty)
+    )
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert f"{said}no Kerberos ticket in {empty} (" in proc.stdout, proc.stdout
+    expired = secure_hdfs.kinit("alice", kerberized["dir"] / "estate-short.cc", lifetime=1)
+    time.sleep(2)
+    env = _estate(secure_hdfs, conf, expired["KRB5CCNAME"])
+    proc = _status_at_defaults(secure_hdfs, kafka, kerberized["location"], env)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    cache = expired["KRB5CCNAME"]
+    assert f"{said}the Kerberos ticket of alice@EXAMPLE.TEST in {cache} has expired: run kinit" in (
+        proc.stdout
+    ), proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_a_webhdfs_connection_wins_over_the_hadoop_configuration(
+    kerberized, secure_hdfs, kafka, monkeypatch
+):
+    """A `webhdfs` connection naming the NameNode and a principal + keytab is used as it is,
+    whatever HADOOP_CONF_DIR says (here: a NameNode address where nothing answers)."""
+    from airflow_sparklag.hooks.sparklag import SparkLagHook
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = sock.getsockname()[1]
+    conf = _hadoop_conf(
+        secure_hdfs,
+        kerberized["dir"] / "conf-dead",
+        **{"dfs.namenode.https-address": f"localhost:{dead}"},
+    )
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(conf))
+    monkeypatch.setenv("KRB5_CONFIG", secure_hdfs.krb5_conf)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_DEFAULT",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka.bootstrap}}),
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_HDFS_KRB_CONF",
+        _webhdfs_connection(
+            secure_hdfs,
+            principal=secure_hdfs.principal("alice"),
+            keytab=str(secure_hdfs.keytab("alice")),
+        ),
+    )
+    offsets = SparkLagHook(webhdfs_conn_id="hdfs_krb_conf").committed_offsets(
+        kerberized["location"]
+    )["offsets"]
+    committed = kerberized["committed"][kerberized["topic"]]
+    assert {int(p): o for ps in offsets.values() for p, o in ps[kerberized["topic"]].items()} == (
+        committed
+    )
 
 
 # -- inside a YARN container: only a Hadoop token file ------------------------------------------

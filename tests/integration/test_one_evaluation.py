@@ -117,7 +117,8 @@ def run_exporter(locations: list[str], bootstrap: str, limits: dict) -> dict:
         metrics = exporter.render()[0].decode()
         results = {r.location: r.to_dict() for r in exporter.results}
     for location, result in results.items():  # what it serves is that verdict
-        served = re.search(rf'sparklag_job_health\{{job="{re.escape(location)}"\}} (\S+)', metrics)
+        labels = rf'checkpoint="{re.escape(location)}",spark_job="[^"]*"'
+        served = re.search(rf"sparklag_job_health\{{{labels}\}} (\S+)", metrics)
         assert served is not None, (location, metrics[:2000])
         assert float(served.group(1)) == _metric_value(result["verdict"]["health"])
     return results

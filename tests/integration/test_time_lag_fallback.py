@@ -32,10 +32,17 @@ def test_seconds_threshold_falls_back_to_exact_time_lag(spark, kafka, topic, tmp
     time.sleep(3)  # the waiting records are now at least 3 s old
     config = {"bootstrap.servers": kafka.bootstrap}
 
-    estimate = check_checkpoint(checkpoint, kafka_config=config)
+    # The imminent-loss warning off: at defaults it reads the waiting records' timestamps.
+    alone = {"min_time_to_loss_ratio": 0}
+    estimate = check_checkpoint(checkpoint, kafka_config=config, thresholds=alone)
     assert estimate.report.rate_limited
     assert estimate.report.total_lag > 0
     assert estimate.report.max_lag_seconds is None  # the estimate says it cannot tell
+    assert estimate.report.time_lag_mode == "estimate"
+    # At defaults the time-to-loss rule asks for the ages the estimate cannot give.
+    dated = check_checkpoint(checkpoint, kafka_config=config)
+    assert dated.report.time_lag_mode == "exact"
+    assert dated.report.min_time_to_loss_seconds is not None
 
     # A window longer than the retained history keeps the trend rules (STOPPED after idling)
     # silent, so the verdict is the seconds rule's alone.

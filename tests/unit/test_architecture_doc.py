@@ -115,3 +115,11 @@ def test_every_top_level_module_is_in_a_layer_or_on_the_airflow_side() -> None:
         f"airflow_sparklag.{name}" for name in airflow_side
     }
     assert {m.removeprefix("airflow_sparklag.") for m in fenced["source_modules"]} == airflow_side
+
+
+def test_mypy_checks_the_whole_package() -> None:
+    # The page says so, and scripts/test.sh runs mypy with this config: no part left out.
+    mypy = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert mypy["files"] == ["airflow_sparklag", "tests/fakes.py"]  # the fakes: against the ports
+    assert "exclude" not in mypy, f"mypy leaves out {mypy['exclude']}"
+    assert "mypy over the whole package" in " ".join(DOC.read_text().split())

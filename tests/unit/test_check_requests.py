@@ -11,19 +11,18 @@ matters to. Request counts are real HTTP requests to a moto S3 server.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_sparklag.checkpoint import CheckpointReader
-from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
 from airflow_sparklag.model.verdict import Health, Thresholds
 from airflow_sparklag.monitor import CheckOptions, CheckResult, check, check_many, judge_states
 from airflow_sparklag.session import Session
 from airflow_sparklag.storage import open_storage
 from testbed.s3_server import put_objects
+from tests.fakes import FakeKafka, written_steadily
 from tests.unit.test_storage_s3 import CREDENTIALS, SentRequests, _boto_client, endpoint
 
 __all__ = ["endpoint"]  # the moto server fixture, shared with test_storage_s3
@@ -36,38 +35,15 @@ BUCKET = "lazy"
 WINDOW_FIELDS = ("history", "consumption_rate", "production_rate", "catch_up_seconds")
 
 
-@dataclass
-class FakeKafka:
-    """Topic "orders": log ends and starts per partition; a record at offset o was written at
-    ``written(o)`` (epoch s), for exact time lag and ListOffsets by time."""
-
-    ends: dict[int, int]
-    starts: dict[int, int] = field(default_factory=dict)
-    rate: float = 1.0  # records per second per partition, the last one written at NOW - 1
-    calls: list[str] = field(default_factory=list)
-
-    def written(self, partition: int, offset: int) -> float:
-        return NOW - 1 - (self.ends[partition] - 1 - offset) / self.rate
-
-    def snapshot(self, topics: list[str], *, read_committed: bool = False) -> KafkaSnapshot:
-        self.calls.append("snapshot")
-        parts = {p: PartitionOffsets(self.starts.get(p, 0), e, e) for p, e in self.ends.items()}
-        return KafkaSnapshot({TOPIC: parts}, frozenset(), NOW, "c")
-
-    def retention(self, topics: list[str]) -> dict:
-        return dict.fromkeys(topics)  # settings unreadable: time to loss unknown
-
-    def record_timestamps(self, offsets: dict[tuple[str, int], int]) -> dict:
-        self.calls.append("record_timestamps")
-        return {(t, p): int(self.written(p, o) * 1000) for (t, p), o in offsets.items()}
-
-    def offsets_for_time(self, topics: list[str], timestamp_ms: int) -> dict:
-        self.calls.append("offsets_for_time")
-        answer = {}
-        for p, end in self.ends.items():
-            first = next((o for o in range(end) if self.written(p, o) * 1000 >= timestamp_ms), end)
-            answer[p] = first
-        return {TOPIC: answer}
+def cluster(
+    ends: dict[int, int], starts: dict[int, int] | None = None, rate: float = 1.0
+) -> FakeKafka:
+    """Topic "orders" of the in-memory cluster: log ends and starts per partition; ``rate``
+    records a second in each partition, the last one written at NOW - 1 (for exact time lag and
+    ListOffsets by time)."""
+    ends = dict(ends)
+    written = written_steadily(ends, rate, NOW - 1)
+    return FakeKafka({TOPIC: ends}, written, {TOPIC: dict(starts or {})}, now=NOW)
 
 
 def _offsets_file(ts_ms: int, offsets: dict[int, int]) -> bytes:
@@ -107,7 +83,7 @@ def steady(n: int = 12, end: int = 1200, lag: int = 0, every: float = 10.0) -> l
 
 def eager(location: str, kafka: FakeKafka, options: CheckOptions) -> CheckResult:
     """The way before: the whole window read, then judged."""
-    with Session(kafka_client=kafka) as session:  # type: ignore[arg-type]
+    with Session(kafka_client=kafka) as session:
         state = session.read(location, history=options.history_to_read)
         assert not state.unread_history
         return judge_states(session, {location: state}, options, now=NOW)[location]
@@ -115,7 +91,7 @@ def eager(location: str, kafka: FakeKafka, options: CheckOptions) -> CheckResult
 
 def lazy(location: str, kafka: FakeKafka, options: CheckOptions) -> tuple[CheckResult, int]:
     """A default check (lazy history), and the storage requests it sent."""
-    with Session(kafka_client=kafka) as session:  # type: ignore[arg-type]
+    with Session(kafka_client=kafka) as session:
         result = check(session, location, options, now=NOW)
         return result, session.storage_requests
 
@@ -172,7 +148,7 @@ def test_a_shrunk_offsets_file_reads_the_window_at_once(tmp_path: Path) -> None:
     location = _write(tmp_path, checkpoint_files(batches))
     state = CheckpointReader(open_storage(location), location).read(10, lazy_history=True)
     assert state.unread_history == () and len(state.history) == 5
-    kafka = FakeKafka({0: 50, 1: 50})
+    kafka = cluster({0: 50, 1: 50})
     result, _ = lazy(location, kafka, CheckOptions())
     assert result.verdict.health is Health.REWIND
     assert judged(result) == judged(eager(location, kafka, CheckOptions()))
@@ -288,8 +264,8 @@ def test_a_job_that_needs_older_batches_reads_them_and_is_judged_as_before(
     location = _write(tmp_path, checkpoint_files(batches, committed))
     starts = dict(starts)
     rate = starts.pop("rate", 1.0)
-    result, requests = lazy(location, FakeKafka(dict(ends), dict(starts), rate), options)
-    before = eager(location, FakeKafka(dict(ends), dict(starts), rate), options)
+    result, requests = lazy(location, cluster(dict(ends), dict(starts), rate), options)
+    before = eager(location, cluster(dict(ends), dict(starts), rate), options)
     assert result.verdict.health is expected, result.verdict
     assert result.verdict == before.verdict
     report, eager_report = result.report, before.report
@@ -312,8 +288,8 @@ def test_a_damaged_older_batch_fails_the_check_that_needs_it(tmp_path: Path) -> 
     from airflow_sparklag.errors import CheckpointCorrupt
 
     with pytest.raises(CheckpointCorrupt, match="offsets/5"):
-        lazy(location, FakeKafka(dict(END)), CheckOptions())
-    with Session(kafka_client=FakeKafka(dict(END))) as session:  # type: ignore[arg-type]
+        lazy(location, cluster(dict(END)), CheckOptions())
+    with Session(kafka_client=cluster(dict(END))) as session:
         [result] = check_many(session, [location], CheckOptions(), now=NOW)
     assert result.report is None and result.verdict.health is Health.UNKNOWN
     assert result.error is not None and result.error.startswith("CheckpointCorrupt")
@@ -321,7 +297,7 @@ def test_a_damaged_older_batch_fails_the_check_that_needs_it(tmp_path: Path) -> 
     # offsets/C-1 settles every rule (as a check with history=2 never did).
     last = _growing()[-1][1]
     for ends, expected in ((last, Health.OK), ({p: o + 5 for p, o in last.items()}, Health.OK)):
-        result, _ = lazy(location, FakeKafka(dict(ends)), CheckOptions())
+        result, _ = lazy(location, cluster(dict(ends)), CheckOptions())
         assert result.verdict.health is expected
 
 
@@ -343,8 +319,8 @@ def test_a_caught_up_job_reads_no_older_batch_and_keeps_its_verdict(
 ) -> None:
     batches, committed, options = HEALTHY[name]
     location = _write(tmp_path, checkpoint_files(batches, committed))
-    result, requests = lazy(location, FakeKafka(dict(END)), options)
-    before = eager(location, FakeKafka(dict(END)), options)
+    result, requests = lazy(location, cluster(dict(END)), options)
+    before = eager(location, cluster(dict(END)), options)
     assert result.verdict == before.verdict and result.verdict.health is Health.OK
     # Everything but what only the window gives is the same: lag, ages, commit age, in flight.
     assert _without_window(result) == _without_window(before)
@@ -379,7 +355,7 @@ def _sent(session: Session, location: str) -> tuple[Any, SentRequests]:
 
 
 def _s3_session(endpoint: str, kafka: FakeKafka) -> Session:
-    return Session(kafka_client=kafka, s3_options={"endpoint_url": endpoint, **CREDENTIALS})  # type: ignore[arg-type]
+    return Session(kafka_client=kafka, s3_options={"endpoint_url": endpoint, **CREDENTIALS})
 
 
 @pytest.mark.parametrize("name", ["healthy", "stateful"])
@@ -387,7 +363,7 @@ def test_default_check_of_a_healthy_job_on_s3_is_list_and_get_whatever_the_state
     lazy_endpoint: str, name: str
 ) -> None:
     location = f"s3a://{BUCKET}/{name}"
-    with _s3_session(lazy_endpoint, FakeKafka({0: 1200, 1: 1200})) as session:
+    with _s3_session(lazy_endpoint, cluster({0: 1200, 1: 1200})) as session:
         storage, sent = _sent(session, location)
         result = check(session, location, CheckOptions(), now=NOW)
         assert result.verdict.health is Health.OK and result.report is not None
@@ -400,7 +376,7 @@ def test_default_check_of_a_healthy_job_on_s3_is_list_and_get_whatever_the_state
         sent.urls.clear()
         check(session, location, CheckOptions(), now=NOW)
         assert len(sent.urls) == 1  # a repeated check: the listing only
-    with _s3_session(lazy_endpoint, FakeKafka({0: 1200, 1: 1200})) as session:
+    with _s3_session(lazy_endpoint, cluster({0: 1200, 1: 1200})) as session:
         _, sent = _sent(session, location)
         [result] = check_many(session, [location], CheckOptions(), now=NOW, query_id=False)
         assert result.verdict.health is Health.OK
@@ -412,7 +388,7 @@ def test_check_of_a_lagging_job_on_s3_reads_offsets_c_minus_1_once(lazy_endpoint
     settles every rule (no trend, no rate limit, not idle), so the rest is not read."""
     location = f"s3a://{BUCKET}/lagging"
     options = CheckOptions(Thresholds(max_lag_records_total=50))
-    with _s3_session(lazy_endpoint, FakeKafka({0: 1300, 1: 1300})) as session:
+    with _s3_session(lazy_endpoint, cluster({0: 1300, 1: 1300})) as session:
         storage, sent = _sent(session, location)
         result = check(session, location, options, now=NOW)
         assert result.verdict.health is Health.LAGGING
@@ -427,7 +403,7 @@ def test_check_of_a_lagging_job_on_s3_reads_offsets_c_minus_1_once(lazy_endpoint
         again = check(session, location, options, now=NOW)
         assert len(sent.urls) == 1  # offsets/10 is cached: the listing only
         assert again.to_dict() == result.to_dict()
-    with _s3_session(lazy_endpoint, FakeKafka({0: 1300, 1: 1300})) as session:
+    with _s3_session(lazy_endpoint, cluster({0: 1300, 1: 1300})) as session:
         state = session.read(location, history=10)
         before = judge_states(session, {location: state}, options, now=NOW)[location]
     assert result.verdict == before.verdict
@@ -439,7 +415,7 @@ def test_check_of_a_job_whose_lag_may_grow_on_s3_reads_its_window_once(
 ) -> None:
     location = f"s3a://{BUCKET}/growing"
     ends = {p: o + 200 for p, o in _growing()[-1][1].items()}
-    with _s3_session(lazy_endpoint, FakeKafka(dict(ends))) as session:
+    with _s3_session(lazy_endpoint, cluster(dict(ends))) as session:
         storage, sent = _sent(session, location)
         result = check(session, location, CheckOptions(), now=NOW)
         assert result.verdict.health is Health.LAGGING
@@ -450,7 +426,7 @@ def test_check_of_a_job_whose_lag_may_grow_on_s3_reads_its_window_once(
         again = check(session, location, CheckOptions(), now=NOW)
         assert len(sent.urls) == 1  # the window is cached: the listing only
         assert again.to_dict() == result.to_dict()
-    with _s3_session(lazy_endpoint, FakeKafka(dict(ends))) as session:
+    with _s3_session(lazy_endpoint, cluster(dict(ends))) as session:
         state = session.read(location, history=10)
         before = judge_states(session, {location: state}, CheckOptions(), now=NOW)[location]
     assert judged(result) == judged(before)

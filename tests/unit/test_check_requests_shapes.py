@@ -27,10 +27,10 @@ from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.monitor import CheckOptions
 from tests.unit.test_check_requests import (
     NOW,
-    FakeKafka,
     _without_window,
     _write,
     checkpoint_files,
+    cluster,
     eager,
     judged,
     lazy,
@@ -135,8 +135,8 @@ def compare(tmp_path: Path, seeds: range) -> tuple[list[int], int, int]:
     for seed in seeds:
         batches, committed, ends, starts, rate, options = shape(seed)
         location = _write(tmp_path / str(seed), checkpoint_files(batches, committed))
-        result, _ = lazy(location, FakeKafka(dict(ends), dict(starts), rate), options)
-        before = eager(location, FakeKafka(dict(ends), dict(starts), rate), options)
+        result, _ = lazy(location, cluster(dict(ends), dict(starts), rate), options)
+        before = eager(location, cluster(dict(ends), dict(starts), rate), options)
         report, full = result.report, before.report
         assert report is not None and full is not None
         read = len(report.history)

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from airflow_sparklag.checkpoint import (
-    INT64_MAX,
     MAX_LOG_FILE_SIZE,
     MIN_COMMIT_SIZE,
     CheckpointReader,
@@ -22,6 +21,7 @@ from airflow_sparklag.checkpoint import (
     parse_offsets,
     parse_source_start,
 )
+from airflow_sparklag.checkpoint_files import INT64_MAX
 from airflow_sparklag.errors import CheckpointCorrupt, UnsupportedCheckpointVersion
 from airflow_sparklag.storage.local import LocalStorage
 

@@ -196,10 +196,18 @@ def test_checker_request_budget_first_and_repeated_polls(tree: Path) -> None:
         _add_batch(orders, 8)
         before = checker.storage_requests
         results = checker.check()
-        assert checker.storage_requests - before == 3 * 2 + 2  # + GET offsets/8, commits/8
+        # two listings in a row agreed: the quiet jobs cost one stat each (their offsets/C+1);
+        # orders' offsets/8 is there: stat + its two listings + GET offsets/8, commits/8
+        assert checker.storage_requests - before == 2 * 1 + (1 + 2 + 2)
         by_location = {r.location: r for r in results}
         assert by_location[str(orders)].report.committed_batch_id == 8  # type: ignore[union-attr]
-        assert checker.polls == 3
+        before = checker.storage_requests
+        checker.check()  # orders lists once more (its listing changed), the others stat
+        assert checker.storage_requests - before == 2 * 1 + 2
+        before = checker.storage_requests
+        checker.check()
+        assert checker.storage_requests - before == 3 * 1  # one point read per job
+        assert checker.polls == 5
 
 
 def test_history_costs_no_extra_read_when_no_rule_needs_it(tmp_path: Path) -> None:

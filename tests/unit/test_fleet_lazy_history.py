@@ -17,15 +17,16 @@ from airflow_sparklag.fleet import FleetChecker
 from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckOptions, CheckResult
 from airflow_sparklag.session import Session
+from tests.fakes import FakeKafka
 from tests.unit.test_check_requests import (
     CASES,
     HEALTHY,
     NOW,
-    FakeKafka,
     _growing,
     _without_window,
     _write,
     checkpoint_files,
+    cluster,
     eager,
     judged,
     limits,
@@ -44,7 +45,7 @@ def _caught_up(ends: dict[int, int]) -> list:
 def _fleet(
     locations: list[str], kafka: FakeKafka, options: CheckOptions
 ) -> tuple[list[CheckResult], Session]:
-    session = Session(kafka_client=kafka)  # type: ignore[arg-type]
+    session = Session(kafka_client=kafka)
     checker = FleetChecker(locations, session=session, options=options, query_ids=True)
     return checker.check(now=NOW), session
 
@@ -66,7 +67,7 @@ def test_a_fleet_reads_the_window_of_the_jobs_that_need_it_and_judges_them_as_be
     healthy = _write(tmp_path / "healthy", checkpoint_files(_caught_up(dict(ends))))
 
     def kafka() -> FakeKafka:
-        return FakeKafka(dict(ends), dict(starts), rate)
+        return cluster(dict(ends), dict(starts), rate)
 
     (result, calm), session = _fleet([job, healthy], kafka(), options)
     with session:
@@ -95,10 +96,10 @@ def test_a_fleet_of_caught_up_jobs_reads_no_older_batch(tmp_path: Path, name: st
         _write(tmp_path / f"job-{i}", checkpoint_files(batches, committed)) for i in range(3)
     ]
     ends = {0: 1200, 1: 1200}
-    results, session = _fleet(locations, FakeKafka(dict(ends)), options)
+    results, session = _fleet(locations, cluster(dict(ends)), options)
     with session:
         for location, result in zip(locations, results, strict=True):
-            before = eager(location, FakeKafka(dict(ends)), options)
+            before = eager(location, cluster(dict(ends)), options)
             assert result.verdict == before.verdict and result.verdict.health is Health.OK
             assert _without_window(result) == _without_window(before)
             assert result.report is not None and [h.batch_id for h in result.report.history] == [11]
@@ -112,7 +113,7 @@ def test_a_damaged_older_batch_fails_only_the_job_that_needs_it(tmp_path: Path) 
     ends = {p: o + 200 for p, o in _growing()[-1][1].items()}
     calm = _write(tmp_path / "calm", {**files, **checkpoint_files(_caught_up(ends))})
     options = limits(max_lag_records_total=50)
-    kafka = FakeKafka(ends)
+    kafka = cluster(ends)
     (failed, fine), session = _fleet([lagging, calm], kafka, options)
     with session:
         assert failed.report is None and failed.verdict.health is Health.UNKNOWN
@@ -125,7 +126,7 @@ def test_a_damaged_older_batch_fails_only_the_job_that_needs_it(tmp_path: Path) 
 def test_a_fleet_poll_reads_each_older_batch_once(tmp_path: Path) -> None:
     """A lagging job's window is cached by its reader: the next poll re-reads nothing."""
     location = _write(tmp_path / "job", checkpoint_files(steady(lag=40)))
-    session = Session(kafka_client=FakeKafka({0: 1200, 1: 1200}))  # type: ignore[arg-type]
+    session = Session(kafka_client=cluster({0: 1200, 1: 1200}))
     with session:
         checker = FleetChecker([location], session=session, query_ids=True)
         first = checker.check(now=NOW)

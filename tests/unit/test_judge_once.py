@@ -12,16 +12,26 @@ from __future__ import annotations
 
 import collections
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_sparklag import health, lag
+from airflow_sparklag.model.result import CheckResult
 from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.monitor import CheckOptions, check_many
 from airflow_sparklag.session import Session
-from tests.unit.test_check_requests import NOW, FakeKafka, _write, checkpoint_files, steady
+from tests.fakes import FakeKafka
+from tests.unit.test_check_requests import (
+    NOW,
+    TOPIC,
+    _write,
+    checkpoint_files,
+    cluster,
+    steady,
+)
 from tests.unit.test_check_requests_shapes import shape
 
 
@@ -72,7 +82,7 @@ def test_each_job_is_measured_and_judged_once(
     locations, jobs = _fleet(tmp_path, range(30))
     for location in locations:
         ends, starts, rate, _ = jobs[location]
-        with Session(kafka_client=FakeKafka(dict(ends), dict(starts), rate)) as session:  # type: ignore[arg-type]
+        with Session(kafka_client=cluster(dict(ends), dict(starts), rate)) as session:
             [result] = check_many(session, [location], options, now=NOW)
         assert result.error is None
         assert calls[("compute_lag", location)] == 1, location
@@ -92,7 +102,7 @@ def test_a_fleet_is_measured_and_judged_once_per_job(
             "stopped": steady(end=1300, lag=100, every=10.0)[:6],
         }.items()
     ]
-    with Session(kafka_client=FakeKafka(dict(ends))) as session:  # type: ignore[arg-type]
+    with Session(kafka_client=cluster(dict(ends))) as session:
         results = check_many(session, locations, CheckOptions(), now=NOW)
     assert [r.error for r in results] == [None, None, None]
     assert set(calls.values()) == {1} and len(calls) == 2 * len(locations)
@@ -104,7 +114,7 @@ def test_the_evidence_names_what_was_read_and_who_asked(tmp_path: Path) -> None:
     ends = {0: 1300, 1: 1300}
     caught_up = _write(tmp_path / "ok", checkpoint_files(steady(end=1300)))
     lagging = _write(tmp_path / "lag", checkpoint_files(steady(end=1300, lag=10)))
-    with Session(kafka_client=FakeKafka(dict(ends))) as session:  # type: ignore[arg-type]
+    with Session(kafka_client=cluster(dict(ends))) as session:
         ok, behind = check_many(session, [caught_up, lagging], CheckOptions(), now=NOW)
     assert [read.what for read in ok.evidence] == ["listing, offsets/C, Kafka end offsets"]
     assert ok.to_dict()["evidence"] == [
@@ -113,3 +123,36 @@ def test_the_evidence_names_what_was_read_and_who_asked(tmp_path: Path) -> None:
     asked = {read.what: read.asked_by for read in behind.evidence}
     assert "lagging" in asked["offsets/C-1"] and "time lag" in asked["offsets/C-1"]
     assert "topic retention (time_to_data_loss)" in behind.explain()
+
+
+def test_a_quiet_poll_lists_again_once_the_verdict_may_change_by_time(tmp_path: Path) -> None:
+    """A kept reader polls a quiet checkpoint with one point read, until the moment the last
+    verdict may change with nothing written (here: the commit age passing
+    max_commit_age_seconds): that poll lists the checkpoint again before judging STOPPED."""
+    start = time.time()
+    batches = [(start - 2 - (11 - i) * 10, {0: 100 * (i + 1), 1: 100 * (i + 1)}) for i in range(12)]
+    location = _write(tmp_path / "ck", checkpoint_files(batches))
+    limit = 4.0
+    options = CheckOptions(Thresholds(max_commit_age_seconds=limit))
+    kafka = FakeKafka({TOPIC: {0: 1300, 1: 1300}}, now=start)
+
+    def poll() -> CheckResult:
+        kafka.now = time.time()  # the cluster answers on the real clock, as the reader reads
+        return check_many(session, [location], options)[0]
+
+    with Session(kafka_client=kafka) as session:
+        storage = session.storage(location)
+        first = poll()
+        poll()  # the second listing agrees: settled
+        reader = session.reader(location)
+        assert first.report is not None and first.report.committed_at is not None
+        assert reader.confirm_at and min(reader.confirm_at) == first.report.committed_at + limit
+        storage.requests.reset()
+        quiet = poll()
+        assert dict(storage.requests.by_operation) == {"stat": 1}, storage.requests.by_operation
+        assert quiet.verdict.health.value != "STOPPED"
+        time.sleep(max(0.0, first.report.committed_at + limit - time.time()) + 0.2)
+        storage.requests.reset()
+        stopped = poll()
+        assert storage.requests.by_operation.get("list", 0) >= 1, storage.requests.by_operation
+        assert stopped.verdict.health.value == "STOPPED", stopped.verdict

@@ -44,26 +44,26 @@ def _done(result: Any) -> concurrent.futures.Future:
 
 def test_an_error_without_a_reason_still_says_what_went_wrong(client: KafkaOffsetsClient) -> None:
     empty = KafkaException(LibKafkaError(LibKafkaError.NOT_COORDINATOR, "ConsumerGroupDescribe: "))
-    assert client.describe(empty) == (
+    assert client.errors.describe(empty) == (
         "ConsumerGroupDescribe: NOT_COORDINATOR (Broker: Not coordinator)"
     )
-    error = client.translate(empty, "describe group 'g'")
+    error = client.errors.translate(empty, "describe group 'g'")
     assert str(error).endswith(": ConsumerGroupDescribe: NOT_COORDINATOR (Broker: Not coordinator)")
-    assert client.describe(TimeoutError()) == "TimeoutError"
+    assert client.errors.describe(TimeoutError()) == "TimeoutError"
 
 
 def test_refusal_reported_by_the_error_callback_wins_over_transport_failure(
     client: KafkaOffsetsClient,
 ) -> None:
     transport = KafkaException(LibKafkaError(LibKafkaError._TRANSPORT))
-    assert isinstance(client.translate(transport, "a metadata request"), KafkaUnavailable)
-    client._on_error(
+    assert isinstance(client.errors.translate(transport, "a metadata request"), KafkaUnavailable)
+    client.errors.on_error(
         LibKafkaError(
             LibKafkaError._AUTHENTICATION,
             "SASL authentication error: Authentication failed: Invalid username or password",
         )
     )
-    refused = client.translate(transport, "a metadata request")
+    refused = client.errors.translate(transport, "a metadata request")
     assert type(refused) is KafkaError
     assert str(refused).startswith(
         "Kafka refused the credentials for 127.0.0.1:9 (SASL authentication failed): "
@@ -73,7 +73,7 @@ def test_refusal_reported_by_the_error_callback_wins_over_transport_failure(
 
 def test_refusal_stops_the_wait_at_once(client: KafkaOffsetsClient) -> None:
     pending: concurrent.futures.Future = concurrent.futures.Future()  # never completes
-    client._on_error(LibKafkaError(LibKafkaError._AUTHENTICATION, "bad password"))
+    client.errors.on_error(LibKafkaError(LibKafkaError._AUTHENTICATION, "bad password"))
     started = time.monotonic()
     with pytest.raises(KafkaError, match="refused the credentials"):
         client.outcomes({"x": pending}, "a ListOffsets request")
@@ -84,7 +84,7 @@ def test_the_users_error_callback_still_runs() -> None:
     seen: list[str] = []
     config = {**NOWHERE, "error_cb": lambda error: seen.append(error.name())}
     with KafkaOffsetsClient(config, timeout=1) as kafka:
-        kafka._on_error(LibKafkaError(LibKafkaError._ALL_BROKERS_DOWN))
+        kafka.errors.on_error(LibKafkaError(LibKafkaError._ALL_BROKERS_DOWN))
     assert seen == ["_ALL_BROKERS_DOWN"]
 
 
@@ -232,11 +232,11 @@ def test_an_unreachable_broker_is_named_with_its_cause_once(
 def test_a_cause_from_before_the_last_answer_is_not_named() -> None:
     # The broker answered since: that connection failure is no cause. One from before the
     # timeout with no answer since still is (librdkafka logs a repeated failure once).
-    client = KafkaOffsetsClient({"bootstrap.servers": "127.0.0.1:1"}, timeout=1)
-    client._client_log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#1", "[thrd:x]: refused")
-    assert "refused" in str(client._unavailable("a metadata request"))
-    client._client_log.answered()
-    assert "refused" not in str(client._unavailable("a metadata request"))
+    errors = KafkaOffsetsClient({"bootstrap.servers": "127.0.0.1:1"}, timeout=1).errors
+    errors.client_log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#1", "[thrd:x]: refused")
+    assert "refused" in str(errors.unavailable("a metadata request"))
+    errors.client_log.answered()
+    assert "refused" not in str(errors.unavailable("a metadata request"))
 
 
 def test_kerberos_with_a_wheel_without_gssapi_says_which_builds_have_it() -> None:

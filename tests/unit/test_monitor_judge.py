@@ -1,10 +1,11 @@
 """monitor: CheckOptions (scheduled jobs), judge_states' Kafka follow-ups, HealthCondition's
-fail-fast. A fake Kafka client stands in for the cluster; the real one is in tests/integration."""
+fail-fast. The in-memory cluster of tests/fakes.py stands in for Kafka; the real one is in
+tests/integration."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,11 +13,11 @@ import pytest
 from airflow_sparklag import conditions
 from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
 from airflow_sparklag.conditions import DEFAULT_FAIL_FAST, HealthCondition
-from airflow_sparklag.errors import StorageNotFound
-from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
 from airflow_sparklag.model.report import Schedule
 from airflow_sparklag.model.verdict import Health, HealthVerdict, Thresholds
 from airflow_sparklag.monitor import CheckOptions, CheckResult, judge_states
+from airflow_sparklag.session import Session
+from tests.fakes import FakeKafka, written_in_stretches
 
 NOW = 1_700_000_000.0
 
@@ -60,63 +61,10 @@ def test_bad_schedules_are_refused(values: dict, error: type[Exception]) -> None
 # -- judge_states with a fake cluster ---------------------------------------------------------
 
 
-@dataclass
-class FakeKafka:
-    """One topic "t"; partition 0 written in stretches: ``writes`` maps the first offset of
-    each stretch to the time (epoch s) its records were written."""
-
-    ends: dict[int, int]
-    writes: dict[int, float] = field(default_factory=dict)
-    calls: list[str] = field(default_factory=list)
-
-    def written_at(self, offset: int) -> float | None:
-        marks = [at for first, at in sorted(self.writes.items()) if first <= offset]
-        return marks[-1] if marks else None
-
-    def snapshot(self, topics: list[str], *, read_committed: bool = False) -> KafkaSnapshot:
-        self.calls.append("snapshot")
-        parts = {p: PartitionOffsets(0, end, end) for p, end in self.ends.items()}
-        return KafkaSnapshot({"t": parts}, frozenset(), NOW, "c")
-
-    def retention(self, topics: list[str]) -> dict:
-        return dict.fromkeys(topics)  # settings unreadable: time to loss unknown
-
-    def record_timestamps(self, offsets: dict[tuple[str, int], int]) -> dict:
-        self.calls.append("record_timestamps")
-        stamps = {key: self.written_at(off) for key, off in offsets.items()}
-        return {key: None if at is None else int(at * 1000) for key, at in stamps.items()}
-
-    def offsets_for_time(self, topics: list[str], timestamp_ms: int) -> dict:
-        """The first offset written at or after T, else the log end (as Kafka answers)."""
-        self.calls.append(f"offsets_for_time@{timestamp_ms / 1000:.0f}")
-        later = [o for o, at in sorted(self.writes.items()) if at * 1000 >= timestamp_ms]
-        return {"t": {p: (later[0] if later and p == 0 else end) for p, end in self.ends.items()}}
-
-
-class FakeStorage:
-    def __init__(self, files: dict[str, bytes]) -> None:
-        self.files = files
-
-    def read(self, path: str) -> bytes:
-        if path not in self.files:
-            raise StorageNotFound(path)
-        return self.files[path]
-
-
-@dataclass
-class FakeSession:
-    kafka: FakeKafka
-    files: dict[str, bytes] = field(default_factory=dict)
-    source_kafka: dict[str, Any] = field(default_factory=dict)  # one cluster
-
-    def storage(self, location: str) -> FakeStorage:
-        return FakeStorage(self.files)
-
-    def cluster_of(self, source_id: str) -> int:
-        return 0
-
-    def cluster_kafka(self, cluster: int) -> FakeKafka:
-        return self.kafka
+def cluster(ends: dict[int, int], writes: dict[int, float] | None = None) -> FakeKafka:
+    """One topic "t" of the in-memory cluster; its records written in stretches: ``writes``
+    maps the first offset of each stretch to the time (epoch s) its records were written."""
+    return FakeKafka({"t": ends}, written_in_stretches(writes or {}), now=NOW)
 
 
 def batch(batch_id: int, offsets: dict[int, int], at: float) -> BatchOffsets:
@@ -125,10 +73,12 @@ def batch(batch_id: int, offsets: dict[int, int], at: float) -> BatchOffsets:
     return BatchOffsets(batch_id, 1, int(at * 1000), 0, {}, (source,), at)
 
 
-def state(history: list[BatchOffsets], in_flight: BatchOffsets | None = None) -> CheckpointState:
+def state(
+    history: list[BatchOffsets], in_flight: BatchOffsets | None = None, location: str = "/ck"
+) -> CheckpointState:
     committed = history[-1] if history else None
     return CheckpointState(
-        location="/ck",
+        location=location,
         query_id="q",
         committed_batch_id=committed.batch_id if committed else None,
         committed=committed,
@@ -141,8 +91,9 @@ def state(history: list[BatchOffsets], in_flight: BatchOffsets | None = None) ->
     )
 
 
-def judge(session: FakeSession, st: CheckpointState, **options: Any) -> CheckResult:
-    return judge_states(session, {"/ck": st}, CheckOptions(**options))["/ck"]  # type: ignore[arg-type]
+def judge(kafka: FakeKafka, st: CheckpointState, **options: Any) -> CheckResult:
+    with Session(kafka_client=kafka) as session:
+        return judge_states(session, {st.location: st}, CheckOptions(**options))[st.location]
 
 
 def bursts(*starts: float, size: int = 3, per_batch: int = 200) -> list[BatchOffsets]:
@@ -168,9 +119,9 @@ def test_a_stopped_job_is_judged_by_record_timestamps() -> None:
     history = bursts(4000, 2000, 102)
     end = end_of(history)
     writes = {0: NOW - 4000.5, 600: NOW - 2000.5, 1200: NOW - 102.5, end: NOW - 95}
-    kafka = FakeKafka({0: end + 3000}, writes)
-    result = judge(FakeSession(kafka), state(history))
-    assert "record_timestamps" in kafka.calls
+    kafka = cluster({0: end + 3000}, writes)
+    result = judge(kafka, state(history))
+    assert kafka.asked("record_timestamps")
     assert result.report is not None and result.report.time_lag_mode == "exact"
     assert result.verdict.health is Health.STOPPED and result.verdict.rule == "stopped_idle"
     # The newest run's first batch read records written moments before it: not scheduled.
@@ -181,8 +132,8 @@ def test_a_stopped_job_is_judged_by_record_timestamps() -> None:
 def test_records_that_just_arrived_after_a_quiet_spell_are_not_stopped() -> None:
     history = bursts(4000, 2000, 102)
     end = end_of(history)
-    kafka = FakeKafka({0: end + 1}, {0: NOW - 4000.5, end: NOW - 0.2})
-    result = judge(FakeSession(kafka), state(history))
+    kafka = cluster({0: end + 1}, {0: NOW - 4000.5, end: NOW - 0.2})
+    result = judge(kafka, state(history))
     assert result.verdict.health is Health.OK, result.verdict
 
 
@@ -192,8 +143,8 @@ def test_an_undeclared_scheduled_job_between_its_runs_is_not_stopped() -> None:
     # AvailableNow job is most of every hour.
     history = bursts(7300, 100)
     end = end_of(history)
-    kafka = FakeKafka({0: end + 300}, {0: NOW - 7300.5, 600: NOW - 5000, end: NOW - 95})
-    result = judge(FakeSession(kafka), state(history))
+    kafka = cluster({0: end + 300}, {0: NOW - 7300.5, 600: NOW - 5000, end: NOW - 95})
+    result = judge(kafka, state(history))
     assert result.verdict.health is Health.OK, result.verdict
     assert result.report is not None and result.report.schedule is not None
     assert result.report.schedule.looks_scheduled and not result.report.schedule.declared
@@ -205,8 +156,8 @@ def test_an_undeclared_scheduled_job_that_missed_its_runs_is_stopped_with_a_hint
     history = bursts(7400, 7200)
     end = end_of(history)
     writes = {0: NOW - 7400.5, 600: NOW - 7350, end: NOW - 7000}
-    kafka = FakeKafka({0: end + 300}, writes)
-    result = judge(FakeSession(kafka), state(history))
+    kafka = cluster({0: end + 300}, writes)
+    result = judge(kafka, state(history))
     assert result.verdict.health is Health.STOPPED, result.verdict
     reason = result.verdict.reason
     assert "looks scheduled" in reason and "--runs-every" in reason
@@ -219,23 +170,25 @@ def test_declared_job_between_runs_is_not_stopped_and_its_run_is_checked() -> No
     history = bursts(7300, 100)
     end = end_of(history)
     # 300 records arrived after the last run started (written 60 s ago).
-    kafka = FakeKafka({0: end + 300}, {0: NOW - 7300.5, 600: NOW - 5000, end: NOW - 60})
-    result = judge(FakeSession(kafka), state(history), runs_every=3600)
+    kafka = cluster({0: end + 300}, {0: NOW - 7300.5, 600: NOW - 5000, end: NOW - 60})
+    result = judge(kafka, state(history), runs_every=3600)
     assert result.verdict.health is Health.OK, result.verdict
     schedule = result.report.schedule if result.report else None
     assert schedule is not None and schedule.declared and schedule.runs_seen == 2
     run = schedule.last_run
     assert run is not None and (run.first_batch_id, run.batches) == (3, 3)
     assert (run.complete, run.records_left) == (True, 0)
-    assert f"offsets_for_time@{NOW - 100:.0f}" in kafka.calls
+    assert f"{NOW - 100:.0f}" in [
+        f"{c.timestamp_ms / 1000:.0f}" for c in kafka.asked("offsets_for_time")
+    ]
 
 
 def test_declared_job_whose_run_left_records_behind() -> None:
     history = bursts(7300, 100)
     end = end_of(history)
     # 50 records written 200 s ago, before the last run started (100 s ago), still unread.
-    kafka = FakeKafka({0: end + 50}, {0: NOW - 7300.5, 600: NOW - 5000, end: NOW - 200})
-    result = judge(FakeSession(kafka), state(history), runs_every=3600)
+    kafka = cluster({0: end + 50}, {0: NOW - 7300.5, 600: NOW - 5000, end: NOW - 200})
+    result = judge(kafka, state(history), runs_every=3600)
     run = result.report.schedule.last_run  # type: ignore[union-attr]
     assert run is not None and (run.complete, run.records_left) == (False, 50)
 
@@ -243,30 +196,30 @@ def test_declared_job_whose_run_left_records_behind() -> None:
 def test_declared_job_that_missed_its_runs_is_stopped() -> None:
     history = bursts(9000, 5400)
     end = end_of(history)
-    kafka = FakeKafka({0: end + 50}, {0: NOW - 9000.5, 600: NOW - 5401, end: NOW - 5000})
-    result = judge(FakeSession(kafka), state(history), runs_every=3600)
+    kafka = cluster({0: end + 50}, {0: NOW - 9000.5, 600: NOW - 5401, end: NOW - 5000})
+    result = judge(kafka, state(history), runs_every=3600)
     assert result.verdict.health is Health.STOPPED
     assert result.verdict.rule == "stopped_schedule"
 
 
-def test_first_batch_in_flight_reads_the_starting_offsets() -> None:
-    start = b'\x00v1\n{"t":{"0":100}}'
-    kafka = FakeKafka({0: 4100})
-    session = FakeSession(kafka, {"/ck/sources/0/0": start})
-    result = judge(session, state([], in_flight=batch(0, {0: 4100}, NOW - 3)))
+def test_first_batch_in_flight_reads_the_starting_offsets(tmp_path: Path) -> None:
+    (tmp_path / "sources" / "0").mkdir(parents=True)
+    (tmp_path / "sources" / "0" / "0").write_bytes(b'\x00v1\n{"t":{"0":100}}')
+    kafka = cluster({0: 4100})
+    in_flight = state([], in_flight=batch(0, {0: 4100}, NOW - 3), location=str(tmp_path))
+    result = judge(kafka, in_flight)
     assert result.report is not None and result.report.total_lag == 4000
     assert result.verdict.health is Health.UNKNOWN
     assert "has not committed a batch yet" in result.verdict.reason
-    with_limit = judge(session, state([], in_flight=batch(0, {0: 4100}, NOW - 3)),
-                       thresholds=Thresholds(max_lag_records_total=10))  # fmt: skip
+    with_limit = judge(kafka, in_flight, thresholds=Thresholds(max_lag_records_total=10))
     assert with_limit.verdict.health is Health.LAGGING
 
 
 def test_one_instant_is_the_snapshot_time() -> None:
     history = bursts(10, size=3)
     end = end_of(history)
-    kafka = FakeKafka({0: end + 5}, {0: NOW - 10.5, end: NOW - 4})
-    result = judge(FakeSession(kafka), state(history), exact_time_lag=True)
+    kafka = cluster({0: end + 5}, {0: NOW - 10.5, end: NOW - 4})
+    result = judge(kafka, state(history), exact_time_lag=True)
     assert result.report is not None and result.report.generated_at == NOW
     assert result.report.max_lag_seconds == pytest.approx(4.0)
 

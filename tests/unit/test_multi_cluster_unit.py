@@ -1,11 +1,11 @@
 """Several Kafka clusters in one query: the session's source -> cluster mapping, compute_lag per
 source cluster, judge_states' snapshot per cluster, the warning without a mapping, the CLI flag.
-Fake clusters stand in for Kafka; tests/integration/test_multi_cluster.py runs real ones."""
+In-memory clusters (tests/fakes.py) stand in for Kafka; tests/integration/test_multi_cluster.py
+runs real ones."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -14,53 +14,29 @@ from airflow_sparklag import params
 from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
 from airflow_sparklag.errors import InvalidParameter, KafkaError
 from airflow_sparklag.health import evaluate
-from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
+from airflow_sparklag.kafka import KafkaSnapshot
 from airflow_sparklag.lag import UNREAD_TOPICS, compute_lag
 from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckOptions, judge_states
 from airflow_sparklag.positions import SourceCluster
 from airflow_sparklag.render import render
 from airflow_sparklag.session import Session
+from tests.fakes import Call, FakeKafka
 
 NOW = 1_700_000_000.0
 A, B = "a:9092", "b:9092"
 
 
-@dataclass
-class FakeCluster:
-    """A cluster: topic -> partition -> log end (log start 0); records written 60 s ago."""
-
-    bootstrap_servers: str
-    topics: dict[str, dict[int, int]]
-    calls: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
-    closed: bool = False
-
-    def snapshot(self, topics: list[str], *, read_committed: bool = False) -> KafkaSnapshot:
-        self.calls.append(("snapshot", tuple(topics)))
-        return snapshot_of(self.topics, topics)
-
-    def retention(self, topics: list[str]) -> dict:
-        return dict.fromkeys(topics)  # settings unreadable: time to loss unknown
-
-    def record_timestamps(self, offsets: dict[tuple[str, int], int]) -> dict:
-        self.calls.append(("record_timestamps", tuple(sorted(t for t, _ in offsets))))
-        return {key: int((NOW - 60) * 1000) for key in offsets}
-
-    def offsets_for_time(self, topics: list[str], timestamp_ms: int) -> dict:
-        self.calls.append(("offsets_for_time", tuple(topics)))
-        return {t: dict(self.topics[t]) for t in topics if t in self.topics}
-
-    def close(self) -> None:
-        self.closed = True
+def cluster(servers: str, topics: dict[str, dict[int, int]]) -> FakeKafka:
+    """A cluster of the in-memory Kafka: topic -> partition -> log end (log start 0); records
+    written 60 s ago."""
+    return FakeKafka(
+        topics, lambda *_: NOW - 60, now=NOW, cluster_id="id", bootstrap_servers=servers
+    )
 
 
 def snapshot_of(have: dict[str, dict[int, int]], topics: list[str]) -> KafkaSnapshot:
-    parts = {
-        t: {p: PartitionOffsets(0, end, end) for p, end in have[t].items()}
-        for t in topics
-        if t in have
-    }
-    return KafkaSnapshot(parts, frozenset(set(topics) - set(have)), NOW, "id")
+    return cluster("-", have).snapshot(topics)
 
 
 def source(source_id: str, offsets: dict[str, dict[int, int]]) -> SourceOffset:
@@ -175,10 +151,10 @@ def test_sources_are_numbered_per_distinct_cluster() -> None:
 
 
 def test_clients_handed_in_are_shared_and_never_closed() -> None:
-    main, other = FakeCluster(A, {}), FakeCluster(B, {})
+    main, other = cluster(A, {}), cluster(B, {})
     session = Session(
-        kafka_client=main,  # type: ignore[arg-type]
-        source_kafka_clients={"1": other, "2": other, "3": main},  # type: ignore[dict-item]
+        kafka_client=main,
+        source_kafka_clients={"1": other, "2": other, "3": main},
     )
     assert [session.cluster_of(s) for s in ("1", "2", "3")] == [1, 1, 0]
     assert session.kafka_for("2") is other and session.cluster_servers(1) == B
@@ -197,18 +173,18 @@ def test_a_mapped_source_needs_its_servers(mapping: dict) -> None:
 # -- judge_states: one snapshot per cluster ------------------------------------------------
 
 
-def clusters() -> tuple[FakeCluster, FakeCluster, Session]:
-    a, b = FakeCluster(A, CLUSTER_A), FakeCluster(B, CLUSTER_B)
-    session = Session(kafka_client=a, source_kafka_clients={"1": b})  # type: ignore[arg-type]
+def clusters() -> tuple[FakeKafka, FakeKafka, Session]:
+    a, b = cluster(A, CLUSTER_A), cluster(B, CLUSTER_B)
+    session = Session(kafka_client=a, source_kafka_clients={"1": b})
     return a, b, session
 
 
 def test_judge_takes_one_snapshot_per_cluster_of_its_sources_topics() -> None:
     a, b, session = clusters()
     states = {"/ck": union_state(ORDERS, PAYMENTS), "/other": union_state(ORDERS)}
-    results = judge_states(session, states, CheckOptions())  # type: ignore[arg-type]
-    assert a.calls == [("snapshot", ("orders",))]
-    assert b.calls == [("snapshot", ("payments",))]
+    results = judge_states(session, states, CheckOptions())
+    assert a.calls == [Call("snapshot", ("orders",))]
+    assert b.calls == [Call("snapshot", ("payments",))]
     report = results["/ck"].report
     assert report is not None and [s.lag for s in report.sources] == [4, 9]
     assert results["/ck"].verdict.health is Health.OK
@@ -218,12 +194,12 @@ def test_judge_takes_one_snapshot_per_cluster_of_its_sources_topics() -> None:
 def test_exact_time_lag_reads_each_record_on_its_own_cluster() -> None:
     a, b, session = clusters()
     result = judge_states(
-        session,  # type: ignore[arg-type]
+        session,
         {"/ck": union_state(ORDERS, PAYMENTS)},
         CheckOptions(exact_time_lag=True),
     )["/ck"]
-    assert ("record_timestamps", ("orders",)) in a.calls
-    assert ("record_timestamps", ("payments",)) in b.calls
+    assert Call("record_timestamps", ("orders",)) in a.calls
+    assert Call("record_timestamps", ("payments",)) in b.calls
     report = result.report
     assert report is not None and report.time_lag_mode == "exact"
     assert {p.topic: p.lag_seconds for p in report.partitions() if p.lag} == {
@@ -235,11 +211,11 @@ def test_exact_time_lag_reads_each_record_on_its_own_cluster() -> None:
 def test_only_mapped_clusters_are_asked() -> None:
     a, b, session = clusters()
     results = judge_states(
-        session,  # type: ignore[arg-type]
+        session,
         {"/ck": union_state(PAYMENTS)},
         CheckOptions(),
     )
-    assert a.calls == [] and b.calls == [("snapshot", ("payments",))]
+    assert a.calls == [] and b.calls == [Call("snapshot", ("payments",))]
     assert results["/ck"].report is not None and results["/ck"].report.total_lag == 9
 
 

@@ -15,11 +15,12 @@ import pytest
 
 from airflow_sparklag.checkpoint import CheckpointReader
 from airflow_sparklag.errors import StorageAlreadyExists, StorageError, UnsupportedStorageURL
-from airflow_sparklag.storage import join, open_storage
+from airflow_sparklag.storage import StorageOptions, join, open_storage
 from airflow_sparklag.storage.fsspec_store import FsspecStorage
+from airflow_sparklag.storage.hadoop_conf import HadoopConf
 from airflow_sparklag.storage.local import LocalStorage
 from airflow_sparklag.storage.s3 import S3Storage, split_s3_url
-from airflow_sparklag.storage.webhdfs import WebHDFSStorage, hdfs_path, namenode_url_for
+from airflow_sparklag.storage.webhdfs import WebHDFSStorage, hdfs_path
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 
@@ -156,7 +157,7 @@ def test_fsspec_list_read_write_errors() -> None:
     ],
 )
 def test_namenode_url_derived_from_location(location: str, expected: str) -> None:
-    assert namenode_url_for(location) == expected
+    assert HadoopConf().namenode_urls(location) == [expected]  # no Hadoop configuration
 
 
 def test_hdfs_url_without_host_needs_explicit_namenode() -> None:
@@ -165,7 +166,7 @@ def test_hdfs_url_without_host_needs_explicit_namenode() -> None:
     ):
         open_storage("hdfs:///ck")
     storage = open_storage(
-        "hdfs:///ck", webhdfs_options={"url": ["http://a:9870", "http://b:9870"]}
+        "hdfs:///ck", StorageOptions(webhdfs={"url": ["http://a:9870", "http://b:9870"]})
     )
     assert isinstance(storage, WebHDFSStorage)
     assert storage.namenode_urls == ["http://a:9870", "http://b:9870"]
