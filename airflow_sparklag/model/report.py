@@ -116,6 +116,9 @@ class TopicLag(ToDict):
     # A missing topic: partition -> offset the checkpoint holds (committed, or started at).
     checkpoint_offsets: Mapping[int, int] = field(default_factory=dict)
     new_topic: bool = False
+    # Partitions Kafka has that the query does not read (not counted): its source reads fixed
+    # partitions, given (``assign``) or shown by a gap in the ones it lists (a note says so).
+    not_read: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -300,6 +303,10 @@ class LagReport(ToDict):
     time_to_breach: tuple[Breach, ...] = ()
     # Batch time against the trigger's interval (pace.py); None: fewer than one timed batch.
     pace: Pace | None = None
+    # Why a number above is unknown, each only when it is: "catch_up_seconds", "max_lag_seconds"
+    # (a lagging partition's age) and "min_time_to_loss_seconds" (a lagging partition's) ->
+    # a short reason (lag.py: the same words in the CLI, the lag page and the exporter).
+    unknown: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def kafka_sources(self) -> tuple[SourceLag, ...]:
