@@ -112,9 +112,11 @@ def soonest(report: LagReport) -> Breach | None:
     return min(ahead, key=lambda b: b.seconds or 0.0, default=None)
 
 
-def duration(seconds: float) -> str:
-    """``42 s``, ``12.4 min``, ``3.2 h``."""
-    for unit, size in (("h", 3600.0), ("min", 60.0)):
+def duration(seconds: float | None) -> str:
+    """``42 s``, ``12.4 min``, ``3.2 h``, ``2.0 d``; ``unknown`` for None."""
+    if seconds is None:
+        return "unknown"
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
         if seconds >= 2 * size:
             return f"{seconds / size:.1f} {unit}"
     return f"{seconds:.0f} s"
