@@ -34,6 +34,7 @@ from airflow_sparklag.monitor import (
     CheckResult,
     Progress,
     judge_states,
+    parse_each,
     read_states,
 )
 from airflow_sparklag.session import Session
@@ -182,7 +183,9 @@ class FleetChecker:
         self.rediscover_seconds = rediscover_seconds
         self.query_ids = query_ids
         # a bad one fails its own check, not the fleet's (read_states)
-        self._given = list(dict.fromkeys(Location.of(each, bucket=False) for each in locations))
+        parsed, refused = parse_each(locations, "locations")
+        self._refused = list(refused.values())  # never read: their results come last
+        self._given = list(dict.fromkeys(g for i, g in enumerate(parsed) if i not in refused))
         self._locations: list[Location] = list(self._given)
         self._discovered_at: float | None = None
         self.polls = 0
@@ -275,7 +278,8 @@ class FleetChecker:
         states, failures = self.read_states(progress)
         judged = judge_states(self.session, states, self.options, now=now, query_id=self.query_ids)
         self.polls += 1
-        return [judged.get(loc.text) or failures[loc.text] for loc in self._locations]
+        found = [judged.get(loc.text) or failures[loc.text] for loc in self._locations]
+        return found + self._refused
 
     def close(self) -> None:
         if self._owns_session:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
 from airflow_sparklag.check_options import DEFAULT_HISTORY, OPTION_NAMES, CheckOptions
-from airflow_sparklag.errors import SparkLagError
+from airflow_sparklag.errors import SparkLagError, UnsupportedStorageURL
 from airflow_sparklag.judge import (
     MAX_READERS,
     CheckResult,
@@ -25,6 +25,7 @@ from airflow_sparklag.judge import (
     judge_states,
 )
 from airflow_sparklag.location import Location
+from airflow_sparklag.redact import redact_url
 from airflow_sparklag.session import Session
 
 if TYPE_CHECKING:
@@ -122,10 +123,10 @@ def check_many(
     every query and are raised.
     """
     options = options or CheckOptions()
-    wanted = [Location.of(each, "locations", bucket=False) for each in locations]
+    wanted, refused = parse_each(locations, "locations")
     states, failures = read_states(
         session,
-        wanted,
+        [loc for i, loc in enumerate(wanted) if i not in refused],
         history=options.history_to_read,
         query_id=query_id,
         max_workers=max_workers,
@@ -134,7 +135,28 @@ def check_many(
     )
     # No state: no Kafka request either (no topic to ask for).
     judged = judge_states(session, states, options, now=now, query_id=query_id)
-    return [judged.get(loc.text) or failures[loc.text] for loc in wanted]
+    return [
+        refused[i] if i in refused else judged.get(loc.text) or failures[loc.text]
+        for i, loc in enumerate(wanted)
+    ]
+
+
+def parse_each(
+    locations: Iterable[Location | str], name: str
+) -> tuple[list[Location], dict[int, CheckResult]]:
+    """The locations of a list of jobs, each parsed once; one that holds credentials
+    (``s3a://KEY:SECRET@b/ck``) is refused at once, never read, and gives that job a failed
+    result (by its index; named without the credentials) instead of failing the others."""
+    wanted: list[Location] = []
+    refused: dict[int, CheckResult] = {}
+    for i, each in enumerate(locations):
+        try:
+            wanted.append(Location.of(each, name, bucket=False))
+        except UnsupportedStorageURL as exc:
+            shown = redact_url(str(each))
+            refused[i] = failed_result(shown, exc)
+            wanted.append(Location.of(shown, name, bucket=False))  # a stand-in, never read
+    return wanted, refused
 
 
 # -- for scripts: one call, its own session ------------------------------------------------------
@@ -193,5 +215,6 @@ __all__ = [
     "failed_result",
     "judge_against",
     "judge_states",
+    "parse_each",
     "read_states",
 ]

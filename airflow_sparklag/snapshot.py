@@ -464,14 +464,14 @@ def build_snapshot(
 # -- storage ---------------------------------------------------------------------------------
 
 
-def outside_checkpoint(name: str, root: str | None, location: str) -> None:
+def outside_checkpoint(name: str, root: str | Location | None, location: str | Location) -> None:
     """Refuse a ``root`` (archive or snapshot) inside the checkpoint at ``location``: written
     there, it would be copied or moved with the checkpoint (``InvalidParameter`` naming it)."""
     if root is not None and inside(root, location):
         raise params.invalid(
             name,
-            f"{redact_url(root)} is inside the checkpoint {redact_url(location)}: it would be "
-            "copied or moved with the checkpoint; give a root outside it (e.g. beside it)",
+            f"{redact_url(str(root))} is inside the checkpoint {redact_url(str(location))}: it "
+            "would be copied or moved with the checkpoint; give a root outside it (e.g. beside it)",
         )
 
 

@@ -279,7 +279,7 @@ class Storage(Protocol):
         ...
 
 
-def inside(inner: str, outer: str) -> bool:
+def inside(inner: str | Location, outer: str | Location) -> bool:
     """Whether ``inner`` is ``outer`` or a path under it, on the same store: ``.``, ``..`` and
     repeated slashes normalised, local paths resolved (relative ones, symlinks), ``s3``,
     ``s3a`` and ``s3n`` one store.
@@ -291,7 +291,8 @@ def inside(inner: str, outer: str) -> bool:
     return store == other and (path == boundary or path.startswith(boundary.rstrip("/") + "/"))
 
 
-def _store_path(location: str) -> tuple[str, str]:
+def _store_path(given: str | Location) -> tuple[str, str]:
+    location = str(given)
     scheme = scheme_of(location)
     if scheme in LOCAL_SCHEMES:
         from airflow_sparklag.storage.local import local_path

@@ -334,10 +334,15 @@ def history_and_time_lag(kafka: Any, checkpoint: Path, source: str, sink: str) -
     age = exact.report.real_time.checkpoint_at - produced[p.committed_offset]
     assert p.lag_seconds == pytest.approx(age, abs=0.01), (p, age)
     assert exact.report.max_lag_seconds == p.lag_seconds
-    default = check(kafka, checkpoint)
-    assert default.report is not None and default.report.max_lag_seconds is None
-    (q,) = default.report.partitions()
+    # The estimate alone (the imminent-loss warning off): unknown, with the reason.
+    alone = check(kafka, checkpoint, min_time_to_loss_ratio=0)
+    assert alone.report is not None and alone.report.max_lag_seconds is None
+    (q,) = alone.report.partitions()
     assert (q.lag_seconds, q.lag_seconds_unknown) == (None, REAL_TIME_AGE)
+    # At defaults the time-to-loss rule reads the waiting record's age it cannot estimate.
+    default = check(kafka, checkpoint)
+    assert default.report is not None and default.report.time_lag_mode == "exact"
+    assert default.report.min_time_to_loss_seconds is not None
     limited = check(kafka, checkpoint, max_lag_seconds=age / 2)
     assert limited.verdict.health is Health.LAGGING, limited.verdict
     assert limited.report is not None

@@ -156,3 +156,28 @@ def test_a_quiet_poll_lists_again_once_the_verdict_may_change_by_time(tmp_path: 
         stopped = poll()
         assert storage.requests.by_operation.get("list", 0) >= 1, storage.requests.by_operation
         assert stopped.verdict.health.value == "STOPPED", stopped.verdict
+
+
+def test_a_location_holding_credentials_fails_its_own_job_only_and_is_never_read(
+    tmp_path: Path,
+) -> None:
+    """In a list of jobs, ``s3a://KEY:SECRET@bucket/ck`` is refused where it is parsed: its own
+    result is a failed check naming it without the secret, the other jobs are judged, and no
+    request is sent for it (not even with the environment's credentials)."""
+    from airflow_sparklag.fleet import FleetChecker
+
+    good = _write(tmp_path / "ok", checkpoint_files(steady(end=1300)))
+    secret = "s3a://AKIAEXAMPLE:hunter2@nobucket/ck"
+    with Session(kafka_client=cluster({0: 1300, 1: 1300})) as session:
+        results = check_many(session, [secret, good], CheckOptions(), now=NOW)
+        fleet = FleetChecker([good, secret], session=session).check(now=NOW)
+        built = set(session._backends)  # the stores a backend was opened for
+    for listed in (results, fleet):
+        by_error = {r.error is None: r for r in listed}
+        assert by_error[True].location == good and by_error[True].verdict.health.value == "OK"
+        refused = by_error[False]
+        assert "holds credentials" in (refused.error or "")
+        assert "hunter2" not in str(refused.to_dict()) and "AKIAEXAMPLE" not in str(
+            refused.to_dict()
+        )
+    assert built == {("", "")}, built  # local disk only: no S3 client for the refused job
