@@ -314,8 +314,9 @@ class LagExporter:
         with self._lock:
             known = any(result.location == job for result in self._results)
             cached = self._histories.get((job, batches))
-        if not known:
-            return 404, {"error": f"no checkpoint {job!r} in the last refresh; see sparklag_jobs"}
+        if not known:  # the name asked for is echoed without any credentials it holds
+            shown = redact_url(job)
+            return 404, {"error": f"no checkpoint {shown!r} in the last refresh; see sparklag_jobs"}
         if cached is not None and time.monotonic() - cached[0] < self.interval:
             return 200, cached[1]
         try:
