@@ -68,7 +68,7 @@ class _LagCheckBase(CheckOptionsMixin):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.location = location
+        self.location = self.given("location", location, params.location)
         self.emit_metrics = emit_metrics
         self.metric_prefix = metric_prefix
         self.metric_name = metric_name
@@ -119,7 +119,7 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
 
     def __init__(self, *, fail_on: Iterable[str] | str = DEFAULT_FAIL_ON, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.fail_on = fail_on
+        self.fail_on = self.given("fail_on", fail_on, params.health_names)
 
     def execute(self, context: Context) -> dict[str, Any]:
         try:
