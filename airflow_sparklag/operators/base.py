@@ -120,7 +120,9 @@ class FlatOptions:
         a value it cannot read fails the DAG's import, naming the task and the parameter."""
         from airflow_sparklag.errors import InvalidParameter
 
-        if not is_templated(value):
+        # A mapped task's copy is made when it runs (its values resolved): execute() reads
+        # them, so a failure is recorded as a check's (CHECK_FAILED) and not lost in __init__.
+        if not is_templated(value) and not getattr(self, "_BaseOperator__from_mapped", False):
             try:
                 read(name, value)
             except InvalidParameter as exc:

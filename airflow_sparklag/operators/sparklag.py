@@ -117,8 +117,10 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
     template_fields_renderers = {"thresholds": "json"}
     ui_color = "#f4e3c1"
 
-    def __init__(self, *, fail_on: Iterable[str] | str = DEFAULT_FAIL_ON, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(
+        self, *, location: str, fail_on: Iterable[str] | str = DEFAULT_FAIL_ON, **kwargs: Any
+    ) -> None:
+        super().__init__(location=location, **kwargs)
         self.fail_on = self.given("fail_on", fail_on, params.health_names)
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -166,6 +168,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
     def __init__(
         self,
         *,
+        location: str,
         healthy_task_id: str | list[str] | None = None,
         lagging_task_id: str | list[str] | None = None,
         stalled_task_id: str | list[str] | None = None,
@@ -177,7 +180,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
         check_failed_task_id: str | list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(location=location, **kwargs)
         self.check_failed_task_id = check_failed_task_id
         self.branches = {
             "OK": healthy_task_id,

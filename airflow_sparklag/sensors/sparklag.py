@@ -178,13 +178,14 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
     def __init__(
         self,
         *,
+        location: str,
         accept: Sequence[str] | str = ("OK",),
         fail_on_data_loss: bool = True,
         fail_on_stopped: bool = True,
         fail_fast: Sequence[str] | str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(location=location, **kwargs)
         self.accept = self.given("accept", accept, params.health_names)
         self.fail_on_data_loss = self.given("fail_on_data_loss", fail_on_data_loss, params.boolean)
         self.fail_on_stopped = self.given("fail_on_stopped", fail_on_stopped, params.boolean)
@@ -247,11 +248,12 @@ class SparkCheckpointProgressSensor(_CheckpointSensor):
     def __init__(
         self,
         *,
+        location: str,
         after_batch_id: int | str | None = None,
         after_commit_time: Any = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(location=location, **kwargs)
         self.after_batch_id = self.given("after_batch_id", after_batch_id, _batch_id)
         self.after_commit_time = self.given("after_commit_time", after_commit_time, params.moment)
 
@@ -280,11 +282,12 @@ class SparkKafkaCatchUpSensor(_CheckpointSensor):
     def __init__(
         self,
         *,
+        location: str,
         target_time: Any = "{{ data_interval_end }}",
         topics: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(location=location, **kwargs)
         self.target_time = self.given("target_time", target_time, params.moment)
         self.topics = self.given("topics", topics, params.strings)
 

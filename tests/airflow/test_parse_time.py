@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG
 
 from airflow_sparklag.errors import InvalidParameter
 from airflow_sparklag.hooks.sparklag import CONN_FIELDS
@@ -46,7 +46,7 @@ def parse(folder: Path, thresholds: str) -> Any:
 
     dag_id = f"parse_time_{uuid.uuid4().hex[:8]}"
     source = f"""
-        from airflow.sdk import DAG
+        from airflow.providers.common.compat.sdk import DAG
         from airflow_sparklag.operators.sparklag import SparkLagCheckOperator
 
         with DAG("{dag_id}", schedule=None, params={{"lag": "5m"}}):
@@ -238,7 +238,18 @@ def test_signatures_show_every_argument_of_the_task(cls):
         assert set(OPTION_NAMES) <= shown
 
 
-def test_the_check_operator_signature_shows_location():
-    parameter = inspect.signature(SparkLagCheckOperator).parameters["location"]
-    assert parameter.default is inspect.Parameter.empty  # required
-    assert "location" in inspect.signature(SparkLagCheckOperator.__init__).parameters
+SINGLE_JOB = (
+    SparkLagCheckOperator,
+    SparkLagBranchOperator,
+    SparkLagSensor,
+    SparkCheckpointProgressSensor,
+    SparkKafkaCatchUpSensor,
+)
+
+
+@pytest.mark.parametrize("cls", SINGLE_JOB, ids=lambda cls: cls.__name__)
+def test_location_is_written_in_the_signature_of_each_single_job_task(cls):
+    """In the class's own ``__init__`` (what an IDE reads), and required."""
+    code = inspect.unwrap(cls.__dict__["__init__"]).__code__
+    assert "location" in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    assert inspect.signature(cls).parameters["location"].default is inspect.Parameter.empty
