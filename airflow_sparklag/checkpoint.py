@@ -35,13 +35,8 @@ from airflow_sparklag.errors import (
     SparkLagError,
     StorageNotFound,
 )
-from airflow_sparklag.storage import (
-    ObjectInfo,
-    Storage,
-    join,
-    refuse_bucketless,
-    trim_location,
-)
+from airflow_sparklag.location import Location
+from airflow_sparklag.storage import ObjectInfo, Storage, join
 
 __all__ = [
     "BatchOffsets",
@@ -122,14 +117,13 @@ class CheckpointReader:
     def __init__(
         self,
         storage: Storage,
-        location: str,
+        location: Location | str,
         *,
         query_id: bool = True,
         full_listing_seconds: float = FULL_LISTING_SECONDS,
     ) -> None:
         self.storage = storage
-        refuse_bucketless(location)
-        self.location = trim_location(location)
+        self.location = Location.of(location).text  # text: a script's own reader
         self.wants_query_id = query_id
         self._offsets_cache: dict[int, tuple[ObjectInfo, BatchOffsets]] = {}
         self._metadata_read = False
@@ -290,6 +284,7 @@ class CheckpointReader:
             written_before=self._written_before(in_flight or committed, offsets, metadata),
             preceding=preceding[0],
             preceding_commit_modified=preceding[1],
+            listed_times=_listed_times(keep, offsets, commits),
         )
 
     def _written_before(
@@ -500,6 +495,17 @@ def _replaced(before: _Listing, after: _Listing) -> bool:
     if metadata and new_metadata and metadata != new_metadata:
         return True
     return any(new_offsets[i] != info for i, info in offsets.items() if i in new_offsets)
+
+
+def _listed_times(
+    batch_ids: Iterable[int], offsets: Mapping[int, ObjectInfo], commits: Mapping[int, ObjectInfo]
+) -> tuple[tuple[int, float, float | None], ...]:
+    """``CheckpointState.listed_times`` of ``batch_ids``, from the listing alone."""
+    return tuple(
+        (i, offsets[i].modified, commits[i].modified if i in commits else None)
+        for i in sorted(batch_ids)
+        if i in offsets
+    )
 
 
 def _window(

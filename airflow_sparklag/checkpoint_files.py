@@ -142,6 +142,9 @@ class CheckpointState:
     # and commits/P's LastModified (None: not committed), which must have that shape too.
     preceding: BatchOffsets | None = None
     preceding_commit_modified: float | None = None
+    # (batch id, offsets/N LastModified, commits/N LastModified or None) for each batch of the
+    # window, C and the in-flight one, oldest first: from the listing, read or not (pace.py).
+    listed_times: tuple[tuple[int, float, float | None], ...] = ()
 
 
 # -- parsers ---------------------------------------------------------------------------------

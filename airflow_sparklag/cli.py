@@ -37,25 +37,43 @@ THRESHOLD_FLAGS = {
     "max_in_flight": "max_in_flight_seconds",
     "min_time_to_loss": "min_time_to_loss_seconds",
     "min_time_to_loss_ratio": "min_time_to_loss_ratio",
+    "min_time_to_breach": "min_time_to_breach_seconds",
+    "max_batch_time_ratio": "max_batch_time_ratio",
     "allowed_lag": "allowed_lag",
     "window": "window",
     "min_window": "min_window",
 }
+# What each threshold decides (--help); its default is the Thresholds field's unless said.
+THRESHOLD_HELP = {
+    "max_lag": "LAGGING when a partition lags more than N records",
+    "max_total_lag": "LAGGING when the partitions together lag more than N records",
+    "max_lag_seconds": "LAGGING when the oldest unprocessed record waited longer",
+    "max_commit_age": "STOPPED when records wait and no batch committed for longer",
+    "max_in_flight": "STALLED when the batch in flight runs longer",
+    "min_time_to_loss": "LAGGING when retention would delete an unread record sooner "
+    "(default: the smaller of 6h and --min-time-to-loss-ratio of the retention)",
+    "min_time_to_loss_ratio": "the same as a share of the topic's retention, 0 to 1 "
+    "(default: 0.25 unless --min-time-to-loss alone is given)",
+    "min_time_to_breach": "LAGGING when a lag threshold set above will be crossed sooner, at "
+    "the current production and consumption rates",
+    "max_batch_time_ratio": "LAGGING when batches take more than this share of their trigger "
+    "interval, e.g. 0.8",
+    "allowed_lag": "records per partition that still count as caught up",
+    "window": "batches of history the trend rules look at",
+    "min_window": "fewest batches the trend rules need",
+}
 DURATION_FLAGS = frozenset(
-    {"max_lag_seconds", "max_commit_age", "max_in_flight", "min_time_to_loss"}
+    {"max_lag_seconds", "max_commit_age", "max_in_flight", "min_time_to_loss", "min_time_to_breach"}
 )
-SHARE_FLAGS = frozenset({"min_time_to_loss_ratio"})  # a share, 0 to 1; the others are counts
+# shares (a number, not a count)
+SHARE_FLAGS = frozenset({"min_time_to_loss_ratio", "max_batch_time_ratio"})
 PROGRESS_MIN = 10  # checkpoints from which `status` shows a progress line
-
-
-class UsageExit(Exception):
-    """A usage or configuration error: printed as one line, exit 64."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse's own exit code 2 would read "stalled"
-        self.print_usage(sys.stderr)
-        raise UsageExit(message)
+EPILOG = """\
+durations take a unit: 500ms, 90s, 5m, 1h, 1d (a bare number is seconds)
+exit codes: 0 healthy, 1 lagging, 2 stalled/stopped/rewound/data lost, 3 unknown,
+  4 the check failed, 5 migrate refused, 64 usage or configuration error,
+  75 wait gave up; several jobs: the verdict to act on first (2, 1, then 4, 3, 0)
+docs: README.md and docs/index.md"""
 
 
 # -- reading flags -----------------------------------------------------------------------------
@@ -70,7 +88,7 @@ def _thresholds(args: argparse.Namespace) -> Thresholds:
     try:
         return Thresholds.from_dict(given)
     except ValueError as exc:
-        raise UsageExit(str(exc)) from None
+        raise UsageError(str(exc)) from None
 
 
 def _check_options(args: argparse.Namespace) -> CheckOptions:
@@ -86,7 +104,7 @@ def open_session(args: argparse.Namespace, *, kafka_required: bool = True) -> Se
 
     config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
     if kafka_required and not config.get("bootstrap.servers"):
-        raise UsageExit("give --bootstrap-server (or bootstrap.servers in --kafka-config)")
+        raise UsageError("give --bootstrap-server (or bootstrap.servers in --kafka-config)")
     # main() shares this list with its error handler: errors raised later are scrubbed too.
     getattr(args, "secrets", []).extend(_secrets(config))
     # --timeout bounds each storage attempt too (S3: 3 attempts, so a hung endpoint fails
@@ -127,33 +145,40 @@ def _secrets(config: dict[str, Any]) -> list[str]:
 # -- parser ------------------------------------------------------------------------------------
 
 
+CHECK, OUTPUT, THRESHOLDS = "what to check", "output", "thresholds"
+
+
 def _connection_flags(command: argparse.ArgumentParser) -> None:
     params.connection_flags(command, "-b", "--bootstrap-server", "--bootstrap-servers")
-    command.add_argument(
+    params.flag_group(command, "storage").add_argument(
         "--s3-reader",
         choices=READERS,
         help="who lists and reads checkpoint files on S3: obstore (the default where it "
         "installs, Python >= 3.11) or boto3; writes always go through boto3",
     )
-    command.add_argument(
+    params.flag_group(command, "storage").add_argument(
         "--hdfs-token-file",
+        metavar="FILE",
         help="Hadoop token file whose HDFS delegation token to use (default: "
         "HADOOP_TOKEN_FILE_LOCATION, as in a YARN container) unless a principal/keytab or "
         "--hdfs-user is given",
     )
-    command.add_argument(
+    params.flag_group(command, "Kafka").add_argument(
         "--timeout",
         type=params.flag_type("timeout", params.positive_duration),
         default=10.0,
-        help="bound of each Kafka request round and storage attempt, e.g. 10, 30s (default 10 s)",
+        help="bound of each Kafka request round and storage attempt",
     )
-    command.add_argument("--json", action="store_true", help="print JSON instead of text")
+    params.flag_group(command, OUTPUT).add_argument(
+        "--json", action="store_true", help="print JSON instead of text"
+    )
 
 
 def _check_flags(command: argparse.ArgumentParser) -> None:
     from airflow_sparklag.monitor import CheckOptions
 
-    params.option_flags(command, CheckOptions)
+    params.option_flags(command, CheckOptions, group=CHECK)
+    group = params.flag_group(command, THRESHOLDS)
     for flag, field in THRESHOLD_FLAGS.items():
         reader = (
             params.duration
@@ -162,18 +187,20 @@ def _check_flags(command: argparse.ArgumentParser) -> None:
             if flag in SHARE_FLAGS
             else params.count
         )
-        command.add_argument(
-            f"--{flag.replace('_', '-')}",
-            type=params.flag_type(flag, reader),
-            dest=flag,
-            help=f"threshold {field}",
+        default = Thresholds.__dataclass_fields__[field].default
+        text = f"{field}: {THRESHOLD_HELP[flag]}"
+        if "default" not in text:
+            text += f" (default: {'off' if default is None else default})"
+        group.add_argument(
+            f"--{flag.replace('_', '-')}", type=params.flag_type(flag, reader), dest=flag, help=text
         )
 
 
 def _fleet_flags(command: argparse.ArgumentParser, prefix_help: str) -> None:
-    command.add_argument("checkpoints", nargs="*", help="checkpoint locations (path, s3a://, ...)")
-    command.add_argument("--prefix", action="append", default=[], help=prefix_help)
-    command.add_argument(
+    group = params.flag_group(command, CHECK)
+    group.add_argument("checkpoints", nargs="*", help="checkpoint locations (path, s3a://, ...)")
+    group.add_argument("--prefix", action="append", default=[], help=prefix_help)
+    group.add_argument(
         "--max-depth",
         type=params.flag_type("max_depth", params.count),
         default=4,
@@ -181,24 +208,39 @@ def _fleet_flags(command: argparse.ArgumentParser, prefix_help: str) -> None:
     )
 
 
+def _command(sub: Any, name: str, usage: str, text: str, *groups: str) -> argparse.ArgumentParser:
+    """A subcommand with its one-line usage; its flags in ``--help`` by group, in this order:
+    ``groups`` (the command's own) and what to check, then Kafka, storage, Kerberos,
+    thresholds, output (a group no flag joins is not shown)."""
+    command: argparse.ArgumentParser = sub.add_parser(
+        name, help=text, description=text, usage=f"%(prog)s {usage} [options]", epilog=EPILOG
+    )
+    for title in (*groups, CHECK, "Kafka", "storage", "Kerberos", THRESHOLDS, OUTPUT):
+        params.flag_group(command, title)
+    return command
+
+
 def build_parser() -> argparse.ArgumentParser:
     from airflow_sparklag import __version__
 
-    parser = _Parser(prog="sparklag", description=__doc__.split("\n\n")[0])
+    parser = params.FlagParser(prog="sparklag", description=__doc__.split("\n\n")[0], epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"sparklag {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    status = sub.add_parser("status", help="lag and health of one or more checkpoints")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=params.FlagParser)
+    status = _command(
+        sub, "status", "CHECKPOINT... | --prefix PREFIX", "lag and health of checkpoints"
+    )
     _fleet_flags(status, "also check every checkpoint under it")
-    status.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
-    status.add_argument(
+    params.flag_group(status, CHECK).add_argument(
         "--query-ids",
         action="store_true",
         help="also read each job's query id from its metadata file (one more GET per job)",
     )
-    status.add_argument(
+    output = params.flag_group(status, OUTPUT)
+    output.add_argument(
         "--detail", action="store_true", help="with several jobs, every partition of each"
     )
-    status.add_argument(
+    output.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    output.add_argument(
         "--explain",
         action="store_true",
         help="a line per job: what was read to judge it and which rule asked for it "
@@ -229,9 +271,10 @@ def run_status(args: argparse.Namespace) -> int:
     from airflow_sparklag.monitor import check_many
 
     if not args.checkpoints and not args.prefix:
-        raise UsageExit("give checkpoint locations or --prefix")
+        raise UsageError("give checkpoint locations or --prefix")
     options = _check_options(args)
     with open_session(args) as session:
+        _storage_ready(session, [*args.checkpoints, *args.prefix])
         if args.prefix or len(args.checkpoints) > 1:
             progress = None if args.no_progress else _progress_line
             checker = FleetChecker(
@@ -254,9 +297,29 @@ def run_status(args: argparse.Namespace) -> int:
         )
         return EXIT_CHECK_FAILED
     _print_results(args, results)
-    return max(
-        EXIT_CHECK_FAILED if r.error is not None else r.verdict.health.exit_code for r in results
-    )
+    return exit_code(results)
+
+
+def exit_code(results: list[CheckResult]) -> int:
+    """The code of the verdict users act on first (``Health.worst``): a breach (2 before 1)
+    outranks a failed check (4), which outranks "cannot tell" (3) and OK (0)."""
+    worst = Health.worst(r.verdict.health for r in results if r.error is None)
+    if any(r.error is not None for r in results) and not (worst and worst.is_breach):
+        return EXIT_CHECK_FAILED
+    return worst.exit_code if worst else EXIT_CHECK_FAILED
+
+
+def _storage_ready(session: Session, locations: list[str]) -> None:
+    """Each store's client made before any job is read: a configuration error (an unknown
+    AWS_PROFILE, an unreadable AWS config) concerns every job, so it is the command's error
+    (exit 64) rather than a failed check per job."""
+    for location in locations:
+        try:
+            session.storage(location)
+        except UsageError:
+            raise
+        except SparkLagError:
+            pass  # this job's own failure: its result says it
 
 
 def natural_key(text: str) -> list[Any]:
@@ -354,33 +417,39 @@ def _out(text: str, args: argparse.Namespace) -> None:
 
 
 def add_wait_command(sub: Any) -> None:
-    wait = sub.add_parser("wait", help="wait until a job is healthy, progresses or caught up")
-    wait.add_argument(
+    wait = _command(
+        sub,
+        "wait",
+        "{health,progress,catch-up} CHECKPOINT",
+        "wait until a job is healthy, progresses or caught up",
+        "what to wait for",
+    )
+    until = params.flag_group(wait, "what to wait for")
+    until.add_argument(
         "condition", choices=("health", "progress", "catch-up"), help="what to wait for"
     )
-    wait.add_argument("checkpoint", help="checkpoint location")
-    wait.add_argument("--accept", default="OK", help="health: verdicts that end the wait (OK)")
-    wait.add_argument(
+    until.add_argument("checkpoint", help="checkpoint location")
+    until.add_argument("--accept", default="OK", help="health: verdicts that end the wait")
+    until.add_argument(
         "--fail-fast",
         default="DATA_LOSS,STOPPED",
-        help="health: verdicts that fail at once (DATA_LOSS,STOPPED; never STOPPED for a "
-        "scheduled job)",
+        help="health: verdicts that fail at once (never STOPPED for a scheduled job)",
     )
-    wait.add_argument("--after-batch", help="progress: a batch newer than this id")
-    wait.add_argument("--after-time", help="progress: a commit after this time (ISO or epoch)")
-    wait.add_argument("--target-time", help="catch-up: everything produced before this time")
-    wait.add_argument("--topic", action="append", default=[], help="catch-up: only these topics")
-    wait.add_argument(
+    until.add_argument("--after-batch", help="progress: a batch newer than this id")
+    until.add_argument("--after-time", help="progress: a commit after this time (ISO or epoch)")
+    until.add_argument("--target-time", help="catch-up: everything produced before this time")
+    until.add_argument("--topic", action="append", default=[], help="catch-up: only these topics")
+    until.add_argument(
         "--poll-interval",
         type=params.flag_type("poll_interval", params.positive_duration),
         default=10.0,
-        help="time between checks (default 10 s)",
+        help="time between checks",
     )
-    wait.add_argument(
+    until.add_argument(
         "--max-wait",
         type=params.flag_type("max_wait", params.duration),
         default=600.0,
-        help="give up after this long, exit 75 (default 10m)",
+        help="give up after this long, exit 75",
     )
     _connection_flags(wait)
     _check_flags(wait)
@@ -436,16 +505,27 @@ def run_wait(args: argparse.Namespace) -> int:
 def add_snapshot_commands(sub: Any) -> None:
     from airflow_sparklag.migration import MigrationOptions
 
-    snapshot = sub.add_parser("snapshot", help="write a verified snapshot of committed offsets")
-    snapshot.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
-    snapshot.add_argument("--to", required=True, help="snapshot root (path, s3a://, hdfs://)")
-    snapshot.add_argument("--consumer-group", help="also commit the offsets to this idle group")
+    snapshot = _command(
+        sub, "snapshot", "CHECKPOINT --to ROOT", "write a verified snapshot of committed offsets"
+    )
+    what = params.flag_group(snapshot, CHECK)
+    what.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
+    what.add_argument("--to", required=True, help="snapshot root (path, s3a://, hdfs://)")
+    what.add_argument("--consumer-group", help="also commit the offsets to this idle group")
     _connection_flags(snapshot)
 
-    migrate = sub.add_parser("migrate", help="snapshot, validate and archive a checkpoint")
-    migrate.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
-    migrate.add_argument("--archive", required=True, help="archive root for the old checkpoint")
-    params.option_flags(migrate, MigrationOptions)
+    migrate = _command(
+        sub,
+        "migrate",
+        "CHECKPOINT --archive ROOT",
+        "snapshot, validate and archive a checkpoint",
+        CHECK,
+        "migration",
+    )
+    what = params.flag_group(migrate, CHECK)
+    what.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
+    what.add_argument("--archive", required=True, help="archive root for the old checkpoint")
+    params.option_flags(migrate, MigrationOptions, group="migration")
     _connection_flags(migrate)
 
 
@@ -523,40 +603,51 @@ def _render_migration(payload: dict[str, Any]) -> str:
 
 
 def add_history_and_serve_commands(sub: Any) -> None:
-    history = sub.add_parser("history", help="lag at each retained batch, from checkpoint + Kafka")
-    history.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
-    history.add_argument(
-        "--batches",
-        type=params.flag_type("batches", lambda n, v: params.count(n, v, minimum=1)),
-        default=100,
-        help="retained batches to rebuild (default 100, Spark's minBatchesToRetain)",
+    history = _command(
+        sub, "history", "CHECKPOINT", "lag at each retained batch, from checkpoint + Kafka"
     )
-    history.add_argument("--no-now", action="store_true", help="no last point for the live lag")
+    what = params.flag_group(history, CHECK)
+    what.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
+    what.add_argument(
+        "--batches",
+        type=params.flag_type("batches", params.batches),
+        default=100,
+        help="retained batches to rebuild (100: Spark's minBatchesToRetain)",
+    )
+    what.add_argument("--no-now", action="store_true", help="no last point for the live lag")
     _connection_flags(history)
 
-    serve = sub.add_parser("serve", help="Prometheus exporter of a fleet's lag and health")
+    serve = _command(
+        sub,
+        "serve",
+        "CHECKPOINT... | --prefix PREFIX",
+        "Prometheus exporter of a fleet's lag and health",
+        CHECK,
+        "exporter",
+    )
     _fleet_flags(serve, "serve every job under it")
-    serve.add_argument("--address", default="0.0.0.0", help="address to listen on (0.0.0.0)")
-    serve.add_argument(
+    exporter = params.flag_group(serve, "exporter")
+    exporter.add_argument("--address", default="0.0.0.0", help="address to listen on")
+    exporter.add_argument(
         "--port",
         type=params.flag_type("port", lambda n, v: _port(n, params.count(n, v))),
         default=9109,
-        help="HTTP port (default 9109)",
+        help="HTTP port",
     )
     for flag, read, default, text in (
-        ("interval", params.positive_duration, 30.0, "time between refreshes (default 30s)"),
-        ("rediscover", params.duration, 300.0, "list --prefix again this often (default 5m)"),
+        ("interval", params.positive_duration, 30.0, "time between refreshes"),
+        ("rediscover", params.duration, 300.0, "list --prefix again this often"),
     ):
-        serve.add_argument(
+        exporter.add_argument(
             f"--{flag}", type=params.flag_type(flag, read), default=default, help=text
         )
-    serve.add_argument(
+    exporter.add_argument(
         "--max-partitions-per-job",
         type=params.flag_type("max_partitions_per_job", params.count),
         default=1000,
-        help="per-partition series per job, most lagging first (default 1000)",
+        help="per-partition series per job, most lagging first",
     )
-    serve.add_argument("--once", action="store_true", help="refresh once, print, exit")
+    exporter.add_argument("--once", action="store_true", help="refresh once, print, exit")
     _connection_flags(serve)
     _check_flags(serve)
 
@@ -579,8 +670,9 @@ def run_serve(args: argparse.Namespace) -> int:
     from airflow_sparklag.fleet import FleetChecker
 
     if not args.checkpoints and not args.prefix:
-        raise UsageExit("give checkpoint locations or --prefix")
+        raise UsageError("give checkpoint locations or --prefix")
     with open_session(args) as session:
+        _storage_ready(session, [*args.checkpoints, *args.prefix])
         checker = FleetChecker(
             args.checkpoints,
             session=session,
@@ -636,7 +728,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         args.secrets = secrets
         return COMMANDS[args.command](args)
-    except (UsageExit, UsageError, InvalidParameter) as exc:
+    except (UsageError, InvalidParameter) as exc:
         return say(str(exc), EXIT_USAGE)
     except MigrationRefused as exc:
         return say(f"refused: {type(exc).__name__}: {exc}", EXIT_REFUSED)

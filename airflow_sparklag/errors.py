@@ -37,6 +37,7 @@ The hierarchy::
     │   (Kafka)
     ├── KafkaUnavailable                       the cluster did not answer in time
     ├── KafkaError                             the cluster answered with an error
+    │   └── KafkaConfigInvalid (also UsageError)  librdkafka refused the config (CLI exit 64)
     ├── ConsumerGroupActive                    a group with live members: offsets not touched
     │   (snapshots, archives, migrations)
     ├── SnapshotError                          a snapshot could not be taken, written or read
@@ -71,6 +72,7 @@ __all__ = [
     "HadoopConfigInvalid",
     "InvalidParameter",
     "JobStillRunning",
+    "KafkaConfigInvalid",
     "KafkaError",
     "KafkaUnavailable",
     "MigrationRefused",
@@ -208,6 +210,11 @@ class KafkaUnavailable(SparkLagError):
 
 class KafkaError(SparkLagError):
     """Kafka answered with an error (unknown topic, authorization, ...)."""
+
+
+class KafkaConfigInvalid(KafkaError, UsageError):
+    """librdkafka refused the Kafka config before any request: an unknown key, a bad value, a
+    missing setting, a SASL mechanism its build lacks. A configuration error (CLI exit 64)."""
 
 
 class ConsumerGroupActive(SparkLagError):

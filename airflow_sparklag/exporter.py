@@ -13,9 +13,10 @@
 
 A background thread refreshes ONE FleetChecker (one session: a refresh re-reads only new
 batch files) every ``interval`` seconds into metric families; the HTTP handler serves the last
-ones (``/metrics``), ``/healthz`` and a job's lag history (``/history?job=<location>``). A
-failed refresh keeps the previous values, marked stale. docs/exporter.md lists the metrics
-(``job`` = checkpoint location: scrape with ``honor_labels: true``).
+ones (``/metrics``), ``/healthz`` and a job's lag history (``/history?checkpoint=<location>``). A
+failed refresh keeps the previous values, marked stale. docs/exporter.md lists the metrics;
+their labels (``spark_job``, ``checkpoint``, ``kafka_cluster``, ``topic``, ``partition``)
+never collide with the labels Prometheus adds (``job``, ``instance``).
 
 Nothing heavy is imported at module level; prometheus_client is the ``exporter`` extra.
 """
@@ -29,7 +30,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -59,7 +60,14 @@ MAX_HISTORY_BATCHES = 1000  # /history?batches= at most
 MAX_CACHED_HISTORIES = 64  # /history answers kept (for one interval each)
 PREFIX = "sparklag_"
 
-# name (without prefix) -> help; every per-partition gauge has labels job, topic, partition
+# Labels of every job's series; a partition's adds kafka_cluster, topic, partition. Not `job`:
+# Prometheus sets its own (the scrape job) and would rename ours to exported_job.
+JOB_LABELS = ["spark_job", "checkpoint"]
+PARTITION_LABELS = [*JOB_LABELS, "kafka_cluster", "topic", "partition"]
+# A checkpoint directory named so says nothing of its job: spark_job is its parent's name.
+GENERIC_DIRECTORIES = frozenset({"checkpoint", "checkpoints", "checkpointlocation", "ck", "chk"})
+
+# name (without prefix) -> help
 PARTITION_GAUGES = {
     "partition_lag_records": "Records the query has not processed: log end (or last stable "
     "offset) minus committed offset.",
@@ -82,6 +90,9 @@ JOB_GAUGES = {
     "job_in_flight_age_seconds": "Seconds the planned, uncommitted batch has run; 0 when no "
     "batch is in flight.",
     "job_committed_batch_id": "Id of the last committed batch.",
+    "job_batch_seconds": "Median time of the newest three batches, offsets/N to commits/N.",
+    "job_batch_time_ratio": "Batch time over the trigger interval the batches run at; absent "
+    "when the interval is unknown.",
     "job_health": "Health verdict: 0 OK, 1 LAGGING, 2 STALLED, 3 STOPPED, 4 REWIND, "
     "5 DATA_LOSS, -1 UNKNOWN (check failed, nothing committed, topic missing).",
     "job_partitions_omitted": "Partitions left out of the per-partition series "
@@ -213,10 +224,10 @@ class LagExporter:
         checks = CounterMetricFamily(
             PREFIX + "check_errors",
             "Checks of one job that failed (unreadable checkpoint, ...), by error class.",
-            labels=["job", "reason"],
+            labels=[*JOB_LABELS, "reason"],
         )
         for (job, reason), count in sorted(self._check_errors.items()):
-            checks.add_metric([job, reason], count)
+            checks.add_metric([*job_labels(job), reason], count)
         refresh_errors = CounterMetricFamily(
             PREFIX + "refresh_errors",
             "Refreshes that failed as a whole (Kafka or a prefix unreachable), by error class.",
@@ -294,7 +305,7 @@ class LagExporter:
         return 200, {"status": "ok", **body}
 
     def history(self, job: str, batches: int = 100) -> tuple[int, dict[str, Any]]:
-        """(HTTP status, JSON body) of ``/history?job=...``: the job's lag history
+        """(HTTP status, JSON body) of ``/history?checkpoint=...``: the job's lag history
         (:mod:`airflow_sparklag.history`), for jobs of the last refresh only; kept for one
         interval, so repeated requests cost Kafka nothing."""
         from airflow_sparklag.errors import SparkLagError
@@ -304,7 +315,7 @@ class LagExporter:
             known = any(result.location == job for result in self._results)
             cached = self._histories.get((job, batches))
         if not known:
-            return 404, {"error": f"no job {job!r} in the last refresh; see sparklag_jobs"}
+            return 404, {"error": f"no checkpoint {job!r} in the last refresh; see sparklag_jobs"}
         if cached is not None and time.monotonic() - cached[0] < self.interval:
             return 200, cached[1]
         try:
@@ -318,7 +329,8 @@ class LagExporter:
         return 200, payload
 
     def wsgi_app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
-        """``/metrics`` (also ``/``), ``/healthz``, ``/history?job=&batches=``; else 404."""
+        """``/metrics`` (also ``/``), ``/healthz``, ``/history?checkpoint=&batches=``; else
+        404."""
         path = environ.get("PATH_INFO") or "/"
         if path in ("/healthz", "/history"):
             if path == "/healthz":
@@ -331,7 +343,7 @@ class LagExporter:
             return [json.dumps(payload).encode()]
         if path not in ("/", "/metrics"):
             start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"not found: try /metrics, /healthz or /history?job=...\n"]
+            return [b"not found: try /metrics, /healthz or /history?checkpoint=...\n"]
         gzipped = "gzip" in (environ.get("HTTP_ACCEPT_ENCODING") or "")
         body, content_type = self.render(environ.get("HTTP_ACCEPT"), gzipped=gzipped)
         headers = [("Content-Type", content_type)]
@@ -344,13 +356,15 @@ class LagExporter:
         from urllib.parse import parse_qs
 
         asked = parse_qs(query)
-        job = (asked.get("job") or [""])[0]
+        job = (asked.get("checkpoint") or asked.get("job") or [""])[0]  # job: the 0.1 name
         try:
             batches = int((asked.get("batches") or ["100"])[0])
         except ValueError:
             batches = 0
         if not job or not 1 <= batches <= MAX_HISTORY_BATCHES:
-            return 400, {"error": f"give job=<location> and batches=1..{MAX_HISTORY_BATCHES}"}
+            return 400, {
+                "error": f"give checkpoint=<location> and batches=1..{MAX_HISTORY_BATCHES}"
+            }
         return self.history(job, batches)
 
     def serve(self, address: str = "0.0.0.0", port: int = DEFAULT_PORT) -> WSGIServer:
@@ -384,47 +398,61 @@ class LagExporter:
 # -- results -> families (pure) ------------------------------------------------------------------
 
 
+def job_labels(location: str) -> list[str]:
+    """``[spark_job, checkpoint]`` of a location: the checkpoint directory's name (its
+    parent's when it is a generic ``checkpoint``/``ck``), and the location itself, never with
+    credentials.
+
+    >>> job_labels("s3a://lake/orders/checkpoint")
+    ['orders', 's3a://lake/orders/checkpoint']
+    """
+    checkpoint = redact_url(location)
+    names = [part for part in checkpoint.split("://", 1)[-1].split("/") if part]
+    while len(names) > 1 and names[-1].lower() in GENERIC_DIRECTORIES:
+        names.pop()
+    return [names[-1] if names else checkpoint, checkpoint]
+
+
 def job_families(results: Sequence[CheckResult], max_partitions: int) -> list[Metric]:
     """The per-partition and per-job families of one refresh's results."""
     from prometheus_client.metrics_core import GaugeMetricFamily
 
-    part_labels = ["job", "topic", "partition"]
     families = {
-        name: GaugeMetricFamily(PREFIX + name, doc, labels=part_labels)
+        name: GaugeMetricFamily(PREFIX + name, doc, labels=PARTITION_LABELS)
         for name, doc in PARTITION_GAUGES.items()
     }
     families.update(
         {
-            name: GaugeMetricFamily(PREFIX + name, doc, labels=["job"])
+            name: GaugeMetricFamily(PREFIX + name, doc, labels=JOB_LABELS)
             for name, doc in JOB_GAUGES.items()
         }
     )
     states = GaugeMetricFamily(
         PREFIX + "job_health_state",
         "1 for the job's current verdict, 0 for every other (one series per verdict).",
-        labels=["job", "state"],
+        labels=[*JOB_LABELS, "state"],
     )
     for result in results:
-        job = redact_url(result.location)  # a label never carries credentials
+        job = job_labels(result.location)
         health = result.verdict.health
         for verdict in Health:
-            states.add_metric([job, verdict.value], 1 if verdict is health else 0)
-        families["job_health"].add_metric([job], health.metric_value)
-        families["job_up"].add_metric([job], 0 if result.error is not None else 1)
+            states.add_metric([*job, verdict.value], 1 if verdict is health else 0)
+        families["job_health"].add_metric(job, health.metric_value)
+        families["job_up"].add_metric(job, 0 if result.error is not None else 1)
         if result.report is not None:
             _add_report(families, job, result.report, max_partitions)
     return [*families.values(), states]
 
 
-def _add_report(families: dict[str, Any], job: str, report: LagReport, limit: int) -> None:
+def _add_report(families: dict[str, Any], job: list[str], report: LagReport, limit: int) -> None:
     def put(name: str, labels: list[str], value: float | None) -> None:
         if value is not None:
             families[name].add_metric(labels, value)
 
-    partitions = _one_per_partition(report.partitions())
-    kept = sorted(partitions, key=lambda p: p.lag, reverse=True)[: max(0, limit)]
-    for p in sorted(kept, key=lambda p: (p.topic, p.partition)):
-        labels = [job, p.topic, str(p.partition)]
+    partitions = _one_per_partition(report)
+    kept = sorted(partitions, key=lambda cp: cp[1].lag, reverse=True)[: max(0, limit)]
+    for cluster, p in sorted(kept, key=lambda cp: (cp[0], cp[1].topic, cp[1].partition)):
+        labels = [*job, cluster, p.topic, str(p.partition)]
         put("partition_lag_records", labels, p.lag)
         put("partition_lag_seconds", labels, p.lag_seconds)
         put("partition_committed_offset", labels, p.committed_offset)
@@ -432,22 +460,30 @@ def _add_report(families: dict[str, Any], job: str, report: LagReport, limit: in
         put("partition_log_start_offset", labels, p.log_start_offset)
         put("partition_time_to_data_loss_seconds", labels, p.time_to_loss_seconds)
     in_flight = report.in_flight
-    put("job_lag_records", [job], report.total_lag)
-    put("job_max_lag_seconds", [job], report.max_lag_seconds)
-    put("job_time_to_data_loss_seconds", [job], report.min_time_to_loss_seconds)
-    put("job_commit_age_seconds", [job], report.commit_age_seconds)
-    put("job_last_commit_timestamp_seconds", [job], report.committed_at)
-    put("job_in_flight_age_seconds", [job], (in_flight.age_seconds or 0.0) if in_flight else 0.0)
-    put("job_committed_batch_id", [job], report.committed_batch_id)
-    put("job_partitions_omitted", [job], len(partitions) - len(kept))
+    put("job_lag_records", job, report.total_lag)
+    put("job_max_lag_seconds", job, report.max_lag_seconds)
+    put("job_time_to_data_loss_seconds", job, report.min_time_to_loss_seconds)
+    put("job_commit_age_seconds", job, report.commit_age_seconds)
+    put("job_last_commit_timestamp_seconds", job, report.committed_at)
+    put("job_in_flight_age_seconds", job, (in_flight.age_seconds or 0.0) if in_flight else 0.0)
+    put("job_committed_batch_id", job, report.committed_batch_id)
+    pace = report.pace
+    put("job_batch_seconds", job, None if pace is None else pace.batch_seconds)
+    put("job_batch_time_ratio", job, None if pace is None else pace.ratio)
+    put("job_partitions_omitted", job, len(partitions) - len(kept))
 
 
-def _one_per_partition(partitions: Iterable[PartitionLag]) -> list[PartitionLag]:
-    """One entry per (topic, partition): two sources of one query reading the same topic
-    would give duplicate series; the more lagging one stands for both."""
-    worst: dict[tuple[str, int], PartitionLag] = {}
-    for p in partitions:
-        key = (p.topic, p.partition)
-        if key not in worst or p.lag > worst[key].lag:
-            worst[key] = p
+def _one_per_partition(report: LagReport) -> list[tuple[str, PartitionLag]]:
+    """(kafka_cluster, partition) once per partition of a cluster: the cluster a source is
+    measured against (its bootstrap servers when mapped to another, docs/multi-cluster.md;
+    else the main cluster's id). Two sources of one query reading the same topic of one
+    cluster would give duplicate series: the more lagging one stands for both."""
+    worst: dict[tuple[str, str, int], tuple[str, PartitionLag]] = {}
+    for source in report.sources:
+        cluster = source.cluster or report.kafka_cluster_id or ""
+        for topic in source.topics:
+            for p in topic.partitions:
+                key = (cluster, p.topic, p.partition)
+                if key not in worst or p.lag > worst[key][1].lag:
+                    worst[key] = (cluster, p)
     return list(worst.values())

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
 from airflow_sparklag.errors import StorageAccessDenied
+from airflow_sparklag.location import Location
 from airflow_sparklag.monitor import (
     MAX_READERS,
     OPTION_NAMES,
@@ -36,7 +37,7 @@ from airflow_sparklag.monitor import (
     read_states,
 )
 from airflow_sparklag.session import Session
-from airflow_sparklag.storage import Children, join, refuse_bucketless, trim_location
+from airflow_sparklag.storage import Children
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 
 
 def discover_checkpoints(
-    prefix: str | Sequence[str],
+    prefix: Location | str | Sequence[Location | str],
     *,
     session: Session | None = None,
     storage: Storage | None = None,
@@ -73,38 +74,35 @@ def discover_checkpoints(
     >>> discover_checkpoints("s3a://bucket/checkpoints", session=session)   # doctest: +SKIP
     ['s3a://bucket/checkpoints/team-a/orders', 's3a://bucket/checkpoints/team-b/clicks']
     """
-    return sorted(
-        iter_checkpoints(
-            prefix, session=session, storage=storage, max_depth=max_depth, max_workers=max_workers
-        )
+    found = iter_checkpoints(
+        prefix, session=session, storage=storage, max_depth=max_depth, max_workers=max_workers
     )
+    return sorted(each.text for each in found)
 
 
 def iter_checkpoints(
-    prefix: str | Sequence[str],
+    prefix: Location | str | Sequence[Location | str],
     *,
     session: Session | None = None,
     storage: Storage | None = None,
     max_depth: int = 4,
     max_workers: int = MAX_READERS,
-) -> Iterator[str]:
+) -> Iterator[Location]:
     """:func:`discover_checkpoints`' roots as they are found (a level's in listing order, each
     once), so a fleet check reads each checkpoint while discovery lists on."""
-    prefixes = [prefix] if isinstance(prefix, str) else list(prefix)
-    for each in prefixes:
-        refuse_bucketless(each)
+    prefixes = _prefixes(prefix)
     if storage is None:
         own = session or Session()
         backends = [own.storage(each) for each in prefixes]
     else:
         backends = [storage] * len(prefixes)
-    level = [(b, trim_location(each)) for b, each in zip(backends, prefixes, strict=True)]
-    found: set[str] = set()
+    level = list(zip(backends, prefixes, strict=True))
+    found: set[Location] = set()
     with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
         for depth in range(max_depth + 1):
             if not level:
                 break
-            next_level: list[tuple[Storage, str]] = []
+            next_level: list[tuple[Storage, Location]] = []
             below = depth > 0
             listed = pool.map(lambda entry, below=below: _children(*entry, below=below), level)
             for (backend, directory), children in zip(level, listed, strict=True):
@@ -114,18 +112,23 @@ def iter_checkpoints(
                         yield directory
                 elif depth < max_depth:
                     next_level.extend(
-                        (backend, join(directory, name))
+                        (backend, directory.child(name))
                         for name in sorted(children.directories)
                         if not name.startswith((".", "_"))
                     )
             level = next_level
 
 
-def _children(storage: Storage, path: str, *, below: bool) -> Children:
+def _prefixes(prefix: Location | str | Sequence[Location | str]) -> list[Location]:
+    given = [prefix] if isinstance(prefix, (str, Location)) else list(prefix)
+    return [Location.of(each, "prefix") for each in given]
+
+
+def _children(storage: Storage, path: Location, *, below: bool) -> Children:
     """``storage.list_children``; a directory below the prefix that may not be listed (another
     team's, ``lost+found``) is skipped with a warning, not the end of the whole scan."""
     try:
-        return storage.list_children(path)
+        return storage.list_children(path.text)
     except StorageAccessDenied as exc:
         if not below:
             raise
@@ -154,10 +157,10 @@ class FleetChecker:
 
     def __init__(
         self,
-        locations: Sequence[str] = (),
+        locations: Sequence[Location | str] = (),
         *,
         session: Session | None = None,
-        prefix: str | Sequence[str] | None = None,
+        prefix: Location | str | Sequence[Location | str] | None = None,
         options: CheckOptions | None = None,
         max_workers: int = MAX_READERS,
         max_depth: int = 4,
@@ -173,13 +176,14 @@ class FleetChecker:
             raise TypeError(f"give either session or {given}, not both")
         self._owns_session = session is None
         self.session = session or Session(**options_and_session)
-        self.prefixes = [prefix] if isinstance(prefix, str) else list(prefix or ())
+        self.prefixes = _prefixes(prefix or ())
         self.max_workers = max_workers
         self.max_depth = max_depth
         self.rediscover_seconds = rediscover_seconds
         self.query_ids = query_ids
-        self._given = list(dict.fromkeys(trim_location(loc) for loc in locations))
-        self._locations: list[str] = list(self._given)
+        # a bad one fails its own check, not the fleet's (read_states)
+        self._given = list(dict.fromkeys(Location.of(each, bucket=False) for each in locations))
+        self._locations: list[Location] = list(self._given)
         self._discovered_at: float | None = None
         self.polls = 0
 
@@ -190,17 +194,17 @@ class FleetChecker:
         """The checkpoints the next poll checks (discovering them first if needed)."""
         if self._discovery_due():
             self.discover()
-        return list(self._locations)
+        return [each.text for each in self._locations]
 
     def discover(self) -> list[str]:
         """List the prefixes again; readers of vanished checkpoints are dropped."""
         return self._discovered(self._found())
 
-    def _discovered(self, found: Iterable[str]) -> list[str]:
-        self._locations = list(dict.fromkeys([*self._given, *sorted(found)]))
+    def _discovered(self, found: Iterable[Location]) -> list[str]:
+        self._locations = list(dict.fromkeys([*self._given, *sorted(found, key=str)]))
         self._discovered_at = time.monotonic()
         self.session.forget(self._locations)
-        return list(self._locations)
+        return [each.text for each in self._locations]
 
     def _discovery_due(self) -> bool:
         return bool(self.prefixes) and (
@@ -211,7 +215,7 @@ class FleetChecker:
             )
         )
 
-    def _found(self) -> Iterator[str]:
+    def _found(self) -> Iterator[Location]:
         """The prefixes' checkpoints as discovery finds them."""
         return iter_checkpoints(
             self.prefixes,
@@ -220,7 +224,7 @@ class FleetChecker:
             max_workers=self.max_workers,
         )
 
-    def _discovering(self, found: list[str]) -> Iterator[str]:
+    def _discovering(self, found: list[Location]) -> Iterator[Location]:
         """The given locations, then each discovered checkpoint as it is found (kept in
         ``found``): a poll that discovers reads them while discovery lists on."""
         yield from self._given
@@ -243,7 +247,7 @@ class FleetChecker:
         Lazily: offsets/C of each, the older batches of the window only listed
         (``state.unread_history``); :meth:`check` reads them for the jobs that need them.
         A poll that discovers reads each checkpoint as discovery finds it."""
-        found: list[str] = []
+        found: list[Location] = []
         discovering = self._discovery_due()
         states, failures = read_states(
             self.session,
@@ -271,7 +275,7 @@ class FleetChecker:
         states, failures = self.read_states(progress)
         judged = judge_states(self.session, states, self.options, now=now, query_id=self.query_ids)
         self.polls += 1
-        return [judged.get(loc) or failures[loc] for loc in self._locations]
+        return [judged.get(loc.text) or failures[loc.text] for loc in self._locations]
 
     def close(self) -> None:
         if self._owns_session:
@@ -285,9 +289,9 @@ class FleetChecker:
 
 
 def check_fleet(
-    locations: Iterable[str] = (),
+    locations: Iterable[Location | str] = (),
     *,
-    prefix: str | Sequence[str] | None = None,
+    prefix: Location | str | Sequence[Location | str] | None = None,
     progress: Progress | None = None,
     **options: Any,
 ) -> list[CheckResult]:

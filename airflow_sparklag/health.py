@@ -26,6 +26,7 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from airflow_sparklag.forecast import duration, reads_time_to_breach, rule_time_to_breach
 from airflow_sparklag.lag import single_cluster_warning
 from airflow_sparklag.model.report import LagReport, PartitionLag, Reads
 from airflow_sparklag.model.verdict import (
@@ -39,6 +40,7 @@ from airflow_sparklag.model.verdict import (
     RuleResult,
     Thresholds,
 )
+from airflow_sparklag.pace import rule_batch_time
 from airflow_sparklag.positions import more_history, time_lag_reads
 from airflow_sparklag.runs import busy_interval, default_grace, observed_period
 
@@ -501,12 +503,12 @@ def rule_time_to_loss(report: LagReport, thresholds: Thresholds, now: float) -> 
         return None
     first, bound = min(soon, key=lambda found: found[0].time_to_loss_seconds or 0.0)
     retention = first.retention_seconds
-    limit = _duration(bound)
+    limit = duration(bound)
     if retention:
-        limit += f", {bound / retention:.0%} of its {_duration(retention)} retention"
+        limit += f", {bound / retention:.0%} of its {duration(retention)} retention"
     refs = _refs([p for p, _ in soon])
     reason = (
-        f"retention deletes unread records in {_duration(first.time_to_loss_seconds)} "
+        f"retention deletes unread records in {duration(first.time_to_loss_seconds)} "
         f"(< {limit}) on {_names(refs)}: {LOSS_NEXT_STEP}"
     )
     return RuleResult(Health.LAGGING, "time_to_data_loss", reason, refs)
@@ -518,16 +520,6 @@ LOSS_NEXT_STEP = (
     "raise the topic's retention.ms; if it cannot catch up, snapshot its offsets first "
     "(sparklag snapshot) and migrate"
 )
-
-
-def _duration(seconds: float | None) -> str:
-    """``42 s``, ``6.5 min``, ``3.2 h``, ``2.0 d``."""
-    if seconds is None:
-        return "unknown"
-    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
-        if seconds >= 2 * size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.0f} s"
 
 
 def ages_time_to_loss(report: LagReport, thresholds: Thresholds, now: float) -> bool:
@@ -668,6 +660,8 @@ RULES: tuple[Rule, ...] = (
     Rule("time_to_data_loss", rule_time_to_loss, _reads_nothing, ages_time_to_loss),
     Rule("lagging", rule_lagging, reads_lagging, ages_lagging),
     Rule("lagging_real_time", rule_lagging_real_time, reads_lagging_real_time),
+    Rule("time_to_breach", rule_time_to_breach, reads_time_to_breach),  # forecast.py
+    Rule("batch_time", rule_batch_time, _reads_nothing),  # pace.py: the listing's times
     Rule("short_history", rule_short_history, reads_stopped, needs_record_ages),
 )
 
@@ -774,7 +768,7 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
             f.rule == "time_to_data_loss" for f in findings
         ):
             soonest = report.min_time_to_loss_seconds
-            reason += f"; retention deletes unread records in {_duration(soonest)}"
+            reason += f"; retention deletes unread records in {duration(soonest)}"
         return HealthVerdict(first.health, reason, first.rule, first.partitions, findings)
     unknown = [
         f"source {s.source_id}: {s.lag_unknown}" for s in report.kafka_sources if s.lag_unknown

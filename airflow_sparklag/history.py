@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_sparklag import params
 from airflow_sparklag.checkpoint import real_time_interval
+from airflow_sparklag.location import Location
 from airflow_sparklag.model.report import ToDict
 from airflow_sparklag.model.verdict import NO_KAFKA_SOURCE, HealthVerdict
 from airflow_sparklag.timelag import RecordAge, Stairs, record_age, staircase
@@ -463,7 +463,7 @@ def start_offsets(session: Session, location: str, source_ids: Sequence[str]) ->
 
 def history(
     session: Session,
-    location: str,
+    location: Location | str,
     *,
     batches: int = DEFAULT_BATCHES,
     include_now: bool = True,
@@ -477,7 +477,7 @@ def history(
     """
     if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
         raise ValueError(f"batches must be a whole number >= 1, got {batches!r}")
-    state = session.read(params.location("location", location), history=batches + 1)
+    state = session.read(Location.of(location), history=batches + 1)
     plan = plan_history(state, batches)
     # Each source is measured against its own cluster (Session.cluster_of; 0 is the main one).
     of_source = {sid: session.cluster_of(sid) for b in plan.by_id.values() for sid in _kafka(b)}

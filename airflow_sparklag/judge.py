@@ -262,7 +262,11 @@ class _Check:
                 checkpoint_ends=self._checkpoint_ends(job, measured[loc]),
             )
             report = compute_lag(
-                job.state, self.snapshots[0], **self._arguments(job), answers=answers
+                job.state,
+                self.snapshots[0],
+                **self._arguments(job),
+                answers=answers,
+                thresholds=self.options.thresholds,
             )
             verdict = evaluate(report, self.options.thresholds, now=self.now)
             results[loc] = CheckResult(report, verdict, loc, evidence=tuple(job.reads))

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from airflow_sparklag.errors import KafkaError, KafkaUnavailable
+from airflow_sparklag.errors import KafkaConfigInvalid, KafkaError, KafkaUnavailable
 from airflow_sparklag.redact import kafka_secrets, redact_kafka_config, scrub
 
 # Error codes that mean "the cluster did not answer", as opposed to "it answered with an error".
@@ -214,7 +214,7 @@ class KafkaErrors:
             )
         return KafkaError(f"Kafka error during {what}{where} on {self.servers}: {text}")
 
-    def unbuildable(self, exc: BaseException) -> KafkaError:
+    def unbuildable(self, exc: BaseException) -> KafkaConfigInvalid:
         """Why librdkafka refused the config; a SASL mechanism missing from the build (GSSAPI in
         the PyPI wheels) says which builds have it, not "recompile librdkafka"."""
         text = self.describe(exc)
@@ -223,7 +223,7 @@ class KafkaErrors:
                 self._config.get("sasl.mechanism") or self._config.get("sasl.mechanisms")
             )
             built = re.search(r"Current build options: [A-Z_ ]+", text)
-            return KafkaError(
+            return KafkaConfigInvalid(
                 f"Kafka {self.servers}: this confluent-kafka cannot use SASL mechanism "
                 f"{mechanism}: its librdkafka was built without it"
                 f"{f' ({built.group(0).strip()})' if built else ''}. The PyPI wheels have no "
@@ -232,7 +232,7 @@ class KafkaErrors:
                 "the cluster offers (SCRAM, OAUTHBEARER). See docs/connections.md, 'Kafka with "
                 "Kerberos'."
             )
-        return KafkaError(
+        return KafkaConfigInvalid(
             f"Cannot create a Kafka client for {self.servers}: "
             f"{text} (config: {redact_kafka_config(self._config)})"
         )

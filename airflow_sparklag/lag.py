@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from airflow_sparklag.forecast import time_to_breach
 from airflow_sparklag.model.report import LagReport, PartitionLag, Schedule
+from airflow_sparklag.model.verdict import Thresholds
+from airflow_sparklag.pace import pace_of
 from airflow_sparklag.positions import (
     REAL_TIME_AGE,
     Measuring,
@@ -56,13 +60,15 @@ def compute_lag(
     snapshot: KafkaSnapshot,
     *,
     answers: Answers | None = None,
+    thresholds: Thresholds | None = None,
     **how: Unpack[Measuring],
 ) -> LagReport:
     """The lag report of the query in `state` against the log in `snapshot`, at `now`
     (default: the snapshot's `fetched_at`, so every age in the report is measured from one
     instant): :func:`measure`'s positions and ages, with what ``answers`` adds (time to data
     loss, the last run's completeness, the looks-scheduled shape, a real-time query's lag as of
-    its checkpoints). A check makes it once per job, from the whole evidence.
+    its checkpoints). A check makes it once per job, from the whole evidence; with its
+    ``thresholds``, when each lag threshold is crossed at the current rates (forecast.py).
 
     >>> report = compute_lag(state, snapshot, read_committed=True)   # doctest: +SKIP
     >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
@@ -78,7 +84,60 @@ def compute_lag(
         report = with_time_to_loss(report, answers.retention)
     if answers.waited and report.schedule is None:
         report = dataclasses.replace(report, schedule=looks_scheduled(report))
-    return report
+    pace = pace_of(state.listed_times) if report.trigger == "micro-batch" else None
+    report = dataclasses.replace(
+        report, time_to_breach=time_to_breach(report, thresholds), pace=pace
+    )
+    return dataclasses.replace(report, unknown=unknowns(report, answers.retention))
+
+
+# Why a number of the report is unknown (``LagReport.unknown``): short, fixed words, the same
+# in the CLI, JSON and XCom, the lag page and the exporter's labels.
+NO_KAFKA_SOURCE = "no Kafka source"
+ONE_BATCH = "one batch read: no rate yet"
+NO_RATE = "no rate from the batches read"
+MAY_KEEP_PACE = "production may keep pace"  # its rate is an upper bound, not below consumption
+RETENTION_NOT_READ = "retention not read"
+DELETED_BY_SIZE = "deleted by size (retention.bytes)"
+AGE_UNKNOWN = "record age unknown"
+
+
+def catch_up_unknown(report: LagReport) -> str | None:
+    """Why ``catch_up_seconds`` is None, when it is."""
+    if report.catch_up_seconds is not None:
+        return None
+    if not report.kafka_sources:
+        return NO_KAFKA_SOURCE
+    if report.consumption_rate is None:
+        return ONE_BATCH if len(report.history) < 2 else NO_RATE
+    if report.production_rate is None:
+        return NO_RATE
+    return MAY_KEEP_PACE
+
+
+def unknowns(
+    report: LagReport, retention: Mapping[str, Mapping[str, TopicRetention | None]] | None
+) -> dict[str, str]:
+    """``LagReport.unknown``: why the catch-up, the time lag (of the most lagging partition
+    whose age is unknown) and the time to data loss (of the most lagging partition whose time
+    is unknown) are unknown, each only when it is."""
+    why = {"catch_up_seconds": catch_up_unknown(report)}
+    undated: list[PartitionLag] = []
+    lost: list[tuple[PartitionLag, str]] = []
+    for source in report.kafka_sources:
+        for p in (p for topic in source.topics for p in topic.partitions if p.lag > 0):
+            if p.lag_seconds is None:
+                undated.append(p)
+            topics = {} if retention is None else retention.get(source.source_id, {})
+            reason = _loss_unknown(p, topics.get(p.topic))
+            if p.time_to_loss_seconds is None and reason is not None:
+                lost.append((p, reason))
+    if undated:
+        worst = max(undated, key=lambda p: p.lag)
+        why["max_lag_seconds"] = worst.lag_seconds_unknown or "unknown"
+    if lost:
+        why["min_time_to_loss_seconds"] = max(lost, key=lambda found: found[0].lag)[1]
+    return {measure: reason for measure, reason in why.items() if reason is not None}
 
 
 OFFSETS_NOT_RECORDS = (
@@ -114,10 +173,41 @@ UNREAD_TOPICS = (
 )
 
 
+def _stem(topic: str) -> tuple[str, str]:
+    """A topic name's first and last words (split at ``.``, ``-``, ``_``)."""
+    words = [w for w in re.split(r"[._-]", topic) if w] or [topic]
+    return words[0], words[-1]
+
+
+def _one_family(topics: Sequence[str]) -> bool:
+    """Do two of ``topics`` share their first or last word (``orders.eu``, ``orders.us``;
+    ``eu-clicks``, ``us-clicks``): what a pattern reads, where a list names unrelated topics."""
+    stems = [_stem(t) for t in topics]
+    return any(a[0] == b[0] or a[1] == b[1] for i, a in enumerate(stems) for b in stems[i + 1 :])
+
+
+def fixed_partitions_note(report: LagReport) -> str | None:
+    """Partitions Kafka has that a source does not read because the partitions it lists skip
+    one (``partition_gap``), not because ``assign`` was given."""
+    if report.assign:
+        return None
+    left = [f"{t.topic}:{p}" for s in report.kafka_sources for t in s.topics for p in t.not_read]
+    if not left:
+        return None
+    return (
+        f"partitions not read by the query, not counted: {_first_five(left)}; the partitions "
+        "the checkpoint lists for their source skip one, and only a query of fixed partitions "
+        "(assign) does that: Kafka numbers partitions from 0 and only adds them at the end, "
+        "and Spark records every partition a subscribing query reads "
+        "(docs/lag-and-health.md#subscriptions)"
+    )
+
+
 def new_partitions_note(report: LagReport) -> str | None:
     """Partitions of read topics the checkpoint lacks, counted from their log start: right for
     `subscribe` and `subscribePattern`, which read partitions added to a topic; wrong for a
-    query of fixed partitions (`assign`), which the report cannot tell apart."""
+    query of fixed partitions (`assign`), which the report cannot tell apart when the listed
+    partitions have no gap (``positions.partition_gap``: then they are not counted)."""
     added = [
         f"{t.topic}:{p.partition}"
         for s in report.kafka_sources
@@ -137,13 +227,19 @@ def new_partitions_note(report: LagReport) -> str | None:
 
 def subscription_note(report: LagReport) -> str | None:
     """What the report says about topics the query has not read yet: not counted (no pattern
-    given, or it fits no source), or counted (the pattern found some); None otherwise."""
+    given while a source's topics look read by one: ``_one_family``; or a pattern that fits no
+    source), or counted (the pattern found some); None otherwise."""
     read = [s for s in report.kafka_sources if s.topics]
     pattern = report.subscribe_pattern
     if not read or report.assign:
         return None
     if pattern is None:
-        return UNREAD_TOPICS
+        looks_patterned = any(
+            _one_family([t.topic for t in s.topics])
+            for s in read
+            if not any(t.not_read for t in s.topics)  # fixed partitions: not a pattern
+        )
+        return UNREAD_TOPICS if looks_patterned else None
     if not any(s.pattern for s in read):
         topics = _first_five(sorted({t.topic for s in read for t in s.topics}))
         return (
@@ -191,7 +287,11 @@ def _notes(report: LagReport, source_starts: Offsets | None) -> tuple[str, ...]:
             else f"no batch committed yet: batch {report.in_flight.batch_id} is in flight and "
             "the query's starting offsets were not read, so its lag is not measured"
         )
-    notes += [subscription_note(report), new_partitions_note(report)]
+    notes += [
+        subscription_note(report),
+        fixed_partitions_note(report),
+        new_partitions_note(report),
+    ]
     return tuple(note for note in notes if note is not None)
 
 
@@ -277,22 +377,31 @@ def time_to_loss(p: PartitionLag, retention: TopicRetention | None) -> float | N
     lower bound: Kafka deletes a segment once its NEWEST record is older than retention.ms,
     so the record lives until its segment's last record expires. math.inf when records are
     not deleted (compact-only policy, retention.ms -1); None when there is no lag or it cannot
-    tell (settings unread, the record's age unknown, or ``retention.bytes`` set: deletion by
-    size depends on the production volume, which the checkpoint does not record)."""
+    tell (``_loss_unknown`` says why)."""
     if p.data_loss:
         return 0.0
-    if p.lag <= 0 or retention is None:
+    if p.lag <= 0 or _loss_unknown(p, retention) is not None:
         return None
-    if not retention.deletes:
-        return math.inf
-    if retention.retention_bytes is not None:
-        return None
+    assert retention is not None  # _loss_unknown: read
     limit = retention.seconds
-    if limit is None:
+    if limit is None or not retention.deletes:
         return math.inf
-    if p.lag_seconds is None:
-        return None
-    return max(0.0, limit - p.lag_seconds)
+    return max(0.0, limit - (p.lag_seconds or 0.0))
+
+
+def _loss_unknown(p: PartitionLag, retention: TopicRetention | None) -> str | None:
+    """Why a lagging partition's time to data loss is unknown: its topic's settings unread,
+    ``retention.bytes`` set (deletion by size depends on the production volume, which the
+    checkpoint does not record), or the record's age unknown; None when it is known."""
+    if retention is None:
+        return RETENTION_NOT_READ
+    if not retention.deletes:
+        return None  # never deleted
+    if retention.retention_bytes is not None:
+        return DELETED_BY_SIZE
+    if retention.seconds is not None and p.lag_seconds is None:
+        return AGE_UNKNOWN
+    return None
 
 
 def with_time_to_loss(

@@ -25,7 +25,6 @@ import datetime
 import hashlib
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -45,6 +44,7 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     TopicGone,
 )
+from airflow_sparklag.location import Location
 from airflow_sparklag.redact import redact_url
 from airflow_sparklag.session import Session
 from airflow_sparklag.snapshot import (
@@ -213,12 +213,8 @@ def _number(name: str, value: Any, what: str, minimum: float = -math.inf, hint: 
     return float(value)
 
 
-def _path(name: str, value: Any) -> str:
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if not isinstance(value, str) or not value.strip() or "\x00" in value:
-        raise params.invalid(name, f"must be a path or URL, got {value!r}")
-    return value
+def _path(name: str, value: Location | Any) -> str:
+    return Location.of(value, name, bucket=False).text
 
 
 def _paths(name: str, value: Any) -> tuple[str, ...]:
@@ -293,7 +289,7 @@ class MigrationOptions:
         object.__setattr__(self, "quiet_period", quiet_period)
         for name in ("snapshot_root", "snapshot"):
             if getattr(self, name) is not None:
-                _path(name, getattr(self, name))
+                object.__setattr__(self, name, _path(name, getattr(self, name)))
         object.__setattr__(self, "file_sink_paths", _paths("file_sink_paths", self.file_sink_paths))
 
 
@@ -431,8 +427,8 @@ class Migration:
     def __init__(
         self,
         session: Session,
-        location: str,
-        archive_root: str,
+        location: Location | str,
+        archive_root: Location | str,
         options: MigrationOptions | None = None,
         *,
         now: float | None = None,
@@ -444,8 +440,9 @@ class Migration:
         if given:
             raise TypeError(f"Migration got unexpected arguments: {', '.join(sorted(given))}")
         self.now = None if now is None else _number("now", now, "epoch seconds (a finite number)")
-        self.location = _path("location", location)
-        self.archive_root = _path("archive_root", archive_root)
+        self.checkpoint = Location.of(location, "location", bucket=False)
+        self.archive_to = Location.of(archive_root, "archive_root", bucket=False)
+        self.location, self.archive_root = self.checkpoint.text, self.archive_to.text
         outside_checkpoint("archive_root", self.archive_root, self.location)
         outside_checkpoint("snapshot_root", self.options.snapshot_root, self.location)
         self.session = session
@@ -455,7 +452,7 @@ class Migration:
 
     def run(self) -> MigrationResult:
         """Run the steps the journal has not recorded; return the plan or the outcome."""
-        journal = _Journal.load(self.session.storage(self.archive_root), self.journal_path)
+        journal = _Journal.load(self.session.storage(self.archive_to), self.journal_path)
         if journal is not None and journal.done("completed"):
             if not self._checkpoint_present():
                 recorded = MigrationResult.from_dict(journal.get("completed")["result"])
@@ -469,7 +466,7 @@ class Migration:
         return run.plan()
 
     def _checkpoint_present(self) -> bool:
-        store = self.session.storage(self.location)
+        store = self.session.storage(self.checkpoint)
         return store.exists(self.location) and any(
             store.list_dir(join(self.location, logs)) for logs in ("offsets", "commits")
         )
@@ -482,7 +479,7 @@ class Migration:
             "run": join(self.base, stamp),
             "steps": {},
         }
-        return _Journal(self.session.storage(self.archive_root), self.journal_path, document)
+        return _Journal(self.session.storage(self.archive_to), self.journal_path, document)
 
     # -- 1. preflight: only while the checkpoint is still whole ------------------------------
 
@@ -532,7 +529,7 @@ class Migration:
 
     def _read_checkpoint(self, journal: _Journal) -> CheckpointState:
         try:
-            return self.session.read(self.location, history=1)
+            return self.session.read(self.checkpoint, history=1)
         except CheckpointNotFound:
             if not journal.done("snapshot"):
                 raise
@@ -722,7 +719,7 @@ class Migration:
             source,
             target,
             manifest_path=manifest,
-            target=self.session.storage(self.archive_root),
+            target=self.session.storage(self.archive_to),
             fault=self.hit,
         )
         return report.to_dict()
@@ -746,8 +743,8 @@ class Migration:
 
 
 def migrate_checkpoint(
-    location: str,
-    archive_root: str,
+    location: Location | str,
+    archive_root: Location | str,
     *,
     session: Session | None = None,
     options: MigrationOptions | None = None,

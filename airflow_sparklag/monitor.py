@@ -24,6 +24,7 @@ from airflow_sparklag.judge import (
     judge_one,
     judge_states,
 )
+from airflow_sparklag.location import Location
 from airflow_sparklag.session import Session
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ Progress = Callable[[int, int], None]  # (checkpoints read so far, total)
 
 def read_states(
     session: Session,
-    locations: Iterable[str],
+    locations: Iterable[Location | str],
     *,
     history: int,
     query_id: bool = True,
@@ -49,22 +50,22 @@ def read_states(
     when a rule needs them (``CheckpointReader.read(lazy_history=True)``)."""
     states: dict[str, CheckpointState] = {}
     failures: dict[str, CheckResult] = {}
-    unique: list[str] = []
+    unique: list[Location | str] = []
 
-    def each() -> Iterator[str]:  # once each, as ``locations`` yields them (maybe discovering)
-        seen: set[str] = set()
+    def each() -> Iterator[Location | str]:  # once each, as ``locations`` yields them
+        seen: set[Location | str] = set()
         for location in locations:
             if location not in seen:
                 seen.add(location)
                 unique.append(location)
                 yield location
 
-    def read(location: str) -> tuple[str, CheckpointState | SparkLagError]:
+    def read(location: Location | str) -> tuple[str, CheckpointState | SparkLagError]:
         try:
             reader = session.reader(location, query_id=query_id)
-            return location, reader.read(history, lazy_history=lazy_history)
+            return str(location), reader.read(history, lazy_history=lazy_history)
         except SparkLagError as exc:
-            return location, exc
+            return str(location), exc
 
     # Executor.map submits every location (each read starts as it is yielded) before the first
     # result comes back, so ``unique`` is complete when progress is reported.
@@ -81,7 +82,7 @@ def read_states(
 
 def check(
     session: Session,
-    location: str,
+    location: Location | str,
     options: CheckOptions | None = None,
     *,
     now: float | None = None,
@@ -98,15 +99,14 @@ def check(
     <Health.OK: 'OK'>
     """
     options = options or CheckOptions()
-    location = params.location("location", location)
-    reader = session.reader(location)
-    state = reader.read(options.history_to_read, lazy_history=True)
-    return judge_one(session, location, state, options, now)
+    where = Location.of(location)
+    state = session.reader(where).read(options.history_to_read, lazy_history=True)
+    return judge_one(session, where.text, state, options, now)
 
 
 def check_many(
     session: Session,
-    locations: Sequence[str],
+    locations: Sequence[Location | str],
     options: CheckOptions | None = None,
     *,
     now: float | None = None,
@@ -122,10 +122,10 @@ def check_many(
     every query and are raised.
     """
     options = options or CheckOptions()
-    locations = [params.location("locations", each) for each in locations]
+    wanted = [Location.of(each, "locations", bucket=False) for each in locations]
     states, failures = read_states(
         session,
-        locations,
+        wanted,
         history=options.history_to_read,
         query_id=query_id,
         max_workers=max_workers,
@@ -134,7 +134,7 @@ def check_many(
     )
     # No state: no Kafka request either (no topic to ask for).
     judged = judge_states(session, states, options, now=now, query_id=query_id)
-    return [judged.get(loc) or failures[loc] for loc in locations]
+    return [judged.get(loc.text) or failures[loc.text] for loc in wanted]
 
 
 # -- for scripts: one call, its own session ------------------------------------------------------

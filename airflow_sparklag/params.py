@@ -19,19 +19,20 @@ fields names its reader here (:func:`option`), and :func:`options` reads a whole
 
 from __future__ import annotations
 
+import argparse
 import ast
 import contextlib
 import dataclasses
 import datetime
 import json
 import math
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from airflow_sparklag.checkpoint_files import LATEST_TIME_MS
-from airflow_sparklag.errors import InvalidParameter
+from airflow_sparklag.errors import InvalidParameter, UnsupportedStorageURL, UsageError
+from airflow_sparklag.location import Location
 from airflow_sparklag.model.verdict import Health, Thresholds
 
 __all__ = [
@@ -54,7 +55,7 @@ __all__ = [
     "optional_text",
     "options",
     "positive_duration",
-    "share",
+    "ratio",
     "source_assignment",
     "source_map",
     "strings",
@@ -332,29 +333,21 @@ def conn_id(name: str, value: Any) -> str | None:
     return text(name, value)
 
 
-def location(name: str, value: Any) -> str:
-    """One checkpoint location (a path or URL, a ``pathlib.Path``); a list, also rendered as
-    text, is refused, and so is a NUL character (no store has it in a name)."""
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if isinstance(value, str) and "\x00" in value:
-        raise invalid(name, f"must be a checkpoint path or URL, got {ascii(value)[:200]} (a NUL)")
+def location(name: str, value: Any) -> Location:
+    """One checkpoint location (a path or URL, a ``pathlib.Path``), parsed once
+    (:meth:`Location.parse <airflow_sparklag.location.Location.parse>`, whose refusals are all
+    :class:`~airflow_sparklag.errors.InvalidParameter` here); a list, also as text, is refused."""
     if isinstance(value, str) and value.strip().startswith(("[", "(")):
         # Not a list after all: a path that starts with a bracket.
         with contextlib.suppress(InvalidParameter):
             value = _literal(name, value.strip())
-    if isinstance(value, str) and value.strip():
-        return value.strip()
-    if isinstance(value, (list, tuple)):
-        raise invalid(
-            name,
-            f"must be one location, got a list of {len(value)}; check many jobs with the fleet "
-            "check (SparkLagFleetCheckOperator / `sparklag status --prefix`)",
-        )
-    raise invalid(name, f"must be a checkpoint path or URL, got {_shown(value)}")
+    try:
+        return Location.parse(value, name)
+    except UnsupportedStorageURL as exc:  # credentials in it, no bucket: a parameter error too
+        raise invalid(name, str(exc)) from None
 
 
-def optional_location(name: str, value: Any) -> str | None:
+def optional_location(name: str, value: Any) -> Location | None:
     return None if is_none(value) else location(name, value)
 
 
@@ -366,22 +359,23 @@ def locations(name: str, value: Any) -> list[str]:
 # -- the core's option types -------------------------------------------------------------------
 
 
-def share(name: str, value: Any) -> float:
-    """A share from 0 to 1 (``0.25``): a finite number or its text."""
+def ratio(name: str, value: Any) -> float:
+    """A ratio >= 0 (``0.25``, ``1.5``): a finite number or its text."""
     amount = number(name, value)
-    if not 0 <= amount <= 1:
-        raise invalid(name, f"must be a share from 0 to 1, got {_shown(value)}")
+    if amount < 0:
+        raise invalid(name, f"must be 0 or more, got {_shown(value)}")
     return amount
 
 
 def threshold_reader(key: str) -> Callable[[str, Any], Any]:
     """The reader of threshold ``key``: a duration (``300``, ``5m``) for the ``*_seconds``
-    limits, a share 0..1 for ``min_time_to_loss_ratio``, else a whole count (records,
-    batches). The CLI's threshold flags and :func:`thresholds` read with it."""
+    limits, a ratio for the ``*_ratio`` ones (``Thresholds`` keeps ``min_time_to_loss_ratio``
+    within 0..1), else a whole count (records, batches). The CLI's threshold flags and
+    :func:`thresholds` read with it."""
     if key.endswith("_seconds"):
         return duration
     if key.endswith("_ratio"):
-        return share
+        return ratio
     return count
 
 
@@ -470,24 +464,136 @@ def options(kind: type[Options], values: Mapping[str, Any]) -> Options:
 # -- command-line flags (the CLI and the Spark fleet scan) --------------------------------------
 
 
-def flag_type(name: str, read: Callable[[str, Any], Any]) -> Callable[[str], Any]:
-    """An argparse type from a reader of this module: the error names the flag."""
-    import argparse
+class FlagType:
+    """An argparse type from a reader of this module (``read``, which ``--help`` looks at for
+    the value's kind: DURATION, N); the error names the flag."""
 
-    def convert(text: str) -> Any:
+    def __init__(self, name: str, read: Callable[[str, Any], Any]) -> None:
+        self.__name__ = name
+        self.read = read
+
+    def __call__(self, text: str) -> Any:
+        import argparse
+
         try:
-            return read(f"--{name.replace('_', '-')}", text)
+            return self.read(f"--{self.__name__.replace('_', '-')}", text)
         except InvalidParameter as exc:  # argparse names the flag itself
             raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
 
-    convert.__name__ = name
-    return convert
+
+def flag_type(name: str, read: Callable[[str, Any], Any]) -> FlagType:
+    """An argparse type from a reader of this module: the error names the flag."""
+    return FlagType(name, read)
 
 
-def option_flags(command: Any, kind: type, renamed: Mapping[str, str] | None = None) -> None:
+DURATION_READERS = (duration, positive_duration, optional_duration, optional_positive_duration)
+COUNT_READERS = (count, optional_count, batches)
+
+
+def flag_group(command: Any, title: str) -> Any:
+    """``command``'s argument group ``title``, made on first use: ``--help`` lists the flags
+    by group (what to check, Kafka, storage, Kerberos, thresholds, output)."""
+    for group in command._action_groups:
+        if group.title == title:
+            return group
+    return command.add_argument_group(title)
+
+
+class FlagHelp(argparse.RawDescriptionHelpFormatter):
+    """Each flag's default (or none) at the end of its help line, its value's kind in its
+    name (DURATION, N) and the epilog as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or action.default is argparse.SUPPRESS:
+            return text
+        if "default" in text:
+            return text
+        return f"{text} (default: {default_text(action)})"
+
+    def _get_default_metavar_for_optional(self, action: argparse.Action) -> str:
+        read = getattr(action.type, "read", None)
+        if read in DURATION_READERS:
+            return "DURATION"
+        if read in COUNT_READERS:
+            return "N"
+        if read is number:
+            return "NUMBER"
+        return super()._get_default_metavar_for_optional(action)
+
+
+def default_text(action: argparse.Action) -> str:
+    default = action.default
+    if isinstance(action, argparse._StoreTrueAction):
+        return "off"
+    if default is None or default == []:
+        return "none"
+    if getattr(action.type, "read", None) in DURATION_READERS:
+        return duration_text(float(default))
+    return str(default)
+
+
+def duration_text(seconds: float) -> str:
+    """``600.0`` as ``10m``, ``90.0`` as ``90s``: how the flags take durations."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+class FlagParser(argparse.ArgumentParser):
+    """argparse that says the reason first, in one line, then the one-line usage, with "did
+    you mean" for a mistyped flag or choice: a :class:`UsageError` (the CLI's exit 64; not
+    argparse's exit 2, which would read "stalled"). ``--help``: :class:`FlagHelp`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", FlagHelp)
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._given(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def error(self, message: str) -> Any:
+        usage = " ".join(self.format_usage().split())
+        raise UsageError(f"{message}{self._did_you_mean(message)}\n{usage}")
+
+    def _did_you_mean(self, message: str) -> str:
+        """``; did you mean --max-lag-seconds?`` for an unknown flag or choice close to one."""
+        import difflib
+
+        if message.startswith("unrecognized arguments: "):
+            words = [w.split("=")[0] for w in message.split(": ", 1)[1].split() if w[:1] == "-"]
+            known = list(self._option_string_actions)
+        elif "invalid choice: " in message and "choose from" in message:
+            words = re.findall(r"invalid choice: '([^']*)'", message)
+            known = re.findall(r"'([^']*)'", message.split("choose from", 1)[1])
+        else:
+            return ""
+        close = [difflib.get_close_matches(word, known, n=1) for word in words]
+        return "".join(f"; did you mean {found[0]}?" for found in close if found)
+
+    def _given(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The subcommand given (it knows its own flags), else this parser."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen: argparse.ArgumentParser = action.choices.get(
+                    getattr(parsed, action.dest, None) or "", self
+                )
+                return chosen
+        return self
+
+
+def option_flags(
+    command: Any, kind: type, renamed: Mapping[str, str] | None = None, group: str | None = None
+) -> None:
     """A flag per field of an options dataclass that declares one (:func:`option`; ``renamed``
-    gives some another name): a switch for a boolean (its default kept), a repeatable flag
-    for a list, else a value read by the field's reader, the error naming the flag."""
+    gives some another name; ``group``: their ``--help`` group): a switch for a boolean (its
+    default kept), a repeatable flag for a list, else a value read by the field's reader, the
+    error naming the flag."""
+    target = flag_group(command, group) if group else command
     for f in dataclasses.fields(kind):
         flag, read = f.metadata["flag"], f.metadata["read"]
         if flag is None:
@@ -501,7 +607,7 @@ def option_flags(command: Any, kind: type, renamed: Mapping[str, str] | None = N
             spec.update(action="append", type=flag_type(f.name, location), default=list(default))
         else:
             spec.update(type=flag_type(f.name, read), default=default)
-        command.add_argument((renamed or {}).get(flag, flag), **spec)
+        target.add_argument((renamed or {}).get(flag, flag), **spec)
 
 
 def from_flags(kind: type[Options], flags: Any, **given: Any) -> Options:
@@ -514,12 +620,18 @@ def from_flags(kind: type[Options], flags: Any, **given: Any) -> Options:
 
 def connection_flags(command: Any, *bootstrap: str) -> None:
     """The Kafka and storage flags the CLI's commands and the Spark fleet scan share
-    (``bootstrap``: the names of the bootstrap servers flag)."""
-    command.add_argument(
-        *bootstrap, dest="bootstrap_servers", help="Kafka bootstrap servers (host:port,...)"
+    (``bootstrap``: the names of the bootstrap servers flag), in their ``--help`` groups."""
+    kafka = flag_group(command, "Kafka")
+    kafka.add_argument(
+        *bootstrap,
+        dest="bootstrap_servers",
+        metavar="SERVERS",
+        help="Kafka bootstrap servers host:port,... (default: bootstrap.servers of --kafka-config)",
     )
-    command.add_argument("--kafka-config", help="librdkafka settings: JSON or .properties file")
-    command.add_argument(
+    kafka.add_argument(
+        "--kafka-config", metavar="FILE", help="librdkafka settings: a JSON or .properties file"
+    )
+    kafka.add_argument(
         "--source-servers",
         action="append",
         type=flag_type("source_servers", source_assignment),
@@ -527,28 +639,45 @@ def connection_flags(command: Any, *bootstrap: str) -> None:
         help="measure a source (its index or name) against another cluster, the rest of "
         "--kafka-config unchanged; repeatable (docs/multi-cluster.md)",
     )
-    command.add_argument(
-        "--s3-endpoint-url", help="S3 endpoint (credentials: the AWS default chain)"
+    storage = flag_group(command, "storage")
+    storage.add_argument(
+        "--s3-endpoint-url",
+        metavar="URL",
+        help="S3 endpoint, e.g. http://minio:9000 (default: AWS's; credentials: the AWS "
+        "default chain)",
     )
-    command.add_argument("--s3-region", help="S3 region")
-    command.add_argument(
-        "--webhdfs-url", action="append", help="WebHDFS URL http://namenode:9870 (repeat for HA)"
+    storage.add_argument(
+        "--s3-region", metavar="REGION", help="S3 region (default: the AWS default chain's)"
     )
-    command.add_argument("--hdfs-user", help="user name for WebHDFS (simple authentication)")
-    command.add_argument(
+    storage.add_argument(
+        "--webhdfs-url",
+        action="append",
+        metavar="URL",
+        help="WebHDFS URL http://namenode:9870 (repeat for HA)",
+    )
+    storage.add_argument(
+        "--hdfs-user", metavar="USER", help="user name for WebHDFS (simple authentication)"
+    )
+    storage.add_argument(
+        "--hdfs-ca-bundle",
+        metavar="PEM",
+        help="CA bundle (PEM) of HTTPS NameNodes (https:// --webhdfs-url)",
+    )
+    kerberos = flag_group(command, "Kerberos")
+    kerberos.add_argument(
         "--hdfs-kerberos",
         action="store_true",
         help="Kerberized HDFS: log in to WebHDFS with SPNEGO, from the ticket cache kinit left "
         "(KRB5CCNAME) unless --hdfs-principal and --hdfs-keytab are given",
     )
-    command.add_argument(
+    kerberos.add_argument(
         "--hdfs-principal",
+        metavar="PRINCIPAL",
         help="Kerberos principal, e.g. spark@EXAMPLE.COM (the Spark scan: spark-submit's "
         "--principal unless given)",
     )
-    command.add_argument("--hdfs-keytab", help="keytab of --hdfs-principal (renewed from it)")
-    command.add_argument(
-        "--hdfs-ca-bundle", help="CA bundle (PEM) of HTTPS NameNodes (https:// --webhdfs-url)"
+    kerberos.add_argument(
+        "--hdfs-keytab", metavar="FILE", help="keytab of --hdfs-principal (renewed from it)"
     )
 
 

@@ -446,7 +446,8 @@ def _topic_lag(
     assign: bool = False,
 ) -> TopicLag:
     """Every partition of one topic of one source: those stored and those Kafka has (with
-    ``assign``, a query of fixed partitions: those stored or planned only).
+    ``assign``, a source of fixed partitions: those stored or planned only, the others of
+    Kafka in ``not_read``).
 
     ``stored`` holds the committed offsets, or with ``started`` the starting offsets of a query
     that has not committed yet."""
@@ -467,6 +468,7 @@ def _topic_lag(
     # This source's offsets of this topic at each retained batch, looked up once.
     topic_series = [offsets.get(source_id, {}).get(topic, {}) for offsets in series_offsets]
     planned_parts = planned.get(source_id, {}).get(topic, {})
+    listed = set(stored) | set(planned_parts)
     lags = tuple(
         _partition_lag(
             basis,
@@ -477,9 +479,23 @@ def _topic_lag(
             tuple(offsets.get(p) for offsets in topic_series),
             stored.get(p) if started else None,
         )
-        for p in sorted(set(stored) | (set(planned_parts) if assign else in_kafka))
+        for p in sorted(listed if assign else listed | in_kafka)
     )
-    return TopicLag(topic, False, lags, **sum_lags(lags), new_topic=not stored)
+    not_read = tuple(sorted(in_kafka - listed)) if assign else ()
+    return TopicLag(topic, False, lags, **sum_lags(lags), new_topic=not stored, not_read=not_read)
+
+
+def partition_gap(listed: Mapping[str, Iterable[int]]) -> bool:
+    """Do the partitions a source lists (topic -> partitions) skip one below the highest of
+    a topic? Kafka numbers a topic's partitions from 0 and only adds at the end, and Spark
+    records every partition it subscribes to, so only a query assigned fixed partitions
+    (``assign``) lists partition 2 of a topic and not 1. A partition missing after the
+    highest stays ambiguous (added since, or not assigned)."""
+    for partitions in listed.values():
+        numbers = set(partitions)
+        if numbers and len(numbers) <= max(numbers):
+            return True
+    return False
 
 
 def _subscribed_by(snapshot: KafkaSnapshot, pattern: str | None, read: set[str]) -> bool:
@@ -506,7 +522,9 @@ def _source_lags(
     Before the first commit: the sources of the in-flight batch, measured from the offsets the
     query started at (``source_starts``; a source whose start is unknown is listed with no
     topics). Topics the source has not read yet (in the in-flight batch only, or those of the
-    cluster ``pattern`` is found in: ``snapshot.pattern_topics``) wait from their log start."""
+    cluster ``pattern`` is found in: ``snapshot.pattern_topics``) wait from their log start.
+    A source given ``assign``, or whose listed partitions skip one (``partition_gap``), is
+    measured on those partitions only."""
     started = state.committed is None
     batch = state.in_flight if started else state.committed
     starts = source_starts or {}
@@ -520,8 +538,11 @@ def _source_lags(
         topics: list[TopicLag] = []
         subscribed = False
         if stored is not None:
-            read = set(source.kafka) | set(stored) | set(planned.get(source.source_id, {}))
-            subscribed = _subscribed_by(basis.snapshot, pattern, read)
+            planned_topics = planned.get(source.source_id, {})
+            read = set(source.kafka) | set(stored) | set(planned_topics)
+            listed = {t: {*stored.get(t, {}), *planned_topics.get(t, {})} for t in read}
+            fixed = assign or partition_gap(listed)  # a gap: this source reads by assign
+            subscribed = not fixed and _subscribed_by(basis.snapshot, pattern, read)
             unread = set(basis.snapshot.pattern_topics) - read if subscribed else set()
             topics = [
                 _topic_lag(
@@ -532,7 +553,7 @@ def _source_lags(
                     planned,
                     series_offsets,
                     started=started,
-                    assign=assign,
+                    assign=fixed,
                 )
                 for topic in sorted(read | unread)
             ]

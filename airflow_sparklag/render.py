@@ -6,6 +6,9 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from airflow_sparklag.forecast import breach_text
+from airflow_sparklag.pace import pace_text
+
 if TYPE_CHECKING:
     from airflow_sparklag.history import HistoryPoint, LagHistory
     from airflow_sparklag.model.report import LagReport, PartitionLag
@@ -147,36 +150,59 @@ def summary_lines(report: LagReport) -> list[str]:
     )
     unknown = _time_lag_unknown(report)
     if unknown:
-        lines.append(f"time lag    unknown: {unknown}; --exact reads the records' timestamps")
-    loss = report.min_time_to_loss_seconds
-    if loss is not None:
-        when = "never (retention keeps them)" if math.isinf(loss) else f"in {_secs(loss)} or later"
-        lines.append(f"data loss   the oldest unread records are deleted {when}")
+        lines.append(f"time lag    unknown: {unknown}")
+    lines += _loss_lines(report)
     lines += [f"note        {note}" for note in report.notes]
     lines += _schedule_lines(report)
-    if report.consumption_rate is not None:
-        catch_up = _secs(report.catch_up_seconds)  # "unknown" when None
-        span = ""
-        if len(report.history) > 1:
-            span = f" over batches {report.history[0].batch_id}-{report.history[-1].batch_id}"
-        lines.append(
-            f"rate        {report.consumption_rate:.1f} records/s consumed{span}, "
-            f"catch-up {catch_up}"
-        )
+    lines += _rate_lines(report)
+    if report.pace is not None:
+        lines.append(f"batches     {pace_text(report.pace)}")
+    lines += [f"forecast    {breach_text(b)}" for b in report.time_to_breach]
     if report.missing_topics:
         lines.append(f"missing     topics not in Kafka: {', '.join(report.missing_topics)}")
     return lines
 
 
 def _time_lag_unknown(report: LagReport) -> str:
-    """Why the worst lagging partition's time lag is unknown (estimate mode), if it is."""
-    if report.time_lag_mode != "estimate":
-        return ""
+    """Why the most lagging partition whose time lag is unknown has none (its name and
+    ``report.unknown``'s words), and what else tells it; "" when every one is known."""
+    why = report.unknown.get("max_lag_seconds")
     undated = [p for p in report.partitions() if p.lag > 0 and p.lag_seconds is None]
-    if not undated:
+    if why is None or not undated:
         return ""
     worst = max(undated, key=lambda p: p.lag)
-    return f"{worst.lag_seconds_unknown or 'cannot tell'} ({worst.topic}:{worst.partition})"
+    exact = "; --exact reads the records' timestamps" if report.time_lag_mode == "estimate" else ""
+    return f"{why} ({worst.topic}:{worst.partition}){exact}"
+
+
+def _loss_lines(report: LagReport) -> list[str]:
+    """When retention deletes the oldest unread records, or why that is unknown."""
+    loss = report.min_time_to_loss_seconds
+    why = report.unknown.get("min_time_to_loss_seconds")
+    lines = []
+    if loss is not None:
+        when = "never (retention keeps them)" if math.isinf(loss) else f"in {_secs(loss)} or later"
+        lines.append(f"data loss   the oldest unread records are deleted {when}")
+    if why is not None:
+        what = "of other partitions " if loss is not None else ""
+        lines.append(f"data loss   {what}unknown: {why}")
+    return lines
+
+
+def _rate_lines(report: LagReport) -> list[str]:
+    """The consumption rate over the batches read and the catch-up time, or why unknown."""
+    why = report.unknown.get("catch_up_seconds")
+    catch_up = f"unknown: {why}" if why is not None else _secs(report.catch_up_seconds)
+    consumed = report.consumption_rate
+    if consumed is None:
+        return [f"catch-up    {catch_up}"] if why is not None and report.total_lag else []
+    span = ""
+    if len(report.history) > 1:
+        span = f" over batches {report.history[0].batch_id}-{report.history[-1].batch_id}"
+    produced = report.production_rate
+    if why is not None and produced is not None and produced >= consumed:
+        catch_up += f" (up to {produced:.1f} records/s produced: an upper bound)"
+    return [f"rate        {consumed:.1f} records/s consumed{span}, catch-up {catch_up}"]
 
 
 def _when(epoch: float | None) -> str:

@@ -19,19 +19,11 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit
 
 from airflow_sparklag.errors import KafkaError
-from airflow_sparklag.storage import (
-    LOCAL_SCHEMES,
-    S3_SCHEMES,
-    Storage,
-    refuse_bucketless,
-    scheme_of,
-    trim_location,
-)
+from airflow_sparklag.location import Location
+from airflow_sparklag.storage import Storage, StorageOptions
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointReader, CheckpointState
@@ -51,62 +43,6 @@ __all__ = [
 DEFAULT_KAFKA_TIMEOUT = 10.0  # seconds any one Kafka request may take
 SHARED_CLIENTS_MAX = 32  # clients (S3 and Kafka together) a process keeps in the shared cache
 _Client = TypeVar("_Client")
-
-
-@dataclass(frozen=True)
-class StorageOptions:
-    """How to open each kind of store. Never printed: the options hold credentials.
-
-    - ``s3``: ``endpoint_url``, ``aws_access_key_id``, ``aws_secret_access_key``,
-      ``aws_session_token``, ``region_name``, or a ready ``client`` (boto3 S3 client); or a
-      function returning them, called on first S3 use (the Airflow hook builds its client
-      only when a checkpoint on S3 is read);
-    - ``webhdfs``: ``url`` (or a list of NameNode URLs for HA), ``user``;
-    - ``fsspec``: keyword arguments of the fsspec filesystem (``gs://``, ``abfs://``, ...):
-      a flat dict for every scheme, or per scheme (``{"gs": {...}, "abfs": {...}}``, merged over
-      the flat keys; ``gs`` serves ``gcs://``, ``abfs`` serves ``abfss://`` and ``az://``).
-    """
-
-    s3: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = field(default=None, repr=False)
-    webhdfs: Mapping[str, Any] | None = field(default=None, repr=False)
-    fsspec: Mapping[str, Any] | None = field(default=None, repr=False)
-
-    def open(self, location: str) -> Storage:
-        """A new backend for ``location``'s scheme (the session calls this once per store)."""
-        from airflow_sparklag.storage import open_storage
-
-        s3 = self.s3() if callable(self.s3) else self.s3
-        return open_storage(
-            location,
-            s3_options=dict(s3) if s3 is not None else None,
-            webhdfs_options=dict(self.webhdfs) if self.webhdfs is not None else None,
-            fsspec_options=dict(self.fsspec) if self.fsspec is not None else None,
-        )
-
-
-def store_key(location: str) -> tuple[str, str]:
-    """Which backend serves ``location``: one for every S3 bucket (one client), one for local
-    disk, one per host for WebHDFS and fsspec stores."""
-    scheme = scheme_of(location)
-    if scheme in S3_SCHEMES:
-        return ("s3", "")
-    if scheme in LOCAL_SCHEMES:
-        return ("", "")
-    return (scheme, urlsplit(location).netloc)
-
-
-def refuse_credentials_in(location: str) -> None:
-    """Credentials written into a location (``s3a://KEY:SECRET@bucket/...``) would end up in
-    every message that names the location: refuse them, without repeating them."""
-    from airflow_sparklag.errors import UnsupportedStorageURL
-    from airflow_sparklag.redact import redact_url
-
-    clean = redact_url(location)
-    if clean != location:
-        raise UnsupportedStorageURL(
-            f"{clean}: the location holds credentials (user:secret@), which are never read "
-            "from a URL nor printed; give them through the connection or the AWS environment"
-        )
 
 
 class SourceClusters:
@@ -215,18 +151,15 @@ class Session:
 
     # -- storage ---------------------------------------------------------------------------
 
-    def storage(self, location: str) -> Storage:
-        """The backend serving ``location``, built on first use (once, under a lock)."""
-        if not isinstance(location, str) or "\x00" in location:  # one typed error for all
-            from airflow_sparklag import params
-
-            raise params.invalid("location", f"must be a path or URL text, got {location!r}")
-        refuse_credentials_in(location)
-        key = store_key(location)
-        backend: Storage = self._once(self._backends, key, lambda: self._new_backend(key, location))
+    def storage(self, location: Location | str) -> Storage:
+        """The backend serving ``location`` (text is parsed: a bare ``s3a://`` names the
+        store), built on first use (once, under a lock)."""
+        where = Location.of(location, bucket=False)
+        key = where.store
+        backend: Storage = self._once(self._backends, key, lambda: self._new_backend(key, where))
         return backend
 
-    def _new_backend(self, key: tuple[str, str], location: str) -> Storage:
+    def _new_backend(self, key: tuple[str, str], location: Location) -> Storage:
         backend = self.storage_options.open(location)
         if key == ("s3", ""):
             # boto3 builds its client lazily; build it now, under this key's lock, so threads
@@ -261,22 +194,24 @@ class Session:
 
     # -- checkpoints -------------------------------------------------------------------------
 
-    def reader(self, location: str, *, query_id: bool = True) -> CheckpointReader:
-        """The reader of ``location``, kept for the session's life (it caches batch files)."""
+    def reader(self, location: Location | str, *, query_id: bool = True) -> CheckpointReader:
+        """The reader of ``location``, kept for the session's life (it caches batch files).
+        Text is parsed unless it is the canonical text of a reader already made."""
         from airflow_sparklag.checkpoint import CheckpointReader
 
-        refuse_bucketless(location)
-        root = trim_location(location)
-        key = (root, query_id)
+        given = location.text if isinstance(location, Location) else location
         with self._lock:
-            reader = self._readers.get(key)
+            reader = self._readers.get((given, query_id)) if isinstance(given, str) else None
         if reader is None:
-            reader = CheckpointReader(self.storage(root), root, query_id=query_id)
+            where = Location.of(location)
+            built = CheckpointReader(self.storage(where), where, query_id=query_id)
             with self._lock:
-                reader = self._readers.setdefault(key, reader)
+                reader = self._readers.setdefault((where.text, query_id), built)
         return reader
 
-    def read(self, location: str, *, history: int = 10, query_id: bool = True) -> CheckpointState:
+    def read(
+        self, location: Location | str, *, history: int = 10, query_id: bool = True
+    ) -> CheckpointState:
         """The checkpoint's state now; ``history`` committed batches of it at most."""
         return self.reader(location, query_id=query_id).read(history=history)
 
@@ -296,9 +231,9 @@ class Session:
                         clusters.setdefault(servers, set()).update(source.kafka)
         return found
 
-    def forget(self, keep: Iterable[str]) -> None:
+    def forget(self, keep: Iterable[Location | str]) -> None:
         """Drop the readers of every checkpoint not in ``keep`` (a fleet lost some jobs)."""
-        wanted = {trim_location(loc) for loc in keep}
+        wanted = {Location.of(loc, bucket=False).text for loc in keep}
         with self._lock:
             for key in [k for k in self._readers if k[0] not in wanted]:
                 del self._readers[key]

@@ -34,6 +34,7 @@ from airflow_sparklag.errors import (
     SnapshotVerificationFailed,
     StorageNotFound,
 )
+from airflow_sparklag.location import Location
 from airflow_sparklag.redact import redact_url
 from airflow_sparklag.session import Session
 from airflow_sparklag.storage import Storage, inside, join
@@ -659,8 +660,8 @@ def export_to_group(session: Session, group_id: str, result: SnapshotResult) -> 
 
 
 def snapshot_checkpoint(
-    location: str,
-    snapshot_root: str,
+    location: Location | str,
+    snapshot_root: Location | str,
     *,
     session: Session | None = None,
     record_timestamps: bool = True,
@@ -673,15 +674,15 @@ def snapshot_checkpoint(
     since are unknown (the snapshot is still valid). Without ``session``, one is opened from
     ``session_options`` (``kafka_config``, ...) and closed before returning.
     """
-    location = params.location("location", location)
-    if write:  # (a consumer-group export reads only: no root)
-        snapshot_root = params.location("snapshot_root", snapshot_root)
-        outside_checkpoint("snapshot_root", snapshot_root, location)
+    location = Location.of(location)
+    root = Location.of(snapshot_root, "snapshot_root") if write else None
+    if root is not None:  # (a consumer-group export reads only: no root)
+        outside_checkpoint("snapshot_root", root.text, location.text)
     with Session.using(session, **session_options) as active:
         state = active.read(location, history=1)
         snapshot, kafka = take_snapshot(state, active, now=now, record_timestamps=record_timestamps)
         path = None
-        if write:
-            path = snapshot_path(snapshot_root, snapshot)
-            save_snapshot(snapshot, active.storage(snapshot_root), path)
+        if root is not None:
+            path = snapshot_path(root.text, snapshot)
+            save_snapshot(snapshot, active.storage(root), path)
         return SnapshotResult(snapshot=snapshot, path=path, kafka=kafka)

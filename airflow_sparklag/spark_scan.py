@@ -39,6 +39,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
+from airflow_sparklag.location import Location
 from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.monitor import OPTION_NAMES, CheckOptions, cluster_snapshots
 from airflow_sparklag.session import Session
@@ -278,7 +279,7 @@ def _schema(columns: Sequence[tuple[str, str]]) -> str:
 
 def scan(
     spark: SparkSession,
-    locations: Sequence[str] = (),
+    locations: Sequence[Location | str] = (),
     *,
     kafka_config: Mapping[str, Any],
     prefix: str | Sequence[str] | None = None,
@@ -386,15 +387,15 @@ def _read(
 
 def _scan_locations(
     session: Session,
-    locations: Sequence[str],
+    locations: Sequence[Location | str],
     prefix: str | Sequence[str] | None,
     max_depth: int,
 ) -> list[str]:
-    """The given locations, then the checkpoints discovered under each prefix; no duplicates."""
+    """The given locations, then the checkpoints discovered under each prefix; no duplicates.
+    As text: each executor reads its own from the RDD."""
     from airflow_sparklag.fleet import discover_checkpoints
-    from airflow_sparklag.storage import trim_location
 
-    found = [trim_location(loc) for loc in locations]
+    found = [Location.of(each, "checkpoints", bucket=False).text for each in locations]
     prefixes = [prefix] if isinstance(prefix, str) else list(prefix or ())
     if prefixes:
         found.extend(discover_checkpoints(prefixes, session=session, max_depth=max_depth))
@@ -527,11 +528,12 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
     from airflow_sparklag.kafka import load_kafka_config
 
     args = build_parser().parse_args(argv)
-    locations = _given_locations(args)
-    if not locations and not args.prefix:
+    given = _given_locations(args)
+    if not given and not args.prefix:
         raise SystemExit("spark_scan: give --checkpoints, --checkpoints-file or --prefix")
     kafka_config = load_kafka_config(args.kafka_config, args.bootstrap_servers)
     try:  # usage errors: before Spark
+        locations: Sequence[Location | str] = [params.location("--checkpoints", e) for e in given]
         source_kafka = params.source_configs(
             "--source-servers", args.source_servers or [], kafka_config
         )

@@ -103,7 +103,7 @@ def _measured(command: list[str], env: dict[str, str]) -> tuple[float, float, st
         err.seek(0)
         text = out.read().decode()
         code = os.waitstatus_to_exitcode(status)
-        if code not in (0, 1, 2, 3):  # 1-3: a verdict worse than OK, not a failure
+        if code not in (0, 1, 2, 3) or not text.strip():  # 1-3: a verdict worse than OK
             sys.stderr.write(err.read().decode()[-4000:])
     return wall, usage.ru_utime + usage.ru_stime, text, code
 

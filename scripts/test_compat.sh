@@ -57,7 +57,7 @@ VERSION_TESTS=(test_checkpoint_parsers test_checkpoint_hostile test_checkpoint_r
   test_state_files_hostile test_params test_snapshot test_timelag test_history_unit test_runs
   test_storage_open test_storage_local test_storage_hostile test_storage_capabilities
   test_storage_s3 test_storage_s3_obstore test_storage_obstore_hostile test_cli_contract
-  test_fleet_cli test_kafka_errors test_redact test_render test_exporter_unit)
+  test_fleet_cli test_kafka_errors test_redact test_render test_exporter_unit test_cli_help)
 core_run() {
   local files=() name
   for name in "${VERSION_TESTS[@]}"; do

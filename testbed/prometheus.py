@@ -4,8 +4,9 @@
     server.query('sum(sparklag_partition_lag_records)')   # -> [{"metric": {...}, "value": [...]}]
     server.stop()
 
-Scrapes every second with ``honor_labels: true`` (the exporter's own ``job`` label wins over
-the scrape job's), keeps its TSDB in ``workdir``, listens on a free port.
+Scrapes every second as scrape job ``sparklag`` with Prometheus's defaults (no
+``honor_labels``: the exporter's labels must not collide with ``job`` or ``instance``), keeps
+its TSDB in ``workdir``, listens on a free port.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ class PrometheusServer:
             f"  evaluation_interval: {self.scrape_interval}\n"
             "scrape_configs:\n"
             "  - job_name: sparklag\n"
-            "    honor_labels: true\n"
             "    static_configs:\n"
             f"      - targets: [{targets}]\n"
         )

@@ -56,6 +56,7 @@ time{white-space:nowrap}.legend{font-size:.75rem;margin:.2rem 0 .6rem}
 .key{margin-right:.8rem;white-space:nowrap}.key i{display:inline-block;width:.8rem;height:.25rem;
 margin-right:.3rem;vertical-align:middle}
 .grid{stroke:#d9dee3;stroke-width:1}
+.why{display:block;white-space:normal;max-width:9rem;color:#616e7c;font-size:.7rem}
 """
 
 
@@ -214,6 +215,20 @@ def _loss_text(seconds: float | None) -> str:
     return "never" if seconds is not None and math.isinf(seconds) else seconds_text(seconds)
 
 
+def _batch_text(check: Check) -> str:
+    """``9.2 s (92%)``: the batches' time and its share of their interval (report.pace)."""
+    share = "" if check.batch_time_ratio is None else f" ({check.batch_time_ratio:.0%})"
+    return seconds_text(check.batch_seconds) + share
+
+
+def _measure(check: Check, name: str, text: str) -> str:
+    """A number's cell: ``text``, or when the report says why it is unknown, that reason."""
+    why = check.unknown.get(name)
+    if why is None:
+        return f'<td class="num">{text}</td>'
+    return f'<td class="num">unknown<span class="why">{escape(why)}</span></td>'
+
+
 def _row(job: JobView, base: str) -> str:
     last = job.last
     lag = "-" if last.total_lag is None else f"{last.total_lag:,}"
@@ -224,10 +239,11 @@ def _row(job: JobView, base: str) -> str:
         f"<td>{badge(last.health)}</td>"
         f'<td class="reason">{escape(last.reason)}</td>'
         f'<td class="num">{lag}</td>'
-        f'<td class="num">{seconds_text(last.max_lag_seconds)}</td>'
+        f"{_measure(last, 'max_lag_seconds', seconds_text(last.max_lag_seconds))}"
         f'<td class="num">{seconds_text(last.commit_age_seconds)}</td>'
-        f'<td class="num">{seconds_text(last.catch_up_seconds)}</td>'
-        f'<td class="num">{_loss_text(last.min_time_to_loss_seconds)}</td>'
+        f"{_measure(last, 'catch_up_seconds', seconds_text(last.catch_up_seconds))}"
+        f'<td class="num">{_batch_text(last)}</td>'
+        f"{_measure(last, 'min_time_to_loss_seconds', _loss_text(last.min_time_to_loss_seconds))}"
         f'<td><svg class="spark" width="120" height="24" role="img" '
         f'data-job="{escape(job.location)}"></svg></td>'
         f'<td><a href="{escape(ti_href(base, last))}" target="_top">'
@@ -267,7 +283,7 @@ def fleet_page(
     table = (
         '<table class="jobs"><thead><tr><th>Job</th><th>Health</th><th>Reason</th>'
         "<th>Lag (records)</th><th>Lag (time)</th><th>Commit age</th><th>Catch-up in</th>"
-        "<th>Data loss in</th>"
+        "<th>Batch time</th><th>Data loss in</th>"
         f"<th>Trend</th><th>Last check</th></tr></thead><tbody>{rows}</tbody></table>"
     )
     empty = (

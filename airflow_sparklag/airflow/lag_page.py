@@ -59,6 +59,11 @@ class Check:
     report: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     # retention deletes an unread record in this many seconds (math.inf: never; None: unknown)
     min_time_to_loss_seconds: float | None = None
+    # the batches' time and its share of their trigger interval (report.pace; None: unknown)
+    batch_seconds: float | None = None
+    batch_time_ratio: float | None = None
+    # why a measure is unknown: the report's own words (LagReport.unknown), by measure name
+    unknown: Mapping[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -83,6 +88,8 @@ def _number(value: Any) -> float | None:
 
 Parsed = dict[str, Any]  # the Check fields one XCom entry gives
 MEASURES = ("total_lag", "max_lag_seconds", "commit_age_seconds", "catch_up_seconds")
+PACE_FIELDS = {"batch_seconds": "batch_seconds", "batch_time_ratio": "ratio"}  # of report.pace
+UNKNOWN = ("catch_up_seconds", "max_lag_seconds", "min_time_to_loss_seconds")  # with a reason
 
 
 def _parsed(
@@ -100,6 +107,14 @@ def _parsed(
     parsed.update((name, _number(measured.get(name))) for name in MEASURES)
     loss = measured.get("min_time_to_loss_seconds")
     parsed["min_time_to_loss_seconds"] = math.inf if loss == "infinite" else _number(loss)
+    pace = measured.get("pace")  # a whole report's; the database extracts its fields flat
+    flat = (
+        {n: pace.get(k) for n, k in PACE_FIELDS.items()} if isinstance(pace, Mapping) else measured
+    )
+    parsed.update((name, _number(flat.get(name))) for name in PACE_FIELDS)
+    why = measured.get("unknown")
+    why = why if isinstance(why, Mapping) else {}
+    parsed["unknown"] = {name: str(why[name]) for name in UNKNOWN if why.get(name)}
     if parsed["total_lag"] is not None:
         parsed["total_lag"] = int(parsed["total_lag"])
     return parsed
@@ -222,6 +237,8 @@ EXTRACTED = {
     "health": ("verdict", "health"),
     "reason": ("verdict", "reason"),
     **{name: ("report", name) for name in (*MEASURES, "min_time_to_loss_seconds")},
+    **{name: ("report", "pace", key) for name, key in PACE_FIELDS.items()},
+    **{f"unknown.{name}": ("report", "unknown", name) for name in UNKNOWN},
 }
 Tasks = Iterable[tuple[str, str, int]]  # (dag_id, task_id, map_index)
 
@@ -293,7 +310,10 @@ def load_table(
             continue
         found = dict(zip(EXTRACTED, values, strict=True))
         if found["location"]:  # numbers come as text
-            measured = {k: _scalar(found[k]) for k in (*MEASURES, "min_time_to_loss_seconds")}
+            measured = {
+                k: _scalar(found[k]) for k in (*MEASURES, "min_time_to_loss_seconds", *PACE_FIELDS)
+            }
+            measured["unknown"] = {k: found[f"unknown.{k}"] for k in UNKNOWN}
             parsed = _parsed(found, found["health"], found["reason"], measured)
             at_task = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
             named = {"map_index": map_index, "name": name or task_id, "at": at}

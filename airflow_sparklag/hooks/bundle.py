@@ -21,6 +21,8 @@ from airflow_sparklag.errors import InvalidParameter
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
+    from airflow_sparklag.location import Location
+
 CONN_TYPE = "sparklag"
 DEFAULT_KAFKA_CONN_ID = "kafka_default"
 # The prefix Airflow's older forms put before a connection type's extra fields.
@@ -82,7 +84,7 @@ class ConnectionBundle:
     gcp_conn_id: str | None = None
     wasb_conn_id: str | None = None
     source_kafka_conn_ids: dict[str, str] = field(default_factory=dict)
-    location: str | None = None
+    location: Location | None = None
 
 
 def read_bundle(conn: Connection) -> ConnectionBundle:

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from airflow_sparklag.fleet import FleetChecker
     from airflow_sparklag.history import LagHistory
     from airflow_sparklag.kafka import KafkaOffsetsClient
+    from airflow_sparklag.location import Location
     from airflow_sparklag.monitor import CheckOptions, CheckResult
     from airflow_sparklag.session import Session
 
@@ -351,7 +352,7 @@ class SparkLagHook(BaseHook):
     # -- the core's checks and waits --------------------------------------------------------
 
     def check(
-        self, location: str, *, options: CheckOptions | None = None, **check: Any
+        self, location: Location | str, *, options: CheckOptions | None = None, **check: Any
     ) -> CheckResult:
         """Lag and health of one checkpoint: the core's ``CheckResult(report, verdict)``.
         ``check`` are ``CheckOptions`` fields (thresholds, history, exact_time_lag, ...)."""
@@ -387,7 +388,7 @@ class SparkLagHook(BaseHook):
 
         return history(self.session, location, batches=batches)
 
-    def read_checkpoint(self, location: str, *, history: int = 1) -> CheckpointState:
+    def read_checkpoint(self, location: Location | str, *, history: int = 1) -> CheckpointState:
         """The checkpoint's state (committed batch, offsets); readers kept per location."""
         return self.session.read(location, history=history)
 
@@ -457,7 +458,7 @@ class SparkLagHook(BaseHook):
                 passed.append(f"{store} client built from the connection")
         location = self.bundle.location if self.bundle is not None else None
         if location:
-            yield f"reading the checkpoint {redact_url(location)}"
+            yield f"reading the checkpoint {redact_url(str(location))}"
             passed.append(self._test_checkpoint(location))
 
     def _test_s3(self) -> str:
@@ -467,9 +468,9 @@ class SparkLagHook(BaseHook):
         source = "amazon provider's AwsBaseHook" if s3.from_provider else "connection"
         return f"S3 answered ({len(buckets)} buckets; client from the {source})"
 
-    def _test_checkpoint(self, location: str) -> str:
+    def _test_checkpoint(self, location: Location) -> str:
         state = self.read_checkpoint(location, history=1)
-        shown = redact_url(location)
+        shown = redact_url(str(location))
         if state.committed is None:
             return f"checkpoint {shown} read: no batch committed yet"
         partitions = {

@@ -116,6 +116,9 @@ class TopicLag(ToDict):
     # A missing topic: partition -> offset the checkpoint holds (committed, or started at).
     checkpoint_offsets: Mapping[int, int] = field(default_factory=dict)
     new_topic: bool = False
+    # Partitions Kafka has that the query does not read (not counted): its source reads fixed
+    # partitions, given (``assign``) or shown by a gap in the ones it lists (a note says so).
+    not_read: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,49 @@ class HistoryBatch(ToDict):
 
 
 @dataclass(frozen=True)
+class Breach(ToDict):
+    """When a lag threshold is crossed at the current rates (``forecast.time_to_breach``).
+
+    ``seconds``: 0 when already crossed, math.inf when the backlog does not grow, None when
+    not forecast (``unknown`` says why); ``growth``: the backlog's net growth, records/s
+    (production upper bound minus consumption), so ``seconds`` errs on the early side.
+
+    >>> Breach("max_lag_records_total", 1000, 400, 12.0, growth=50.0).seconds
+    12.0
+    """
+
+    threshold: str  # the Thresholds field
+    limit: float
+    current: float | None  # the measured value (records, or the oldest waiting record's age)
+    seconds: float | None
+    growth: float | None = None
+    unknown: str | None = None
+
+
+@dataclass(frozen=True)
+class Pace(ToDict):
+    """How long the batches take against the interval they run at (``pace.pace_of``), from
+    the listing's times: a batch's time is offsets/N written to commits/N written.
+
+    ``interval_seconds``: the median spacing of batch starts that waited for their trigger
+    (None: every batch started as the one before committed; ``unknown`` says why);
+    ``ratio``: ``batch_seconds`` over it; ``trend``: "rising", "falling" or "steady" over the
+    window (None under 4 batches).
+
+    >>> Pace(batch_seconds=9.2, batch_times=(8.0, 9.2), interval_seconds=10.0, ratio=0.92).ratio
+    0.92
+    """
+
+    batch_seconds: float | None  # the median of the newest three batches' times
+    batch_times: tuple[float, ...] = ()  # each committed batch's time, oldest first
+    batch_ids: tuple[int, ...] = ()  # the batches of batch_times
+    interval_seconds: float | None = None
+    ratio: float | None = None
+    trend: str | None = None
+    unknown: str | None = None
+
+
+@dataclass(frozen=True)
 class LagReport(ToDict):
     """Everything known about a query's lag at `generated_at`.
 
@@ -253,6 +299,14 @@ class LagReport(ToDict):
     # The query reads fixed partitions (Spark's assign): partitions the checkpoint lacks are
     # not counted.
     assign: bool = False
+    # When each lag threshold set is crossed at the current rates (forecast.py).
+    time_to_breach: tuple[Breach, ...] = ()
+    # Batch time against the trigger's interval (pace.py); None: fewer than one timed batch.
+    pace: Pace | None = None
+    # Why a number above is unknown, each only when it is: "catch_up_seconds", "max_lag_seconds"
+    # (a lagging partition's age) and "min_time_to_loss_seconds" (a lagging partition's) ->
+    # a short reason (lag.py: the same words in the CLI, the lag page and the exporter).
+    unknown: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def kafka_sources(self) -> tuple[SourceLag, ...]:

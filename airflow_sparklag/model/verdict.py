@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
@@ -67,6 +67,16 @@ class Health(str, Enum):
     def metric_value(self) -> int:
         """The number dashboards get: 0 OK .. 5 DATA_LOSS, -1 UNKNOWN. A stable contract."""
         return _SEVERITY[self]
+
+    @classmethod
+    def worst(cls, verdicts: Iterable[Health]) -> Health | None:
+        """The verdict users act on first (a fleet's exit code): the most severe breach, else
+        UNKNOWN ("cannot tell" never passes as OK), else OK; None when there is none.
+
+        >>> Health.worst([Health.UNKNOWN, Health.STOPPED, Health.OK]), Health.worst([Health.OK])
+        (<Health.STOPPED: 'STOPPED'>, <Health.OK: 'OK'>)
+        """
+        return max(verdicts, key=lambda h: 0.5 if h is cls.UNKNOWN else h.severity, default=None)
 
     @classmethod
     def parse(cls, name: object) -> Health:
@@ -149,6 +159,12 @@ class Thresholds:
     # just those are set); 0 turns the warning off.
     min_time_to_loss_seconds: float | None = None
     min_time_to_loss_ratio: float | None = None
+    # LAGGING (rule time_to_breach) when a lag threshold set above would be crossed sooner
+    # than this at the current rates (forecast.py).
+    min_time_to_breach_seconds: float | None = None
+    # LAGGING (rule batch_time) when batches take more than this share of the interval they
+    # run at (pace.py); above 1: they overrun it by that much.
+    max_batch_time_ratio: float | None = None
     # Lag (records per partition) that still counts as caught up: transactional topics keep
     # a commit marker after the last record, and some sources trail by a record or two.
     allowed_lag: int = 0

@@ -23,6 +23,7 @@ from airflow_sparklag.render import seconds_text
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_sparklag.location import Location
     from airflow_sparklag.monitor import CheckResult
 
 # Verdicts that fail a SparkLagCheckOperator unless told otherwise. UNKNOWN (no batch committed
@@ -73,10 +74,10 @@ class _LagCheckBase(CheckOptionsMixin):
         self.metric_prefix = metric_prefix
         self.metric_name = metric_name
 
-    def _read_check(self) -> tuple[str, Any]:
+    def _read_check(self) -> tuple[Location, Any]:
         return params.location("location", self.location), self.check_options()
 
-    def _check(self, location: str, options: Any) -> CheckResult:
+    def _check(self, location: Location, options: Any) -> CheckResult:
         """The check, with its metrics: gauges of the result, or a failure by reason."""
         job = metrics.job_name(self, self.metric_name)
         try:
@@ -198,8 +199,9 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
     def choose_branch(self, context: Context) -> str | list[str]:
         location = str(self.location).strip()
         try:
-            location, options = self.read_params(self._read_check)
-            result = self._check(location, options)
+            where, options = self.read_params(self._read_check)
+            location = where.text
+            result = self._check(where, options)
         except Exception as exc:
             push_check_failed(context, location, exc, "report")
             # a refusal or a bad parameter (AirflowFailException) has no branch

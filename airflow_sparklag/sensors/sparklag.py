@@ -208,7 +208,7 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
         else:
             fail_fast = params.health_names("fail_fast", self.fail_fast)
         return HealthCondition(
-            params.location("location", self.location), options, accept, fail_fast
+            params.location("location", self.location).text, options, accept, fail_fast
         )
 
     def _probe(self, context: Context) -> Probe:
@@ -259,7 +259,7 @@ class SparkCheckpointProgressSensor(_CheckpointSensor):
 
     def condition(self) -> ProgressCondition:
         return ProgressCondition(
-            params.location("location", self.location),
+            params.location("location", self.location).text,
             _batch_id("after_batch_id", self.after_batch_id),
             params.moment("after_commit_time", self.after_commit_time),
         )
@@ -299,5 +299,5 @@ class SparkKafkaCatchUpSensor(_CheckpointSensor):
             )
         topics = tuple(params.strings("topics", self.topics)) or None
         return CatchUpCondition(
-            params.location("location", self.location), int(seconds * 1000), topics
+            params.location("location", self.location).text, int(seconds * 1000), topics
         )

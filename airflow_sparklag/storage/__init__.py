@@ -14,34 +14,48 @@ import os
 import posixpath
 import threading
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
-from urllib.parse import urlsplit
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from airflow_sparklag.errors import InvalidParameter, UnsupportedStorageURL
+from airflow_sparklag.errors import InvalidParameter
+from airflow_sparklag.location import (
+    HDFS_SCHEMES,
+    LOCAL_SCHEMES,
+    S3_SCHEMES,
+    Location,
+    join,
+    scheme_of,
+    trim_location,
+    url_parts,
+)
 
+# The path helpers live in airflow_sparklag.location; the backends import them from here.
 __all__ = [
+    "BACKENDS",
     "CHECKPOINT_MARKERS",
+    "HDFS_SCHEMES",
+    "LOCAL_SCHEMES",
+    "S3_SCHEMES",
+    "BackendOptions",
     "Children",
     "ObjectInfo",
     "RequestCounter",
     "Storage",
+    "StorageOptions",
     "checkpoint_listing_end",
     "checkpoint_log_entry",
     "inside",
     "join",
     "open_storage",
-    "refuse_bucketless",
     "scheme_of",
     "seconds_option",
     "trim_location",
     "url_parts",
 ]
 
-S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
-HDFS_SCHEMES = frozenset({"hdfs", "webhdfs"})
-LOCAL_SCHEMES = frozenset({"", "file"})
+Options = TypeVar("Options", bound="BackendOptions")
+
 CHECKPOINT_MARKERS = frozenset({"offsets", "commits"})  # directories that make a checkpoint
 
 
@@ -265,29 +279,6 @@ class Storage(Protocol):
         ...
 
 
-def scheme_of(url: str) -> str:
-    """Lower-case URL scheme, ``""`` for a plain local path."""
-    if "://" not in url and not url.startswith("file:"):
-        return ""
-    return urlsplit(url).scheme.lower()
-
-
-def url_parts(url: str) -> tuple[str, str]:
-    """(authority, path) of a storage URL as Hadoop's ``Path`` reads it: the path is everything
-    after the authority, verbatim. ``?``, ``#`` and ``%41`` are characters of a key or file
-    name there, not a query, a fragment or an escape (Spark writes ``s3a://b/ck ?x #1`` to the
-    keys ``ck ?x #1/...``), where ``urlsplit`` would cut the path at ``?`` or ``#``.
-
-    >>> url_parts("s3a://bucket/my ck ?x #y%41/offsets")
-    ('bucket', '/my ck ?x #y%41/offsets')
-    >>> url_parts("s3a://bucket")
-    ('bucket', '')
-    """
-    rest = url.partition("://")[2]
-    authority, slash, path = rest.partition("/")
-    return authority, slash + path
-
-
 def inside(inner: str, outer: str) -> bool:
     """Whether ``inner`` is ``outer`` or a path under it, on the same store: ``.``, ``..`` and
     repeated slashes normalised, local paths resolved (relative ones, symlinks), ``s3``,
@@ -311,77 +302,113 @@ def _store_path(location: str) -> tuple[str, str]:
     return f"{family}://{authority}", posixpath.normpath("/" + path.lstrip("/"))
 
 
-def trim_location(location: str) -> str:
-    """``location`` without trailing slashes, but never less than its scheme and authority:
-    ``"s3a://b/ck/"`` -> ``"s3a://b/ck"``, while ``"s3a://"`` and ``"/"`` stay as they are (a
-    bare ``"s3a:"`` would be read as a local directory named ``s3a:``).
+# The backends, one line per scheme: the options type of the backend serving it, "module:Class"
+# under airflow_sparklag.storage, imported on first use (DAG parsing never loads a client).
+# Adding a backend is its file (a Storage class and a BackendOptions that opens it) and its lines
+# here; any scheme not listed is served by fsspec.
+BACKENDS = {
+    "": "local:LocalOptions",
+    "file": "local:LocalOptions",
+    "s3": "s3:S3Options",
+    "s3a": "s3:S3Options",
+    "s3n": "s3:S3Options",
+    "hdfs": "webhdfs:WebHDFSOptions",
+    "webhdfs": "webhdfs:WebHDFSOptions",
+}
+OTHER_SCHEMES = "fsspec_store:FsspecOptions"
 
-    >>> trim_location("s3a://bucket/ck//"), trim_location("s3a://"), trim_location("/")
-    ('s3a://bucket/ck', 's3a://', '/')
-    """
-    scheme, found, rest = location.partition("://")
-    if not found:
-        return location.rstrip("/") or location
-    trimmed = rest.rstrip("/")
-    return f"{scheme}://{trimmed}" if trimmed else location
 
+def options_type(scheme: str) -> type[BackendOptions]:
+    """The options type of the backend serving ``scheme`` (:data:`BACKENDS`)."""
+    import importlib
 
-def refuse_bucketless(location: str) -> None:
-    """A checkpoint on an object store needs a bucket (container): ``s3a://`` or ``gs:///ck``
-    is :class:`~airflow_sparklag.errors.UnsupportedStorageURL` naming it. (A bare scheme is
-    fine for building that scheme's client, as a connection test does.)"""
-    scheme = scheme_of(location)
-    if scheme in LOCAL_SCHEMES or scheme in HDFS_SCHEMES or urlsplit(location).netloc:
-        return
-    raise UnsupportedStorageURL(
-        f"{location!r} names no bucket or container; expected {scheme}://bucket/path/to/checkpoint"
+    module, _, name = BACKENDS.get(scheme, OTHER_SCHEMES).partition(":")
+    found: type[BackendOptions] = getattr(
+        importlib.import_module(f"airflow_sparklag.storage.{module}"), name
     )
+    return found
 
 
-def join(root: str, *parts: str) -> str:
-    """Join a checkpoint root (URL or path) and relative parts with ``/``.
+@dataclass(frozen=True, repr=False)
+class BackendOptions:
+    """How to open one kind of backend: a frozen dataclass per backend (``S3Options``,
+    ``WebHDFSOptions``, ``FsspecOptions``, ``LocalOptions``) whose fields are its constructor's
+    keyword arguments, None for "the backend's default". Never printed: options hold secrets.
 
-    >>> join("s3a://bucket/ck/", "offsets", "12")
-    's3a://bucket/ck/offsets/12'
+    >>> S3Options.from_mapping({"region_name": "eu-west-1"}, "s3_options")   # doctest: +SKIP
     """
-    base = trim_location(root)
-    pieces = [part.strip("/") for part in parts if part.strip("/")]
-    if not pieces:
-        return base
-    separator = "" if base.endswith("/") else "/"
-    return base + separator + "/".join(pieces)
+
+    @classmethod
+    def from_mapping(cls: type[Options], given: Mapping[str, Any] | None, name: str) -> Options:
+        """The options a mapping gives (the edges: ``Session(s3_options=...)``, CLI flags,
+        connection extras); a key the backend does not take (``read_timout``) is
+        :class:`~airflow_sparklag.errors.InvalidParameter` naming ``name`` and the key."""
+        given = dict(given or {})
+        known = sorted(each.name for each in fields(cls))
+        unknown = sorted(repr(key) for key in given if key not in known)
+        if unknown:
+            raise InvalidParameter(
+                f"unknown option(s) {', '.join(unknown)}; known: {', '.join(known)}", name
+            )
+        return cls(**given)
+
+    def given(self) -> dict[str, Any]:
+        """The options set (not None), as the backend's keyword arguments."""
+        values = ((each.name, getattr(self, each.name)) for each in fields(self))
+        return {name: value for name, value in values if value is not None}
+
+    def open(self, location: Location) -> Storage:
+        """A new backend serving ``location``."""
+        raise NotImplementedError
 
 
-def open_storage(
-    url: str,
-    *,
-    s3_options: dict[str, Any] | None = None,
-    webhdfs_options: dict[str, Any] | None = None,
-    fsspec_options: dict[str, Any] | None = None,
-) -> Storage:
-    """The backend for ``url``'s scheme: local paths and ``file://``, S3 (``s3``, ``s3a``,
-    ``s3n``), HDFS (``hdfs``, ``webhdfs``), else fsspec (``gs://``, ``abfs://``, ...). The
-    options of each are in docs/architecture.md ("Storage interface") and their time bounds in
-    docs/connections.md ("Time bounds"); an option the backend does not know (``read_timout``)
-    raises :class:`~airflow_sparklag.errors.InvalidParameter` naming it.
+@dataclass(frozen=True, repr=False)
+class StorageOptions:
+    """How to open each kind of store, one typed value per backend (see each type for its
+    options: docs/connections.md). Mappings given here (the edges: ``Session(s3_options=...)``,
+    the hook's connections) are read into their type once. ``s3`` may also be a function
+    returning them, called on first S3 use (the Airflow hook builds its client only when a
+    checkpoint on S3 is read). Never printed: the options hold credentials.
     """
-    scheme = scheme_of(url)
-    if scheme in LOCAL_SCHEMES:
-        from airflow_sparklag.storage.local import LocalStorage
 
-        return LocalStorage()
-    if scheme in S3_SCHEMES:
-        from airflow_sparklag.storage.s3 import S3Storage
+    s3: BackendOptions | Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None
+    webhdfs: BackendOptions | Mapping[str, Any] | None = None
+    fsspec: BackendOptions | Mapping[str, Any] | None = None
 
-        return S3Storage(**_known_options(S3Storage, s3_options, "s3_options"))
-    if scheme in HDFS_SCHEMES:
-        from airflow_sparklag.storage.webhdfs import WebHDFSStorage
+    def __post_init__(self) -> None:
+        for kind in ("s3", "webhdfs", "fsspec"):
+            value = getattr(self, kind)
+            if isinstance(value, Mapping):
+                object.__setattr__(self, kind, _typed(kind, value))
 
-        options = _known_options(WebHDFSStorage, webhdfs_options, "webhdfs_options", "url")
-        return WebHDFSStorage.for_url(url, **options)
-    from airflow_sparklag.storage.fsspec_store import FsspecStorage
+    def options_for(self, wanted: type[BackendOptions]) -> BackendOptions:
+        """The options of the backend ``wanted`` types (its defaults when none were given)."""
+        for value in (self.s3, self.webhdfs, self.fsspec):
+            if callable(value) and wanted is options_type("s3"):  # only an S3 backend calls it
+                value = _typed("s3", value())
+            if isinstance(value, wanted):
+                return value
+        return wanted()
 
-    return FsspecStorage.for_url(url, **fsspec_options_for(fsspec_options, scheme))
+    def open(self, location: Location | str) -> Storage:
+        """A new backend for ``location``'s scheme (the session calls this once per store);
+        text names a store (``s3://``: no bucket needed)."""
+        where = Location.of(location, bucket=False)
+        return self.options_for(options_type(where.scheme)).open(where)
+
+
+def _typed(kind: str, given: Mapping[str, Any]) -> BackendOptions:
+    scheme = {"s3": "s3", "webhdfs": "hdfs", "fsspec": "gs"}[kind]  # one each kind serves
+    return options_type(scheme).from_mapping(given, f"{kind}_options")
+
+
+def open_storage(location: Location | str, options: StorageOptions | None = None) -> Storage:
+    """The backend for ``location``'s scheme (:data:`BACKENDS`): local paths and ``file://``,
+    S3 (``s3``, ``s3a``, ``s3n``), HDFS (``hdfs``, ``webhdfs``), else fsspec (``gs://``,
+    ``abfs://``, ...), opened with its options from ``options``. Their time bounds are in
+    docs/connections.md ("Time bounds").
+    """
+    return (options or StorageOptions()).open(location)
 
 
 # Schemes served by one fsspec implementation: options given for the first name apply to all.
@@ -407,25 +434,6 @@ def fsspec_options_for(options: Mapping[str, Any] | None, scheme: str) -> dict[s
         if key and key in options and per_scheme(key):
             merged.update(options[key])
     return merged
-
-
-def _known_options(
-    backend: Any, options: dict[str, Any] | None, name: str, *also: str
-) -> dict[str, Any]:
-    """``options`` if ``backend`` (or ``also``) takes every one of them; a misspelt option
-    (``read_timout``) is an error naming it, not a TypeError from deep inside."""
-    import inspect
-
-    options = dict(options or {})
-    parameters = inspect.signature(backend).parameters.values()
-    keyword_only = (p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
-    known = sorted([*also, *keyword_only])
-    unknown = sorted(key for key in options if key not in known)
-    if unknown:
-        raise InvalidParameter(
-            f"unknown option(s) {', '.join(map(repr, unknown))}; known: {', '.join(known)}", name
-        )
-    return options
 
 
 def seconds_option(value: Any, name: str) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -15,13 +16,16 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     UnsupportedStorageURL,
 )
+from airflow_sparklag.location import Location
 from airflow_sparklag.redact import redact_url, scrub, secret_parts
 from airflow_sparklag.storage import (
+    BackendOptions,
     Children,
     ObjectInfo,
     RequestCounter,
     Storage,
     base64_md5,
+    fsspec_options_for,
     scheme_of,
 )
 
@@ -293,3 +297,21 @@ def _setup_failed(
         f"{redact_url(location)}: could not set up the {scheme}:// client from its options or "
         f"connection ({detail}); check the key file / token / connection"
     )
+
+
+@dataclass(frozen=True, repr=False)
+class FsspecOptions(BackendOptions):
+    """The keyword arguments of the fsspec filesystems (``gs://``, ``abfs://``, ...): a flat
+    mapping for every scheme, or per scheme (``{"gs": {...}, "abfs": {...}}``, merged over the
+    flat keys: :func:`~airflow_sparklag.storage.fsspec_options_for`). Never printed."""
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, given: Mapping[str, Any] | None, name: str) -> FsspecOptions:
+        return cls(dict(given or {}))  # any keys: each filesystem checks its own
+
+    def open(self, location: Location) -> Storage:
+        return FsspecStorage.for_url(
+            str(location), **fsspec_options_for(self.values, location.scheme)
+        )

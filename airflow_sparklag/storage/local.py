@@ -7,6 +7,7 @@ import errno
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from airflow_sparklag.errors import (
@@ -15,7 +16,8 @@ from airflow_sparklag.errors import (
     StorageError,
     StorageNotFound,
 )
-from airflow_sparklag.storage import Children, ObjectInfo, RequestCounter, Storage
+from airflow_sparklag.location import Location
+from airflow_sparklag.storage import BackendOptions, Children, ObjectInfo, RequestCounter, Storage
 
 
 def local_path(path: str) -> str:
@@ -210,3 +212,11 @@ def _fsync_directory(directory: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+@dataclass(frozen=True, repr=False)
+class LocalOptions(BackendOptions):
+    """Local files take no options."""
+
+    def open(self, location: Location) -> Storage:
+        return LocalStorage()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,15 +17,19 @@ from airflow_sparklag.errors import (
     BucketNotFound,
     ConditionalWriteUnsupported,
     InvalidParameter,
+    SparkLagError,
     StorageAccessDenied,
     StorageAlreadyExists,
     StorageError,
     StorageNotFound,
     UnsupportedStorageURL,
+    UsageError,
 )
+from airflow_sparklag.location import Location
 from airflow_sparklag.redact import scrub, secret_parts
 from airflow_sparklag.storage import (
     S3_SCHEMES,
+    BackendOptions,
     Children,
     ObjectInfo,
     RequestCounter,
@@ -248,23 +253,42 @@ class S3Storage:
             import boto3
             import botocore.session
             from botocore.config import Config
+            from botocore.exceptions import BotoCoreError
 
             # a check reads many checkpoints at once through this one client
             config = Config(**self._config, max_pool_connections=MAX_POOL_CONNECTIONS)
             options = self._client_options
-            # A session of our own: boto3's default session is shared and not thread-safe.
-            session = self._session or boto3.session.Session(
-                botocore_session=botocore.session.get_session(),
-                aws_access_key_id=options["aws_access_key_id"],
-                aws_secret_access_key=options["aws_secret_access_key"],
-                aws_session_token=options["aws_session_token"],
-                region_name=options["region_name"],
-            )
-            self._client = session.client(
-                "s3", config=config, endpoint_url=options["endpoint_url"], verify=self._verify
-            )
+            try:
+                # A session of our own: boto3's default session is shared and not thread-safe.
+                session = self._session or boto3.session.Session(
+                    botocore_session=botocore.session.get_session(),
+                    aws_access_key_id=options["aws_access_key_id"],
+                    aws_secret_access_key=options["aws_secret_access_key"],
+                    aws_session_token=options["aws_session_token"],
+                    region_name=options["region_name"],
+                )
+                self._client = session.client(
+                    "s3", config=config, endpoint_url=options["endpoint_url"], verify=self._verify
+                )
+            except (BotoCoreError, ValueError) as exc:  # no request yet: the AWS setup itself
+                raise self._setup_error(exc) from None  # the original may quote a credential
             self._session = session
         return self._client
+
+    def _setup_error(self, exc: BaseException) -> SparkLagError:
+        """Why no S3 client could be made: a credential provider that failed (a
+        ``credential_process``, SSO) cannot give credentials; anything else (an unknown
+        ``AWS_PROFILE``, an unreadable config file, partial keys, a bad region or endpoint) is
+        a configuration error."""
+        from botocore.exceptions import CredentialRetrievalError, SSOError, TokenRetrievalError
+
+        text = f"{type(exc).__name__}: {self._scrubbed(exc)}"
+        if isinstance(exc, (CredentialRetrievalError, SSOError, TokenRetrievalError)):
+            return StorageAccessDenied(f"S3: could not get AWS credentials ({text})")
+        return UsageError(
+            f"S3: the AWS configuration is not usable ({text}); check AWS_PROFILE, "
+            "AWS_CONFIG_FILE, the AWS_* keys, the region and the endpoint URL"
+        )
 
     @property
     def boto3_session(self) -> Any:
@@ -696,3 +720,25 @@ def s3_error(
     elif code in _THROTTLED or status == "503":
         hint = "; S3 throttled or was unavailable through every attempt: check again later"
     return StorageError(f"{path}: {action} failed: {code or status}: {message}{hint}")
+
+
+@dataclass(frozen=True, repr=False)
+class S3Options(BackendOptions):
+    """The options of :class:`S3Storage` (its keyword arguments; None: its default), given
+    once for every bucket. Never printed."""
+
+    client: Any = None
+    session: Any = None
+    endpoint_url: str | None = None
+    aws_access_key_id: str | None = None
+    aws_secret_access_key: str | None = None
+    aws_session_token: str | None = None
+    region_name: str | None = None
+    verify: bool | str | None = None
+    connect_timeout: float | None = None
+    read_timeout: float | None = None
+    max_attempts: int | None = None
+    reader: str | None = None
+
+    def open(self, location: Location) -> Storage:
+        return S3Storage(**self.given())

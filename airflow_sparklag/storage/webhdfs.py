@@ -15,6 +15,7 @@ import struct
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
@@ -29,8 +30,10 @@ from airflow_sparklag.errors import (
     UnsupportedStorageURL,
     UsageError,
 )
+from airflow_sparklag.location import Location
 from airflow_sparklag.storage import (
     HDFS_SCHEMES,
+    BackendOptions,
     Children,
     ObjectInfo,
     RequestCounter,
@@ -743,3 +746,23 @@ def _is_file_status(status: Any) -> bool:
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+@dataclass(frozen=True, repr=False)
+class WebHDFSOptions(BackendOptions):
+    """The options of :class:`WebHDFSStorage` (its keyword arguments; None: its default);
+    ``url``: the NameNodes' HTTP URL (or a list of them, HA) instead of the location's host.
+    Never printed."""
+
+    url: str | list[str] | None = None
+    user: str | None = None
+    connect_timeout: float | None = None
+    read_timeout: float | None = None
+    kerberos: bool | None = None
+    principal: str | None = None
+    keytab: str | None = None
+    verify: bool | str | None = None
+    token_file: str | None = None
+
+    def open(self, location: Location) -> Storage:
+        return WebHDFSStorage.for_url(str(location), **self.given())

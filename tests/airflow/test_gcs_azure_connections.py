@@ -22,6 +22,7 @@ from airflow_sparklag.operators.snapshot import CheckpointMigrationOperator
 from airflow_sparklag.operators.sparklag import SparkLagCheckOperator
 from airflow_sparklag.sensors.sparklag import SparkKafkaCatchUpSensor, SparkLagSensor
 from airflow_sparklag.storage import fsspec_options_for
+from airflow_sparklag.storage.fsspec_store import FsspecOptions
 from tests.airflow.conftest import conn_env, kafka_connection
 
 KEY = "c2VjcmV0LWFjY291bnQta2V5LXZhbHVlLTEyMzQ1Njc4OTA="
@@ -120,8 +121,8 @@ def test_hook_puts_both_connections_in_its_one_session(monkeypatch) -> None:
         "gs": {"token": "anon"},
         "abfs": {"account_name": "acct", "account_key": KEY},
     }
-    options = hook.session.storage_options.fsspec
-    assert options is not None and options["abfs"]["account_key"] == KEY
+    options = hook.session.storage_options.fsspec  # read into its typed value once
+    assert isinstance(options, FsspecOptions) and options.values["abfs"]["account_key"] == KEY
     assert KEY not in hook.scrub(f"x {KEY} y")
     assert SparkLagHook("k_gcsaz").fsspec_options() is None
 

@@ -23,14 +23,17 @@ import urllib.error
 import urllib.request
 import uuid
 from datetime import datetime, timedelta, timezone
+from html import escape
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from airflow_sparklag.lag import MAY_KEEP_PACE, ONE_BATCH
 from testbed.process import free_port, log_tail
 from tests.airflow.conftest import MetadataDb, airflow_env
 from tests.airflow.test_dags import dags_test, run_state
+from tests.airflow.test_lag_page_parts import judged
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "docs" / "images"
@@ -140,7 +143,7 @@ def check_result(location: str, lag: int, limit: int, health: str | None = None)
         "error": None,
         "verdict": {
             "health": health or ("LAGGING" if breach else "OK"),
-            "reason": f"total lag {lag} > {limit}" if breach else "within thresholds",
+            "reason": f"total lag {lag} > {limit}" if breach else f"lag {lag} record(s)",
             "rule": "max_lag_records_total",
         },
         "report": {
@@ -215,6 +218,8 @@ def start_api_server(
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(port),
         "PYTHONUNBUFFERED": "1",
+        # the plugin of this checkout, not of wherever the package is installed from
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
     }
     airflow = str(Path(sys.executable).parent / "airflow")
     with open(log, "wb") as out:
@@ -310,6 +315,7 @@ def test_fleet_page_shows_every_configured_job(metadata_db, kafka_conn, healthy_
 
     # 15 checks of one job (with its thresholds), a STOPPED job, a fleet scan's results.
     history, sla, scan = f"s3a://lake/ck/history-{tag}", f"sla_{tag}", f"sparklag_fleet_scan_{tag}"
+    stopped = judged(f"/ck/stopped-{tag}", 700, 3600.0, {"max_commit_age_seconds": 600})
     t0 = datetime.now(timezone.utc) - timedelta(hours=1)
     lags = [0, 0, 300, 600, 800, 1200, 1500, 2400, 3000] + [5400, 9100] * 3
     checks: list[dict[str, Any]] = [
@@ -335,7 +341,8 @@ def test_fleet_page_shows_every_configured_job(metadata_db, kafka_conn, healthy_
             "task_id": f"stopped_{tag}",
             "operator": "SparkLagCheckOperator",
             "at": t0 + timedelta(minutes=31),
-            "value": check_result(f"/ck/stopped-{tag}", 700, 5000, health="STOPPED"),
+            # a real verdict and report (health.evaluate): its own reason, its unknowns
+            "value": stopped,
             "text": True,  # stored as JSON text
         }
     )
@@ -400,6 +407,10 @@ def test_fleet_page_shows_every_configured_job(metadata_db, kafka_conn, healthy_
     assert "max_lag_record" in fleet and "CheckpointNotFound" in fleet  # the errors, shown
     assert re.search(r"CHECK_FAILED \d+</a>", fleet) and re.search(r"STOPPED \d+</a>", fleet)
     assert {h for h, _ in rows(stopped_only)} == {"STOPPED"}
+    # the STOPPED job's reason is its verdict's; its unknown catch-up says why
+    assert f'<td class="reason">{escape(stopped["verdict"]["reason"])}</td>' in stopped_only
+    assert f'unknown<span class="why">{ONE_BATCH}</span>' in stopped_only
+    assert "within thresholds" not in fleet
     assert [name for _, name in rows(searched)] == [f"orders-{tag}"]
     assert background("STOPPED") != background("UNKNOWN") != background("CHECK_FAILED")
 
@@ -439,6 +450,8 @@ def test_page_queries_read_every_kind_of_xcom(metadata_db):
     ok = check_result(f"/ck/ok-{tag}", big, 5000)
     ok["verdict"]["reason"] = "läuft \"gut\" 'so' \\ ✓"
     ok["report"].update(max_lag_seconds=1e-7, min_time_to_loss_seconds="infinite")
+    ok["report"]["pace"] = {"batch_seconds": 9.2, "ratio": 0.92, "interval_seconds": 10.0}
+    ok["report"]["unknown"] = {"catch_up_seconds": MAY_KEEP_PACE}  # read out of the JSON
     unmeasured = check_result(f"/ck/unmeasured-{tag}", 0, 5000, health="UNKNOWN")
     unmeasured["report"].update(total_lag=None, max_lag_seconds=None, commit_age_seconds=None)
     failed = {
@@ -488,6 +501,8 @@ def test_page_queries_read_every_kind_of_xcom(metadata_db):
     first = jobs[f"/ck/ok-{tag}"]
     assert first.reason == ok["verdict"]["reason"] and first.name == f"ok_{tag}"
     assert first.min_time_to_loss_seconds == float("inf")
+    assert (first.batch_seconds, first.batch_time_ratio) == (9.2, 0.92)  # report.pace's
+    assert first.unknown == {"catch_up_seconds": MAY_KEEP_PACE}
     assert jobs[f"/ck/failed-{tag}"].reason == "CheckpointNotFound: gone"
     assert history is not None and history.last.report == ok["report"]  # read whole
     assert thresholds == {"max_lag_records_total": 5000}

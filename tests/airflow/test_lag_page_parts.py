@@ -3,8 +3,12 @@ naming, and the chart's geometry (tests/airflow/test_lag_page.py serves them in 
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from datetime import datetime, timedelta, timezone
+from html import escape
+from typing import Any
 
 import pytest
 
@@ -18,6 +22,31 @@ T0 = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
 def result(location: str, health: str, lag: int | None = 0, error: str | None = None) -> dict:
     report = None if lag is None else {"total_lag": lag, "max_lag_seconds": 2.5}
     return {"location": location, "error": error, "verdict": {"health": health}, "report": report}
+
+
+def judged(location: str, waiting: int, commit_age: float, thresholds: dict[str, Any]) -> dict:
+    """A real check's ``CheckResult.to_dict()``: a one-batch checkpoint committed
+    ``commit_age`` s ago with ``waiting`` records on three partitions since (exact ages, a
+    7-day retention), measured by ``compute_lag`` and judged by ``health.evaluate``."""
+    from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
+    from airflow_sparklag.health import Thresholds, evaluate
+    from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets, TopicRetention
+    from airflow_sparklag.lag import Answers, compute_lag
+    from airflow_sparklag.model.result import CheckResult
+
+    now, at = time.time(), time.time() - commit_age
+    offsets = {"orders": dict.fromkeys(range(3), 100)}
+    source = SourceOffset("0", "kafka", offsets, json.dumps(offsets))
+    batch = BatchOffsets(7, 1, int(at * 1000), 0, {}, (source,), at)
+    state = CheckpointState(location, None, 7, batch, at, None, (batch,), (7,), (7,), False)
+    split = (waiting // 2, waiting // 3, waiting - waiting // 2 - waiting // 3)
+    ends = {p: PartitionOffsets(0, 100 + n, None) for p, n in enumerate(split)}
+    snapshot = KafkaSnapshot({"orders": ends}, frozenset(), now, None)
+    stamps = {("orders", p): int((at + 1) * 1000) for p in range(3)}  # waiting since then
+    week = {"0": {"orders": TopicRetention(7 * 86_400_000, None, deletes=True)}}
+    report = compute_lag(state, snapshot, record_timestamps=stamps, answers=Answers(week))
+    verdict = evaluate(report, Thresholds.from_dict(thresholds))
+    return CheckResult(report, verdict, location).to_dict()
 
 
 def row(task: str, minutes: int, value, name: str | None = None):
@@ -117,6 +146,22 @@ def test_time_to_data_loss_is_a_column():
     assert sorted(cells) == ["-", "2.0h", "never"], cells
 
 
+def test_an_unknown_number_says_why_under_its_cell():
+    """A real check of a job with one batch: its catch-up is unknown, and the page says why
+    in the report's own words (``report.unknown``), as the CLI and JSON do."""
+    from airflow_sparklag.lag import ONE_BATCH
+
+    value = judged("/ck/stopped", 700, 3600.0, {"max_commit_age_seconds": 600})
+    assert value["report"]["unknown"] == {"catch_up_seconds": ONE_BATCH}
+    jobs = collect([row("check", 0, value)])
+    assert jobs[0].last.unknown == {"catch_up_seconds": ONE_BATCH}
+    html = fleet_page(jobs, counts(jobs), jobs, "http://airflow", (None, None))
+    assert f'<td class="num">unknown<span class="why">{ONE_BATCH}</span></td>' in html
+    reason = value["verdict"]["reason"]
+    assert value["verdict"]["health"] == "STOPPED" and reason.startswith("no commit for 3600 s")
+    assert f'<td class="reason">{escape(reason)}</td>' in html  # the verdict's own reason
+
+
 @pytest.mark.parametrize("stored", ["full", "compact"])
 def test_job_view_draws_the_most_lagging_partitions_over_time_with_thresholds(stored):
     """From XComs of every partition in full (before airflow_sparklag.compact) and from the
@@ -145,3 +190,16 @@ def test_job_view_draws_the_most_lagging_partitions_over_time_with_thresholds(st
     assert html.count("max_lag_seconds 60.0s<") == 2  # the time lag and per-partition charts
     assert html.count('<span class="key">') == 16  # a legend per partition chart
     assert len(html) < 200_000  # the 1,000 partitions' table, not 1,000 lines
+
+
+def test_batch_time_is_a_column():
+    """report.pace's batch time and its share of the interval (issue 34), from a whole
+    report and as the database extracts it (flat)."""
+    paced = result("/ck/a", "LAGGING", 5)
+    paced["report"]["pace"] = {"batch_seconds": 9.2, "ratio": 0.92, "interval_seconds": 10.0}
+    jobs = collect([row("a", 0, paced), row("b", 0, result("/ck/b", "OK", 0))])
+    html = fleet_page(jobs, counts(jobs), jobs, "http://airflow", (None, None))
+    assert "<th>Batch time</th><th>Data loss in</th>" in html
+    assert '<td class="num">9.2s (92%)</td>' in html
+    flat = parse_xcom(result("/ck/c", "OK", 0))[0]
+    assert flat["batch_seconds"] is None and flat["batch_time_ratio"] is None

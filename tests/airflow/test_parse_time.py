@@ -142,7 +142,7 @@ REFUSED = {
     "check-ratio": (
         SparkLagCheckOperator,
         {"location": "/a", "thresholds": {"min_time_to_loss_ratio": 2}},
-        "thresholds.min_time_to_loss_ratio",
+        "thresholds",  # Thresholds: a share of the retention, 0 to 1
     ),
     "branch-thresholds": (
         SparkLagBranchOperator,

@@ -21,6 +21,7 @@ import pytest
 from airflow_sparklag.errors import InvalidParameter
 from airflow_sparklag.hooks.bundle import FIELDS, ConnectionBundle, read_bundle
 from airflow_sparklag.hooks.sparklag import SparkLagHook
+from airflow_sparklag.location import Location
 from tests.airflow.conftest import conn_env, kafka_connection
 
 PASSWORD = "kafka-password-canary-7f3"
@@ -86,7 +87,7 @@ def test_bundle_keys_are_read_and_empty_form_fields_ignored():
         aws_conn_id="aws_lake",
         wasb_conn_id="wasb_old_form",
         source_kafka_conn_ids={"1": "kafka_b"},
-        location="s3a://lake/ck/orders",
+        location=Location.parse("s3a://lake/ck/orders"),  # parsed where the extra is read
     )
     assert _bundle(None).kafka_conn_id == "kafka_default"
 

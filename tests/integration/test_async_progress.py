@@ -34,6 +34,13 @@ SOAK = 30.0  # seconds judged while running
 POLL = 2.0  # seconds between checks
 COMMIT_AGE = 10.0  # the user's max_commit_age_seconds: async commits come every second
 FALSE_WHILE_RUNNING = {Health.LAGGING, Health.STALLED, Health.STOPPED, Health.REWIND}
+# Issue 34: the forecast and batch-time rules, set tight, never fire on this healthy query.
+AHEAD = {
+    "max_lag_records_total": 10 * RATE,
+    "max_lag_seconds": 30,
+    "min_time_to_breach_seconds": 60,
+    "max_batch_time_ratio": 0.8,
+}
 
 
 def check(kafka: Any, checkpoint: Path, **thresholds: Any) -> CheckResult:
@@ -108,7 +115,7 @@ def soak(kafka: Any, query: Any, checkpoint: Path) -> Counter[str]:
     while first is None or time.monotonic() - first < SOAK:
         assert time.monotonic() < deadline, seen
         assert query.exception() is None, f"query failed: {query.exception()}"
-        for thresholds in ({}, {"max_commit_age_seconds": COMMIT_AGE}) if first else ({},):
+        for thresholds in ({}, {"max_commit_age_seconds": COMMIT_AGE}, AHEAD) if first else ({},):
             result = check(kafka, checkpoint, **thresholds)
             health = result.verdict.health
             assert health not in FALSE_WHILE_RUNNING, (thresholds, result.verdict)
@@ -122,6 +129,8 @@ def soak(kafka: Any, query: Any, checkpoint: Path) -> Counter[str]:
             seen["gaps_in_history"] += any(b - a > 1 for a, b in itertools.pairwise(ids))
             seen["offsets_ahead"] += report.in_flight is not None
             seen["polls"] += 1
+            seen["paced"] += thresholds is AHEAD and report.pace is not None
+            seen["forecast"] += any(b.seconds is not None for b in report.time_to_breach)
         time.sleep(POLL)
     print(f"async soak: {dict(seen)}")
     return seen

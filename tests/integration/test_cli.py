@@ -25,6 +25,7 @@ from testbed import jobs
 pytestmark = pytest.mark.testbed
 
 SPARKLAG = Path(sys.executable).parent / "sparklag"
+DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 
 
 # A day's commit age decides STOPPED. The checkpoints hold one batch each: without it, once
@@ -201,6 +202,43 @@ def test_several_checkpoints_worst_exit_code(checkpoints, kafka, tmp_path):
     assert caught_up["report"]["total_lag"] == 0 and caught_up["error"] is None
     assert "CheckpointNotFound" in gone["error"] and missing in gone["error"]
     assert document["summary"]["jobs"] == 2 and document["summary"]["failed_checks"] == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "code", "health"),
+    [(["--max-commit-age", "0.001"], 2, "STOPPED"), (["--max-lag", "5", *DAY], 1, "LAGGING")],
+)
+def test_a_fleet_exits_with_its_worst_verdict_not_its_highest_code(
+    checkpoints, kafka, flags, code, health
+):
+    # Before: the highest number won, so the job with no Kafka source (UNKNOWN, 3) hid the
+    # stopped one (2) from cron and Nagios-style wrappers.
+    no_kafka = str(DATA / "cka")  # written by a real PySpark query from the rate source
+    args = [no_kafka, checkpoints["lagging"], "--bootstrap-servers", kafka.bootstrap, "--json"]
+    proc = sparklag(*args, *flags)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    results = json.loads(proc.stdout)["results"]
+    verdicts = {r["location"]: r["verdict"]["health"] for r in results}
+    assert verdicts == {no_kafka: "UNKNOWN", checkpoints["lagging"]: health}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"bogus.key": "x"},  # misspelt
+        {"security.protocol": "SASL_FOO"},
+        {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"},  # no user/password
+    ],
+)
+def test_a_kafka_config_librdkafka_refuses_is_a_configuration_error(
+    checkpoints, kafka, tmp_path, config
+):
+    path = tmp_path / "kafka.json"
+    path.write_text(json.dumps({"bootstrap.servers": kafka.bootstrap, **config}))
+    proc = sparklag(checkpoints["lagging"], "--kafka-config", str(path))
+    assert proc.returncode == 64, proc.stdout + proc.stderr  # before: 4, a failed check
+    assert proc.stderr.startswith("sparklag: Cannot create a Kafka client"), proc.stderr
+    assert list(config)[-1] in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_two_checkpoints_of_one_topic(checkpoints, kafka):

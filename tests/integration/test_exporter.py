@@ -111,23 +111,26 @@ def panel_queries() -> dict[str, list[str]]:
 
 
 def run(prometheus: PrometheusServer, expr: str) -> list[dict[str, Any]]:
-    # Grafana substitutes the dashboard's $job variable; "All" is ".*".
-    return prometheus.query(expr.replace("$job", ".*"))
+    # Grafana substitutes the dashboard's $checkpoint variable; "All" is ".*".
+    return prometheus.query(expr.replace("$checkpoint", ".*"))
 
 
 def test_prometheus_scrapes_the_lag_a_real_query_has(prometheus, served):
     job = served["checkpoint"]
-    lag = by(run(prometheus, 'sparklag_partition_lag_records{job=~"$job"}'), "job", "partition")
+    query = 'sparklag_partition_lag_records{checkpoint=~"$checkpoint"}'
+    lag = by(run(prometheus, query), "checkpoint", "partition")
     assert {p: lag[(job, str(p))] for p in range(3)} == dict(enumerate(WAITING))
-    committed = by(prometheus.query("sparklag_partition_committed_offset"), "job", "partition")
-    ends = by(prometheus.query("sparklag_partition_log_end_offset"), "job", "partition")
+    committed = by(
+        prometheus.query("sparklag_partition_committed_offset"), "checkpoint", "partition"
+    )
+    ends = by(prometheus.query("sparklag_partition_log_end_offset"), "checkpoint", "partition")
     for partition, waiting in enumerate(WAITING):
         assert committed[(job, str(partition))] == READ
         assert ends[(job, str(partition))] == READ + waiting
-    up = by(prometheus.query("sparklag_job_up"), "job")
+    up = by(prometheus.query("sparklag_job_up"), "checkpoint")
     assert up == {(job,): 1.0, (served["missing"],): 0.0}
-    states = prometheus.query("sum by (job) (sparklag_job_health_state)")
-    assert {key: count for key, count in by(states, "job").items()} == {
+    states = prometheus.query("sum by (checkpoint) (sparklag_job_health_state)")
+    assert {key: count for key, count in by(states, "checkpoint").items()} == {
         (job,): 1.0,
         (served["missing"],): 1.0,
     }
@@ -137,9 +140,26 @@ def test_prometheus_scrapes_the_lag_a_real_query_has(prometheus, served):
         assert json.load(response)["status"] == "ok"
 
 
+def test_labels_never_collide_with_the_ones_prometheus_adds(prometheus, served, kafka):
+    # Scraped without honor_labels: Prometheus keeps its own job (the scrape job) and
+    # instance, and the exporter's labels arrive as they are, none renamed to exported_*.
+    # Before: the exporter's `job` became `exported_job` and the location was lost from `job`.
+    lag = prometheus.query("sparklag_partition_lag_records")
+    assert {s["metric"]["job"] for s in lag} == {"sparklag"}
+    assert {s["metric"]["instance"] for s in lag} == {f"127.0.0.1:{prometheus.exporter_port}"}
+    assert not any(name.startswith("exported_") for s in lag for name in s["metric"])
+    name = Path(served["checkpoint"]).parent.name  # the directory is ck: its parent names it
+    assert {(s["metric"]["spark_job"], s["metric"]["checkpoint"]) for s in lag} == {
+        (name, served["checkpoint"])
+    }
+    with Session(kafka_config={"bootstrap.servers": kafka.bootstrap}) as session:
+        cluster = check(session, served["checkpoint"]).report.kafka_cluster_id
+    assert cluster and {s["metric"]["kafka_cluster"] for s in lag} == {cluster}
+
+
 def test_history_of_a_served_job_over_http(prometheus, served):
     url = f"http://127.0.0.1:{prometheus.exporter_port}/history"
-    query = urllib.parse.urlencode({"job": served["checkpoint"], "batches": 5})
+    query = urllib.parse.urlencode({"checkpoint": served["checkpoint"], "batches": 5})
     with urllib.request.urlopen(f"{url}?{query}", timeout=30) as response:
         past = json.load(response)
     now = past["points"][-1]
@@ -150,7 +170,8 @@ def test_history_of_a_served_job_over_http(prometheus, served):
     # endpoint reads only what the exporter was configured to read).
     for job, code in ((served["missing"], 502), ("/not/served", 404)):
         with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(f"{url}?{urllib.parse.urlencode({'job': job})}", timeout=30)
+            query = urllib.parse.urlencode({"checkpoint": job})
+            urllib.request.urlopen(f"{url}?{query}", timeout=30)
         assert refused.value.code == code
 
 
@@ -160,14 +181,14 @@ def test_every_dashboard_panel_query_returns_the_truth(prometheus, served):
     age_now = time.time() - served["stamp_ms"] / 1000.0
 
     def one(title: str, index: int = 0, *labels: str) -> dict[tuple[str, ...], float]:
-        return by(run(prometheus, panels[title][index]), *(labels or ("job",)))
+        return by(run(prometheus, panels[title][index]), *(labels or ("checkpoint",)))
 
     health = one("Health (0 OK .. 5 DATA_LOSS, -1 UNKNOWN)")
     assert health == {(job,): verdict.metric_value, (missing,): Health.UNKNOWN.metric_value}
-    states = one("Verdict", 0, "job", "state")
+    states = one("Verdict", 0, "checkpoint", "state")
     assert states == {(job, verdict.value): 1.0, (missing, "UNKNOWN"): 1.0}
     assert one("Lag per job (records)") == {(job,): sum(WAITING)}
-    per_partition = one("Lag per partition (records)", 0, "job", "topic", "partition")
+    per_partition = one("Lag per partition (records)", 0, "checkpoint", "topic", "partition")
     assert per_partition == {
         (job, served["topic"], str(p)): float(w) for p, w in enumerate(WAITING)
     }
@@ -177,7 +198,7 @@ def test_every_dashboard_panel_query_returns_the_truth(prometheus, served):
     assert one("In-flight batch age") == {(job,): 0.0}
     assert one("Consumption rate (records/s)") == {(job,): 0.0}  # the query is stopped
     assert one("Production rate (records/s)") == {(job,): 0.0}  # nothing produced meanwhile
-    errors = one("Check errors (15 min)", 0, "job", "reason")
+    errors = one("Check errors (15 min)", 0, "checkpoint", "reason")
     assert (
         set(errors) == {(missing, "CheckpointNotFound")}
         and errors[(missing, "CheckpointNotFound")] > 0
@@ -218,7 +239,8 @@ def test_the_serve_command_serves_until_sigterm(served, kafka, capsys):
     job = served["checkpoint"]
     assert main(["serve", job, "-b", kafka.bootstrap, "--once"]) == 0
     text = capsys.readouterr().out
-    assert f'sparklag_job_lag_records{{job="{job}"}} {float(sum(WAITING))}' in text
+    labels = f'checkpoint="{job}",spark_job="{Path(job).parent.name}"'
+    assert f"sparklag_job_lag_records{{{labels}}} {float(sum(WAITING))}" in text
 
     port = free_port()
     sparklag = Path(sys.executable).parent / "sparklag"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from airflow_sparklag.fleet import FleetChecker, discover_checkpoints
-from airflow_sparklag.storage import open_storage
+from airflow_sparklag.storage import StorageOptions, open_storage
 
 pytestmark = pytest.mark.testbed
 
@@ -19,7 +19,7 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 def test_discover_and_poll_on_hdfs(hdfs: Any) -> None:
     options = {"url": hdfs.webhdfs_url, "user": "root"}
     prefix = f"{hdfs.namenode_uri}/fleet-{uuid.uuid4().hex[:8]}"
-    storage = open_storage(prefix, webhdfs_options=options)
+    storage = open_storage(prefix, StorageOptions(webhdfs=options))
     roots = {"ckm3.5.9": f"{prefix}/team-a/clicks", "cka4.0.5": f"{prefix}/team-b/x/stateful"}
     for sample, root in roots.items():
         for path in (DATA / sample).rglob("*"):

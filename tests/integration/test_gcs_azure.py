@@ -207,7 +207,7 @@ def test_operators_snapshot_export_and_migrate_through_connections(
         CheckpointSnapshotOperator,
         ConsumerGroupExportOperator,
     )
-    from airflow_sparklag.storage import open_storage
+    from airflow_sparklag.storage import StorageOptions, open_storage
 
     topic, root = stores["topic"], stores["roots"][scheme]
     # A job of its own (the other tests read the shared ones): a copy of the lagging one.
@@ -268,7 +268,9 @@ def test_operators_snapshot_export_and_migrate_through_connections(
     # Archived by verified copy: every file of the checkpoint is in the archive, none left.
     archived = [a for a in done["archives"] if a.get("method") == "copy"]
     assert archived, done["archives"]
-    moved = open_storage(archived[0]["target"], fsspec_options=_options(scheme, gcs, azurite))
+    moved = open_storage(
+        archived[0]["target"], StorageOptions(fsspec=_options(scheme, gcs, azurite))
+    )
     assert set(moved.walk(archived[0]["target"])) >= {
         name for name in expected_files if not name.rsplit("/", 1)[-1].startswith(".")
     }

@@ -16,7 +16,7 @@ import pytest
 from airflow_sparklag.checkpoint import CheckpointReader
 from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import check_checkpoint, check_checkpoints
-from airflow_sparklag.storage import open_storage
+from airflow_sparklag.session import Session
 from testbed import jobs
 
 pytestmark = pytest.mark.testbed
@@ -37,7 +37,7 @@ class Location:
         )
 
     def state(self):  # type: ignore[no-untyped-def]
-        return CheckpointReader(open_storage(self.url, **self.options), self.url).read()
+        return CheckpointReader(Session(**self.options).storage(self.url), self.url).read()
 
 
 def make_location(kind: str, request: pytest.FixtureRequest, name: str) -> Location:
@@ -145,7 +145,7 @@ def test_a_copied_checkpoint_is_the_same_micro_batch_job(stopped, kafka, kind):
     is the same micro-batch job with the same numbers, never taken for a real-time query
     (whose files have that shape: a stopped copy then read OK)."""
     original = stopped["locations"][kind]
-    storage = open_storage(original.url, **original.options)
+    storage = Session(**original.options).storage(original.url)
     copy = Location(f"{original.url}-copy", original.options)
     for relative, _size in sorted(storage.walk(original.url).items()):
         if relative and not relative.endswith("/"):

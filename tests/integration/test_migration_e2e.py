@@ -16,6 +16,7 @@ import pytest
 
 from airflow_sparklag.checkpoint import CheckpointReader
 from airflow_sparklag.migration import JobStillRunning, SinkLogConflict, migrate_checkpoint
+from airflow_sparklag.session import Session
 from airflow_sparklag.storage import open_storage
 from testbed import jobs
 
@@ -63,7 +64,7 @@ def _replayed_keys(result) -> set[tuple[int, int]]:
 
 def _wait_caught_up(kafka, topic: str, location: str, storage_options: dict, query) -> None:
     """Until v2's last committed offsets equal Kafka's log end on every partition."""
-    reader = CheckpointReader(open_storage(location, **storage_options), location)
+    reader = CheckpointReader(Session(**storage_options).storage(location), location)
 
     def caught_up() -> bool:
         if query.exception() is not None:

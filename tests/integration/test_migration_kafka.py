@@ -20,7 +20,7 @@ from airflow_sparklag.migration import (
     migrate_checkpoint,
 )
 from airflow_sparklag.snapshot import load_snapshot, snapshot_checkpoint
-from airflow_sparklag.storage import open_storage
+from airflow_sparklag.storage import StorageOptions, open_storage
 from testbed import jobs
 from testbed.paths import classpath
 
@@ -201,7 +201,7 @@ def test_crash_at_each_step_then_rerun_completes_on_s3(spark, kafka, topic, s3):
         "quiet_period": 0,
     }
     archive = f"{prefix}/archive"
-    store = open_storage(archive, s3_options=s3.options)
+    store = open_storage(archive, StorageOptions(s3=s3.options))
     for step in ("snapshot", "validated", "archive:copied", "archive:deleted-one"):
         with pytest.raises(InjectedCrash):
             migrate_checkpoint(location, archive, fault=crash_at(step), **kwargs)

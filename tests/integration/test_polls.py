@@ -21,7 +21,7 @@ from airflow_sparklag.checkpoint import FULL_LISTING_SECONDS
 from airflow_sparklag.errors import CheckpointNotFound
 from airflow_sparklag.fleet import FleetChecker
 from airflow_sparklag.session import Session
-from airflow_sparklag.storage import Storage, open_storage
+from airflow_sparklag.storage import Storage
 from testbed import jobs
 
 pytestmark = pytest.mark.testbed
@@ -79,7 +79,7 @@ class Target:
             self.options = {}
             self.location = str(tmp_path / "job")
         self.backend = backend
-        self.storage: Storage = open_storage(self.location, **self.options)
+        self.storage: Storage = Session(**self.options).storage(self.location)
         self.copied: set[str] = set()
 
     def mirror(self, source: Path) -> None:
@@ -198,7 +198,7 @@ def test_is_file_is_one_point_request(
         target = Target(backend.split("-")[0], tmp_path, kafka, s3, hdfs)
         if backend == "s3-boto3":
             target.options = {"s3_options": {**s3.options, "reader": "boto3"}}
-        storage, root = open_storage(target.location, **target.options), target.location
+        storage, root = Session(**target.options).storage(target.location), target.location
     storage.write_atomic(f"{root}/offsets/7", b"v1")
     storage.requests.reset()
     assert storage.is_file(f"{root}/offsets/7")

@@ -14,7 +14,7 @@ import pytest
 
 from airflow_sparklag.checkpoint import CheckpointReader
 from airflow_sparklag.errors import StorageAlreadyExists, StorageNotFound
-from airflow_sparklag.storage import open_storage
+from airflow_sparklag.storage import StorageOptions, open_storage
 from airflow_sparklag.storage.webhdfs import WebHDFSStorage
 
 pytestmark = pytest.mark.testbed
@@ -25,7 +25,7 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 def _storage(hdfs: Any, **options: Any) -> WebHDFSStorage:
     storage = open_storage(
         hdfs.namenode_uri + "/x",
-        webhdfs_options={"url": hdfs.webhdfs_url, "user": "root", **options},
+        StorageOptions(webhdfs={"url": hdfs.webhdfs_url, "user": "root", **options}),
     )
     assert isinstance(storage, WebHDFSStorage)
     return storage
@@ -75,7 +75,7 @@ def test_write_atomic_refuses_then_overwrites(hdfs: Any, root: str) -> None:
 def test_namenode_url_derived_from_webhdfs_scheme(hdfs: Any, root: str) -> None:
     port = hdfs.webhdfs_url.rsplit(":", 1)[1]
     location = root.replace(hdfs.namenode_uri, f"webhdfs://127.0.0.1:{port}")
-    storage = open_storage(location, webhdfs_options={"user": "root"})
+    storage = open_storage(location, StorageOptions(webhdfs={"user": "root"}))
     storage.write_atomic(f"{location}/metadata", b'{"id":"q"}')
     assert storage.read(f"{location}/metadata") == b'{"id":"q"}'
 

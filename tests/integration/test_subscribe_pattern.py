@@ -157,21 +157,28 @@ def test_spark_restarted_reads_exactly_what_the_pattern_check_counted(stopped, s
 # -- assign: fixed partitions ---------------------------------------------------------------------
 
 
-def test_an_assign_query_is_measured_on_its_partitions_only(spark, kafka, tmp_path):
-    """A query assigned partitions 0 and 1 of a 3-partition topic never reads partition 2: with
-    ``assign`` the check counts what Spark reads on restart; without, partition 2 is counted
-    from its start, and a note says how to tell."""
+def assign_query(spark: Any, kafka: Any, ck: str, partitions: list[int]) -> tuple[str, Any]:
+    """A 3-partition topic of 10 records each, read once into ``ck`` by a query assigned
+    ``partitions`` of it (from the earliest): the topic and the query's maker."""
     topic = kafka.create_topic(f"assigned-{uuid.uuid4().hex[:8]}", partitions=3)
     for p in range(3):
         kafka.produce(topic, 10, partition=p, start=p * 100)
 
     def assigned() -> Any:
         reader = spark.readStream.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
-        assign = json.dumps({topic: [0, 1]})
+        assign = json.dumps({topic: partitions})
         return reader.option("assign", assign).option("startingOffsets", "earliest").load()
 
-    ck = str(tmp_path / "ck")
     jobs.run_available_now(assigned(), ck)
+    return topic, assigned
+
+
+def test_an_assign_query_is_measured_on_its_partitions_only(spark, kafka, tmp_path):
+    """A query assigned partitions 0 and 1 of a 3-partition topic never reads partition 2: with
+    ``assign`` the check counts what Spark reads on restart; without, partition 2 is counted
+    from its start, and a note says how to tell."""
+    ck = str(tmp_path / "ck")
+    topic, assigned = assign_query(spark, kafka, ck, [0, 1])
     for p in range(3):
         kafka.produce(topic, 4 + p, partition=p, start=1000)
     result = check(kafka, ck, assign=True)
@@ -184,3 +191,32 @@ def test_an_assign_query_is_measured_on_its_partitions_only(spark, kafka, tmp_pa
     assert f"({topic}:2)" in note and "--assign" in note
     assert jobs.run_available_now_rows(assigned(), ck) == 9
     assert check(kafka, ck, assign=True).report.total_lag == 0
+
+
+def test_a_gap_in_the_partitions_shows_an_assign_query_at_defaults(spark, kafka, tmp_path, capsys):
+    """A query assigned partitions 0 and 2 of a 3-partition topic: its checkpoint lists 0 and
+    2, and Kafka only adds partitions at the end, so partition 1 is not read. At defaults the
+    check counts what Spark reads on restart (100), not partition 1's whole log (220), and
+    says why, in the table's notes and in JSON."""
+    ck = str(tmp_path / "ck")
+    topic, assigned = assign_query(spark, kafka, ck, [0, 2])
+    kafka.produce(topic, 60, partition=0, start=100)
+    kafka.produce(topic, 210, partition=1, start=1100)
+    kafka.produce(topic, 40, partition=2, start=2100)
+    result = check(kafka, ck)
+    assert committed(result.report) == {topic: {0: 10, 2: 10}}  # Spark lists 0 and 2 only
+    assert {p.partition: p.lag for p in result.report.partitions()} == {0: 60, 2: 40}
+    assert result.report.total_lag == 100 and not result.report.assign
+    (note,) = [n for n in result.report.notes if "not read" in n]
+    assert note.startswith(f"partitions not read by the query, not counted: {topic}:1;")
+    assert not any("--assign" in n for n in result.report.notes)
+    base = ["status", ck, "--bootstrap-servers", kafka.bootstrap, "--max-total-lag", "500"]
+    cli.main(base)
+    assert f"note        {note}" in capsys.readouterr().out
+    cli.main([*base, "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    (job,) = payload if isinstance(payload, list) else [payload]
+    assert job["report"]["total_lag"] == 100 and note in job["report"]["notes"]
+    assert job["report"]["sources"][0]["topics"][0]["not_read"] == [1]
+    assert jobs.run_available_now_rows(assigned(), ck) == 100
+    assert check(kafka, ck).report.total_lag == 0

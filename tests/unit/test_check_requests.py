@@ -32,7 +32,14 @@ NOW = 1_800_000_000.0
 TOPIC = "orders"
 BUCKET = "lazy"
 # What only the window gives: a caught-up job's report differs from an eager one only here.
-WINDOW_FIELDS = ("history", "consumption_rate", "production_rate", "catch_up_seconds")
+# the rates' window, and what is made of them (catch-up, when each threshold is crossed)
+WINDOW_FIELDS = (
+    "history",
+    "consumption_rate",
+    "production_rate",
+    "catch_up_seconds",
+    "time_to_breach",
+)
 
 
 def cluster(
@@ -108,6 +115,7 @@ def _without_window(result: CheckResult) -> dict[str, Any]:
     document = judged(result)
     for name in WINDOW_FIELDS:
         document["report"].pop(name)
+        document["report"]["unknown"].pop(name, None)  # why catch-up is unknown: the rates'
     for source in document["report"]["sources"]:
         for topic in source["topics"]:
             for part in topic["partitions"]:

@@ -3,6 +3,7 @@ check failed, 5 migration refused, 64 usage/configuration, 75 `wait` gave up; ne
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -10,13 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from airflow_sparklag.health import Health
+
 SPARKLAG = Path(sys.executable).parent / "sparklag"
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 NO_KAFKA = ["-b", "127.0.0.1:1", "--timeout", "2"]  # samples have no Kafka source: never asked
 
 
-def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(SPARKLAG), *args], capture_output=True, text=True, timeout=timeout)
+def run(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SPARKLAG), *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +95,67 @@ def test_serve_on_a_port_in_use_says_so(files: dict[str, str]) -> None:
     assert proc.returncode == 64, proc.stdout + proc.stderr
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in proc.stderr
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+
+
+def aws_env(tmp_path: Path, config: str = "", **extra: str) -> dict[str, str]:
+    """The environment with no AWS setting of this machine's: its own config file."""
+    (tmp_path / "aws-config").write_text(config)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_CONFIG_FILE=str(tmp_path / "aws-config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "aws-config"),
+        AWS_EC2_METADATA_DISABLED="true",
+    )
+    return {**env, **extra}
+
+
+@pytest.mark.parametrize(
+    ("config", "extra", "flags", "named"),
+    [
+        ("", {"AWS_PROFILE": "prod"}, [], "ProfileNotFound"),
+        ("[default\n", {}, [], "ConfigParseError"),
+        ("", {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE"}, [], "PartialCredentialsError"),
+        ("", {}, ["--s3-endpoint-url", "not-a-url"], "Invalid endpoint"),
+        ("", {}, ["--s3-region", "eu west"], "InvalidRegionError"),
+    ],
+)
+def test_an_unusable_aws_setup_is_a_configuration_error(
+    tmp_path: Path, config: str, extra: dict[str, str], flags: list[str], named: str
+) -> None:
+    # Before: "internal error, please report: ProfileNotFound ..." (exit 4), or a failed check
+    # per job. Two jobs: the configuration concerns every job, so it is said once.
+    env = aws_env(tmp_path, config, **extra)
+    proc = run("status", "s3a://b/ck/a", "s3a://b/ck/b", *NO_KAFKA, *flags, env=env)
+    assert proc.returncode == 64, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("sparklag: S3: the AWS configuration is not usable ("), (
+        proc.stderr
+    )
+    assert named in proc.stderr and "internal error" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and not proc.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["wait", "progress", "s3a://b/ck", "--max-wait", "1"],
+        ["history", "s3a://b/ck"],
+        ["snapshot", "s3a://b/ck", "--to", "/nowhere"],
+        ["serve", "s3a://b/ck", "--once"],
+    ],
+)
+def test_every_command_says_an_unusable_aws_setup_once(tmp_path: Path, command: list[str]) -> None:
+    proc = run(*command, *NO_KAFKA, env=aws_env(tmp_path, AWS_PROFILE="prod"))
+    assert proc.returncode == 64, proc.stdout + proc.stderr  # serve --once: 0 before, jobs down
+    assert "ProfileNotFound" in proc.stderr and "internal error" not in proc.stderr
+
+
+def test_a_failing_credential_provider_is_a_failed_check(tmp_path: Path) -> None:
+    env = aws_env(tmp_path, "[profile p]\ncredential_process = /bin/false\n", AWS_PROFILE="p")
+    endpoint = ["--s3-endpoint-url", "http://127.0.0.1:1"]
+    proc = run("status", "s3a://b/ck", *NO_KAFKA, *endpoint, env=env)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "could not get AWS credentials (CredentialRetrievalError" in proc.stdout
+    assert "internal error" not in proc.stdout + proc.stderr
 
 
 def test_missing_checkpoint_is_a_failed_check(tmp_path: Path) -> None:
@@ -180,3 +248,18 @@ def test_names_a_terminal_would_obey_are_shown_escaped(tmp_path: Path) -> None:
     assert "job\\x1b[2J\\u202e" in found.stdout and "job\\x1b[2J\\u202e" in missing.stdout
     for output in (found.stdout, found.stderr, missing.stdout, missing.stderr):
         assert "\x1b" not in output and "\u202e" not in output
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "worst"),
+    [
+        ("UNKNOWN STOPPED OK", "STOPPED"),
+        ("UNKNOWN LAGGING", "LAGGING"),
+        ("OK UNKNOWN", "UNKNOWN"),
+        ("REWIND DATA_LOSS STALLED", "DATA_LOSS"),
+        ("OK", "OK"),
+    ],
+)
+def test_the_worst_verdict_is_the_one_to_act_on_first(verdicts: str, worst: str) -> None:
+    assert Health.worst(Health(v) for v in verdicts.split()) is Health(worst)
+    assert Health.worst([]) is None

@@ -5,6 +5,7 @@ The real scrape by a real Prometheus is tests/integration/test_exporter.py.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import urllib.request
@@ -14,14 +15,18 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
 from airflow_sparklag.errors import KafkaUnavailable
-from airflow_sparklag.exporter import LagExporter
+from airflow_sparklag.exporter import LagExporter, job_labels
 from airflow_sparklag.health import evaluate
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
 from airflow_sparklag.lag import compute_lag
 from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckResult, failed_result
+from airflow_sparklag.pace import pace_of
+from airflow_sparklag.redact import redact_url
 
 NOW = 1_700_000_100.0
+A = {"spark_job": "a", "checkpoint": "/ck/a"}  # a job's labels: never `job` (Prometheus's own)
+GONE = {"spark_job": "gone", "checkpoint": "/ck/gone"}
 
 
 def result(location: str, committed: dict[int, int], ends: dict[int, int]) -> CheckResult:
@@ -71,25 +76,24 @@ def test_results_become_partition_and_job_series():
     assert exporter.refresh()
     found = samples(exporter)
     lag = "sparklag_partition_lag_records"
-    assert value(found, lag, job="/ck/a", topic="orders", partition="0") == 10
-    assert value(found, lag, job="/ck/a", topic="orders", partition="1") == 0
-    assert value(found, "sparklag_partition_committed_offset", job="/ck/a", topic="orders",
-                 partition="0") == 90  # fmt: skip
-    assert value(found, "sparklag_partition_log_end_offset", job="/ck/a", topic="orders",
-                 partition="0") == 100  # fmt: skip
-    assert value(found, "sparklag_job_lag_records", job="/ck/a") == 10
-    assert value(found, "sparklag_job_commit_age_seconds", job="/ck/a") == pytest.approx(4.0)
-    assert value(found, "sparklag_job_in_flight_age_seconds", job="/ck/a") == 0
-    assert value(found, "sparklag_job_health", job="/ck/a") == good.verdict.health.metric_value
+    assert value(found, lag, **A, kafka_cluster="", topic="orders", partition="0") == 10
+    assert value(found, lag, **A, kafka_cluster="", topic="orders", partition="1") == 0
+    part0 = {**A, "kafka_cluster": "", "topic": "orders", "partition": "0"}
+    assert value(found, "sparklag_partition_committed_offset", **part0) == 90
+    assert value(found, "sparklag_partition_log_end_offset", **part0) == 100
+    assert value(found, "sparklag_job_lag_records", **A) == 10
+    assert value(found, "sparklag_job_commit_age_seconds", **A) == pytest.approx(4.0)
+    assert value(found, "sparklag_job_in_flight_age_seconds", **A) == 0
+    assert value(found, "sparklag_job_health", **A) == good.verdict.health.metric_value
     # The failed job: down, UNKNOWN, counted by reason, and no partition numbers.
-    assert value(found, "sparklag_job_up", job="/ck/gone") == 0
-    assert value(found, "sparklag_job_health", job="/ck/gone") == -1
-    states = {h.value: value(found, "sparklag_job_health_state", job="/ck/gone", state=h.value)
+    assert value(found, "sparklag_job_up", **GONE) == 0
+    assert value(found, "sparklag_job_health", **GONE) == -1
+    states = {h.value: value(found, "sparklag_job_health_state", **GONE, state=h.value)
               for h in Health}  # fmt: skip
     assert states == {h.value: (1 if h is Health.UNKNOWN else 0) for h in Health}
     errors = "sparklag_check_errors_total"
-    assert value(found, errors, job="/ck/gone", reason="KafkaUnavailable") == 1
-    assert not any(name.startswith("sparklag_partition") and ("job", "/ck/gone") in labels
+    assert value(found, errors, **GONE, reason="KafkaUnavailable") == 1
+    assert not any(name.startswith("sparklag_partition") and ("checkpoint", "/ck/gone") in labels
                    for name, labels in found)  # fmt: skip
     assert value(found, "sparklag_stale") == 0 and value(found, "sparklag_jobs") == 2
 
@@ -106,7 +110,7 @@ def test_a_failed_refresh_keeps_the_values_marks_them_stale_and_counts_it():
     assert not exporter.refresh() and not exporter.refresh()
     found = samples(exporter)
     lag = "sparklag_partition_lag_records"
-    assert value(found, lag, job="/ck/a", topic="orders", partition="0") == 10  # kept
+    assert value(found, lag, **A, kafka_cluster="", topic="orders", partition="0") == 10  # kept
     assert value(found, "sparklag_stale") == 1
     assert value(found, "sparklag_refresh_errors_total", reason="KafkaUnavailable") == 2
     assert value(found, "sparklag_refreshes_total") == 3
@@ -127,8 +131,8 @@ def test_partitions_beyond_the_limit_keep_the_most_lagging():
     kept = {dict(labels)["partition"] for name, labels in found
             if name == "sparklag_partition_lag_records"}  # fmt: skip
     assert kept == {"0", "1"}
-    assert value(found, "sparklag_job_partitions_omitted", job="/ck/a") == 1
-    assert value(found, "sparklag_job_lag_records", job="/ck/a") == 61  # totals stay complete
+    assert value(found, "sparklag_job_partitions_omitted", **A) == 1
+    assert value(found, "sparklag_job_lag_records", **A) == 61  # totals stay complete
 
 
 def test_wsgi_routes_formats_and_gzip():
@@ -171,3 +175,50 @@ def test_serves_on_ipv6_addresses_too(address: str) -> None:
         server.shutdown()
         server.server_close()
         exporter.stop()
+
+
+@pytest.mark.parametrize(
+    ("location", "spark_job"),
+    [
+        ("s3a://lake/orders/checkpoint", "orders"),
+        ("s3a://lake/ck/orders", "orders"),
+        ("hdfs://nn/jobs/clicks/_checkpoint/", "_checkpoint"),
+        ("/data/payments/CK", "payments"),
+        ("s3a://bucket/ck", "bucket"),
+        ("s3a://key:secret@bucket/orders", "orders"),
+    ],
+)
+def test_a_jobs_labels_are_its_name_and_its_checkpoint(location: str, spark_job: str) -> None:
+    name, checkpoint = job_labels(location)
+    assert name == spark_job and checkpoint == redact_url(location)
+    assert "secret" not in checkpoint
+
+
+def test_partitions_carry_the_kafka_cluster_they_are_measured_against():
+    good = result("/ck/a", {0: 90}, {0: 100})
+    report = dataclasses.replace(good.report, kafka_cluster_id="cluster-main")
+    exporter = LagExporter(FakeFleet([dataclasses.replace(good, report=report)]))
+    exporter.refresh()
+    found = samples(exporter)
+    assert value(found, "sparklag_partition_lag_records", **A, kafka_cluster="cluster-main",
+                 topic="orders", partition="0") == 10  # fmt: skip
+    assert not any(dict(labels).get("job") for _, labels in found)
+
+
+def test_batch_time_gauges():
+    """Issue 34: the batches' time and its share of the interval, from the listing's times;
+    absent when unknown."""
+    paced = result("/ck/a", {0: 90}, {0: 100})
+    listed = tuple((i, NOW - 30 + 10 * i, NOW - 27 + 10 * i) for i in range(3))
+    assert paced.report is not None
+    report = dataclasses.replace(paced.report, pace=pace_of(listed))
+    exporter = LagExporter(
+        FakeFleet([dataclasses.replace(paced, report=report), result("/ck/b", {0: 1}, {0: 1})]),
+        clock=lambda: NOW,
+    )
+    assert exporter.refresh()
+    found = samples(exporter)
+    assert value(found, "sparklag_job_batch_seconds", **A) == 3.0
+    assert value(found, "sparklag_job_batch_time_ratio", **A) == pytest.approx(0.3)
+    b = tuple(sorted({"spark_job": "b", "checkpoint": "/ck/b"}.items()))
+    assert ("sparklag_job_batch_seconds", b) not in found

@@ -21,6 +21,8 @@ def test_rule_order_is_worst_first() -> None:
         "time_to_data_loss",
         "lagging",
         "lagging_real_time",
+        "time_to_breach",
+        "batch_time",
         "short_history",
     ]
     # UNKNOWN sits below OK: the short-history rule decides only when no other rule fired.
@@ -96,6 +98,8 @@ def test_thresholds_defaults() -> None:
         "max_in_flight_seconds": None,
         "min_time_to_loss_seconds": None,
         "min_time_to_loss_ratio": None,
+        "min_time_to_breach_seconds": None,
+        "max_batch_time_ratio": None,
         "allowed_lag": 0,
         "window": 10,
         "min_window": 3,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from test_lag import NOW, batch, snapshot, state
 
 from airflow_sparklag.health import evaluate
-from airflow_sparklag.lag import compute_lag
+from airflow_sparklag.lag import MAY_KEEP_PACE, ONE_BATCH, compute_lag
+from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.render import partition_table, render
 
 
@@ -58,3 +61,38 @@ def test_rate_line_names_the_batches_it_is_measured_over() -> None:
     assert "rate        10.0 records/s consumed over batches 0-2, catch-up " in text
     two = compute_lag(state(history[1:]), snapshot({"t": {0: (0, 350)}}), now=NOW)
     assert "records/s consumed over batches 1-2, catch-up " in render(two, evaluate(two))
+
+
+def test_pace_and_forecast_lines() -> None:
+    """Issue 34: the batches' pace (from the listing's times) and when each threshold is
+    crossed at the current rates."""
+    history = [batch(i, {"t": {0: 100 * (i + 1)}}, NOW - 30 + 10 * i) for i in range(3)]
+    listed = tuple((i, NOW - 30 + 10 * i, NOW - 28 + 10 * i) for i in range(3))
+    read = dataclasses.replace(state(history), listed_times=listed)
+    limits = Thresholds(max_lag_records_total=10_000)
+    report = compute_lag(read, snapshot({"t": {0: (0, 500)}}), now=NOW, thresholds=limits)
+    text = render(report, evaluate(report, limits))
+    assert "batches     batches take 2.0 s on a 10.0 s interval (20%)" in text
+    # 400 produced in 30 s, 200 consumed in 20 s: +3.3 records/s, 9,800 records to go
+    assert "forecast    max_lag_records_total 10000 crossed in 49.0 min at +3.3 records/s" in text
+    assert report.to_dict()["pace"]["interval_seconds"] == 10.0
+
+
+def test_an_unknown_catch_up_says_why() -> None:
+    """Consumed 10 records/s while up to 30/s may have been produced (an upper bound: the log
+    end at the oldest batch is not known): the backlog may not shrink, and the line says so
+    in report.unknown's words, with the bound. One batch read: no rate at all, said too."""
+    history = [batch(i, {"t": {0: 100 * (i + 1)}}, NOW - 30 + 10 * i) for i in range(3)]
+    report = compute_lag(state(history), snapshot({"t": {0: (0, 1000)}}), now=NOW)
+    assert report.catch_up_seconds is None
+    assert report.unknown["catch_up_seconds"] == MAY_KEEP_PACE
+    text = render(report, evaluate(report))
+    assert (
+        "rate        10.0 records/s consumed over batches 0-2, catch-up unknown: production "
+        "may keep pace (up to 30.0 records/s produced: an upper bound)"
+    ) in text
+    one = compute_lag(state(history[-1:]), snapshot({"t": {0: (0, 1000)}}), now=NOW)
+    assert one.unknown["catch_up_seconds"] == ONE_BATCH
+    assert f"catch-up    unknown: {ONE_BATCH}" in render(one, evaluate(one))
+    caught_up = compute_lag(state(history), snapshot({"t": {0: (0, 300)}}), now=NOW)
+    assert caught_up.unknown == {} and caught_up.catch_up_seconds == 0.0

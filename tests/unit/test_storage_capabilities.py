@@ -21,7 +21,7 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     UnsupportedOperation,
 )
-from airflow_sparklag.storage import Storage, join, open_storage
+from airflow_sparklag.storage import Storage, StorageOptions, join, open_storage
 from airflow_sparklag.storage.local import LocalStorage
 from airflow_sparklag.storage.webhdfs import WebHDFSStorage
 
@@ -51,7 +51,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     elif request.param == "s3":
         s3 = request.getfixturevalue("s3")
         root = f"s3a://checkpoints/{name}"
-        storage = open_storage(root, s3_options=s3.options)
+        storage = open_storage(root, StorageOptions(s3=s3.options))
     else:
         root = f"memory://{name}"
         storage = open_storage(root)
@@ -99,7 +99,7 @@ def test_walk(store: Store) -> None:
 
 def test_walk_keeps_s3_directory_markers(s3: Any) -> None:
     root = f"s3a://checkpoints/markers-{uuid.uuid4().hex[:8]}"
-    storage = open_storage(root, s3_options=s3.options)
+    storage = open_storage(root, StorageOptions(s3=s3.options))
     key = root.split("/", 3)[3]
     for marker in (f"{key}/", f"{key}/offsets/"):  # what s3a's mkdirs writes
         s3.client().put_object(Bucket="checkpoints", Key=marker, Body=b"")

@@ -18,7 +18,7 @@ import pytest
 
 from airflow_sparklag.checkpoint import CheckpointReader
 from airflow_sparklag.errors import InvalidParameter, StorageError
-from airflow_sparklag.storage import open_storage
+from airflow_sparklag.session import Session
 from airflow_sparklag.storage.s3 import (
     DEFAULT_MAX_ATTEMPTS,
     S3Storage,
@@ -197,7 +197,7 @@ def test_storage_options_that_cannot_be_used_are_named(
     url: str, options: dict[str, Any], name: str, problem: str
 ) -> None:
     with pytest.raises(InvalidParameter) as raised:
-        open_storage(url, **options)
+        Session(**options).storage(url)
     assert raised.value.parameter == name
     assert problem in str(raised.value)
 

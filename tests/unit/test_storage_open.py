@@ -15,7 +15,7 @@ import pytest
 
 from airflow_sparklag.checkpoint import CheckpointReader
 from airflow_sparklag.errors import StorageAlreadyExists, StorageError, UnsupportedStorageURL
-from airflow_sparklag.storage import join, open_storage
+from airflow_sparklag.storage import StorageOptions, join, open_storage
 from airflow_sparklag.storage.fsspec_store import FsspecStorage
 from airflow_sparklag.storage.hadoop_conf import HadoopConf
 from airflow_sparklag.storage.local import LocalStorage
@@ -166,7 +166,7 @@ def test_hdfs_url_without_host_needs_explicit_namenode() -> None:
     ):
         open_storage("hdfs:///ck")
     storage = open_storage(
-        "hdfs:///ck", webhdfs_options={"url": ["http://a:9870", "http://b:9870"]}
+        "hdfs:///ck", StorageOptions(webhdfs={"url": ["http://a:9870", "http://b:9870"]})
     )
     assert isinstance(storage, WebHDFSStorage)
     assert storage.namenode_urls == ["http://a:9870", "http://b:9870"]

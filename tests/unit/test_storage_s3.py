@@ -25,7 +25,7 @@ from airflow_sparklag.errors import (
     StorageError,
     StorageNotFound,
 )
-from airflow_sparklag.storage import open_storage
+from airflow_sparklag.storage import StorageOptions, open_storage
 from airflow_sparklag.storage.s3 import S3Storage
 from testbed.s3_server import moto_in_thread, put_objects
 
@@ -98,7 +98,8 @@ READERS = pytest.mark.parametrize(
 
 def _storage(endpoint: str, **options: Any) -> S3Storage:
     storage = open_storage(
-        f"s3://{BUCKET}/x", s3_options={"endpoint_url": endpoint, **CREDENTIALS, **options}
+        f"s3://{BUCKET}/x",
+        StorageOptions(s3={"endpoint_url": endpoint, **CREDENTIALS, **options}),
     )
     assert isinstance(storage, S3Storage)
     return storage

@@ -80,10 +80,20 @@ def test_a_new_topic_the_pattern_is_found_in_waits_from_its_log_start() -> None:
     assert json.loads(json.dumps(report.to_dict()))["sources"][0]["topics"][1]["new_topic"]
 
 
-def test_without_a_pattern_one_note_says_what_is_not_counted() -> None:
-    report = compute_lag(state(source(READ)), cluster(ENDS, None))
-    assert lags(report) == {"orders.a": 5} and report.notes == (UNREAD_TOPICS,)
+def test_without_a_pattern_one_note_where_a_pattern_may_read_the_topics() -> None:
+    """Topics that share a first or last word (orders.a, orders.b) are what a pattern reads:
+    a note says topics not read yet are not counted. One topic, or topics named apart
+    (orders.a, payments): a list reads them, and nothing is said."""
+    two = {**READ, "orders.b": {0: 3}}
+    report = compute_lag(state(source(two)), cluster({**ENDS, "orders.b": {0: (0, 3)}}, None))
+    assert lags(report) == {"orders.a": 5, "orders.b": 0} and report.notes == (UNREAD_TOPICS,)
     assert "--subscribe-pattern" in UNREAD_TOPICS and "#subscriptions" in UNREAD_TOPICS
+    suffix = {"eu-clicks": {0: 1}, "us-clicks": {0: 1}}
+    ends = {t: {0: (0, 1)} for t in suffix}
+    assert compute_lag(state(source(suffix)), cluster(ends, None)).notes == (UNREAD_TOPICS,)
+    assert compute_lag(state(source(READ)), cluster(ENDS, None)).notes == ()
+    apart = source({**READ, "payments": {0: 9}})
+    assert compute_lag(state(apart), cluster(ENDS, None)).notes == ()
 
 
 def test_a_pattern_not_found_in_every_topic_a_source_read_is_not_applied() -> None:
@@ -142,7 +152,8 @@ def test_an_assign_query_counts_only_the_partitions_it_has() -> None:
         (0, 2, False),
         (1, 30, True),
     ]
-    assert unsaid.notes[1].startswith("partitions not in the checkpoint counted from their log")
+    (note,) = unsaid.notes  # partition 1 is after the highest listed: ambiguous
+    assert note.startswith("partitions not in the checkpoint counted from their log")
 
 
 def test_the_spark_scan_takes_the_subscription_flags() -> None:
@@ -151,3 +162,54 @@ def test_the_spark_scan_takes_the_subscription_flags() -> None:
     args = build_parser().parse_args(["--output", "o", "--subscribe-pattern", r"^orders\."])
     assert _check_options(args).subscribe_pattern == r"^orders\."
     assert _check_options(build_parser().parse_args(["--output", "o", "--assign"])).assign
+
+
+# -- fixed partitions shown by a gap --------------------------------------------------------------
+
+GAPPED = {"acc": {0: (0, 100), 1: (0, 220), 2: (0, 100), 3: (0, 7)}}
+
+
+def test_a_gap_in_the_listed_partitions_shows_fixed_partitions() -> None:
+    """A checkpoint that lists acc:0 and acc:2 but not acc:1: Kafka numbers partitions from 0
+    and adds them only at the end, so only an assign query lists 2 without 1. That source is
+    measured as with ``assign`` (acc:3, after the highest, too), and a note says why."""
+    gapped = state(source({"acc": {0: 60, 2: 40}}))
+    report = compute_lag(gapped, cluster(GAPPED, None))
+    assert [(p.partition, p.lag) for p in report.partitions()] == [(0, 40), (2, 60)]
+    assert report.total_lag == 100 and not report.assign
+    (topic,) = report.sources[0].topics
+    assert topic.not_read == (1, 3)
+    (note,) = report.notes
+    assert note.startswith("partitions not read by the query, not counted: acc:1, acc:3;")
+    assert "assign" in note and "--assign" not in note
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["sources"][0]["topics"][0]["not_read"] == [1, 3] and data["notes"] == [note]
+    given = compute_lag(gapped, cluster(GAPPED, None), assign=True)
+    assert given.total_lag == 100 and given.notes == ()  # given: nothing to explain
+    assert given.sources[0].topics[0].not_read == (1, 3)
+
+
+def test_a_gap_in_one_topic_settles_its_whole_source_only() -> None:
+    """Spark's source reads by one option: a gap in one topic is an assign source, so its
+    other topics' unlisted partitions are not read either; another source is untouched."""
+    ends = {**GAPPED, "b": {0: (0, 5), 1: (0, 8)}, "c": {0: (0, 4), 1: (0, 9)}}
+    two = state(source({"acc": {1: 0}, "b": {0: 5}}), source({"c": {0: 4}}, "1"))
+    report = compute_lag(two, cluster(ends, None))
+    by_topic = {t.topic: ([p.partition for p in t.partitions], t.not_read)
+                for s in report.sources for t in s.topics}  # fmt: skip
+    assert by_topic == {"acc": ([1], (0, 2, 3)), "b": ([0], (1,)), "c": ([0, 1], ())}
+    assert [n.split(";")[0] for n in report.notes if n.startswith("partitions")] == [
+        "partitions not read by the query, not counted: acc:0, acc:2, acc:3, b:1",
+        "partitions not in the checkpoint counted from their log start (c:1), as a subscribing "
+        "query reads them",
+    ]
+
+
+def test_partitions_added_after_the_highest_listed_stay_counted() -> None:
+    """A subscribe query's checkpoint written before partitions were added lists 0..n-1:
+    no gap, the new partitions are read from their log start (and the note says so)."""
+    report = compute_lag(state(source({"acc": {0: 100, 1: 220}})), cluster(GAPPED, None))
+    assert [(p.partition, p.lag, p.new_partition) for p in report.partitions()] == [
+        (0, 0, False), (1, 0, False), (2, 100, True), (3, 7, True),
+    ]  # fmt: skip
+    assert report.sources[0].topics[0].not_read == ()
