@@ -517,7 +517,7 @@ class FlagHelp(argparse.RawDescriptionHelpFormatter):
             return "DURATION"
         if read in COUNT_READERS:
             return "N"
-        if read is number:
+        if read in (number, ratio):
             return "NUMBER"
         return super()._get_default_metavar_for_optional(action)
 

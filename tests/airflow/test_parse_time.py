@@ -253,3 +253,33 @@ def test_location_is_written_in_the_signature_of_each_single_job_task(cls):
     code = inspect.unwrap(cls.__dict__["__init__"]).__code__
     assert "location" in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
     assert inspect.signature(cls).parameters["location"].default is inspect.Parameter.empty
+
+
+SPELLINGS = {  # threshold -> (as written, seconds/count/ratio read)
+    "max_lag_seconds": ("5m", 300.0),
+    "max_commit_age_seconds": ("1h", 3600.0),
+    "min_time_to_breach_seconds": ("90s", 90.0),
+    "max_lag_records_total": ("5000", 5000),
+    "max_batch_time_ratio": ("1.5", 1.5),
+}
+
+
+def test_the_cli_and_the_operators_read_thresholds_alike():
+    """One reader (params.threshold_reader): ``--max-lag-seconds 5m`` on the CLI and
+    ``thresholds={"max_lag_seconds": "5m"}`` on an operator are both 300 seconds."""
+    from airflow_sparklag import cli
+
+    parser = cli.build_parser()
+    argv = ["status", "/ck"]
+    flags = {field: flag for flag, field in cli.THRESHOLD_FLAGS.items()}
+    for field, (text, _) in SPELLINGS.items():
+        argv += [f"--{flags[field].replace('_', '-')}", text]
+    from_cli = cli._check_options(parser.parse_args(argv)).thresholds
+    task = SparkLagCheckOperator(
+        task_id="check", location="/ck", thresholds={k: v[0] for k, v in SPELLINGS.items()}
+    )
+    from_operator = task.check_options().thresholds
+    assert from_cli == from_operator
+    assert {field: getattr(from_cli, field) for field in SPELLINGS} == {
+        field: read for field, (_, read) in SPELLINGS.items()
+    }
