@@ -188,6 +188,7 @@ REFUSED = {
 }
 
 
+@pytest.mark.airflow_compat
 @pytest.mark.parametrize(("cls", "given", "parameter"), REFUSED.values(), ids=list(REFUSED))
 def test_each_task_reads_what_it_is_given_when_the_dag_is_parsed(cls, given, parameter):
     dag = DAG(f"parse_time_{uuid.uuid4().hex[:8]}", schedule=None)
@@ -197,6 +198,7 @@ def test_each_task_reads_what_it_is_given_when_the_dag_is_parsed(cls, given, par
     assert refused.value.parameter == parameter
 
 
+@pytest.mark.airflow_compat
 def test_default_args_are_read_when_the_dag_is_parsed():
     dag = DAG("parse_time_defaults", schedule=None, default_args={"thresholds": {"max_lag": 5}})
     with dag, pytest.raises(InvalidParameter, match=r"^check: .*unknown threshold 'max_lag'"):
@@ -216,6 +218,7 @@ TASKS = (
 )
 
 
+@pytest.mark.airflow_compat
 @pytest.mark.parametrize("cls", TASKS, ids=lambda cls: cls.__name__)
 def test_signatures_show_every_argument_of_the_task(cls):
     """help() and IDEs that inspect the class show the arguments its bases take (location)
@@ -247,6 +250,7 @@ SINGLE_JOB = (
 )
 
 
+@pytest.mark.airflow_compat
 @pytest.mark.parametrize("cls", SINGLE_JOB, ids=lambda cls: cls.__name__)
 def test_location_is_written_in_the_signature_of_each_single_job_task(cls):
     """In the class's own ``__init__`` (what an IDE reads), and required."""
@@ -264,6 +268,7 @@ SPELLINGS = {  # threshold -> (as written, seconds/count/ratio read)
 }
 
 
+@pytest.mark.airflow_compat
 def test_the_cli_and_the_operators_read_thresholds_alike():
     """One reader (params.threshold_reader): ``--max-lag-seconds 5m`` on the CLI and
     ``thresholds={"max_lag_seconds": "5m"}`` on an operator are both 300 seconds."""
