@@ -62,11 +62,6 @@ THRESHOLD_HELP = {
     "window": "batches of history the trend rules look at",
     "min_window": "fewest batches the trend rules need",
 }
-DURATION_FLAGS = frozenset(
-    {"max_lag_seconds", "max_commit_age", "max_in_flight", "min_time_to_loss", "min_time_to_breach"}
-)
-# shares (a number, not a count)
-SHARE_FLAGS = frozenset({"min_time_to_loss_ratio", "max_batch_time_ratio"})
 PROGRESS_MIN = 10  # checkpoints from which `status` shows a progress line
 EPILOG = """\
 durations take a unit: 500ms, 90s, 5m, 1h, 1d (a bare number is seconds)
@@ -180,13 +175,7 @@ def _check_flags(command: argparse.ArgumentParser) -> None:
     params.option_flags(command, CheckOptions, group=CHECK)
     group = params.flag_group(command, THRESHOLDS)
     for flag, field in THRESHOLD_FLAGS.items():
-        reader = (
-            params.duration
-            if flag in DURATION_FLAGS
-            else params.number
-            if flag in SHARE_FLAGS
-            else params.count
-        )
+        reader = params.threshold_reader(field)  # as operators read their thresholds
         default = Thresholds.__dataclass_fields__[field].default
         text = f"{field}: {THRESHOLD_HELP[flag]}"
         if "default" not in text:

@@ -55,10 +55,12 @@ __all__ = [
     "optional_text",
     "options",
     "positive_duration",
+    "ratio",
     "source_assignment",
     "source_map",
     "strings",
     "text",
+    "threshold_reader",
     "thresholds",
 ]
 
@@ -357,23 +359,48 @@ def locations(name: str, value: Any) -> list[str]:
 # -- the core's option types -------------------------------------------------------------------
 
 
+def ratio(name: str, value: Any) -> float:
+    """A ratio >= 0 (``0.25``, ``1.5``): a finite number or its text."""
+    amount = number(name, value)
+    if amount < 0:
+        raise invalid(name, f"must be 0 or more, got {_shown(value)}")
+    return amount
+
+
+def threshold_reader(key: str) -> Callable[[str, Any], Any]:
+    """The reader of threshold ``key``: a duration (``300``, ``5m``) for the ``*_seconds``
+    limits, a ratio for the ``*_ratio`` ones (``Thresholds`` keeps ``min_time_to_loss_ratio``
+    within 0..1), else a whole count (records, batches). The CLI's threshold flags and
+    :func:`thresholds` read with it."""
+    if key.endswith("_seconds"):
+        return duration
+    if key.endswith("_ratio"):
+        return ratio
+    return count
+
+
+def _unknown_key(name: str, key: str, known: Iterable[str]) -> InvalidParameter:
+    """The error for an unknown key: the closest known one suggested, then all of them."""
+    import difflib
+
+    close = difflib.get_close_matches(key, list(known), n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return invalid(name, f"unknown threshold {key!r}{hint} (known: {', '.join(sorted(known))})")
+
+
 def thresholds(name: str, value: Any) -> Thresholds:
-    """``Thresholds`` from a dict (or its text); each value a finite number >= 0 or None."""
+    """``Thresholds`` from a dict (or its text), each value read by :func:`threshold_reader`
+    (``{"max_lag_seconds": "5m"}`` is 300 seconds); None leaves a limit at its default."""
     given = mapping(name, value) or {}
-    known = set(Thresholds.__dataclass_fields__)
-    unknown = sorted(set(given) - known)
-    if unknown:
-        raise invalid(
-            name, f"unknown threshold(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-        )
-    values: dict[str, Any] = {}
-    for key, raw in given.items():
-        if is_none(raw):
-            continue
-        amount = number(f"{name}.{key}", raw)
-        if amount < 0:
-            raise invalid(f"{name}.{key}", f"must be 0 or more, got {_shown(raw)}")
-        values[key] = amount
+    known = list(Thresholds.__dataclass_fields__)
+    for key in given:
+        if key not in known:
+            raise _unknown_key(name, key, known)
+    values = {
+        key: threshold_reader(key)(f"{name}.{key}", raw)
+        for key, raw in given.items()
+        if not is_none(raw)
+    }
     try:
         return Thresholds(**values)
     except (TypeError, ValueError) as exc:
@@ -490,7 +517,7 @@ class FlagHelp(argparse.RawDescriptionHelpFormatter):
             return "DURATION"
         if read in COUNT_READERS:
             return "N"
-        if read is number:
+        if read in (number, ratio):
             return "NUMBER"
         return super()._get_default_metavar_for_optional(action)
 

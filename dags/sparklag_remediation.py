@@ -151,7 +151,9 @@ def build_dag(config: dict[str, Any]) -> Any:
         restarted_at = restart_job(read_event())
         restarted_at >> SparkKafkaCatchUpSensor(
             task_id="wait_caught_up",
-            location=config.get("checkpoint", ""),
+            # No job configured: nothing triggers the DAG (no watcher); a checkpoint read
+            # when the task runs keeps the file importable (arguments are read at parse time).
+            location=config.get("checkpoint") or f"{{{{ var.json.{CONFIG_VARIABLE}.checkpoint }}}}",
             target_time="{{ ti.xcom_pull(task_ids='restart_job') }}",
             deferrable=True,
             poke_interval=5,

@@ -5,14 +5,17 @@ Connection ids (``ConnectionIds``) and options (``CheckOptions``, ``MigrationOpt
 flat, templated keyword arguments made from the dataclass fields (:class:`FlatOptions`), read
 into ONE object each. The hook is built on first use, after templates are rendered, and closed
 with the task. A parameter that cannot be read fails the task at once, naming it, before
-anything is read or changed.
+anything is read or changed; one that is not templated is read already when the DAG file is
+parsed (in ``__init__``), so the DAG fails to import, naming the task and the parameter.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import inspect
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -29,7 +32,22 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Options = TypeVar("Options", bound="DataclassInstance")  # ConnectionIds, CheckOptions, ...
 
-__all__ = ["CHECK_FIELDS", "CONN_FIELDS", "FlatOptions", "SparkLagHookMixin"]
+__all__ = ["CHECK_FIELDS", "CONN_FIELDS", "FlatOptions", "SparkLagHookMixin", "is_templated"]
+
+# Values a DAG file gives as they are (a template renders text; Airflow resolves the rest).
+_PLAIN = (str, int, float, type(None), datetime.date, datetime.timedelta, os.PathLike)
+
+
+def is_templated(value: Any) -> bool:
+    """Known only when the task runs: Jinja text (``{{ ... }}``, ``{% ... %}``) or an object
+    Airflow resolves (an XComArg, a Param, ...), itself or inside a list or mapping."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, Mapping):
+        return any(is_templated(key) or is_templated(item) for key, item in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(is_templated(item) for item in value)
+    return not isinstance(value, _PLAIN)
 
 
 def _flat_default(f: dataclasses.Field) -> Any:
@@ -54,18 +72,24 @@ class FlatOptions:
         init = cls.__dict__.get("__init__")
         if init is None or not cls.flat_options:
             return
-        signature = inspect.signature(init)
-        given = list(signature.parameters.values())
-        names = {p.name for p in given}
-        extra = [
+        given = list(inspect.signature(init).parameters.values())
+        # The parameters of the base's __init__ (``location``, ...: already merged with its
+        # own bases'), then the option fields: help() and IDEs show every argument.
+        base = next(
+            k for k in cls.__mro__[1:] if "__init__" in k.__dict__ and issubclass(k, FlatOptions)
+        )
+        inherited = list(inspect.signature(base.__init__).parameters.values())[1:]
+        fields = [
             inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=_flat_default(f))
             for kind in cls.flat_options
             for f in dataclasses.fields(kind)
-            if f.name not in names
         ]
+        merged: dict[str, inspect.Parameter] = {}
+        for parameter in (*given, *inherited, *fields):
+            if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
+                merged.setdefault(parameter.name, parameter)
         rest = [p for p in given if p.kind is inspect.Parameter.VAR_KEYWORD]
-        head = [p for p in given if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        init.__signature__ = signature.replace(parameters=[*head, *extra, *rest])
+        init.__signature__ = inspect.signature(init).replace(parameters=[*merged.values(), *rest])
 
     def __init__(self, **kwargs: Any) -> None:
         given = {
@@ -76,6 +100,34 @@ class FlatOptions:
         super().__init__(**kwargs)
         for name, value in given.items():
             setattr(self, name, value)
+        for kind in type(self).flat_options:
+            self._check_options(kind)
+
+    def _check_options(self, kind: type) -> None:
+        """Read the ``kind`` fields given as they are (not templated) now, at DAG parse time:
+        all of them together when none is templated (``run_grace`` needs ``runs_every``)."""
+        fields = dataclasses.fields(kind)
+        plain = [f for f in fields if not is_templated(getattr(self, f.name))]
+        if len(plain) == len(fields):
+            self.given(kind.__name__, None, lambda _name, _value: self.options(kind))
+            return
+        for f in plain:
+            self.given(f.name, getattr(self, f.name), f.metadata["read"])
+
+    def given(self, name: str, value: T, read: Callable[[str, Any], Any]) -> T:
+        """``value`` as given (templated fields are rendered later), read now by ``read``
+        unless it is templated (the same reader reads the rendered value when the task runs):
+        a value it cannot read fails the DAG's import, naming the task and the parameter."""
+        from airflow_sparklag.errors import InvalidParameter
+
+        # A mapped task's copy is made when it runs (its values resolved): execute() reads
+        # them, so a failure is recorded as a check's (CHECK_FAILED) and not lost in __init__.
+        if not is_templated(value) and not getattr(self, "_BaseOperator__from_mapped", False):
+            try:
+                read(name, value)
+            except InvalidParameter as exc:
+                raise _in_task(getattr(self, "task_id", "?"), exc) from None
+        return value
 
     def options(self, kind: type[Options]) -> Options:
         """The ``kind`` object of the task's rendered arguments (errors name the argument)."""
@@ -83,6 +135,15 @@ class FlatOptions:
 
         names = (f.name for f in dataclasses.fields(kind))
         return params.options(kind, {name: getattr(self, name) for name in names})
+
+
+def _in_task(task_id: str, exc: Exception) -> Any:
+    """``exc`` (an ``InvalidParameter``) with the task named, as the task's error says it."""
+    from airflow_sparklag.errors import InvalidParameter
+
+    error = InvalidParameter(f"{task_id}: invalid parameter {exc}")
+    error.parameter = getattr(exc, "parameter", None)
+    return error
 
 
 class SparkLagHookMixin(LineageMixin, FlatOptions):
@@ -107,7 +168,7 @@ class SparkLagHookMixin(LineageMixin, FlatOptions):
         try:
             return read()
         except InvalidParameter as exc:
-            raise AirflowFailException(f"{self.task_id}: invalid parameter {exc}") from None
+            raise AirflowFailException(str(_in_task(self.task_id, exc))) from None
 
     def run_core(self, work: Callable[[], T], *, close: bool = True) -> T:
         """Run core work; its typed errors become task errors with every secret scrubbed.

@@ -69,11 +69,11 @@ class SparkLagFleetCheckOperator(CheckOptionsMixin, BaseOperator):
         super().__init__(**kwargs)
         if xcom_results not in XCOM_RESULTS:
             raise ValueError(f"xcom_results must be one of {XCOM_RESULTS}, not {xcom_results!r}")
-        self.locations = locations
-        self.prefix = prefix
-        self.fail_on = fail_on
-        self.fail_on_error = fail_on_error
-        self.max_failing = max_failing
+        self.locations = self.given("locations", locations, params.locations)
+        self.prefix = self.given("prefix", prefix, params.locations)
+        self.fail_on = self.given("fail_on", fail_on, params.health_names)
+        self.fail_on_error = self.given("fail_on_error", fail_on_error, params.boolean)
+        self.max_failing = self.given("max_failing", max_failing, params.count)
         self.max_depth = max_depth
         self.max_workers = max_workers
         self.xcom_results = xcom_results

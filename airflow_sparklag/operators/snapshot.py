@@ -58,9 +58,11 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.checkpoint_location = checkpoint_location
-        self.snapshot_root = snapshot_root
-        self.consumer_group = consumer_group
+        self.checkpoint_location = self.given(
+            "checkpoint_location", checkpoint_location, params.location
+        )
+        self.snapshot_root = self.given("snapshot_root", snapshot_root, params.location)
+        self.consumer_group = self.given("consumer_group", consumer_group, params.optional_text)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_sparklag.snapshot import export_to_group, snapshot_checkpoint
@@ -112,8 +114,10 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
 
     def __init__(self, *, checkpoint_location: str, group_id: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.checkpoint_location = checkpoint_location
-        self.group_id = group_id
+        self.checkpoint_location = self.given(
+            "checkpoint_location", checkpoint_location, params.location
+        )
+        self.group_id = self.given("group_id", group_id, params.text)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_sparklag.snapshot import export_to_group, snapshot_checkpoint
@@ -156,8 +160,10 @@ class CheckpointMigrationOperator(_SparkLagConnections):
 
     def __init__(self, *, checkpoint_location: str, archive_root: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.checkpoint_location = checkpoint_location
-        self.archive_root = archive_root
+        self.checkpoint_location = self.given(
+            "checkpoint_location", checkpoint_location, params.location
+        )
+        self.archive_root = self.given("archive_root", archive_root, params.location)
 
     def _read(self) -> dict[str, Any]:
         """Every parameter, read before anything is touched: a value that cannot be read

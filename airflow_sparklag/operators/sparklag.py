@@ -69,7 +69,7 @@ class _LagCheckBase(CheckOptionsMixin):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.location = location
+        self.location = self.given("location", location, params.location)
         self.emit_metrics = emit_metrics
         self.metric_prefix = metric_prefix
         self.metric_name = metric_name
@@ -118,9 +118,11 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
     template_fields_renderers = {"thresholds": "json"}
     ui_color = "#f4e3c1"
 
-    def __init__(self, *, fail_on: Iterable[str] | str = DEFAULT_FAIL_ON, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.fail_on = fail_on
+    def __init__(
+        self, *, location: str, fail_on: Iterable[str] | str = DEFAULT_FAIL_ON, **kwargs: Any
+    ) -> None:
+        super().__init__(location=location, **kwargs)
+        self.fail_on = self.given("fail_on", fail_on, params.health_names)
 
     def execute(self, context: Context) -> dict[str, Any]:
         try:
@@ -167,6 +169,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
     def __init__(
         self,
         *,
+        location: str,
         healthy_task_id: str | list[str] | None = None,
         lagging_task_id: str | list[str] | None = None,
         stalled_task_id: str | list[str] | None = None,
@@ -178,7 +181,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
         check_failed_task_id: str | list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(location=location, **kwargs)
         self.check_failed_task_id = check_failed_task_id
         self.branches = {
             "OK": healthy_task_id,

@@ -43,6 +43,11 @@ if TYPE_CHECKING:
     from airflow_sparklag.conditions import Probe, WaitCondition
 
 
+def _batch_id(name: str, value: Any) -> int | None:
+    """A batch id, or -1 (before the first batch), or None."""
+    return params.optional_count(name, value, minimum=-1)
+
+
 class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
     """Shared plumbing: one condition, one probe per poke, one trigger when deferred."""
 
@@ -60,7 +65,7 @@ class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(poke_interval=poke_interval, **kwargs)
-        self.location = location
+        self.location = self.given("location", location, params.location)
         self.deferrable = deferrable
         self.metric_name = metric_name
 
@@ -173,17 +178,18 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
     def __init__(
         self,
         *,
+        location: str,
         accept: Sequence[str] | str = ("OK",),
         fail_on_data_loss: bool = True,
         fail_on_stopped: bool = True,
         fail_fast: Sequence[str] | str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        self.accept = accept
-        self.fail_on_data_loss = fail_on_data_loss
-        self.fail_on_stopped = fail_on_stopped
-        self.fail_fast = fail_fast
+        super().__init__(location=location, **kwargs)
+        self.accept = self.given("accept", accept, params.health_names)
+        self.fail_on_data_loss = self.given("fail_on_data_loss", fail_on_data_loss, params.boolean)
+        self.fail_on_stopped = self.given("fail_on_stopped", fail_on_stopped, params.boolean)
+        self.fail_fast = self.given("fail_fast", fail_fast, params.health_names)
 
     def condition(self) -> HealthCondition:
         from airflow_sparklag.conditions import HealthCondition
@@ -242,18 +248,19 @@ class SparkCheckpointProgressSensor(_CheckpointSensor):
     def __init__(
         self,
         *,
+        location: str,
         after_batch_id: int | str | None = None,
         after_commit_time: Any = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        self.after_batch_id = after_batch_id
-        self.after_commit_time = after_commit_time
+        super().__init__(location=location, **kwargs)
+        self.after_batch_id = self.given("after_batch_id", after_batch_id, _batch_id)
+        self.after_commit_time = self.given("after_commit_time", after_commit_time, params.moment)
 
     def condition(self) -> ProgressCondition:
         return ProgressCondition(
             params.location("location", self.location).text,
-            params.optional_count("after_batch_id", self.after_batch_id, minimum=-1),
+            _batch_id("after_batch_id", self.after_batch_id),
             params.moment("after_commit_time", self.after_commit_time),
         )
 
@@ -275,13 +282,14 @@ class SparkKafkaCatchUpSensor(_CheckpointSensor):
     def __init__(
         self,
         *,
+        location: str,
         target_time: Any = "{{ data_interval_end }}",
         topics: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        self.target_time = target_time
-        self.topics = topics
+        super().__init__(location=location, **kwargs)
+        self.target_time = self.given("target_time", target_time, params.moment)
+        self.topics = self.given("topics", topics, params.strings)
 
     def condition(self) -> CatchUpCondition:
         seconds = params.moment("target_time", self.target_time)

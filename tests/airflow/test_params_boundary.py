@@ -24,6 +24,7 @@ import pytest
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
+from airflow_sparklag.errors import InvalidParameter
 from airflow_sparklag.operators.fleet import SparkLagFleetCheckOperator
 from airflow_sparklag.operators.snapshot import CheckpointMigrationOperator
 from airflow_sparklag.operators.sparklag import SparkLagCheckOperator
@@ -199,19 +200,34 @@ def test_check_reads_fail_on_rendered_from_a_list(kafka_conn, lagging_job, fail_
         assert task.execute(context)["verdict"]["health"] == "LAGGING"
 
 
+def accept_sensor(kafka_conn: str, job: Any, accept: list[str], **given: Any) -> Any:
+    """A health sensor on ``job`` (LAGGING_AT_10), ``accept`` rendered from a template."""
+    return rendered(
+        lambda: SparkLagSensor(
+            task_id="wait",
+            location=job.location,
+            kafka_config_id=kafka_conn,
+            thresholds=LAGGING_AT_10,
+            accept="{{ params.accept }}",
+            **given,
+        ),
+        {"accept": accept},
+    )
+
+
 @pytest.mark.parametrize("deferrable", [False, True], ids=["poke", "deferrable"])
 @pytest.mark.parametrize("soft_fail", [False, True], ids=["hard", "soft_fail"])
 def test_sensor_refuses_an_unknown_verdict_in_accept_without_waiting(
     kafka_conn, lagging_job, deferrable, soft_fail
 ):
     """With accept=["OK"] this sensor would wait (the job lags) and time out; "HEALTHY" is no
-    verdict: the task fails at once, also with soft_fail (a typo is no reason to skip)."""
-    sensor = SparkLagSensor(
-        task_id="wait",
-        location=lagging_job.location,
-        kafka_config_id=kafka_conn,
-        thresholds=LAGGING_AT_10,
-        accept=["HEALTHY"],
+    verdict: the task fails at once, also with soft_fail (a typo is no reason to skip). Given
+    as it is, the DAG already fails to import (tests/airflow/test_parse_time.py); rendered from
+    a template, the task fails when it runs."""
+    sensor, context = accept_sensor(
+        kafka_conn,
+        lagging_job,
+        ["HEALTHY"],
         deferrable=deferrable,
         soft_fail=soft_fail,
         poke_interval=5,
@@ -219,24 +235,14 @@ def test_sensor_refuses_an_unknown_verdict_in_accept_without_waiting(
     )
     started = time.monotonic()
     with pytest.raises(AirflowFailException) as failure:
-        sensor.execute({"ti": XComRecorder()})
+        sensor.execute(context)
     assert invalid("accept") + "unknown verdict 'HEALTHY'" in str(failure.value)
     assert time.monotonic() - started < 5  # not one poke interval
 
 
 @pytest.mark.parametrize(("accept", "waits"), [(["OK"], True), (["OK", "LAGGING"], False)])
 def test_sensor_reads_accept_rendered_from_a_list(kafka_conn, lagging_job, accept, waits):
-    task, context = rendered(
-        lambda: SparkLagSensor(
-            task_id="wait",
-            location=lagging_job.location,
-            kafka_config_id=kafka_conn,
-            thresholds=LAGGING_AT_10,
-            accept="{{ params.a }}",
-            deferrable=True,
-        ),
-        {"a": accept},
-    )
+    task, context = accept_sensor(kafka_conn, lagging_job, accept, deferrable=True)
     assert task.accept == repr(accept)
     if waits:
         with pytest.raises(TaskDeferred):
@@ -304,13 +310,16 @@ def test_a_list_of_locations_where_one_is_expected_names_location(
 ):
     jobs = [healthy_job.location, lagging_job.location]
     cls = SparkLagCheckOperator if kind == "check" else SparkLagSensor
-    location = "{{ params.ck }}" if native else jobs
+    if not native:  # given as it is: read when the DAG file is parsed
+        with pytest.raises(InvalidParameter, match=r"^one: invalid parameter location: must be"):
+            cls(task_id="one", location=jobs, kafka_config_id=kafka_conn)
+        return
     task, context = rendered(
-        lambda: cls(task_id="one", location=location, kafka_config_id=kafka_conn),
+        lambda: cls(task_id="one", location="{{ params.ck }}", kafka_config_id=kafka_conn),
         {"ck": jobs},
         native=native,
     )
-    assert task.location == jobs  # a real list (a DAG rendering native objects, or no template)
+    assert task.location == jobs  # a real list (a DAG rendering native objects)
     with pytest.raises(AirflowFailException) as failure:
         task.execute(context)
     assert invalid("location") + "must be one location, got a list of 2" in str(failure.value)

@@ -125,7 +125,7 @@ def test_thresholds_from_dicts_and_rendered_text(value: object, expected: Thresh
         ({"max_lag_seconds": -5}, "thresholds.max_lag_seconds"),
         ({"max_lag_seconds": True}, "thresholds.max_lag_seconds"),
         ({"max_lagg": 5}, "thresholds"),
-        ({"window": 2.5}, "thresholds"),
+        ({"window": 2.5}, "thresholds.window"),  # a count: the field is named
         ("max_lag_seconds=60", "thresholds"),
         ("[1, 2]", "thresholds"),
         ([("max_lag_seconds", 60)], "thresholds"),
