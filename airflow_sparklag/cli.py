@@ -16,12 +16,19 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
 from airflow_sparklag.errors import InvalidParameter, MigrationRefused, SparkLagError, UsageError
+from airflow_sparklag.model.result import (
+    CHECK_FAILED,
+    CheckResult,
+    check_document,
+    document,
+    summary_of,
+)
 from airflow_sparklag.model.verdict import EXIT_CHECK_FAILED, EXIT_USAGE, Health, Thresholds
 from airflow_sparklag.redact import printable, scrub
 from airflow_sparklag.storage.s3 import READERS
 
 if TYPE_CHECKING:
-    from airflow_sparklag.monitor import CheckOptions, CheckResult
+    from airflow_sparklag.monitor import CheckOptions
     from airflow_sparklag.session import Session
 
 EXIT_REFUSED = 5  # migrate: refused (or, with --dry-run, would be refused); nothing changed
@@ -280,6 +287,8 @@ def run_status(args: argparse.Namespace) -> int:
             # default check of a healthy job on S3 is LIST + GET offsets/C (--query-ids: +1).
             results = check_many(session, args.checkpoints, options, query_id=args.query_ids)
     if args.prefix and not results:
+        if args.json:
+            print_document(args, check_document("status", []))
         print(
             f"sparklag: no checkpoint found under {printable(', '.join(args.prefix))}",
             file=sys.stderr,
@@ -318,39 +327,12 @@ def natural_key(text: str) -> list[Any]:
     return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", text)]
 
 
-def summary_of(results: list[CheckResult]) -> dict[str, Any]:
-    """Counts per verdict and totals over the jobs (the JSON ``summary`` and the last line)."""
-    from collections import Counter
-
-    counts = Counter(
-        "CHECK_FAILED" if r.error is not None else r.verdict.health.value for r in results
-    )
-    lags = [r.report.total_lag for r in results if r.report is not None]
-    seconds = [
-        r.report.max_lag_seconds
-        for r in results
-        if r.report is not None and r.report.max_lag_seconds is not None
-    ]
-    return {
-        "jobs": len(results),
-        "health": dict(sorted(counts.items())),
-        "total_lag": sum(lags),
-        "max_lag_seconds": max(seconds, default=None),
-        "failed_checks": counts.get("CHECK_FAILED", 0),
-    }
-
-
 def _print_results(args: argparse.Namespace, results: list[CheckResult]) -> None:
     from airflow_sparklag.render import render
 
     results = sorted(results, key=lambda r: natural_key(r.location))
     if args.json:
-        if len(results) == 1:
-            _out(json.dumps(results[0].to_dict(), indent=2), args)
-        else:  # one result per line: json's C encoder (indent= runs the pure-Python one)
-            rows = ",\n".join(json.dumps(r.to_dict()) for r in results)
-            summary = json.dumps(summary_of(results))
-            _out(f'{{"summary": {summary},\n"results": [\n{rows}\n]}}', args)
+        print_document(args, check_document("status", results))
         return
     if len(results) > 1 and not args.detail:
         _out(compact_table(results), args)
@@ -359,7 +341,8 @@ def _print_results(args: argparse.Namespace, results: list[CheckResult]) -> None
             if i:
                 _out("\n" + "-" * 80 + "\n", args)
             if result.error is not None or result.report is None:
-                _out(f"checkpoint  {result.location}\nerror       {result.error}", args)
+                text = f"checkpoint  {result.location}\nhealth      {CHECK_FAILED}"
+                _out(f"{text}\nerror       {result.error}", args)
             else:
                 _out(render(result.report, result.verdict), args)
     if args.explain:  # what each job was judged on, and which rule asked for it
@@ -375,7 +358,7 @@ def compact_table(results: list[CheckResult]) -> str:
     for r in results:
         report = r.report
         if report is None:
-            rows.append((r.location, "CHECK_FAILED", "-", "-", "-", r.error or ""))
+            rows.append((r.location, CHECK_FAILED, "-", "-", "-", r.error or ""))
             continue
         rows.append(
             (
@@ -395,6 +378,18 @@ def compact_table(results: list[CheckResult]) -> str:
         f"worst time lag {seconds_text(summary['max_lag_seconds'])}; --detail for partitions"
     )
     return "\n".join(lines)
+
+
+def print_document(args: argparse.Namespace, shown: dict[str, Any]) -> None:
+    """A command's JSON document (docs/json.md) on stdout: indented for one result, else one
+    result per line (json's C encoder: ``indent=`` runs the pure-Python one, slow for a fleet)."""
+    results = shown["results"]
+    if len(results) <= 1:
+        _out(json.dumps(shown, indent=2), args)
+        return
+    head = json.dumps({k: v for k, v in shown.items() if k != "results"})
+    rows = ",\n".join(json.dumps(r) for r in results)
+    _out(f'{head[:-1]}, "results": [\n{rows}\n]}}', args)
 
 
 def _out(text: str, args: argparse.Namespace) -> None:
@@ -474,18 +469,24 @@ def run_wait(args: argparse.Namespace) -> int:
     with open_session(args) as session:
         while True:
             probe = condition.probe(session)
-            print(printable(scrub(probe.message, args.secrets)), file=sys.stderr, flush=True)
-            if probe.done or probe.failed:
-                if args.json:
-                    _out(json.dumps(probe.payload, indent=2), args)
-                if probe.done:
-                    return 0
-                health = (probe.payload.get("verdict") or {}).get("health", "STOPPED")
-                return Health.parse(health).exit_code or EXIT_CHECK_FAILED
-            if time.monotonic() + args.poll_interval > deadline:
+            gave_up = time.monotonic() + args.poll_interval > deadline
+            if not (probe.done or probe.failed or gave_up):  # a poll: progress, on stderr
+                print(printable(scrub(probe.message, args.secrets)), file=sys.stderr, flush=True)
+                time.sleep(args.poll_interval)
+                continue
+            # the result, on stdout
+            probe.payload["summary"]["timed_out"] = not (probe.done or probe.failed)
+            if args.json:
+                print_document(args, probe.payload)
+            else:
+                _out(probe.message, args)
+            if probe.done:
+                return 0
+            if not probe.failed:
                 print(f"sparklag: gave up after {args.max_wait:g} s", file=sys.stderr)
                 return EXIT_TIMEOUT
-            time.sleep(args.poll_interval)
+            verdict = probe.payload["results"][0].get("verdict") or {}
+            return Health.parse(verdict.get("health", "STOPPED")).exit_code or EXIT_CHECK_FAILED
 
 
 # -- snapshot / migrate ------------------------------------------------------------------------
@@ -527,7 +528,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
         if args.consumer_group:
             payload["consumer_group"] = export_to_group(session, args.consumer_group, result)
     if args.json:
-        _out(json.dumps(payload, indent=2), args)
+        print_document(args, document("snapshot", [payload], {"jobs": 1, "failed_checks": 0}))
         return 0
     lines = [
         f"snapshot    {payload['path']}",
@@ -557,7 +558,10 @@ def run_migrate(args: argparse.Namespace) -> int:
     with open_session(args) as session:
         result = migrate_checkpoint(args.checkpoint, args.archive, session=session, options=options)
     payload = result.to_dict()
-    _out(json.dumps(payload, indent=2) if args.json else _render_migration(payload), args)
+    if args.json:
+        print_document(args, document("migrate", [payload], {"jobs": 1, "failed_checks": 0}))
+    else:
+        _out(_render_migration(payload), args)
     return EXIT_REFUSED if result.refusals else 0
 
 
@@ -647,7 +651,10 @@ def run_history(args: argparse.Namespace) -> int:
 
     with open_session(args) as session:
         past = history(session, args.checkpoint, batches=args.batches, include_now=not args.no_now)
-    _out(json.dumps(past.to_dict(), indent=2) if args.json else history_table(past), args)
+    if args.json:
+        print_document(args, past.document())
+    else:
+        _out(history_table(past), args)
     return 0 if past.verdict is None else past.verdict.health.exit_code
 
 
@@ -708,8 +715,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; every outcome is an exit code and at most a scrubbed line on stderr."""
     secrets: list[str] = []
     _quiet_client_logs(secrets)
+    args: argparse.Namespace | None = None
 
     def say(message: str, code: int) -> int:
+        if args is not None and getattr(args, "json", False):  # --json: a document, always
+            print_document(args, failure_document(args, message))
         print(f"sparklag: {printable(scrub(message, secrets))}", file=sys.stderr)
         return code
 
@@ -732,6 +742,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug of ours: still one line, never a secret
         return say(f"internal error, please report: {type(exc).__name__}: {exc}", EXIT_CHECK_FAILED)
+
+
+def failure_document(args: argparse.Namespace, error: str) -> dict[str, Any]:
+    """The document of a command that failed as a whole: a failed check of each location."""
+    given = [*getattr(args, "checkpoints", []), *getattr(args, "prefix", [])]
+    locations = given or [getattr(args, "checkpoint", "")]
+    return check_document(args.command, [CheckResult.failed(loc, error) for loc in locations])
 
 
 def _quiet_client_logs(secrets: list[str]) -> None:

@@ -21,7 +21,11 @@ RULE = "flagged, then most lagging; all in partition_columns"
 
 
 def compact(result: Mapping[str, Any], listed: int = LISTED) -> dict[str, Any]:
-    """``result`` (a ``CheckResult.to_dict()``) with at most ``listed`` partitions in full."""
+    """``result`` (a ``CheckResult.to_dict()``, or a document of them: each of its
+    ``results``) with at most ``listed`` partitions in full."""
+    if isinstance(result.get("results"), list):
+        results = [compact(r, listed) if isinstance(r, Mapping) else r for r in result["results"]]
+        return {**result, "results": results}
     compacted = dict(result)
     if isinstance(result.get("report"), Mapping):
         compacted["report"] = compact_report(result["report"], listed)

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from airflow_sparklag.errors import CheckpointNotFound, InvalidParameter
+from airflow_sparklag.model.report import moment, utc_text
+from airflow_sparklag.model.result import document, summary_of
 from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckOptions, CheckResult, check
 from airflow_sparklag.session import Session
@@ -45,13 +47,31 @@ DEFAULT_FAIL_FAST = (Health.DATA_LOSS, Health.STOPPED)
 class Probe:
     """One poll of a wait condition: is the wait over, did it fail for good, and what was seen.
 
-    ``payload`` is JSON-safe (it goes to XCom and into trigger events).
+    ``payload`` is the JSON document of the wait (``model.result.document``: it goes to XCom,
+    into trigger events and to ``sparklag wait --json``): what was seen is its one result.
     """
 
     done: bool
     message: str
     payload: dict[str, Any]
     failed: bool = False  # the condition can no longer be met (e.g. data loss): stop waiting
+
+    @classmethod
+    def of(
+        cls,
+        kind: str,
+        done: bool,
+        message: str,
+        seen: Mapping[str, Any] | CheckResult,
+        failed: bool = False,
+    ) -> Probe:
+        """The probe of a ``kind`` condition that saw ``seen`` (a check, or what it read)."""
+        if isinstance(seen, CheckResult):
+            summary, seen = summary_of([seen]), seen.to_dict()
+        else:
+            summary = {"jobs": 1, "failed_checks": 0}
+        summary.update(condition=kind, done=done, failed=failed, message=message)
+        return cls(done, message, document("wait", [seen], summary), failed)
 
 
 class WaitCondition(Protocol):
@@ -96,13 +116,13 @@ class HealthCondition:
     def probe(self, session: Session) -> Probe:
         result = check(session, self.location, self.options)
         health = result.verdict.health
-        payload = result.to_dict()
         between_runs = health is Health.STOPPED and self._scheduled(result)
         if health in self.fail_fast and health not in self.accept and not between_runs:
-            return Probe(False, breach_message(result), payload, failed=True)
+            return Probe.of(self.kind, False, breach_message(result), result, failed=True)
         if health in self.accept:
-            return Probe(True, f"{self.location}: {health.value}: {result.verdict.reason}", payload)
-        return Probe(False, breach_message(result), payload)
+            message = f"{self.location}: {health.value}: {result.verdict.reason}"
+            return Probe.of(self.kind, True, message, result)
+        return Probe.of(self.kind, False, breach_message(result), result)
 
     def _scheduled(self, result: CheckResult) -> bool:
         """A declared scheduled job, or one whose history looks like runs."""
@@ -135,15 +155,16 @@ def committed_kafka_offsets(state: Any) -> dict[str, dict[str, dict[int, int]]]:
 def committed_offsets(session: Session, location: str) -> dict[str, Any]:
     """What the query has processed, JSON-safe: for recording before a stop or migration.
 
-    ``{"location", "query_id", "committed_batch_id", "committed_at", "offsets":
-    {source_id: {topic: {"partition": offset}}}}`` (offsets are the NEXT offsets to read).
+    ``{"location", "query_id", "committed_batch_id", "committed_at", "committed_at_ms",
+    "offsets": {source_id: {topic: {"partition": offset}}}}`` (offsets are the NEXT offsets
+    to read; ``committed_at``: ISO 8601 UTC).
     """
     state = session.read(location, history=1)
     return {
         "location": location,
         "query_id": state.query_id,
         "committed_batch_id": state.committed_batch_id,
-        "committed_at": state.commit_modified,
+        **moment("committed_at", state.commit_modified),
         "offsets": {
             source: by_partition(topics)
             for source, topics in committed_kafka_offsets(state).items()
@@ -166,11 +187,13 @@ class ProgressCondition:
         try:
             payload = committed_offsets(session, self.location)
         except CheckpointNotFound:
-            return Probe(False, f"{self.location}: no checkpoint yet", {"location": self.location})
+            message = f"{self.location}: no checkpoint yet"
+            return Probe.of(self.kind, False, message, {"location": self.location})
         batch = payload["committed_batch_id"]
-        committed_at = payload["committed_at"]
+        ms = payload["committed_at_ms"]
+        committed_at = None if ms is None else ms / 1000.0
         if batch is None:
-            return Probe(False, f"{self.location}: no batch committed yet", payload)
+            return Probe.of(self.kind, False, f"{self.location}: no batch committed yet", payload)
         newer = self.after_batch_id is None or batch > self.after_batch_id
         after = self.after_commit_time
         later = after is None or (committed_at is not None and committed_at > after)
@@ -182,19 +205,14 @@ class ProgressCondition:
         message = f"{self.location}: committed batch {batch} at {_iso(committed_at)}" + (
             f" (waiting for {', '.join(wanted)})" if wanted else ""
         )
-        return Probe(newer and later, message, payload)
+        return Probe.of(self.kind, newer and later, message, payload)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **asdict(self)}
 
 
 def _iso(epoch: float | None) -> str:
-    import datetime
-
-    if epoch is None:
-        return "never"
-    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
-    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+    return "never" if epoch is None else str(utc_text(epoch * 1000))
 
 
 @dataclass(frozen=True)
@@ -214,7 +232,8 @@ class CatchUpCondition:
         committed = _slowest_positions(state, session.cluster_of)
         wanted = _wanted_topics(committed, self.topics)
         if not wanted:
-            return Probe(False, f"{self.location}: no Kafka offsets committed yet", {})
+            message = f"{self.location}: no Kafka offsets committed yet"
+            return Probe.of(self.kind, False, message, {"location": self.location})
         behind: list[dict[str, Any]] = []
         records = 0
         for cluster, topics in wanted.items():
@@ -234,6 +253,7 @@ class CatchUpCondition:
                         )
         payload: dict[str, Any] = {
             "location": self.location,
+            "target_time": utc_text(self.target_time_ms),
             "target_time_ms": self.target_time_ms,
             "committed_batch_id": state.committed_batch_id,
             "records_behind": records,
@@ -241,15 +261,14 @@ class CatchUpCondition:
         }
         target = _iso(self.target_time_ms / 1000.0)
         if not behind:
-            return Probe(
-                True, f"{self.location}: caught up with everything before {target}", payload
-            )
+            message = f"{self.location}: caught up with everything before {target}"
+            return Probe.of(self.kind, True, message, payload)
         summary = ", ".join(
             f"{b['topic']}[{b['partition']}] {b['committed_offset']}<{b['target_offset']}"
             for b in behind[:5]
         )
         message = f"{self.location}: {records} records before {target} not processed: {summary}"
-        return Probe(False, message, payload)
+        return Probe.of(self.kind, False, message, payload)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **asdict(self), "topics": list(self.topics or ()) or None}

@@ -320,7 +320,7 @@ class LagExporter:
         if cached is not None and time.monotonic() - cached[0] < self.interval:
             return 200, cached[1]
         try:
-            payload = history(self.checker.session, job, batches=batches).to_dict()
+            payload = history(self.checker.session, job, batches=batches).document()
         except SparkLagError as exc:
             return 502, {"error": f"{type(exc).__name__}: {exc}"}
         with self._lock:

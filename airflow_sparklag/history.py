@@ -22,11 +22,12 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag.checkpoint import real_time_interval
 from airflow_sparklag.location import Location
 from airflow_sparklag.model.report import ToDict
+from airflow_sparklag.model.result import document
 from airflow_sparklag.model.verdict import NO_KAFKA_SOURCE, HealthVerdict
 from airflow_sparklag.timelag import RecordAge, Stairs, record_age, staircase
 
@@ -155,6 +156,11 @@ class LagHistory(ToDict):
     approximations: tuple[str, ...] = APPROXIMATIONS
     unknown: str | None = None
     verdict: HealthVerdict | None = None
+
+    def document(self) -> dict[str, Any]:
+        """The JSON document of ``sparklag history --json`` and the exporter's ``/history``."""
+        summary = {"jobs": 1, "failed_checks": 0, "points": len(self.points)}
+        return document("history", [self.to_dict()], summary)
 
     def series(
         self, topic: str, partition: int, source_id: str | None = None

@@ -37,7 +37,6 @@ from airflow_sparklag.lag import (
 )
 from airflow_sparklag.model.report import LagReport, Reads
 from airflow_sparklag.model.result import CheckResult, Read
-from airflow_sparklag.model.verdict import Health, HealthVerdict
 from airflow_sparklag.positions import Measuring, Offsets, SourceCluster, measure
 from airflow_sparklag.session import Session
 
@@ -61,11 +60,9 @@ T = TypeVar("T")
 
 
 def failed_result(location: str, error: SparkLagError) -> CheckResult:
-    """The result of a checkpoint that could not be read: UNKNOWN, with the error."""
-    message = f"{type(error).__name__}: {error}"
-    return CheckResult(
-        None, HealthVerdict(Health.UNKNOWN, message, "unreadable"), location, message
-    )
+    """The result of a checkpoint that could not be read: CHECK_FAILED in its JSON, with the
+    error (its verdict UNKNOWN: the check tells nothing of the job)."""
+    return CheckResult.failed(location, f"{type(error).__name__}: {error}")
 
 
 @dataclass

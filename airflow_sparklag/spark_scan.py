@@ -236,16 +236,17 @@ def _job_rows(result: CheckResult, now: float) -> tuple[tuple, list]:
     """(job row, partition rows) of one judged job, in the order of the columns."""
     report, verdict, location = result.report, result.verdict, result.location
     scanned_at = _timestamp(now)
+    shown = result.to_dict()  # a failed check: CHECK_FAILED, as everywhere
     own: dict[str, Any] = {  # every other column is the report's field of that name
         "location": location,
-        "health": verdict.health.value,
-        "rule": verdict.rule,
+        "health": shown["verdict"]["health"],
+        "rule": shown["verdict"]["rule"],
         "reason": verdict.reason,
         "error": result.error,
         "scanned_at": scanned_at,
-        "result": json.dumps(result.to_dict()),
+        "result": json.dumps(shown),
     }
-    if report is None:  # unreadable: as the CLI reports it
+    if report is None:  # a failed check: as the CLI reports it
         return tuple(own.get(name) for name, _ in JOB_COLUMNS), []
     partitions: list[tuple] = []
     topics: set[str] = set()

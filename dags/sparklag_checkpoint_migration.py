@@ -147,7 +147,7 @@ with DAG(
         task_id="migrate",
         checkpoint_location=CHECKPOINT,
         archive_root="{{ params.archive_root }}",
-        snapshot="{{ ti.xcom_pull(task_ids='snapshot')['path'] }}",
+        snapshot="{{ ti.xcom_pull(task_ids='snapshot')['results'][0]['path'] }}",
         # A job this run stopped (its process is gone) cannot commit again: no quiet period.
         quiet_period="{{ 0 if ti.xcom_pull(task_ids='stop_old_job') else params.quiet_period }}",
         allow_data_loss="{{ params.allow_data_loss }}",
@@ -165,7 +165,7 @@ with DAG(
 
         from airflow_sparklag.errors import CheckpointNotFound
 
-        migration = ti.xcom_pull(task_ids="migrate")
+        migration = ti.xcom_pull(task_ids="migrate")["results"][0]  # docs/json.md
         starting = migration["starting_offsets_json"]
         if not starting:
             raise AirflowFailException(

@@ -104,8 +104,8 @@ with DAG(
 
     @task
     def abort(ti=None) -> None:  # type: ignore[no-untyped-def]
-        report = ti.xcom_pull(task_ids="check_health", key="report") or {}
-        verdict = report.get("verdict", {})
+        document = ti.xcom_pull(task_ids="check_health", key="report") or {}
+        verdict = (document.get("results") or [{}])[0].get("verdict", {})
         raise AirflowFailException(
             f"deploy aborted: the running job is {verdict.get('health')}: {verdict.get('reason')}"
         )
@@ -128,7 +128,7 @@ with DAG(
             "must process everything produced before the stop",
             recorded["stopped_at"],
             recorded["committed_batch_id"],
-            iso_time(recorded["committed_at"]),
+            recorded["committed_at"] or "never",
         )
         return recorded
 

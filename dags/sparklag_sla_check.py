@@ -41,12 +41,9 @@ JOBS_VARIABLE = "sparklag_sla_jobs"
 log = logging.getLogger("sparklag.sla_check")  # a DAG module's __name__ is mangled
 
 
-def iso_time(epoch: float | None) -> str:
-    """``1795345663.27`` -> ``2026-11-22T10:27:43Z``; None -> ``never``."""
-    if epoch is None:
-        return "never"
-    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
-    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+def only_result(document: dict[str, Any] | None) -> dict[str, Any]:
+    """The one result of a check task's XCom document (docs/json.md); {} when it has none."""
+    return ((document or {}).get("results") or [{}])[0]
 
 
 def whole_seconds(seconds: float | None) -> int | None:
@@ -80,7 +77,7 @@ def alert_sla_breach(context: dict[str, Any]) -> None:
     the verdict and the lag)."""
     ti = context["ti"]
     task = context.get("task")
-    result = ti.xcom_pull(task_ids=ti.task_id, map_indexes=ti.map_index) or {}
+    result = only_result(ti.xcom_pull(task_ids=ti.task_id, map_indexes=ti.map_index))
     verdict, report = result.get("verdict") or {}, result.get("report") or {}
     location = getattr(task, "location", None) or result.get("location")
     alert = {
@@ -92,7 +89,7 @@ def alert_sla_breach(context: dict[str, Any]) -> None:
         "reason": verdict.get("reason") or str(context.get("exception")),
         "total_lag": report.get("total_lag"),
         "max_lag_seconds": whole_seconds(report.get("max_lag_seconds")),
-        "last_commit": iso_time(report.get("committed_at")) if report else None,
+        "last_commit": (report.get("committed_at") or "never") if report else None,
     }
     log.warning(
         "SLA breach: job %s is %s: %s (total lag %s records, max lag %s, last commit %s)",
@@ -182,9 +179,10 @@ with DAG(
         if not jobs:
             log.info("no jobs were checked (see load_jobs)")
             raise AirflowSkipException("no jobs were checked (see load_jobs)")
-        results = ti.xcom_pull(task_ids="check_sla") or []
-        if isinstance(results, dict):  # a single mapped instance comes back unwrapped
-            results = [results]
+        documents = ti.xcom_pull(task_ids="check_sla") or []
+        if isinstance(documents, dict):  # a single mapped instance comes back unwrapped
+            documents = [documents]
+        results = [only_result(d) for d in documents]
         by_location = {r["location"]: r for r in results if r}
         lines, breaches = [], []
         for job in jobs:
@@ -196,7 +194,7 @@ with DAG(
                 "health": verdict.get("health", "CHECK_FAILED"),
                 "total_lag": report.get("total_lag"),
                 "max_lag_seconds": whole_seconds(report.get("max_lag_seconds")),
-                "last_commit": iso_time(report.get("committed_at")) if report else None,
+                "last_commit": (report.get("committed_at") or "never") if report else None,
             }
             log.info(
                 "%s: %s, total lag %s records, max lag %s, last commit %s (%s)",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from airflow_sparklag.compact import partition_rows
+from airflow_sparklag.model.result import CHECK_FAILED
 from airflow_sparklag.render import seconds_text
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 # Worst first: the page's order, and the health filter's choices.
 HEALTH_ORDER = (
-    "CHECK_FAILED",
+    CHECK_FAILED,
     "DATA_LOSS",
     "REWIND",
     "STOPPED",

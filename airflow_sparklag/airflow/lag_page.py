@@ -25,6 +25,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from airflow_sparklag.airflow import lag_html
 from airflow_sparklag.airflow.lag_html import HEALTH_ORDER
+from airflow_sparklag.model.result import CHECK_FAILED
 
 URL_PREFIX = "/sparklag"
 CHECK_OPERATORS = ("SparkLagCheckOperator", "SparkLagBranchOperator", "SparkLagSensor")
@@ -99,8 +100,8 @@ def _parsed(
     name = str(health or "UNKNOWN")
     parsed: Parsed = {
         "location": str(value["location"]),
-        # a checkpoint a fleet could not read (UNKNOWN with an error) is a check that failed
-        "health": "CHECK_FAILED" if error and name == "UNKNOWN" else name,
+        # a check that failed: CHECK_FAILED (its verdict says so; older XComs said UNKNOWN)
+        "health": CHECK_FAILED if error else name,
         "reason": str(error or reason or ""),
         "report": None,
     }
@@ -192,6 +193,8 @@ def collect(rows: Iterable[Row], checks: Iterable[Check] = ()) -> list[JobView]:
 
 def _is_fleet(value: Any) -> bool:
     """Many jobs' results (a fleet check's, a scan's list): none is named by the task."""
+    if isinstance(value, Mapping) and value.get("command") in ("check", "wait"):
+        return False  # one check's document
     return isinstance(value, list) or (
         isinstance(value, Mapping) and ("results" in value or "failing" in value)
     )
@@ -228,17 +231,18 @@ def matching(jobs: list[JobView], health: str | None, text: str | None) -> list[
 
 # -- the database ------------------------------------------------------------------------------
 
-# Check field -> its path in a CheckResult.to_dict(): what the table shows of a check. The
+# Check field -> its path in a check task's XCom: what the table shows of a check. The
 # database reads them out of the value: an XCom holds the whole report (~6 KB at 8 partitions)
 # and decoding the table's 6,000 values in Python took seconds (docs/benchmarks.md).
+ONE = ("results", 0)  # a check task's XCom: the document (docs/json.md) of its one check
 EXTRACTED = {
-    "location": ("location",),
-    "error": ("error",),
-    "health": ("verdict", "health"),
-    "reason": ("verdict", "reason"),
-    **{name: ("report", name) for name in (*MEASURES, "min_time_to_loss_seconds")},
-    **{name: ("report", "pace", key) for name, key in PACE_FIELDS.items()},
-    **{f"unknown.{name}": ("report", "unknown", name) for name in UNKNOWN},
+    "location": (*ONE, "location"),
+    "error": (*ONE, "error"),
+    "health": (*ONE, "verdict", "health"),
+    "reason": (*ONE, "verdict", "reason"),
+    **{name: (*ONE, "report", name) for name in (*MEASURES, "min_time_to_loss_seconds")},
+    **{name: (*ONE, "report", "pace", key) for name, key in PACE_FIELDS.items()},
+    **{f"unknown.{name}": (*ONE, "report", "unknown", name) for name in UNKNOWN},
 }
 Tasks = Iterable[tuple[str, str, int]]  # (dag_id, task_id, map_index)
 

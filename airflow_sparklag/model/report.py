@@ -6,6 +6,7 @@ nothing else of ours.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import math
 from collections.abc import Iterator, Mapping
@@ -13,15 +14,54 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _JSON_LEAVES = frozenset({str, int, bool})
+# A field holding moments in epoch seconds under another name than ``*_at`` (a tuple of them).
+MOMENTS = {"moment": True}
+
+
+def utc_text(epoch_ms: float | None) -> str | None:
+    """A moment as ISO 8601 UTC text to the millisecond: ``2026-12-07T13:40:00.123Z``."""
+    if epoch_ms is None:
+        return None
+    moment = datetime.datetime.fromtimestamp(epoch_ms / 1000.0, tz=datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def epoch_ms(seconds: float | None) -> int | None:
+    return None if seconds is None else round(seconds * 1000)
+
+
+def moment(name: str, seconds: float | None) -> dict[str, Any]:
+    """One moment as the JSON documents show every one: ISO 8601 UTC text beside epoch
+    milliseconds (``committed_at``, ``committed_at_ms``)."""
+    ms = epoch_ms(seconds)
+    return {name: utc_text(ms), f"{name}_ms": ms}
+
+
+def _field_json(field_: dataclasses.Field[Any], value: Any) -> dict[str, Any]:
+    """A dataclass field's JSON: a moment (a ``*_at`` field, epoch seconds) as `moment`, a
+    moment in milliseconds (``*timestamp_ms``, ``time_ms``) with its ISO text beside it."""
+    name = field_.name
+    if name.endswith("_at") and (value is None or isinstance(value, (int, float))):
+        return moment(name, value)
+    if name.endswith(("timestamp_ms", "time_ms")) and (value is None or isinstance(value, int)):
+        return {name[:-3]: utc_text(value), name: value}
+    if field_.metadata.get("moment"):
+        ms = [epoch_ms(v) for v in value]
+        return {name: [utc_text(v) for v in ms], f"{name}_ms": ms}
+    return {name: json_safe(value)}
 
 
 def json_safe(value: Any) -> Any:
     """`value` turned into JSON types: dataclasses and mappings become dicts with string keys,
-    tuples/sets become lists (sets sorted), NaN and -inf become None, +inf "infinite"."""
+    tuples/sets become lists (sets sorted), NaN and -inf become None, +inf "infinite"; a
+    dataclass's moments as ISO 8601 UTC text beside epoch milliseconds (`_field_json`)."""
     if value is None or type(value) in _JSON_LEAVES:  # most values: answered first
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: json_safe(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            out.update(_field_json(f, getattr(value, f.name)))
+        return out
     if isinstance(value, Mapping):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (set, frozenset)):
@@ -171,7 +211,8 @@ class RealTime(ToDict):
 
     interval_seconds: float  # the newest checkpoint's: batchTimestampMs to offsets/C written
     checkpoint_at: float  # epoch seconds offsets/C was written: what its lag is measured at
-    checkpoint_times: tuple[float | None, ...]  # offsets/N written, for each batch of history
+    # offsets/N written (epoch seconds), for each batch of history
+    checkpoint_times: tuple[float | None, ...] = field(metadata=MOMENTS)
     # Total lag as of each checkpoint of `history` (oldest first); None where not measured.
     checkpoint_lags: tuple[int | None, ...] = ()
     produced_since: int | None = None  # records produced after checkpoint_at (upper bound)
@@ -320,7 +361,7 @@ class LagReport(ToDict):
 
 
 @dataclass(frozen=True)
-class Run:
+class Run(ToDict):
     """One run: consecutive batches with no gap between them longer than the run gap.
 
     ``complete`` and ``records_left`` are set by a check that asked Kafka (docs/scheduled-jobs.md);
@@ -339,12 +380,9 @@ class Run:
     complete: bool | None = None
     records_left: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclass(frozen=True)
-class Schedule:
+class Schedule(ToDict):
     """The job's shape as a scheduled job.
 
     ``runs_every`` and ``grace`` are set when the job was declared scheduled; an undeclared job
@@ -366,9 +404,6 @@ class Schedule:
     def scheduled(self) -> bool:
         """Declared, or looks like it: idling between runs is expected."""
         return self.declared or self.looks_scheduled
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 class Reads(enum.IntEnum):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -11,6 +10,7 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 
 from airflow_sparklag import params
 from airflow_sparklag.compact import compact
+from airflow_sparklag.model.result import CHECK_FAILED, document, summary_of
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CHECK_FIELDS, CONN_FIELDS, CheckOptionsMixin
 from airflow_sparklag.operators.sparklag import DEFAULT_FAIL_ON, fail_on_names
@@ -33,11 +33,12 @@ class SparkLagFleetCheckOperator(CheckOptionsMixin, BaseOperator):
 
     Example: docs/operators/spark-lag-fleet-check.md.
 
-    XCom (return value, pushed on failure too), JSON-safe: ``{"jobs", "health": {verdict:
-    count}, "failing": [{"location", "health", "reason", "total_lag", "max_lag_seconds",
-    "error"}], "storage_requests"}``; ``xcom_results="all"`` adds every job's full result
-    (``results``), ``"summary"`` leaves out ``failing``. A fleet's full results can be large:
-    the default keeps XCom to the failing jobs.
+    XCom (return value, pushed on failure too): the JSON document of docs/json.md,
+    ``{"schema", "command": "fleet", "summary": {"jobs", "health": {verdict: count}, ...,
+    "storage_requests"}, "results": [], "failing": [{"location", "health", "reason",
+    "total_lag", "max_lag_seconds", "error"}]}``; ``xcom_results="all"`` puts every job's
+    full result in ``results``, ``"summary"`` leaves out ``failing``. A fleet's full results
+    can be large: the default keeps XCom to the failing jobs.
     """
 
     template_fields: Sequence[str] = (
@@ -120,37 +121,31 @@ class SparkLagFleetCheckOperator(CheckOptionsMixin, BaseOperator):
             raise AirflowFailException(f"no checkpoint found under {', '.join(prefixes)}")
 
         fail_on, max_failing = given["fail_on"], given["max_failing"]
-        counts: Counter[str] = Counter()
         failing: list[dict[str, Any]] = []
         for result in results:
             health = result.verdict.health.value
-            counts[health] += 1
             error = result.error
             if health in fail_on or (error is not None and given["fail_on_error"]):
                 report = result.report
                 failing.append(
                     {
                         "location": result.location,
-                        "health": health,
+                        "health": CHECK_FAILED if error is not None else health,
                         "reason": hook.scrub(result.verdict.reason),
                         "total_lag": report.total_lag if report else None,
                         "max_lag_seconds": report.max_lag_seconds if report else None,
                         "error": hook.scrub(error) if error is not None else None,
                     }
                 )
-        payload: dict[str, Any] = {
-            "jobs": len(results),
-            "health": dict(sorted(counts.items())),
-            "storage_requests": requests,
-        }
+        summary = {**summary_of(results), "storage_requests": requests}
+        every = results if self.xcom_results == "all" else []
+        payload = document("fleet", (compact(r.to_dict()) for r in every), summary)
         if self.xcom_results != "summary":
             payload["failing"] = failing
-        if self.xcom_results == "all":
-            payload["results"] = [compact(result.to_dict()) for result in results]
         self.log.info(
             "%d jobs checked (%s); %d failing; %d storage requests",
             len(results),
-            ", ".join(f"{h} {n}" for h, n in sorted(counts.items())),
+            ", ".join(f"{h} {n}" for h, n in summary["health"].items()),
             len(failing),
             requests,
         )

@@ -102,7 +102,9 @@ def emit_failure(job: str, reason: str, prefix: str = PREFIX) -> None:
 
 def emit_probe(job: str, kind: str, payload: Mapping[str, Any]) -> None:
     """A wait condition's poll: a health probe carries a whole check; a catch-up probe the
-    records still to process (``sparklag.<job>.records_behind``)."""
+    records still to process (``sparklag.<job>.records_behind``). ``payload``: the probe's
+    document, whose one result is what it saw."""
+    payload = (payload.get("results") or [{}])[0]
     if kind == "health":
         emit_result(job, payload)
     elif kind == "catch_up" and payload.get("records_behind") is not None:

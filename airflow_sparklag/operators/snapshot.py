@@ -2,8 +2,8 @@
 
 Thin adapters: :class:`~airflow_sparklag.hooks.sparklag.SparkLagHook` turns the connections into
 Kafka config and storage options, the core (``snapshot``, ``consumer_group``, ``migration``)
-does the work. Every operator returns a JSON-safe dict (XCom); errors are the core's typed
-errors with any connection secret scrubbed from the message.
+does the work. Every operator returns the JSON document of docs/json.md (XCom); errors are
+the core's typed errors with any connection secret scrubbed from the message.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperat
 from airflow_sparklag import params
 from airflow_sparklag.hooks.sparklag import ConnectionIds
 from airflow_sparklag.migration import MIGRATION_OPTIONS, MigrationOptions
+from airflow_sparklag.model.result import document
 from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
 
 if TYPE_CHECKING:
@@ -39,7 +40,8 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
             aws_conn_id="aws_default",
         )
 
-    Returns ``SnapshotResult.to_dict()`` (path, checksum, committed batch, startingOffsets).
+    Returns the JSON document of docs/json.md whose one result is ``SnapshotResult.to_dict()``
+    (path, checksum, committed batch, startingOffsets).
     """
 
     template_fields: Sequence[str] = (
@@ -91,7 +93,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
             payload["committed_batch_id"],
             payload["path"],
         )
-        return payload
+        return document("snapshot", [payload], {"jobs": 1, "failed_checks": 0})
 
 
 class ConsumerGroupExportOperator(_SparkLagConnections):
@@ -106,8 +108,8 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
             webhdfs_conn_id="webhdfs_default",
         )
 
-    A group with active members is refused. Returns ``{"group_id", "offsets", "lag",
-    "total_lag", "committed_batch_id"}``.
+    A group with active members is refused. Returns the JSON document of docs/json.md whose
+    one result is ``{"group_id", "offsets", "lag", "total_lag", "committed_batch_id"}``.
     """
 
     template_fields: Sequence[str] = ("checkpoint_location", "group_id", *CONN_FIELDS)
@@ -138,7 +140,7 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
 
         payload = self.run_core(work)
         self.log.info("Group %s: total lag %s", group_id, payload["total_lag"])
-        return payload
+        return document("export", [payload], {"jobs": 1, "failed_checks": 0})
 
 
 class CheckpointMigrationOperator(_SparkLagConnections):
@@ -203,4 +205,4 @@ class CheckpointMigrationOperator(_SparkLagConnections):
         if payload["refusals"]:
             # Dry run: the plan is the result, but a refused plan must not look green.
             raise AirflowFailException(hook.scrub("; ".join(payload["refusals"])))
-        return payload
+        return document("migrate", [payload], {"jobs": 1, "failed_checks": 0})

@@ -15,6 +15,7 @@ from airflow.providers.common.compat.sdk import (
 from airflow_sparklag import params
 from airflow_sparklag.compact import compact
 from airflow_sparklag.conditions import breach_message
+from airflow_sparklag.model.result import CheckResult, check_document
 from airflow_sparklag.model.verdict import DEFAULT_FAIL_ON as _FAIL_ON
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CHECK_FIELDS, CONN_FIELDS, CheckOptionsMixin
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_sparklag.location import Location
-    from airflow_sparklag.monitor import CheckResult
 
 # Verdicts that fail a SparkLagCheckOperator unless told otherwise. UNKNOWN (no batch committed
 # yet, no Kafka source) is not a breach by default: there is nothing to measure.
@@ -44,15 +44,15 @@ def push_check_failed(context: Context, location: str, exc: BaseException, key: 
     URL userinfo here (``s3a://KEY:SECRET@bucket/...``)."""
     from airflow_sparklag.redact import redact_url, scrub
 
-    error = scrub(str(exc), ())
-    failed = {
-        "location": redact_url(location),
-        "error": error,
-        "verdict": {"health": "CHECK_FAILED", "reason": error},
-        "report": None,
-    }
+    failed = xcom_document(CheckResult.failed(redact_url(location), scrub(str(exc), ())))
     context["ti"].xcom_push(key=key, value=failed)
     return failed
+
+
+def xcom_document(result: CheckResult) -> dict[str, Any]:
+    """What a check task leaves in XCom: the JSON document of its one check, bounded
+    (``compact``), as ``sparklag status --json`` prints it (docs/json.md)."""
+    return compact(check_document("check", [result]))
 
 
 class _LagCheckBase(CheckOptionsMixin):
@@ -101,8 +101,9 @@ def _reason(exc: BaseException) -> str:
 class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
     """Checks a Spark query's lag and health; fails when the verdict is in ``fail_on``.
 
-    The result (``CheckResult.to_dict()``: report and verdict) is the task's XCom return value,
-    also on failure; a check that fails itself leaves ``CHECK_FAILED`` and its error there.
+    The result (the JSON document of docs/json.md: its one result's report and verdict) is
+    the task's XCom return value, also on failure; a check that fails itself leaves
+    ``CHECK_FAILED`` and its error there.
     Gauges go to Airflow's metrics (docs/metrics.md). On a breach it raises
     ``AirflowFailException`` (no retries: the lag will not change by retrying at once) with the
     verdict and the worst partitions. Example: docs/operators/spark-lag-check.md.
@@ -132,7 +133,7 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
         except Exception as exc:
             push_check_failed(context, str(self.location).strip(), exc, "return_value")
             raise
-        payload = compact(result.to_dict())
+        payload = xcom_document(result)
         health = result.verdict.health.value
         report = result.report
         self.log.info(
@@ -155,7 +156,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
     Each ``*_task_id`` may be a task id or a list; a verdict with no task given follows
     ``default_task_id`` (and without one the task fails). ``check_failed_task_id`` is followed
     when the check itself fails (no checkpoint there, storage or Kafka unreachable), with
-    ``{"verdict": {"health": "CHECK_FAILED", "reason": ...}}`` under the XCom key ``report``;
+    a result whose verdict is ``CHECK_FAILED`` under the XCom key ``report``;
     without it such a failure fails the task. The check result goes to XCom under
     the key ``report``.
 
@@ -213,7 +214,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
             )
             return self.check_failed_task_id
         health = result.verdict.health.value
-        context["ti"].xcom_push(key="report", value=compact(result.to_dict()))
+        context["ti"].xcom_push(key="report", value=xcom_document(result))
         chosen = self.branches.get(health) or self.default_task_id
         self.log.info("%s: %s (%s) -> %s", location, health, result.verdict.reason, chosen)
         if not chosen:

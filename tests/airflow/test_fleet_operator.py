@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from typing import Any
 
+import jsonschema
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_sparklag.operators.fleet import SparkLagFleetCheckOperator
+from tests.airflow.test_sensors_operators import SCHEMA
 
 pytestmark = pytest.mark.testbed
 
@@ -42,16 +43,17 @@ def test_fails_naming_the_failing_jobs(kafka_conn, healthy_job, lagging_job, tmp
     message = str(failure.value)
     assert message.startswith("2 of 3 jobs failing (at most 0 allowed)")
     assert f"{lagging_job.location}: LAGGING" in message
-    assert f"{missing}: UNKNOWN (CheckpointNotFound" in message
+    assert f"{missing}: CHECK_FAILED (CheckpointNotFound" in message
     payload = ctx["ti"].pushed["return_value"]
-    json.dumps(payload)  # JSON-safe
-    assert payload["jobs"] == 3
-    assert payload["health"] == {"LAGGING": 1, "OK": 1, "UNKNOWN": 1}
+    jsonschema.validate(payload, SCHEMA)  # the one document of docs/json.md
+    assert payload["summary"]["jobs"] == 3
+    assert payload["summary"]["health"] == {"CHECK_FAILED": 1, "LAGGING": 1, "OK": 1}
     failing = {f["location"]: f for f in payload["failing"]}
     assert set(failing) == {lagging_job.location, missing}
     assert failing[lagging_job.location]["total_lag"] == 45
     assert failing[missing]["error"].startswith("CheckpointNotFound")
-    assert "results" not in payload
+    assert failing[missing]["health"] == "CHECK_FAILED"
+    assert payload["results"] == []
 
 
 def test_max_failing_fail_on_and_xcom_detail(kafka_conn, healthy_job, lagging_job, tmp_path):
@@ -70,15 +72,21 @@ def test_max_failing_fail_on_and_xcom_detail(kafka_conn, healthy_job, lagging_jo
     by_location = {r["report"]["location"]: r for r in everything["results"]}
     assert by_location[lagging_job.location]["report"]["total_lag"] == 45
     assert by_location[healthy_job.location]["verdict"]["health"] == "OK"
-    json.dumps(everything)
-    summary = SparkLagFleetCheckOperator(**common, max_failing=5, xcom_results="summary").execute(
+    jsonschema.validate(everything, SCHEMA)
+    document = SparkLagFleetCheckOperator(**common, max_failing=5, xcom_results="summary").execute(
         _context()
     )
+    jsonschema.validate(document, SCHEMA)
+    summary = document["summary"]
     assert summary == {
         "jobs": 2,
         "health": {"LAGGING": 1, "OK": 1},
+        "total_lag": 45,
+        "max_lag_seconds": summary["max_lag_seconds"],
+        "failed_checks": 0,
         "storage_requests": summary["storage_requests"],
     }
+    assert document["results"] == [] and "failing" not in document
     # local disk, no metadata read: LIST commits/, LIST offsets/, GET offsets/C + history GETs
     assert 2 * 3 <= summary["storage_requests"] <= 2 * (3 + 9)
     with pytest.raises(ValueError, match="xcom_results"):
@@ -100,7 +108,7 @@ def test_discovers_checkpoints_under_a_prefix(kafka_conn, healthy_job, lagging_j
         max_failing=10,
         thresholds={"max_commit_age_seconds": 86400},
     )
-    payload = op.execute(_context())
+    payload = op.execute(_context())["summary"]
     assert payload["jobs"] == 2
     assert payload["health"] == {"OK": 2}  # no lag thresholds: 15 records per partition is fine
     empty = tmp_path / "empty"

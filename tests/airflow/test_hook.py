@@ -107,12 +107,13 @@ def test_check_and_probes_on_a_local_checkpoint(kafka_conn, lagging_job):
 
     # Everything produced before the checkpoint was written has been processed; the 45 records
     # produced afterwards have not.
-    caught_up = hook.probe(CatchUpCondition(location, int(recorded["committed_at"] * 1000)))
+    caught_up = hook.probe(CatchUpCondition(location, recorded["committed_at_ms"]))
     assert caught_up.done, caught_up.message
     behind = hook.probe(CatchUpCondition(location, int((time.time() + 60) * 1000)))
     assert not behind.done
-    assert behind.payload["records_behind"] == 45
-    assert {b["partition"] for b in behind.payload["partitions_behind"]} == {0, 1, 2}
+    (seen,) = behind.payload["results"]
+    assert seen["records_behind"] == 45
+    assert {b["partition"] for b in seen["partitions_behind"]} == {0, 1, 2}
 
     options = CheckOptions(Thresholds(max_lag_records_total=10))
     health = hook.probe(HealthCondition(location, options))

@@ -461,15 +461,24 @@ def test_page_queries_read_every_kind_of_xcom(metadata_db):
         "report": None,
     }
     fleet = {
-        "jobs": 2,
+        "schema": "sparklag/1",
+        "command": "fleet",
+        "summary": {"jobs": 2, "failed_checks": 0},
         "results": [check_result(f"/ck/fleet-a-{tag}", 7, 5000)],
         "failing": [{"location": f"/ck/fleet-b-{tag}", "health": "STALLED", "total_lag": 3}],
     }
+
+    def document(result: dict) -> dict:  # what a check task leaves (docs/json.md)
+        summary = {"jobs": 1, "failed_checks": int(result["error"] is not None)}
+        return {"schema": "sparklag/1", "command": "check", "summary": summary,
+                "results": [result]}  # fmt: skip
+
     scan = [{"location": f"/ck/scan-{tag}", "health": "OK", "total_lag": 0}]
     values = [
-        ("ok", "SparkLagCheckOperator", "return_value", ok, False),
+        ("ok", "SparkLagCheckOperator", "return_value", document(ok), False),
+        # an XCom of a version before the document: a bare result, still read
         ("text", "SparkLagSensor", "return_value", unmeasured, True),
-        ("failed", "SparkLagBranchOperator", "report", failed, False),
+        ("failed", "SparkLagBranchOperator", "report", document(failed), False),
         ("fleet", "SparkLagFleetCheckOperator", "return_value", fleet, False),
         ("scan", "@task", "sparklag_results", scan, True),
         ("other", "PythonOperator", "return_value", check_result(f"/ck/x-{tag}", 1, 9), False),
@@ -529,7 +538,7 @@ def test_a_check_of_many_partitions_stores_a_bounded_xcom_the_page_reads(
     check = SparkLagCheckOperator(task_id="many", location=job.location, kafka_config_id=kafka_conn)
     payload = check.execute(context())
     json.dumps(payload, allow_nan=False)  # what XCom stores
-    report = payload["report"]
+    report = payload["results"][0]["report"]
     (orders,) = report["sources"][0]["topics"]
     assert [p["partition"] for p in orders["partitions"]] == list(range(10, 30))
     assert orders["partition_columns"]["lag"] == [p + 1 for p in range(30)]
@@ -623,7 +632,7 @@ def test_a_failed_check_records_check_failed_in_xcom(kafka_conn, tmp_path):
 
     from airflow_sparklag.operators.sparklag import SparkLagBranchOperator, SparkLagCheckOperator
     from airflow_sparklag.sensors.sparklag import SparkLagSensor
-    from tests.airflow.test_sensors_operators import context
+    from tests.airflow.test_sensors_operators import context, only
 
     missing = str(tmp_path / "none")
     tasks = [
@@ -648,7 +657,7 @@ def test_a_failed_check_records_check_failed_in_xcom(kafka_conn, tmp_path):
         ctx = context()
         with pytest.raises(AirflowException, match="CheckpointNotFound"):
             task.execute(ctx)
-        pushed = ctx["ti"].pushed[key]
+        pushed = only(ctx["ti"].pushed[key])  # the document a check leaves (docs/json.md)
         assert pushed["location"] == missing and pushed["report"] is None
         assert pushed["verdict"]["health"] == "CHECK_FAILED"
         assert "CheckpointNotFound" in pushed["error"] and missing in pushed["error"]

@@ -142,7 +142,7 @@ def test_migration_with_the_default_rendered_values_migrates(kafka_conn, checkpo
     before = tree(checkpoint)
     task, context = migration(kafka_conn, checkpoint, archive)
     assert (task.dry_run, task.quiet_period) == ("False", "0")
-    payload = task.execute(context)
+    (payload,) = task.execute(context)["results"]
     assert payload["status"] == "completed"
     assert not checkpoint.exists()
     assert tree(Path(payload["archive_location"])) == before
@@ -167,7 +167,7 @@ def lag_check(job: Any, kafka_conn: str, **fields: Any) -> Callable[[], SparkLag
 def assert_no_check_ran(pushed: dict, name: str) -> None:
     """Only the failure record the "Streaming lag" page shows: CHECK_FAILED naming the
     parameter, no report (nothing was read)."""
-    (failed,) = pushed.values()
+    ((failed,),) = (document["results"] for document in pushed.values())
     assert failed["report"] is None and failed["verdict"]["health"] == "CHECK_FAILED"
     assert invalid(name) in failed["error"]
 
@@ -195,9 +195,9 @@ def test_check_reads_fail_on_rendered_from_a_list(kafka_conn, lagging_job, fail_
         with pytest.raises(AirflowFailException, match=r"LAGGING: total lag 45") as failure:
             task.execute(context)
         assert f"{lagging_job.topic}[0] lag=15" in str(failure.value)
-        assert context["ti"].pushed["return_value"]["verdict"]["health"] == "LAGGING"
+        assert context["ti"].pushed["return_value"]["results"][0]["verdict"]["health"] == "LAGGING"
     else:
-        assert task.execute(context)["verdict"]["health"] == "LAGGING"
+        assert task.execute(context)["results"][0]["verdict"]["health"] == "LAGGING"
 
 
 def accept_sensor(kafka_conn: str, job: Any, accept: list[str], **given: Any) -> Any:
@@ -248,7 +248,7 @@ def test_sensor_reads_accept_rendered_from_a_list(kafka_conn, lagging_job, accep
         with pytest.raises(TaskDeferred):
             task.execute(context)
     else:
-        assert task.execute(context)["verdict"]["health"] == "LAGGING"
+        assert task.execute(context)["results"][0]["verdict"]["health"] == "LAGGING"
 
 
 # -- thresholds --------------------------------------------------------------------------------
@@ -269,7 +269,7 @@ def test_thresholds_rendered_as_python_dict_text_work(kafka_conn, lagging_job, l
         with pytest.raises(AirflowFailException, match=r"LAGGING: total lag 45 records > 10"):
             task.execute(context)
     else:
-        assert task.execute(context)["verdict"]["health"] == "OK"
+        assert task.execute(context)["results"][0]["verdict"]["health"] == "OK"
 
 
 IN_A_FIELD = {"max_lag_seconds": "{{ params.t }}"}
@@ -360,7 +360,7 @@ def test_fleet_max_failing_is_read_before_any_check(
         {"m": max_failing},
     )
     if outcome == "passes":
-        assert task.execute(context)["health"] == {"LAGGING": 1, "OK": 1}
+        assert task.execute(context)["summary"]["health"] == {"LAGGING": 1, "OK": 1}
         return
     with pytest.raises(AirflowFailException) as failure:
         task.execute(context)

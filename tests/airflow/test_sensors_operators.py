@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
+import socket
+from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from airflow.providers.common.compat.sdk import (
     AirflowFailException,
@@ -29,6 +33,7 @@ from airflow_sparklag.triggers.sparklag import (
     SparkKafkaCatchUpTrigger,
     SparkLagTrigger,
 )
+from tests.airflow.conftest import conn_env, kafka_connection
 
 pytestmark = pytest.mark.testbed
 
@@ -45,6 +50,17 @@ class XComRecorder:
 
 def context() -> dict[str, Any]:
     return {"ti": XComRecorder()}
+
+
+SCHEMA = json.loads((Path(__file__).parents[2] / "docs/schema/sparklag-1.json").read_text())
+
+
+def only(document: Any) -> dict[str, Any]:
+    """The one result of a task's XCom document, checked against the published JSON Schema."""
+    jsonschema.validate(document, SCHEMA)
+    (result,) = document["results"]
+    assert document["summary"]["jobs"] == 1
+    return result
 
 
 def run_deferred(sensor, ctx) -> Any:
@@ -68,7 +84,7 @@ def test_lag_sensor_poke_mode_returns_the_report(kafka_conn, healthy_job):
     sensor = SparkLagSensor(
         task_id="s", location=healthy_job.location, kafka_config_id=kafka_conn, deferrable=False
     )
-    payload = sensor.execute(context())
+    payload = only(sensor.execute(context()))
     assert payload["verdict"]["health"] == "OK"
     assert payload["report"]["total_lag"] == 0
 
@@ -106,7 +122,7 @@ def test_lag_sensor_deferrable_round_trip(kafka_conn, lagging_job):
         run_deferred(sensor, context())
     # Accepting LAGGING: done at once in the worker, no deferral. (A sensor reads its rendered
     # parameters into its condition once: a new task, as each try in Airflow is.)
-    assert lag_sensor(["OK", "LAGGING"]).execute(context())["verdict"]["health"] == "LAGGING"
+    assert only(lag_sensor(["OK", "LAGGING"]).execute(context()))["verdict"]["health"] == "LAGGING"
 
 
 def test_lag_sensor_fails_fast_on_data_loss(kafka_conn, data_loss_job):
@@ -148,7 +164,7 @@ def test_progress_sensor(kafka_conn, lagging_job):
         after_batch_id=str(batch - 1),  # rendered templates are text
         deferrable=False,
     )
-    assert poke.execute(context())["committed_batch_id"] == batch
+    assert only(poke.execute(context()))["committed_batch_id"] == batch
 
     waiting = SparkCheckpointProgressSensor(
         task_id="p",
@@ -194,15 +210,17 @@ def test_progress_sensor_defers_with_a_serializable_trigger(kafka_conn, tmp_path
 def test_catch_up_sensor(kafka_conn, lagging_job):
     from airflow_sparklag.hooks.sparklag import SparkLagHook
 
-    committed_at = SparkLagHook(kafka_conn).committed_offsets(lagging_job.location)["committed_at"]
+    recorded = SparkLagHook(kafka_conn).committed_offsets(lagging_job.location)
+    committed_at = datetime.datetime.fromisoformat(recorded["committed_at"].replace("Z", "+00:00"))
+    assert committed_at.timestamp() * 1000 == recorded["committed_at_ms"]
     done = SparkKafkaCatchUpSensor(
         task_id="c",
         location=lagging_job.location,
         kafka_config_id=kafka_conn,
-        target_time=datetime.datetime.fromtimestamp(committed_at, tz=datetime.timezone.utc),
+        target_time=committed_at,
         deferrable=True,
     )
-    assert done.execute(context())["records_behind"] == 0
+    assert only(done.execute(context()))["records_behind"] == 0
     behind = SparkKafkaCatchUpSensor(
         task_id="c",
         location=lagging_job.location,
@@ -240,13 +258,13 @@ def test_check_operator_passes_and_emits_gauges(kafka_conn, healthy_job, monkeyp
     op = SparkLagCheckOperator(
         task_id="orders-lag", location=healthy_job.location, kafka_config_id=kafka_conn
     )
-    payload = op.execute(context())
+    payload = only(op.execute(context()))
     assert payload["verdict"]["health"] == "OK"
     assert gauges["sparklag.orders_lag.total_lag"] == 0
     assert gauges["sparklag.orders_lag.health"] == 0
     # The real Stats object accepts the same calls (a no-op unless metrics are configured).
     monkeypatch.undo()
-    assert op.execute(context())["report"]["total_lag"] == 0
+    assert only(op.execute(context()))["report"]["total_lag"] == 0
 
 
 @pytest.mark.airflow_compat
@@ -264,10 +282,28 @@ def test_check_operator_fails_with_a_partition_summary(kafka_conn, lagging_job):
     assert "LAGGING" in message
     for partition in range(3):
         assert f"{lagging_job.topic}[{partition}] lag=15" in message
-    assert ctx["ti"].pushed["return_value"]["report"]["total_lag"] == 45
+    assert only(ctx["ti"].pushed["return_value"])["report"]["total_lag"] == 45
     # Not a breach when LAGGING is not in fail_on.
     op.fail_on = ["DATA_LOSS"]
-    assert op.execute(context())["verdict"]["health"] == "LAGGING"
+    assert only(op.execute(context()))["verdict"]["health"] == "LAGGING"
+
+
+def test_a_check_that_fails_leaves_check_failed_in_the_same_document(healthy_job, monkeypatch):
+    """Kafka unreachable (a port nothing listens on): the task fails and its XCom is the
+    document a check leaves, its one result CHECK_FAILED (before: a shape of its own)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv(conn_env("kafka_nowhere"), kafka_connection(f"127.0.0.1:{port}"))
+    op = SparkLagCheckOperator(
+        task_id="orders_lag", location=healthy_job.location, kafka_config_id="kafka_nowhere"
+    )
+    ctx = context()
+    with pytest.raises(Exception, match="KafkaUnavailable"):
+        op.execute(ctx)
+    failed = only(ctx["ti"].pushed["return_value"])
+    assert failed["verdict"]["health"] == "CHECK_FAILED" and "KafkaUnavailable" in failed["error"]
+    assert ctx["ti"].pushed["return_value"]["summary"]["health"] == {"CHECK_FAILED": 1}
 
 
 @pytest.mark.parametrize(
@@ -289,7 +325,7 @@ def test_branch_operator(kafka_conn, lagging_job, thresholds, expected):
     )
     ctx = context()
     assert op.choose_branch(ctx) == expected
-    assert ctx["ti"].pushed["report"]["location"] == lagging_job.location
+    assert only(ctx["ti"].pushed["report"])["location"] == lagging_job.location
 
 
 def test_branch_operator_default_and_data_loss(kafka_conn, data_loss_job):

@@ -67,7 +67,7 @@ def run(trigger, limit: float = 60.0) -> dict:
 def test_lag_trigger_fires_on_a_healthy_query(kafka_conn, healthy_job):
     event = run(SparkLagTrigger(healthy_job.location, kafka_config_id=kafka_conn))
     assert event["status"] == "success", event
-    assert event["payload"]["verdict"]["health"] == "OK"
+    assert event["payload"]["results"][0]["verdict"]["health"] == "OK"
 
 
 @pytest.mark.testbed
@@ -106,7 +106,7 @@ def test_progress_trigger(kafka_conn, lagging_job):
         )
     )
     assert done["status"] == "success"
-    assert done["payload"]["committed_batch_id"] == batch
+    assert done["payload"]["results"][0]["committed_batch_id"] == batch
     waiting = run(
         SparkCheckpointProgressTrigger(
             lagging_job.location,
@@ -123,16 +123,16 @@ def test_progress_trigger(kafka_conn, lagging_job):
 def test_catch_up_trigger(kafka_conn, lagging_job):
     from airflow_sparklag.hooks.sparklag import SparkLagHook
 
-    committed_at = SparkLagHook(kafka_conn).committed_offsets(lagging_job.location)["committed_at"]
+    recorded = SparkLagHook(kafka_conn).committed_offsets(lagging_job.location)
     event = run(
         SparkKafkaCatchUpTrigger(
             lagging_job.location,
             kafka_config_id=kafka_conn,
-            target_time_ms=int(committed_at * 1000),
+            target_time_ms=recorded["committed_at_ms"],
         )
     )
     assert event["status"] == "success", event
-    assert event["payload"]["records_behind"] == 0
+    assert event["payload"]["results"][0]["records_behind"] == 0
 
 
 @pytest.mark.testbed

@@ -8,6 +8,7 @@ typed error naming the path).
 
 from __future__ import annotations
 
+import datetime
 import json
 import socket
 import subprocess
@@ -100,7 +101,9 @@ def test_json_parses_and_matches(checkpoints, kafka):
     location = checkpoints["lagging"]
     proc = sparklag(location, "--bootstrap-servers", kafka.bootstrap, "--json", *DAY)
     assert proc.returncode == 0, proc.stderr
-    payload = json.loads(proc.stdout)
+    document = json.loads(proc.stdout)
+    assert document["schema"] == "sparklag/1" and document["summary"]["jobs"] == 1
+    (payload,) = document["results"]
     direct = check_checkpoint(
         location,
         kafka_config={"bootstrap.servers": kafka.bootstrap},
@@ -142,11 +145,98 @@ def test_explain_says_what_each_job_was_judged_on(checkpoints, kafka):
     ), lines
     payload = json.loads(
         sparklag(both[1], "--bootstrap-servers", kafka.bootstrap, "--json", *DAY).stdout
-    )
+    )["results"][0]
     assert payload["evidence"][0] == {
         "read": "listing, offsets/C, Kafka end offsets",
         "asked_by": [],
     }, payload["evidence"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SPARKLAG), *args], capture_output=True, text=True, timeout=120)
+
+
+def documents(checkpoints, kafka, tmp_path):  # type: ignore[no-untyped-def]
+    """command -> (exit code, the document on stdout) of every command that takes --json."""
+    broker = ["-b", kafka.bootstrap, "--json"]
+    lagging, caught_up = checkpoints["lagging"], checkpoints["caught_up"]
+    runs = {
+        "status one": ("status", lagging, *broker, *DAY),
+        "status two": ("status", lagging, caught_up, *broker, *DAY),
+        "status unreachable": ("status", lagging, "-b", f"127.0.0.1:{closed_port()}", "--json"),
+        "wait health": ("wait", "health", caught_up, *broker, *DAY),
+        "wait progress": ("wait", "progress", lagging, *broker),
+        "wait catch-up": ("wait", "catch-up", caught_up, "--target-time", "0", *broker),
+        "wait gives up": (
+            "wait",
+            "health",
+            lagging,
+            "--max-lag",
+            "1",
+            "--max-wait",
+            "0",
+            "--accept",
+            "OK",
+            "--fail-fast",
+            "DATA_LOSS",
+            *broker,
+        ),
+        "history": ("history", lagging, *broker),
+        "snapshot": ("snapshot", lagging, "--to", str(tmp_path / "snapshots"), *broker),
+        "migrate": (
+            "migrate",
+            lagging,
+            "--archive",
+            str(tmp_path / "archive"),
+            "--dry-run",
+            "--quiet-period",
+            "0",
+            *broker,
+        ),
+    }
+    out = {}
+    for name, args in runs.items():
+        proc = run(*args)
+        assert proc.stdout, f"{name}: nothing on stdout; stderr: {proc.stderr}"
+        out[name] = (proc.returncode, json.loads(proc.stdout))
+    return out
+
+
+def test_every_command_prints_one_versioned_document_on_stdout(checkpoints, kafka, tmp_path):
+    """Before: one job gave a bare result, two {summary, results}; Kafka unreachable printed
+    nothing on stdout; wait printed its result on stderr; committed_at was float seconds."""
+    import jsonschema
+
+    schema = json.loads((Path(__file__).parents[2] / "docs/schema/sparklag-1.json").read_text())
+    found = documents(checkpoints, kafka, tmp_path)
+    for name, (_, document) in found.items():
+        jsonschema.validate(document, schema)  # the published schema, against real output
+        assert document["schema"] == "sparklag/1", name
+        assert len(document["results"]) == document["summary"]["jobs"], name
+    codes = {name: code for name, (code, _) in found.items()}
+    assert codes.pop("migrate") in (0, 5)  # a dry run: planned, or would be refused
+    assert codes == {
+        "status one": 0, "status two": 0, "status unreachable": 4, "wait health": 0,
+        "wait progress": 0, "wait catch-up": 0, "wait gives up": 75, "history": 0,
+        "snapshot": 0,
+    }  # fmt: skip
+    one, two = found["status one"][1], found["status two"][1]
+    assert one.keys() == two.keys() and one["summary"].keys() == two["summary"].keys()
+    assert one["results"][0].keys() == two["results"][0].keys()
+    # a failed check is one state, CHECK_FAILED, on stdout too
+    (failed,) = found["status unreachable"][1]["results"]
+    assert failed["verdict"]["health"] == "CHECK_FAILED" and "KafkaUnavailable" in failed["error"]
+    assert found["status unreachable"][1]["summary"]["health"] == {"CHECK_FAILED": 1}
+    # one time format: ISO 8601 UTC beside epoch milliseconds
+    report = one["results"][0]["report"]
+    assert report["committed_at"].endswith("Z") and isinstance(report["committed_at_ms"], int)
+    assert abs(
+        datetime.datetime.fromisoformat(report["committed_at"].replace("Z", "+00:00")).timestamp()
+        * 1000 - report["committed_at_ms"]
+    ) < 1  # fmt: skip
+    (past,) = found["history"][1]["results"]
+    assert all(p["time"].endswith("Z") and isinstance(p["time_ms"], int) for p in past["points"])
+    assert found["wait gives up"][1]["summary"]["timed_out"] is True
 
 
 @pytest.mark.parametrize(

@@ -161,7 +161,9 @@ def test_history_of_a_served_job_over_http(prometheus, served):
     url = f"http://127.0.0.1:{prometheus.exporter_port}/history"
     query = urllib.parse.urlencode({"checkpoint": served["checkpoint"], "batches": 5})
     with urllib.request.urlopen(f"{url}?{query}", timeout=30) as response:
-        past = json.load(response)
+        document = json.load(response)
+    assert document["schema"] == "sparklag/1"
+    (past,) = document["results"]
     now = past["points"][-1]
     assert now["kind"] == "now" and now["total_lag"] == sum(WAITING)
     assert [p["lag"] for p in now["partitions"]] == list(WAITING)

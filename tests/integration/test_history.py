@@ -180,7 +180,7 @@ def test_fewer_batches_keep_the_one_before_as_the_starting_point(bursts, kafka):
 def test_cli_and_hook_give_the_same_history(bursts, kafka, capsys, monkeypatch):
     location = str(bursts.checkpoint)
     assert main(["history", location, "-b", kafka.bootstrap, "--json", "--no-now"]) == 0
-    payload = json.loads(capsys.readouterr().out)
+    (payload,) = json.loads(capsys.readouterr().out)["results"]
     lags = [(p["batch_id"], p["total_lag"]) for p in payload["points"]]
     assert lags and payload["approximations"]
 

@@ -140,7 +140,7 @@ def test_status_from_the_ticket_cache_kinit_left(kerberized, secure_hdfs, kafka)
     env = secure_hdfs.kinit("alice", kerberized["dir"] / "alice.cc")
     proc = _status(kerberized, secure_hdfs, kafka, env, "--hdfs-kerberos")
     assert proc.returncode in (0, 1, 2), proc.stderr
-    report = json.loads(proc.stdout)["report"]
+    report = json.loads(proc.stdout)["results"][0]["report"]
     partitions = {
         p["partition"]: p for s in report["sources"] for t in s["topics"] for p in t["partitions"]
     }
@@ -215,7 +215,7 @@ def test_without_a_ticket_the_401_names_the_cache_and_the_way_out(kerberized, se
 
 def _lags(proc: subprocess.CompletedProcess[str]) -> tuple[dict[int, int], dict[int, int]]:
     """(committed offset, lag) per partition of a `status --json` of the one-topic query."""
-    (source,) = json.loads(proc.stdout)["report"]["sources"]
+    (source,) = json.loads(proc.stdout)["results"][0]["report"]["sources"]
     (topic,) = source["topics"]
     partitions = topic["partitions"]
     return (
@@ -243,12 +243,12 @@ def test_fleet_and_snapshot_on_the_kerberized_cluster(kerberized, secure_hdfs, k
     # read or discovery) still fails
     assert fleet.returncode in (0, 1, 2, 3), fleet.stdout + fleet.stderr
     document = json.loads(fleet.stdout)
-    locations = [r["location"] for r in document.get("results", [document])]
+    locations = [r["location"] for r in document["results"]]
     assert kerberized["location"] in locations
     snapshots = f"{secure_hdfs.namenode_uri}/checkpoints/snapshots-{uuid.uuid4().hex[:6]}"
     snap = _sparklag(secure_hdfs, "snapshot", kerberized["location"], "--to", snapshots, *flags)
     assert snap.returncode == 0, snap.stdout + snap.stderr
-    written = json.loads(snap.stdout)
+    (written,) = json.loads(snap.stdout)["results"]
     offsets = json.dumps(written)
     committed = kerberized["committed"][kerberized["topic"]]
     assert all(str(o) in offsets for o in committed.values())
@@ -369,7 +369,7 @@ def test_history_from_the_ticket_cache(kerberized, secure_hdfs, kafka):
     argv = ["history", kerberized["location"], "-b", kafka.bootstrap, "--json"]
     proc = _sparklag(secure_hdfs, *argv, *_https(secure_hdfs), "--hdfs-kerberos", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    points = json.loads(proc.stdout)["points"]
+    points = json.loads(proc.stdout)["results"][0]["points"]
     local = kerberized["local"]
     assert [p["batch_id"] for p in points] == [*kerberized["batches"], None]
     for point in points[:-1]:
@@ -496,7 +496,7 @@ def test_migration_killed_mid_way_loses_no_checkpoint_or_snapshot(
     flags = ["-b", kafka.bootstrap, *_keytab_flags(secure_hdfs)]
     taken = _sparklag(secure_hdfs, "snapshot", location, "--to", snapshots, "--json", *flags)
     assert taken.returncode == 0, taken.stdout + taken.stderr
-    snapshot = json.loads(taken.stdout)["path"]
+    snapshot = json.loads(taken.stdout)["results"][0]["path"]
     argv = ["migrate", location, "--archive", archive, "--snapshot", snapshot, *flags]
     argv += ["--quiet-period", "0", "--json"]
     alice = _alice(secure_hdfs)
@@ -523,7 +523,7 @@ def test_migration_killed_mid_way_loses_no_checkpoint_or_snapshot(
 
     done = _sparklag(secure_hdfs, *argv)
     assert done.returncode == 0, done.stdout + done.stderr
-    result = json.loads(done.stdout)
+    (result,) = json.loads(done.stdout)["results"]
     assert result["status"] == "completed" and result["snapshot_path"] == snapshot
     assert [a["method"] for a in result["archives"]] == ["resumed"]
     assert _tree(alice, location) == {}
@@ -883,7 +883,7 @@ def test_status_and_history_in_a_yarn_container_from_its_token_file(
     proc = _status(kerberized, secure_hdfs, kafka, env)
     # read (UNKNOWN once the module has run a while: 3); 4 would be a failed read
     assert proc.returncode in (0, 1, 2, 3), proc.stdout + proc.stderr
-    (source,) = json.loads(proc.stdout)["report"]["sources"]
+    (source,) = json.loads(proc.stdout)["results"][0]["report"]["sources"]
     (topic,) = source["topics"]
     committed = kerberized["committed"][kerberized["topic"]]
     assert {p["partition"]: p["committed_offset"] for p in topic["partitions"]} == committed
@@ -891,7 +891,7 @@ def test_status_and_history_in_a_yarn_container_from_its_token_file(
     argv = ["history", kerberized["location"], "-b", kafka.bootstrap, "--json"]
     history = _sparklag(secure_hdfs, *argv, *_https(secure_hdfs), env=env)
     assert history.returncode == 0, history.stdout + history.stderr
-    points = json.loads(history.stdout)["points"]
+    points = json.loads(history.stdout)["results"][0]["points"]
     assert [p["batch_id"] for p in points] == [*kerberized["batches"], None]
 
 
@@ -907,7 +907,7 @@ def test_a_dtutil_token_file_given_with_the_flag(kerberized, secure_hdfs, kafka,
     env = _container(kerberized, None)
     proc = _status(kerberized, secure_hdfs, kafka, env, "--hdfs-token-file", str(out / "tokens-v1"))
     assert proc.returncode in (0, 1, 2, 3), proc.stdout + proc.stderr
-    (source,) = json.loads(proc.stdout)["report"]["sources"]
+    (source,) = json.loads(proc.stdout)["results"][0]["report"]["sources"]
     committed = kerberized["committed"][kerberized["topic"]]
     assert {p["partition"]: p["committed_offset"] for p in source["topics"][0]["partitions"]} == (
         committed

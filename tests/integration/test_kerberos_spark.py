@@ -125,7 +125,7 @@ def test_status_and_the_spark_scan_give_the_committed_offsets_and_lag(
         capture_output=True, text=True, timeout=120, env={**os.environ, **env},
     )  # fmt: skip
     assert status.returncode in (0, 1, 2), status.stdout + status.stderr
-    result = json.loads(status.stdout)
+    (result,) = json.loads(status.stdout)["results"]
     sources = result["report"]["sources"]
     cli = _by_partition([p for s in sources for t in s["topics"] for p in t["partitions"]])
     truth = {p: (c, c + AFTER[p], AFTER[p]) for p, c in written["committed"].items()}
@@ -294,7 +294,7 @@ def test_job_killed_mid_batch_then_migrated_loses_and_skips_nothing(
         capture_output=True, text=True, timeout=120, env={**os.environ, **krb},
     )  # fmt: skip
     assert migrated.returncode == 0, migrated.stdout + migrated.stderr
-    result = json.loads(migrated.stdout)
+    (result,) = json.loads(migrated.stdout)["results"]
     assert result["status"] == "completed"
     assert (result["committed_batch_id"], result["in_flight_batch_id"]) == (
         committed_batch,

@@ -177,7 +177,7 @@ def test_each_source_is_measured_against_its_cluster(union):
     with Session(kafka_config={"bootstrap.servers": union["a"]}, source_kafka=mapping) as session:
         probe = CatchUpCondition(union["ck"], int(time.time() * 1000)).probe(session)
     assert not probe.done
-    assert probe.payload["records_behind"] == sum(union["truth"].values())
+    assert probe.payload["results"][0]["records_behind"] == sum(union["truth"].values())
 
 
 def test_without_a_mapping_the_report_and_verdict_warn(union):
@@ -235,7 +235,7 @@ def test_cli_source_servers(union):
 
     mapped = status("--source-servers", f"1={union['b']}", "--json")
     assert mapped.returncode == 0, mapped.stderr
-    assert_truth(union, json.loads(mapped.stdout))
+    assert_truth(union, json.loads(mapped.stdout)["results"][0])
 
     table = status("--source-servers", f"1={union['b']}")
     assert f"source 1   measured against cluster {union['b']}" in table.stdout
@@ -325,12 +325,13 @@ def test_a_bootstrap_list_of_one_cluster_with_a_dead_server_still_answers(kafka)
 
 
 def sparklag(*args: str) -> dict[str, Any]:
-    """A CLI command's --json payload; the command must succeed."""
+    """The one result of a CLI command's --json document; the command must succeed."""
     proc = subprocess.run(
         [str(SPARKLAG), *args, "--json"], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
-    return dict(json.loads(proc.stdout))
+    (result,) = json.loads(proc.stdout)["results"]
+    return dict(result)
 
 
 def mapped_flags(union: dict[str, Any]) -> list[str]:
@@ -420,7 +421,7 @@ def test_migration_validates_on_each_cluster_and_the_restart_loses_and_repeats_n
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert refused.returncode == 5, refused.stderr
-    reasons = json.loads(refused.stdout)["refusals"]
+    reasons = json.loads(refused.stdout)["results"][0]["refusals"]
     assert any(
         f"source 1: snapshot was taken on Kafka cluster {_cluster_id(union['b'])} "
         f"({union['b']}), the configured cluster is {_cluster_id(union['a'])}" in r

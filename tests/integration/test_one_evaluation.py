@@ -48,7 +48,9 @@ KAFKA_CONN_ID = "sparklag_one_evaluation"
 AGES = ("lag_seconds", "max_lag_seconds", "commit_age_seconds", "age_seconds")
 # Times left until a moment (retention deleting a record): compared as the moment they point at.
 COUNTDOWNS = ("time_to_loss_seconds", "min_time_to_loss_seconds")
-INSTANTS = ("generated_at", "kafka_fetched_at", "query_id")
+INSTANTS = (
+    "generated_at", "generated_at_ms", "kafka_fetched_at", "kafka_fetched_at_ms", "query_id"
+)  # fmt: skip
 RATE_OF_INSTANT = ("production_rate", "catch_up_seconds")
 # Texts that may quote an age or a gap up to the instant: compared with their numbers masked.
 WORDED = ("reason", "lag_seconds_unknown", "notes", "unknown")
@@ -155,7 +157,7 @@ def run_airflow(locations: list[str], bootstrap: str, limits: dict) -> dict[str,
             kafka_config_id=KAFKA_CONN_ID,
             thresholds=limits,
             fail_on=[],
-        ).execute(_context())
+        ).execute(_context())["results"][0]
         for loc in locations
     }
     fleet = SparkLagFleetCheckOperator(
@@ -238,8 +240,8 @@ def assert_same(name: str, got: dict, expected: dict, tolerance: float) -> None:
     ``tolerance`` seconds (the time between the two runs)."""
     assert got["verdict"]["health"] == expected["verdict"]["health"], (name, got["verdict"])
     assert got["verdict"]["rule"] == expected["verdict"]["rule"], (name, got["verdict"])
-    a = instant_free(got, got["report"]["generated_at"])
-    b = instant_free(expected, expected["report"]["generated_at"])
+    a = instant_free(got, got["report"]["generated_at_ms"] / 1000)
+    b = instant_free(expected, expected["report"]["generated_at_ms"] / 1000)
     differences = list(_differences(a, b, tolerance, ""))
     assert not differences, (name, differences)
 

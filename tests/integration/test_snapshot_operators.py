@@ -102,7 +102,7 @@ def test_cli_snapshot_and_migrate_dry_run(spark, kafka, topic, tmp_path, capsys)
     servers = ["--bootstrap-servers", kafka.bootstrap]
 
     assert main(["snapshot", location, "--to", str(tmp_path / "snaps"), "--json", *servers]) == 0
-    written = json.loads(capsys.readouterr().out)
+    (written,) = json.loads(capsys.readouterr().out)["results"]
     assert os.path.exists(written["path"])
 
     archive = str(tmp_path / "archive")
@@ -113,6 +113,6 @@ def test_cli_snapshot_and_migrate_dry_run(spark, kafka, topic, tmp_path, capsys)
         ["migrate", location, "--archive", archive, "--quiet-period", "0", "--json", *servers]
     )
     assert code == 0
-    done = json.loads(capsys.readouterr().out)
+    (done,) = json.loads(capsys.readouterr().out)["results"]
     assert done["status"] == "completed" and not os.path.exists(location)
     assert sum(done["starting_offsets"]["0"][topic].values()) == 25

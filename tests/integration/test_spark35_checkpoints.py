@@ -171,7 +171,7 @@ def status_json(kafka: Any, ck: Path, *flags: str) -> tuple[int, dict[str, Any]]
         timeout=120,
     )
     assert proc.stdout, proc.stderr[-2000:]
-    return proc.returncode, json.loads(proc.stdout)
+    return proc.returncode, json.loads(proc.stdout)["results"][0]
 
 
 def json_lags(payload: dict[str, Any]) -> dict[int, tuple[int, int, int]]:

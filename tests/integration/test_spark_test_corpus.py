@@ -304,7 +304,7 @@ def test_history_without_a_kafka_source_says_unknown_and_exits_3(corpus: Path, k
     said = "health      UNKNOWN: the query has no Kafka source"
     assert said in status.stdout and said in shown.stdout
     assert "lag" not in shown.stdout
-    document = json.loads(as_json.stdout)
+    (document,) = json.loads(as_json.stdout)["results"]
     assert document["verdict"] == NO_KAFKA_SOURCE.to_dict()
     assert (document["points"], document["unknown"]) == ([], NO_KAFKA_SOURCE.reason)
     assert document["approximations"] == []
@@ -503,7 +503,7 @@ def test_kafka_checkpoint_of_spark_2_4_3(corpus: Path, kafka: Any) -> None:
     _produce(kafka, topic, {p: [str(31 + p)] for p in range(5)}, None)
 
     status = _sparklag("status", "--json", "-b", kafka.bootstrap, str(location))
-    report = json.loads(status.stdout)["report"]
+    report = json.loads(status.stdout)["results"][0]["report"]
     (kafka_source,) = report["sources"]
     (topic_lag,) = kafka_source["topics"]
     assert {p["partition"]: (p["committed_offset"], p["log_end_offset"], p["lag"])
@@ -512,7 +512,7 @@ def test_kafka_checkpoint_of_spark_2_4_3(corpus: Path, kafka: Any) -> None:
 
     shown = _sparklag("history", "--json", "-b", kafka.bootstrap, str(location))
     assert shown.returncode == 0, shown.stderr
-    batch0, now = json.loads(shown.stdout)["points"]
+    batch0, now = json.loads(shown.stdout)["results"][0]["points"]
     assert (batch0["batch_id"], batch0["time_ms"], batch0["total_lag"]) == (0, batch_time, 15)
     assert _partition_lags(batch0) == {p: 3 for p in range(5)}
     assert (now["kind"], now["total_lag"]) == ("now", 5)
@@ -554,7 +554,7 @@ def test_query_started_from_spark_2_1_0_initial_offsets(
 
     shown = _sparklag("history", "--json", "-b", kafka.bootstrap, str(checkpoint))
     assert shown.returncode == 0, shown.stderr
-    batch0, now = json.loads(shown.stdout)["points"]
+    batch0, now = json.loads(shown.stdout)["results"][0]["points"]
     assert batch0["batch_id"] == 0 and batch0["total_lag"] == len(read)
     assert {p["partition"]: p["processed_offset"] for p in batch0["partitions"]} == {
         0: 0,
@@ -563,4 +563,4 @@ def test_query_started_from_spark_2_1_0_initial_offsets(
     }
     assert now["total_lag"] == 1
     status = _sparklag("status", "--json", "-b", kafka.bootstrap, str(checkpoint))
-    assert json.loads(status.stdout)["report"]["total_lag"] == 1
+    assert json.loads(status.stdout)["results"][0]["report"]["total_lag"] == 1

@@ -116,8 +116,7 @@ def test_the_cli_shows_the_note_and_takes_the_pattern(stopped, kafka, capsys):
     assert cli.main([*base, "500"]) == 0
     assert f"note        {UNREAD_TOPICS}" in capsys.readouterr().out
     assert cli.main([*base, "500", "--subscribe-pattern", stopped["pattern"], "--json"]) == 1
-    payload = json.loads(capsys.readouterr().out)
-    (job,) = payload if isinstance(payload, list) else [payload]
+    (job,) = json.loads(capsys.readouterr().out)["results"]
     assert job["report"]["total_lag"] == 800
     assert job["report"]["subscribe_pattern"] == stopped["pattern"]
 
@@ -214,8 +213,7 @@ def test_a_gap_in_the_partitions_shows_an_assign_query_at_defaults(spark, kafka,
     cli.main(base)
     assert f"note        {note}" in capsys.readouterr().out
     cli.main([*base, "--json"])
-    payload = json.loads(capsys.readouterr().out)
-    (job,) = payload if isinstance(payload, list) else [payload]
+    (job,) = json.loads(capsys.readouterr().out)["results"]
     assert job["report"]["total_lag"] == 100 and note in job["report"]["notes"]
     assert job["report"]["sources"][0]["topics"][0]["not_read"] == [1]
     assert jobs.run_available_now_rows(assigned(), ck) == 100

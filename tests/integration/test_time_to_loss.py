@@ -121,7 +121,7 @@ def test_cli_prints_the_time_to_loss_and_fails_on_its_threshold(spark, kafka, tm
     assert "data loss   the oldest unread records are deleted in" in text.stdout, text.stdout
     breach = status("--min-time-to-loss", "1h", "--json")
     assert breach.returncode == 1, breach.stdout + breach.stderr
-    verdict = json.loads(breach.stdout)["verdict"]
+    verdict = json.loads(breach.stdout)["results"][0]["verdict"]
     assert verdict["rule"] == "time_to_data_loss", verdict
     assert "retention deletes unread records in" in verdict["reason"], verdict
     ok = status("--min-time-to-loss", "5m")

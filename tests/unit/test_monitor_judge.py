@@ -228,7 +228,8 @@ def test_one_instant_is_the_snapshot_time() -> None:
 
 
 def _result(health: Health, schedule: Schedule | None) -> CheckResult:
-    report = type("R", (), {"schedule": schedule, "to_dict": lambda self: {}})()
+    fields = {"schedule": schedule, "total_lag": 0, "max_lag_seconds": None}
+    report = type("R", (), {**fields, "to_dict": lambda self: {}})()
     result = CheckResult(report, HealthVerdict(health, "why", "rule"), "/ck")  # type: ignore[arg-type]
     return result
 

@@ -53,8 +53,8 @@ def test_a_failed_check_is_a_row_of_its_own() -> None:
     assert partitions == []
     assert (row["location"], row["health"], row["rule"]) == (
         "s3a://b/ck/gone",
-        "UNKNOWN",
-        "unreadable",
+        "CHECK_FAILED",
+        "check_failed",
     )
     assert row["error"] == row["reason"] == "CheckpointNotFound: no offsets/ under it"
     assert json.loads(row["result"])["error"] == row["error"]
