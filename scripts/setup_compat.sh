@@ -16,7 +16,7 @@ CACHE="${SPARKLAG_CACHE:-$HOME/.cache/sparklag}"
 COMPAT="$CACHE/compat"
 UV_VERSION=0.13.9
 UV="$CACHE/uv-$UV_VERSION/bin/uv"
-TEST_TOOLS=("pytest>=8" "pytest-timeout>=2.3")
+TEST_TOOLS=("pytest>=8" "pytest-timeout>=2.3" "jsonschema>=4.18")
 CORE_TOOLS=("moto[server,s3]>=5.0" "${TEST_TOOLS[@]}")
 # every extra of the core (all but Airflow and Spark): the unit tests use each storage backend;
 # s3-fast's obstore is built for Python 3.11+ only (test_compat.sh leaves its two test files out on 3.10)
