@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 EXIT_REFUSED = 5  # migrate: refused (or, with --dry-run, would be refused); nothing changed
 EXIT_TIMEOUT = 75  # wait: --max-wait passed first (sysexits EX_TEMPFAIL)
 EXIT_INTERRUPTED = 130
+# The commands whose --json prints a document (docs/json.md), failures included.
+DOCUMENTED = ("status", "wait", "snapshot", "migrate", "history")
 
 # CLI flag -> Thresholds field
 THRESHOLD_FLAGS = {
@@ -712,13 +714,14 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; every outcome is an exit code and at most a scrubbed line on stderr."""
+    """Run one command; every outcome is an exit code and at most a scrubbed line on stderr
+    (with --json its document on stdout too, failures included)."""
     secrets: list[str] = []
     _quiet_client_logs(secrets)
     args: argparse.Namespace | None = None
 
     def say(message: str, code: int) -> int:
-        if args is not None and getattr(args, "json", False):  # --json: a document, always
+        if args is not None and getattr(args, "json", False) and args.command in DOCUMENTED:
             print_document(args, failure_document(args, message))
         print(f"sparklag: {printable(scrub(message, secrets))}", file=sys.stderr)
         return code
@@ -747,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
 def failure_document(args: argparse.Namespace, error: str) -> dict[str, Any]:
     """The document of a command that failed as a whole: a failed check of each location."""
     given = [*getattr(args, "checkpoints", []), *getattr(args, "prefix", [])]
-    locations = given or [getattr(args, "checkpoint", "")]
+    locations = given or ([args.checkpoint] if hasattr(args, "checkpoint") else [])
     return check_document(args.command, [CheckResult.failed(loc, error) for loc in locations])
 
 

@@ -76,6 +76,12 @@ def test_xcom_values_of_every_kind():
     assert [p["location"] for p in parse_xcom(fleet)] == ["/ck/d"]
     assert parse_xcom('{"location": "/ck/e", "verdict": {"health": "OK"}}')[0]["health"] == "OK"
     assert parse_xcom("not json") == [] and parse_xcom({"unrelated": 1}) == []
+    # a check task's document (docs/json.md): one job, named by its task
+    summary = {"jobs": 1, "failed_checks": 0}
+    document = {"schema": "sparklag/1", "command": "check", "summary": summary,
+                "results": [result("/ck/f", "LAGGING", lag=4)]}  # fmt: skip
+    (job,) = collect([row("check_f", 1, document)])
+    assert (job.name, job.last.health, job.last.total_lag) == ("check_f", "LAGGING", 4)
 
 
 def test_jobs_worst_first_named_and_filtered():
