@@ -302,7 +302,7 @@ def test_sla_check_dag_fails_the_breaching_job_only(
         line for line in output.splitlines() if "healthy-s3: OK, total lag 0 records" in line
     ]
     assert summary, output[-4000:]
-    assert re.search(r"max lag (\d+ s|unknown), last commit \d{4}-\d\d-\d\dT[\d:]+Z", summary[0])
+    assert re.search(r"max lag (\d+ s|unknown), last commit \d{4}-\d\d-\d\dT[\d:.]+Z", summary[0])
     assert "None" not in summary[0] and not re.search(r"\d{9,}\.\d", summary[0]), summary[0]
     # Airflow 3.0's task supervisor debug-logs each value it is asked to mask ("Sending request
     # msg=MaskSecret(value=...)"): Airflow's own line, not the provider's output.
