@@ -118,7 +118,7 @@ def test_fleet_sensor_and_snapshot_lineage(kafka, kafka_conn, lagging_job, healt
         snapshot_root=str(tmp_path / "snapshots"),
         kafka_config_id=kafka_conn,
     )
-    written = snapshot.execute(context())["path"]
+    written = snapshot.execute(context())["results"][0]["path"]
     inputs, outputs = lineage(snapshot)
     assert inputs[0] == checkpoint(healthy_job.location)
     assert outputs == [checkpoint(written)]

@@ -231,7 +231,7 @@ def test_operators_snapshot_export_and_migrate_through_connections(
         checkpoint_location=location,
         snapshot_root=f"{root}/snapshots",
         **connections,
-    ).execute({})
+    ).execute({})["results"][0]
     assert snap["path"].startswith(f"{root}/snapshots/")
     assert fs.exists(snap["path"].split("://", 1)[1])
     assert snap["starting_offsets"]["0"][topic] == {"0": 10, "1": 10, "2": 10}
@@ -239,7 +239,7 @@ def test_operators_snapshot_export_and_migrate_through_connections(
     group = f"spark-{scheme}-{uuid.uuid4().hex[:6]}"
     export = ConsumerGroupExportOperator(
         task_id="export", checkpoint_location=location, group_id=group, **connections
-    ).execute({})
+    ).execute({})["results"][0]
     assert export["total_lag"] == 10
     assert _committed(kafka.bootstrap, group, topic) == {0: 10, 1: 10, 2: 10}
 
@@ -252,7 +252,7 @@ def test_operators_snapshot_export_and_migrate_through_connections(
         quiet_period=0,
         dry_run=True,
         **connections,
-    ).execute({})
+    ).execute({})["results"][0]
     assert dry["status"] == "planned", dry
     assert fs.exists(f"{location.split('://', 1)[1]}/offsets/0")  # nothing moved
     done = CheckpointMigrationOperator(
@@ -262,7 +262,7 @@ def test_operators_snapshot_export_and_migrate_through_connections(
         snapshot=snap["path"],
         quiet_period=0,
         **connections,
-    ).execute({})
+    ).execute({})["results"][0]
     assert done["status"] == "completed", done
     assert json.loads(done["starting_offsets_json"]) == snap["starting_offsets"]["0"]
     # Archived by verified copy: every file of the checkpoint is in the archive, none left.

@@ -217,7 +217,7 @@ def instant_free(value: Any, at: float) -> Any:
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
-            if key == "unknown":  # why a number is unknown: as bound to the instant as it is
+            if key == "unknown" and isinstance(item, dict):  # the report's: why each number is
                 item = {k: v for k, v in item.items() if k not in RATE_OF_INSTANT}
             if key in INSTANTS or key in RATE_OF_INSTANT:
                 continue

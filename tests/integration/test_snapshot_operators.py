@@ -62,7 +62,7 @@ def test_snapshot_export_and_migration_operators_on_s3(spark, kafka, topic, s3, 
         snapshot_root=f"{base}/snapshots",
         consumer_group=f"spark-{topic}",
         **connections,
-    ).execute({})
+    ).execute({})["results"][0]
     assert (
         snap["path"].startswith(f"{base}/snapshots/") and snap["consumer_group"]["total_lag"] == 5
     )
@@ -70,7 +70,7 @@ def test_snapshot_export_and_migration_operators_on_s3(spark, kafka, topic, s3, 
 
     export = ConsumerGroupExportOperator(
         task_id="export", checkpoint_location=location, group_id=f"spark-{topic}", **connections
-    ).execute({})
+    ).execute({})["results"][0]
     assert export["total_lag"] == 5 and export["committed_batch_id"] == snap["committed_batch_id"]
 
     with pytest.raises(AirflowFailException, match="JobStillRunning"):
@@ -87,7 +87,7 @@ def test_snapshot_export_and_migration_operators_on_s3(spark, kafka, topic, s3, 
         snapshot=snap["path"],
         quiet_period=0,
         **connections,
-    ).execute({})
+    ).execute({})["results"][0]
     assert result["status"] == "completed" and result["snapshot_path"] == snap["path"]
     assert json.loads(result["starting_offsets_json"]) == snap["starting_offsets"]["0"]
     text = json.dumps([snap, export, result])
