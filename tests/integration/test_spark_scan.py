@@ -74,7 +74,7 @@ def test_scan_reads_s3_and_hdfs_checkpoints_on_executors(spark: Any, fleet: dict
         assert {p: r["log_end_offset"] for p, r in rows.items()} == fleet["end"]
         assert sum(r["lag"] for r in rows.values()) == 12
     broken = jobs_by_location[missing]
-    assert broken["health"] == "UNKNOWN" and broken["error"].startswith("CheckpointNotFound")
+    assert broken["health"] == "CHECK_FAILED" and broken["error"].startswith("CheckpointNotFound")
     assert list(result.snapshot.partitions) == [fleet["topic"]]  # one snapshot, one topic
     # first read of each checkpoint: LIST commits/, LIST offsets/, GET offsets/C, then in
     # the judge pass two older batches at most (history=3); the missing one costs its probes
