@@ -42,12 +42,9 @@ class Answers:
     """What Kafka answered beyond the snapshot, for one job: the evidence a check fetched
     because a rule declared it (``judge``). Each is None when not asked.
 
-    ``retention``: source id -> topic -> its retention (time to data loss); ``run_start``:
-    source id -> topic -> partition -> Kafka's offset when a declared scheduled job's last run
-    started (was the run complete?); ``waited``: did records wait before the last run of an
-    undeclared job (it looks scheduled); ``checkpoint_ends``: a real-time query's Kafka offsets
-    when each checkpoint of its history was written (``as_of_checkpoint``), None where not
-    asked."""
+    ``run_start``: Kafka's offsets when a declared scheduled job's last run started (was the
+    run complete?); ``waited``: did records wait before the last run of an undeclared job;
+    ``checkpoint_ends``: see ``as_of_checkpoint``."""
 
     retention: Mapping[str, Mapping[str, TopicRetention | None]] | None = None
     run_start: Offsets | None = None
@@ -64,11 +61,9 @@ def compute_lag(
     **how: Unpack[Measuring],
 ) -> LagReport:
     """The lag report of the query in `state` against the log in `snapshot`, at `now`
-    (default: the snapshot's `fetched_at`, so every age in the report is measured from one
-    instant): :func:`measure`'s positions and ages, with what ``answers`` adds (time to data
-    loss, the last run's completeness, the looks-scheduled shape, a real-time query's lag as of
-    its checkpoints). A check makes it once per job, from the whole evidence; with its
-    ``thresholds``, when each lag threshold is crossed at the current rates (forecast.py).
+    (default: the snapshot's `fetched_at`): :func:`measure`'s positions and ages, with what
+    ``answers`` adds; with ``thresholds``, when each lag threshold is crossed at the current
+    rates (forecast.py). A check makes it once per job, from the whole evidence.
 
     >>> report = compute_lag(state, snapshot, read_committed=True)   # doctest: +SKIP
     >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
@@ -300,11 +295,10 @@ def as_of_checkpoint(report: LagReport, ends: Sequence[Offsets | None]) -> LagRe
     topic -> partition -> offset) is Kafka's log end when ``history[i]``'s offsets file was
     written (ListOffsets by timestamp), None where not asked; the last is the newest's.
 
-    Each partition's ``lag`` (and time lag) becomes the lag as of the newest checkpoint and
-    ``since_checkpoint`` the records produced after it (what the running interval reads or
-    still has to: an upper bound, never lag); ``real_time.checkpoint_lags`` the total lag as
-    of each checkpoint asked. Partitions with lost records or not in the checkpoint keep their
-    live numbers. A report that is not real-time, or without the newest ends, is returned as is.
+    Each partition's ``lag`` becomes the lag as of the newest checkpoint and
+    ``since_checkpoint`` the records produced after it (an upper bound, never lag);
+    ``real_time.checkpoint_lags`` the total lag as of each checkpoint asked. Partitions with
+    lost records or not in the checkpoint keep their live numbers.
     """
     real_time = report.real_time
     if real_time is None or not ends or ends[-1] is None:
