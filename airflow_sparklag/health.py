@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from airflow_sparklag.forecast import duration, reads_time_to_breach, rule_time_to_breach
-from airflow_sparklag.lag import single_cluster_warning
+from airflow_sparklag.lag import first_five, single_cluster_warning
 from airflow_sparklag.model.report import LagReport, PartitionLag, Reads
 from airflow_sparklag.model.verdict import (
     NO_KAFKA_SOURCE,
@@ -59,9 +59,8 @@ def _refs(parts: Iterable[PartitionLag]) -> tuple[PartitionRef, ...]:
     return tuple(sorted({PartitionRef(p.topic, p.partition) for p in parts}, key=str))
 
 
-def _names(refs: tuple[PartitionRef, ...], limit: int = 5) -> str:
-    shown = ", ".join(str(r) for r in refs[:limit])
-    return shown + (f" (+{len(refs) - limit} more)" if len(refs) > limit else "")
+def _names(refs: tuple[PartitionRef, ...]) -> str:
+    return first_five([str(r) for r in refs])
 
 
 def _on(health: Health, rule: str, reason: str, parts: Iterable[PartitionLag]) -> RuleResult:

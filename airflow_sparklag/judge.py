@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_sparklag.check_options import CheckOptions
@@ -305,7 +306,9 @@ class _Check:
     ) -> None:
         """Kafka's offsets at each time in ``wanted`` (job -> times), all jobs together."""
         calls = {
-            f"{loc}\0{i}": _offsets_at(self, reports[loc], None if t is None else int(t * 1000))
+            f"{loc}\0{i}": partial(
+                self.offsets_at, reports[loc], None if t is None else int(t * 1000)
+            )
             for loc, times in wanted.items()
             for i, t in enumerate(times)
         }
@@ -436,10 +439,10 @@ class _Check:
         for loc, report in measured.items():
             started = run_start(report) if self.options.runs_every is not None else None
             if started is not None:
-                calls[f"start\0{loc}"] = _offsets_at(self, report, int(started * 1000))
+                calls[f"start\0{loc}"] = partial(self.offsets_at, report, int(started * 1000))
             probe = waiting_probe(report) if waiting_wanted(report, thresholds, self.now) else None
             if probe is not None:
-                calls[f"waited\0{loc}"] = _offsets_at(self, report, probe[0])
+                calls[f"waited\0{loc}"] = partial(self.offsets_at, report, probe[0])
         answers = _together(calls)
         for loc, report in measured.items():
             job = self.jobs[loc]
@@ -477,13 +480,6 @@ def _retention(
 ) -> Callable[[], Mapping[str, TopicRetention | None]]:
     """The retention of ``topics`` (one DescribeConfigs), to be called with its tier."""
     return lambda: session.cluster_kafka(cluster).retention(sorted(topics))
-
-
-def _offsets_at(
-    check: _Check, report: LagReport, at_ms: int | None
-) -> Callable[[], ByCluster | None]:
-    """``check.offsets_at(report, at_ms)``, to be called with the rest of its tier."""
-    return lambda: check.offsets_at(report, at_ms)
 
 
 def _exact_timestamps(

@@ -79,11 +79,12 @@ def compute_lag(
         report = with_time_to_loss(report, answers.retention)
     if answers.waited and report.schedule is None:
         report = dataclasses.replace(report, schedule=looks_scheduled(report))
-    pace = pace_of(state.listed_times) if report.trigger == "micro-batch" else None
-    report = dataclasses.replace(
-        report, time_to_breach=time_to_breach(report, thresholds), pace=pace
+    return dataclasses.replace(
+        report,
+        time_to_breach=time_to_breach(report, thresholds),
+        pace=pace_of(state.listed_times) if report.trigger == "micro-batch" else None,
+        unknown=unknowns(report, answers.retention),
     )
-    return dataclasses.replace(report, unknown=unknowns(report, answers.retention))
 
 
 # Why a number of the report is unknown (``LagReport.unknown``): short, fixed words, the same
@@ -156,7 +157,7 @@ def single_cluster_warning(report: LagReport) -> str | None:
     )
 
 
-def _first_five(names: Sequence[str]) -> str:
+def first_five(names: Sequence[str]) -> str:
     """``a, b, c, d, e (+3 more)``: names in a note, never a thousand of them."""
     more = f" (+{len(names) - 5} more)" if len(names) > 5 else ""
     return ", ".join(names[:5]) + more
@@ -190,7 +191,7 @@ def fixed_partitions_note(report: LagReport) -> str | None:
     if not left:
         return None
     return (
-        f"partitions not read by the query, not counted: {_first_five(left)}; the partitions "
+        f"partitions not read by the query, not counted: {first_five(left)}; the partitions "
         "the checkpoint lists for their source skip one, and only a query of fixed partitions "
         "(assign) does that: Kafka numbers partitions from 0 and only adds them at the end, "
         "and Spark records every partition a subscribing query reads "
@@ -214,7 +215,7 @@ def new_partitions_note(report: LagReport) -> str | None:
     if not added:
         return None
     return (
-        f"partitions not in the checkpoint counted from their log start ({_first_five(added)}), "
+        f"partitions not in the checkpoint counted from their log start ({first_five(added)}), "
         "as a subscribing query reads them; a query of fixed partitions (assign) never does: "
         "give --assign (assign=True; docs/lag-and-health.md#subscriptions)"
     )
@@ -236,7 +237,7 @@ def subscription_note(report: LagReport) -> str | None:
         )
         return UNREAD_TOPICS if looks_patterned else None
     if not any(s.pattern for s in read):
-        topics = _first_five(sorted({t.topic for s in read for t in s.topics}))
+        topics = first_five(sorted({t.topic for s in read for t in s.topics}))
         return (
             f"subscribe_pattern '{pattern}' is not found in every topic of any source ({topics}): "
             "not applied, topics the query has not read yet are not counted"
@@ -246,7 +247,7 @@ def subscription_note(report: LagReport) -> str | None:
         return None
     return (
         f"subscribePattern '{pattern}': {len(new)} topic(s) the query has not read yet wait "
-        f"from their log start: {_first_five(new)}"
+        f"from their log start: {first_five(new)}"
     )
 
 
@@ -267,7 +268,7 @@ def _notes(report: LagReport, source_starts: Offsets | None) -> tuple[str, ...]:
     elif open_tx:
         notes.append(f"read_uncommitted: lag measured to the high watermark; {OFFSETS_NOT_RECORDS}")
     if open_tx:
-        shown = _first_five(
+        shown = first_five(
             [f"{p.topic}:{p.partition} {p.last_stable_offset}<{p.log_end_offset}" for p in open_tx]
         )
         notes.append(f"open transactions: last stable offset below the high watermark on {shown}")
