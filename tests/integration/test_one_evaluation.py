@@ -215,7 +215,8 @@ def instant_free(value: Any, at: float) -> Any:
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
-            if key == "unknown":  # why a number is unknown: as bound to the instant as it is
+            if key == "unknown" and isinstance(item, dict):  # why numbers are unknown: as bound
+                # to the instant as they are (a batch pace's `unknown` is one reason: kept)
                 item = {k: v for k, v in item.items() if k not in RATE_OF_INSTANT}
             if key in INSTANTS or key in RATE_OF_INSTANT:
                 continue
