@@ -25,6 +25,7 @@ from airflow_sparklag.session import Session
 from testbed import jobs
 from testbed.azurite import Azurite
 from testbed.gcs_server import GcsServer
+from tests.first_check import status_at_defaults
 
 pytestmark = pytest.mark.testbed
 
@@ -126,6 +127,23 @@ def test_cli_status_reads_the_same_numbers_as_local_and_kafka(stores, kafka, gcs
     for url in urls[1:]:
         assert results[url]["report"]["committed_batch_id"] == local_report["committed_batch_id"]
         assert results[url]["report"]["query_id"] == local_report["query_id"]
+
+
+@pytest.mark.parametrize("scheme", ["gs", "abfs"])
+def test_first_check_with_the_stores_environment(stores, kafka, gcs, azurite, scheme):
+    """At defaults with only the variable the store's own clients read (gcsfs:
+    STORAGE_EMULATOR_HOST, or credentials found by google.auth; adlfs:
+    AZURE_STORAGE_CONNECTION_STRING): the lag is Kafka's end offsets minus the committed
+    offsets, and nothing asks for a flag."""
+    env = {
+        "gs": {"STORAGE_EMULATOR_HOST": gcs.endpoint},
+        "abfs": {"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string},
+    }[scheme]
+    topic = stores["topic"]
+    first = status_at_defaults(f"{stores['roots'][scheme]}/lagging", kafka.bootstrap, env=env)
+    ends = kafka.end_offsets(topic)
+    assert first.lags() == {(topic, p): ends[p] - 10 for p in range(3)}, first
+    assert first.asks_for() == set(), first.messages()
 
 
 @pytest.mark.parametrize("scheme", ["gs", "abfs"])

@@ -36,6 +36,7 @@ from airflow_sparklag.monitor import CheckResult, check_checkpoint
 from airflow_sparklag.session import Session
 from testbed import jobs
 from testbed.kafka_broker import KafkaBroker
+from tests.first_check import status_at_defaults
 
 pytestmark = pytest.mark.testbed
 
@@ -277,6 +278,15 @@ def _cluster_id(bootstrap: str) -> str:
         cluster = client.snapshot([]).cluster_id
     assert cluster
     return cluster
+
+
+def test_first_check_with_the_first_cluster_only(union):
+    """At defaults with one cluster's address: the source read there is exact, and one message
+    names what to add for the other (--source-servers)."""
+    first = status_at_defaults(union["ck"], union["a"])
+    orders = {(t, p): n for (t, p), n in union["truth"].items() if t == union["orders"]}
+    assert first.lags() == orders, first
+    assert first.asks_for() == {"--source-servers"}, first.messages()
 
 
 def test_a_bootstrap_list_spanning_two_clusters_is_refused(kafka, cluster_b, tmp_path):
