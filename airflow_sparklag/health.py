@@ -738,7 +738,7 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
             f.rule == "time_to_data_loss" for f in findings
         ):
             soonest = report.min_time_to_loss_seconds
-            reason += f"; retention deletes unread records in {duration(soonest)}"
+            reason += f"; retention deletes unread records in {duration(soonest)}: {LOSS_NEXT_STEP}"
         return HealthVerdict(first.health, reason, first.rule, first.partitions, findings)
     unknown = [
         f"source {s.source_id}: {s.lag_unknown}" for s in report.kafka_sources if s.lag_unknown
