@@ -450,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-depth", type=int, default=4, help="discovery depth under --prefix")
     params.connection_flags(parser, "--bootstrap-servers")
-    params.option_flags(parser, CheckOptions, renamed={"--exact": "--exact-time-lag"})
+    params.option_flags(parser, CheckOptions)
     parser.add_argument(
         "--storage-options",
         help='JSON {"s3_options": {...}, "webhdfs_options": {...}, "fsspec_options": {...}}',
@@ -500,7 +500,7 @@ def _storage_options(args: argparse.Namespace, spark: SparkSession | None = None
 
 
 def _check_options(args: argparse.Namespace) -> CheckOptions:
-    """The check options given by the scan's flags (the CLI's, ``--exact`` named
+    """The check options given by the scan's flags (the CLI's, ``--exact-time-lag`` named
     ``--exact-time-lag``; the thresholds as one JSON object)."""
     return params.from_flags(CheckOptions, args, thresholds=args.thresholds)
 

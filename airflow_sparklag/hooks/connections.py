@@ -228,6 +228,26 @@ def build_s3_client(
     return S3Client({**options, "endpoint_url": direct.get("endpoint_url")}, False)
 
 
+# A webhdfs_options key -> the field of a webhdfs connection that sets it (below): a core
+# message naming the option names the field in a task's error (docs/names.md).
+WEBHDFS_FIELDS = {
+    "url": "the webhdfs connection's host and port",
+    "user": "the webhdfs connection's login",
+    **{
+        key: f"the webhdfs connection's extra {key!r}"
+        for key in ("kerberos", "principal", "keytab", "verify")
+    },
+}
+
+
+def in_airflow_words(message: str) -> str:
+    """A core message as a task says it: ``webhdfs_options['user']`` is the webhdfs
+    connection's login (the CLI says ``--hdfs-user``)."""
+    for key, said in WEBHDFS_FIELDS.items():
+        message = message.replace(f"webhdfs_options[{key!r}]", said)
+    return message
+
+
 def webhdfs_options_from(conn: Connection) -> dict[str, Any]:
     extra = dict(conn.extra_dejson or {})
     if not conn.host:

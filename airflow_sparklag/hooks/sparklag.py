@@ -183,7 +183,7 @@ class SparkLagHook(BaseHook):
         self._use(
             dataclasses.replace(
                 given,
-                kafka_config_id=given.kafka_config_id or bundle.kafka_conn_id,
+                kafka_config_id=given.kafka_config_id or bundle.kafka_config_id,
                 source_kafka_conn_ids={
                     **bundle.source_kafka_conn_ids,
                     **given.source_kafka_conn_ids,

@@ -164,7 +164,7 @@ class HadoopConf:
         if kind.lower() != "jks":
             raise HadoopConfigInvalid(
                 f"Hadoop configuration {ssl_client}: a {kind} truststore, and only JKS ones are "
-                "read; give the CA as a PEM file (--hdfs-ca-bundle, webhdfs_options['verify'])"
+                "read; give the CA as a PEM file (webhdfs_options['verify'])"
             )
         found = Path(location)
         try:
@@ -257,7 +257,7 @@ def jks_certificates(path: Path) -> list[bytes]:
     if data[:4] != b"\xfe\xed\xfe\xed" or version not in (1, 2) or len(data) > MAX_FILE_BYTES:
         raise HadoopConfigInvalid(
             f"truststore {path}: not a JKS file (JCEKS and PKCS12 are not read); give the CA as "
-            "a PEM file (--hdfs-ca-bundle, webhdfs_options['verify'])"
+            "a PEM file (webhdfs_options['verify'])"
         )
     found = []
     try:

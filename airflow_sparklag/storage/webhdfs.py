@@ -205,8 +205,8 @@ def _no_kerberos(user: str | None, may_infer: bool) -> str:
         return f"{CHALLENGED}, which webhdfs_options['kerberos']=False turned off"
     if user:
         return (
-            f"{CHALLENGED}, but user {user!r} was given (simple authentication: --hdfs-user, "
-            "webhdfs_options['user'] or the webhdfs connection's login), which comes first: "
+            f"{CHALLENGED}, but user {user!r} was given (simple authentication: "
+            "webhdfs_options['user']), which comes first: "
             "leave it out to log in from the ticket cache kinit left, or give a principal and "
             "keytab"
         )

@@ -33,7 +33,7 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 # A day's commit age decides STOPPED. The checkpoints hold one batch each: without it, once
 # their records waited STOPPED_MIN_IDLE_SECONDS they are UNKNOWN (too short a history to
 # judge, exit 3), so verdicts would depend on when each test runs.
-DAY = ("--max-commit-age", "86400")
+DAY = ("--max-commit-age-seconds", "86400")
 
 
 def sparklag(*args: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
@@ -161,10 +161,15 @@ def test_explain_says_what_each_job_was_judged_on(checkpoints, kafka):
     ("which", "flags", "code", "health"),
     [
         ("caught_up", [], 0, "OK"),
-        ("caught_up", ["--max-commit-age", "0.001", "--max-lag", "0"], 0, "OK"),
-        ("lagging", ["--max-lag", "5"], 1, "LAGGING"),
-        ("lagging", ["--max-total-lag", "8"], 1, "LAGGING"),
-        ("lagging", ["--max-commit-age", "0.001"], 2, "STOPPED"),
+        (
+            "caught_up",
+            ["--max-commit-age-seconds", "0.001", "--max-lag-records-per-partition", "0"],
+            0,
+            "OK",
+        ),
+        ("lagging", ["--max-lag-records-per-partition", "5"], 1, "LAGGING"),
+        ("lagging", ["--max-lag-records-total", "8"], 1, "LAGGING"),
+        ("lagging", ["--max-commit-age-seconds", "0.001"], 2, "STOPPED"),
         ("lagging", ["--window", "5", "--allowed-lag", "1", *DAY], 0, "OK"),
     ],
 )
@@ -214,7 +219,10 @@ def test_several_checkpoints_worst_exit_code(checkpoints, kafka, tmp_path):
 
 @pytest.mark.parametrize(
     ("flags", "code", "health"),
-    [(["--max-commit-age", "0.001"], 2, "STOPPED"), (["--max-lag", "5", *DAY], 1, "LAGGING")],
+    [
+        (["--max-commit-age-seconds", "0.001"], 2, "STOPPED"),
+        (["--max-lag-records-per-partition", "5", *DAY], 1, "LAGGING"),
+    ],
 )
 def test_a_fleet_exits_with_its_worst_verdict_not_its_highest_code(
     checkpoints, kafka, flags, code, health

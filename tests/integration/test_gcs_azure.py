@@ -246,7 +246,7 @@ def test_operators_snapshot_export_and_migrate_through_connections(
 
     snap = CheckpointSnapshotOperator(
         task_id="snap",
-        checkpoint_location=location,
+        location=location,
         snapshot_root=f"{root}/snapshots",
         **connections,
     ).execute({})
@@ -256,7 +256,7 @@ def test_operators_snapshot_export_and_migrate_through_connections(
 
     group = f"spark-{scheme}-{uuid.uuid4().hex[:6]}"
     export = ConsumerGroupExportOperator(
-        task_id="export", checkpoint_location=location, group_id=group, **connections
+        task_id="export", location=location, consumer_group=group, **connections
     ).execute({})
     assert export["total_lag"] == 10
     assert _committed(kafka.bootstrap, group, topic) == {0: 10, 1: 10, 2: 10}
@@ -264,7 +264,7 @@ def test_operators_snapshot_export_and_migrate_through_connections(
     archive = f"{root}/archive"
     dry = CheckpointMigrationOperator(
         task_id="migrate_dry",
-        checkpoint_location=location,
+        location=location,
         archive_root=archive,
         snapshot=snap["path"],
         quiet_period=0,
@@ -275,7 +275,7 @@ def test_operators_snapshot_export_and_migrate_through_connections(
     assert fs.exists(f"{location.split('://', 1)[1]}/offsets/0")  # nothing moved
     done = CheckpointMigrationOperator(
         task_id="migrate",
-        checkpoint_location=location,
+        location=location,
         archive_root=archive,
         snapshot=snap["path"],
         quiet_period=0,

@@ -230,7 +230,15 @@ def test_a_source_mapped_to_a_cluster_without_its_topic_has_unknown_lag(union):
 
 def test_cli_source_servers(union):
     def status(*flags: str) -> subprocess.CompletedProcess[str]:
-        command = [str(SPARKLAG), "status", union["ck"], "-b", union["a"], "--max-commit-age", "1h"]
+        command = [
+            str(SPARKLAG),
+            "status",
+            union["ck"],
+            "-b",
+            union["a"],
+            "--max-commit-age-seconds",
+            "1h",
+        ]
         command += flags
         return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
@@ -358,7 +366,13 @@ def test_snapshot_records_each_sources_cluster_and_exports_to_it(union, tmp_path
     group = f"spark-union-{uuid.uuid4().hex[:6]}"
     root = str(tmp_path / "snaps")
     payload = sparklag(
-        "snapshot", union["ck"], "--to", root, "--consumer-group", group, *mapped_flags(union)
+        "snapshot",
+        union["ck"],
+        "--snapshot-root",
+        root,
+        "--consumer-group",
+        group,
+        *mapped_flags(union),
     )
     assert payload["starting_offsets"] == {
         "0": {orders: as_text(committed["0"][orders])},
@@ -412,7 +426,7 @@ def test_migration_validates_on_each_cluster_and_the_restart_loses_and_repeats_n
     ck = tmp_path / "ck"
     shutil.copytree(union["ck"], ck)
     archive = str(tmp_path / "archive")
-    moved = sparklag("migrate", str(ck), "--archive", archive, "--quiet-period", "0",
+    moved = sparklag("migrate", str(ck), "--archive-root", archive, "--quiet-period", "0",
                      *mapped_flags(union))  # fmt: skip
     assert moved["status"] == "completed" and not moved["refusals"] and not ck.exists()
     assert moved["starting_offsets"] == {
@@ -425,7 +439,7 @@ def test_migration_validates_on_each_cluster_and_the_restart_loses_and_repeats_n
     again = tmp_path / "again"
     shutil.copytree(union["ck"], again)
     refused = subprocess.run(
-        [str(SPARKLAG), "migrate", str(again), "--archive", archive, "--quiet-period", "0",
+        [str(SPARKLAG), "migrate", str(again), "--archive-root", archive, "--quiet-period", "0",
          "--snapshot", moved["snapshot_path"], "-b", union["a"], "--dry-run", "--json"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -86,7 +86,7 @@ def run_cli(
 ) -> dict:
     from airflow_sparklag import cli
 
-    flags = ["--max-commit-age", str(limits["max_commit_age_seconds"])] if limits else []
+    flags = ["--max-commit-age-seconds", str(limits["max_commit_age_seconds"])] if limits else []
     capsys.readouterr()
     cli.main(["status", *locations, "--bootstrap-servers", bootstrap, *flags, "--json",
               "--no-progress"])  # fmt: skip

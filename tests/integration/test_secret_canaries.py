@@ -485,13 +485,13 @@ def cli_commands(location: str, snapshots: str, archive: str) -> dict[str, list[
         "status": ["status", location],
         "status-prefix": ["status", "--prefix", location, "--no-progress"],
         "wait-health": ["wait", "health", location, *wait],
-        "wait-progress": ["wait", "progress", location, "--after-batch", "5", *wait],
+        "wait-progress": ["wait", "progress", location, "--after-batch-id", "5", *wait],
         "wait-catch-up": ["wait", "catch-up", location, "--target-time", str(time.time()), *wait],
-        "snapshot": ["snapshot", location, "--to", snapshots],
+        "snapshot": ["snapshot", location, "--snapshot-root", snapshots],
         "snapshot-group": [
             "snapshot",
             location,
-            "--to",
+            "--snapshot-root",
             snapshots,
             "--consumer-group",
             f"canary-{uuid.uuid4().hex[:6]}",
@@ -501,7 +501,7 @@ def cli_commands(location: str, snapshots: str, archive: str) -> dict[str, list[
         "migrate-dry-run": [
             "migrate",
             location,
-            "--archive",
+            "--archive-root",
             archive,
             "--dry-run",
             "--quiet-period",
@@ -1068,7 +1068,7 @@ def snapshot_operator(run: Run) -> None:
     op = run.build(
         lambda: CheckpointSnapshotOperator(
             task_id="snapshot",
-            checkpoint_location=run.location,
+            location=run.location,
             snapshot_root=run.snapshots,
             consumer_group=f"canary-{uuid.uuid4().hex[:8]}",
             **run.conns,
@@ -1084,8 +1084,8 @@ def export_operator(run: Run) -> None:
     op = run.build(
         lambda: ConsumerGroupExportOperator(
             task_id="export",
-            checkpoint_location=run.location,
-            group_id=f"canary-{uuid.uuid4().hex[:8]}",
+            location=run.location,
+            consumer_group=f"canary-{uuid.uuid4().hex[:8]}",
             **run.conns,
         )
     )
@@ -1101,7 +1101,7 @@ def migration_operator(run: Run) -> None:
     op = run.build(
         lambda: CheckpointMigrationOperator(
             task_id="migrate",
-            checkpoint_location=run.location,
+            location=run.location,
             archive_root=run.archive,
             snapshot_root=run.snapshots,
             quiet_period=0,

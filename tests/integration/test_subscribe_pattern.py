@@ -113,7 +113,13 @@ def test_without_the_pattern_the_report_says_what_it_cannot_know(stopped, kafka)
 
 
 def test_the_cli_shows_the_note_and_takes_the_pattern(stopped, kafka, capsys):
-    base = ["status", stopped["ck"], "--bootstrap-servers", kafka.bootstrap, "--max-total-lag"]
+    base = [
+        "status",
+        stopped["ck"],
+        "--bootstrap-servers",
+        kafka.bootstrap,
+        "--max-lag-records-total",
+    ]
     assert cli.main([*base, "500"]) == 0
     assert f"note        {UNREAD_TOPICS}" in capsys.readouterr().out
     assert cli.main([*base, "500", "--subscribe-pattern", stopped["pattern"], "--json"]) == 1
@@ -228,7 +234,7 @@ def test_a_gap_in_the_partitions_shows_an_assign_query_at_defaults(spark, kafka,
     (note,) = [n for n in result.report.notes if "not read" in n]
     assert note.startswith(f"partitions not read by the query, not counted: {topic}:1;")
     assert not any("--assign" in n for n in result.report.notes)
-    base = ["status", ck, "--bootstrap-servers", kafka.bootstrap, "--max-total-lag", "500"]
+    base = ["status", ck, "--bootstrap-servers", kafka.bootstrap, "--max-lag-records-total", "500"]
     cli.main(base)
     assert f"note        {note}" in capsys.readouterr().out
     cli.main([*base, "--json"])

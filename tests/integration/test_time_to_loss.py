@@ -120,16 +120,16 @@ def test_cli_prints_the_time_to_loss_and_fails_on_its_threshold(spark, kafka, tm
     kafka.produce(topic, 4)
 
     def status(*flags: str) -> subprocess.CompletedProcess[str]:
-        command = [str(SPARKLAG), "status", ck, "-b", kafka.bootstrap, "--exact", *flags]
+        command = [str(SPARKLAG), "status", ck, "-b", kafka.bootstrap, "--exact-time-lag", *flags]
         return subprocess.run(command, capture_output=True, text=True, timeout=90)
 
     text = status()
     assert text.returncode == 0, text.stdout + text.stderr
     assert "data loss   the oldest unread records are deleted in" in text.stdout, text.stdout
-    breach = status("--min-time-to-loss", "1h", "--json")
+    breach = status("--min-time-to-loss-seconds", "1h", "--json")
     assert breach.returncode == 1, breach.stdout + breach.stderr
     verdict = json.loads(breach.stdout)["verdict"]
     assert verdict["rule"] == "time_to_data_loss", verdict
     assert "retention deletes unread records in" in verdict["reason"], verdict
-    ok = status("--min-time-to-loss", "5m")
+    ok = status("--min-time-to-loss-seconds", "5m")
     assert ok.returncode == 0, ok.stdout + ok.stderr
