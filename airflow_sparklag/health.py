@@ -372,7 +372,7 @@ def rule_short_history(report: LagReport, thresholds: Thresholds, now: float) ->
         f"not enough history to judge ({short}): {quiet} while {report.total_lag} record(s) "
         f"wait, the oldest for {waited:.0f} s (more than {bound:g} s); to judge it declare "
         "runs_every (--runs-every) if it runs on a schedule, else max_commit_age_seconds "
-        "(--max-commit-age)",
+        "(--max-commit-age-seconds)",
         _refs(lagging),
     )
 

@@ -360,7 +360,7 @@ def test_first_check_of_an_available_now_job_on_local_disk(checkpoints, kafka):
     ends = kafka.end_offsets(topic)
     assert first.lags() == {(topic, p): ends[p] - 10 for p in range(3)}
     assert first.code == 3 and first.job["verdict"]["health"] == "UNKNOWN", first
-    assert first.asks_for() == {"--runs-every", "--max-commit-age"}, first.messages()
+    assert first.asks_for() == {"--runs-every", "--max-commit-age-seconds"}, first.messages()
     declared = status_at_defaults(checkpoints["lagging"], kafka.bootstrap, "--runs-every", "1h")
     assert declared.code == 0 and declared.lags() == first.lags(), declared
     assert declared.asks_for() == set(), declared.messages()
