@@ -63,7 +63,7 @@ class CheckOptions:
     exact_time_lag: bool = params.option(
         False,
         read=params.boolean,
-        flag="--exact",
+        flag="--exact-time-lag",
         doc="time lag from the record at the committed offset",
     )
     read_committed: bool | None = params.option(

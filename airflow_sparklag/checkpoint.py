@@ -82,36 +82,13 @@ class CheckpointReader:
         state = reader.read(history=10)   # later calls GET only the new offsets files
         state = reader.read(history=10)   # nothing changed: one HEAD of the next batch's file
 
-    Rules (see ``docs/``):
-
-    - a batch file's whole name is a non-negative integer; ids compare numerically and may have
-      gaps (async progress tracking);
-    - committed batch C is the newest ``commits/N``; ``offsets/C`` must exist, otherwise the
-      checkpoint is damaged (commits ahead of offsets: the committed offsets are unknown) and
-      :class:`~airflow_sparklag.errors.CheckpointCorrupt` is raised;
-    - ``commits/C`` must parse as a commit log entry (v1-v3), otherwise
-      :class:`~airflow_sparklag.errors.CheckpointCorrupt` names it; it is read once per new
-      committed batch unless the listing's content hash proves it (see :meth:`_check_commit`);
-    - in flight is ``offsets/L`` for the newest L > C;
-    - a checkpoint whose directories exist (or whose ``metadata`` exists) but hold no batch yet
-      gives a state with ``committed=None``: the query has not completed a batch;
-    - no ``offsets/``, ``commits/`` or ``metadata`` at all:
-      :class:`~airflow_sparklag.errors.CheckpointNotFound`.
-
-    Request budget (docs/architecture.md, "Checkpoint state"): a first ``read(history=1)`` is
-    LIST commits/, LIST offsets/ (one listing on S3: ``list_checkpoint``), GET offsets/C, GET
-    metadata (once per reader, never with ``query_id=False``) and GET offsets/L when a batch is
-    in flight; each extra history batch one GET, once; ``commits/C`` one GET per new committed
-    batch unless the listing's content hash proves it. ``read(history, lazy_history=True)``
-    costs what ``history=1`` does and leaves the older batches to :meth:`read_history`.
-
-    Polls (docs/fleet.md, "Polling at the price of a point read"): once two listings in a row
-    agree and show a regular log (at least two commits, ids without gaps, at most one batch in
-    flight), a read first asks for the ONE file Spark writes next (``storage.is_file``:
-    ``offsets/C+1``, or ``commits/L`` while L is in flight). Absent: the last listing still
-    stands and the read costs that one request. Present, or the last listing older than
-    ``full_listing_seconds``, or one of the caller's ``confirm_at`` times passed since that
-    listing: a full read as above.
+    The rules and the request budget are in docs/architecture.md ("Checkpoint state"): the
+    committed batch C is the newest ``commits/N``, in flight is ``offsets/L`` for the newest
+    L > C; commits ahead of offsets or a damaged ``commits/C`` is
+    :class:`~airflow_sparklag.errors.CheckpointCorrupt`, nothing at all
+    :class:`~airflow_sparklag.errors.CheckpointNotFound`. Once two listings in a row agree
+    and show a regular log, a read first asks for the ONE file Spark writes next and lists
+    again only when it is there (docs/fleet.md, "Polling at the price of a point read").
     """
 
     def __init__(
@@ -152,14 +129,10 @@ class CheckpointReader:
     ) -> CheckpointState:
         """A fresh snapshot; ``history`` bounds how many committed batches are returned.
 
-        ``lazy_history=True`` reads no older batch (unless the listing hints at a rewind): the
-        state's ``history`` is offsets/C alone and ``unread_history`` lists the older batches
-        of the window, which :meth:`read_history` reads when a rule needs them.
-
-        ``confirm_at``: times (epoch seconds, on the clock of ``now``, default
-        ``time.time()``) at which the caller's verdict may change with nothing written, e.g.
-        the last commit's time + ``max_commit_age_seconds``; the first read after one of them
-        lists the checkpoint again rather than trusting a point read (class docstring).
+        ``lazy_history=True`` reads no older batch (unless the listing hints at a rewind) and
+        leaves them in ``unread_history`` for :meth:`read_history`. ``confirm_at``: times (on
+        the clock of ``now``) at which the caller's verdict may change with nothing written;
+        the first read after one of them lists again rather than trusting a point read.
         """
         now = time.time() if now is None else now
         moments = (*confirm_at, *self.confirm_at)
@@ -337,12 +310,9 @@ class CheckpointReader:
     def read_history(
         self, state: CheckpointState, newest: int | None = None, *, pool: Executor | None = None
     ) -> CheckpointState:
-        """``state`` with the older batches a lazy :meth:`read` left unread: the same history
-        an eager read of the same listing returns (a batch purged since is skipped as there).
-
-        ``newest=N`` reads only the N newest of them and leaves the others unread (a later
-        call reads those). One GET per batch not cached yet, all at once in ``pool`` if given
-        (else one after another); a state with nothing unread is returned as is."""
+        """``state`` with the older batches a lazy :meth:`read` left unread, as an eager read of
+        the same listing returns them; ``newest=N`` reads only the N newest of them. One GET
+        per batch not cached yet, all at once in ``pool`` if given."""
         if not state.unread_history:
             return state
         listed = _batches(state.unread_history)
@@ -371,12 +341,8 @@ class CheckpointReader:
         return tuple(batch for batch in found if batch is not None)
 
     def _list_logs(self) -> _Listing:
-        """commits/ and offsets/ batches, and ``metadata`` as listed (None: not asked).
-
-        A backend with ``list_checkpoint`` (S3) lists both logs and ``metadata`` in one
-        request; the others list commits/ then offsets/. Either way commits/ is listed first
-        (S3 returns keys in order, and commits/ sorts before offsets/).
-        """
+        """commits/ and offsets/ batches, and ``metadata`` as listed (None: not asked); in one
+        request on a backend with ``list_checkpoint`` (S3), where commits/ sorts first too."""
         list_checkpoint = getattr(self.storage, "list_checkpoint", None)
         if callable(list_checkpoint):
             # Size the first page from the last listing (room for new batches), so a page does
@@ -414,13 +380,9 @@ class CheckpointReader:
         return batch
 
     def _check_commit(self, info: ObjectInfo, watermarks: set[int | None]) -> None:
-        """Is ``commits/C`` a commit log entry? Checked once per new committed batch.
-
-        Spark writes ``v1`` + ``{"nextBatchWatermarkMs":W}``, W almost always 0 or the
-        watermark of ``offsets/C`` or ``offsets/C+1``: when the listing's content hash (S3 ETag,
-        GCS md5Hash) is the MD5 of one of those texts the file is not read. Otherwise it is read
-        and parsed, once: a damaged one is :class:`~airflow_sparklag.errors.CheckpointCorrupt`.
-        """
+        """Is ``commits/C`` a commit log entry? Checked once per new committed batch: not read
+        when the listing's content hash (S3 ETag, GCS md5Hash) is the MD5 of a text Spark
+        writes (``v1`` + ``{"nextBatchWatermarkMs":W}``, W 0 or a listed batch's watermark)."""
         key = (info.name, info.size, info.modified)
         if key == self._commit_checked:
             return
@@ -571,15 +533,9 @@ REAL_TIME_START_SLACK = 2.0
 
 def real_time_interval(state: CheckpointState) -> float | None:
     """The newest checkpoint's interval (seconds from its ``batchTimestampMs`` to the time
-    ``offsets/C`` was written) when the files have real-time mode's shape, else None.
-
-    The checkpoint records no trigger, so the shape decides (docs/lag-and-health.md, "The
-    real-time trigger"): ``offsets/C`` written at least ``REAL_TIME_MIN_INTERVAL`` after its
-    batch time, ``commits/C`` within half of that span after it, and under
-    ``REAL_TIME_SURE_INTERVAL`` the batch before C (``state.preceding``) too. An ``offsets/L``
-    without its commit with that span is real-time's, read between the two writes. The
-    interval began after what Spark wrote before it (``written_before``), which a copied
-    checkpoint, every file written at copy time, fails.
+    ``offsets/C`` was written) when the files have real-time mode's shape, else None. The
+    checkpoint records no trigger, so the shape decides (docs/lag-and-health.md, "The real-time
+    trigger"); a copied checkpoint, every file written at copy time, fails it.
     """
     newest = state.in_flight or state.committed
     span = _span(newest)

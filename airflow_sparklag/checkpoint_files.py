@@ -364,9 +364,8 @@ def _source_offset(source_id: str, raw: str, path: str) -> SourceOffset:
         return SourceOffset(source_id=source_id, kind="none", kafka=None, raw=raw)
     document = _load_json(raw, path, f"offset of source {source_id!r}")
     kafka = _kafka_offsets(document, source_id, path)
-    if kafka is None:
-        return SourceOffset(source_id=source_id, kind="other", kafka=None, raw=raw)
-    return SourceOffset(source_id=source_id, kind="kafka", kafka=kafka, raw=raw)
+    kind = "other" if kafka is None else "kafka"
+    return SourceOffset(source_id=source_id, kind=kind, kafka=kafka, raw=raw)
 
 
 def _kafka_offsets(

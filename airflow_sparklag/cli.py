@@ -37,34 +37,20 @@ EXIT_INTERRUPTED = 130
 # The commands whose --json prints a document (docs/json.md), failures included.
 DOCUMENTED = ("status", "wait", "snapshot", "migrate", "history")
 
-# CLI flag -> Thresholds field
-THRESHOLD_FLAGS = {
-    "max_lag": "max_lag_records_per_partition",
-    "max_total_lag": "max_lag_records_total",
-    "max_lag_seconds": "max_lag_seconds",
-    "max_commit_age": "max_commit_age_seconds",
-    "max_in_flight": "max_in_flight_seconds",
-    "min_time_to_loss": "min_time_to_loss_seconds",
-    "min_time_to_loss_ratio": "min_time_to_loss_ratio",
-    "min_time_to_breach": "min_time_to_breach_seconds",
-    "max_batch_time_ratio": "max_batch_time_ratio",
-    "allowed_lag": "allowed_lag",
-    "window": "window",
-    "min_window": "min_window",
-}
-# What each threshold decides (--help); its default is the Thresholds field's unless said.
+# Thresholds field (its flag: --max-lag-seconds, as in docs/names.md) -> what it decides, for
+# --help; its default is the Thresholds field's unless said.
 THRESHOLD_HELP = {
-    "max_lag": "LAGGING when a partition lags more than N records",
-    "max_total_lag": "LAGGING when the partitions together lag more than N records",
+    "max_lag_records_per_partition": "LAGGING when a partition lags more than N records",
+    "max_lag_records_total": "LAGGING when the partitions together lag more than N records",
     "max_lag_seconds": "LAGGING when the oldest unprocessed record waited longer",
-    "max_commit_age": "STOPPED when records wait and no batch committed for longer",
-    "max_in_flight": "STALLED when the batch in flight runs longer",
-    "min_time_to_loss": "LAGGING when retention would delete an unread record sooner "
+    "max_commit_age_seconds": "STOPPED when records wait and no batch committed for longer",
+    "max_in_flight_seconds": "STALLED when the batch in flight runs longer",
+    "min_time_to_loss_seconds": "LAGGING when retention would delete an unread record sooner "
     "(default: the smaller of 6h and --min-time-to-loss-ratio of the retention)",
     "min_time_to_loss_ratio": "the same as a share of the topic's retention, 0 to 1 "
-    "(default: 0.25 unless --min-time-to-loss alone is given)",
-    "min_time_to_breach": "LAGGING when a lag threshold set above will be crossed sooner, at "
-    "the current production and consumption rates",
+    "(default: 0.25 unless --min-time-to-loss-seconds alone is given)",
+    "min_time_to_breach_seconds": "LAGGING when a lag threshold set above will be crossed "
+    "sooner, at the current production and consumption rates",
     "max_batch_time_ratio": "LAGGING when batches take more than this share of their trigger "
     "interval, e.g. 0.8",
     "allowed_lag": "records per partition that still count as caught up",
@@ -84,11 +70,8 @@ docs: README.md and docs/index.md"""
 
 
 def _thresholds(args: argparse.Namespace) -> Thresholds:
-    given = {
-        field: getattr(args, flag)
-        for flag, field in THRESHOLD_FLAGS.items()
-        if getattr(args, flag) is not None
-    }
+    given = {field: getattr(args, field) for field in THRESHOLD_HELP}
+    given = {field: value for field, value in given.items() if value is not None}
     try:
         return Thresholds.from_dict(given)
     except ValueError as exc:
@@ -183,14 +166,13 @@ def _check_flags(command: argparse.ArgumentParser) -> None:
 
     params.option_flags(command, CheckOptions, group=CHECK)
     group = params.flag_group(command, THRESHOLDS)
-    for flag, field in THRESHOLD_FLAGS.items():
+    for field, text in THRESHOLD_HELP.items():
         reader = params.threshold_reader(field)  # as operators read their thresholds
         default = Thresholds.__dataclass_fields__[field].default
-        text = f"{field}: {THRESHOLD_HELP[flag]}"
         if "default" not in text:
             text += f" (default: {'off' if default is None else default})"
         group.add_argument(
-            f"--{flag.replace('_', '-')}", type=params.flag_type(flag, reader), dest=flag, help=text
+            params.flag_of(field), type=params.flag_type(field, reader), dest=field, help=text
         )
 
 
@@ -421,10 +403,14 @@ def add_wait_command(sub: Any) -> None:
         default="DATA_LOSS,STOPPED",
         help="health: verdicts that fail at once (never STOPPED for a scheduled job)",
     )
-    until.add_argument("--after-batch", help="progress: a batch newer than this id")
-    until.add_argument("--after-time", help="progress: a commit after this time (ISO or epoch)")
+    until.add_argument("--after-batch-id", help="progress: a batch newer than this id")
+    until.add_argument(
+        "--after-commit-time", help="progress: a commit after this time (ISO or epoch)"
+    )
     until.add_argument("--target-time", help="catch-up: everything produced before this time")
-    until.add_argument("--topic", action="append", default=[], help="catch-up: only these topics")
+    until.add_argument(
+        "--topic", action="append", dest="topics", default=[], help="catch-up: only these topics"
+    )
     until.add_argument(
         "--poll-interval",
         type=params.flag_type("poll_interval", params.positive_duration),
@@ -453,13 +439,13 @@ def _condition(args: argparse.Namespace) -> Any:
     if args.condition == "progress":
         return conditions.ProgressCondition(
             args.checkpoint,
-            params.optional_count("--after-batch", args.after_batch, minimum=-1),
-            params.moment("--after-time", args.after_time),
+            params.optional_count("--after-batch-id", args.after_batch_id, minimum=-1),
+            params.moment("--after-commit-time", args.after_commit_time),
         )
     target = params.moment("--target-time", args.target_time)
     if target is None:
         raise params.invalid("--target-time", "is required for catch-up (ISO time or epoch)")
-    topics = tuple(args.topic) or None
+    topics = tuple(args.topics) or None
     return conditions.CatchUpCondition(args.checkpoint, int(target * 1000), topics)
 
 
@@ -498,25 +484,30 @@ def add_snapshot_commands(sub: Any) -> None:
     from airflow_sparklag.migration import MigrationOptions
 
     snapshot = _command(
-        sub, "snapshot", "CHECKPOINT --to ROOT", "write a verified snapshot of committed offsets"
+        sub,
+        "snapshot",
+        "CHECKPOINT --snapshot-root ROOT",
+        "write a verified snapshot of committed offsets",
     )
     what = params.flag_group(snapshot, CHECK)
     what.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
-    what.add_argument("--to", required=True, help="snapshot root (path, s3a://, hdfs://)")
+    what.add_argument(
+        "--snapshot-root", required=True, help="snapshot root (path, s3a://, hdfs://)"
+    )
     what.add_argument("--consumer-group", help="also commit the offsets to this idle group")
     _connection_flags(snapshot)
 
     migrate = _command(
         sub,
         "migrate",
-        "CHECKPOINT --archive ROOT",
+        "CHECKPOINT --archive-root ROOT",
         "snapshot, validate and archive a checkpoint",
         CHECK,
         "migration",
     )
     what = params.flag_group(migrate, CHECK)
     what.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
-    what.add_argument("--archive", required=True, help="archive root for the old checkpoint")
+    what.add_argument("--archive-root", required=True, help="archive root for the old checkpoint")
     params.option_flags(migrate, MigrationOptions, group="migration")
     _connection_flags(migrate)
 
@@ -525,7 +516,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
     from airflow_sparklag.snapshot import export_to_group, snapshot_checkpoint
 
     with open_session(args, kafka_required=bool(args.consumer_group)) as session:
-        result = snapshot_checkpoint(args.checkpoint, args.to, session=session)
+        result = snapshot_checkpoint(args.checkpoint, args.snapshot_root, session=session)
         payload = result.to_dict()
         if args.consumer_group:
             payload["consumer_group"] = export_to_group(session, args.consumer_group, result)
@@ -558,7 +549,9 @@ def run_migrate(args: argparse.Namespace) -> int:
 
     options = params.from_flags(MigrationOptions, args)
     with open_session(args) as session:
-        result = migrate_checkpoint(args.checkpoint, args.archive, session=session, options=options)
+        result = migrate_checkpoint(
+            args.checkpoint, args.archive_root, session=session, options=options
+        )
     payload = result.to_dict()
     if args.json:
         print_document(args, document("migrate", [payload], {"jobs": 1, "failed_checks": 0}))
@@ -590,7 +583,7 @@ def _render_migration(payload: dict[str, Any]) -> str:
             f"{sink.get('action')}"
         )
     lines += [f"warning     {w}" for w in payload["warnings"]]
-    lines += [f"REFUSED     {r}" for r in payload["refusals"]]
+    lines += [f"REFUSED     {in_cli_words(r)}" for r in payload["refusals"]]
     return "\n".join(lines)
 
 
@@ -715,15 +708,20 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every outcome is an exit code and at most a scrubbed line on stderr
-    (with --json its document on stdout too, failures included)."""
+    (with --json its document on stdout too, a failed check included)."""
     secrets: list[str] = []
     _quiet_client_logs(secrets)
     args: argparse.Namespace | None = None
 
     def say(message: str, code: int) -> int:
-        if args is not None and getattr(args, "json", False) and args.command in DOCUMENTED:
-            print_document(args, failure_document(args, message))
-        print(f"sparklag: {printable(scrub(message, secrets))}", file=sys.stderr)
+        if (
+            code in (EXIT_CHECK_FAILED, EXIT_REFUSED)  # a failed check, not a usage error
+            and args is not None
+            and getattr(args, "json", False)
+            and args.command in DOCUMENTED
+        ):
+            print_document(args, failure_document(args, in_cli_words(message)))
+        print(f"sparklag: {printable(scrub(in_cli_words(message), secrets))}", file=sys.stderr)
         return code
 
     try:
@@ -752,6 +750,27 @@ def failure_document(args: argparse.Namespace, error: str) -> dict[str, Any]:
     given = [*getattr(args, "checkpoints", []), *getattr(args, "prefix", [])]
     locations = given or ([args.checkpoint] if hasattr(args, "checkpoint") else [])
     return check_document(args.command, [CheckResult.failed(loc, error) for loc in locations])
+
+
+def in_cli_words(message: str) -> str:
+    """A core message in the command line's words: an option it names as Python does
+    (``force=True``, ``webhdfs_options['url']``) named by its flag (``--force``,
+    ``--webhdfs-url``); Airflow tasks keep the argument's name (docs/names.md)."""
+    import dataclasses
+    import re
+
+    from airflow_sparklag.migration import MigrationOptions
+    from airflow_sparklag.monitor import CheckOptions
+
+    flags = {
+        f"{f.name}=True": f.metadata["flag"]
+        for kind in (CheckOptions, MigrationOptions)
+        for f in dataclasses.fields(kind)
+        if f.metadata["flag"]
+    }
+    for options, keys in params.STORAGE_FLAGS.items():
+        flags.update({f"{options}[{key!r}]": flag for key, flag in keys.items()})
+    return re.sub("|".join(map(re.escape, flags)), lambda m: flags[m.group(0)], message)
 
 
 def _quiet_client_logs(secrets: list[str]) -> None:

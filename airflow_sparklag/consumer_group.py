@@ -122,13 +122,10 @@ def export_offsets(
     timeout: float = 15.0,
     log_ends: Mapping[str, Mapping[int, int]] | None = None,
 ) -> ConsumerGroupExport:
-    """Commit ``offsets`` (topic -> partition -> NEXT offset to read) to ``group_id``.
-
-    Refuses (:class:`ConsumerGroupActive`) when the group has members. ``log_ends`` (topic ->
-    partition -> log end offset) adds the lag that group tools will show.
-
-    Three requests, each within ``timeout`` seconds (sent again while the group coordinator is
-    not ready): describe the group, commit, read back; so at most 3 x ``timeout`` in all.
+    """Commit ``offsets`` (topic -> partition -> NEXT offset to read) to ``group_id``;
+    :class:`ConsumerGroupActive` when the group has members. ``log_ends`` (topic -> partition
+    -> log end offset) adds the lag that group tools will show. Three requests (describe,
+    commit, read back), each within ``timeout`` seconds.
     """
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 

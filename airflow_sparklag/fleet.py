@@ -64,13 +64,10 @@ def discover_checkpoints(
     max_workers: int = MAX_READERS,
 ) -> list[str]:
     """Checkpoint roots at or under ``prefix`` (one or several; sorted), at most ``max_depth``
-    levels down.
-
-    Costs one listing per directory visited (level by level, every prefix's directories of a
-    level together, ``max_workers`` at once). A checkpoint's own subdirectories are never
-    listed, and directories whose name starts with ``.`` or ``_`` (``_spark_metadata``,
-    ``_temporary``, hidden ones) are skipped. The listings go through ``storage``, else
-    ``session``'s backend for each prefix, else a local session's.
+    levels down: one listing per directory visited, ``max_workers`` at once. A checkpoint's
+    own subdirectories are never listed, and names starting with ``.`` or ``_``
+    (``_spark_metadata``, ``_temporary``) are skipped. The listings go through ``storage``,
+    else ``session``'s backend for each prefix, else a local session's.
 
     >>> discover_checkpoints("s3a://bucket/checkpoints", session=session)   # doctest: +SKIP
     ['s3a://bucket/checkpoints/team-a/orders', 's3a://bucket/checkpoints/team-b/clicks']
@@ -151,9 +148,8 @@ class FleetChecker:
 
     Without ``session`` the checker opens one of its own from the ``Session`` keyword
     arguments and closes it on :meth:`close`. ``options`` (a ``CheckOptions``) or its fields
-    as keyword arguments say how to judge. ``rediscover_seconds`` (with ``prefix``) lists the
-    prefix again that long after the last discovery. ``query_ids=True`` also reads each
-    checkpoint's ``metadata`` (a third request per job on a first check) for the query id.
+    say how to judge. ``rediscover_seconds`` (with ``prefix``) lists the prefix again that long
+    after the last discovery. ``query_ids=True`` also reads each checkpoint's ``metadata``.
     """
 
     def __init__(
@@ -245,11 +241,8 @@ class FleetChecker:
     def read_states(
         self, progress: Progress | None = None
     ) -> tuple[dict[str, CheckpointState], dict[str, CheckResult]]:
-        """Read every checkpoint (in parallel): states, and a failed result per unreadable one.
-
-        Lazily: offsets/C of each, the older batches of the window only listed
-        (``state.unread_history``); :meth:`check` reads them for the jobs that need them.
-        A poll that discovers reads each checkpoint as discovery finds it."""
+        """Read every checkpoint (in parallel, lazily: ``monitor.read_states``), each as
+        discovery finds it: states, and a failed result per unreadable one."""
         found: list[Location] = []
         discovering = self._discovery_due()
         states, failures = read_states(
@@ -268,13 +261,9 @@ class FleetChecker:
     def check(
         self, *, now: float | None = None, progress: Progress | None = None
     ) -> list[CheckResult]:
-        """One poll: read every checkpoint, one Kafka snapshot, a result per location in order.
-
-        An unreadable checkpoint gives ``error`` and an UNKNOWN verdict; Kafka errors concern
-        every job and are raised. ``progress(done, total)`` is called as checkpoints are read.
-        The older batches of a job's window are read only when its report depends on them
-        (:func:`~airflow_sparklag.monitor.judge_states`).
-        """
+        """One poll: read every checkpoint, one Kafka snapshot, a result per location in order
+        (as :func:`~airflow_sparklag.monitor.check_many`). ``progress(done, total)`` is called
+        as checkpoints are read."""
         states, failures = self.read_states(progress)
         judged = judge_states(self.session, states, self.options, now=now, query_id=self.query_ids)
         self.polls += 1

@@ -1,21 +1,11 @@
 """Health of a Spark query from one `LagReport`: Burrow-style rules, no daemon, no warm-up.
 
-The retained offsets files are the history window (offset + batchTimestampMs per batch), so a
-single check can judge trends. Each rule is a small pure function
-`(report, thresholds, now) -> RuleResult | None`, tried in `RULES` order (DATA_LOSS, REWIND,
-STOPPED, STALLED, LAGGING, then the UNKNOWN of `short_history`); the first that fires is the
-verdict. docs/lag-and-health.md#health says when each fires.
-
-A threshold the user set outranks the threshold-free rules: with `max_commit_age_seconds` only
-that age decides STOPPED, and records younger than `max_lag_seconds` are never STOPPED.
-
-Each rule also declares what it reads (`Rule.reads`: the older batches it needs; `Rule.ages`:
-record ages the estimate cannot give), and `reads_needed`/`ages_needed` are the one place a
+The retained offsets files are the history window, so a single check can judge trends. Each
+rule is a pure function `(report, thresholds, now) -> RuleResult | None`, tried in `RULES`
+order; the first that fires is the verdict (docs/lag-and-health.md#health says when each
+fires). A threshold the user set outranks the threshold-free rules. Each rule also declares
+what it reads (`Rule.reads`, `Rule.ages`); `reads_needed`/`ages_needed` are the one place a
 newest-first check learns from them what to read.
-
-None fired: OK, unless a topic is missing (UNKNOWN). Nothing committed yet: the rules run on the
-lag from the query's starting offsets and the verdict says no batch is committed (UNKNOWN when
-none fires). No batch at all or no Kafka source: UNKNOWN, no rule is run.
 """
 
 from __future__ import annotations
@@ -27,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from airflow_sparklag.forecast import duration, reads_time_to_breach, rule_time_to_breach
-from airflow_sparklag.lag import single_cluster_warning
+from airflow_sparklag.lag import first_five, single_cluster_warning
 from airflow_sparklag.model.report import LagReport, PartitionLag, Reads
 from airflow_sparklag.model.verdict import (
     NO_KAFKA_SOURCE,
@@ -49,19 +39,16 @@ from airflow_sparklag.runs import busy_interval, default_grace, observed_period
 class Rule:
     """A health rule and what it reads, so a check reads no more and no less than it needs.
 
-    ``check(report, thresholds, now)`` is the rule. ``reads(report, thresholds, now, dated)``
-    declares the older history it needs to judge ``report`` as it would on the whole window
-    (``dated``: the waiting records' ages will be read exactly); ``ages(report, thresholds,
-    now)`` whether it would judge by record ages the estimate left unknown. A check reads
-    older batches, and (unless asked for exact time lag) record timestamps, from these
-    declarations alone (``reads_needed``, ``ages_needed``): a rule that declares too little
-    gets a lazy verdict that differs from the full read's (tests/unit/
-    test_check_requests_shapes.py shows it).
+    ``reads(report, thresholds, now, dated)`` declares the older history ``check`` needs to
+    judge ``report`` as on the whole window (``dated``: the waiting records' ages will be read
+    exactly); ``ages`` whether it would judge by record ages the estimate left unknown. A rule
+    that declares too little gets a lazy verdict that differs from the full read's
+    (tests/unit/test_check_requests_shapes.py).
     """
 
     name: str
     check: Callable[[LagReport, Thresholds, float], RuleResult | None]
-    reads: Callable[[LagReport, Thresholds, float, bool], Reads]
+    reads: Callable[[LagReport, Thresholds, float, bool], Reads] = lambda *_: Reads.NOTHING
     ages: Callable[[LagReport, Thresholds, float], bool] = lambda *_: False
 
 
@@ -72,9 +59,8 @@ def _refs(parts: Iterable[PartitionLag]) -> tuple[PartitionRef, ...]:
     return tuple(sorted({PartitionRef(p.topic, p.partition) for p in parts}, key=str))
 
 
-def _names(refs: tuple[PartitionRef, ...], limit: int = 5) -> str:
-    shown = ", ".join(str(r) for r in refs[:limit])
-    return shown + (f" (+{len(refs) - limit} more)" if len(refs) > limit else "")
+def _names(refs: tuple[PartitionRef, ...]) -> str:
+    return first_five([str(r) for r in refs])
 
 
 def _on(health: Health, rule: str, reason: str, parts: Iterable[PartitionLag]) -> RuleResult:
@@ -247,13 +233,11 @@ def _stopped_idle(
     report: LagReport, thresholds: Thresholds, now: float, lagging: list[PartitionLag]
 ) -> RuleResult | None:
     """No batch planned for `STOPPED_BUSY_INTERVALS` of the job's usual intervals between
-    batches that read records (at least `STOPPED_MIN_IDLE_SECONDS`; a batch in flight gets
-    longer in proportion to the records it planned), while records waited that long.
+    batches that read records (`_idle_limit`), while records waited that long.
 
-    Judged against the busy batches, not the window's span, so idle stretches in the history
-    do not hide a stopped bursty job; needs `min_window` batches, so a lone commit never
-    decides; needs the waiting records' age, so a record that arrived a moment ago after a
-    quiet spell is not mistaken for a stopped query.
+    Judged against the busy batches, not the window's span, so idle stretches do not hide a
+    stopped bursty job; the waiting records' age keeps a record that arrived a moment ago after
+    a quiet spell from looking like a stopped query.
     """
     pace = _idle_limit(report, thresholds)
     last = _last_activity(report, thresholds)
@@ -356,12 +340,10 @@ def needs_record_ages(report: LagReport, thresholds: Thresholds, now: float) -> 
 
 
 def rule_short_history(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
-    """UNKNOWN, with the reason, for a job ``rule_stopped`` would judge by its own pace but
-    whose history is too short to measure one (``_idle_limit`` is None: fewer than
-    ``min_window`` timed batches in the window, or no interval of a busy batch), when nothing
-    new came for more than ``STOPPED_MIN_IDLE_SECONDS`` and the oldest waiting record is older
-    than that. Not STOPPED: one batch cannot tell a dead query from a slow trigger or a job
-    run on a schedule; but never OK. Before the first commit the verdict is UNKNOWN anyway."""
+    """UNKNOWN for a job ``rule_stopped`` would judge by its own pace but whose history is too
+    short to measure one (``_idle_limit`` is None), idle with records waiting for more than
+    ``STOPPED_MIN_IDLE_SECONDS``. Not STOPPED: one batch cannot tell a dead query from a slow
+    trigger or a scheduled job; but never OK."""
     lagging = _lagging(report, thresholds)
     if report.committed_batch_id is None or not _by_own_pace(report, thresholds, lagging):
         return None
@@ -388,17 +370,17 @@ def rule_short_history(report: LagReport, thresholds: Thresholds, now: float) ->
         Health.UNKNOWN,
         "short_history",
         f"not enough history to judge ({short}): {quiet} while {report.total_lag} record(s) "
-        f"wait, the oldest for {waited:.0f} s (more than {bound:g} s); declare runs_every or "
-        "max_commit_age_seconds to judge it",
+        f"wait, the oldest for {waited:.0f} s (more than {bound:g} s); to judge it declare "
+        "runs_every (--runs-every) if it runs on a schedule, else max_commit_age_seconds "
+        "(--max-commit-age-seconds)",
         _refs(lagging),
     )
 
 
 def _batch_word(report: LagReport, *, plural: bool = False) -> str:
     """What a job's batches are called: a continuous query's are epochs."""
-    if report.continuous:
-        return "epochs" if plural else "epoch"
-    return "batches" if plural else "batch"
+    word = "epoch" if report.continuous else "batch"
+    return word + ("es" if word == "batch" else "s") if plural else word
 
 
 def rule_stalled(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
@@ -647,21 +629,17 @@ def ages_lagging(report: LagReport, thresholds: Thresholds, now: float) -> bool:
     )
 
 
-def _reads_nothing(report: LagReport, thresholds: Thresholds, now: float, dated: bool) -> Reads:
-    return Reads.NOTHING
-
-
 RULES: tuple[Rule, ...] = (
-    Rule("data_loss", rule_data_loss, _reads_nothing),
+    Rule("data_loss", rule_data_loss),
     Rule("rewind", rule_rewind, reads_rewind),
     Rule("stopped", rule_stopped, reads_stopped, needs_record_ages),
-    Rule("stopped_real_time", rule_stopped_real_time, _reads_nothing),
+    Rule("stopped_real_time", rule_stopped_real_time),
     Rule("stalled", rule_stalled, reads_stalled),
-    Rule("time_to_data_loss", rule_time_to_loss, _reads_nothing, ages_time_to_loss),
+    Rule("time_to_data_loss", rule_time_to_loss, ages=ages_time_to_loss),
     Rule("lagging", rule_lagging, reads_lagging, ages_lagging),
     Rule("lagging_real_time", rule_lagging_real_time, reads_lagging_real_time),
     Rule("time_to_breach", rule_time_to_breach, reads_time_to_breach),  # forecast.py
-    Rule("batch_time", rule_batch_time, _reads_nothing),  # pace.py: the listing's times
+    Rule("batch_time", rule_batch_time),  # pace.py: the listing's times
     Rule("short_history", rule_short_history, reads_stopped, needs_record_ages),
 )
 
@@ -693,10 +671,9 @@ def reads_needed(
 
 
 def waiting_wanted(report: LagReport, thresholds: Thresholds, now: float) -> bool:
-    """The stopped rule's declaration of Kafka's offsets before the last run: wanted when the
-    verdict would be STOPPED by the job's own pace (``_stopped_idle``) while no schedule is
-    declared: records that waited between runs show a job started by a scheduler, which
-    ``_stopped_idle`` then judges by the period its runs came at."""
+    """Kafka's offsets before the last run are wanted when the verdict would be STOPPED by the
+    job's own pace (``_stopped_idle``) and no schedule is declared: records that waited between
+    runs show a job started by a scheduler, then judged by the period its runs came at."""
     if report.schedule is not None or _unjudged(report) is not None:
         return False
     if rule_data_loss(report, thresholds, now) or rule_rewind(report, thresholds, now):
@@ -707,11 +684,9 @@ def waiting_wanted(report: LagReport, thresholds: Thresholds, now: float) -> boo
 
 def changes_at(report: LagReport, thresholds: Thresholds) -> tuple[float, ...]:
     """The moments (epoch seconds) at which a rule may judge ``report``'s job differently with
-    nothing new written to its checkpoint: its commit age passing ``max_commit_age_seconds``,
-    its idle time passing the STOPPED pace or the short-history bound, a declared schedule's
-    period and grace, an in-flight batch passing ``max_in_flight_seconds``. A poll that reads
-    the checkpoint with one point read lists it again once one has passed, to confirm no reset,
-    purge or rename before such a verdict (``CheckpointReader.confirm_at``)."""
+    nothing new written to its checkpoint (a time limit passing). A poll that reads with one
+    point read lists the checkpoint again once one has passed, to confirm no reset, purge or
+    rename before such a verdict (``CheckpointReader.confirm_at``)."""
     moments = []
     limit = thresholds.max_commit_age_seconds
     if limit is not None and report.committed_at is not None:
@@ -732,17 +707,12 @@ def changes_at(report: LagReport, thresholds: Thresholds) -> tuple[float, ...]:
 def evaluate(
     report: LagReport, thresholds: Thresholds | None = None, *, now: float | None = None
 ) -> HealthVerdict:
-    """Run the rules in order; the first (worst) that fires is the verdict.
+    """Run the rules in order; the first (worst) that fires is the verdict. `now` defaults to
+    the report's `generated_at`, so a stored report gives the same verdict again. Several Kafka
+    sources all measured against one cluster add that warning to the reason.
 
-    `now` defaults to the report's own `generated_at`, so a stored report gives the same
-    verdict when evaluated again.
-
-    >>> verdict = evaluate(report, Thresholds(max_commit_age_seconds=900))  # doctest: +SKIP
-    >>> verdict.to_dict()["health"]                                           # doctest: +SKIP
-    'OK'
-
-    A query whose several Kafka sources were all measured against one cluster (none mapped
-    to its own) gets that warning at the end of the reason, whatever the verdict.
+    >>> evaluate(report, Thresholds(max_commit_age_seconds=900)).health  # doctest: +SKIP
+    <Health.OK: 'OK'>
     """
     verdict = _verdict(report, thresholds or Thresholds(), now)
     warning = single_cluster_warning(report)
@@ -768,7 +738,7 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
             f.rule == "time_to_data_loss" for f in findings
         ):
             soonest = report.min_time_to_loss_seconds
-            reason += f"; retention deletes unread records in {duration(soonest)}"
+            reason += f"; retention deletes unread records in {duration(soonest)}: {LOSS_NEXT_STEP}"
         return HealthVerdict(first.health, reason, first.rule, first.partitions, findings)
     unknown = [
         f"source {s.source_id}: {s.lag_unknown}" for s in report.kafka_sources if s.lag_unknown

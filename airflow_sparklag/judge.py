@@ -3,15 +3,11 @@
     read offsets/C (and the listing) -> Kafka snapshot -> plan -> fetch -> ... -> compute_lag
     -> evaluate
 
-Each tier of the plan asks what the rules and the time-lag estimate declare they still need
-(``health.reads_needed``, ``health.ages_needed``, ``health.waiting_wanted``; ``lag.run_start``,
-``lag.waiting_probe``) of what was read so far (``positions.measure``), and fetches it for every job
-of the check together: offsets/C-1, then the rest of the window (storage GETs, in one pool),
-then record timestamps (one consumer pass per cluster), then Kafka's retention, the offsets at
-a scheduled run's start and before an undeclared job's last run (together). Then the report is
-made once from the whole evidence (``lag.compute_lag``) and judged once (``health.evaluate``).
-What each job's evidence holds, and which rule asked for it, is ``Evidence.reads``: a result's
-``evidence`` (``--json``, ``--explain``).
+Each tier of the plan asks what the rules and the time-lag estimate declare they still need of
+what was read so far (``positions.measure``), and fetches it for every job of the check
+together: offsets/C-1, the rest of the window, record timestamps, then Kafka's retention and
+offsets at past times. The report is made once from the whole evidence and judged once. What
+each job's evidence holds, and which rule asked for it, is ``Evidence.reads``.
 """
 
 from __future__ import annotations
@@ -20,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_sparklag.check_options import CheckOptions
@@ -306,7 +303,9 @@ class _Check:
     ) -> None:
         """Kafka's offsets at each time in ``wanted`` (job -> times), all jobs together."""
         calls = {
-            f"{loc}\0{i}": _offsets_at(self, reports[loc], None if t is None else int(t * 1000))
+            f"{loc}\0{i}": partial(
+                self.offsets_at, reports[loc], None if t is None else int(t * 1000)
+            )
             for loc, times in wanted.items()
             for i, t in enumerate(times)
         }
@@ -437,10 +436,10 @@ class _Check:
         for loc, report in measured.items():
             started = run_start(report) if self.options.runs_every is not None else None
             if started is not None:
-                calls[f"start\0{loc}"] = _offsets_at(self, report, int(started * 1000))
+                calls[f"start\0{loc}"] = partial(self.offsets_at, report, int(started * 1000))
             probe = waiting_probe(report) if waiting_wanted(report, thresholds, self.now) else None
             if probe is not None:
-                calls[f"waited\0{loc}"] = _offsets_at(self, report, probe[0])
+                calls[f"waited\0{loc}"] = partial(self.offsets_at, report, probe[0])
         answers = _together(calls)
         for loc, report in measured.items():
             job = self.jobs[loc]
@@ -480,21 +479,11 @@ def _retention(
     return lambda: session.cluster_kafka(cluster).retention(sorted(topics))
 
 
-def _offsets_at(
-    check: _Check, report: LagReport, at_ms: int | None
-) -> Callable[[], ByCluster | None]:
-    """``check.offsets_at(report, at_ms)``, to be called with the rest of its tier."""
-    return lambda: check.offsets_at(report, at_ms)
-
-
 def _exact_timestamps(
     client: Any, wanted: Sequence[Mapping[tuple[str, int], int]]
 ) -> dict[tuple[str, int, int], int | None]:
-    """Record timestamps for every (topic, partition, offset) any job asks for.
-
-    One consumer pass per distinct offset of a partition; with one job (or jobs at the same
-    offsets) that is a single pass.
-    """
+    """Record timestamps for every (topic, partition, offset) any job asks for: one consumer
+    pass per distinct offset of a partition (one pass when the jobs agree)."""
     distinct: dict[tuple[str, int], set[int]] = {}
     for positions in wanted:
         for key, offset in positions.items():
@@ -552,21 +541,24 @@ def judge_states(
     """One Kafka snapshot for all topics of all states (one per cluster when the session maps
     sources to clusters: docs/multi-cluster.md), then the plan's tiers for every job together
     and ONE report and verdict each, all measured at one instant (``now``, default the
-    snapshot's fetch time).
-
-    A `max_lag_seconds` threshold is never skipped silently: when the estimate cannot date a
-    lagging job's records, that job's time lag is read exactly before it is judged; so is a
-    job a STOPPED rule would judge by the age of its waiting records. A declared scheduled
-    job's last run is checked for completeness.
-
-    States read lazily (``read_states``, with ``query_id`` as given there) get their older
-    batches read only when ``health.reads_needed`` says the report depends on them; a failure
-    to read them gives that job a failed result.
+    snapshot's fetch time). States read lazily (``read_states``, with ``query_id`` as given
+    there) get their older batches read only when ``health.reads_needed`` says the report
+    depends on them; a failure to read them gives that job a failed result.
     """
+    return _check(session, states, options, now, query_id).run()
+
+
+def _check(
+    session: Session,
+    states: Mapping[str, CheckpointState],
+    options: CheckOptions,
+    now: float | None,
+    query_id: bool = True,
+) -> _Check:
     topics = cluster_topics(session, states)
     snapshots = cluster_snapshots(session, topics, options.subscribe_pattern)
     at = max(s.fetched_at for s in snapshots.values()) if now is None else now
-    return _Check(session, states, options, snapshots, at, query_id).run()
+    return _Check(session, states, options, snapshots, at, query_id)
 
 
 def judge_against(
@@ -590,10 +582,7 @@ def judge_one(
     now: float | None,
 ) -> CheckResult:
     """:func:`judge_states` of one job; a failure to read its older batches is raised."""
-    topics = cluster_topics(session, {location: state})
-    snapshots = cluster_snapshots(session, topics, options.subscribe_pattern)
-    at = max(s.fetched_at for s in snapshots.values()) if now is None else now
-    check = _Check(session, {location: state}, options, snapshots, at)
+    check = _check(session, {location: state}, options, now)
     result = check.run()[location]
     if location in check.errors:
         raise check.errors[location]

@@ -1,13 +1,9 @@
 """Kafka side of the lag: log start, log end and last stable offsets, in a few batched requests.
 
 :class:`KafkaOffsetsClient` is the confluent-kafka implementation of the
-:class:`~airflow_sparklag.kafka_model.KafkaOffsets` port: metadata and batched ListOffsets
-here, record timestamps through a consumer in ``kafka_timestamps``, librdkafka's errors made
-ours in ``kafka_errors``. The port's values (``KafkaSnapshot``, ``PartitionOffsets``,
-``TopicRetention``) are importable from here too.
-
-`confluent_kafka` is imported inside the methods only, so DAG files that import this module stay
-fast to parse.
+:class:`~airflow_sparklag.kafka_model.KafkaOffsets` port (record timestamps in
+``kafka_timestamps``, errors in ``kafka_errors``). `confluent_kafka` is imported inside the
+methods only, so DAG files that import this module stay fast to parse.
 """
 
 from __future__ import annotations
@@ -177,10 +173,8 @@ class KafkaOffsetsClient:
             return self._admin
 
     def close(self) -> None:
-        """Drop the admin client (librdkafka closes its sockets when the handle is freed).
-
-        Calls in flight in other threads finish with the handle they hold; the next call makes
-        a new one."""
+        """Drop the admin client (freed with its last reference: calls in flight finish with
+        the handle they hold; the next call makes a new one)."""
         with self._admin_lock:
             self._admin = None
 
@@ -199,12 +193,8 @@ class KafkaOffsetsClient:
         deadline: float | None = None,
     ) -> dict[Any, Any]:
         """Each future's result, or the exception it ended with, within the client timeout
-        (or by ``deadline``, a ``time.monotonic()`` value).
-
-        Raises :class:`KafkaUnavailable` when the time is up, and the credentials error as
-        soon as librdkafka reports that the cluster refused them (it would otherwise only time
-        out or fail as a "transport failure").
-        """
+        (or by ``deadline``, a ``time.monotonic()`` value); :class:`KafkaUnavailable` when the
+        time is up, the credentials error as soon as librdkafka reports a refusal."""
         admin = self.admin()
         if deadline is None:
             deadline = time.monotonic() + self._timeout
@@ -376,12 +366,9 @@ class KafkaOffsetsClient:
         partitions: Mapping[str, list[int]],
         what: str,
     ) -> dict[str, dict[tuple[str, int], int]]:
-        """Send one ListOffsets per named request (spec, isolation) at once; wait for all.
-
-        A partition whose leader is moving (a partition just added, a broker restarting:
-        NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, ...) is asked again after a short
-        pause, within the same client timeout; any other error is raised at once.
-        """
+        """Send one ListOffsets per named request (spec, isolation) at once; wait for all. A
+        partition whose leader is moving is asked again after a short pause, within the same
+        client timeout; any other error is raised at once."""
         from confluent_kafka import TopicPartition
 
         deadline = time.monotonic() + self._timeout
@@ -421,11 +408,8 @@ class KafkaOffsetsClient:
         self, topics: Iterable[str], *, read_committed: bool = False, pattern: str | None = None
     ) -> KafkaSnapshot:
         """Log start, log end (and LSO when `read_committed`) of every partition of `topics`,
-        and of every topic a `pattern` (a query's subscribePattern) is found in.
-
-        One metadata request, then one batched ListOffsets per kind of offset (earliest, latest,
-        and latest under READ_COMMITTED, which is the last stable offset), all in flight at once.
-        """
+        and of every topic a `pattern` (a query's subscribePattern) is found in: one metadata
+        request, then one batched ListOffsets per kind of offset, all in flight at once."""
         from confluent_kafka import IsolationLevel
         from confluent_kafka.admin import OffsetSpec
 
@@ -453,12 +437,9 @@ class KafkaOffsetsClient:
     def offsets_for_time(
         self, topics: Iterable[str], timestamp_ms: int
     ) -> dict[str, dict[int, int]]:
-        """For each partition, the first offset whose record timestamp is >= `timestamp_ms`.
-
-        When every record is older, Kafka answers -1 ("after the end"): the log end is returned
-        instead, so "committed >= result" reads "everything produced before T was processed".
-        Raises KafkaError when a topic does not exist.
-        """
+        """For each partition, the first offset whose record timestamp is >= `timestamp_ms`;
+        the log end when every record is older (Kafka answers -1), so "committed >= result"
+        reads "everything produced before T was processed"."""
         from confluent_kafka import IsolationLevel
         from confluent_kafka.admin import OffsetSpec
 
@@ -516,12 +497,9 @@ class KafkaOffsetsClient:
     def record_timestamps(
         self, offsets: Mapping[tuple[str, int], int]
     ) -> dict[tuple[str, int], int | None]:
-        """Timestamp (ms) of the record at each (topic, partition) offset.
-
-        None when the offset is at or past the log end, out of range, or the record could not be
-        read before the deadline (the client timeout, for all partitions together). A transaction
-        marker or a compacted-away offset yields the first record after it.
-        """
+        """Timestamp (ms) of the record at each (topic, partition) offset; None when the offset
+        is at or past the log end, out of range, or not read within the client timeout. A
+        transaction marker or a compacted-away offset yields the first record after it."""
         return read_record_timestamps(self._client_config(), self.errors, offsets)
 
 

@@ -33,6 +33,8 @@ _AUTHORIZATION_CODES = frozenset(
     {"TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED"}
 )
 AUTH_CODES = _AUTHENTICATION_CODES | _AUTHORIZATION_CODES
+# Where a user puts Kafka's client settings: the CLI's file, or an Airflow connection's extra.
+WHERE_SETTINGS_GO = "(--kafka-config, or the Kafka connection's extra)"
 POLL_INTERVAL = 0.2  # seconds between two looks at librdkafka's error callbacks while waiting
 
 
@@ -156,7 +158,7 @@ class KafkaErrors:
         return KafkaUnavailable(
             f"Kafka bootstrap servers {self.servers} did not answer {what} within "
             f"{self.timeout:g} s{extra}. Check that the brokers are up and reachable from "
-            f"this host, and the security settings of the connection."
+            f"this host, and the security settings {WHERE_SETTINGS_GO}."
         )
 
     def on_error(self, error: Any) -> None:
@@ -176,12 +178,13 @@ class KafkaErrors:
         if code == "_SSL":
             return KafkaError(
                 f"Kafka {self.servers}: the TLS handshake failed (SSL error): {text}. "
-                "Check security.protocol, ssl.ca.location and the client certificate settings."
+                "Check security.protocol, ssl.ca.location and the client certificate settings "
+                f"{WHERE_SETTINGS_GO}."
             )
         return KafkaError(
             f"Kafka refused the credentials for {self.servers} (SASL authentication "
-            f"failed): {text}. Check sasl.mechanism, sasl.username and sasl.password (or "
-            "sasl.jaas.config) of the connection."
+            f"failed): {text}. Check sasl.mechanism, sasl.username and sasl.password "
+            f"{WHERE_SETTINGS_GO}."
         )
 
     def refused_recently(self) -> KafkaError | None:

@@ -42,12 +42,9 @@ class Answers:
     """What Kafka answered beyond the snapshot, for one job: the evidence a check fetched
     because a rule declared it (``judge``). Each is None when not asked.
 
-    ``retention``: source id -> topic -> its retention (time to data loss); ``run_start``:
-    source id -> topic -> partition -> Kafka's offset when a declared scheduled job's last run
-    started (was the run complete?); ``waited``: did records wait before the last run of an
-    undeclared job (it looks scheduled); ``checkpoint_ends``: a real-time query's Kafka offsets
-    when each checkpoint of its history was written (``as_of_checkpoint``), None where not
-    asked."""
+    ``run_start``: Kafka's offsets when a declared scheduled job's last run started (was the
+    run complete?); ``waited``: did records wait before the last run of an undeclared job;
+    ``checkpoint_ends``: see ``as_of_checkpoint``."""
 
     retention: Mapping[str, Mapping[str, TopicRetention | None]] | None = None
     run_start: Offsets | None = None
@@ -64,11 +61,9 @@ def compute_lag(
     **how: Unpack[Measuring],
 ) -> LagReport:
     """The lag report of the query in `state` against the log in `snapshot`, at `now`
-    (default: the snapshot's `fetched_at`, so every age in the report is measured from one
-    instant): :func:`measure`'s positions and ages, with what ``answers`` adds (time to data
-    loss, the last run's completeness, the looks-scheduled shape, a real-time query's lag as of
-    its checkpoints). A check makes it once per job, from the whole evidence; with its
-    ``thresholds``, when each lag threshold is crossed at the current rates (forecast.py).
+    (default: the snapshot's `fetched_at`): :func:`measure`'s positions and ages, with what
+    ``answers`` adds; with ``thresholds``, when each lag threshold is crossed at the current
+    rates (forecast.py). A check makes it once per job, from the whole evidence.
 
     >>> report = compute_lag(state, snapshot, read_committed=True)   # doctest: +SKIP
     >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
@@ -84,11 +79,12 @@ def compute_lag(
         report = with_time_to_loss(report, answers.retention)
     if answers.waited and report.schedule is None:
         report = dataclasses.replace(report, schedule=looks_scheduled(report))
-    pace = pace_of(state.listed_times) if report.trigger == "micro-batch" else None
-    report = dataclasses.replace(
-        report, time_to_breach=time_to_breach(report, thresholds), pace=pace
+    return dataclasses.replace(
+        report,
+        time_to_breach=time_to_breach(report, thresholds),
+        pace=pace_of(state.listed_times) if report.trigger == "micro-batch" else None,
+        unknown=unknowns(report, answers.retention),
     )
-    return dataclasses.replace(report, unknown=unknowns(report, answers.retention))
 
 
 # Why a number of the report is unknown (``LagReport.unknown``): short, fixed words, the same
@@ -161,7 +157,7 @@ def single_cluster_warning(report: LagReport) -> str | None:
     )
 
 
-def _first_five(names: Sequence[str]) -> str:
+def first_five(names: Sequence[str]) -> str:
     """``a, b, c, d, e (+3 more)``: names in a note, never a thousand of them."""
     more = f" (+{len(names) - 5} more)" if len(names) > 5 else ""
     return ", ".join(names[:5]) + more
@@ -195,7 +191,7 @@ def fixed_partitions_note(report: LagReport) -> str | None:
     if not left:
         return None
     return (
-        f"partitions not read by the query, not counted: {_first_five(left)}; the partitions "
+        f"partitions not read by the query, not counted: {first_five(left)}; the partitions "
         "the checkpoint lists for their source skip one, and only a query of fixed partitions "
         "(assign) does that: Kafka numbers partitions from 0 and only adds them at the end, "
         "and Spark records every partition a subscribing query reads "
@@ -219,7 +215,7 @@ def new_partitions_note(report: LagReport) -> str | None:
     if not added:
         return None
     return (
-        f"partitions not in the checkpoint counted from their log start ({_first_five(added)}), "
+        f"partitions not in the checkpoint counted from their log start ({first_five(added)}), "
         "as a subscribing query reads them; a query of fixed partitions (assign) never does: "
         "give --assign (assign=True; docs/lag-and-health.md#subscriptions)"
     )
@@ -241,7 +237,7 @@ def subscription_note(report: LagReport) -> str | None:
         )
         return UNREAD_TOPICS if looks_patterned else None
     if not any(s.pattern for s in read):
-        topics = _first_five(sorted({t.topic for s in read for t in s.topics}))
+        topics = first_five(sorted({t.topic for s in read for t in s.topics}))
         return (
             f"subscribe_pattern '{pattern}' is not found in every topic of any source ({topics}): "
             "not applied, topics the query has not read yet are not counted"
@@ -251,7 +247,7 @@ def subscription_note(report: LagReport) -> str | None:
         return None
     return (
         f"subscribePattern '{pattern}': {len(new)} topic(s) the query has not read yet wait "
-        f"from their log start: {_first_five(new)}"
+        f"from their log start: {first_five(new)}"
     )
 
 
@@ -272,7 +268,7 @@ def _notes(report: LagReport, source_starts: Offsets | None) -> tuple[str, ...]:
     elif open_tx:
         notes.append(f"read_uncommitted: lag measured to the high watermark; {OFFSETS_NOT_RECORDS}")
     if open_tx:
-        shown = _first_five(
+        shown = first_five(
             [f"{p.topic}:{p.partition} {p.last_stable_offset}<{p.log_end_offset}" for p in open_tx]
         )
         notes.append(f"open transactions: last stable offset below the high watermark on {shown}")
@@ -300,11 +296,10 @@ def as_of_checkpoint(report: LagReport, ends: Sequence[Offsets | None]) -> LagRe
     topic -> partition -> offset) is Kafka's log end when ``history[i]``'s offsets file was
     written (ListOffsets by timestamp), None where not asked; the last is the newest's.
 
-    Each partition's ``lag`` (and time lag) becomes the lag as of the newest checkpoint and
-    ``since_checkpoint`` the records produced after it (what the running interval reads or
-    still has to: an upper bound, never lag); ``real_time.checkpoint_lags`` the total lag as
-    of each checkpoint asked. Partitions with lost records or not in the checkpoint keep their
-    live numbers. A report that is not real-time, or without the newest ends, is returned as is.
+    Each partition's ``lag`` becomes the lag as of the newest checkpoint and
+    ``since_checkpoint`` the records produced after it (an upper bound, never lag);
+    ``real_time.checkpoint_lags`` the total lag as of each checkpoint asked. Partitions with
+    lost records or not in the checkpoint keep their live numbers.
     """
     real_time = report.real_time
     if real_time is None or not ends or ends[-1] is None:

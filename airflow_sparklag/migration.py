@@ -239,7 +239,7 @@ class MigrationOptions:
     snapshot_root: str | None = params.option(
         None,
         read=params.optional_location,
-        flag="--snapshot-to",
+        flag="--snapshot-root",
         doc="snapshot root (default: the archive directory)",
     )
     snapshot: str | None = params.option(

@@ -45,10 +45,8 @@ def read_states(
     lazy_history: bool = False,
 ) -> tuple[dict[str, CheckpointState], dict[str, CheckResult]]:
     """Read every checkpoint (in parallel, each as soon as ``locations`` yields it): states,
-    and a failed result per unreadable one.
-
-    ``lazy_history``: offsets/C only, the older batches left for ``judge_states`` to read
-    when a rule needs them (``CheckpointReader.read(lazy_history=True)``)."""
+    and a failed result per unreadable one. ``lazy_history``: offsets/C only, the older
+    batches left for ``judge_states`` to read when a rule needs them."""
     states: dict[str, CheckpointState] = {}
     failures: dict[str, CheckResult] = {}
     unique: list[Location | str] = []
@@ -116,11 +114,9 @@ def check_many(
     progress: Progress | None = None,
 ) -> list[CheckResult]:
     """`check` for many queries: checkpoints read in parallel (at most `max_workers` at once),
-    ONE Kafka snapshot for all their topics.
-
-    Results come in the order of `locations`. A checkpoint that cannot be read gives a result
-    with `error` set and an UNKNOWN verdict instead of failing the others; Kafka errors concern
-    every query and are raised.
+    ONE Kafka snapshot for all their topics; results in the order of `locations`. An
+    unreadable checkpoint gives a result with `error` and an UNKNOWN verdict instead of failing
+    the others; Kafka errors concern every query and are raised.
     """
     options = options or CheckOptions()
     wanted, refused = parse_each(locations, "locations")

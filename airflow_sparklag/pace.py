@@ -60,6 +60,7 @@ def pace_of(listed: Sequence[tuple[int, float, float | None]]) -> Pace | None:
         batch_seconds=current,
         batch_times=times,
         batch_ids=tuple(i for i, _, _ in done),
+        batch_starts=tuple(planned for _, planned, _ in done),
         interval_seconds=interval,
         ratio=None if not interval else current / interval,
         trend=_trend(times),

@@ -56,6 +56,7 @@ __all__ = [
     "options",
     "positive_duration",
     "ratio",
+    "renamed",
     "source_assignment",
     "source_map",
     "strings",
@@ -74,6 +75,20 @@ _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|m|h|d
 def invalid(name: str, problem: str) -> InvalidParameter:
     """The error for parameter ``name``: ``"<name>: <problem>"``."""
     return InvalidParameter(problem, parameter=name)
+
+
+def renamed(name: str, renames: Mapping[str, str], where: str = "") -> str:
+    """``name``, or its new name when it is an old one, with a DeprecationWarning: an old
+    name works for one release (docs/names.md)."""
+    new = renames.get(name)
+    if new is None:
+        return name
+    import warnings
+
+    place = f" {where}" if where else ""
+    message = f"{name!r} is deprecated{place}: use {new!r} (docs/names.md)"
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
+    return new
 
 
 def _shown(value: Any) -> str:
@@ -541,16 +556,60 @@ def duration_text(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
+def flag_of(name: str) -> str:
+    """The flag of option ``name``: its name, dashed (``max_lag_seconds`` ->
+    ``--max-lag-seconds``): one name on the command line and in Python (docs/names.md)."""
+    return "--" + name.replace("_", "-")
+
+
+# Old flag -> its name now: still read for one release, with a line on stderr (docs/names.md).
+RENAMED_FLAGS = {
+    "--max-lag": "--max-lag-records-per-partition",
+    "--max-total-lag": "--max-lag-records-total",
+    "--max-commit-age": "--max-commit-age-seconds",
+    "--max-in-flight": "--max-in-flight-seconds",
+    "--min-time-to-loss": "--min-time-to-loss-seconds",
+    "--min-time-to-breach": "--min-time-to-breach-seconds",
+    "--exact": "--exact-time-lag",
+    "--to": "--snapshot-root",
+    "--snapshot-to": "--snapshot-root",
+    "--archive": "--archive-root",
+    "--after-batch": "--after-batch-id",
+    "--after-time": "--after-commit-time",
+}
+
+
+def renamed_flags(prog: str, args: Iterable[str]) -> list[str]:
+    """``args`` with each old flag (:data:`RENAMED_FLAGS`, also as ``--flag=value``) given
+    its new name, saying so on stderr, once a flag."""
+    import sys
+
+    result: list[str] = []
+    said: set[str] = set()
+    for arg in args:
+        flag, sep, value = arg.partition("=")
+        new = RENAMED_FLAGS.get(flag) if arg.startswith("--") else None
+        if new is not None and flag not in said:
+            said.add(flag)
+            print(f"{prog}: {flag} is deprecated: use {new} (docs/names.md)", file=sys.stderr)
+        result.append(f"{new}{sep}{value}" if new else arg)
+    return result
+
+
 class FlagParser(argparse.ArgumentParser):
     """argparse that says the reason first, in one line, then the one-line usage, with "did
     you mean" for a mistyped flag or choice: a :class:`UsageError` (the CLI's exit 64; not
-    argparse's exit 2, which would read "stalled"). ``--help``: :class:`FlagHelp`."""
+    argparse's exit 2, which would read "stalled"). ``--help``: :class:`FlagHelp`. An old flag
+    (:data:`RENAMED_FLAGS`) still works, with a deprecation line on stderr."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", FlagHelp)
         super().__init__(*args, **kwargs)
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        import sys
+
+        args = renamed_flags(self.prog, sys.argv[1:] if args is None else args)
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             self._given(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
@@ -586,13 +645,10 @@ class FlagParser(argparse.ArgumentParser):
         return self
 
 
-def option_flags(
-    command: Any, kind: type, renamed: Mapping[str, str] | None = None, group: str | None = None
-) -> None:
-    """A flag per field of an options dataclass that declares one (:func:`option`; ``renamed``
-    gives some another name; ``group``: their ``--help`` group): a switch for a boolean (its
-    default kept), a repeatable flag for a list, else a value read by the field's reader, the
-    error naming the flag."""
+def option_flags(command: Any, kind: type, group: str | None = None) -> None:
+    """A flag per field of an options dataclass that declares one (:func:`option`; ``group``:
+    their ``--help`` group): a switch for a boolean (its default kept), a repeatable flag for a
+    list, else a value read by the field's reader, the error naming the flag."""
     target = flag_group(command, group) if group else command
     for f in dataclasses.fields(kind):
         flag, read = f.metadata["flag"], f.metadata["read"]
@@ -607,7 +663,7 @@ def option_flags(
             spec.update(action="append", type=flag_type(f.name, location), default=list(default))
         else:
             spec.update(type=flag_type(f.name, read), default=default)
-        target.add_argument((renamed or {}).get(flag, flag), **spec)
+        target.add_argument(flag, **spec)
 
 
 def from_flags(kind: type[Options], flags: Any, **given: Any) -> Options:
@@ -681,25 +737,36 @@ def connection_flags(command: Any, *bootstrap: str) -> None:
     )
 
 
+# The storage options (``s3_options``, ``webhdfs_options``) key by key -> the flag that sets
+# it: read by :func:`storage_flags`; a core message naming an option is shown with its flag.
+STORAGE_FLAGS = {
+    "s3_options": {
+        "endpoint_url": "--s3-endpoint-url",
+        "region_name": "--s3-region",
+        "reader": "--s3-reader",
+    },
+    "webhdfs_options": {
+        "url": "--webhdfs-url",
+        "user": "--hdfs-user",
+        "kerberos": "--hdfs-kerberos",
+        "principal": "--hdfs-principal",
+        "keytab": "--hdfs-keytab",
+        "verify": "--hdfs-ca-bundle",
+        "token_file": "--hdfs-token-file",
+    },
+}
+
+
 def storage_flags(flags: Any) -> dict[str, Any]:
     """The storage options of :func:`connection_flags` (an argparse namespace), the CLI's
     ``--s3-reader`` and ``--hdfs-token-file`` too; the ones not given left out."""
-    urls = flags.webhdfs_url or []
-    s3 = {
-        "endpoint_url": flags.s3_endpoint_url,
-        "region_name": flags.s3_region,
-        "reader": getattr(flags, "s3_reader", None),
-    }
-    webhdfs = {
-        "url": urls if len(urls) > 1 else next(iter(urls), None),
-        "user": flags.hdfs_user,
-        "kerberos": flags.hdfs_kerberos,
-        "principal": flags.hdfs_principal,
-        "keytab": flags.hdfs_keytab,
-        "verify": flags.hdfs_ca_bundle,
-        "token_file": getattr(flags, "hdfs_token_file", None),
-    }
-    return {
-        "s3_options": {key: value for key, value in s3.items() if value},
-        "webhdfs_options": {key: value for key, value in webhdfs.items() if value},
-    }
+    found: dict[str, Any] = {}
+    for options, keys in STORAGE_FLAGS.items():
+        values = {
+            key: getattr(flags, flag[2:].replace("-", "_"), None) for key, flag in keys.items()
+        }
+        found[options] = {key: value for key, value in values.items() if value}
+    urls = found["webhdfs_options"].get("url")
+    if urls and len(urls) == 1:
+        found["webhdfs_options"]["url"] = urls[0]
+    return found

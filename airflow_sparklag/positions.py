@@ -1,11 +1,9 @@
 """Positions of a Spark query: its last committed Kafka offsets against the live log, per
 partition, and the estimated age of the first record each partition has waiting.
 
-`measure()` is pure: a `CheckpointState` (what the job processed and planned) plus a
-`KafkaSnapshot` (what the log holds) give a `LagReport` of positions: what a check's plan looks
-at between its reads (`health.Rule.reads`/`ages`). `lag.compute_lag` makes the report from it
-and what Kafka answered beyond the snapshot. One instant serves the whole report: the snapshot's
-`fetched_at`, unless the caller gives `now`.
+`measure()` is pure: a `CheckpointState` plus a `KafkaSnapshot` give a `LagReport` of
+positions, what a check's plan looks at between its reads; `lag.compute_lag` makes the report
+from it and what Kafka answered beyond the snapshot.
 
 Lag in records is an offset difference: on transactional topics the commit/abort markers and the
 records of aborted transactions occupy offsets too, so a consumer reads fewer records than the
@@ -127,12 +125,10 @@ def more_history(report: LagReport) -> Reads:
 
 
 def time_lag_reads(report: LagReport) -> Reads:
-    """What this report's own numbers need: the time-lag estimate of a waiting record, the
-    rate-limit guess that withholds it (``_looks_rate_limited``), the rates.
-
-    Nothing for a caught-up job; offsets/C-1 for a waiting one, then the rest of the window
-    when a partition is not in both, an offset went back between them, or older batches could
-    make the guess true (the steps seen are equal and at most what waits now).
+    """What this report's own numbers need (the time-lag estimate, the rate-limit guess that
+    withholds it, the rates): nothing for a caught-up job; offsets/C-1 for a waiting one, then
+    the rest of the window when a partition is not in both, an offset went back between them,
+    or older batches could make the rate-limit guess true.
     """
     if not any(p.lag > 0 or _planned_short(p, report.read_committed) for p in report.partitions()):
         return Reads.NOTHING
@@ -631,10 +627,9 @@ class Measuring(TypedDict, total=False):
 
 
 def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measuring]) -> LagReport:
-    """The positions of the query in `state` against the log in `snapshot`, at `now`: every
-    partition's lag and the estimated age of its first waiting record, the batches read, the
-    in-flight plan, a declared schedule's runs. What a check's plan looks at between its
-    reads (``health.Rule.reads``/``ages``); :func:`compute_lag` builds the report from it.
+    """The positions of the query in `state` against the log in `snapshot`, at `now` (default
+    the snapshot's `fetched_at`): every partition's lag and the estimated age of its first
+    waiting record, the batches read, the in-flight plan, a declared schedule's runs.
 
     `source_clusters` measures the sources it names against their own cluster's snapshot (and
     record timestamps); without it several Kafka sources are measured against `snapshot`

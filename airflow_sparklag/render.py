@@ -171,7 +171,11 @@ def _time_lag_unknown(report: LagReport) -> str:
     if why is None or not undated:
         return ""
     worst = max(undated, key=lambda p: p.lag)
-    exact = "; --exact reads the records' timestamps" if report.time_lag_mode == "estimate" else ""
+    exact = (
+        "; --exact-time-lag reads the records' timestamps"
+        if report.time_lag_mode == "estimate"
+        else ""
+    )
     return f"{why} ({worst.topic}:{worst.partition}){exact}"
 
 

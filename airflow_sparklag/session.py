@@ -107,14 +107,10 @@ class Session:
 
     ``kafka_config`` is plain librdkafka configuration; ``kafka_client`` a ready client to use
     instead (not closed by the session). Without either, anything that needs Kafka raises
-    :class:`~airflow_sparklag.errors.KafkaError` saying how to configure it.
-
-    A query may read several Kafka clusters, and its checkpoint does not record which cluster
-    a source reads: ``source_kafka`` maps a source (its index ``"1"`` or the name given with
-    ``DataStreamReader.name()``, as reports show it) to the librdkafka config of its cluster,
-    ``source_kafka_clients`` to a ready client (not closed by the session). Unmapped sources
-    use the main cluster. :meth:`kafka_for` gives a source's client, built once per distinct
-    cluster (docs/multi-cluster.md).
+    :class:`~airflow_sparklag.errors.KafkaError` saying how to configure it. The checkpoint
+    does not record which cluster a source reads: ``source_kafka`` maps a source (as reports
+    name it) to its cluster's config, ``source_kafka_clients`` to a ready client; unmapped
+    sources use the main cluster (docs/multi-cluster.md).
     """
 
     def __init__(

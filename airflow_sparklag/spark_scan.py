@@ -7,20 +7,12 @@ spark-submit runs a file, the module's own (``python -m`` is not a spark-submit 
         --prefix s3a://bucket/checkpoints --bootstrap-servers broker:9092 \
         --output s3a://bucket/sparklag/scan-2025-01-01 [--format json]
 
-    python -m airflow_sparklag.spark_scan --checkpoints hdfs://nn:8020/ck/a hdfs://nn:8020/ck/b \
-        --bootstrap-servers broker:9092 --webhdfs-url http://nn:9870 --output /tmp/scan
-
-On a Kerberized HDFS the scan logs in to WebHDFS as spark-submit did (``--principal``,
-``--keytab``) unless the ``--hdfs-*`` flags say otherwise (docs/connections.md).
-
 The driver lists the checkpoints; executors read them (``mapPartitions``, each Python worker
 keeping one session); the driver takes one Kafka snapshot per cluster and broadcasts it;
-executors judge each job with the CLI's own evaluation (``monitor.judge_against``); two tables
-are written, ``<output>/partitions`` and ``<output>/jobs``, and a one-line JSON summary is
-printed. docs/fleet.md describes each step, the columns and the summary.
-
-From Python, :func:`scan` takes an existing SparkSession and returns the two DataFrames.
-pyspark is imported only inside the functions: importing this module is cheap.
+executors judge each job as the CLI does (``monitor.judge_against``); two tables are written,
+``<output>/partitions`` and ``<output>/jobs``, and a one-line JSON summary is printed
+(docs/fleet.md). From Python, :func:`scan` takes an existing SparkSession and returns the two
+DataFrames. pyspark is imported only inside the functions: importing this module is cheap.
 """
 
 from __future__ import annotations
@@ -459,7 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-depth", type=int, default=4, help="discovery depth under --prefix")
     params.connection_flags(parser, "--bootstrap-servers")
-    params.option_flags(parser, CheckOptions, renamed={"--exact": "--exact-time-lag"})
+    params.option_flags(parser, CheckOptions)
     parser.add_argument(
         "--storage-options",
         help='JSON {"s3_options": {...}, "webhdfs_options": {...}, "fsspec_options": {...}}',
@@ -509,7 +501,7 @@ def _storage_options(args: argparse.Namespace, spark: SparkSession | None = None
 
 
 def _check_options(args: argparse.Namespace) -> CheckOptions:
-    """The check options given by the scan's flags (the CLI's, ``--exact`` named
+    """The check options given by the scan's flags (the CLI's, ``--exact-time-lag`` named
     ``--exact-time-lag``; the thresholds as one JSON object)."""
     return params.from_flags(CheckOptions, args, thresholds=args.thresholds)
 

@@ -73,9 +73,9 @@ CASES = {
     "healthy, batch in flight": (0, True, 0, []),
     "lag 5 per partition (a batch reads ~10)": (5, False, 0, []),
     "lag 5 per partition, 2,000 state objects": (5, False, STATE_OBJECTS, []),
-    "lag 5 per partition, --max-lag 10": (5, False, 0, ["--max-lag", "10"]),
+    "lag 5 per partition, --max-lag 10": (5, False, 0, ["--max-lag-records-per-partition", "10"]),
     "lag 30 per partition (a batch reads ~7), no threshold": (30, False, 0, []),
-    "lag 30 per partition, --max-lag 10": (30, False, 0, ["--max-lag", "10"]),
+    "lag 30 per partition, --max-lag 10": (30, False, 0, ["--max-lag-records-per-partition", "10"]),
 }
 
 

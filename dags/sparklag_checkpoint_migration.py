@@ -137,7 +137,7 @@ with DAG(
 
     snapshot = CheckpointSnapshotOperator(
         task_id="snapshot",
-        checkpoint_location=CHECKPOINT,
+        location=CHECKPOINT,
         snapshot_root="{{ params.snapshot_root }}",
         consumer_group="{{ params.consumer_group or None }}",
         trigger_rule="none_failed",  # stop_old_job may be skipped
@@ -145,7 +145,7 @@ with DAG(
     )
     migrate = CheckpointMigrationOperator(
         task_id="migrate",
-        checkpoint_location=CHECKPOINT,
+        location=CHECKPOINT,
         archive_root="{{ params.archive_root }}",
         snapshot="{{ ti.xcom_pull(task_ids='snapshot')['results'][0]['path'] }}",
         # A job this run stopped (its process is gone) cannot commit again: no quiet period.

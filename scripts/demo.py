@@ -91,9 +91,9 @@ def main() -> int:
                 str(checkpoint),
                 "--bootstrap-servers",
                 broker.bootstrap,
-                "--max-lag",
+                "--max-lag-records-per-partition",
                 "100",
-                "--exact",
+                "--exact-time-lag",
             ],
             timeout=120,
         )

@@ -93,6 +93,10 @@ class AirflowCluster:
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             # A 2-core machine: parse the DAG folder with one process, poll often.
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+            # Under a load of ~30 on those 2 cores importing a DAG file took over the default
+            # 30 s (the remediation DAG, 2026-12-07): wait longer rather than fail the parse.
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
+            "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "180",
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
             "AIRFLOW__TRIGGERER__CAPACITY": "50",
             "PYTHONUNBUFFERED": "1",

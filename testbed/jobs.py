@@ -7,8 +7,10 @@ consumed everything available and stopped). The checkpoint location can be a loc
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -238,6 +240,47 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str =
             return
         time.sleep(0.3)
     raise TimeoutError(f"not reached within {timeout}s: {what}")
+
+
+def stopped_after_one_batch(
+    spark: SparkSession, kafka: Any, checkpoint: str, retention_s: float, segment_s: float = 2
+) -> str:
+    """A new topic kept ``retention_s`` (segments of ``segment_s``) and a query on it that
+    read ONE batch (20 records) into ``checkpoint`` and stopped; returns the topic."""
+    import uuid
+
+    topic = kafka.create_topic(
+        f"one-batch-{uuid.uuid4().hex[:8]}",
+        partitions=1,
+        config={
+            "retention.ms": str(int(retention_s * 1000)),
+            "segment.ms": str(int(segment_s * 1000)),
+        },
+    )
+    kafka.produce(topic, 20)
+    run_available_now(kafka_stream(spark, kafka.bootstrap, topics=[topic]), checkpoint)
+    return topic
+
+
+@contextlib.contextmanager
+def trickle(kafka: Any, topic: str, rate: float) -> Iterator[None]:
+    """Produces one record to ``topic`` every ``1 / rate`` s (a few a second: each send is
+    acknowledged before the next) until the block ends: production that goes on."""
+    stop = threading.Event()
+
+    def keep_producing() -> None:
+        i = 1000
+        while not stop.wait(1.0 / rate):
+            kafka.produce(topic, 1, start=i)
+            i += 1
+
+    producer = threading.Thread(target=keep_producing, daemon=True)
+    producer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        producer.join(10)
 
 
 def stop_quietly(query: StreamingQuery | None) -> None:

@@ -207,11 +207,17 @@ def _session_server(
     server.stop()  # type: ignore[attr-defined]
 
 
+# The broker's SASL/PLAIN listener (`kafka.sasl_bootstrap`) accepts this user: the estate of a
+# secured cluster, whose client settings a file holds (tests/integration/test_cli.py).
+KAFKA_SASL_USER, KAFKA_SASL_PASSWORD = "walker", "walker-secret-5d1e"
+
+
 @pytest.fixture(scope="session")
 def kafka(_shared_testbed: Path | None, testbed_dir: Path) -> Iterator[KafkaBroker]:
-    yield from _session_server(
-        _shared_testbed, testbed_dir, "kafka", lambda workdir: KafkaBroker(workdir).start()
-    )
+    def start(workdir: Path) -> KafkaBroker:
+        return KafkaBroker(workdir, sasl_users={KAFKA_SASL_USER: KAFKA_SASL_PASSWORD}).start()
+
+    yield from _session_server(_shared_testbed, testbed_dir, "kafka", start)
 
 
 def _start_s3(workdir: Path) -> S3Server:

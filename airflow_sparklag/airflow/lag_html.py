@@ -177,11 +177,15 @@ def time_chart(
             f'<text class="axis x-label" x="{x(t)}" y="{height - 12}" '
             f'text-anchor="{anchor}">{escape(label)}</text>'
         )
+    labelled: list[float] = []  # label baselines so far: a close one goes below its line
     for name, value in thresholds.items():
+        above = y(value) - 4
+        label_y = above if all(abs(above - at) >= 13 for at in labelled) else y(value) + 13
+        labelled.append(label_y)
         parts.append(
             f'<line class="threshold" x1="{left}" y1="{y(value)}" x2="{width - right}" '
             f'y2="{y(value)}"><title>{escape(name)}</title></line><text class="axis '
-            f'threshold-label" x="{width - right - 4}" y="{y(value) - 4}" text-anchor="end">'
+            f'threshold-label" x="{width - right - 4}" y="{label_y}" text-anchor="end">'
             f"{escape(name)} {escape(_y_text(value, unit))}</text>"
         )
     for colour, (name, points) in zip(itertools.cycle(PALETTE), named.items()):
@@ -203,7 +207,7 @@ def time_chart(
     )
     svg = (
         f'<svg class="chart" width="{width}" height="{height}" role="img" '
-        f'aria-label="{len(every)} checks over time">{"".join(parts)}</svg>'
+        f'aria-label="{len(every)} points over time">{"".join(parts)}</svg>'
     )
     return svg + (f'<div class="legend">{legend}</div>' if legend else "")
 
@@ -391,9 +395,33 @@ def _chart_of(job: JobView, attr: str, unit: str, limits: Mapping[str, float]) -
     return time_chart(points, unit=unit, thresholds=limits)
 
 
+def _batch_chart(job: JobView, thresholds: Mapping[str, Any]) -> str:
+    """Each batch's time (offsets/N to commits/N written: report.pace) over the windows the
+    recorded checks read, each batch once, against the trigger interval the newest of them
+    measured and, when set, ``max_batch_time_ratio`` of it."""
+    batches: dict[Any, tuple[Any, Any]] = {}
+    interval = None
+    for check in job.checks:
+        pace = (check.report or {}).get("pace")
+        if isinstance(pace, Mapping):
+            # reports from before batch_starts_ms draw nothing: zip stops at the shortest
+            at = [ms / 1000 for ms in pace.get("batch_starts_ms") or ()]
+            starts = zip(at, pace.get("batch_times") or (), strict=False)
+            batches.update(zip(pace.get("batch_ids") or (), starts, strict=False))
+            interval = pace.get("interval_seconds") or interval
+    points = [(float(t), float(s)) for _, (t, s) in sorted(batches.items())]
+    if not points:
+        return '<p class="muted">Not measured (a micro-batch query\'s checks measure it).</p>'
+    limits = {"trigger interval": float(interval)} if interval else {}
+    ratio = _limits(thresholds, "max_batch_time_ratio").get("max_batch_time_ratio")
+    if interval and ratio is not None:
+        limits[f"max_batch_time_ratio {ratio:.0%}"] = ratio * float(interval)
+    return time_chart(points, unit="s", thresholds=limits)
+
+
 def job_page(job: JobView, thresholds: Mapping[str, Any], base: str) -> str:
-    """The job's lag over time (records, then time) with its thresholds, the newest check's
-    partitions and every check."""
+    """The job's lag over time (records, then time) with its thresholds, its batches' time
+    against the trigger, the newest check's partitions and every check."""
     last = job.last
     records = _limits(thresholds, "max_lag_records_total")
     seconds = _limits(thresholds, "max_lag_seconds")
@@ -404,6 +432,7 @@ def job_page(job: JobView, thresholds: Mapping[str, Any], base: str) -> str:
         f"<h2>Total lag (records)</h2>{_chart_of(job, 'total_lag', 'records', records)}"
         f"<h2>Lag (time)</h2>{_chart_of(job, 'max_lag_seconds', 's', seconds)}"
         f"<h2>Lag per partition</h2>{_partition_charts(job, thresholds)}"
+        f"<h2>Batch time against the trigger</h2>{_batch_chart(job, thresholds)}"
         f"<h2>Partitions (newest check)</h2>{_partitions(last.report)}"
         f"<h2>Checks ({len(job.checks)})</h2>{_checks_table(job, base)}"
     )

@@ -1,8 +1,9 @@
 """The ``sparklag`` connection: the connections a check needs, bundled by id in its extra.
 
-``{"kafka_conn_id": "kafka_prod", "aws_conn_id": "aws_lake", "location": "s3a://lake/ck/x"}``:
-every key optional (``kafka_conn_id`` defaults to ``kafka_default``; ``location`` is the
-checkpoint ``test_connection()`` reads); ids given to the hook win (docs/connections.md). The
+``{"kafka_config_id": "kafka_prod", "aws_conn_id": "aws_lake", "location": "s3a://lake/ck/x"}``:
+each key named as the operators' argument is, every key optional (``kafka_config_id`` defaults
+to ``kafka_default``; ``location`` is the checkpoint ``test_connection()`` reads); ids given to
+the hook win (docs/connections.md). The
 extra is read strictly: an unknown key or a wrong type is an ``InvalidParameter`` naming the key
 and the connection. :data:`FIELDS` describes the keys once, for the reader and the UI's form.
 """
@@ -31,7 +32,7 @@ _OLD_PREFIX = f"extra__{CONN_TYPE}__"
 # key -> (label, description, JSON schema of the value): the form's fields, in form order; the
 # UI shows the descriptions as plain text.
 FIELDS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "kafka_conn_id": (
+    "kafka_config_id": (
         "Kafka connection id",
         "The kafka connection of the cluster the jobs read (its extra is librdkafka config).",
         {"type": ["string", "null"], "default": DEFAULT_KAFKA_CONN_ID},
@@ -68,7 +69,9 @@ FIELDS: dict[str, tuple[str, str, dict[str, Any]]] = {
         {"type": ["string", "null"]},
     ),
 }
-ID_KEYS = ("kafka_conn_id", "aws_conn_id", "webhdfs_conn_id", "gcp_conn_id", "wasb_conn_id")
+# Old key -> its name now (accepted with a DeprecationWarning for one release).
+RENAMED = {"kafka_conn_id": "kafka_config_id"}
+ID_KEYS = ("kafka_config_id", "aws_conn_id", "webhdfs_conn_id", "gcp_conn_id", "wasb_conn_id")
 # The standard fields of a connection form that a bundle does not use.
 HIDDEN_FIELDS = ("host", "schema", "login", "password", "port")
 
@@ -78,7 +81,7 @@ class ConnectionBundle:
     """The ids a ``sparklag`` connection bundles (None: not configured)."""
 
     conn_id: str
-    kafka_conn_id: str = DEFAULT_KAFKA_CONN_ID
+    kafka_config_id: str = DEFAULT_KAFKA_CONN_ID
     aws_conn_id: str | None = None
     webhdfs_conn_id: str | None = None
     gcp_conn_id: str | None = None
@@ -127,6 +130,7 @@ def _extra_of(conn: Connection, where: str) -> dict[str, Any]:
     known: dict[str, Any] = {}
     for key, value in extra.items():
         name = key[len(_OLD_PREFIX) :] if str(key).startswith(_OLD_PREFIX) else str(key)
+        name = params.renamed(name, RENAMED, where)
         if name not in FIELDS:
             close = difflib.get_close_matches(name, list(FIELDS), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
@@ -134,6 +138,8 @@ def _extra_of(conn: Connection, where: str) -> dict[str, Any]:
                 f"extra.{name}",
                 f"unknown key {where}; {hint}the keys are {', '.join(FIELDS)}",
             )
+        if name in known:
+            raise params.invalid(f"extra.{name}", f"is given twice (an old and a new key) {where}")
         known[name] = value
     return known
 

@@ -186,11 +186,9 @@ def build_s3_client(
     aws_conn_id: str, conns: ResolvedConnections, bounds: StorageBounds | None = None
 ) -> S3Client:
     """The S3 client for ``aws_conn_id``: the amazon provider's ``AwsBaseHook`` builds it when
-    installed, with whatever the connection configures (assume-role with refreshing
-    credentials, profiles, session tokens, region, ``endpoint_url``/``service_config``,
-    ``config_kwargs``, ``verify``); else one built from the connection read directly (keys,
-    region, endpoint; no role_arn or profile). ``bounds``: ``connect_timeout`` /
-    ``read_timeout`` of every attempt."""
+    installed, with whatever the connection configures (assume-role, profiles, ...); else one
+    built from the connection read directly (keys, region, endpoint). ``bounds``:
+    ``connect_timeout`` / ``read_timeout`` of every attempt."""
     hook_class = _provider_hook("airflow.providers.amazon.aws.hooks.base_aws", "AwsBaseHook")
     if hook_class is not None:
         from botocore.config import Config
@@ -228,6 +226,26 @@ def build_s3_client(
     assert isinstance(storage, S3Storage)  # the backend of every s3:// location
     options = {"client": storage.client, "session": storage.boto3_session}
     return S3Client({**options, "endpoint_url": direct.get("endpoint_url")}, False)
+
+
+# A webhdfs_options key -> the field of a webhdfs connection that sets it (below): a core
+# message naming the option names the field in a task's error (docs/names.md).
+WEBHDFS_FIELDS = {
+    "url": "the webhdfs connection's host and port",
+    "user": "the webhdfs connection's login",
+    **{
+        key: f"the webhdfs connection's extra {key!r}"
+        for key in ("kerberos", "principal", "keytab", "verify")
+    },
+}
+
+
+def in_airflow_words(message: str) -> str:
+    """A core message as a task says it: ``webhdfs_options['user']`` is the webhdfs
+    connection's login (the CLI says ``--hdfs-user``)."""
+    for key, said in WEBHDFS_FIELDS.items():
+        message = message.replace(f"webhdfs_options[{key!r}]", said)
+    return message
 
 
 def webhdfs_options_from(conn: Connection) -> dict[str, Any]:
@@ -326,9 +344,9 @@ def gcs_options_from(conn: Connection) -> dict[str, Any]:
         options["token"] = str(extra["key_path"])
     elif extra.get("token"):
         options["token"] = extra["token"]
-    for name, option in (("project", "project"), ("endpoint_url", "endpoint_url")):
+    for name in ("project", "endpoint_url"):
         if extra.get(name):
-            options[option] = extra[name]
+            options[name] = extra[name]
     return options
 
 

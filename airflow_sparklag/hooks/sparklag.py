@@ -119,11 +119,9 @@ class SparkLagHook(BaseHook):
 
     One hook keeps its session (and so its checkpoint readers) between calls: a trigger that
     polls with it only fetches new batch files. :meth:`close` drops the session; the shared
-    clients stay open for the other hooks. The connection ids (``source_kafka_conn_ids`` for
-    sources on other clusters, ``gcp_conn_id`` / ``wasb_conn_id`` for GCS and Azure,
-    ``sparklag_conn_id`` for a bundle whose ids the given ones override) are described in
+    clients stay open for the other hooks. The connection ids are described in
     docs/connections.md and docs/multi-cluster.md; without any Kafka one it is
-    ``kafka_default``. Airflow's connection "Test" button runs :meth:`test_connection`.
+    ``kafka_default``.
     """
 
     conn_name_attr = "sparklag_conn_id"
@@ -185,7 +183,7 @@ class SparkLagHook(BaseHook):
         self._use(
             dataclasses.replace(
                 given,
-                kafka_config_id=given.kafka_config_id or bundle.kafka_conn_id,
+                kafka_config_id=given.kafka_config_id or bundle.kafka_config_id,
                 source_kafka_conn_ids={
                     **bundle.source_kafka_conn_ids,
                     **given.source_kafka_conn_ids,
@@ -405,11 +403,9 @@ class SparkLagHook(BaseHook):
     # -- connection test ---------------------------------------------------------------------
 
     def test_connection(self) -> tuple[bool, str]:
-        """Tests every connection the hook uses with a real request bounded by its timeouts
-        (docs/connections.md lists each), and the ``sparklag`` connection's ``location`` when
-        set; Airflow's connection "Test" button calls this. ``(True, what answered)`` or
-        ``(False, which part failed and why)``; the message holds no secret.
-        """
+        """Airflow's connection "Test" button: every connection the hook uses, with a real
+        request bounded by its timeouts, and the ``sparklag`` connection's ``location`` when
+        set. ``(True, what answered)`` or ``(False, which part failed and why)``, no secret."""
         passed: list[str] = []
         part = "reading the connections"
         try:

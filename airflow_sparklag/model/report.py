@@ -272,6 +272,8 @@ class Pace(ToDict):
     batch_seconds: float | None  # the median of the newest three batches' times
     batch_times: tuple[float, ...] = ()  # each committed batch's time, oldest first
     batch_ids: tuple[int, ...] = ()  # the batches of batch_times
+    # when each was planned (offsets/N written, epoch s; JSON: ISO text beside batch_starts_ms)
+    batch_starts: tuple[float, ...] = field(default=(), metadata=MOMENTS)
     interval_seconds: float | None = None
     ratio: float | None = None
     trend: str | None = None

@@ -34,6 +34,8 @@ Options = TypeVar("Options", bound="DataclassInstance")  # ConnectionIds, CheckO
 
 __all__ = ["CHECK_FIELDS", "CONN_FIELDS", "FlatOptions", "SparkLagHookMixin", "is_templated"]
 
+# Old argument -> its name now: read for one release, with a DeprecationWarning (docs/names.md).
+RENAMED = {"checkpoint_location": "location", "group_id": "consumer_group"}
 # Values a DAG file gives as they are (a template renders text; Airflow resolves the rest).
 _PLAIN = (str, int, float, type(None), datetime.date, datetime.timedelta, os.PathLike)
 
@@ -129,6 +131,21 @@ class FlatOptions:
                 raise _in_task(getattr(self, "task_id", "?"), exc) from None
         return value
 
+    def old_argument(self, old: str, old_value: Any, value: Any) -> Any:
+        """The value of an argument, or of its old name ``old`` (:data:`RENAMED`: read for
+        one release, with a DeprecationWarning). Neither, or both: an error naming them."""
+        from airflow_sparklag import params
+
+        task, new = getattr(self, "task_id", "?"), RENAMED[old]
+        if old_value is None:
+            if value is None:
+                raise TypeError(f"{task}: {type(self).__name__} needs the argument {new!r}")
+            return value
+        if value is not None:
+            raise TypeError(f"{task}: give {new!r}, not both {new!r} and its old name {old!r}")
+        params.renamed(old, RENAMED, f"(task {task})")
+        return old_value
+
     def options(self, kind: type[Options]) -> Options:
         """The ``kind`` object of the task's rendered arguments (errors name the argument)."""
         from airflow_sparklag import params
@@ -178,14 +195,17 @@ class SparkLagHookMixin(LineageMixin, FlatOptions):
         retry can change them. Storage and Kafka errors may pass: the task may retry.
         """
         from airflow_sparklag.errors import InvalidParameter, MigrationRefused, SparkLagError
+        from airflow_sparklag.hooks.connections import in_airflow_words
 
         hook = self.hook
         try:
             return work()
         except (MigrationRefused, InvalidParameter) as exc:
-            raise AirflowFailException(hook.scrub(f"{type(exc).__name__}: {exc}")) from None
+            message = in_airflow_words(f"{type(exc).__name__}: {exc}")
+            raise AirflowFailException(hook.scrub(message)) from None
         except SparkLagError as exc:
-            raise AirflowException(hook.scrub(f"{type(exc).__name__}: {exc}")) from None
+            message = in_airflow_words(f"{type(exc).__name__}: {exc}")
+            raise AirflowException(hook.scrub(message)) from None
         except Exception as exc:
             scrubbed = hook.scrub(str(exc))
             if scrubbed != str(exc):  # drop the original: its text holds a secret

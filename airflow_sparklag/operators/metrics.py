@@ -17,7 +17,24 @@ from typing import Any
 from airflow_sparklag.compact import partition_rows
 
 PREFIX = "sparklag"
-JOB_GAUGES = ("total_lag", "max_lag", "max_lag_seconds", "commit_age_seconds")
+# A job's gauge -> the report field (XCom key) it sends. A metric has one name: the exporter's
+# sparklag_job_<name> is sparklag.<job>.<name> here, sparklag_partition_<name> is
+# sparklag.partition_<name> (docs/names.md).
+JOB_GAUGES = {
+    "lag_records": "total_lag",
+    "max_partition_lag_records": "max_lag",
+    "max_lag_seconds": "max_lag_seconds",
+    "commit_age_seconds": "commit_age_seconds",
+}
+PARTITION_GAUGES = {"partition_lag_records": "lag", "partition_lag_seconds": "lag_seconds"}
+# Old name -> the name now: both are sent until the next release (docs/metrics.md).
+RENAMED = {
+    "total_lag": "lag_records",
+    "max_lag": "max_partition_lag_records",
+    "check_failed": "check_errors",
+    "partition_lag": "partition_lag_records",
+}
+_OLD_NAME = {new: old for old, new in RENAMED.items()}
 log = logging.getLogger(__name__)
 
 
@@ -57,6 +74,14 @@ def backend_keeps_tags() -> bool:
     )
 
 
+def _send(send: Any, prefix: str, job: str | None, name: str, value: float, tags: Any) -> None:
+    """``send`` (a gauge or incr of ``Stats``) the metric ``name`` of ``job`` (None: of every
+    job), and under its old name too while that is still sent."""
+    for metric in (name, _OLD_NAME.get(name)):
+        if metric is not None:
+            send(f"{prefix}.{job}.{metric}" if job else f"{prefix}.{metric}", value, tags=tags)
+
+
 def emit_result(job: str, result: Mapping[str, Any], prefix: str = PREFIX) -> None:
     """Gauges of one check (``CheckResult.to_dict()``); a failed check counts as a failure."""
     try:
@@ -73,29 +98,27 @@ def _emit_report(
 ) -> None:
     from airflow_sparklag.model.verdict import Health
 
-    stats = _stats()
+    gauge = _stats().gauge
     tags = {"job": job}
-    for name in JOB_GAUGES:
-        value = report.get(name)
-        if value is not None:
-            stats.gauge(f"{prefix}.{job}.{name}", float(value), tags=tags)
+    for name, key in JOB_GAUGES.items():
+        if report.get(key) is not None:
+            _send(gauge, prefix, job, name, float(report[key]), tags)
     health = Health.parse(str(verdict.get("health", "UNKNOWN")))
-    stats.gauge(f"{prefix}.{job}.health", float(health.metric_value), tags=tags)
+    gauge(f"{prefix}.{job}.health", float(health.metric_value), tags=tags)
     if backend_keeps_tags():
         for part in partition_rows(report):  # a full report, or a compact one (an XCom)
             ptags = {**tags, "topic": str(part["topic"]), "partition": str(part["partition"])}
-            stats.gauge(f"{prefix}.partition_lag", float(part["lag"]), tags=ptags)
-            if part.get("lag_seconds") is not None:
-                seconds = float(part["lag_seconds"])
-                stats.gauge(f"{prefix}.partition_lag_seconds", seconds, tags=ptags)
+            for name, key in PARTITION_GAUGES.items():
+                if part.get(key) is not None:
+                    _send(gauge, prefix, None, name, float(part[key]), ptags)
 
 
 def emit_failure(job: str, reason: str, prefix: str = PREFIX) -> None:
     """One check that could not be made (``reason``: the error class, or the verdict)."""
     try:
-        stats = _stats()
-        stats.incr(f"{prefix}.{job}.check_failed", tags={"job": job})
-        stats.incr(f"{prefix}.check_failed", tags={"job": job, "reason": metric_safe(reason)})
+        incr = _stats().incr
+        _send(incr, prefix, job, "check_errors", 1, {"job": job})
+        _send(incr, prefix, None, "check_errors", 1, {"job": job, "reason": metric_safe(reason)})
     except Exception:
         log.warning("sparklag: could not send metrics for %s", job, exc_info=True)
 

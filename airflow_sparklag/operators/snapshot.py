@@ -24,7 +24,16 @@ if TYPE_CHECKING:
 
 
 class _SparkLagConnections(SparkLagHookMixin, BaseOperator):
-    """Connections (one hook, one session) shared by the three operators."""
+    """Connections (one hook, one session) shared by the three operators, and the checkpoint's
+    ``location``, named as every other operator names it (``checkpoint_location``, its old
+    name, is read for one release with a DeprecationWarning; docs/names.md)."""
+
+    def __init__(
+        self, *, location: str | None = None, checkpoint_location: str | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        given = self.old_argument("checkpoint_location", checkpoint_location, location)
+        self.location = self.given("location", given, params.location)
 
 
 class CheckpointSnapshotOperator(_SparkLagConnections):
@@ -34,7 +43,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
 
         CheckpointSnapshotOperator(
             task_id="snapshot_orders",
-            checkpoint_location="s3a://bucket/ck/orders",
+            location="s3a://bucket/ck/orders",
             snapshot_root="s3a://bucket/snapshots",
             consumer_group="spark-orders",      # optional: make Burrow & co see the job
             aws_conn_id="aws_default",
@@ -45,24 +54,16 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
     """
 
     template_fields: Sequence[str] = (
-        "checkpoint_location",
+        "location",
         "snapshot_root",
         "consumer_group",
         *CONN_FIELDS,
     )
 
     def __init__(
-        self,
-        *,
-        checkpoint_location: str,
-        snapshot_root: str,
-        consumer_group: str | None = None,
-        **kwargs: Any,
+        self, *, snapshot_root: str, consumer_group: str | None = None, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        self.checkpoint_location = self.given(
-            "checkpoint_location", checkpoint_location, params.location
-        )
         self.snapshot_root = self.given("snapshot_root", snapshot_root, params.location)
         self.consumer_group = self.given("consumer_group", consumer_group, params.optional_text)
 
@@ -71,7 +72,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
 
         location, root, group = self.read_params(
             lambda: (
-                params.location("checkpoint_location", self.checkpoint_location),
+                params.location("location", self.location),
                 params.location("snapshot_root", self.snapshot_root),
                 params.optional_text("consumer_group", self.consumer_group),
             )
@@ -103,8 +104,8 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
 
         ConsumerGroupExportOperator(
             task_id="export_orders",
-            checkpoint_location="hdfs://nn:8020/ck/orders",
-            group_id="spark-orders",
+            location="hdfs://nn:8020/ck/orders",
+            consumer_group="spark-orders",
             webhdfs_conn_id="webhdfs_default",
         )
 
@@ -112,22 +113,20 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
     one result is ``{"group_id", "offsets", "lag", "total_lag", "committed_batch_id"}``.
     """
 
-    template_fields: Sequence[str] = ("checkpoint_location", "group_id", *CONN_FIELDS)
+    template_fields: Sequence[str] = ("location", "consumer_group", *CONN_FIELDS)
 
-    def __init__(self, *, checkpoint_location: str, group_id: str, **kwargs: Any) -> None:
+    def __init__(
+        self, *, consumer_group: str | None = None, group_id: str | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
-        self.checkpoint_location = self.given(
-            "checkpoint_location", checkpoint_location, params.location
-        )
-        self.group_id = self.given("group_id", group_id, params.text)
+        given = self.old_argument("group_id", group_id, consumer_group)
+        self.consumer_group = self.given("consumer_group", given, params.text)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_sparklag.snapshot import export_to_group, snapshot_checkpoint
 
-        location = self.read_params(
-            lambda: params.location("checkpoint_location", self.checkpoint_location)
-        )
-        group_id = self.read_params(lambda: params.text("group_id", self.group_id))
+        location = self.read_params(lambda: params.location("location", self.location))
+        group_id = self.read_params(lambda: params.text("consumer_group", self.consumer_group))
         hook = self.hook
 
         def work() -> dict[str, Any]:
@@ -153,25 +152,22 @@ class CheckpointMigrationOperator(_SparkLagConnections):
     """
 
     template_fields: Sequence[str] = (
-        "checkpoint_location",
+        "location",
         "archive_root",
         *MIGRATION_OPTIONS,
         *CONN_FIELDS,
     )
     flat_options: ClassVar[tuple[type, ...]] = (ConnectionIds, MigrationOptions)
 
-    def __init__(self, *, checkpoint_location: str, archive_root: str, **kwargs: Any) -> None:
+    def __init__(self, *, archive_root: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.checkpoint_location = self.given(
-            "checkpoint_location", checkpoint_location, params.location
-        )
         self.archive_root = self.given("archive_root", archive_root, params.location)
 
     def _read(self) -> dict[str, Any]:
         """Every parameter, read before anything is touched: a value that cannot be read
         (``dry_run="Ture"``, ``quiet_period="nan"``) fails the task and moves nothing."""
         return {
-            "location": params.location("checkpoint_location", self.checkpoint_location),
+            "location": params.location("location", self.location),
             "archive_root": params.location("archive_root", self.archive_root),
             "options": self.options(MigrationOptions),
         }

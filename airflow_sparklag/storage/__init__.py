@@ -222,11 +222,9 @@ class Storage(Protocol):
         ...
 
     def write_atomic(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
-        """Write so that readers see the old object or the new one, never a partial one.
-
-        With ``overwrite=False`` raises :class:`~airflow_sparklag.errors.StorageAlreadyExists`
-        when ``path`` exists.
-        """
+        """Write so that readers see the old object or the new one, never a partial one;
+        :class:`~airflow_sparklag.errors.StorageAlreadyExists` when ``path`` exists, unless
+        ``overwrite``."""
         ...
 
     def exists(self, path: str) -> bool:
@@ -244,12 +242,9 @@ class Storage(Protocol):
         ...
 
     def walk(self, root: str) -> dict[str, int]:
-        """Every object under ``root``, recursively, hidden ones too: relative path -> size.
-
-        Relative paths are ``/``-separated. On S3 a directory marker (an object whose key ends
-        with ``/``, written by s3a) is an object like any other: ``""`` for ``<root>/`` itself,
-        ``"offsets/"`` for one inside. A missing ``root`` gives ``{}``.
-        """
+        """Every object under ``root``, recursively, hidden ones too: ``/``-separated relative
+        path -> size; ``{}`` when ``root`` is missing. An S3 directory marker (written by s3a)
+        is an object like any other: ``""`` for ``<root>/`` itself."""
         ...
 
     def delete(self, path: str) -> None:
@@ -257,20 +252,14 @@ class Storage(Protocol):
         ...
 
     def remove_empty_directories(self, root: str) -> None:
-        """Remove ``root`` and the directories under it once they hold no file.
-
-        Never deletes a file: raises :class:`~airflow_sparklag.errors.StorageError` naming a
-        directory that still holds one. Nothing to do on stores without directories (S3).
-        """
+        """Remove ``root`` and the directories under it once they hold no file; never deletes
+        a file (:class:`~airflow_sparklag.errors.StorageError` names a directory holding one)."""
         ...
 
     def rename(self, src: str, dst: str) -> bool:
-        """Move ``src`` (a file or a whole directory) to ``dst`` in one atomic step.
-
-        ``True`` when renamed; ``False`` when this store cannot rename atomically (object
-        stores, another filesystem): the caller copies instead. Raises
-        :class:`~airflow_sparklag.errors.StorageAlreadyExists` when ``dst`` exists.
-        """
+        """Move ``src`` (a file or a whole directory) to ``dst`` in one atomic step; ``False``
+        when this store cannot (object stores, another filesystem): the caller copies instead.
+        :class:`~airflow_sparklag.errors.StorageAlreadyExists` when ``dst`` exists."""
         ...
 
     def copy_from(self, source: Storage, src: str, dst: str) -> None:

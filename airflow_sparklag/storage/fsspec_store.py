@@ -98,11 +98,9 @@ class FsspecStorage:
         storage = FsspecStorage.for_url("gs://bucket/ck", token="/secrets/sa.json")
         storage.list_dir("gs://bucket/ck/offsets")
 
-    ``fsspec_options`` are passed to ``fsspec.filesystem(scheme, **options)``; put timeouts
-    there in the implementation's own terms. Object stores write a whole object in one PUT,
-    which is atomic; ``overwrite=False`` checks first (not race-free on every store).
-    ``rename`` answers False (fsspec's ``mv`` is a copy and a delete on object stores, not
-    atomic), so archiving copies, verifies and then deletes, as on S3.
+    ``fsspec_options`` are passed to ``fsspec.filesystem(scheme, **options)`` (timeouts in the
+    implementation's own terms). ``overwrite=False`` checks first (not race-free on every
+    store); ``rename`` answers False (fsspec's ``mv`` is not atomic on object stores).
     """
 
     def __init__(self, filesystem: Any, secrets: Iterable[str] = ()) -> None:

@@ -41,6 +41,12 @@ SITE_FILES = ("core-site.xml", "hdfs-site.xml")  # in this order: the second's v
 MAX_FILE_BYTES = 4 * 1024 * 1024  # real site files are tens of KB
 DEFAULT_PORTS = {"http": 9870, "https": 9871}  # dfs.namenode.http(s)-address since Hadoop 3
 FIELDS = ("name", "value", "final")
+# Every way to say where the NameNodes' HTTP servers are, in the words of each entry point.
+NAMENODES_HINT = (
+    "give their HTTP addresses: --webhdfs-url http://namenode:9870 (repeat it for HA "
+    "NameNodes), a webhdfs connection, webhdfs_options={'url': ...}, or the cluster's Hadoop "
+    "configuration (HADOOP_CONF_DIR: dfs.namenode.http-address, HA nameservices)"
+)
 _XINCLUDE = "{http://www.w3.org/2001/XInclude}include"
 
 
@@ -125,9 +131,7 @@ class HadoopConf:
         if not authority:
             raise UnsupportedStorageURL(
                 f"{location!r} has no NameNode host; name one (hdfs://namenode:8020/...), set "
-                "fs.defaultFS in core-site.xml (HADOOP_CONF_DIR), or give the WebHDFS URL: "
-                "--webhdfs-url http://namenode:9870 (repeat it for HA NameNodes), a webhdfs "
-                "connection, or webhdfs_options={'url': ...}"
+                f"fs.defaultFS in core-site.xml (HADOOP_CONF_DIR), or {NAMENODES_HINT}"
             )
         webhdfs = location.partition("://")[0].lower() == "webhdfs"
         scheme = "http" if webhdfs else self.http_scheme
@@ -160,7 +164,7 @@ class HadoopConf:
         if kind.lower() != "jks":
             raise HadoopConfigInvalid(
                 f"Hadoop configuration {ssl_client}: a {kind} truststore, and only JKS ones are "
-                "read; give the CA as a PEM file (--hdfs-ca-bundle, webhdfs_options['verify'])"
+                "read; give the CA as a PEM file (webhdfs_options['verify'])"
             )
         found = Path(location)
         try:
@@ -253,7 +257,7 @@ def jks_certificates(path: Path) -> list[bytes]:
     if data[:4] != b"\xfe\xed\xfe\xed" or version not in (1, 2) or len(data) > MAX_FILE_BYTES:
         raise HadoopConfigInvalid(
             f"truststore {path}: not a JKS file (JCEKS and PKCS12 are not read); give the CA as "
-            "a PEM file (--hdfs-ca-bundle, webhdfs_options['verify'])"
+            "a PEM file (webhdfs_options['verify'])"
         )
     found = []
     try:

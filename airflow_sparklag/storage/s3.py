@@ -104,12 +104,8 @@ def client_config(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> dict[str, Any]:
     """botocore ``Config`` arguments bounding every S3 request, for clients built elsewhere
-    (the Airflow hook's) as for our own.
-
-    ``max_attempts`` counts every attempt, the first included: it is botocore's
-    ``total_max_attempts``. (``retries={"max_attempts": n}`` in a ``Config`` means n RETRIES,
-    n + 1 attempts: 3 gave 4 attempts, 82 s on a hung endpoint.) A request fails within
-    :func:`worst_case_seconds`.
+    (the Airflow hook's) as for our own. ``max_attempts`` counts every attempt, the first
+    included: botocore's ``total_max_attempts`` (its ``max_attempts`` counts retries only).
 
     >>> client_config(1, 2, 3)["retries"]
     {'total_max_attempts': 3, 'mode': 'standard'}
@@ -127,11 +123,8 @@ def worst_case_seconds(
     read_timeout: float = DEFAULT_READ_TIMEOUT,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> float:
-    """How long one request may take on a hung endpoint: (connect + read timeout) x attempts.
-
-    botocore's back-off between attempts adds at most 0.05 x 2**i s after attempt i (0.15 s
-    for 3 attempts); only throttling answers (503 SlowDown), which come back at once, wait
-    longer (up to 1 s, then 2 s, ...).
+    """How long one request may take on a hung endpoint: (connect + read timeout) x attempts
+    (botocore's back-off adds at most 0.15 s for 3 attempts, except after throttling).
 
     >>> worst_case_seconds()
     60.0
@@ -204,13 +197,10 @@ class S3Storage:
                             aws_access_key_id="...", aws_secret_access_key="...")
         storage.list_dir("s3a://bucket/checkpoints/orders/offsets")
 
-    Credentials, region and endpoint come from the caller, else boto3's usual chain. A ready
-    boto3 ``client`` may be passed instead, with the boto3 ``session`` it was made from
-    (without it reads go through boto3). ``verify``: False, or a CA bundle path, as boto3's.
-    Every request is bounded: ``max_attempts`` attempts in all, each of at most
-    ``connect_timeout`` + ``read_timeout`` seconds (:func:`worst_case_seconds`). ``reader``:
-    who sends the reads, ``obstore`` (the default where it installs: ``s3_obstore``) or
-    ``boto3``; every other request goes through boto3.
+    Credentials, region and endpoint come from the caller, else boto3's usual chain; or a
+    ready boto3 ``client`` with the ``session`` it was made from (without it reads go through
+    boto3). Every request is bounded (:func:`worst_case_seconds`). ``reader``: who sends the
+    reads, ``obstore`` (the default where it installs) or ``boto3``; the rest is boto3's.
     """
 
     def __init__(
@@ -339,14 +329,10 @@ class S3Storage:
         self, location: str, *, first_page: int = FIRST_PAGE_KEYS
     ) -> dict[str, list[ObjectInfo]]:
         """``{"commits": [...], "offsets": [...], "metadata": [...]}`` of a checkpoint in ONE
-        listing (``metadata``: zero or one entry).
-
-        S3 lists keys in order, and ``commits/`` < ``metadata`` < ``offsets/`` < ``sources/`` <
-        ``state/``: one ListObjectsV2 starting after ``<ck>/commits`` stops at the first key past
-        ``offsets/`` and never pages through ``state/`` (docs/architecture.md). The first page
-        asks for ``first_page`` keys (1..1000): botocore parses every key of a page that runs
-        into ``state/``, so a caller that knows the checkpoint's size asks for less.
-        """
+        ListObjectsV2 from ``<ck>/commits`` on, stopped past ``offsets/``: never paging through
+        ``state/`` (docs/architecture.md). The first page asks for ``first_page`` keys
+        (1..1000): botocore parses every key of a page, so a caller that knows the size asks
+        for less."""
         bucket = split_s3_url(location)[0]
         root = _directory_prefix(location)
         answer = self._fast_call(

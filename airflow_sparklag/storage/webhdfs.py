@@ -41,7 +41,7 @@ from airflow_sparklag.storage import (
     seconds_option,
     url_parts,
 )
-from airflow_sparklag.storage.hadoop_conf import HadoopConf
+from airflow_sparklag.storage.hadoop_conf import NAMENODES_HINT, HadoopConf
 from airflow_sparklag.storage.hadoop_tokens import Token, pick_hdfs_token, read_token_file
 
 _RENEW_BEFORE = 30  # seconds of ticket life left below which a keytab login is renewed
@@ -205,8 +205,8 @@ def _no_kerberos(user: str | None, may_infer: bool) -> str:
         return f"{CHALLENGED}, which webhdfs_options['kerberos']=False turned off"
     if user:
         return (
-            f"{CHALLENGED}, but user {user!r} was given (simple authentication: --hdfs-user, "
-            "webhdfs_options['user'] or the webhdfs connection's login), which comes first: "
+            f"{CHALLENGED}, but user {user!r} was given (simple authentication: "
+            "webhdfs_options['user']), which comes first: "
             "leave it out to log in from the ticket cache kinit left, or give a principal and "
             "keytab"
         )
@@ -611,8 +611,8 @@ class WebHDFSStorage:
                 return StorageError(f"{path}: {op} failed at DataNode {server}: {problem}")
             tried = "; ".join(f"{a.server}: {a.problem}" for a in answers if a.problem)
             return StorageError(
-                f"{path}: {op} failed on every NameNode ({tried}); check that HDFS is up and "
-                "webhdfs_options['url'] lists the NameNodes' HTTP addresses"
+                f"{path}: {op} failed on every NameNode ({tried}); check that HDFS is up, or "
+                f"{NAMENODES_HINT}"
             )
         if isinstance(exc, requests.exceptions.ChunkedEncodingError):
             return StorageError(
@@ -621,8 +621,8 @@ class WebHDFSStorage:
         if isinstance(exc, (KeyError, TypeError, ValueError)):
             return StorageError(
                 f"{path}: {op} answered HTTP {status} at {server} with something that is not "
-                f"WebHDFS's ({problem}); check that webhdfs_options['url'] is a NameNode's HTTP "
-                "address and no proxy rewrites the answer"
+                f"WebHDFS's ({problem}); check that no proxy rewrites the answer, or "
+                f"{NAMENODES_HINT}"
             )
         # The Java exception first: HDFS answers 403 for FileAlreadyExistsException too.
         if exception in _ALREADY_EXISTS:

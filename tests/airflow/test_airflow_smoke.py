@@ -169,7 +169,7 @@ def test_connection_form_offers_sparklag_and_its_test_button_reads_the_checkpoin
     assert sparklag["hook_name"] == "Spark Kafka lag"
     assert sparklag["hook_class_name"] == "airflow_sparklag.hooks.sparklag.SparkLagHook"
     assert list(sparklag["extra_fields"]) == list(FIELDS)
-    kafka_field = sparklag["extra_fields"]["kafka_conn_id"]
+    kafka_field = sparklag["extra_fields"]["kafka_config_id"]
     assert kafka_field["value"] == "kafka_default"
     assert kafka_field["schema"]["title"] == "Kafka connection id"
     hidden = {
@@ -194,14 +194,14 @@ def test_connection_form_offers_sparklag_and_its_test_button_reads_the_checkpoin
         }
         return dict(cluster.api("POST", "/connections/test", body))
 
-    result = test_button({"kafka_conn_id": kafka_conn, "location": healthy_job.location})
+    result = test_button({"kafka_config_id": kafka_conn, "location": healthy_job.location})
     assert result["status"] is True, result
     message = str(result["message"])
     assert f"Kafka {kafka.bootstrap} answered" in message, message
     assert f"checkpoint {healthy_job.location} read: committed batch" in message, message
     assert f"{healthy_job.topic} (3 partitions)" in message, message
 
-    result = test_button({"kafka_conn_id": kafka_conn, "aws_con_id": "aws_default"})
+    result = test_button({"kafka_config_id": kafka_conn, "aws_con_id": "aws_default"})
     assert result["status"] is False, result
     assert "extra.aws_con_id: unknown key" in str(result["message"]), result
     print(f"Test button in a real deployment: {message}")

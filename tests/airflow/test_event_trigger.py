@@ -205,6 +205,47 @@ def test_first_seen_unhealthy_fires_once_and_a_failed_check_keeps_the_side(
     asyncio.run(scenario())
 
 
+@pytest.mark.testbed
+@pytest.mark.skipif(airflow_version() < (3, 0), reason="the trigger is Airflow 3 only")
+def test_imminent_data_loss_fires_at_defaults_before_kafka_deletes(
+    spark, kafka, kafka_conn, tmp_path
+):
+    """Issue 34 item 4: a real query stopped after ONE batch on a topic kept 60 s while
+    production goes on, watched at defaults (no threshold): the trigger fires "unhealthy"
+    on the time_to_data_loss verdict while the records are still there, and its payload
+    (what a remediation run reads from the asset event) says when they go and what to do."""
+    from airflow_sparklag.triggers.events import SparkLagEventTrigger
+    from testbed import jobs
+
+    ck = str(tmp_path / "ck")
+    topic = jobs.stopped_after_one_batch(spark, kafka, ck, retention_s=60)
+
+    async def scenario() -> list[dict]:
+        trigger = SparkLagEventTrigger(ck, kafka_config_id=kafka_conn, poll_interval=1)
+        watch = Watch(trigger)
+        try:
+            await watch.until(lambda: len(watch.events) == 1, "the imminent-loss event", 120)
+            await watch.polls(3)
+        finally:
+            await watch.stop()
+        return watch.events
+
+    with jobs.trickle(kafka, topic, 10):
+        (event,) = asyncio.run(scenario())
+    verdict, report = event["result"]["verdict"], event["result"]["report"]
+    assert (event["status"], event["health"], verdict["rule"]) == (
+        "unhealthy",
+        "LAGGING",
+        "time_to_data_loss",
+    ), event["message"]
+    assert 0 < report["min_time_to_loss_seconds"] <= 60, report["min_time_to_loss_seconds"]
+    assert not any(p["data_loss"] for p in report["sources"][0]["topics"][0]["partitions"])
+    # the next step, in the message the remediation DAG logs and in the verdict
+    for step in ("restart or scale the job", "retention.ms", "sparklag snapshot"):
+        assert step in event["message"] and step in verdict["reason"], event["message"]
+    print(f"fired with {report['min_time_to_loss_seconds']:.1f} s left: {event['message']}")
+
+
 def _poll(location: str, health: str) -> object:
     from airflow_sparklag.model.verdict import Health, HealthVerdict
     from airflow_sparklag.monitor import CheckResult

@@ -23,7 +23,7 @@ def test_default_args_fill_the_option_fields() -> None:
         check = SparkLagCheckOperator(task_id="c", location="/ck", history=7)
         fleet = SparkLagFleetCheckOperator(task_id="f", prefix="/ck")
         migrate = CheckpointMigrationOperator(
-            task_id="m", checkpoint_location="/ck", archive_root="/a", dry_run="true"
+            task_id="m", location="/ck", archive_root="/a", dry_run="true"
         )
     for task in (sensor, fleet):
         options = task.check_options()

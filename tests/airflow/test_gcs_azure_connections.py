@@ -130,7 +130,7 @@ def test_hook_puts_both_connections_in_its_one_session(monkeypatch) -> None:
 TASKS = {
     "check": lambda **kw: SparkLagCheckOperator(task_id="t", location="gs://b/ck", **kw),
     "migrate": lambda **kw: CheckpointMigrationOperator(
-        task_id="t", checkpoint_location="gs://b/ck", archive_root="gs://b/archive", **kw
+        task_id="t", location="gs://b/ck", archive_root="gs://b/archive", **kw
     ),
     "health": lambda **kw: SparkLagSensor(task_id="t", location="gs://b/ck", **kw),
     "catch_up": lambda **kw: SparkKafkaCatchUpSensor(

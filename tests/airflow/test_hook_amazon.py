@@ -379,13 +379,13 @@ def test_snapshot_and_migration_read_and_write_with_the_assumed_role(
     connections = {"kafka_config_id": kafka_conn, "aws_conn_id": conn_id}
     snapshot = CheckpointSnapshotOperator(
         task_id="snapshot",
-        checkpoint_location=s3_checkpoint,
+        location=s3_checkpoint,
         snapshot_root=f"s3a://checkpoints/{prefix}-snapshots",
         **connections,
     ).execute({})["results"][0]
     migration = CheckpointMigrationOperator(
         task_id="migrate",
-        checkpoint_location=s3_checkpoint,
+        location=s3_checkpoint,
         archive_root=f"s3a://checkpoints/{prefix}-archive",
         quiet_period=0,
         **connections,

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from airflow_sparklag.lag import MAY_KEEP_PACE, ONE_BATCH
+from airflow_sparklag.render import seconds_text
 from testbed.process import free_port, log_tail
 from tests.airflow.conftest import MetadataDb, airflow_env
 from tests.airflow.test_dags import dags_test, run_state
@@ -548,6 +549,65 @@ def test_a_check_of_many_partitions_stores_a_bounded_xcom_the_page_reads(
     html = job_page(collect([("d", "r", "many", -1, None, at, payload)])[0], {}, "")
     assert "8 of 30 partitions" in html
     assert html.count(f"<tr><td>{topic}</td>") == 30  # the newest check's partitions table
+
+
+@pytest.mark.testbed
+def test_job_view_charts_each_batch_time_against_the_trigger(spark, kafka, kafka_conn, tmp_path):
+    """Issue 34 item 3's chart, from a real query: a 3 s processing-time trigger whose
+    foreachBatch takes ~0.8 s, fed at 10 records/s, checked by the real operator. The job
+    view draws each batch of the window the check read at the time it was planned, with the
+    trigger interval the check measured and ``max_batch_time_ratio`` of it as dashed lines;
+    headless Chromium renders it."""
+    from airflow_sparklag.airflow.lag_html import job_page
+    from airflow_sparklag.airflow.lag_page import collect
+    from airflow_sparklag.operators.sparklag import SparkLagCheckOperator
+    from testbed import jobs
+    from tests.airflow.test_sensors_operators import context
+
+    topic = kafka.create_topic(f"af-pace-{uuid.uuid4().hex[:6]}", partitions=1)
+    with jobs.trickle(kafka, topic, 10):
+        df = jobs.kafka_stream(spark, kafka.bootstrap, topics=[topic], starting="latest")
+        query = jobs.start_query(
+            df,
+            str(tmp_path / "ck"),
+            sink="foreachBatch",
+            foreach_batch=lambda _df, _id: time.sleep(0.8),
+            trigger={"processingTime": "3 seconds"},
+        )
+        try:
+            commits = tmp_path / "ck" / "commits"  # the sleep reads no rows: count files
+            jobs.wait_until(lambda: len(list(commits.glob("[0-9]*"))) >= 6, 180, "6 batches")
+            check = SparkLagCheckOperator(
+                task_id="paced",
+                location=str(tmp_path / "ck"),
+                kafka_config_id=kafka_conn,
+                thresholds={"max_batch_time_ratio": 0.9},
+            )
+            payload = check.execute(context())
+        finally:
+            jobs.stop_quietly(query)
+    json.dumps(payload, allow_nan=False)  # what XCom stores
+    pace = payload["report"]["pace"]
+    assert len(pace["batch_times"]) == len(pace["batch_starts_ms"]) >= 5, pace
+    assert pace["interval_seconds"] is not None and abs(pace["interval_seconds"] - 3) < 0.5, pace
+    at = datetime.now(timezone.utc)
+    job = collect([("d", "r", "paced", -1, None, at, payload)])[0]
+    html = job_page(job, {"max_batch_time_ratio": 0.9}, "")
+    chart = html.split("<h2>Batch time against the trigger</h2>", 1)[1].split("<h2>", 1)[0]
+    circles = re.findall(r'<circle class="point" cx="([\d.]+)" cy="([\d.]+)"', chart)
+    assert len(circles) == len(pace["batch_times"]), chart[:2000]
+    xs = [float(x) for x, _ in circles]
+    assert xs == sorted(xs) and len(set(xs)) == len(xs)  # one per batch, by its planning time
+    interval = pace["interval_seconds"]
+    assert f"trigger interval {seconds_text(interval)}</text>" in chart
+    assert f"max_batch_time_ratio 90% {seconds_text(0.9 * interval)}</text>" in chart
+    page_file = tmp_path / "job.html"
+    page_file.write_text(html)
+    shot = tmp_path / "job.png"
+    chromium("--window-size=1200,1800", f"--screenshot={shot}", page_file.as_uri())
+    assert shot.stat().st_size > 10_000
+    rendered = chromium("--dump-dom", page_file.as_uri())
+    assert rendered.count('<circle class="point"') >= len(circles)
 
 
 @pytest.mark.testbed

@@ -209,3 +209,33 @@ def test_batch_time_is_a_column():
     assert '<td class="num">9.2s (92%)</td>' in html
     flat = parse_xcom(result("/ck/c", "OK", 0))[0]
     assert flat["batch_seconds"] is None and flat["batch_time_ratio"] is None
+
+
+def test_batch_chart_draws_each_batch_once_over_the_checks_windows():
+    """Two checks whose windows overlap (batches 3-5, then 4-7): each batch once, at the
+    time it was planned, against the newest interval; a check without pace draws nothing."""
+
+    def paced(minute: int, ids: range, interval: float | None) -> tuple:
+        value = result("/ck/pace", "OK", 0)
+        start = T0.timestamp() + 60 * minute
+        value["report"]["pace"] = {
+            "batch_ids": list(ids),
+            "batch_starts_ms": [(start + 2 * i) * 1000 for i in ids],
+            "batch_times": [0.5 * i for i in ids],
+            "interval_seconds": interval,
+        }
+        return row("check_pace", minute, value, name="pace")
+
+    job = collect([paced(0, range(3, 6), 1.8), paced(1, range(4, 8), 2.0)])[0]
+    html = job_page(job, {"max_batch_time_ratio": 0.75}, "")
+    chart = html.split("<h2>Batch time against the trigger</h2>", 1)[1].split("<h2>", 1)[0]
+    tips = re.findall(r"<title>[^<]*: ([^<]+)</title></circle>", chart)
+    assert tips == ["1.5s", "2.0s", "2.5s", "3.0s", "3.5s"]  # batches 3..7, each once
+    assert "trigger interval 2.0s</text>" in chart  # the newest check's
+    assert "max_batch_time_ratio 75% 1.5s</text>" in chart
+    # a bound close to the interval: its label goes below its line, not over the other's
+    close = job_page(job, {"max_batch_time_ratio": 0.95}, "")
+    labels = re.findall(r'threshold-label" x="[\d.]+" y="([\d.]+)"', close)
+    assert len(labels) == 2 and abs(float(labels[0]) - float(labels[1])) >= 13, labels
+    bare = collect([row("check_pace", 0, result("/ck/pace", "OK", 0), name="pace")])[0]
+    assert "Not measured" in job_page(bare, {}, "").split("against the trigger</h2>", 1)[1]

@@ -114,7 +114,7 @@ def test_fleet_sensor_and_snapshot_lineage(kafka, kafka_conn, lagging_job, healt
 
     snapshot = CheckpointSnapshotOperator(
         task_id="snap",
-        checkpoint_location=healthy_job.location,
+        location=healthy_job.location,
         snapshot_root=str(tmp_path / "snapshots"),
         kafka_config_id=kafka_conn,
     )
@@ -133,7 +133,7 @@ from airflow_sparklag.operators.sparklag import SparkLagCheckOperator
 with DAG("sparklag_lineage", start_date=datetime(2026, 1, 1), schedule=None):
     SparkLagCheckOperator(task_id="check", location={location!r}, kafka_config_id={conn!r}) >> (
         CheckpointSnapshotOperator(
-            task_id="snapshot", checkpoint_location={location!r}, snapshot_root={root!r},
+            task_id="snapshot", location={location!r}, snapshot_root={root!r},
             kafka_config_id={conn!r},
         )
     )

@@ -131,12 +131,16 @@ def test_statsd_gets_every_class_under_names_that_do_not_collide(kafka_conn, lag
         number, _, kind = rest.partition("|")
         values[name] = (float(number), kind)
     for job in ("dag_a__check", "dag_b__check", "dag_c__branch", "orders_wait"):
-        assert values.get(f"airflow.sparklag.{job}.total_lag") == (45, "g"), (job, packets)
+        # named as the exporter's sparklag_job_lag_records; the old name too, for one release
+        for name in ("lag_records", "total_lag"):
+            assert values.get(f"airflow.sparklag.{job}.{name}") == (45, "g"), (job, packets)
+        assert values.get(f"airflow.sparklag.{job}.max_partition_lag_records") == (15, "g")
         assert values.get(f"airflow.sparklag.{job}.health") == (1, "g"), (job, packets)
-    fleet_job = [n for n in values if n.endswith(".total_lag") and "lagging" in n]
+    fleet_job = [n for n in values if n.endswith(".lag_records") and "lagging" in n]
     assert fleet_job and values[fleet_job[0]] == (45, "g"), packets  # named by its location
-    assert values.get("airflow.sparklag.dag_c__missing.check_failed") == (1, "c"), packets
-    assert values.get("airflow.sparklag.check_failed") == (1, "c"), packets
+    for name in ("check_errors", "check_failed"):
+        assert values.get(f"airflow.sparklag.dag_c__missing.{name}") == (1, "c"), packets
+        assert values.get(f"airflow.sparklag.{name}") == (1, "c"), packets
     assert not any("health=" in p or "LAGGING" in p for p in packets), "health is never a tag"
     # plain StatsD drops tags: the per-partition gauge (one name, tags) is not sent there
     assert not any(p.startswith("airflow.sparklag.partition_lag") for p in packets)
@@ -191,7 +195,7 @@ def test_opentelemetry_gets_per_partition_lag_under_one_name_with_tags(
                         points.setdefault(metric.name, []).append((attributes, value))
     names = sorted(points)
     partition = [
-        p for name in names if name.endswith("sparklag.partition_lag") for p in points[name]
+        p for name in names if name.endswith("sparklag.partition_lag_records") for p in points[name]
     ]
     by_partition = {
         (a["job"], a["topic"], a["partition"]): v

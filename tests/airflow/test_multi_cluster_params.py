@@ -71,13 +71,13 @@ def test_snapshots_and_migrations_take_a_mapping() -> None:
     # Each Kafka source is snapshotted, validated and exported on its own cluster.
     for task in (
         CheckpointSnapshotOperator(
-            task_id="t", checkpoint_location="/ck", snapshot_root="/s", source_kafka_conn_ids=M
+            task_id="t", location="/ck", snapshot_root="/s", source_kafka_conn_ids=M
         ),
         ConsumerGroupExportOperator(
-            task_id="t", checkpoint_location="/ck", group_id="g", source_kafka_conn_ids=M
+            task_id="t", location="/ck", consumer_group="g", source_kafka_conn_ids=M
         ),
         CheckpointMigrationOperator(
-            task_id="t", checkpoint_location="/ck", archive_root="/a", source_kafka_conn_ids=M
+            task_id="t", location="/ck", archive_root="/a", source_kafka_conn_ids=M
         ),
     ):
         assert task.hook.source_kafka_conn_ids == {"1": "kafka_b"}

@@ -94,7 +94,7 @@ def migration(kafka_conn: str, checkpoint: Path, archive: Path, **given: Any) ->
     return rendered(
         lambda: CheckpointMigrationOperator(
             task_id="migrate",
-            checkpoint_location="{{ params.checkpoint }}",
+            location="{{ params.checkpoint }}",
             archive_root="{{ params.archive_root }}",
             dry_run="{{ params.dry_run }}",
             quiet_period="{{ params.quiet_period }}",
@@ -387,7 +387,7 @@ MIGRATION_DAG = textwrap.dedent(
     ):
         CheckpointMigrationOperator(
             task_id="migrate",
-            checkpoint_location={checkpoint!r},
+            location={checkpoint!r},
             archive_root={archive!r},
             dry_run="{{{{ params.dry_run }}}}",
             quiet_period=0,

@@ -172,17 +172,17 @@ REFUSED = {
     ),
     "snapshot-location": (
         CheckpointSnapshotOperator,
-        {"checkpoint_location": ["/a"], "snapshot_root": "/s"},
-        "checkpoint_location",
+        {"location": ["/a"], "snapshot_root": "/s"},
+        "location",
     ),
     "export-group": (
         ConsumerGroupExportOperator,
-        {"checkpoint_location": "/a", "group_id": " "},
-        "group_id",
+        {"location": "/a", "consumer_group": " "},
+        "consumer_group",
     ),
     "migration-dry-run": (
         CheckpointMigrationOperator,
-        {"checkpoint_location": "/a", "archive_root": "/b", "dry_run": "Ture"},
+        {"location": "/a", "archive_root": "/b", "dry_run": "Ture"},
         "dry_run",
     ),
 }
@@ -276,9 +276,8 @@ def test_the_cli_and_the_operators_read_thresholds_alike():
 
     parser = cli.build_parser()
     argv = ["status", "/ck"]
-    flags = {field: flag for flag, field in cli.THRESHOLD_FLAGS.items()}
     for field, (text, _) in SPELLINGS.items():
-        argv += [f"--{flags[field].replace('_', '-')}", text]
+        argv += [f"--{field.replace('_', '-')}", text]
     from_cli = cli._check_options(parser.parse_args(argv)).thresholds
     task = SparkLagCheckOperator(
         task_id="check", location="/ck", thresholds={k: v[0] for k, v in SPELLINGS.items()}

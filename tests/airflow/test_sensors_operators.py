@@ -260,7 +260,7 @@ def test_check_operator_passes_and_emits_gauges(kafka_conn, healthy_job, monkeyp
     )
     payload = only(op.execute(context()))
     assert payload["verdict"]["health"] == "OK"
-    assert gauges["sparklag.orders_lag.total_lag"] == 0
+    assert gauges["sparklag.orders_lag.lag_records"] == gauges["sparklag.orders_lag.total_lag"] == 0
     assert gauges["sparklag.orders_lag.health"] == 0
     # The real Stats object accepts the same calls (a no-op unless metrics are configured).
     monkeypatch.undo()

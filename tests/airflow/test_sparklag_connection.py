@@ -72,7 +72,7 @@ def test_registered_so_that_the_test_button_reaches_our_hook():
 def test_bundle_keys_are_read_and_empty_form_fields_ignored():
     bundle = _bundle(
         {
-            "kafka_conn_id": " kafka_prod ",
+            "kafka_config_id": " kafka_prod ",
             "aws_conn_id": "aws_lake",
             "webhdfs_conn_id": None,  # the form sends unused fields as null or ""
             "gcp_conn_id": "",
@@ -83,28 +83,40 @@ def test_bundle_keys_are_read_and_empty_form_fields_ignored():
     )
     assert bundle == ConnectionBundle(
         "lag_prod",
-        kafka_conn_id="kafka_prod",
+        kafka_config_id="kafka_prod",
         aws_conn_id="aws_lake",
         wasb_conn_id="wasb_old_form",
         source_kafka_conn_ids={"1": "kafka_b"},
         location=Location.parse("s3a://lake/ck/orders"),  # parsed where the extra is read
     )
-    assert _bundle(None).kafka_conn_id == "kafka_default"
+    assert _bundle(None).kafka_config_id == "kafka_default"
+
+
+@pytest.mark.airflow_compat
+def test_the_bundle_names_the_kafka_connection_as_every_operator_does():
+    """``kafka_config_id``, the operators' argument; the old ``kafka_conn_id`` still works for
+    one release, with a DeprecationWarning (docs/names.md)."""
+    assert _bundle({"kafka_config_id": "kafka_prod"}).kafka_config_id == "kafka_prod"
+    with pytest.warns(DeprecationWarning, match="'kafka_conn_id' is deprecated.*'kafka_config_id'"):
+        assert _bundle({"kafka_conn_id": "kafka_old"}).kafka_config_id == "kafka_old"
+    both = {"kafka_conn_id": "a", "kafka_config_id": "b"}
+    with pytest.warns(DeprecationWarning), pytest.raises(InvalidParameter, match="given twice"):
+        _bundle(both)
 
 
 @pytest.mark.airflow_compat
 @pytest.mark.parametrize(
     ("extra", "parameter", "says"),
     [
-        ({"kafka_con_id": "k"}, "extra.kafka_con_id", "did you mean 'kafka_conn_id'"),
+        ({"kafka_confg_id": "k"}, "extra.kafka_confg_id", "did you mean 'kafka_config_id'"),
         ({"bootstrap.servers": "b:9092"}, "extra.bootstrap.servers", "unknown key"),
-        ({"kafka_conn_id": 5}, "extra.kafka_conn_id", "non-empty string, got 5"),
+        ({"kafka_config_id": 5}, "extra.kafka_config_id", "non-empty string, got 5"),
         ({"aws_conn_id": ["a"]}, "extra.aws_conn_id", "non-empty string"),
         ({"source_kafka_conn_ids": ["k"]}, "extra.source_kafka_conn_ids", "mapping"),
         ({"source_kafka_conn_ids": {"1": 2}}, "extra.source_kafka_conn_ids.1", "string"),
         ({"location": ["/a", "/b"]}, "extra.location", "one location"),
         ("not json", "extra", "not JSON"),
-        ('["kafka_conn_id"]', "extra", "JSON object"),
+        ('["kafka_config_id"]', "extra", "JSON object"),
     ],
 )
 def test_a_bad_bundle_is_an_error_naming_the_key(extra, parameter, says):
@@ -129,7 +141,7 @@ def test_ids_given_to_the_hook_win_over_the_bundle(monkeypatch):
         conn_env("hdfs_bundle"), json.dumps({"conn_type": "webhdfs", "host": "nn", "port": 9870})
     )
     bundle = {
-        "kafka_conn_id": "k_bundle",
+        "kafka_config_id": "k_bundle",
         "webhdfs_conn_id": "hdfs_bundle",
         "source_kafka_conn_ids": {"1": "k_src", "2": "k_src"},
     }
@@ -168,14 +180,14 @@ def test_tasks_and_triggers_take_a_sparklag_connection(monkeypatch):
     monkeypatch.setenv(conn_env("k_other"), kafka_connection("t2:9092"))
     monkeypatch.setenv(
         conn_env("lag_task"),
-        json.dumps({"conn_type": "sparklag", "extra": {"kafka_conn_id": "k_task"}}),
+        json.dumps({"conn_type": "sparklag", "extra": {"kafka_config_id": "k_task"}}),
     )
     monkeypatch.setenv(
         conn_env("lag_two"),
         json.dumps(
             {
                 "conn_type": "sparklag",
-                "extra": {"kafka_conn_id": "k_task", "source_kafka_conn_ids": {"1": "k_other"}},
+                "extra": {"kafka_config_id": "k_task", "source_kafka_conn_ids": {"1": "k_other"}},
             }
         ),
     )
@@ -193,7 +205,7 @@ def test_tasks_and_triggers_take_a_sparklag_connection(monkeypatch):
 
     # A snapshot reads each source on its own cluster: the bundle's mapping applies.
     snapshot = CheckpointSnapshotOperator(
-        task_id="snap", checkpoint_location="/ck", snapshot_root="/snap", sparklag_conn_id="lag_two"
+        task_id="snap", location="/ck", snapshot_root="/snap", sparklag_conn_id="lag_two"
     )
     conns = snapshot.hook.get_conn()
     assert conns.source_kafka["1"].config["bootstrap.servers"] == "t2:9092"
@@ -212,7 +224,7 @@ def test_test_button_checks_every_part_and_reads_the_checkpoint(
     job = consume(topic, f"s3a://checkpoints/conn-test-{uuid.uuid4().hex[:8]}")
     ok, message = press_test(
         monkeypatch,
-        {"kafka_conn_id": kafka_conn, "aws_conn_id": aws_conn, "location": job.location},
+        {"kafka_config_id": kafka_conn, "aws_conn_id": aws_conn, "location": job.location},
     )
     assert ok, message
     assert f"Kafka {kafka.bootstrap} answered" in message
@@ -242,22 +254,24 @@ def test_test_button_failures_name_the_part_and_no_secret(
             }
         ),
     )
-    ok, message = press_test(monkeypatch, {"kafka_conn_id": "k_wrong_server"})
+    ok, message = press_test(monkeypatch, {"kafka_config_id": "k_wrong_server"})
     assert not ok
     assert message.startswith("Kafka (connection 'k_wrong_server') failed: KafkaUnavailable")
     assert "127.0.0.1:1" in message and PASSWORD not in message
 
-    ok, message = press_test(monkeypatch, {"kafka_conn_id": kafka_conn, "aws_con_id": aws_conn})
+    ok, message = press_test(monkeypatch, {"kafka_config_id": kafka_conn, "aws_con_id": aws_conn})
     assert not ok
     assert "extra.aws_con_id: unknown key" in message and "did you mean 'aws_conn_id'" in message
 
-    ok, message = press_test(monkeypatch, {"kafka_conn_id": kafka_conn, "aws_conn_id": "aws_gone"})
+    ok, message = press_test(
+        monkeypatch, {"kafka_config_id": kafka_conn, "aws_conn_id": "aws_gone"}
+    )
     assert not ok
     assert message.startswith("reading the AWS connection 'aws_gone' failed"), message
 
     # Everything answers but the checkpoint is not there: the part that passed is named too.
     absent = str(tmp_path / "no-checkpoint")
-    ok, message = press_test(monkeypatch, {"kafka_conn_id": kafka_conn, "location": absent})
+    ok, message = press_test(monkeypatch, {"kafka_config_id": kafka_conn, "location": absent})
     assert not ok
     assert message.startswith(f"reading the checkpoint {absent} failed: CheckpointNotFound")
     assert "(passed: Kafka" in message
@@ -293,7 +307,7 @@ def test_test_button_reads_checkpoints_on_gcs_and_azure(
             json.dumps({"conn_type": "wasb", "extra": {"connection_string": string}}),
         )
     bundle = {
-        "kafka_conn_id": kafka_conn,
+        "kafka_config_id": kafka_conn,
         "gcp_conn_id": "gcp_button",
         "wasb_conn_id": "wasb_button",
     }

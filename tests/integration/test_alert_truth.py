@@ -186,7 +186,7 @@ def test_time_lag_after_an_idle_period_never_over_reports(spark, kafka, tmp_path
     assert judged.verdict.health is Health.OK, judged.verdict
     assert status(kafka, ck, thresholds={"max_lag_seconds": 5}).verdict.health is Health.LAGGING
 
-    # --exact uses ONE instant: the Kafka snapshot's.
+    # --exact-time-lag uses ONE instant: the Kafka snapshot's.
     exact = status(kafka, ck, exact_time_lag=True).report
     assert exact.generated_at == exact.kafka_fetched_at
 

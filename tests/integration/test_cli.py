@@ -20,8 +20,10 @@ from typing import Any
 
 import pytest
 
+from airflow_sparklag.model.verdict import STOPPED_MIN_IDLE_SECONDS
 from airflow_sparklag.monitor import check_checkpoint
 from testbed import jobs
+from tests.first_check import status_at_defaults
 
 pytestmark = pytest.mark.testbed
 
@@ -32,7 +34,7 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 # A day's commit age decides STOPPED. The checkpoints hold one batch each: without it, once
 # their records waited STOPPED_MIN_IDLE_SECONDS they are UNKNOWN (too short a history to
 # judge, exit 3), so verdicts would depend on when each test runs.
-DAY = ("--max-commit-age", "86400")
+DAY = ("--max-commit-age-seconds", "86400")
 
 
 def sparklag(*args: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
@@ -58,9 +60,15 @@ def checkpoints(spark, kafka, tmp_path_factory):  # type: ignore[no-untyped-def]
     jobs.run_available_now(jobs.kafka_stream(spark, kafka.bootstrap, topics=[topic]), str(lagging))
     kafka.produce(topic, 2, partition=0, start=1000)
     kafka.produce(topic, 7, partition=2, start=1000)
+    waiting_since = time.time()
     df = jobs.kafka_stream(spark, kafka.bootstrap, topics=[topic])
     jobs.run_available_now(df, str(caught_up))
-    return {"topic": topic, "lagging": str(lagging), "caught_up": str(caught_up)}
+    return {
+        "topic": topic,
+        "lagging": str(lagging),
+        "caught_up": str(caught_up),
+        "waiting_since": waiting_since,
+    }
 
 
 def table_rows(stdout: str, topic: str) -> dict[int, dict[str, str]]:
@@ -171,7 +179,7 @@ def documents(checkpoints, kafka, tmp_path):  # type: ignore[no-untyped-def]
             "wait",
             "health",
             lagging,
-            "--max-lag",
+            "--max-lag-records-per-partition",
             "1",
             "--max-wait",
             "0",
@@ -182,11 +190,11 @@ def documents(checkpoints, kafka, tmp_path):  # type: ignore[no-untyped-def]
             *broker,
         ),
         "history": ("history", lagging, *broker),
-        "snapshot": ("snapshot", lagging, "--to", str(tmp_path / "snapshots"), *broker),
+        "snapshot": ("snapshot", lagging, "--snapshot-root", str(tmp_path / "snapshots"), *broker),
         "migrate": (
             "migrate",
             lagging,
-            "--archive",
+            "--archive-root",
             str(tmp_path / "archive"),
             "--dry-run",
             "--quiet-period",
@@ -243,10 +251,15 @@ def test_every_command_prints_one_versioned_document_on_stdout(checkpoints, kafk
     ("which", "flags", "code", "health"),
     [
         ("caught_up", [], 0, "OK"),
-        ("caught_up", ["--max-commit-age", "0.001", "--max-lag", "0"], 0, "OK"),
-        ("lagging", ["--max-lag", "5"], 1, "LAGGING"),
-        ("lagging", ["--max-total-lag", "8"], 1, "LAGGING"),
-        ("lagging", ["--max-commit-age", "0.001"], 2, "STOPPED"),
+        (
+            "caught_up",
+            ["--max-commit-age-seconds", "0.001", "--max-lag-records-per-partition", "0"],
+            0,
+            "OK",
+        ),
+        ("lagging", ["--max-lag-records-per-partition", "5"], 1, "LAGGING"),
+        ("lagging", ["--max-lag-records-total", "8"], 1, "LAGGING"),
+        ("lagging", ["--max-commit-age-seconds", "0.001"], 2, "STOPPED"),
         ("lagging", ["--window", "5", "--allowed-lag", "1", *DAY], 0, "OK"),
     ],
 )
@@ -296,7 +309,10 @@ def test_several_checkpoints_worst_exit_code(checkpoints, kafka, tmp_path):
 
 @pytest.mark.parametrize(
     ("flags", "code", "health"),
-    [(["--max-commit-age", "0.001"], 2, "STOPPED"), (["--max-lag", "5", *DAY], 1, "LAGGING")],
+    [
+        (["--max-commit-age-seconds", "0.001"], 2, "STOPPED"),
+        (["--max-lag-records-per-partition", "5", *DAY], 1, "LAGGING"),
+    ],
 )
 def test_a_fleet_exits_with_its_worst_verdict_not_its_highest_code(
     checkpoints, kafka, flags, code, health
@@ -418,3 +434,81 @@ def test_status_on_s3_and_hdfs(remote, kafka, s3, hdfs, monkeypatch, reader):
         ]
         assert parts == [(0, 6, 6, 0), (1, 6, 10, 4)]
         assert result["report"]["total_lag"] == 4
+
+
+# -- a first check on each estate (tests/first_check.py; docs/index.md) ------------------------
+
+
+def test_first_check_of_an_available_now_job_on_local_disk(checkpoints, kafka):
+    """An availableNow job's checkpoint on local disk, at defaults: the lag is Kafka's end
+    offsets minus the committed ones. Once its records waited past the bound, one batch cannot
+    tell a job between runs from a stopped one: one message names what to declare, and with
+    it the verdict is the schedule's."""
+    time.sleep(max(0.0, checkpoints["waiting_since"] + STOPPED_MIN_IDLE_SECONDS + 1 - time.time()))
+    topic = checkpoints["topic"]
+    first = status_at_defaults(checkpoints["lagging"], kafka.bootstrap)
+    ends = kafka.end_offsets(topic)
+    assert first.lags() == {(topic, p): ends[p] - 10 for p in range(3)}
+    assert first.code == 3 and first.job["verdict"]["health"] == "UNKNOWN", first
+    assert first.asks_for() == {"--runs-every", "--max-commit-age-seconds"}, first.messages()
+    declared = status_at_defaults(checkpoints["lagging"], kafka.bootstrap, "--runs-every", "1h")
+    assert declared.code == 0 and declared.lags() == first.lags(), declared
+    assert declared.asks_for() == set(), declared.messages()
+
+
+def test_first_check_on_s3_with_the_aws_environment(remote, kafka, s3):
+    """S3 at defaults: the AWS default chain's variables (keys, region, endpoint) and nothing
+    of sparklag's own."""
+    options = s3.options
+    aws = {
+        "AWS_ACCESS_KEY_ID": options["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": options["aws_secret_access_key"],
+        "AWS_REGION": options["region_name"],
+        "AWS_ENDPOINT_URL": options["endpoint_url"],
+    }
+    first = status_at_defaults(remote["urls"]["s3"], kafka.bootstrap, env=aws)
+    assert first.lags() == {(remote["topic"], 0): 0, (remote["topic"], 1): 4}, first
+    assert first.asks_for() == set(), first.messages()
+
+
+def test_first_check_on_hdfs_with_the_hadoop_configuration(remote, kafka, hdfs, tmp_path):
+    """HDFS at defaults: the NameNode's HTTP address from HADOOP_CONF_DIR, as a Hadoop or
+    Spark client host has it; without it, one message naming what to give."""
+    location = remote["urls"]["hdfs"]
+    unset = status_at_defaults(location, kafka.bootstrap)
+    assert unset.code == 4, unset
+    assert unset.asks_for() == {"--webhdfs-url"}, unset.messages()
+    conf = tmp_path / "hadoop-conf"
+    conf.mkdir()
+    site = {
+        "core-site.xml": {"fs.defaultFS": hdfs.namenode_uri},
+        "hdfs-site.xml": {"dfs.namenode.http-address": hdfs.webhdfs_url.removeprefix("http://")},
+    }
+    for name, values in site.items():
+        rows = "".join(
+            f"<property><name>{k}</name><value>{v}</value></property>" for k, v in values.items()
+        )
+        (conf / name).write_text(f"<configuration>{rows}</configuration>")
+    first = status_at_defaults(location, kafka.bootstrap, env={"HADOOP_CONF_DIR": str(conf)})
+    assert first.lags() == {(remote["topic"], 0): 0, (remote["topic"], 1): 4}, first
+    assert first.asks_for() == set(), first.messages()
+
+
+def test_first_check_on_a_sasl_listener(checkpoints, kafka, tmp_path):
+    """A secured cluster: its address alone gets one message naming --kafka-config; the
+    client settings file the estate has (a .properties file) then gives the exact answer."""
+    from tests.conftest import KAFKA_SASL_PASSWORD, KAFKA_SASL_USER
+
+    topic, location = checkpoints["topic"], checkpoints["lagging"]
+    bare = status_at_defaults(location, kafka.sasl_bootstrap)
+    assert bare.code == 4, bare
+    assert bare.asks_for() == {"--kafka-config"}, bare.messages()
+    settings = tmp_path / "client.properties"
+    settings.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        f"sasl.username={KAFKA_SASL_USER}\nsasl.password={KAFKA_SASL_PASSWORD}\n"
+    )
+    first = status_at_defaults(location, kafka.sasl_bootstrap, "--kafka-config", str(settings))
+    ends = kafka.end_offsets(topic)
+    assert first.lags() == {(topic, p): ends[p] - 10 for p in range(3)}
+    assert KAFKA_SASL_PASSWORD not in str(first)

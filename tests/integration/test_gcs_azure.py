@@ -25,6 +25,7 @@ from airflow_sparklag.session import Session
 from testbed import jobs
 from testbed.azurite import Azurite
 from testbed.gcs_server import GcsServer
+from tests.first_check import status_at_defaults
 
 pytestmark = pytest.mark.testbed
 
@@ -129,6 +130,23 @@ def test_cli_status_reads_the_same_numbers_as_local_and_kafka(stores, kafka, gcs
 
 
 @pytest.mark.parametrize("scheme", ["gs", "abfs"])
+def test_first_check_with_the_stores_environment(stores, kafka, gcs, azurite, scheme):
+    """At defaults with only the variable the store's own clients read (gcsfs:
+    STORAGE_EMULATOR_HOST, or credentials found by google.auth; adlfs:
+    AZURE_STORAGE_CONNECTION_STRING): the lag is Kafka's end offsets minus the committed
+    offsets, and nothing asks for a flag."""
+    env = {
+        "gs": {"STORAGE_EMULATOR_HOST": gcs.endpoint},
+        "abfs": {"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string},
+    }[scheme]
+    topic = stores["topic"]
+    first = status_at_defaults(f"{stores['roots'][scheme]}/lagging", kafka.bootstrap, env=env)
+    ends = kafka.end_offsets(topic)
+    assert first.lags() == {(topic, p): ends[p] - 10 for p in range(3)}, first
+    assert first.asks_for() == set(), first.messages()
+
+
+@pytest.mark.parametrize("scheme", ["gs", "abfs"])
 def test_cli_prefix_finds_every_job(stores, kafka, gcs, azurite, scheme):
     root = stores["roots"][scheme]
     proc = subprocess.run(
@@ -228,7 +246,7 @@ def test_operators_snapshot_export_and_migrate_through_connections(
 
     snap = CheckpointSnapshotOperator(
         task_id="snap",
-        checkpoint_location=location,
+        location=location,
         snapshot_root=f"{root}/snapshots",
         **connections,
     ).execute({})["results"][0]
@@ -238,7 +256,7 @@ def test_operators_snapshot_export_and_migrate_through_connections(
 
     group = f"spark-{scheme}-{uuid.uuid4().hex[:6]}"
     export = ConsumerGroupExportOperator(
-        task_id="export", checkpoint_location=location, group_id=group, **connections
+        task_id="export", location=location, consumer_group=group, **connections
     ).execute({})["results"][0]
     assert export["total_lag"] == 10
     assert _committed(kafka.bootstrap, group, topic) == {0: 10, 1: 10, 2: 10}
@@ -246,7 +264,7 @@ def test_operators_snapshot_export_and_migrate_through_connections(
     archive = f"{root}/archive"
     dry = CheckpointMigrationOperator(
         task_id="migrate_dry",
-        checkpoint_location=location,
+        location=location,
         archive_root=archive,
         snapshot=snap["path"],
         quiet_period=0,
@@ -257,7 +275,7 @@ def test_operators_snapshot_export_and_migrate_through_connections(
     assert fs.exists(f"{location.split('://', 1)[1]}/offsets/0")  # nothing moved
     done = CheckpointMigrationOperator(
         task_id="migrate",
-        checkpoint_location=location,
+        location=location,
         archive_root=archive,
         snapshot=snap["path"],
         quiet_period=0,

@@ -14,9 +14,7 @@ production goes on at 10 records/s. Checked at defaults (no threshold set) every
 
 from __future__ import annotations
 
-import threading
 import time
-import uuid
 
 import pytest
 
@@ -33,27 +31,11 @@ RATE = 10  # records per second
 
 
 def test_a_job_stopped_after_one_batch_is_at_risk_before_kafka_deletes(spark, kafka, tmp_path):
-    topic = kafka.create_topic(
-        f"imminent-{uuid.uuid4().hex[:8]}",
-        partitions=1,
-        config={"retention.ms": str(RETENTION_S * 1000), "segment.ms": str(SEGMENT_S * 1000)},
-    )
     ck = str(tmp_path / "ck")
-    kafka.produce(topic, 20)
-    jobs.run_available_now(jobs.kafka_stream(spark, kafka.bootstrap, topics=[topic]), ck)
+    topic = jobs.stopped_after_one_batch(spark, kafka, ck, RETENTION_S, SEGMENT_S)
 
-    stop = threading.Event()
-
-    def keep_producing() -> None:
-        i = 1000
-        while not stop.wait(1.0 / RATE):
-            kafka.produce(topic, 1, start=i)
-            i += 1
-
-    producer = threading.Thread(target=keep_producing, daemon=True)
-    producer.start()
     flagged = lost = None
-    try:
+    with jobs.trickle(kafka, topic, RATE):
         time.sleep(3)
         with Session(kafka_config={"bootstrap.servers": kafka.bootstrap}) as session:
             first = check(session, ck, CheckOptions())
@@ -76,9 +58,6 @@ def test_a_job_stopped_after_one_batch_is_at_risk_before_kafka_deletes(spark, ka
                 if health is Health.DATA_LOSS:
                     lost = result
                 time.sleep(1.0)
-    finally:
-        stop.set()
-        producer.join(10)
     assert flagged is not None, "never judged at risk before the deadline"
     assert lost is not None, "retention never deleted the unread records"
     assert flagged.report is not None and lost.report is not None

@@ -246,7 +246,9 @@ def test_fleet_and_snapshot_on_the_kerberized_cluster(kerberized, secure_hdfs, k
     locations = [r["location"] for r in document["results"]]
     assert kerberized["location"] in locations
     snapshots = f"{secure_hdfs.namenode_uri}/checkpoints/snapshots-{uuid.uuid4().hex[:6]}"
-    snap = _sparklag(secure_hdfs, "snapshot", kerberized["location"], "--to", snapshots, *flags)
+    snap = _sparklag(
+        secure_hdfs, "snapshot", kerberized["location"], "--snapshot-root", snapshots, *flags
+    )
     assert snap.returncode == 0, snap.stdout + snap.stderr
     (written,) = json.loads(snap.stdout)["results"]
     offsets = json.dumps(written)
@@ -442,7 +444,7 @@ def test_wait_outlives_tickets_and_cookies_from_a_keytab(kerberized, secure_hdfs
         "wait",
         "progress",
         kerberized["location"],
-        "--after-batch",
+        "--after-batch-id",
         str(newest),  # the query has stopped: never met
         "--poll-interval",
         "1",
@@ -494,10 +496,12 @@ def test_migration_killed_mid_way_loses_no_checkpoint_or_snapshot(
     location, archive, snapshots = f"{base}/ck", f"{base}/archive", f"{base}/snapshots"
     original = _copy_in(secure_hdfs, kerberized["local"], location)
     flags = ["-b", kafka.bootstrap, *_keytab_flags(secure_hdfs)]
-    taken = _sparklag(secure_hdfs, "snapshot", location, "--to", snapshots, "--json", *flags)
+    taken = _sparklag(
+        secure_hdfs, "snapshot", location, "--snapshot-root", snapshots, "--json", *flags
+    )
     assert taken.returncode == 0, taken.stdout + taken.stderr
     snapshot = json.loads(taken.stdout)["results"][0]["path"]
-    argv = ["migrate", location, "--archive", archive, "--snapshot", snapshot, *flags]
+    argv = ["migrate", location, "--archive-root", archive, "--snapshot", snapshot, *flags]
     argv += ["--quiet-period", "0", "--json"]
     alice = _alice(secure_hdfs)
     for step in ("snapshot", "archive:renamed"):
@@ -565,11 +569,11 @@ with DAG("sparklag_kerberos", schedule=None):
     )
     SparkLagCheckOperator(task_id="check", location={location!r}, fail_on="DATA_LOSS", **bundle)
     CheckpointSnapshotOperator(
-        task_id="snapshot", checkpoint_location={location!r}, snapshot_root={snapshots!r},
+        task_id="snapshot", location={location!r}, snapshot_root={snapshots!r},
         **keytab
     )
     CheckpointMigrationOperator(
-        task_id="migrate", checkpoint_location={moved!r}, archive_root={archive!r},
+        task_id="migrate", location={moved!r}, archive_root={archive!r},
         quiet_period=0, **bundle
     )
 """
@@ -672,7 +676,7 @@ def test_sensors_and_operators_in_a_real_airflow_run(
             "AIRFLOW_CONN_KRB_BUNDLE": json.dumps(
                 {
                     "conn_type": "sparklag",
-                    "extra": {"kafka_conn_id": "krb_kafka", "webhdfs_conn_id": "krb_cache"},
+                    "extra": {"kafka_config_id": "krb_kafka", "webhdfs_conn_id": "krb_cache"},
                 }
             ),
         }

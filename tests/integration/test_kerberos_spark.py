@@ -289,7 +289,7 @@ def test_job_killed_mid_batch_then_migrated_loses_and_skips_nothing(
              "--hdfs-keytab", str(secure_hdfs.keytab("alice"))]  # fmt: skip
     krb = {"KRB5_CONFIG": secure_hdfs.krb5_conf, "KRB5CCNAME": f"FILE:{tmp_path}/none.cc"}
     migrated = subprocess.run(
-        [str(SPARKLAG), "migrate", ck1, "--archive", f"{base}/archive", "-b", kafka.bootstrap,
+        [str(SPARKLAG), "migrate", ck1, "--archive-root", f"{base}/archive", "-b", kafka.bootstrap,
          "--quiet-period", "0", "--json", *flags],
         capture_output=True, text=True, timeout=120, env={**os.environ, **krb},
     )  # fmt: skip

@@ -32,6 +32,7 @@ from airflow_sparklag.monitor import check as monitor_check
 from airflow_sparklag.session import Session
 from airflow_sparklag.storage import open_storage
 from testbed import jobs
+from tests.first_check import status_at_defaults
 
 pytestmark = pytest.mark.testbed
 
@@ -387,9 +388,11 @@ def test_continuous_trigger(spark, kafka, tmp_path):
     assert (ck / "offsets" / str(_ids(ck / "offsets")[-1])).read_text().split("\n")[1] == ""
     result = check(kafka, ck)
     assert result.report.continuous is True
-    assert_exact(result, kafka, merged(on_disk))
+    counted = assert_exact(result, kafka, merged(on_disk))
     assert result.report.total_lag == 10
     assert result.report.committed_at is not None  # from the commit file, no batch timestamp
+    first = status_at_defaults(str(ck), kafka.bootstrap)  # the first check, at defaults
+    assert first.lags() == counted and first.asks_for() == set(), first.messages()
 
 
 # Async progress tracking (ids with gaps, offsets ahead of commits): test_async_progress.py.

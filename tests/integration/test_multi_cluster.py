@@ -36,6 +36,7 @@ from airflow_sparklag.monitor import CheckResult, check_checkpoint
 from airflow_sparklag.session import Session
 from testbed import jobs
 from testbed.kafka_broker import KafkaBroker
+from tests.first_check import status_at_defaults
 
 pytestmark = pytest.mark.testbed
 
@@ -229,7 +230,15 @@ def test_a_source_mapped_to_a_cluster_without_its_topic_has_unknown_lag(union):
 
 def test_cli_source_servers(union):
     def status(*flags: str) -> subprocess.CompletedProcess[str]:
-        command = [str(SPARKLAG), "status", union["ck"], "-b", union["a"], "--max-commit-age", "1h"]
+        command = [
+            str(SPARKLAG),
+            "status",
+            union["ck"],
+            "-b",
+            union["a"],
+            "--max-commit-age-seconds",
+            "1h",
+        ]
         command += flags
         return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
@@ -277,6 +286,15 @@ def _cluster_id(bootstrap: str) -> str:
         cluster = client.snapshot([]).cluster_id
     assert cluster
     return cluster
+
+
+def test_first_check_with_the_first_cluster_only(union):
+    """At defaults with one cluster's address: the source read there is exact, and one message
+    names what to add for the other (--source-servers)."""
+    first = status_at_defaults(union["ck"], union["a"])
+    orders = {(t, p): n for (t, p), n in union["truth"].items() if t == union["orders"]}
+    assert first.lags() == orders, first
+    assert first.asks_for() == {"--source-servers"}, first.messages()
 
 
 def test_a_bootstrap_list_spanning_two_clusters_is_refused(kafka, cluster_b, tmp_path):
@@ -349,7 +367,13 @@ def test_snapshot_records_each_sources_cluster_and_exports_to_it(union, tmp_path
     group = f"spark-union-{uuid.uuid4().hex[:6]}"
     root = str(tmp_path / "snaps")
     payload = sparklag(
-        "snapshot", union["ck"], "--to", root, "--consumer-group", group, *mapped_flags(union)
+        "snapshot",
+        union["ck"],
+        "--snapshot-root",
+        root,
+        "--consumer-group",
+        group,
+        *mapped_flags(union),
     )
     assert payload["starting_offsets"] == {
         "0": {orders: as_text(committed["0"][orders])},
@@ -403,7 +427,7 @@ def test_migration_validates_on_each_cluster_and_the_restart_loses_and_repeats_n
     ck = tmp_path / "ck"
     shutil.copytree(union["ck"], ck)
     archive = str(tmp_path / "archive")
-    moved = sparklag("migrate", str(ck), "--archive", archive, "--quiet-period", "0",
+    moved = sparklag("migrate", str(ck), "--archive-root", archive, "--quiet-period", "0",
                      *mapped_flags(union))  # fmt: skip
     assert moved["status"] == "completed" and not moved["refusals"] and not ck.exists()
     assert moved["starting_offsets"] == {
@@ -416,7 +440,7 @@ def test_migration_validates_on_each_cluster_and_the_restart_loses_and_repeats_n
     again = tmp_path / "again"
     shutil.copytree(union["ck"], again)
     refused = subprocess.run(
-        [str(SPARKLAG), "migrate", str(again), "--archive", archive, "--quiet-period", "0",
+        [str(SPARKLAG), "migrate", str(again), "--archive-root", archive, "--quiet-period", "0",
          "--snapshot", moved["snapshot_path"], "-b", union["a"], "--dry-run", "--json"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

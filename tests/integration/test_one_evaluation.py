@@ -88,7 +88,7 @@ def run_cli(
 ) -> dict:
     from airflow_sparklag import cli
 
-    flags = ["--max-commit-age", str(limits["max_commit_age_seconds"])] if limits else []
+    flags = ["--max-commit-age-seconds", str(limits["max_commit_age_seconds"])] if limits else []
     capsys.readouterr()
     cli.main(["status", *locations, "--bootstrap-servers", bootstrap, *flags, "--json",
               "--no-progress"])  # fmt: skip
@@ -217,7 +217,8 @@ def instant_free(value: Any, at: float) -> Any:
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
-            if key == "unknown" and isinstance(item, dict):  # the report's: why each number is
+            if key == "unknown" and isinstance(item, dict):  # why numbers are unknown: as bound
+                # to the instant as they are (a batch pace's `unknown` is one reason: kept)
                 item = {k: v for k, v in item.items() if k not in RATE_OF_INSTANT}
             if key in INSTANTS or key in RATE_OF_INSTANT:
                 continue

@@ -38,6 +38,7 @@ from airflow_sparklag.positions import REAL_TIME_AGE
 from airflow_sparklag.render import render
 from airflow_sparklag.session import Session
 from testbed import jobs
+from tests.first_check import status_at_defaults
 
 pytestmark = pytest.mark.testbed
 
@@ -188,6 +189,7 @@ def test_real_time_keeping_up_falling_behind_and_stopped(
             jobs.stop_quietly(steady)
             jobs.stop_quietly(slow)
         truth_waiting = kafka.end_offsets(topics["a"])[0] - committed_on_disk(steady_ck)
+    first_check(kafka, steady_ck, topics["a"])
     history_and_time_lag(kafka, slow_ck, topics["b"], topics["b-out"])
     assert polls["before_checkpoint"] >= 3, polls
     assert stopped.report is not None
@@ -222,6 +224,20 @@ def test_real_time_keeping_up_falling_behind_and_stopped(
     assert truths == sorted(truths) and truths[0] < truths[-1], truths
     for ours, truth in zip(real_time.checkpoint_lags[-3:], truths, strict=True):
         assert ours is not None and abs(ours - truth) <= max(10, truth // 20), (ours, truth)
+
+
+def first_check(kafka: Any, checkpoint: Path, topic: str) -> None:
+    """`sparklag status` at defaults on the stopped query: what waits as of its newest
+    checkpoint plus what came since is what waits (the producers have stopped), and the
+    reason it is STOPPED asks for no flag."""
+    first = status_at_defaults(str(checkpoint), kafka.bootstrap)
+    assert first.job is not None and first.job["error"] is None, first
+    (part,) = [
+        p for s in first.job["report"]["sources"] for t in s["topics"] for p in t["partitions"]
+    ]
+    waiting = kafka.end_offsets(topic)[0] - committed_on_disk(checkpoint)
+    assert part["lag"] + (part["since_checkpoint"] or 0) == waiting, part
+    assert first.asks_for() == set(), first.messages()
 
 
 def keeps_up(kafka: Any, query: Any, checkpoint: Path, source: str, sink: str) -> dict[str, int]:

@@ -485,13 +485,13 @@ def cli_commands(location: str, snapshots: str, archive: str) -> dict[str, list[
         "status": ["status", location],
         "status-prefix": ["status", "--prefix", location, "--no-progress"],
         "wait-health": ["wait", "health", location, *wait],
-        "wait-progress": ["wait", "progress", location, "--after-batch", "5", *wait],
+        "wait-progress": ["wait", "progress", location, "--after-batch-id", "5", *wait],
         "wait-catch-up": ["wait", "catch-up", location, "--target-time", str(time.time()), *wait],
-        "snapshot": ["snapshot", location, "--to", snapshots],
+        "snapshot": ["snapshot", location, "--snapshot-root", snapshots],
         "snapshot-group": [
             "snapshot",
             location,
-            "--to",
+            "--snapshot-root",
             snapshots,
             "--consumer-group",
             f"canary-{uuid.uuid4().hex[:6]}",
@@ -501,7 +501,7 @@ def cli_commands(location: str, snapshots: str, archive: str) -> dict[str, list[
         "migrate-dry-run": [
             "migrate",
             location,
-            "--archive",
+            "--archive-root",
             archive,
             "--dry-run",
             "--quiet-period",
@@ -936,6 +936,13 @@ class Run:
             self._seen(f"{what} XCom {key}", value)
         return result
 
+    def build(self, make: Callable[[], Any]) -> Any:
+        """The operator or sensor ``make()`` returns, or None when its constructor refused the
+        arguments (a location holding credentials is refused where the DAG is parsed): what it
+        raised is evidence like any error of the task."""
+        built = self.call("__init__", lambda _: make())
+        return None if isinstance(built, BaseException) else built
+
     def first_event(self, trigger: Any) -> dict[str, Any]:
         """The trigger's first event, as the triggerer would hand it to the task."""
 
@@ -958,25 +965,34 @@ class Run:
 def check_operator(run: Run) -> None:
     from airflow_sparklag.operators.sparklag import SparkLagCheckOperator
 
-    op = SparkLagCheckOperator(task_id="check", location=run.location, **run.conns)
-    run.call("execute", op.execute)
+    op = run.build(
+        lambda: SparkLagCheckOperator(task_id="check", location=run.location, **run.conns)
+    )
+    if op is not None:
+        run.call("execute", op.execute)
 
 
 def branch_operator(run: Run) -> None:
     from airflow_sparklag.operators.sparklag import SparkLagBranchOperator
 
-    op = SparkLagBranchOperator(
-        task_id="branch", location=run.location, default_task_id="next", **run.conns
+    op = run.build(
+        lambda: SparkLagBranchOperator(
+            task_id="branch", location=run.location, default_task_id="next", **run.conns
+        )
     )
-    run.call("choose_branch", op.choose_branch)
+    if op is not None:
+        run.call("choose_branch", op.choose_branch)
 
 
 def fleet_operator(run: Run) -> None:
     from airflow_sparklag.operators.fleet import SparkLagFleetCheckOperator
 
     for given in ({"locations": [run.location], "xcom_results": "all"}, {"prefix": run.location}):
-        op = SparkLagFleetCheckOperator(task_id="fleet", **given, **run.conns)
-        run.call(f"execute({', '.join(given)})", op.execute)
+        op = run.build(
+            lambda given=given: SparkLagFleetCheckOperator(task_id="fleet", **given, **run.conns)
+        )
+        if op is not None:
+            run.call(f"execute({', '.join(given)})", op.execute)
 
 
 def lag_sensor(run: Run, deferrable: bool) -> Any:
@@ -1022,7 +1038,9 @@ def trigger_for(sensor: Any, run: Run) -> Any:
 
 def poked(make: Callable[[Run, bool], Any]) -> Callable[[Run], None]:
     def adapter(run: Run) -> None:
-        run.call("poke", make(run, False).poke)
+        sensor = run.build(lambda: make(run, False))
+        if sensor is not None:
+            run.call("poke", sensor.poke)
 
     return adapter
 
@@ -1033,7 +1051,9 @@ def deferred(make: Callable[[Run, bool], Any]) -> Callable[[Run], None]:
     from airflow.sdk.exceptions import TaskDeferred
 
     def adapter(run: Run) -> None:
-        sensor = make(run, True)
+        sensor = run.build(lambda: make(run, True))
+        if sensor is None:
+            return
         outcome = run.call("execute", sensor.execute)
         trigger = outcome.trigger if isinstance(outcome, TaskDeferred) else None
         event = run.first_event(trigger or trigger_for(sensor, run))
@@ -1045,21 +1065,32 @@ def deferred(make: Callable[[Run, bool], Any]) -> Callable[[Run], None]:
 def snapshot_operator(run: Run) -> None:
     from airflow_sparklag.operators.snapshot import CheckpointSnapshotOperator
 
-    op = CheckpointSnapshotOperator(
-        task_id="snapshot", checkpoint_location=run.location, snapshot_root=run.snapshots,
-        consumer_group=f"canary-{uuid.uuid4().hex[:8]}", **run.conns,
-    )  # fmt: skip
-    run.call("execute", op.execute)
+    op = run.build(
+        lambda: CheckpointSnapshotOperator(
+            task_id="snapshot",
+            location=run.location,
+            snapshot_root=run.snapshots,
+            consumer_group=f"canary-{uuid.uuid4().hex[:8]}",
+            **run.conns,
+        )
+    )
+    if op is not None:
+        run.call("execute", op.execute)
 
 
 def export_operator(run: Run) -> None:
     from airflow_sparklag.operators.snapshot import ConsumerGroupExportOperator
 
-    op = ConsumerGroupExportOperator(
-        task_id="export", checkpoint_location=run.location,
-        group_id=f"canary-{uuid.uuid4().hex[:8]}", **run.conns,
-    )  # fmt: skip
-    run.call("execute", op.execute)
+    op = run.build(
+        lambda: ConsumerGroupExportOperator(
+            task_id="export",
+            location=run.location,
+            consumer_group=f"canary-{uuid.uuid4().hex[:8]}",
+            **run.conns,
+        )
+    )
+    if op is not None:
+        run.call("execute", op.execute)
 
 
 def migration_operator(run: Run) -> None:
@@ -1067,12 +1098,19 @@ def migration_operator(run: Run) -> None:
     archive are written and read back), a dry run elsewhere."""
     from airflow_sparklag.operators.snapshot import CheckpointMigrationOperator
 
-    op = CheckpointMigrationOperator(
-        task_id="migrate", checkpoint_location=run.location, archive_root=run.archive,
-        snapshot_root=run.snapshots, quiet_period=0,
-        dry_run=run.scenario.storage not in ("local", "s3"), **run.conns,
-    )  # fmt: skip
-    run.call("execute", op.execute)
+    op = run.build(
+        lambda: CheckpointMigrationOperator(
+            task_id="migrate",
+            location=run.location,
+            archive_root=run.archive,
+            snapshot_root=run.snapshots,
+            quiet_period=0,
+            dry_run=run.scenario.storage not in ("local", "s3"),
+            **run.conns,
+        )
+    )
+    if op is not None:
+        run.call("execute", op.execute)
 
 
 def hook_calls(run: Run) -> None:

@@ -58,7 +58,7 @@ def test_snapshot_export_and_migration_operators_on_s3(spark, kafka, topic, s3, 
 
     snap = CheckpointSnapshotOperator(
         task_id="snap",
-        checkpoint_location=location,
+        location=location,
         snapshot_root=f"{base}/snapshots",
         consumer_group=f"spark-{topic}",
         **connections,
@@ -69,20 +69,20 @@ def test_snapshot_export_and_migration_operators_on_s3(spark, kafka, topic, s3, 
     assert sum(snap["starting_offsets"]["0"][topic].values()) == 40
 
     export = ConsumerGroupExportOperator(
-        task_id="export", checkpoint_location=location, group_id=f"spark-{topic}", **connections
+        task_id="export", location=location, consumer_group=f"spark-{topic}", **connections
     ).execute({})["results"][0]
     assert export["total_lag"] == 5 and export["committed_batch_id"] == snap["committed_batch_id"]
 
     with pytest.raises(AirflowFailException, match="JobStillRunning"):
         CheckpointMigrationOperator(
             task_id="migrate",
-            checkpoint_location=location,
+            location=location,
             archive_root=f"{base}/archive",
             **connections,
         ).execute({})
     result = CheckpointMigrationOperator(
         task_id="migrate",
-        checkpoint_location=location,
+        location=location,
         archive_root=f"{base}/archive",
         snapshot=snap["path"],
         quiet_period=0,
@@ -101,16 +101,19 @@ def test_cli_snapshot_and_migrate_dry_run(spark, kafka, topic, tmp_path, capsys)
     jobs.run_available_now(df, location)
     servers = ["--bootstrap-servers", kafka.bootstrap]
 
-    assert main(["snapshot", location, "--to", str(tmp_path / "snaps"), "--json", *servers]) == 0
+    assert (
+        main(["snapshot", location, "--snapshot-root", str(tmp_path / "snaps"), "--json", *servers])
+        == 0
+    )
     (written,) = json.loads(capsys.readouterr().out)["results"]
     assert os.path.exists(written["path"])
 
     archive = str(tmp_path / "archive")
     # Just stopped: refused by the quiet period; the dry run says so and changes nothing.
-    assert main(["migrate", location, "--archive", archive, "--dry-run", *servers]) == 5
+    assert main(["migrate", location, "--archive-root", archive, "--dry-run", *servers]) == 5
     assert "REFUSED     JobStillRunning" in capsys.readouterr().out
     code = main(
-        ["migrate", location, "--archive", archive, "--quiet-period", "0", "--json", *servers]
+        ["migrate", location, "--archive-root", archive, "--quiet-period", "0", "--json", *servers]
     )
     assert code == 0
     (done,) = json.loads(capsys.readouterr().out)["results"]

@@ -24,6 +24,7 @@ from airflow_sparklag.model.report import LagReport
 from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckResult, check_checkpoint
 from testbed import jobs
+from tests.first_check import status_at_defaults
 
 pytestmark = pytest.mark.testbed
 
@@ -112,13 +113,33 @@ def test_without_the_pattern_the_report_says_what_it_cannot_know(stopped, kafka)
 
 
 def test_the_cli_shows_the_note_and_takes_the_pattern(stopped, kafka, capsys):
-    base = ["status", stopped["ck"], "--bootstrap-servers", kafka.bootstrap, "--max-total-lag"]
+    base = [
+        "status",
+        stopped["ck"],
+        "--bootstrap-servers",
+        kafka.bootstrap,
+        "--max-lag-records-total",
+    ]
     assert cli.main([*base, "500"]) == 0
     assert f"note        {UNREAD_TOPICS}" in capsys.readouterr().out
     assert cli.main([*base, "500", "--subscribe-pattern", stopped["pattern"], "--json"]) == 1
     (job,) = json.loads(capsys.readouterr().out)["results"]
     assert job["report"]["total_lag"] == 800
     assert job["report"]["subscribe_pattern"] == stopped["pattern"]
+
+
+def test_first_check_of_a_pattern_query(stopped, kafka):
+    """At defaults: the topics in the checkpoint exact, and one message naming the flag that
+    counts the topics it cannot know of (--subscribe-pattern)."""
+    a, b, z, _c, _x = stopped["topics"]
+    first = status_at_defaults(stopped["ck"], kafka.bootstrap)
+    lags = first.lags()
+    assert {t: sum(n for (topic, _), n in lags.items() if topic == t) for t in (a, b, z)} == {
+        a: 300,
+        b: 0,
+        z: 0,
+    }, lags
+    assert first.asks_for() == {"--subscribe-pattern"}, first.messages()
 
 
 def test_internal_topics_are_never_matched(kafka):
@@ -188,6 +209,9 @@ def test_an_assign_query_is_measured_on_its_partitions_only(spark, kafka, tmp_pa
     assert unsaid.report.total_lag == 9 + 10 + 6  # partition 2, from its start
     (note,) = [n for n in unsaid.report.notes if "partitions not in the checkpoint" in n]
     assert f"({topic}:2)" in note and "--assign" in note
+    first = status_at_defaults(ck, kafka.bootstrap)  # the same, from the command line
+    assert sum(first.lags().values()) == 9 + 10 + 6
+    assert first.asks_for() == {"--assign"}, first.messages()
     assert jobs.run_available_now_rows(assigned(), ck) == 9
     assert check(kafka, ck, assign=True).report.total_lag == 0
 
@@ -209,7 +233,7 @@ def test_a_gap_in_the_partitions_shows_an_assign_query_at_defaults(spark, kafka,
     (note,) = [n for n in result.report.notes if "not read" in n]
     assert note.startswith(f"partitions not read by the query, not counted: {topic}:1;")
     assert not any("--assign" in n for n in result.report.notes)
-    base = ["status", ck, "--bootstrap-servers", kafka.bootstrap, "--max-total-lag", "500"]
+    base = ["status", ck, "--bootstrap-servers", kafka.bootstrap, "--max-lag-records-total", "500"]
     cli.main(base)
     assert f"note        {note}" in capsys.readouterr().out
     cli.main([*base, "--json"])

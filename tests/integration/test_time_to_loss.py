@@ -24,6 +24,7 @@ from airflow_sparklag.model.verdict import Health, Thresholds
 from airflow_sparklag.monitor import CheckOptions, check
 from airflow_sparklag.session import Session
 from testbed import jobs
+from tests.first_check import status_at_defaults
 
 pytestmark = pytest.mark.testbed
 
@@ -51,6 +52,12 @@ def test_time_to_loss_is_a_lower_bound_of_when_data_loss_is_reported(spark, kafk
     jobs.run_available_now(stream, ck)  # committed 10 on each topic
     for name in (topic, kept, compacted):
         kafka.produce(name, 5, start=100)  # 5 wait on each
+    # A first check at defaults: a compacted topic's lag too is its end offset minus the
+    # committed one. Three topics named alike (ttl-...) may be a pattern's: the one thing
+    # asked is that pattern, should there be one.
+    first = status_at_defaults(ck, kafka.bootstrap)
+    assert first.lags() == {(name, 0): 5 for name in (topic, kept, compacted)}, first
+    assert first.asks_for() == {"--subscribe-pattern"}, first.messages()
 
     stop = threading.Event()
 
@@ -113,16 +120,16 @@ def test_cli_prints_the_time_to_loss_and_fails_on_its_threshold(spark, kafka, tm
     kafka.produce(topic, 4)
 
     def status(*flags: str) -> subprocess.CompletedProcess[str]:
-        command = [str(SPARKLAG), "status", ck, "-b", kafka.bootstrap, "--exact", *flags]
+        command = [str(SPARKLAG), "status", ck, "-b", kafka.bootstrap, "--exact-time-lag", *flags]
         return subprocess.run(command, capture_output=True, text=True, timeout=90)
 
     text = status()
     assert text.returncode == 0, text.stdout + text.stderr
     assert "data loss   the oldest unread records are deleted in" in text.stdout, text.stdout
-    breach = status("--min-time-to-loss", "1h", "--json")
+    breach = status("--min-time-to-loss-seconds", "1h", "--json")
     assert breach.returncode == 1, breach.stdout + breach.stderr
     verdict = json.loads(breach.stdout)["results"][0]["verdict"]
     assert verdict["rule"] == "time_to_data_loss", verdict
     assert "retention deletes unread records in" in verdict["reason"], verdict
-    ok = status("--min-time-to-loss", "5m")
+    ok = status("--min-time-to-loss-seconds", "5m")
     assert ok.returncode == 0, ok.stdout + ok.stderr

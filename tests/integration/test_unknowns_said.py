@@ -31,8 +31,8 @@ def one_batch(spark, kafka, tmp_path_factory):  # type: ignore[no-untyped-def]
 
 def status(kafka, ck: str, capsys, *flags: str) -> str:  # type: ignore[no-untyped-def]
     # A day's commit age decides STOPPED: the verdict must not depend on when the test runs.
-    cli.main(["status", ck, "--bootstrap-servers", kafka.bootstrap, "--max-commit-age", "86400",
-              *flags])  # fmt: skip
+    cli.main(["status", ck, "--bootstrap-servers", kafka.bootstrap,
+              "--max-commit-age-seconds", "86400", *flags])  # fmt: skip
     return str(capsys.readouterr().out)
 
 

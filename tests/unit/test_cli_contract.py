@@ -44,21 +44,21 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 @pytest.mark.parametrize(
     "args",
     [
-        ["status", "/x", "-b", "b:1", "--max-lag", "-5"],
+        ["status", "/x", "-b", "b:1", "--max-lag-records-per-partition", "-5"],
         ["status", "/x", "-b", "b:1", "--max-lag-seconds", "nan"],
-        ["status", "/x", "-b", "b:1", "--max-commit-age", "-1m"],
+        ["status", "/x", "-b", "b:1", "--max-commit-age-seconds", "-1m"],
         ["status", "/x", "-b", "b:1", "--window", "1"],
         ["status", "/x", "-b", "b:1", "--history", "0"],
         ["status", "/x", "-b", "b:1", "--timeout", "inf"],
         ["status", "/x"],  # no bootstrap servers
         ["status", "-b", "b:1"],  # no checkpoint
         ["status", "/x", "--kafka-config", "/does/not/exist"],
-        ["migrate", "/x", "--archive", "/a", "-b", "b:1", "--quiet-period", "nan"],
-        ["migrate", "/x", "--archive", "/a", "-b", "b:1", "--quiet-period", "-60"],
+        ["migrate", "/x", "--archive-root", "/a", "-b", "b:1", "--quiet-period", "nan"],
+        ["migrate", "/x", "--archive-root", "/a", "-b", "b:1", "--quiet-period", "-60"],
         ["wait", "health", "/x", "-b", "b:1", "--accept", "HEALTHY"],
         ["wait", "catch-up", "/x", "-b", "b:1"],  # no --target-time
         ["wait", "catch-up", "/x", "-b", "b:1", "--target-time", "0001-01-01"],
-        ["wait", "progress", "/x", "-b", "b:1", "--after-time", "1e20"],
+        ["wait", "progress", "/x", "-b", "b:1", "--after-commit-time", "1e20"],
         ["status", "--prefix", "/x", "-b", "b:1", "--max-depth", "-1"],
         ["status", "/x", "-b", "127.0.0.1:99999"],  # librdkafka dialled port 34463
         ["status", "/x", "-b", ",,"],
@@ -139,7 +139,7 @@ def test_an_unusable_aws_setup_is_a_configuration_error(
     [
         ["wait", "progress", "s3a://b/ck", "--max-wait", "1"],
         ["history", "s3a://b/ck"],
-        ["snapshot", "s3a://b/ck", "--to", "/nowhere"],
+        ["snapshot", "s3a://b/ck", "--snapshot-root", "/nowhere"],
         ["serve", "s3a://b/ck", "--once"],
     ],
 )
@@ -179,10 +179,10 @@ def test_version() -> None:
 
 
 def test_wait_for_progress_done_and_given_up(files: dict[str, str]) -> None:
-    done = run("wait", "progress", files["job"], *NO_KAFKA, "--after-batch", "2")
+    done = run("wait", "progress", files["job"], *NO_KAFKA, "--after-batch-id", "2")
     assert done.returncode == 0, done.stderr  # the sample committed batch 3
     gave_up = run(
-        "wait", "progress", files["job"], *NO_KAFKA, "--after-batch", "3",
+        "wait", "progress", files["job"], *NO_KAFKA, "--after-batch-id", "3",
         "--poll-interval", "0.2", "--max-wait", "1",
     )  # fmt: skip
     assert gave_up.returncode == 75, gave_up.stderr
@@ -208,7 +208,7 @@ def test_userinfo_in_bootstrap_servers_is_refused_unprinted(
 ) -> None:
     # Was printed in the KafkaUnavailable message: "Kafka bootstrap servers alice:<pw>@..."
     secret = "CANARY-cli-bootstrap-91c2"
-    extra = ["--to", files["job"] + "-snapshots"] if command == "snapshot" else []
+    extra = ["--snapshot-root", files["job"] + "-snapshots"] if command == "snapshot" else []
     proc = run(command, files["job"], "-b", f"alice:{secret}@127.0.0.1:1", *extra)
     assert secret not in proc.stdout + proc.stderr
     assert proc.returncode == 64 and "holds user info" in proc.stderr, proc.stdout + proc.stderr

@@ -21,10 +21,10 @@ GROUPS = {
     "serve": [*COMMON, "exporter", cli.THRESHOLDS],
 }
 DURATIONS = {
-    "status": ["--timeout", "--max-lag-seconds", "--max-commit-age", "--runs-every"],
-    "wait": ["--poll-interval", "--max-wait", "--min-time-to-loss"],
+    "status": ["--timeout", "--max-lag-seconds", "--max-commit-age-seconds", "--runs-every"],
+    "wait": ["--poll-interval", "--max-wait", "--min-time-to-loss-seconds"],
     "migrate": ["--quiet-period"],
-    "serve": ["--interval", "--rediscover", "--max-in-flight"],
+    "serve": ["--interval", "--rediscover", "--max-in-flight-seconds"],
 }
 
 
@@ -125,8 +125,11 @@ def test_a_mistyped_flag_or_choice_gets_a_suggestion(
             ["status", "/x", "-b", "b:1", "--max-lag-seconds", "5x"],
             "argument --max-lag-seconds: must be a duration such as 60, 90s, 5m or 1h, got '5x'",
         ),
-        (["status", "/x", "-b", "b:1", "--max-lag", "-5"], "argument --max-lag: must be 0 or"),
-        (["migrate", "/x", "-b", "b:1"], "the following arguments are required: --archive"),
+        (
+            ["status", "/x", "-b", "b:1", "--max-lag-records-per-partition", "-5"],
+            "argument --max-lag-records-per-partition: must be 0 or",
+        ),
+        (["migrate", "/x", "-b", "b:1"], "the following arguments are required: --archive-root"),
     ],
 )
 def test_a_bad_value_says_its_reason_first_then_one_usage_line(

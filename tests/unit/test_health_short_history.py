@@ -91,7 +91,8 @@ def test_the_issue_case_reads_as_it_should() -> None:
     assert verdict.reason == (
         "not enough history to judge (1 batch with a time in the window, 3 needed): no "
         "commit for 684 s while 200 record(s) wait, the oldest for 680 s (more than 30 s); "
-        "declare runs_every or max_commit_age_seconds to judge it"
+        "to judge it declare runs_every (--runs-every) if it runs on a schedule, else "
+        "max_commit_age_seconds (--max-commit-age-seconds)"
     )
     assert Health.UNKNOWN.exit_code == 3 and not Health.UNKNOWN.is_breach
 

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from airflow_sparklag.health import ages_time_to_loss, evaluate, rule_time_to_loss
+from airflow_sparklag.health import LOSS_NEXT_STEP, ages_time_to_loss, evaluate, rule_time_to_loss
 from airflow_sparklag.model.report import PartitionLag
 from airflow_sparklag.model.verdict import Health, Thresholds
 from tests.unit.test_health_support import NOW, part, report
@@ -70,7 +70,7 @@ def test_the_reason_says_when_against_which_bound() -> None:
 
 
 def test_a_worse_verdict_names_the_time_to_loss() -> None:
-    """STOPPED wins, and its reason says when records are deleted."""
+    """STOPPED wins, and its reason says when records are deleted and what to do."""
     stopped = report(waiting(40.0, 360.0, lag_seconds=320.0), batch_ages=(400.0, 390.0, 380.0))
     verdict = evaluate(
         dataclasses.replace(stopped, min_time_to_loss_seconds=40.0),
@@ -78,7 +78,7 @@ def test_a_worse_verdict_names_the_time_to_loss() -> None:
         now=NOW,
     )
     assert verdict.health is Health.STOPPED
-    assert verdict.reason.endswith("; retention deletes unread records in 40 s")
+    assert verdict.reason.endswith(f"; retention deletes unread records in 40 s: {LOSS_NEXT_STEP}")
 
 
 def test_ages_are_declared_where_the_estimate_cannot_date_a_waiting_record() -> None:

@@ -262,8 +262,8 @@ def test_cli_source_servers_keep_the_rest_of_the_kafka_config(tmp_path) -> None:
     )
     with pytest.raises(InvalidParameter, match="--source-servers: source 1 is given twice"):
         cli.open_session(twice)
-    for command in (["snapshot", "/ck", "--to", "/s"], ["migrate", "/ck", "--archive", "/a"],
-                    ["history", "/ck"]):  # fmt: skip
+    for command in (["snapshot", "/ck", "--snapshot-root", "/s"],
+                    ["migrate", "/ck", "--archive-root", "/a"], ["history", "/ck"]):  # fmt: skip
         args = cli.build_parser().parse_args([*command, "-b", A, "--source-servers", f"1={B}"])
         with cli.open_session(args) as session:
             assert session.cluster_of("1") == 1

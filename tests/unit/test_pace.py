@@ -84,6 +84,7 @@ def test_the_batch_in_flight_and_a_gap_in_the_ids() -> None:
     listed = [*on_trigger([2.0] * 3), (3, 1030.0, None)]  # batch 3 planned, not committed
     pace = pace_of(listed)
     assert pace is not None and pace.batch_ids == (0, 1, 2)
+    assert pace.batch_starts == (1000.0, 1010.0, 1020.0)  # offsets/N written: the chart's x
     assert pace.interval_seconds == pytest.approx(10.0)  # 2 -> 3 counts: it waited
     purged = [(0, 1000.0, 1002.0), (5, 1050.0, 1052.0), (6, 1060.0, 1062.0)]
     assert pace_of(purged).interval_seconds is None  # type: ignore[union-attr]

@@ -139,7 +139,7 @@ def test_provider_info_passes_airflows_schema_and_registers_sparklag() -> None:
     assert connection_type["hook-class-name"] == "airflow_sparklag.hooks.sparklag.SparkLagHook"
     fields = connection_type["conn-fields"]
     assert list(fields) == [
-        "kafka_conn_id",
+        "kafka_config_id",
         "aws_conn_id",
         "webhdfs_conn_id",
         "gcp_conn_id",
