@@ -12,6 +12,7 @@ each job's evidence holds, and which rule asked for it, is ``Evidence.reads``.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -78,6 +79,8 @@ class Evidence:
     ends: dict[float | None, Offsets | None] = field(default_factory=dict)
     all_ends: bool = False  # as of every checkpoint of the history, not only the newest
     reads: list[Read] = field(default_factory=list)
+    # ``positions.measure`` of what it held then: (state, stamps, stepped) -> the positions.
+    measured: tuple[tuple[Any, ...], LagReport] | None = None
 
     def read(self, what: str, asked_by: Iterable[str] = ()) -> None:
         self.reads.append(Read(what, tuple(asked_by)))
@@ -192,10 +195,18 @@ class _Check:
             return [job.ends.get(t) for t in times]
         return [*([None] * (len(times) - 1)), job.ends.get(times[-1])]
 
+    def positions(self, job: Evidence) -> LagReport:
+        """``positions.measure`` of what ``job`` holds, made again only once it holds more (a
+        newer state, record timestamps, offsets/C-1): the tiers and the judgment share it."""
+        held = (job.state, job.stamps, job.stepped)
+        if job.measured is None or not all(map(operator.is_, job.measured[0], held)):
+            arguments = self._arguments(job)
+            job.measured = (held, measure(job.state, self.snapshots[0], **arguments))
+        return job.measured[1]
+
     def measure(self, job: Evidence) -> LagReport:
         """``job``'s positions so far (``positions.measure``): what the plan looks at."""
-        arguments = self._arguments(job)
-        report = measure(job.state, self.snapshots[0], **arguments)
+        report = self.positions(job)
         ends = self._checkpoint_ends(job, report)
         report = report if ends is None else as_of_checkpoint(report, ends)
         return report if job.retention is None else with_time_to_loss(report, job.retention)
@@ -261,6 +272,7 @@ class _Check:
                 **self._arguments(job),
                 answers=answers,
                 thresholds=self.options.thresholds,
+                measured=self.positions(job),
             )
             verdict = evaluate(report, self.options.thresholds, now=self.now)
             results[loc] = CheckResult(report, verdict, loc, evidence=tuple(job.reads))

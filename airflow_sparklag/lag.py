@@ -58,18 +58,20 @@ def compute_lag(
     *,
     answers: Answers | None = None,
     thresholds: Thresholds | None = None,
+    measured: LagReport | None = None,
     **how: Unpack[Measuring],
 ) -> LagReport:
     """The lag report of the query in `state` against the log in `snapshot`, at `now`
     (default: the snapshot's `fetched_at`): :func:`measure`'s positions and ages, with what
     ``answers`` adds; with ``thresholds``, when each lag threshold is crossed at the current
     rates (forecast.py). A check makes it once per job, from the whole evidence.
+    ``measured``: :func:`measure` of these same arguments, when a check's tiers already made it.
 
     >>> report = compute_lag(state, snapshot, read_committed=True)   # doctest: +SKIP
     >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
     """
     answers = answers or Answers()
-    report = measure(state, snapshot, **how)
+    report = measure(state, snapshot, **how) if measured is None else measured
     report = dataclasses.replace(report, notes=_notes(report, how.get("source_starts")))
     if answers.checkpoint_ends:
         report = as_of_checkpoint(report, answers.checkpoint_ends)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from airflow_sparklag import health, lag
+from airflow_sparklag import health, judge, lag, positions
 from airflow_sparklag.model.result import CheckResult
 from airflow_sparklag.model.verdict import Thresholds
 from airflow_sparklag.monitor import CheckOptions, check_many
@@ -38,8 +38,13 @@ from tests.unit.test_check_requests_shapes import shape
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[tuple[str, str]]:
     """(function, job location) -> calls, for ``compute_lag`` and ``evaluate``."""
+    return _counted(monkeypatch, {"compute_lag": lag.compute_lag, "evaluate": health.evaluate})
+
+
+def _counted(
+    monkeypatch: pytest.MonkeyPatch, originals: dict[str, Any]
+) -> collections.Counter[tuple[str, str]]:
     counted: collections.Counter[tuple[str, str]] = collections.Counter()
-    originals = {"compute_lag": lag.compute_lag, "evaluate": health.evaluate}
 
     def counting(name: str) -> Any:
         original = originals[name]
@@ -87,6 +92,29 @@ def test_each_job_is_measured_and_judged_once(
         assert result.error is None
         assert calls[("compute_lag", location)] == 1, location
         assert calls[("evaluate", location)] == 1, location
+
+
+def test_positions_are_measured_again_only_when_the_evidence_grew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``positions.measure`` (most of a check's CPU per job) runs once per evidence it is
+    given: again after a read that changes it (older batches, record timestamps), not for the
+    retention, Kafka's answers or the final report."""
+    seen: list[tuple[Any, ...]] = []  # holds the states: no id is reused while it runs
+
+    def measure(state: Any, snapshot: Any, **how: Any) -> Any:
+        seen.append((state, repr(how["record_timestamps"]), how["estimate_ages"]))
+        return positions.measure(state, snapshot, **how)
+
+    for module in (judge, lag):
+        monkeypatch.setattr(module, "measure", measure)
+    locations, jobs = _fleet(tmp_path, range(30))
+    for location in locations:
+        ends, starts, rate, options = jobs[location]
+        with Session(kafka_client=cluster(dict(ends), dict(starts), rate)) as session:
+            check_many(session, [location], options, now=NOW)
+    evidence = [(id(state), *rest) for state, *rest in seen]
+    assert len(set(evidence)) == len(evidence) > len(locations)
 
 
 def test_a_fleet_is_measured_and_judged_once_per_job(
