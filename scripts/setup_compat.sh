@@ -80,9 +80,9 @@ make_venv() {  # make_venv NAME PYTHON CONSTRAINTS SPEC...: stamped on pyproject
 }
 
 make_venv airflow-2.11 "$(python_for 3.11)" constraints-airflow2.11.txt \
-  -e '.[airflow-amazon,spark]' "${CORE_TOOLS[@]}"
+  -e '.[airflow-amazon,spark,exporter]' "${CORE_TOOLS[@]}"
 make_venv airflow-3.0 "$(python_for 3.12)" constraints-airflow3.0.txt \
-  -e '.[airflow-amazon,spark]' "${CORE_TOOLS[@]}"
+  -e '.[airflow-amazon,spark,exporter]' "${CORE_TOOLS[@]}"
 for py in 3.10 3.13; do
   make_venv "py$py" "$(python_for "$py")" constraints-core.txt \
     -e ".[$CORE_EXTRAS]" "${CORE_REQUIREMENTS[@]}"

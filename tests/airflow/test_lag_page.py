@@ -587,7 +587,7 @@ def test_job_view_charts_each_batch_time_against_the_trigger(spark, kafka, kafka
         finally:
             jobs.stop_quietly(query)
     json.dumps(payload, allow_nan=False)  # what XCom stores
-    pace = payload["report"]["pace"]
+    pace = payload["results"][0]["report"]["pace"]
     assert len(pace["batch_times"]) == len(pace["batch_starts_ms"]) >= 5, pace
     assert pace["interval_seconds"] is not None and abs(pace["interval_seconds"] - 3) < 0.5, pace
     at = datetime.now(timezone.utc)

@@ -41,7 +41,7 @@ def test_a_one_topic_subscribe_job_gets_no_topics_note(one_batch, kafka, capsys)
     assert "lag         25 records" in text
     assert UNREAD_TOPICS not in text and "note  " not in text, text
     payload = json.loads(status(kafka, one_batch["ck"], capsys, "--json"))
-    (job,) = payload if isinstance(payload, list) else [payload]
+    (job,) = payload["results"]
     assert job["report"]["notes"] == []
 
 
@@ -50,7 +50,7 @@ def test_an_unknown_catch_up_says_why_in_the_table_and_in_json(one_batch, kafka,
     text = status(kafka, one_batch["ck"], capsys)
     assert f"catch-up    unknown: {ONE_BATCH}" in text, text
     payload = json.loads(status(kafka, one_batch["ck"], capsys, "--json"))
-    (job,) = payload if isinstance(payload, list) else [payload]
+    (job,) = payload["results"]
     report = job["report"]
     assert report["catch_up_seconds"] is None
     assert report["unknown"]["catch_up_seconds"] == ONE_BATCH
