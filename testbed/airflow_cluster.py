@@ -237,14 +237,22 @@ class AirflowCluster:
         if auth:
             headers["Authorization"] = f"Bearer {self.token()}"
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data, headers, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                text = response.read().decode()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:2000]
-            raise ValueError(f"{method} {path}: HTTP {exc.code}: {detail}") from None
-        return json.loads(text) if text else None
+        # A GET answered 5xx is asked again (twice, 2 s apart): on a loaded machine the API
+        # server's SQLite can be busy for a moment (seen once: HTTP 500 on upstreamAssetEvents
+        # in a fresh-clone run that passed alone); a 4xx, or a write, is never repeated.
+        for attempt in range(3 if method == "GET" else 1):
+            request = urllib.request.Request(self.url + path, data, headers, method=method)
+            try:
+                with urllib.request.urlopen(request, timeout=timeout) as response:
+                    text = response.read().decode()
+                return json.loads(text) if text else None
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode(errors="replace")[:2000]
+                error = ValueError(f"{method} {path}: HTTP {exc.code}: {detail}")
+                if exc.code < 500 or attempt == 2 or method != "GET":
+                    raise error from None
+            time.sleep(2)
+        raise AssertionError("unreachable")
 
     def token(self) -> str:
         """A JWT of the admin user (the simple auth manager's POST /auth/token)."""
