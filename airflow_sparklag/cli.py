@@ -714,14 +714,15 @@ def main(argv: list[str] | None = None) -> int:
     args: argparse.Namespace | None = None
 
     def say(message: str, code: int) -> int:
+        said = printable(scrub(in_cli_words(message), secrets))  # stdout's and stderr's words
         if (
             code in (EXIT_CHECK_FAILED, EXIT_REFUSED)  # a failed check, not a usage error
             and args is not None
             and getattr(args, "json", False)
             and args.command in DOCUMENTED
         ):
-            print_document(args, failure_document(args, in_cli_words(message)))
-        print(f"sparklag: {printable(scrub(in_cli_words(message), secrets))}", file=sys.stderr)
+            print_document(args, failure_document(args, said))
+        print(f"sparklag: {said}", file=sys.stderr)
         return code
 
     try:

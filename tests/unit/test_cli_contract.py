@@ -263,3 +263,28 @@ def test_names_a_terminal_would_obey_are_shown_escaped(tmp_path: Path) -> None:
 def test_the_worst_verdict_is_the_one_to_act_on_first(verdicts: str, worst: str) -> None:
     assert Health.worst(Health(v) for v in verdicts.split()) is Health(worst)
     assert Health.worst([]) is None
+
+
+def test_a_failure_document_says_what_stderr_says_and_no_secret(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --json a failed command's document carries the line stderr shows, and neither
+    holds a secret nor a location's credentials (stdout is scrubbed as stderr is). A bug of
+    ours whose message quotes a secret is a fault no real input causes: the command is
+    replaced by one that raises it."""
+    import json
+
+    from airflow_sparklag import cli
+
+    def broken(args: object) -> int:
+        args.secrets.append("s3cr3t-value")  # type: ignore[attr-defined]
+        raise RuntimeError("boom near s3cr3t-value")
+
+    monkeypatch.setitem(cli.COMMANDS, "history", broken)
+    code = cli.main(["history", "s3a://AKIAX:hidden-key@bucket/ck", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 4
+    assert "s3cr3t-value" not in out + err and "hidden-key" not in out + err
+    (result,) = json.loads(out)["results"]
+    assert result["location"] == "s3a://bucket/ck"
+    assert err.strip() == f"sparklag: {result['error']}"
