@@ -19,17 +19,6 @@ from urllib.parse import urlsplit
 
 from airflow_sparklag.errors import InvalidParameter, UnsupportedStorageURL
 
-__all__ = [
-    "HDFS_SCHEMES",
-    "LOCAL_SCHEMES",
-    "S3_SCHEMES",
-    "Location",
-    "join",
-    "scheme_of",
-    "trim_location",
-    "url_parts",
-]
-
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 HDFS_SCHEMES = frozenset({"hdfs", "webhdfs"})
 LOCAL_SCHEMES = frozenset({"", "file"})

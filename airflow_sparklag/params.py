@@ -35,36 +35,6 @@ from airflow_sparklag.errors import InvalidParameter, UnsupportedStorageURL, Usa
 from airflow_sparklag.location import Location
 from airflow_sparklag.model.verdict import Health, Thresholds
 
-__all__ = [
-    "batches",
-    "boolean",
-    "conn_id",
-    "count",
-    "duration",
-    "health_names",
-    "location",
-    "locations",
-    "mapping",
-    "moment",
-    "option",
-    "optional_boolean",
-    "optional_count",
-    "optional_duration",
-    "optional_location",
-    "optional_positive_duration",
-    "optional_text",
-    "options",
-    "positive_duration",
-    "ratio",
-    "renamed",
-    "source_assignment",
-    "source_map",
-    "strings",
-    "text",
-    "threshold_reader",
-    "thresholds",
-]
-
 TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
 FALSE_WORDS = frozenset({"false", "no", "off", "0"})
 NONE_WORDS = frozenset({"", "none", "null"})

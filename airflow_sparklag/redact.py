@@ -13,18 +13,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = [
-    "MASK",
-    "SAFE_KAFKA_KEYS",
-    "SECRET_MARKERS",
-    "is_secret_key",
-    "kafka_secrets",
-    "redact_kafka_config",
-    "redact_url",
-    "scrub",
-    "secret_parts",
-]
-
 MASK = "***"
 
 # A setting whose name contains one of these (any case) holds a secret. For Kafka settings the

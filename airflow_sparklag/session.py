@@ -30,15 +30,6 @@ if TYPE_CHECKING:
     from airflow_sparklag.kafka import KafkaOffsetsClient
     from airflow_sparklag.kafka_model import KafkaOffsets
 
-__all__ = [
-    "DEFAULT_KAFKA_TIMEOUT",
-    "SHARED_CLIENTS",
-    "ClientCache",
-    "Session",
-    "SourceClusters",
-    "StorageOptions",
-    "build_kafka_client",
-]
 
 DEFAULT_KAFKA_TIMEOUT = 10.0  # seconds any one Kafka request may take
 SHARED_CLIENTS_MAX = 32  # clients (S3 and Kafka together) a process keeps in the shared cache

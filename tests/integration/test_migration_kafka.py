@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_sparklag.consumer_group import ConsumerGroupActive, export_offsets
+from airflow_sparklag.errors import ConsumerGroupActive, export_offsets
 from airflow_sparklag.migration import (
     DataLossRefused,
     TopicGone,
