@@ -27,6 +27,7 @@ import datetime
 import json
 import math
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -458,17 +459,10 @@ class FlagType:
         self.read = read
 
     def __call__(self, text: str) -> Any:
-        import argparse
-
         try:
-            return self.read(f"--{self.__name__.replace('_', '-')}", text)
+            return self.read(flag_of(self.__name__), text)
         except InvalidParameter as exc:  # argparse names the flag itself
             raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
-
-
-def flag_type(name: str, read: Callable[[str, Any], Any]) -> FlagType:
-    """An argparse type from a reader of this module: the error names the flag."""
-    return FlagType(name, read)
 
 
 DURATION_READERS = (duration, positive_duration, optional_duration, optional_positive_duration)
@@ -552,8 +546,6 @@ RENAMED_FLAGS = {
 def renamed_flags(prog: str, args: Iterable[str]) -> list[str]:
     """``args`` with each old flag (:data:`RENAMED_FLAGS`, also as ``--flag=value``) given
     its new name, saying so on stderr, once a flag."""
-    import sys
-
     result: list[str] = []
     said: set[str] = set()
     for arg in args:
@@ -577,8 +569,6 @@ class FlagParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
-        import sys
-
         args = renamed_flags(self.prog, sys.argv[1:] if args is None else args)
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
@@ -630,9 +620,9 @@ def option_flags(command: Any, kind: type, group: str | None = None) -> None:
         if read in (boolean, optional_boolean):
             spec.update(action="store_true", default=default)
         elif read is locations:
-            spec.update(action="append", type=flag_type(f.name, location), default=list(default))
+            spec.update(action="append", type=FlagType(f.name, location), default=list(default))
         else:
-            spec.update(type=flag_type(f.name, read), default=default)
+            spec.update(type=FlagType(f.name, read), default=default)
         target.add_argument(flag, **spec)
 
 
@@ -660,7 +650,7 @@ def connection_flags(command: Any, *bootstrap: str) -> None:
     kafka.add_argument(
         "--source-servers",
         action="append",
-        type=flag_type("source_servers", source_assignment),
+        type=FlagType("source_servers", source_assignment),
         metavar="SOURCE=SERVERS",
         help="measure a source (its index or name) against another cluster, the rest of "
         "--kafka-config unchanged; repeatable (docs/multi-cluster.md)",

@@ -458,7 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--thresholds",
-        type=params.flag_type("thresholds", params.thresholds),
+        type=params.FlagType("thresholds", params.thresholds),
         default=Thresholds(),
         help="JSON object of health thresholds",
     )
