@@ -24,6 +24,7 @@ import ast
 import contextlib
 import dataclasses
 import datetime
+import difflib
 import json
 import math
 import re
@@ -367,8 +368,6 @@ def threshold_reader(key: str) -> Callable[[str, Any], Any]:
 
 def _unknown_key(name: str, key: str, known: Iterable[str]) -> InvalidParameter:
     """The error for an unknown key: the closest known one suggested, then all of them."""
-    import difflib
-
     close = difflib.get_close_matches(key, list(known), n=1)
     hint = f"; did you mean {close[0]}?" if close else ""
     return invalid(name, f"unknown threshold {key!r}{hint} (known: {', '.join(sorted(known))})")
@@ -581,8 +580,6 @@ class FlagParser(argparse.ArgumentParser):
 
     def _did_you_mean(self, message: str) -> str:
         """``; did you mean --max-lag-seconds?`` for an unknown flag or choice close to one."""
-        import difflib
-
         if message.startswith("unrecognized arguments: "):
             words = [w.split("=")[0] for w in message.split(": ", 1)[1].split() if w[:1] == "-"]
             known = list(self._option_string_actions)
