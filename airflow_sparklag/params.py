@@ -36,6 +36,7 @@ from airflow_sparklag.checkpoint_files import LATEST_TIME_MS
 from airflow_sparklag.errors import InvalidParameter, UnsupportedStorageURL, UsageError
 from airflow_sparklag.location import Location
 from airflow_sparklag.model.verdict import Health, Thresholds
+from airflow_sparklag.redact import shown
 
 TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
 FALSE_WORDS = frozenset({"false", "no", "off", "0"})
@@ -63,11 +64,6 @@ def renamed(name: str, renames: Mapping[str, str], where: str = "") -> str:
     return new
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def is_none(value: Any) -> bool:
     """None, or text a template renders for "nothing" ("", "None", "null")."""
     return value is None or (isinstance(value, str) and value.strip().lower() in NONE_WORDS)
@@ -88,7 +84,7 @@ def boolean(name: str, value: Any) -> bool:
             return True
         if word in FALSE_WORDS:
             return False
-    raise invalid(name, f"must be true or false, got {_shown(value)}")
+    raise invalid(name, f"must be true or false, got {shown(value)}")
 
 
 def optional_boolean(name: str, value: Any) -> bool | None:
@@ -98,13 +94,13 @@ def optional_boolean(name: str, value: Any) -> bool | None:
 def number(name: str, value: Any) -> float:
     """A finite number (int, float or numeric text); bools, nan and infinities are refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise invalid(name, f"must be a number, got {_shown(value)}")
+        raise invalid(name, f"must be a number, got {shown(value)}")
     try:
         result = float(value)
     except ValueError:
-        raise invalid(name, f"must be a number, got {_shown(value)}") from None
+        raise invalid(name, f"must be a number, got {shown(value)}") from None
     if not math.isfinite(result):
-        raise invalid(name, f"must be a finite number, got {_shown(value)}")
+        raise invalid(name, f"must be a finite number, got {shown(value)}")
     return result
 
 
@@ -116,14 +112,12 @@ def duration(name: str, value: Any) -> float:
     elif isinstance(value, str) and not is_none(value):
         match = _DURATION.match(value)
         if match is None:
-            raise invalid(
-                name, f"must be a duration such as 60, 90s, 5m or 1h, got {_shown(value)}"
-            )
+            raise invalid(name, f"must be a duration such as 60, 90s, 5m or 1h, got {shown(value)}")
         seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
     else:
         seconds = number(name, value)
     if not math.isfinite(seconds) or seconds < 0:
-        raise invalid(name, f"must be a duration of 0 seconds or more, got {_shown(value)}")
+        raise invalid(name, f"must be a duration of 0 seconds or more, got {shown(value)}")
     return seconds
 
 
@@ -131,7 +125,7 @@ def positive_duration(name: str, value: Any) -> float:
     """A duration above 0 seconds (a timeout, an interval)."""
     seconds = duration(name, value)
     if seconds <= 0:
-        raise invalid(name, f"must be more than 0 seconds, got {_shown(value)}")
+        raise invalid(name, f"must be more than 0 seconds, got {shown(value)}")
     return seconds
 
 
@@ -147,9 +141,9 @@ def count(name: str, value: Any, *, minimum: int = 0) -> int:
     """A whole number >= ``minimum`` (int or its text; ``5.0`` is 5, ``5.5`` is refused)."""
     result = number(name, value)
     if not result.is_integer():
-        raise invalid(name, f"must be a whole number, got {_shown(value)}")
+        raise invalid(name, f"must be a whole number, got {shown(value)}")
     if result < minimum:
-        raise invalid(name, f"must be {minimum} or more, got {_shown(value)}")
+        raise invalid(name, f"must be {minimum} or more, got {shown(value)}")
     return int(result)
 
 
@@ -179,7 +173,7 @@ def moment(name: str, value: Any) -> float | None:
                 parsed = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
             except ValueError:
                 raise invalid(
-                    name, f"must be a datetime, ISO-8601 text or epoch seconds, got {_shown(value)}"
+                    name, f"must be a datetime, ISO-8601 text or epoch seconds, got {shown(value)}"
                 ) from None
             return moment(name, parsed)
     else:
@@ -196,9 +190,9 @@ def _epoch(name: str, value: Any, seconds: float) -> float:
     """``seconds`` when it is a time from 1970 to 9999. Kafka reads a negative timestamp as
     a code (-1 latest, -2 earliest), so a time before 1970 is never passed on."""
     if seconds < 0:
-        raise invalid(name, f"must not be before 1970, got {_shown(value)}")
+        raise invalid(name, f"must not be before 1970, got {shown(value)}")
     if seconds > _LATEST_MOMENT:
-        raise invalid(name, f"must be before the year 10000, got {_shown(value)}")
+        raise invalid(name, f"must be before the year 10000, got {shown(value)}")
     return seconds
 
 
@@ -214,7 +208,7 @@ def _literal(name: str, text: str) -> Any:
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        raise invalid(name, f"could not read {_shown(text)} as a list or mapping") from None
+        raise invalid(name, f"could not read {shown(text)} as a list or mapping") from None
 
 
 def mapping(name: str, value: Any) -> dict[str, Any] | None:
@@ -224,10 +218,10 @@ def mapping(name: str, value: Any) -> dict[str, Any] | None:
     if isinstance(value, str):
         value = _literal(name, value.strip())
     if not isinstance(value, Mapping):
-        raise invalid(name, f"must be a mapping of names to values, got {_shown(value)}")
+        raise invalid(name, f"must be a mapping of names to values, got {shown(value)}")
     for key in value:
         if not isinstance(key, str):
-            raise invalid(name, f"keys must be names, got {_shown(key)}")
+            raise invalid(name, f"keys must be names, got {shown(key)}")
     return dict(value)
 
 
@@ -243,11 +237,11 @@ def strings(name: str, value: Any) -> list[str]:
         else:
             value = [part.strip() for part in text.split(",")]
     if isinstance(value, (Mapping, bytes)) or not isinstance(value, Iterable):
-        raise invalid(name, f"must be a list of names, got {_shown(value)}")
+        raise invalid(name, f"must be a list of names, got {shown(value)}")
     items = list(value)
     for item in items:
         if not isinstance(item, str) or not item.strip():
-            raise invalid(name, f"every item must be a non-empty string, got {_shown(item)}")
+            raise invalid(name, f"every item must be a non-empty string, got {shown(item)}")
     return [item.strip() for item in items]
 
 
@@ -272,7 +266,7 @@ def source_assignment(name: str, value: Any) -> tuple[str, str]:
     """``SOURCE=VALUE`` (e.g. ``1=broker-b:9092``): the source and its value."""
     source, sep, target = str(value).partition("=")
     if not sep or not source.strip() or not target.strip():
-        raise invalid(name, f"must be SOURCE=VALUE, e.g. 1=broker-b:9092, got {_shown(value)}")
+        raise invalid(name, f"must be SOURCE=VALUE, e.g. 1=broker-b:9092, got {shown(value)}")
     return source.strip(), target.strip()
 
 
@@ -305,7 +299,7 @@ def text(name: str, value: Any) -> str:
     """A non-empty string (a name, an id)."""
     if isinstance(value, str) and value.strip():
         return value.strip()
-    raise invalid(name, f"must be a non-empty string, got {_shown(value)}")
+    raise invalid(name, f"must be a non-empty string, got {shown(value)}")
 
 
 def optional_text(name: str, value: Any) -> str | None:
@@ -350,7 +344,7 @@ def ratio(name: str, value: Any) -> float:
     """A ratio >= 0 (``0.25``, ``1.5``): a finite number or its text."""
     amount = number(name, value)
     if amount < 0:
-        raise invalid(name, f"must be 0 or more, got {_shown(value)}")
+        raise invalid(name, f"must be 0 or more, got {shown(value)}")
     return amount
 
 
@@ -483,9 +477,7 @@ class FlagHelp(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if not action.option_strings or action.default is argparse.SUPPRESS:
-            return text
-        if "default" in text:
+        if not action.option_strings or action.default is argparse.SUPPRESS or "default" in text:
             return text
         return f"{text} (default: {default_text(action)})"
 

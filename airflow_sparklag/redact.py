@@ -177,6 +177,12 @@ def scrub(message: str, secrets: Iterable[str]) -> str:
     return _URL_USERINFO.sub(r"\1", message)
 
 
+def shown(value: Any) -> str:
+    """``repr(value)``, cut to 80 characters: how a message quotes a value it refuses."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 # Characters a terminal acts on (C0/C1 controls, DEL; bidi overrides and isolates, which
 # reorder what is shown) except the line breaks and tabs of our own layout.
 _UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
