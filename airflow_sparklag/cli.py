@@ -74,9 +74,8 @@ docs: README.md and docs/index.md"""
 
 def _thresholds(args: argparse.Namespace) -> Thresholds:
     given = {field: getattr(args, field) for field in THRESHOLD_HELP}
-    given = {field: value for field, value in given.items() if value is not None}
     try:
-        return Thresholds.from_dict(given)
+        return Thresholds.from_dict({k: v for k, v in given.items() if v is not None})
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

@@ -252,12 +252,10 @@ class KafkaOffsetsClient:
         # Up to the timeout for a first answer, then a short grace for the others: a server that
         # is down (one broker in maintenance) must not cost every check a whole timeout, and live
         # servers answer within milliseconds of each other.
-        pending = list(futures.values())
-        _first, pending_set = concurrent.futures.wait(
-            pending, timeout=self.timeout, return_when=concurrent.futures.FIRST_COMPLETED
+        _first, pending = concurrent.futures.wait(
+            futures.values(), timeout=self.timeout, return_when=concurrent.futures.FIRST_COMPLETED
         )
-        if pending_set:
-            concurrent.futures.wait(pending_set, timeout=min(_ANSWER_GRACE, self.timeout))
+        concurrent.futures.wait(pending, timeout=min(_ANSWER_GRACE, self.timeout))
         by_cluster: dict[str, list[str]] = {}
         failed = []
         for server, future in futures.items():
@@ -475,9 +473,9 @@ class KafkaOffsetsClient:
             except Exception as exc:  # unreachable or refused: the check says so elsewhere
                 answers = dict.fromkeys(wanted, exc)
             for topic in wanted:
-                answer = answers.get(topic)
-                if answer is None or isinstance(answer, BaseException):
-                    why = "no answer" if answer is None else self.errors.describe(answer)
+                answer = answers[topic]  # one future per topic asked
+                if isinstance(answer, BaseException):
+                    why = self.errors.describe(answer)
                     log.info(
                         "Retention of topic %s not read (%s): time to loss unknown", topic, why
                     )

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_sparklag.errors import ConsumerGroupActive, export_offsets
+from airflow_sparklag.consumer_group import export_offsets
+from airflow_sparklag.errors import ConsumerGroupActive
 from airflow_sparklag.migration import (
     DataLossRefused,
     TopicGone,
