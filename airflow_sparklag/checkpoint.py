@@ -1,8 +1,8 @@
 """Read a Spark Structured Streaming checkpoint: what was committed, what is in flight.
 
-The files' parsers are in ``checkpoint_files`` (re-exported here, the one public name for
-them). :class:`CheckpointReader` lists only ``offsets/`` and ``commits/`` (never ``state/``,
-which can hold 100k objects) and caches the immutable offsets files between reads.
+The files' parsers are in ``checkpoint_files``. :class:`CheckpointReader` lists only
+``offsets/`` and ``commits/`` (never ``state/``, which can hold 100k objects) and caches the
+immutable offsets files between reads.
 
 Format details are in ``docs/`` and follow Spark's ``OffsetSeqLog``, ``CommitLog`` and
 ``KafkaSourceInitialOffsetWriter``.
@@ -22,12 +22,10 @@ from airflow_sparklag.checkpoint_files import (
     MIN_COMMIT_SIZE,
     BatchOffsets,
     CheckpointState,
-    SourceOffset,
     parse_batch_id,
     parse_commit,
     parse_metadata,
     parse_offsets,
-    parse_source_start,
 )
 from airflow_sparklag.errors import (
     CheckpointCorrupt,
@@ -37,18 +35,6 @@ from airflow_sparklag.errors import (
 )
 from airflow_sparklag.location import Location
 from airflow_sparklag.storage import ObjectInfo, Storage, join
-
-__all__ = [
-    "BatchOffsets",
-    "CheckpointReader",
-    "CheckpointState",
-    "SourceOffset",
-    "parse_batch_id",
-    "parse_commit",
-    "parse_metadata",
-    "parse_offsets",
-    "parse_source_start",
-]
 
 # A reader that polls lists the checkpoint at least this often (seconds), whatever its point
 # reads say: the bound on noticing a change no point read shows (a checkpoint deleted,

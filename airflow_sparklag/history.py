@@ -37,15 +37,6 @@ if TYPE_CHECKING:
     from airflow_sparklag.kafka_model import KafkaOffsets
     from airflow_sparklag.session import Session
 
-__all__ = [
-    "APPROXIMATIONS",
-    "DEFAULT_BATCHES",
-    "HistoryPoint",
-    "LagHistory",
-    "PartitionPoint",
-    "history",
-    "reconstruct",
-]
 
 DEFAULT_BATCHES = 100  # Spark's default minBatchesToRetain: every batch a default query keeps
 MAX_PARALLEL_CALLS = 8  # ListOffsets-by-time calls in flight at once
@@ -449,7 +440,7 @@ def log_ends_at(
 
 def start_offsets(session: Session, location: str, source_ids: Sequence[str]) -> Positions | None:
     """Batch 0's starting point: each Kafka source's ``sources/<id>/0`` (None if any is gone)."""
-    from airflow_sparklag.checkpoint import parse_source_start
+    from airflow_sparklag.checkpoint_files import parse_source_start
     from airflow_sparklag.errors import StorageNotFound
     from airflow_sparklag.storage import join
 

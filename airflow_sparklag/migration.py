@@ -63,20 +63,6 @@ if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.kafka import KafkaSnapshot
 
-__all__ = [
-    "MIGRATION_OPTIONS",
-    "DataLossRefused",
-    "JobStillRunning",
-    "Migration",
-    "MigrationOptions",
-    "MigrationRefused",
-    "MigrationResult",
-    "SinkLogConflict",
-    "SnapshotMismatch",
-    "TopicGone",
-    "migrate_checkpoint",
-    "outside_checkpoint",
-]
 
 JOURNAL_FORMAT = "sparklag-migration-journal"
 

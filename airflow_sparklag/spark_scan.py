@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
     from airflow_sparklag.monitor import CheckResult
 
-__all__ = ["JOB_COLUMNS", "PARTITION_COLUMNS", "ScanResult", "main", "scan", "write_scan"]
 
 THREADS_PER_TASK = 8  # checkpoints one task reads at once (latency-bound small requests)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from airflow_sparklag.archive import ArchiveError, archive_tree
-from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
+from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState, SourceOffset
 from airflow_sparklag.errors import StorageAlreadyExists
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
 from airflow_sparklag.migration import (
