@@ -320,10 +320,9 @@ class CheckpointReader:
             except _Vanished:
                 return None  # purged by Spark (minBatchesToRetain) since the listing: expected
 
-        if pool is not None and len(wanted) > 1:
-            found = list(pool.map(read, wanted))
-        else:
-            found = [read(batch_id) for batch_id in wanted]
+        found = (
+            pool.map(read, wanted) if pool is not None and len(wanted) > 1 else map(read, wanted)
+        )
         return tuple(batch for batch in found if batch is not None)
 
     def _list_logs(self) -> _Listing:
@@ -347,13 +346,10 @@ class CheckpointReader:
         return commits, offsets, None
 
     def _offsets(self, batch_id: int, info: ObjectInfo) -> BatchOffsets:
-        cached = self._offsets_cache.get(batch_id)
+        known = self._offsets_cache.get(batch_id)
         # Offsets files are immutable; a different size/time means the checkpoint was replaced.
-        if cached is not None and (cached[0].size, cached[0].modified) == (
-            info.size,
-            info.modified,
-        ):
-            return cached[1]
+        if known is not None and (known[0].size, known[0].modified) == (info.size, info.modified):
+            return known[1]
         path = join(self.location, "offsets", info.name)
         if info.size > MAX_LOG_FILE_SIZE:
             raise CheckpointCorrupt(
@@ -484,12 +480,9 @@ def _v1_commit_md5(watermark_ms: int) -> str:
 
 def _batches(entries: Iterable[ObjectInfo]) -> dict[int, ObjectInfo]:
     """Batch id -> entry, for the entries whose name :func:`parse_batch_id` accepts."""
-    batches: dict[int, ObjectInfo] = {}
-    for info in entries:
-        batch_id = parse_batch_id(info.name)
-        if batch_id is not None:
-            batches[batch_id] = info
-    return batches
+    return {
+        batch_id: info for info in entries if (batch_id := parse_batch_id(info.name)) is not None
+    }
 
 
 def _is_continuous(batch: BatchOffsets) -> bool:
@@ -538,9 +531,8 @@ def real_time_interval(state: CheckpointState) -> float | None:
     interval = _shape(state.committed, state.commit_modified)
     if interval is None or state.in_flight is not None or interval >= REAL_TIME_SURE_INTERVAL:
         return interval
-    if _shape(state.preceding, state.preceding_commit_modified) is None:
-        return None
-    return interval
+    corroborated = _shape(state.preceding, state.preceding_commit_modified) is not None
+    return interval if corroborated else None
 
 
 def _shape(batch: BatchOffsets | None, commit_modified: float | None) -> float | None:

@@ -359,10 +359,6 @@ def _validate(
     return starting, added, lost
 
 
-def _batch_ids(state: CheckpointState) -> list[int | None]:
-    return [state.committed_batch_id, state.in_flight.batch_id if state.in_flight else None]
-
-
 # -- the migration ---------------------------------------------------------------------------
 
 
@@ -475,7 +471,7 @@ class Migration:
         if journal.done("archiving"):
             return
         state = run.state = self._read_checkpoint(journal)
-        batches = _batch_ids(state)
+        batches = [state.committed_batch_id, state.in_flight.batch_id if state.in_flight else None]
         if not journal.done("preflight"):
             self._refuse_if_alive(state, run)
             if not self.options.dry_run:
