@@ -368,15 +368,10 @@ class CheckpointReader:
         key = (info.name, info.size, info.modified)
         if key == self._commit_checked:
             return
-        if (
-            info.size >= MIN_COMMIT_SIZE
-            and info.content_md5 is not None
-            and info.content_md5 in _commit_md5s(watermarks)
-        ):
-            self._commit_checked = key
-            return
-        path = join(self.location, "commits", info.name)
-        parse_commit(self._read_listed(path), path)
+        spark_wrote = {_v1_commit_md5(watermark or 0) for watermark in (0, *watermarks)}
+        if info.size < MIN_COMMIT_SIZE or info.content_md5 not in spark_wrote:
+            path = join(self.location, "commits", info.name)
+            parse_commit(self._read_listed(path), path)
         self._commit_checked = key
 
     def _read_listed(self, path: str) -> bytes:
@@ -466,14 +461,9 @@ def _window(
     return older[-(history - 1) :]
 
 
-def _commit_md5s(watermarks: set[int | None]) -> set[str]:
-    """MD5s of the v1 commit texts Spark writes for these next-batch watermarks (and 0)."""
-    values = {0} | {w for w in watermarks if w is not None}
-    return {_v1_commit_md5(value) for value in values}
-
-
 @functools.lru_cache(maxsize=256)
 def _v1_commit_md5(watermark_ms: int) -> str:
+    """MD5 of the v1 commit text Spark writes for this next-batch watermark."""
     text = f'v1\n{{"nextBatchWatermarkMs":{watermark_ms}}}'
     return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
 
