@@ -3,9 +3,6 @@
 The files' parsers are in ``checkpoint_files``. :class:`CheckpointReader` lists only
 ``offsets/`` and ``commits/`` (never ``state/``, which can hold 100k objects) and caches the
 immutable offsets files between reads.
-
-Format details are in ``docs/`` and follow Spark's ``OffsetSeqLog``, ``CommitLog`` and
-``KafkaSourceInitialOffsetWriter``.
 """
 
 from __future__ import annotations
