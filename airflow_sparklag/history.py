@@ -32,7 +32,7 @@ from airflow_sparklag.model.verdict import NO_KAFKA_SOURCE, HealthVerdict
 from airflow_sparklag.timelag import RecordAge, Stairs, record_age, staircase
 
 if TYPE_CHECKING:
-    from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
+    from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState
     from airflow_sparklag.kafka import KafkaSnapshot
     from airflow_sparklag.kafka_model import KafkaOffsets
     from airflow_sparklag.session import Session

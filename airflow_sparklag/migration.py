@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
 from airflow_sparklag.archive import archive_tree
-from airflow_sparklag.checkpoint import parse_batch_id
+from airflow_sparklag.checkpoint_files import parse_batch_id
 from airflow_sparklag.errors import (
     CheckpointNotFound,
     DataLossRefused,
@@ -60,7 +60,7 @@ from airflow_sparklag.snapshot import (
 from airflow_sparklag.storage import Storage, join
 
 if TYPE_CHECKING:
-    from airflow_sparklag.checkpoint import CheckpointState
+    from airflow_sparklag.checkpoint_files import CheckpointState
     from airflow_sparklag.kafka import KafkaSnapshot
 
 

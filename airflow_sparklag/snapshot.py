@@ -40,7 +40,7 @@ from airflow_sparklag.session import Session
 from airflow_sparklag.storage import Storage, inside, join
 
 if TYPE_CHECKING:
-    from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
+    from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState
     from airflow_sparklag.kafka import KafkaSnapshot
 
 

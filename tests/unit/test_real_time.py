@@ -14,7 +14,8 @@ import json
 import pytest
 from test_health_support import NOW, part, report
 
-from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, real_time_interval
+from airflow_sparklag.checkpoint import real_time_interval
+from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState
 from airflow_sparklag.health import (
     evaluate,
     reads_lagging_real_time,
