@@ -46,9 +46,8 @@ if TYPE_CHECKING:
 
     from airflow_sparklag.fleet import FleetChecker
     from airflow_sparklag.model.report import LagReport, PartitionLag
-    from airflow_sparklag.monitor import CheckResult
+    from airflow_sparklag.model.result import CheckResult
 
-__all__ = ["DEFAULT_INTERVAL", "DEFAULT_PORT", "MAX_PARTITIONS_PER_JOB", "LagExporter"]
 
 log = logging.getLogger(__name__)
 

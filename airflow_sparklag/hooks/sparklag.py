@@ -47,16 +47,15 @@ from airflow_sparklag.session import SHARED_CLIENTS, build_kafka_client
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
+    from airflow_sparklag.check_options import CheckOptions
     from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.conditions import Probe, WaitCondition
     from airflow_sparklag.fleet import FleetChecker
     from airflow_sparklag.history import LagHistory
     from airflow_sparklag.kafka import KafkaOffsetsClient
     from airflow_sparklag.location import Location
-    from airflow_sparklag.monitor import CheckOptions, CheckResult
+    from airflow_sparklag.model.result import CheckResult
     from airflow_sparklag.session import Session
-
-__all__ = ["SHARED_CLIENTS", "ConnectionIds", "SharedClientKey", "SparkLagHook"]
 
 
 def _conn(doc: str) -> Any:
@@ -354,7 +353,7 @@ class SparkLagHook(BaseHook):
     ) -> CheckResult:
         """Lag and health of one checkpoint: the core's ``CheckResult(report, verdict)``.
         ``check`` are ``CheckOptions`` fields (thresholds, history, exact_time_lag, ...)."""
-        from airflow_sparklag.monitor import CheckOptions
+        from airflow_sparklag.check_options import CheckOptions
         from airflow_sparklag.monitor import check as check_one
 
         return check_one(self.session, location, options or CheckOptions.build(**check))
@@ -363,7 +362,8 @@ class SparkLagHook(BaseHook):
         self, locations: Sequence[str], *, options: CheckOptions | None = None, **check: Any
     ) -> list[CheckResult]:
         """One ``CheckResult`` per location (a failed check carries ``.error``, no exception)."""
-        from airflow_sparklag.monitor import CheckOptions, check_many
+        from airflow_sparklag.check_options import CheckOptions
+        from airflow_sparklag.monitor import check_many
 
         return check_many(self.session, list(locations), options or CheckOptions.build(**check))
 

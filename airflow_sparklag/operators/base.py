@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
-from airflow_sparklag.hooks.sparklag import CONN_FIELDS, ConnectionIds, SparkLagHook
-from airflow_sparklag.monitor import OPTION_NAMES as CHECK_FIELDS  # templated check options
-from airflow_sparklag.monitor import CheckOptions
+from airflow_sparklag.check_options import CheckOptions
+from airflow_sparklag.hooks.sparklag import ConnectionIds, SparkLagHook
 from airflow_sparklag.operators.lineage import LineageMixin
 
 if TYPE_CHECKING:
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Options = TypeVar("Options", bound="DataclassInstance")  # ConnectionIds, CheckOptions, ...
 
-__all__ = ["CHECK_FIELDS", "CONN_FIELDS", "FlatOptions", "SparkLagHookMixin", "is_templated"]
 
 # Old argument -> its name now: read for one release, with a DeprecationWarning (docs/names.md).
 RENAMED = {"checkpoint_location": "location", "group_id": "consumer_group"}

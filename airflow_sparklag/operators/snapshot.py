@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperator
 
 from airflow_sparklag import params
-from airflow_sparklag.hooks.sparklag import ConnectionIds
+from airflow_sparklag.hooks.sparklag import CONN_FIELDS, ConnectionIds
 from airflow_sparklag.migration import MIGRATION_OPTIONS, MigrationOptions
 from airflow_sparklag.model.result import document
-from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
+from airflow_sparklag.operators.base import SparkLagHookMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -26,15 +26,12 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_sparklag import params
+from airflow_sparklag.check_options import OPTION_NAMES
 from airflow_sparklag.compact import compact
 from airflow_sparklag.conditions import CatchUpCondition, HealthCondition, ProgressCondition
+from airflow_sparklag.hooks.sparklag import CONN_FIELDS
 from airflow_sparklag.operators import metrics
-from airflow_sparklag.operators.base import (
-    CHECK_FIELDS,
-    CONN_FIELDS,
-    CheckOptionsMixin,
-    SparkLagHookMixin,
-)
+from airflow_sparklag.operators.base import CheckOptionsMixin, SparkLagHookMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -169,7 +166,7 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
     template_fields: Sequence[str] = (
         *CONN_FIELDS,
         "location",
-        *CHECK_FIELDS,
+        *OPTION_NAMES,
         "accept",
         "fail_fast",
     )
