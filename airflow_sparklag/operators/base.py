@@ -129,20 +129,21 @@ class FlatOptions:
                 raise _in_task(getattr(self, "task_id", "?"), exc) from None
         return value
 
-    def old_argument(self, old: str, old_value: Any, value: Any) -> Any:
-        """The value of an argument, or of its old name ``old`` (:data:`RENAMED`: read for
-        one release, with a DeprecationWarning). Neither, or both: an error naming them."""
+    def renamed(self, old: str, old_value: Any, value: Any, read: Callable[[str, Any], Any]) -> Any:
+        """:meth:`given` of the argument once named ``old`` (:data:`RENAMED`), given by either
+        name: the old one is read for one release, with a DeprecationWarning. Neither, or
+        both: an error naming them."""
         from airflow_sparklag import params
 
         task, new = getattr(self, "task_id", "?"), RENAMED[old]
-        if old_value is None:
-            if value is None:
-                raise TypeError(f"{task}: {type(self).__name__} needs the argument {new!r}")
-            return value
-        if value is not None:
-            raise TypeError(f"{task}: give {new!r}, not both {new!r} and its old name {old!r}")
-        params.renamed(old, RENAMED, f"(task {task})")
-        return old_value
+        if old_value is not None:
+            if value is not None:
+                raise TypeError(f"{task}: give {new!r}, not both {new!r} and its old name {old!r}")
+            params.renamed(old, RENAMED, f"(task {task})")
+            value = old_value
+        elif value is None:
+            raise TypeError(f"{task}: {type(self).__name__} needs the argument {new!r}")
+        return self.given(new, value, read)
 
     def options(self, kind: type[Options]) -> Options:
         """The ``kind`` object of the task's rendered arguments (errors name the argument)."""

@@ -32,8 +32,9 @@ class _SparkLagConnections(SparkLagHookMixin, BaseOperator):
         self, *, location: str | None = None, checkpoint_location: str | None = None, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        given = self.old_argument("checkpoint_location", checkpoint_location, location)
-        self.location = self.given("location", given, params.location)
+        self.location = self.renamed(
+            "checkpoint_location", checkpoint_location, location, params.location
+        )
 
 
 class CheckpointSnapshotOperator(_SparkLagConnections):
@@ -119,8 +120,7 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
         self, *, consumer_group: str | None = None, group_id: str | None = None, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        given = self.old_argument("group_id", group_id, consumer_group)
-        self.consumer_group = self.given("consumer_group", given, params.text)
+        self.consumer_group = self.renamed("group_id", group_id, consumer_group, params.text)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_sparklag.snapshot import export_to_group, snapshot_checkpoint
