@@ -366,8 +366,7 @@ def azure_options_from(conn: Connection) -> dict[str, Any]:
     extra = _extra(conn, "wasb", "adls", "azure_data_lake")
     options: dict[str, Any] = {}
     if extra.get("connection_string"):
-        options["connection_string"] = str(extra["connection_string"])
-        return options
+        return {"connection_string": str(extra["connection_string"])}
     account = extra.get("account_name") or _account_of(conn)
     if extra.get("tenant_id"):
         options.update(tenant_id=extra["tenant_id"], client_id=conn.login)
@@ -393,8 +392,5 @@ def azure_options_from(conn: Connection) -> dict[str, Any]:
 
 def _account_of(conn: Connection) -> str | None:
     """The account name from the host (``https://ACCOUNT.blob.core.windows.net`` or ACCOUNT)."""
-    host = (conn.host or "").strip()
-    if not host:
-        return None
-    host = host.split("://", 1)[-1].split("/", 1)[0]
+    host = (conn.host or "").strip().split("://", 1)[-1].split("/", 1)[0]
     return host.split(".", 1)[0] or None

@@ -19,6 +19,7 @@ from airflow.providers.common.compat.connection import get_async_connection
 from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_sparklag import params
+from airflow_sparklag.check_options import CheckOptions
 from airflow_sparklag.hooks.bundle import (
     CONN_TYPE,
     DEFAULT_KAFKA_CONN_ID,
@@ -47,7 +48,6 @@ from airflow_sparklag.session import SHARED_CLIENTS, build_kafka_client
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
-    from airflow_sparklag.check_options import CheckOptions
     from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.conditions import Probe, WaitCondition
     from airflow_sparklag.fleet import FleetChecker
@@ -353,7 +353,6 @@ class SparkLagHook(BaseHook):
     ) -> CheckResult:
         """Lag and health of one checkpoint: the core's ``CheckResult(report, verdict)``.
         ``check`` are ``CheckOptions`` fields (thresholds, history, exact_time_lag, ...)."""
-        from airflow_sparklag.check_options import CheckOptions
         from airflow_sparklag.monitor import check as check_one
 
         return check_one(self.session, location, options or CheckOptions.build(**check))
@@ -362,7 +361,6 @@ class SparkLagHook(BaseHook):
         self, locations: Sequence[str], *, options: CheckOptions | None = None, **check: Any
     ) -> list[CheckResult]:
         """One ``CheckResult`` per location (a failed check carries ``.error``, no exception)."""
-        from airflow_sparklag.check_options import CheckOptions
         from airflow_sparklag.monitor import check_many
 
         return check_many(self.session, list(locations), options or CheckOptions.build(**check))

@@ -199,12 +199,11 @@ class SparkLagHookMixin(LineageMixin, FlatOptions):
         hook = self.hook
         try:
             return work()
-        except (MigrationRefused, InvalidParameter) as exc:
-            message = in_airflow_words(f"{type(exc).__name__}: {exc}")
-            raise AirflowFailException(hook.scrub(message)) from None
         except SparkLagError as exc:
-            message = in_airflow_words(f"{type(exc).__name__}: {exc}")
-            raise AirflowException(hook.scrub(message)) from None
+            message = hook.scrub(in_airflow_words(f"{type(exc).__name__}: {exc}"))
+            if isinstance(exc, (MigrationRefused, InvalidParameter)):
+                raise AirflowFailException(message) from None
+            raise AirflowException(message) from None
         except Exception as exc:
             scrubbed = hook.scrub(str(exc))
             if scrubbed != str(exc):  # drop the original: its text holds a secret

@@ -54,12 +54,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
     (path, checksum, committed batch, startingOffsets).
     """
 
-    template_fields: Sequence[str] = (
-        "location",
-        "snapshot_root",
-        "consumer_group",
-        *CONN_FIELDS,
-    )
+    template_fields: Sequence[str] = ("location", "snapshot_root", "consumer_group", *CONN_FIELDS)
 
     def __init__(
         self, *, snapshot_root: str, consumer_group: str | None = None, **kwargs: Any
@@ -151,12 +146,7 @@ class CheckpointMigrationOperator(_SparkLagConnections):
     a re-run after a crash resumes from the migration journal.
     """
 
-    template_fields: Sequence[str] = (
-        "location",
-        "archive_root",
-        *MIGRATION_OPTIONS,
-        *CONN_FIELDS,
-    )
+    template_fields: Sequence[str] = ("location", "archive_root", *MIGRATION_OPTIONS, *CONN_FIELDS)
     flat_options: ClassVar[tuple[type, ...]] = (ConnectionIds, MigrationOptions)
 
     def __init__(self, *, archive_root: str, **kwargs: Any) -> None:

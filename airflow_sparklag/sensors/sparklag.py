@@ -189,7 +189,6 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
         self.fail_fast = self.given("fail_fast", fail_fast, params.health_names)
 
     def condition(self) -> HealthCondition:
-        from airflow_sparklag.conditions import HealthCondition
         from airflow_sparklag.model.verdict import Health
 
         options = self.check_options()
@@ -199,9 +198,7 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
         if self.fail_fast is None:
             on_loss = params.boolean("fail_on_data_loss", self.fail_on_data_loss)
             on_stop = params.boolean("fail_on_stopped", self.fail_on_stopped)
-            fail_fast: tuple[Health, ...] = (Health.DATA_LOSS,) * on_loss + (
-                Health.STOPPED,
-            ) * on_stop
+            fail_fast = (Health.DATA_LOSS,) * on_loss + (Health.STOPPED,) * on_stop
         else:
             fail_fast = params.health_names("fail_fast", self.fail_fast)
         return HealthCondition(
