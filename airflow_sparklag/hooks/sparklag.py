@@ -97,9 +97,9 @@ class ConnectionIds:
         given["source_kafka_conn_ids"] = dict(given.get("source_kafka_conn_ids") or {})
         return cls(**given)
 
-    def hook(self, **settings: Any) -> SparkLagHook:
-        """The hook of these connections (``settings``: ``kafka_timeout``, ...)."""
-        return SparkLagHook(**self.to_dict(), **settings)
+    def hook(self) -> SparkLagHook:
+        """The hook of these connections."""
+        return SparkLagHook(**self.to_dict())
 
 
 # The fields of ConnectionIds: the connection keyword arguments of every task and trigger.
@@ -463,7 +463,7 @@ class SparkLagHook(BaseHook):
         return f"S3 answered ({len(buckets)} buckets; client from the {source})"
 
     def _test_checkpoint(self, location: Location) -> str:
-        state = self.read_checkpoint(location, history=1)
+        state = self.read_checkpoint(location)
         shown = redact_url(str(location))
         if state.committed is None:
             return f"checkpoint {shown} read: no batch committed yet"
