@@ -35,8 +35,8 @@ from airflow_sparklag.errors import (
     SparkLagError,
     StorageNotFound,
 )
-from airflow_sparklag.location import Location
-from airflow_sparklag.storage import ObjectInfo, Storage, join
+from airflow_sparklag.location import Location, join
+from airflow_sparklag.storage import ObjectInfo, Storage
 
 __all__ = [
     "BatchOffsets",

@@ -19,40 +19,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from airflow_sparklag.errors import InvalidParameter
-from airflow_sparklag.location import (
-    HDFS_SCHEMES,
-    LOCAL_SCHEMES,
-    S3_SCHEMES,
-    Location,
-    join,
-    scheme_of,
-    trim_location,
-    url_parts,
-)
-
-# The path helpers live in airflow_sparklag.location; the backends import them from here.
-__all__ = [
-    "BACKENDS",
-    "CHECKPOINT_MARKERS",
-    "HDFS_SCHEMES",
-    "LOCAL_SCHEMES",
-    "S3_SCHEMES",
-    "BackendOptions",
-    "Children",
-    "ObjectInfo",
-    "RequestCounter",
-    "Storage",
-    "StorageOptions",
-    "checkpoint_listing_end",
-    "checkpoint_log_entry",
-    "inside",
-    "join",
-    "open_storage",
-    "scheme_of",
-    "seconds_option",
-    "trim_location",
-    "url_parts",
-]
+from airflow_sparklag.location import LOCAL_SCHEMES, S3_SCHEMES, Location, scheme_of, url_parts
 
 Options = TypeVar("Options", bound="BackendOptions")
 

@@ -16,7 +16,7 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     UnsupportedStorageURL,
 )
-from airflow_sparklag.location import Location
+from airflow_sparklag.location import Location, scheme_of
 from airflow_sparklag.redact import redact_url, scrub, secret_parts
 from airflow_sparklag.storage import (
     BackendOptions,
@@ -26,7 +26,6 @@ from airflow_sparklag.storage import (
     Storage,
     base64_md5,
     fsspec_options_for,
-    scheme_of,
 )
 
 # Where the fsspec implementation of common schemes lives, for the install hint.

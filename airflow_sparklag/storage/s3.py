@@ -25,17 +25,15 @@ from airflow_sparklag.errors import (
     UnsupportedStorageURL,
     UsageError,
 )
-from airflow_sparklag.location import Location
+from airflow_sparklag.location import S3_SCHEMES, Location, url_parts
 from airflow_sparklag.redact import scrub, secret_parts
 from airflow_sparklag.storage import (
-    S3_SCHEMES,
     BackendOptions,
     Children,
     ObjectInfo,
     RequestCounter,
     Storage,
     seconds_option,
-    url_parts,
 )
 from airflow_sparklag.storage.s3_obstore import (
     CREDENTIAL_TTL,

@@ -30,16 +30,14 @@ from airflow_sparklag.errors import (
     UnsupportedStorageURL,
     UsageError,
 )
-from airflow_sparklag.location import Location
+from airflow_sparklag.location import HDFS_SCHEMES, Location, url_parts
 from airflow_sparklag.storage import (
-    HDFS_SCHEMES,
     BackendOptions,
     Children,
     ObjectInfo,
     RequestCounter,
     Storage,
     seconds_option,
-    url_parts,
 )
 from airflow_sparklag.storage.hadoop_conf import NAMENODES_HINT, HadoopConf
 from airflow_sparklag.storage.hadoop_tokens import Token, pick_hdfs_token, read_token_file

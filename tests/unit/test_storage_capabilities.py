@@ -21,7 +21,8 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     UnsupportedOperation,
 )
-from airflow_sparklag.storage import Storage, StorageOptions, join, open_storage
+from airflow_sparklag.location import join
+from airflow_sparklag.storage import Storage, StorageOptions, open_storage
 from airflow_sparklag.storage.local import LocalStorage
 from airflow_sparklag.storage.webhdfs import WebHDFSStorage
 

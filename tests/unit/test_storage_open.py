@@ -15,7 +15,8 @@ import pytest
 
 from airflow_sparklag.checkpoint import CheckpointReader
 from airflow_sparklag.errors import StorageAlreadyExists, StorageError, UnsupportedStorageURL
-from airflow_sparklag.storage import StorageOptions, join, open_storage
+from airflow_sparklag.location import join
+from airflow_sparklag.storage import StorageOptions, open_storage
 from airflow_sparklag.storage.fsspec_store import FsspecStorage
 from airflow_sparklag.storage.hadoop_conf import HadoopConf
 from airflow_sparklag.storage.local import LocalStorage
@@ -266,7 +267,7 @@ def test_a_url_without_bucket_is_refused_naming_it(url: str) -> None:
     ],
 )
 def test_trim_location_keeps_scheme_and_authority(given: str, trimmed: str, joined: str) -> None:
-    from airflow_sparklag.storage import join, trim_location
+    from airflow_sparklag.location import join, trim_location
 
     assert trim_location(given) == trimmed
     assert join(given, "offsets") == joined
