@@ -289,8 +289,8 @@ def options_type(scheme: str) -> type[BackendOptions]:
 @dataclass(frozen=True, repr=False)
 class BackendOptions:
     """How to open one kind of backend: a frozen dataclass per backend (``S3Options``,
-    ``WebHDFSOptions``, ``FsspecOptions``, ``LocalOptions``) whose fields are its constructor's
-    keyword arguments, None for "the backend's default". Never printed: options hold secrets.
+    ``WebHDFSOptions``, ``FsspecOptions``, ``LocalOptions``); a None given is "the backend's
+    default". Never printed: options hold secrets.
 
     >>> S3Options.from_mapping({"region_name": "eu-west-1"}, "s3_options")   # doctest: +SKIP
     """
@@ -307,7 +307,7 @@ class BackendOptions:
             raise InvalidParameter(
                 f"unknown option(s) {', '.join(unknown)}; known: {', '.join(known)}", name
             )
-        return cls(**given)
+        return cls(**{key: value for key, value in given.items() if value is not None})
 
     def given(self) -> dict[str, Any]:
         """The options set (not None), as the backend's keyword arguments."""

@@ -191,8 +191,8 @@ class S3Storage:
 
     Example::
 
-        storage = S3Storage(endpoint_url="http://minio:9000", region_name="us-east-1",
-                            aws_access_key_id="...", aws_secret_access_key="...")
+        storage = S3Storage(S3Options(endpoint_url="http://minio:9000", region_name="us-east-1",
+                                      aws_access_key_id="...", aws_secret_access_key="..."))
         storage.list_dir("s3a://bucket/checkpoints/orders/offsets")
 
     Credentials, region and endpoint come from the caller, else boto3's usual chain; or a
@@ -201,39 +201,19 @@ class S3Storage:
     reads, ``obstore`` (the default where it installs) or ``boto3``; the rest is boto3's.
     """
 
-    def __init__(
-        self,
-        *,
-        client: Any = None,
-        session: Any = None,
-        endpoint_url: str | None = None,
-        aws_access_key_id: str | None = None,
-        aws_secret_access_key: str | None = None,
-        aws_session_token: str | None = None,
-        region_name: str | None = None,
-        verify: bool | str | None = None,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        read_timeout: float = DEFAULT_READ_TIMEOUT,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        reader: str | None = None,
-    ) -> None:
+    def __init__(self, options: S3Options | None = None) -> None:
+        options = self.options = options or S3Options()
         # Checked now: a bound that cannot be applied must fail before anything is read.
-        self._config = client_config(connect_timeout, read_timeout, max_attempts)
-        self.reader = _checked_reader(reader, client, session)
+        self._config = client_config(
+            options.connect_timeout, options.read_timeout, options.max_attempts
+        )
+        self.reader = _checked_reader(options.reader, options.client, options.session)
         self._fast: Any = None  # the obstore reader, once built (False: reads go through boto3)
         self._fast_lock = threading.Lock()
         self._boto3_buckets: set[str] = set()  # buckets in another region (see _fast_call)
         self.requests = RequestCounter()
-        self._client = client
-        self._session = session
-        self._verify = verify
-        self._client_options = {
-            "endpoint_url": endpoint_url,
-            "aws_access_key_id": aws_access_key_id,
-            "aws_secret_access_key": aws_secret_access_key,
-            "aws_session_token": aws_session_token,
-            "region_name": region_name,
-        }
+        self._client = options.client
+        self._session = options.session
 
     @property
     def client(self) -> Any:
@@ -245,18 +225,18 @@ class S3Storage:
 
             # a check reads many checkpoints at once through this one client
             config = Config(**self._config, max_pool_connections=MAX_POOL_CONNECTIONS)
-            options = self._client_options
+            options = self.options
             try:
                 # A session of our own: boto3's default session is shared and not thread-safe.
                 session = self._session or boto3.session.Session(
                     botocore_session=botocore.session.get_session(),
-                    aws_access_key_id=options["aws_access_key_id"],
-                    aws_secret_access_key=options["aws_secret_access_key"],
-                    aws_session_token=options["aws_session_token"],
-                    region_name=options["region_name"],
+                    aws_access_key_id=options.aws_access_key_id,
+                    aws_secret_access_key=options.aws_secret_access_key,
+                    aws_session_token=options.aws_session_token,
+                    region_name=options.region_name,
                 )
                 self._client = session.client(
-                    "s3", config=config, endpoint_url=options["endpoint_url"], verify=self._verify
+                    "s3", config=config, endpoint_url=options.endpoint_url, verify=options.verify
                 )
             except (BotoCoreError, ValueError) as exc:  # no request yet: the AWS setup itself
                 raise self._setup_error(exc) from None  # the original may quote a credential
@@ -317,7 +297,7 @@ class S3Storage:
             # characters; boto3 refuses such a credential with an error naming the request.
             return None
         attempts = _attempts(client.meta.config.retries or self._config["retries"])
-        settings = settings_from(client, self._verify, attempts)
+        settings = settings_from(client, self.options.verify, attempts)
         return ObstoreReader(provider, settings, self._secrets())
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
@@ -590,16 +570,12 @@ class S3Storage:
     @property
     def _endpoint(self) -> str:
         """The endpoint as error messages name it."""
-        return self._client_options.get("endpoint_url") or "the S3 endpoint"
+        return self.options.endpoint_url or "the S3 endpoint"
 
     def _secrets(self) -> list[str]:
-        options = self._client_options
-        return [
-            part
-            for key in ("aws_secret_access_key", "aws_session_token")
-            if options.get(key)
-            for part in secret_parts(str(options[key]))
-        ]
+        options = self.options
+        secrets = (options.aws_secret_access_key, options.aws_session_token)
+        return [part for secret in secrets if secret for part in secret_parts(str(secret))]
 
     def _scrubbed(self, exc: BaseException) -> str:
         """``exc``'s text without the credentials (botocore and http.client may quote a header
@@ -708,8 +684,8 @@ def s3_error(
 
 @dataclass(frozen=True, repr=False)
 class S3Options(BackendOptions):
-    """The options of :class:`S3Storage` (its keyword arguments; None: its default), given
-    once for every bucket. Never printed."""
+    """What :class:`S3Storage` is opened with, given once for every bucket
+    (docs/connections.md). Never printed."""
 
     client: Any = None
     session: Any = None
@@ -719,10 +695,10 @@ class S3Options(BackendOptions):
     aws_session_token: str | None = None
     region_name: str | None = None
     verify: bool | str | None = None
-    connect_timeout: float | None = None
-    read_timeout: float | None = None
-    max_attempts: int | None = None
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
     reader: str | None = None
 
     def open(self, location: Location) -> Storage:
-        return S3Storage(**self.given())
+        return S3Storage(self)

@@ -20,7 +20,7 @@ from airflow_sparklag.checkpoint import CheckpointReader
 from airflow_sparklag.consumer_group import export_offsets
 from airflow_sparklag.errors import KafkaError, KafkaUnavailable, StorageError
 from airflow_sparklag.kafka import KafkaOffsetsClient
-from airflow_sparklag.storage.s3 import S3Storage, worst_case_seconds
+from airflow_sparklag.storage.s3 import S3Options, S3Storage, worst_case_seconds
 from airflow_sparklag.storage.webhdfs import WebHDFSStorage
 from testbed.kafka_broker import KafkaBroker
 from testbed.process import free_port
@@ -76,7 +76,7 @@ def _no_toxics_left(request: pytest.FixtureRequest) -> Iterator[None]:
 
 def _s3(proxy: Proxy, s3: S3Server, **bounds: Any) -> S3Storage:
     options = {**s3.options, "endpoint_url": proxy.url}
-    return S3Storage(**options, **bounds)
+    return S3Storage(S3Options(**options, **bounds))
 
 
 def _attempts(storage: S3Storage) -> list[str]:
