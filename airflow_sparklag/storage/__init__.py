@@ -309,11 +309,6 @@ class BackendOptions:
             )
         return cls(**{key: value for key, value in given.items() if value is not None})
 
-    def given(self) -> dict[str, Any]:
-        """The options set (not None), as the backend's keyword arguments."""
-        values = ((each.name, getattr(self, each.name)) for each in fields(self))
-        return {name: value for name, value in values if value is not None}
-
     def open(self, location: Location) -> Storage:
         """A new backend serving ``location``."""
         raise NotImplementedError

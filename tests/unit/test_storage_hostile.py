@@ -26,7 +26,7 @@ from airflow_sparklag.storage.s3 import (
     client_config,
     worst_case_seconds,
 )
-from airflow_sparklag.storage.webhdfs import WebHDFSStorage
+from airflow_sparklag.storage.webhdfs import WebHDFSOptions, WebHDFSStorage
 
 XML_HEAD = (
     '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult '
@@ -255,7 +255,9 @@ def test_webhdfs_answer_of_the_wrong_shape_is_a_storage_error(
     server: CannedServer, case: str, status: int, content_type: str, body: bytes, problem: str
 ) -> None:
     server.answer = (status, content_type, body)
-    storage = WebHDFSStorage(server.url, user="spark", connect_timeout=1, read_timeout=2)
+    storage = WebHDFSStorage(
+        server.url, WebHDFSOptions(user="spark", connect_timeout=1, read_timeout=2)
+    )
     for call in (
         lambda: CheckpointReader(storage, "hdfs://nn/ck").read(),
         lambda: storage.list_dir("hdfs://nn/ck/commits"),
@@ -270,7 +272,7 @@ def test_webhdfs_answer_of_the_wrong_shape_is_a_storage_error(
 
 def test_webhdfs_redirect_without_location_is_a_storage_error(server: CannedServer) -> None:
     server.answer = (307, "text/plain", b"")
-    storage = WebHDFSStorage(server.url, connect_timeout=1, read_timeout=2)
+    storage = WebHDFSStorage(server.url, WebHDFSOptions(connect_timeout=1, read_timeout=2))
     with pytest.raises(StorageError, match=r"^hdfs://nn/ck/offsets/1: OPEN answered HTTP 307"):
         storage.read("hdfs://nn/ck/offsets/1")
 
