@@ -126,12 +126,6 @@ def checkpoint_log_entry(key: str, root: str) -> tuple[str, str] | None:
     return ("metadata", "metadata") if directory == "metadata" else None
 
 
-def checkpoint_listing_end(root: str) -> str:
-    """The first key after every ``<root>offsets/...`` key ("0" follows "/"): a listing that
-    starts after ``<root>commits`` has seen both logs and ``metadata`` once it reaches it."""
-    return root + "offsets0"
-
-
 @dataclass(frozen=True)
 class Children:
     """What one directory listing shows: the names of files and of subdirectories."""

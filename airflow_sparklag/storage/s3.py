@@ -36,11 +36,13 @@ from airflow_sparklag.storage import (
     seconds_option,
 )
 from airflow_sparklag.storage.s3_obstore import (
+    BOTO3_KEYS,
     CREDENTIAL_TTL,
     ObstoreReader,
     answer_of,
     checkpoint_files,
     header_safe_credentials,
+    listed_object,
     settings_from,
 )
 
@@ -145,11 +147,6 @@ def _checked_bounds(
     return connect, read, max_attempts
 
 
-def default_reader() -> str:
-    """``obstore`` where it is installed (Python >= 3.11), else ``boto3``."""
-    return "obstore" if importlib.util.find_spec("obstore") is not None else "boto3"
-
-
 def _checked_reader(reader: str | None, client: Any, session: Any) -> str:
     if reader is not None and reader not in READERS:
         raise InvalidParameter(f"must be one of {', '.join(READERS)}, got {reader!r}", "reader")
@@ -161,14 +158,14 @@ def _checked_reader(reader: str | None, client: Any, session: Any) -> str:
                 "reader",
             )
         return "boto3"
-    chosen = reader or default_reader()
-    if chosen == "obstore" and importlib.util.find_spec("obstore") is None:
+    installed = importlib.util.find_spec("obstore") is not None
+    if reader == "obstore" and not installed:
         raise InvalidParameter(
             "obstore is not installed (it installs with boto3 on Python >= 3.11: pip install "
             "'airflow-provider-sparklag[amazon]'); use boto3",
             "reader",
         )
-    return chosen
+    return reader or ("obstore" if installed else "boto3")  # obstore where it is installed
 
 
 def _attempts(retries: Mapping[str, Any]) -> int:
@@ -301,7 +298,8 @@ class S3Storage:
         return ObstoreReader(provider, settings, self._secrets())
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
-        return [_info(name, item) for name, item in self._delimited(path) if item is not None]
+        listed = self._delimited(path)
+        return [listed_object(name, item) for name, item in listed if item is not None]
 
     def list_checkpoint(
         self, location: str, *, first_page: int = FIRST_PAGE_KEYS
@@ -330,7 +328,7 @@ class S3Storage:
             for response in self._pages(location, first)
             for item in response.get("Contents", [])
         )
-        return checkpoint_files(listed_keys, root, _info)[0]
+        return checkpoint_files(listed_keys, root, BOTO3_KEYS)[0]
 
     def read(self, path: str) -> bytes:
         bucket, key = split_s3_url(path)
@@ -616,17 +614,6 @@ def _not_s3(
     return StorageError(
         f"{path}: {action} failed: {endpoint} did not answer like S3 ({seen}); check the S3 "
         f"endpoint (--s3-endpoint-url, the connection's endpoint_url){then}"
-    )
-
-
-def _info(name: str, item: Mapping[str, Any]) -> ObjectInfo:
-    """The ObjectInfo of a ListObjectsV2 entry."""
-    modified = item.get("LastModified")
-    return ObjectInfo(
-        name,
-        int(item.get("Size", 0)),
-        modified.timestamp() if modified is not None else 0.0,
-        etag=item.get("ETag"),
     )
 
 
