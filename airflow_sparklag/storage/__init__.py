@@ -14,7 +14,7 @@ import os
 import posixpath
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -132,6 +132,13 @@ class Children:
 
     files: frozenset[str]
     directories: frozenset[str]
+
+    @classmethod
+    def of(cls, listed: Iterable[tuple[str, bool]]) -> Children:
+        """From the ``(name, is a directory)`` of each child."""
+        names = list(listed)
+        files = frozenset(name for name, directory in names if not directory)
+        return cls(files, frozenset(name for name, directory in names if directory))
 
     @property
     def is_checkpoint(self) -> bool:

@@ -403,11 +403,7 @@ class S3Storage:
             files, directories, pages = answer
             self.requests.add("list", pages)
             return Children(frozenset(files), frozenset(directories))
-        listed = list(self._delimited(path))
-        return Children(
-            frozenset(name for name, item in listed if item is not None),
-            frozenset(name for name, item in listed if item is None),
-        )
+        return Children.of((name, item is None) for name, item in self._delimited(path))
 
     def walk(self, root: str) -> dict[str, int]:
         found: dict[str, int] = {}

@@ -441,13 +441,11 @@ class WebHDFSStorage:
             ) from None
 
     def list_children(self, path: str) -> Children:
-        files: set[str] = set()
-        directories: set[str] = set()
-        for status in self._list_status(path):
-            name = status.get("pathSuffix")
-            if name:  # a file lists itself with an empty suffix: no children
-                (directories if status.get("type") == "DIRECTORY" else files).add(name)
-        return Children(frozenset(files), frozenset(directories))
+        # a file lists itself with an empty suffix: no children
+        listed = [status for status in self._list_status(path) if status.get("pathSuffix")]
+        return Children.of(
+            (status["pathSuffix"], status["type"] == "DIRECTORY") for status in listed
+        )
 
     def walk(self, root: str, relative: str = "") -> dict[str, int]:
         found: dict[str, int] = {}
