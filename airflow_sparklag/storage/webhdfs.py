@@ -365,19 +365,17 @@ class WebHDFSStorage:
         Hadoop configuration (``HADOOP_CONF_DIR``, docs/hdfs.md): the NameNodes of a
         nameservice or of ``fs.defaultFS``, HTTPS, Kerberos."""
         options = options or WebHDFSOptions()
-        url = options.url
         credentials = ("user", "kerberos", "principal", "keytab", "token_file")
         told = any(getattr(options, key) for key in credentials)
-        settled = url and told and options.verify is not None
+        settled = options.url and told and options.verify is not None
         conf = HadoopConf() if settled else HadoopConf.from_environment()
         location = conf.qualify(location)
-        urls = url or conf.namenode_urls(location)
-        listed = [urls] if isinstance(urls, str) else list(urls)
-        if options.verify is None and any(u.lower().startswith("https:") for u in listed):
-            bundle = conf.ca_bundle()  # ssl-client.xml's truststore: what Hadoop's client trusts
-            options = dataclasses.replace(options, verify=bundle) if bundle else options
-        storage = cls(urls, options)
+        storage = cls(options.url or conf.namenode_urls(location), options)
         storage.location = location
+        https = any(url.lower().startswith("https:") for url in storage.namenode_urls)
+        if options.verify is None and https:
+            # ssl-client.xml's truststore: what Hadoop's client trusts
+            storage.verify = conf.ca_bundle() or storage.verify
         if storage.kerberos is None and storage.may_infer_kerberos and conf.kerberos:
             key = "hadoop.security.authentication"
             storage.kerberos = Kerberos(reason=f"{conf.source(key)} says {key}=kerberos")
