@@ -1,6 +1,6 @@
 """Storage backends: one small interface over local files, S3, HDFS (WebHDFS) and fsspec
 (docs/architecture.md, "Storage interface"). Each backend owns every operation; paths handed to
-it are full URLs or local paths built with :func:`join`.
+it are full URLs or local paths built with :func:`airflow_sparklag.location.join`.
 
 No backend client (boto3, requests, fsspec) is imported here: DAG files import this package and
 DAG parsing must stay fast. Each backend imports its client inside its own functions.
