@@ -217,7 +217,7 @@ def build_s3_client(
             "extra, which needs the amazon provider: pip install "
             "apache-airflow-providers-amazon (or airflow-provider-sparklag[amazon])"
         )
-    from airflow_sparklag.session import StorageOptions
+    from airflow_sparklag.storage import StorageOptions
     from airflow_sparklag.storage.s3 import S3Storage
 
     # The session's own builder makes the backend; the hooks share its client and session.

@@ -273,7 +273,8 @@ class SparkLagHook(BaseHook):
     def session(self) -> Session:
         """The hook's session: shared Kafka and S3 clients, readers kept between calls."""
         if self._session is None:
-            from airflow_sparklag.session import Session, StorageOptions
+            from airflow_sparklag.session import Session
+            from airflow_sparklag.storage import StorageOptions
 
             conns = self.get_conn()
             webhdfs = conns.webhdfs_options
