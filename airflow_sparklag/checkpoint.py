@@ -30,8 +30,8 @@ from airflow_sparklag.errors import (
     SparkLagError,
     StorageNotFound,
 )
-from airflow_sparklag.location import Location
-from airflow_sparklag.storage import ObjectInfo, Storage, join
+from airflow_sparklag.location import Location, join
+from airflow_sparklag.storage import ObjectInfo, Storage
 
 # A reader that polls lists the checkpoint at least this often (seconds), whatever its point
 # reads say: the bound on noticing a change no point read shows (a checkpoint deleted,

@@ -438,7 +438,7 @@ def start_offsets(session: Session, location: str, source_ids: Sequence[str]) ->
     """Batch 0's starting point: each Kafka source's ``sources/<id>/0`` (None if any is gone)."""
     from airflow_sparklag.checkpoint_files import parse_source_start
     from airflow_sparklag.errors import StorageNotFound
-    from airflow_sparklag.storage import join
+    from airflow_sparklag.location import join
 
     storage = session.storage(location)
     found: dict[str, TopicOffsets] = {}

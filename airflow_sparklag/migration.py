@@ -44,7 +44,7 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     TopicGone,
 )
-from airflow_sparklag.location import Location
+from airflow_sparklag.location import Location, join
 from airflow_sparklag.redact import redact_url
 from airflow_sparklag.session import Session
 from airflow_sparklag.snapshot import (
@@ -57,7 +57,7 @@ from airflow_sparklag.snapshot import (
     take_snapshot,
     utc_iso,
 )
-from airflow_sparklag.storage import Storage, join
+from airflow_sparklag.storage import Storage
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint_files import CheckpointState

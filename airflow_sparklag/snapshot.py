@@ -34,10 +34,10 @@ from airflow_sparklag.errors import (
     SnapshotVerificationFailed,
     StorageNotFound,
 )
-from airflow_sparklag.location import Location
+from airflow_sparklag.location import Location, join
 from airflow_sparklag.redact import redact_url
 from airflow_sparklag.session import Session
-from airflow_sparklag.storage import Storage, inside, join
+from airflow_sparklag.storage import Storage, inside
 
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState
