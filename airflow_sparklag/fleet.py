@@ -44,14 +44,6 @@ if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.storage import Storage
 
-__all__ = [
-    "MAX_READERS",
-    "FleetChecker",
-    "check_fleet",
-    "discover_checkpoints",
-    "iter_checkpoints",
-]
-
 log = logging.getLogger(__name__)
 
 

@@ -599,16 +599,3 @@ def judge_one(
     if location in check.errors:
         raise check.errors[location]
     return result
-
-
-__all__ = [
-    "CheckResult",
-    "Evidence",
-    "Read",
-    "cluster_snapshots",
-    "cluster_topics",
-    "failed_result",
-    "judge_against",
-    "judge_one",
-    "judge_states",
-]

@@ -12,15 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
-from airflow_sparklag.check_options import DEFAULT_HISTORY, OPTION_NAMES, CheckOptions
+from airflow_sparklag.check_options import OPTION_NAMES, CheckOptions
 from airflow_sparklag.errors import SparkLagError, UnsupportedStorageURL
 from airflow_sparklag.judge import (
     MAX_READERS,
     CheckResult,
-    cluster_snapshots,
-    cluster_topics,
     failed_result,
-    judge_against,
     judge_one,
     judge_states,
 )
@@ -195,22 +192,3 @@ def check_checkpoints(
     chosen = params.take(OPTION_NAMES, CheckOptions.build, options_and_session, options)
     with Session(**options_and_session) as session:
         return check_many(session, locations, chosen, now=now, max_workers=max_workers)
-
-
-__all__ = [
-    "DEFAULT_HISTORY",
-    "OPTION_NAMES",
-    "CheckOptions",
-    "CheckResult",
-    "check",
-    "check_checkpoint",
-    "check_checkpoints",
-    "check_many",
-    "cluster_snapshots",
-    "cluster_topics",
-    "failed_result",
-    "judge_against",
-    "judge_states",
-    "parse_each",
-    "read_states",
-]

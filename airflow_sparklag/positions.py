@@ -100,23 +100,34 @@ def _rates(
 
 
 def _looks_rate_limited(
-    series_offsets: Sequence[Offsets], planned: Offsets, source_ends: Offsets, fewest: int = 2
+    series_offsets: Sequence[Offsets],
+    planned: Offsets,
+    source_ends: Offsets,
+    fewest: int = 2,
+    steps: Sequence[int] | None = None,
 ) -> bool:
     """True when every observed batch read the same number of records while a backlog remained.
 
     maxOffsetsPerTrigger caps each batch at exactly N records as long as more are waiting;
     free-running batches of an organic stream practically never match to the record. Needs at
     least ``fewest`` steps between batches (retained history plus the in-flight one) to say so.
+    ``steps``: the records read between the committed batches (``_steps``), when known.
     """
-    positions = [*series_offsets, planned] if planned else list(series_offsets)
-    totals = [records_between(before, after) for before, after in itertools.pairwise(positions)]
+    totals = list(_steps(series_offsets) if steps is None else steps)
+    if planned and series_offsets:
+        totals.append(records_between(series_offsets[-1], planned))
     if len(totals) < fewest or totals[0] <= 0 or any(t != totals[0] for t in totals):
         return False
     backlog = sum(
         max(0, offset_at(source_ends, source_id, topic, partition, offset) - offset)
-        for source_id, topic, partition, offset in _entries(positions[-1])
+        for source_id, topic, partition, offset in _entries(planned or series_offsets[-1])
     )
     return backlog > totals[0]
+
+
+def _steps(series_offsets: Sequence[Offsets]) -> list[int]:
+    """The records read between each two consecutive batches of ``series_offsets``."""
+    return [records_between(before, after) for before, after in itertools.pairwise(series_offsets)]
 
 
 def more_history(report: LagReport) -> Reads:
@@ -392,6 +403,7 @@ class _Bases:
         read_committed: bool,
         now: float,
         series_offsets: Sequence[Offsets],
+        steps: Sequence[int],
         planned: Offsets,
         observed: Sequence[BatchOffsets],
         unestimated: str | None = None,
@@ -408,7 +420,7 @@ class _Bases:
             for key, view in distinct.items()
         }
         self.source_ends = {source_id: ends[id(view)] for source_id, view in views.items()}
-        rate_limited = _looks_rate_limited(series_offsets, planned, self.source_ends)
+        rate_limited = _looks_rate_limited(series_offsets, planned, self.source_ends, steps=steps)
         built = {
             key: LagBasis(
                 snapshot=view.snapshot,
@@ -650,6 +662,7 @@ def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measu
     series = _committed_series(state)
     planned = _kafka_offsets(state.in_flight)
     series_offsets = [_kafka_offsets(b) for b in series]
+    steps = _steps(series_offsets)
     observed = [*series, state.in_flight] if state.in_flight is not None else series
     interval = real_time_interval(state)  # a real-time query's batch times cannot date records
     bases = _Bases(
@@ -658,6 +671,7 @@ def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measu
         read_committed=read_committed,
         now=now,
         series_offsets=series_offsets,
+        steps=steps,
         planned=planned,
         observed=observed,
         unestimated=REAL_TIME_AGE if interval else None if estimate_ages else NOT_ESTIMATED,
@@ -666,7 +680,7 @@ def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measu
         bases.of, state, planned, series_offsets, source_starts, subscribe_pattern, assign
     )
     in_flight = _in_flight(state, planned, now, source_starts)
-    report = _report(state, snapshot, bases, series, sources, in_flight, now, interval)
+    report = _report(state, snapshot, bases, series, steps, sources, in_flight, now, interval)
     report = dataclasses.replace(
         report,
         single_cluster_assumed=not source_clusters and sum(s.is_kafka for s in sources) > 1,
@@ -685,17 +699,15 @@ def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measu
     return dataclasses.replace(report, schedule=schedule)
 
 
-def _history(series: Sequence[BatchOffsets], real_time: bool) -> tuple[HistoryBatch, ...]:
-    """The retained batches, each with the offsets it read beyond the one before it, dated
-    when its offsets were reached (``batch_time_ms``)."""
-    batches = []
-    previous: Offsets | None = None
-    for batch in series:
-        offsets = _kafka_offsets(batch)
-        records = None if previous is None else records_between(previous, offsets)
-        batches.append(HistoryBatch(batch.batch_id, batch_time_ms(batch, real_time), records))
-        previous = offsets
-    return tuple(batches)
+def _history(
+    series: Sequence[BatchOffsets], steps: Sequence[int], real_time: bool
+) -> tuple[HistoryBatch, ...]:
+    """The retained batches, each with the records it read beyond the one before it
+    (``steps``), dated when its offsets were reached (``batch_time_ms``)."""
+    return tuple(
+        HistoryBatch(batch.batch_id, batch_time_ms(batch, real_time), read)
+        for batch, read in zip(series, [None, *steps], strict=False)  # none before the first
+    )
 
 
 def _report(
@@ -703,6 +715,7 @@ def _report(
     snapshot: KafkaSnapshot,
     bases: _Bases,
     series: Sequence[BatchOffsets],
+    steps: Sequence[int],
     sources: Sequence[SourceLag],
     in_flight: InFlightBatch | None,
     now: float,
@@ -730,7 +743,7 @@ def _report(
         commit_age_seconds=None if committed_at is None else max(0.0, now - committed_at),
         in_flight=in_flight,
         sources=tuple(sources),
-        history=_history(series, at_end),
+        history=_history(series, steps, at_end),
         consumption_rate=consumption,
         production_rate=production,
         catch_up_seconds=catch_up_seconds(

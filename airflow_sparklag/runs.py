@@ -23,21 +23,6 @@ from typing import Protocol
 
 from airflow_sparklag.model.report import Run, Schedule
 
-__all__ = [
-    "DEFAULT_GRACE_RATIO",
-    "MIN_DEFAULT_GRACE_SECONDS",
-    "SCHEDULED_HISTORY",
-    "Run",
-    "Schedule",
-    "busy_interval",
-    "default_grace",
-    "last_gap",
-    "observed_period",
-    "run_gap",
-    "schedule_of",
-    "split_runs",
-]
-
 # Grace after `runs_every` before a declared job that has records waiting counts as STOPPED:
 # the larger of 5 minutes and a quarter of the period (scheduler delay, cluster start-up).
 DEFAULT_GRACE_RATIO = 0.25
