@@ -653,49 +653,40 @@ def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measu
     preliminary report made again with the older batches. `subscribe_pattern` (the snapshot
     listed by it) and `assign`: docs/lag-and-health.md, "Subscriptions".
     """
-    given_now, read_committed = how.get("now"), how.get("read_committed", False)
+    now = how.get("now")
+    now = snapshot.fetched_at if now is None else now
     source_starts, source_clusters = how.get("source_starts"), how.get("source_clusters")
-    subscribe_pattern, assign = how.get("subscribe_pattern"), how.get("assign", False)
-    record_timestamps, runs_every = how.get("record_timestamps"), how.get("runs_every")
-    estimate_ages = how.get("estimate_ages", True)
-    now = snapshot.fetched_at if given_now is None else given_now
     series = _committed_series(state)
     planned = _kafka_offsets(state.in_flight)
     series_offsets = [_kafka_offsets(b) for b in series]
     steps = _steps(series_offsets)
     observed = [*series, state.in_flight] if state.in_flight is not None else series
+    estimated = how.get("estimate_ages", True)
     interval = real_time_interval(state)  # a real-time query's batch times cannot date records
     bases = _Bases(
-        SourceCluster(snapshot, None, record_timestamps),
+        SourceCluster(snapshot, None, how.get("record_timestamps")),
         source_clusters or {},
-        read_committed=read_committed,
+        read_committed=how.get("read_committed", False),
         now=now,
         series_offsets=series_offsets,
         steps=steps,
         planned=planned,
         observed=observed,
-        unestimated=REAL_TIME_AGE if interval else None if estimate_ages else NOT_ESTIMATED,
+        unestimated=REAL_TIME_AGE if interval else None if estimated else NOT_ESTIMATED,
     )
-    sources = _source_lags(
-        bases.of, state, planned, series_offsets, source_starts, subscribe_pattern, assign
-    )
+    pattern, assign = how.get("subscribe_pattern"), how.get("assign", False)
+    sources = _source_lags(bases.of, state, planned, series_offsets, source_starts, pattern, assign)
     in_flight = _in_flight(state, planned, now, source_starts)
-    report = _report(state, snapshot, bases, series, steps, sources, in_flight, now, interval)
-    report = dataclasses.replace(
-        report,
-        single_cluster_assumed=not source_clusters and sum(s.is_kafka for s in sources) > 1,
-        subscribe_pattern=subscribe_pattern,
-        assign=assign,
+    report = _report(state, snapshot, bases, series, steps, sources, in_flight, now, interval, how)
+    if how.get("runs_every") is None:
+        return report
+    schedule = schedule_of(
+        report.history,
+        runs_every=how.get("runs_every"),
+        grace=how.get("run_grace"),
+        in_flight=None if in_flight is None else (in_flight.batch_id, in_flight.started_at),
+        committed_at=report.committed_at,
     )
-    schedule = None
-    if runs_every is not None:
-        schedule = schedule_of(
-            report.history,
-            runs_every=runs_every,
-            grace=how.get("run_grace"),
-            in_flight=None if in_flight is None else (in_flight.batch_id, in_flight.started_at),
-            committed_at=report.committed_at,
-        )
     return dataclasses.replace(report, schedule=schedule)
 
 
@@ -720,6 +711,7 @@ def _report(
     in_flight: InFlightBatch | None,
     now: float,
     interval: float | None,
+    how: Measuring,
 ) -> LagReport:
     """The report: the sources' lags, their totals and worst partition, rates and catch-up;
     ``interval``: a real-time query's (``checkpoint.real_time_interval``), else None."""
@@ -760,4 +752,8 @@ def _report(
         rate_limited=basis.rate_limited,
         trigger="continuous" if state.continuous else "real-time" if interval else "micro-batch",
         real_time=real_time,
+        single_cluster_assumed=not how.get("source_clusters")
+        and sum(s.is_kafka for s in sources) > 1,
+        subscribe_pattern=how.get("subscribe_pattern"),
+        assign=how.get("assign", False),
     )
