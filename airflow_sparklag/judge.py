@@ -68,7 +68,6 @@ def failed_result(location: str, error: SparkLagError) -> CheckResult:
 class Evidence:
     """What one job is judged on, gathered tier by tier."""
 
-    location: str
     state: CheckpointState
     starts: Offsets | None  # where each source started, before the first commit
     stepped: bool = False  # offsets/C-1 read, the rest of the window maybe not
@@ -161,7 +160,7 @@ class _Check:
         self.now = now
         self.query_id = query_id  # the readers the states came from (``Session.reader``)
         self.jobs = {
-            loc: Evidence(loc, st, _source_starts(session, st), reads=[_first_read(st)])
+            loc: Evidence(st, _source_starts(session, st), reads=[_first_read(st)])
             for loc, st in states.items()
         }
         self.errors: dict[str, SparkLagError] = {}  # reading a job's older batches failed
@@ -226,13 +225,14 @@ class _Check:
         }
         if not ids:
             return None
-        views: dict[int, SourceCluster] = {}
-        for cluster in {self.session.cluster_of(source_id) for source_id in ids}:
-            views[cluster] = SourceCluster(
+        views = {
+            cluster: SourceCluster(
                 self.snapshots.get(cluster, self.snapshots[0]),
                 self.session.cluster_servers(cluster),
                 None if stamps is None else stamps.get(cluster, {}),
             )
+            for cluster in {self.session.cluster_of(source_id) for source_id in ids}
+        }
         return {source_id: views[self.session.cluster_of(source_id)] for source_id in ids}
 
     def by_cluster(self, report: LagReport) -> dict[int, list[PartitionLag]]:
@@ -542,15 +542,19 @@ def judge_states(
     *,
     now: float | None = None,
     query_id: bool = True,
+    snapshots: Mapping[int, KafkaSnapshot] | None = None,
 ) -> dict[str, CheckResult]:
     """One Kafka snapshot for all topics of all states (one per cluster when the session maps
     sources to clusters: docs/multi-cluster.md), then the plan's tiers for every job together
     and ONE report and verdict each, all measured at one instant (``now``, default the
     snapshot's fetch time). States read lazily (``read_states``, with ``query_id`` as given
     there) get their older batches read only when ``health.reads_needed`` says the report
-    depends on them; a failure to read them gives that job a failed result.
+    depends on them; a failure to read them gives that job a failed result. ``snapshots``:
+    Kafka snapshots already taken, one per cluster of the session (``Session.cluster_of``; 0,
+    the main one, required): the Spark scan's executors judge against the driver's broadcast
+    snapshots, with the same reports and verdicts.
     """
-    return _check(session, states, options, now, query_id).run()
+    return _check(session, states, options, now, query_id, snapshots).run()
 
 
 def _check(
@@ -559,24 +563,13 @@ def _check(
     options: CheckOptions,
     now: float | None,
     query_id: bool = True,
+    snapshots: Mapping[int, KafkaSnapshot] | None = None,
 ) -> _Check:
-    topics = cluster_topics(session, states)
-    snapshots = cluster_snapshots(session, topics, options.subscribe_pattern)
+    if snapshots is None:
+        topics = cluster_topics(session, states)
+        snapshots = cluster_snapshots(session, topics, options.subscribe_pattern)
     at = max(s.fetched_at for s in snapshots.values()) if now is None else now
     return _Check(session, states, options, snapshots, at, query_id)
-
-
-def judge_against(
-    session: Session,
-    states: Mapping[str, CheckpointState],
-    options: CheckOptions,
-    snapshots: Mapping[int, KafkaSnapshot],
-    now: float,
-) -> dict[str, CheckResult]:
-    """:func:`judge_states` against Kafka snapshots already taken, one per cluster of the
-    session (``Session.cluster_of``; 0, the main one, required): the Spark scan's executors
-    judge against the driver's broadcast snapshots. The same reports and verdicts."""
-    return _Check(session, states, options, snapshots, now).run()
 
 
 def judge_one(
