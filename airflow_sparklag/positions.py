@@ -444,11 +444,10 @@ class _Bases:
 
 def _topic_lag(
     basis: LagBasis,
-    source_id: str,
     topic: str,
     stored: Mapping[int, int],
-    planned: Offsets,
-    series_offsets: Sequence[Offsets],
+    planned_parts: Mapping[int, int],
+    source_series: Sequence[Mapping[str, Mapping[int, int]]],
     *,
     started: bool = False,
     assign: bool = False,
@@ -458,7 +457,8 @@ def _topic_lag(
     Kafka in ``not_read``).
 
     ``stored`` holds the committed offsets, or with ``started`` the starting offsets of a query
-    that has not committed yet."""
+    that has not committed yet; ``planned_parts`` the in-flight batch's; ``source_series`` the
+    source's offsets (topic -> partition -> offset) at each retained batch."""
     snapshot = basis.snapshot
     if topic in snapshot.missing_topics or topic not in snapshot.partitions:
         # Nothing to measure against: unknown, never 0 (a 0 here once hid a source that
@@ -473,9 +473,7 @@ def _topic_lag(
             checkpoint_offsets=dict(stored),
         )
     in_kafka = set(snapshot.partitions[topic])
-    # This source's offsets of this topic at each retained batch, looked up once.
-    topic_series = [offsets.get(source_id, {}).get(topic, {}) for offsets in series_offsets]
-    planned_parts = planned.get(source_id, {}).get(topic, {})
+    topic_series = [offsets.get(topic, {}) for offsets in source_series]
     listed = set(stored) | set(planned_parts)
     lags = tuple(
         _partition_lag(
@@ -552,14 +550,15 @@ def _source_lags(
             fixed = assign or partition_gap(listed)  # a gap: this source reads by assign
             subscribed = not fixed and _subscribed_by(basis.snapshot, pattern, read)
             unread = set(basis.snapshot.pattern_topics) - read if subscribed else set()
+            # This source's offsets at each retained batch, looked up once.
+            source_series = [offsets.get(source.source_id, {}) for offsets in series_offsets]
             topics = [
                 _topic_lag(
                     basis,
-                    source.source_id,
                     topic,
                     stored.get(topic, {}),
-                    planned,
-                    series_offsets,
+                    planned_topics.get(topic, {}),
+                    source_series,
                     started=started,
                     assign=fixed,
                 )
