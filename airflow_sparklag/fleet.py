@@ -1,6 +1,7 @@
 """Many checkpoints at once: find them under a prefix, and check them again and again cheaply.
 
     from airflow_sparklag.fleet import FleetChecker, discover_checkpoints
+    from airflow_sparklag.session import Session
 
     s3 = {"region_name": "eu-west-1"}
     roots = discover_checkpoints("s3a://bucket/checkpoints", session=Session(s3_options=s3))

@@ -46,14 +46,12 @@ def read_states(
     batches left for ``judge_states`` to read when a rule needs them."""
     states: dict[str, CheckpointState] = {}
     failures: dict[str, CheckResult] = {}
-    unique: list[Location | str] = []
+    unique: dict[Location | str, None] = {}
 
     def each() -> Iterator[Location | str]:  # once each, as ``locations`` yields them
-        seen: set[Location | str] = set()
         for location in locations:
-            if location not in seen:
-                seen.add(location)
-                unique.append(location)
+            if location not in unique:
+                unique[location] = None
                 yield location
 
     def read(location: Location | str) -> tuple[str, CheckpointState | SparkLagError]:
