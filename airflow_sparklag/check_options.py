@@ -1,7 +1,7 @@
 """The options of a check: how a checkpoint is judged (``CheckOptions``), declared once.
 
 The CLI's flags, the operators' and sensors' keyword arguments and the triggers' serialized
-``options`` are made from these fields (``params.option``); ``monitor`` re-exports them.
+``options`` are made from these fields (``params.option``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Many checkpoints at once: find them under a prefix, and check them again and again cheaply.
 
     from airflow_sparklag.fleet import FleetChecker, discover_checkpoints
+    from airflow_sparklag.session import Session
 
     s3 = {"region_name": "eu-west-1"}
-    roots = discover_checkpoints("s3a://bucket/checkpoints", s3_options=s3)
+    roots = discover_checkpoints("s3a://bucket/checkpoints", session=Session(s3_options=s3))
     fleet = FleetChecker(roots, kafka_config={"bootstrap.servers": "broker:9092"}, s3_options=s3)
     results = fleet.check()      # first poll: 2 storage requests per caught-up checkpoint on S3
     results = fleet.check()      # next polls: 1 LIST on S3 (2 on HDFS) + one GET per new batch
@@ -44,14 +45,6 @@ if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.storage import Storage
 
-__all__ = [
-    "MAX_READERS",
-    "FleetChecker",
-    "check_fleet",
-    "discover_checkpoints",
-    "iter_checkpoints",
-]
-
 log = logging.getLogger(__name__)
 
 
@@ -72,29 +65,21 @@ def discover_checkpoints(
     >>> discover_checkpoints("s3a://bucket/checkpoints", session=session)   # doctest: +SKIP
     ['s3a://bucket/checkpoints/team-a/orders', 's3a://bucket/checkpoints/team-b/clicks']
     """
-    found = iter_checkpoints(
-        prefix, session=session, storage=storage, max_depth=max_depth, max_workers=max_workers
-    )
-    return sorted(each.text for each in found)
-
-
-def iter_checkpoints(
-    prefix: Location | str | Sequence[Location | str],
-    *,
-    session: Session | None = None,
-    storage: Storage | None = None,
-    max_depth: int = 4,
-    max_workers: int = MAX_READERS,
-) -> Iterator[Location]:
-    """:func:`discover_checkpoints`' roots as they are found (a level's in listing order, each
-    once), so a fleet check reads each checkpoint while discovery lists on."""
     prefixes = _prefixes(prefix)
     if storage is None:
         own = session or Session()
-        backends = [own.storage(each) for each in prefixes]
+        level = [(own.storage(each), each) for each in prefixes]
     else:
-        backends = [storage] * len(prefixes)
-    level = list(zip(backends, prefixes, strict=True))
+        level = [(storage, each) for each in prefixes]
+    return sorted(each.text for each in _walk(level, max_depth, max_workers))
+
+
+def _walk(
+    level: list[tuple[Storage, Location]], max_depth: int, max_workers: int
+) -> Iterator[Location]:
+    """The checkpoint roots at or under each (backend, prefix) of ``level`` as they are found
+    (a level's in listing order, each once), so a fleet check reads each checkpoint while
+    discovery lists on."""
     found: set[Location] = set()
     with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
         for depth in range(max_depth + 1):
@@ -216,12 +201,8 @@ class FleetChecker:
 
     def _found(self) -> Iterator[Location]:
         """The prefixes' checkpoints as discovery finds them."""
-        return iter_checkpoints(
-            self.prefixes,
-            session=self.session,
-            max_depth=self.max_depth,
-            max_workers=self.max_workers,
-        )
+        level = [(self.session.storage(each), each) for each in self.prefixes]
+        return _walk(level, self.max_depth, self.max_workers)
 
     def _discovering(self, found: list[Location]) -> Iterator[Location]:
         """The given locations, then each discovered checkpoint as it is found (kept in

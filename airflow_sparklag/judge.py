@@ -54,6 +54,7 @@ KAFKA_REQUESTS = 8
 
 Stamps = Mapping[int, Mapping[tuple[str, int], int | None]]  # cluster -> record timestamps
 ByCluster = dict[int, dict[str, dict[int, int]]]  # cluster -> topic -> partition -> offset
+K = TypeVar("K")
 T = TypeVar("T")
 
 
@@ -67,7 +68,6 @@ def failed_result(location: str, error: SparkLagError) -> CheckResult:
 class Evidence:
     """What one job is judged on, gathered tier by tier."""
 
-    location: str
     state: CheckpointState
     starts: Offsets | None  # where each source started, before the first commit
     stepped: bool = False  # offsets/C-1 read, the rest of the window maybe not
@@ -132,7 +132,7 @@ def _record_positions(partitions: Iterable[PartitionLag]) -> dict[tuple[str, int
     return wanted
 
 
-def _together(calls: Mapping[str, Callable[[], T]]) -> dict[str, T]:
+def _together(calls: Mapping[K, Callable[[], T]]) -> dict[K, T]:
     """Every call of one tier in flight at once: key -> its answer."""
     if len(calls) <= 1:
         return {key: call() for key, call in calls.items()}
@@ -160,7 +160,7 @@ class _Check:
         self.now = now
         self.query_id = query_id  # the readers the states came from (``Session.reader``)
         self.jobs = {
-            loc: Evidence(loc, st, _source_starts(session, st), reads=[_first_read(st)])
+            loc: Evidence(st, _source_starts(session, st), reads=[_first_read(st)])
             for loc, st in states.items()
         }
         self.errors: dict[str, SparkLagError] = {}  # reading a job's older batches failed
@@ -225,13 +225,14 @@ class _Check:
         }
         if not ids:
             return None
-        views: dict[int, SourceCluster] = {}
-        for cluster in {self.session.cluster_of(source_id) for source_id in ids}:
-            views[cluster] = SourceCluster(
+        views = {
+            cluster: SourceCluster(
                 self.snapshots.get(cluster, self.snapshots[0]),
                 self.session.cluster_servers(cluster),
                 None if stamps is None else stamps.get(cluster, {}),
             )
+            for cluster in {self.session.cluster_of(source_id) for source_id in ids}
+        }
         return {source_id: views[self.session.cluster_of(source_id)] for source_id in ids}
 
     def by_cluster(self, report: LagReport) -> dict[int, list[PartitionLag]]:
@@ -241,6 +242,15 @@ class _Check:
             parts = grouped.setdefault(self.session.cluster_of(source.source_id), [])
             parts.extend(p for topic in source.topics for p in topic.partitions)
         return grouped
+
+    def topics(self, reports: Iterable[LagReport], lagging: bool = False) -> dict[int, set[str]]:
+        """The reports' topics per cluster: those Kafka has, or with ``lagging`` those with lag."""
+        topics: dict[int, set[str]] = {}
+        for report in reports:
+            for source in report.kafka_sources:
+                names = {t.topic for t in source.topics if (t.lag if lagging else not t.missing)}
+                topics.setdefault(self.session.cluster_of(source.source_id), set()).update(names)
+        return topics
 
     def by_source(self, report: LagReport, answer: ByCluster) -> Offsets:
         """A per-cluster answer of Kafka as source id -> topic -> partition -> offset."""
@@ -315,9 +325,7 @@ class _Check:
     ) -> None:
         """Kafka's offsets at each time in ``wanted`` (job -> times), all jobs together."""
         calls = {
-            f"{loc}\0{i}": partial(
-                self.offsets_at, reports[loc], None if t is None else int(t * 1000)
-            )
+            (loc, i): partial(self.offsets_at, reports[loc], None if t is None else int(t * 1000))
             for loc, times in wanted.items()
             for i, t in enumerate(times)
         }
@@ -325,14 +333,17 @@ class _Check:
         for loc, times in wanted.items():
             job = self.jobs[loc]
             for i, t in enumerate(times):
-                found = answers[f"{loc}\0{i}"]
+                found = answers[loc, i]
                 job.ends[t] = None if found is None else self.by_source(reports[loc], found)
             job.read(f"Kafka offsets at {len(times)} checkpoint time(s)", [by])
 
     def with_history(self, measured: Mapping[str, LagReport]) -> dict[str, LagReport]:
         """Every job's positions after reading what its declarations ask for, newest first:
         offsets/C-1 where it may settle them, then the whole window where not."""
-        for step in (Reads.OLDER, Reads.WINDOW):
+        for step, newest, what in (
+            (Reads.OLDER, 1, "offsets/C-1"),
+            (Reads.WINDOW, None, "the window's older batches"),
+        ):
             wanted: dict[str, tuple[str, ...]] = {}
             for loc, report in measured.items():
                 job = self.jobs[loc]
@@ -346,12 +357,10 @@ class _Check:
                 )
                 if reads and (step == Reads.WINDOW or reads == Reads.OLDER):
                     wanted[loc] = asked_by
-            done = self.read_history({loc: 1 if step == Reads.OLDER else None for loc in wanted})
+            done = self.read_history(dict.fromkeys(wanted, newest))
             for loc in done:
-                job = self.jobs[loc]
-                job.stepped = step == Reads.OLDER
-                what = "offsets/C-1" if step == Reads.OLDER else "the window's older batches"
-                job.read(what, wanted[loc])
+                self.jobs[loc].stepped = step == Reads.OLDER
+                self.jobs[loc].read(what, wanted[loc])
             measured = {**measured, **self.remeasure(done)}
         return dict(measured)
 
@@ -417,22 +426,17 @@ class _Check:
         """The retention of the topics with lag (one DescribeConfigs per cluster, every job's
         topics together, remembered by the client): each lagging partition's time to data
         loss, which the time_to_data_loss rule judges and may need record ages for."""
-        topics: dict[int, set[str]] = {}
         lagging = {loc: r for loc, r in measured.items() if r.total_lag > 0}
-        for report in lagging.values():
-            for source in report.kafka_sources:
-                names = {t.topic for t in source.topics if t.lag}
-                topics.setdefault(self.session.cluster_of(source.source_id), set()).update(names)
         calls = {
-            str(cluster): _retention(self.session, cluster, names)
-            for cluster, names in topics.items()
+            cluster: partial(self.session.cluster_kafka(cluster).retention, sorted(names))
+            for cluster, names in self.topics(lagging.values(), lagging=True).items()
             if names
         }
         answers = _together(calls)
         for loc, report in lagging.items():
             job = self.jobs[loc]
             job.retention = {
-                s.source_id: answers.get(str(self.session.cluster_of(s.source_id)), {})
+                s.source_id: answers.get(self.session.cluster_of(s.source_id), {})
                 for s in report.kafka_sources
             }
             job.read("topic retention", ["time_to_data_loss"])
@@ -444,23 +448,23 @@ class _Check:
         undeclared job's last run (did records wait: it looks scheduled, when the idle rule
         would call it STOPPED)."""
         thresholds = self.options.thresholds
-        calls: dict[str, Callable[[], Any]] = {}
+        calls: dict[tuple[str, str], Callable[[], Any]] = {}
         for loc, report in measured.items():
             started = run_start(report) if self.options.runs_every is not None else None
             if started is not None:
-                calls[f"start\0{loc}"] = partial(self.offsets_at, report, int(started * 1000))
+                calls["start", loc] = partial(self.offsets_at, report, int(started * 1000))
             probe = waiting_probe(report) if waiting_wanted(report, thresholds, self.now) else None
             if probe is not None:
-                calls[f"waited\0{loc}"] = partial(self.offsets_at, report, probe[0])
+                calls["waited", loc] = partial(self.offsets_at, report, probe[0])
         answers = _together(calls)
         for loc, report in measured.items():
             job = self.jobs[loc]
-            if f"start\0{loc}" in answers:
-                found = answers[f"start\0{loc}"]
+            if ("start", loc) in answers:
+                found = answers["start", loc]
                 job.run_start = None if found is None else self.by_source(report, found)
                 job.read("Kafka offsets at the last run's start", ["run completeness"])
-            if f"waited\0{loc}" in answers:
-                found, probe = answers[f"waited\0{loc}"], waiting_probe(report)
+            if ("waited", loc) in answers:
+                found, probe = answers["waited", loc], waiting_probe(report)
                 if found is not None and probe is not None:
                     job.waited = records_waited(report, self.by_source(report, found), probe[1])
                 job.read("Kafka offsets before the last run", ["stopped"])
@@ -470,25 +474,14 @@ class _Check:
         by timestamp); None when unknown (no time, or a topic went away meanwhile)."""
         if timestamp_ms is None:
             return None
-        topics: dict[int, set[str]] = {}
-        for source in report.kafka_sources:
-            names = {t.topic for t in source.topics if not t.missing}
-            topics.setdefault(self.session.cluster_of(source.source_id), set()).update(names)
         try:
             return {
                 c: self.session.cluster_kafka(c).offsets_for_time(sorted(names), timestamp_ms)
-                for c, names in sorted(topics.items())
+                for c, names in sorted(self.topics([report]).items())
                 if names
             }
         except SparkLagError:
             return None
-
-
-def _retention(
-    session: Session, cluster: int, topics: Iterable[str]
-) -> Callable[[], Mapping[str, TopicRetention | None]]:
-    """The retention of ``topics`` (one DescribeConfigs), to be called with its tier."""
-    return lambda: session.cluster_kafka(cluster).retention(sorted(topics))
 
 
 def _exact_timestamps(
@@ -549,15 +542,19 @@ def judge_states(
     *,
     now: float | None = None,
     query_id: bool = True,
+    snapshots: Mapping[int, KafkaSnapshot] | None = None,
 ) -> dict[str, CheckResult]:
     """One Kafka snapshot for all topics of all states (one per cluster when the session maps
     sources to clusters: docs/multi-cluster.md), then the plan's tiers for every job together
     and ONE report and verdict each, all measured at one instant (``now``, default the
     snapshot's fetch time). States read lazily (``read_states``, with ``query_id`` as given
     there) get their older batches read only when ``health.reads_needed`` says the report
-    depends on them; a failure to read them gives that job a failed result.
+    depends on them; a failure to read them gives that job a failed result. ``snapshots``:
+    Kafka snapshots already taken, one per cluster of the session (``Session.cluster_of``; 0,
+    the main one, required): the Spark scan's executors judge against the driver's broadcast
+    snapshots, with the same reports and verdicts.
     """
-    return _check(session, states, options, now, query_id).run()
+    return _check(session, states, options, now, query_id, snapshots).run()
 
 
 def _check(
@@ -566,24 +563,13 @@ def _check(
     options: CheckOptions,
     now: float | None,
     query_id: bool = True,
+    snapshots: Mapping[int, KafkaSnapshot] | None = None,
 ) -> _Check:
-    topics = cluster_topics(session, states)
-    snapshots = cluster_snapshots(session, topics, options.subscribe_pattern)
+    if snapshots is None:
+        topics = cluster_topics(session, states)
+        snapshots = cluster_snapshots(session, topics, options.subscribe_pattern)
     at = max(s.fetched_at for s in snapshots.values()) if now is None else now
     return _Check(session, states, options, snapshots, at, query_id)
-
-
-def judge_against(
-    session: Session,
-    states: Mapping[str, CheckpointState],
-    options: CheckOptions,
-    snapshots: Mapping[int, KafkaSnapshot],
-    now: float,
-) -> dict[str, CheckResult]:
-    """:func:`judge_states` against Kafka snapshots already taken, one per cluster of the
-    session (``Session.cluster_of``; 0, the main one, required): the Spark scan's executors
-    judge against the driver's broadcast snapshots. The same reports and verdicts."""
-    return _Check(session, states, options, snapshots, now).run()
 
 
 def judge_one(
@@ -599,16 +585,3 @@ def judge_one(
     if location in check.errors:
         raise check.errors[location]
     return result
-
-
-__all__ = [
-    "CheckResult",
-    "Evidence",
-    "Read",
-    "cluster_snapshots",
-    "cluster_topics",
-    "failed_result",
-    "judge_against",
-    "judge_one",
-    "judge_states",
-]

@@ -12,15 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
-from airflow_sparklag.check_options import DEFAULT_HISTORY, OPTION_NAMES, CheckOptions
+from airflow_sparklag.check_options import OPTION_NAMES, CheckOptions
 from airflow_sparklag.errors import SparkLagError, UnsupportedStorageURL
 from airflow_sparklag.judge import (
     MAX_READERS,
     CheckResult,
-    cluster_snapshots,
-    cluster_topics,
     failed_result,
-    judge_against,
     judge_one,
     judge_states,
 )
@@ -49,14 +46,12 @@ def read_states(
     batches left for ``judge_states`` to read when a rule needs them."""
     states: dict[str, CheckpointState] = {}
     failures: dict[str, CheckResult] = {}
-    unique: list[Location | str] = []
+    unique: dict[Location | str, None] = {}
 
     def each() -> Iterator[Location | str]:  # once each, as ``locations`` yields them
-        seen: set[Location | str] = set()
         for location in locations:
-            if location not in seen:
-                seen.add(location)
-                unique.append(location)
+            if location not in unique:
+                unique[location] = None
                 yield location
 
     def read(location: Location | str) -> tuple[str, CheckpointState | SparkLagError]:
@@ -195,22 +190,3 @@ def check_checkpoints(
     chosen = params.take(OPTION_NAMES, CheckOptions.build, options_and_session, options)
     with Session(**options_and_session) as session:
         return check_many(session, locations, chosen, now=now, max_workers=max_workers)
-
-
-__all__ = [
-    "DEFAULT_HISTORY",
-    "OPTION_NAMES",
-    "CheckOptions",
-    "CheckResult",
-    "check",
-    "check_checkpoint",
-    "check_checkpoints",
-    "check_many",
-    "cluster_snapshots",
-    "cluster_topics",
-    "failed_result",
-    "judge_against",
-    "judge_states",
-    "parse_each",
-    "read_states",
-]

@@ -100,23 +100,34 @@ def _rates(
 
 
 def _looks_rate_limited(
-    series_offsets: Sequence[Offsets], planned: Offsets, source_ends: Offsets, fewest: int = 2
+    series_offsets: Sequence[Offsets],
+    planned: Offsets,
+    source_ends: Offsets,
+    fewest: int = 2,
+    steps: Sequence[int] | None = None,
 ) -> bool:
     """True when every observed batch read the same number of records while a backlog remained.
 
     maxOffsetsPerTrigger caps each batch at exactly N records as long as more are waiting;
     free-running batches of an organic stream practically never match to the record. Needs at
     least ``fewest`` steps between batches (retained history plus the in-flight one) to say so.
+    ``steps``: the records read between the committed batches (``_steps``), when known.
     """
-    positions = [*series_offsets, planned] if planned else list(series_offsets)
-    totals = [records_between(before, after) for before, after in itertools.pairwise(positions)]
+    totals = list(_steps(series_offsets) if steps is None else steps)
+    if planned and series_offsets:
+        totals.append(records_between(series_offsets[-1], planned))
     if len(totals) < fewest or totals[0] <= 0 or any(t != totals[0] for t in totals):
         return False
     backlog = sum(
         max(0, offset_at(source_ends, source_id, topic, partition, offset) - offset)
-        for source_id, topic, partition, offset in _entries(positions[-1])
+        for source_id, topic, partition, offset in _entries(planned or series_offsets[-1])
     )
     return backlog > totals[0]
+
+
+def _steps(series_offsets: Sequence[Offsets]) -> list[int]:
+    """The records read between each two consecutive batches of ``series_offsets``."""
+    return [records_between(before, after) for before, after in itertools.pairwise(series_offsets)]
 
 
 def more_history(report: LagReport) -> Reads:
@@ -392,6 +403,7 @@ class _Bases:
         read_committed: bool,
         now: float,
         series_offsets: Sequence[Offsets],
+        steps: Sequence[int],
         planned: Offsets,
         observed: Sequence[BatchOffsets],
         unestimated: str | None = None,
@@ -408,7 +420,7 @@ class _Bases:
             for key, view in distinct.items()
         }
         self.source_ends = {source_id: ends[id(view)] for source_id, view in views.items()}
-        rate_limited = _looks_rate_limited(series_offsets, planned, self.source_ends)
+        rate_limited = _looks_rate_limited(series_offsets, planned, self.source_ends, steps=steps)
         built = {
             key: LagBasis(
                 snapshot=view.snapshot,
@@ -432,11 +444,10 @@ class _Bases:
 
 def _topic_lag(
     basis: LagBasis,
-    source_id: str,
     topic: str,
     stored: Mapping[int, int],
-    planned: Offsets,
-    series_offsets: Sequence[Offsets],
+    planned_parts: Mapping[int, int],
+    source_series: Sequence[Mapping[str, Mapping[int, int]]],
     *,
     started: bool = False,
     assign: bool = False,
@@ -446,7 +457,8 @@ def _topic_lag(
     Kafka in ``not_read``).
 
     ``stored`` holds the committed offsets, or with ``started`` the starting offsets of a query
-    that has not committed yet."""
+    that has not committed yet; ``planned_parts`` the in-flight batch's; ``source_series`` the
+    source's offsets (topic -> partition -> offset) at each retained batch."""
     snapshot = basis.snapshot
     if topic in snapshot.missing_topics or topic not in snapshot.partitions:
         # Nothing to measure against: unknown, never 0 (a 0 here once hid a source that
@@ -461,9 +473,7 @@ def _topic_lag(
             checkpoint_offsets=dict(stored),
         )
     in_kafka = set(snapshot.partitions[topic])
-    # This source's offsets of this topic at each retained batch, looked up once.
-    topic_series = [offsets.get(source_id, {}).get(topic, {}) for offsets in series_offsets]
-    planned_parts = planned.get(source_id, {}).get(topic, {})
+    topic_series = [offsets.get(topic, {}) for offsets in source_series]
     listed = set(stored) | set(planned_parts)
     lags = tuple(
         _partition_lag(
@@ -540,14 +550,15 @@ def _source_lags(
             fixed = assign or partition_gap(listed)  # a gap: this source reads by assign
             subscribed = not fixed and _subscribed_by(basis.snapshot, pattern, read)
             unread = set(basis.snapshot.pattern_topics) - read if subscribed else set()
+            # This source's offsets at each retained batch, looked up once.
+            source_series = [offsets.get(source.source_id, {}) for offsets in series_offsets]
             topics = [
                 _topic_lag(
                     basis,
-                    source.source_id,
                     topic,
                     stored.get(topic, {}),
-                    planned,
-                    series_offsets,
+                    planned_topics.get(topic, {}),
+                    source_series,
                     started=started,
                     assign=fixed,
                 )
@@ -641,61 +652,52 @@ def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measu
     preliminary report made again with the older batches. `subscribe_pattern` (the snapshot
     listed by it) and `assign`: docs/lag-and-health.md, "Subscriptions".
     """
-    given_now, read_committed = how.get("now"), how.get("read_committed", False)
+    now = how.get("now")
+    now = snapshot.fetched_at if now is None else now
     source_starts, source_clusters = how.get("source_starts"), how.get("source_clusters")
-    subscribe_pattern, assign = how.get("subscribe_pattern"), how.get("assign", False)
-    record_timestamps, runs_every = how.get("record_timestamps"), how.get("runs_every")
-    estimate_ages = how.get("estimate_ages", True)
-    now = snapshot.fetched_at if given_now is None else given_now
     series = _committed_series(state)
     planned = _kafka_offsets(state.in_flight)
     series_offsets = [_kafka_offsets(b) for b in series]
+    steps = _steps(series_offsets)
     observed = [*series, state.in_flight] if state.in_flight is not None else series
+    estimated = how.get("estimate_ages", True)
     interval = real_time_interval(state)  # a real-time query's batch times cannot date records
     bases = _Bases(
-        SourceCluster(snapshot, None, record_timestamps),
+        SourceCluster(snapshot, None, how.get("record_timestamps")),
         source_clusters or {},
-        read_committed=read_committed,
+        read_committed=how.get("read_committed", False),
         now=now,
         series_offsets=series_offsets,
+        steps=steps,
         planned=planned,
         observed=observed,
-        unestimated=REAL_TIME_AGE if interval else None if estimate_ages else NOT_ESTIMATED,
+        unestimated=REAL_TIME_AGE if interval else None if estimated else NOT_ESTIMATED,
     )
-    sources = _source_lags(
-        bases.of, state, planned, series_offsets, source_starts, subscribe_pattern, assign
-    )
+    pattern, assign = how.get("subscribe_pattern"), how.get("assign", False)
+    sources = _source_lags(bases.of, state, planned, series_offsets, source_starts, pattern, assign)
     in_flight = _in_flight(state, planned, now, source_starts)
-    report = _report(state, snapshot, bases, series, sources, in_flight, now, interval)
-    report = dataclasses.replace(
-        report,
-        single_cluster_assumed=not source_clusters and sum(s.is_kafka for s in sources) > 1,
-        subscribe_pattern=subscribe_pattern,
-        assign=assign,
+    report = _report(state, snapshot, bases, series, steps, sources, in_flight, now, interval, how)
+    if how.get("runs_every") is None:
+        return report
+    schedule = schedule_of(
+        report.history,
+        runs_every=how.get("runs_every"),
+        grace=how.get("run_grace"),
+        in_flight=None if in_flight is None else (in_flight.batch_id, in_flight.started_at),
+        committed_at=report.committed_at,
     )
-    schedule = None
-    if runs_every is not None:
-        schedule = schedule_of(
-            report.history,
-            runs_every=runs_every,
-            grace=how.get("run_grace"),
-            in_flight=None if in_flight is None else (in_flight.batch_id, in_flight.started_at),
-            committed_at=report.committed_at,
-        )
     return dataclasses.replace(report, schedule=schedule)
 
 
-def _history(series: Sequence[BatchOffsets], real_time: bool) -> tuple[HistoryBatch, ...]:
-    """The retained batches, each with the offsets it read beyond the one before it, dated
-    when its offsets were reached (``batch_time_ms``)."""
-    batches = []
-    previous: Offsets | None = None
-    for batch in series:
-        offsets = _kafka_offsets(batch)
-        records = None if previous is None else records_between(previous, offsets)
-        batches.append(HistoryBatch(batch.batch_id, batch_time_ms(batch, real_time), records))
-        previous = offsets
-    return tuple(batches)
+def _history(
+    series: Sequence[BatchOffsets], steps: Sequence[int], real_time: bool
+) -> tuple[HistoryBatch, ...]:
+    """The retained batches, each with the records it read beyond the one before it
+    (``steps``), dated when its offsets were reached (``batch_time_ms``)."""
+    return tuple(
+        HistoryBatch(batch.batch_id, batch_time_ms(batch, real_time), read)
+        for batch, read in zip(series, [None, *steps], strict=False)  # none before the first
+    )
 
 
 def _report(
@@ -703,10 +705,12 @@ def _report(
     snapshot: KafkaSnapshot,
     bases: _Bases,
     series: Sequence[BatchOffsets],
+    steps: Sequence[int],
     sources: Sequence[SourceLag],
     in_flight: InFlightBatch | None,
     now: float,
     interval: float | None,
+    how: Measuring,
 ) -> LagReport:
     """The report: the sources' lags, their totals and worst partition, rates and catch-up;
     ``interval``: a real-time query's (``checkpoint.real_time_interval``), else None."""
@@ -730,7 +734,7 @@ def _report(
         commit_age_seconds=None if committed_at is None else max(0.0, now - committed_at),
         in_flight=in_flight,
         sources=tuple(sources),
-        history=_history(series, at_end),
+        history=_history(series, steps, at_end),
         consumption_rate=consumption,
         production_rate=production,
         catch_up_seconds=catch_up_seconds(
@@ -747,4 +751,8 @@ def _report(
         rate_limited=basis.rate_limited,
         trigger="continuous" if state.continuous else "real-time" if interval else "micro-batch",
         real_time=real_time,
+        single_cluster_assumed=not how.get("source_clusters")
+        and sum(s.is_kafka for s in sources) > 1,
+        subscribe_pattern=how.get("subscribe_pattern"),
+        assign=how.get("assign", False),
     )

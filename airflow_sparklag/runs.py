@@ -1,9 +1,8 @@
 """Runs of a scheduled job (``Trigger.AvailableNow``/``Once`` started every so often), found in
 the checkpoint's batch history: batches close together, then a gap (docs/scheduled-jobs.md).
 
-Pure functions of the retained batches (a batch is anything with ``batch_id``, ``timestamp_ms``
-and ``records``, e.g. ``lag.HistoryBatch``); whether each run was complete needs Kafka and is
-filled in by ``monitor``:
+Pure functions of the retained batches (``HistoryBatch``); whether each run was complete
+needs Kafka and is filled in by ``judge``:
 
 >>> from airflow_sparklag.model.report import HistoryBatch
 >>> history = [HistoryBatch(i, t * 1000, 10) for i, t in enumerate([0, 1, 2, 3600, 3601])]
@@ -19,24 +18,8 @@ import itertools
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Protocol
 
-from airflow_sparklag.model.report import Run, Schedule
-
-__all__ = [
-    "DEFAULT_GRACE_RATIO",
-    "MIN_DEFAULT_GRACE_SECONDS",
-    "SCHEDULED_HISTORY",
-    "Run",
-    "Schedule",
-    "busy_interval",
-    "default_grace",
-    "last_gap",
-    "observed_period",
-    "run_gap",
-    "schedule_of",
-    "split_runs",
-]
+from airflow_sparklag.model.report import HistoryBatch, Run, Schedule
 
 # Grace after `runs_every` before a declared job that has records waiting counts as STOPPED:
 # the larger of 5 minutes and a quarter of the period (scheduler delay, cluster start-up).
@@ -53,27 +36,16 @@ GAP_BUSY_INTERVALS = 5
 MIN_GAP_SECONDS = 10.0
 
 
-class _Batch(Protocol):
-    @property
-    def batch_id(self) -> int: ...
-
-    @property
-    def timestamp_ms(self) -> int | None: ...
-
-    @property
-    def records(self) -> int | None: ...
-
-
 def default_grace(runs_every: float) -> float:
     """The grace a declared job gets when none is given (see ``DEFAULT_GRACE_RATIO``)."""
     return max(MIN_DEFAULT_GRACE_SECONDS, DEFAULT_GRACE_RATIO * runs_every)
 
 
-def _seconds(batch: _Batch) -> float | None:
+def _seconds(batch: HistoryBatch) -> float | None:
     return None if batch.timestamp_ms is None else batch.timestamp_ms / 1000.0
 
 
-def busy_interval(history: Sequence[_Batch], *, every_batch: bool = False) -> float | None:
+def busy_interval(history: Sequence[HistoryBatch], *, every_batch: bool = False) -> float | None:
     """The job's usual time between batches when it has records to read: the median of the
     intervals that END at a batch which read records (idle gaps are a minority of them in any
     but a scheduled job, whose every interval is a gap). None without such an interval.
@@ -88,7 +60,7 @@ def busy_interval(history: Sequence[_Batch], *, every_batch: bool = False) -> fl
     return statistics.median(intervals) if intervals else None
 
 
-def run_gap(history: Sequence[_Batch], runs_every: float | None) -> float | None:
+def run_gap(history: Sequence[HistoryBatch], runs_every: float | None) -> float | None:
     """How long a pause between two batches must be to separate two runs."""
     if runs_every is not None:
         return RUN_SPLIT_RATIO * runs_every
@@ -96,7 +68,7 @@ def run_gap(history: Sequence[_Batch], runs_every: float | None) -> float | None
     return None if busy is None else max(MIN_GAP_SECONDS, GAP_BUSY_INTERVALS * busy)
 
 
-def split_runs(history: Sequence[_Batch], gap: float) -> list[tuple[int, int]]:
+def split_runs(history: Sequence[HistoryBatch], gap: float) -> list[tuple[int, int]]:
     """Index ranges (first, last), oldest first, of the runs: a pause longer than ``gap``
     between two timed batches starts a new run."""
     if not history:
@@ -112,7 +84,7 @@ def split_runs(history: Sequence[_Batch], gap: float) -> list[tuple[int, int]]:
     return runs
 
 
-def observed_period(history: Sequence[_Batch]) -> float | None:
+def observed_period(history: Sequence[HistoryBatch]) -> float | None:
     """An undeclared job's longest time between the starts of two runs seen in ``history``
     (the oldest run may be cut off by retention, so the longest is the safe estimate); None
     with fewer than two runs."""
@@ -124,7 +96,7 @@ def observed_period(history: Sequence[_Batch]) -> float | None:
     return max((b - a for a, b in itertools.pairwise(timed)), default=None)
 
 
-def last_gap(history: Sequence[_Batch], gap: float) -> tuple[int, int] | None:
+def last_gap(history: Sequence[HistoryBatch], gap: float) -> tuple[int, int] | None:
     """Indexes (before, after) of the newest pause longer than ``gap``, or None."""
     runs = split_runs(history, gap)
     if len(runs) < 2:
@@ -133,7 +105,7 @@ def last_gap(history: Sequence[_Batch], gap: float) -> tuple[int, int] | None:
 
 
 def schedule_of(
-    history: Sequence[_Batch],
+    history: Sequence[HistoryBatch],
     *,
     runs_every: float | None,
     grace: float | None = None,

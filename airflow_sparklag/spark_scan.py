@@ -9,7 +9,7 @@ spark-submit runs a file, the module's own (``python -m`` is not a spark-submit 
 
 The driver lists the checkpoints; executors read them (``mapPartitions``, each Python worker
 keeping one session); the driver takes one Kafka snapshot per cluster and broadcasts it;
-executors judge each job as the CLI does (``monitor.judge_against``); two tables are written,
+executors judge each job as the CLI does (``judge.judge_states``); two tables are written,
 ``<output>/partitions`` and ``<output>/jobs``, and a one-line JSON summary is printed
 (docs/fleet.md). From Python, :func:`scan` takes an existing SparkSession and returns the two
 DataFrames. pyspark is imported only inside the functions: importing this module is cheap.
@@ -31,9 +31,10 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
+from airflow_sparklag.judge import cluster_snapshots
 from airflow_sparklag.location import Location
 from airflow_sparklag.model.verdict import Thresholds
-from airflow_sparklag.monitor import OPTION_NAMES, CheckOptions, cluster_snapshots
+from airflow_sparklag.monitor import OPTION_NAMES, CheckOptions
 from airflow_sparklag.session import Session
 
 if TYPE_CHECKING:
@@ -155,7 +156,8 @@ def _read_partition(locations: Iterable[str], options_json: str) -> Iterator[tup
     """One Spark task: read its checkpoints as the CLI does (``monitor.read_states``). Yields
     ``(location, pickled state | None, pickled failed result | None, task | None)``; the task's
     stats and its topics per cluster ride on its first row."""
-    from airflow_sparklag.monitor import cluster_topics, read_states
+    from airflow_sparklag.judge import cluster_topics
+    from airflow_sparklag.monitor import read_states
 
     started, cpu = time.perf_counter(), time.process_time()
     options = json.loads(options_json)
@@ -201,9 +203,9 @@ def _judge_partition(
     rows: Iterable[tuple], snapshots_bc: Any, judge_json: str, requests: Any
 ) -> Iterator[tuple[tuple, list]]:
     """One Spark task of the judge pass: its cached states judged together, as the CLI judges
-    them (``monitor.judge_against``: one report and verdict each, time lag included, at the
+    them (``judge.judge_states``: one report and verdict each, time lag included, at the
     scan's one instant and against the broadcast snapshots), then (job row, partition rows)."""
-    from airflow_sparklag.monitor import judge_against
+    from airflow_sparklag.judge import judge_states
 
     judge = json.loads(judge_json)
     session, _ = _worker_session(judge["session"])
@@ -215,7 +217,9 @@ def _judge_partition(
     before = session.storage_requests
     try:
         if states:
-            results.update(judge_against(session, states, options, snapshots_bc.value, now))
+            results.update(
+                judge_states(session, states, options, now=now, snapshots=snapshots_bc.value)
+            )
     finally:
         session.forget(())
     requests.add(session.storage_requests - before)
