@@ -167,10 +167,5 @@ def history_points(
                 continue
             for topic, parts in source.kafka.items():
                 for partition, offset in parts.items():
-                    key = (topic, int(partition))
-                    found = points.get(key)
-                    if found is None:
-                        points[key] = [(int(offset), time_ms)]
-                    else:
-                        found.append((int(offset), time_ms))
+                    points.setdefault((topic, int(partition)), []).append((int(offset), time_ms))
     return points
