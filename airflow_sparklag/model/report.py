@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -58,15 +59,12 @@ def _moments_json(name: str, value: Any) -> dict[str, Any]:
 # a moment in milliseconds (``*timestamp_ms``, ``time_ms``) with its ISO text beside it; None:
 # `json_safe` of its value under its name.
 _FieldJson = Callable[[str, Any], dict[str, Any]]
-_PLANS: dict[type, tuple[tuple[str, _FieldJson | None], ...]] = {}
 
 
+@functools.cache
 def _plan(cls: type) -> tuple[tuple[str, _FieldJson | None], ...]:
     """Each field of the dataclass ``cls`` with its conversion, made once per class."""
-    plan = _PLANS.get(cls)
-    if plan is None:
-        plan = _PLANS[cls] = tuple((f.name, _field_kind(f)) for f in dataclasses.fields(cls))
-    return plan
+    return tuple((f.name, _field_kind(f)) for f in dataclasses.fields(cls))
 
 
 def _field_kind(field_: dataclasses.Field[Any]) -> _FieldJson | None:
@@ -81,12 +79,12 @@ def json_safe(value: Any) -> Any:
     """`value` turned into JSON types: dataclasses and mappings become dicts with string keys,
     tuples/sets become lists (sets sorted), NaN and -inf become None, +inf "infinite"; a
     dataclass's moments as ISO 8601 UTC text beside epoch milliseconds (`_field_kind`)."""
-    kind = type(value)
+    kind: type = type(value)
     if value is None or kind in _JSON_LEAVES:  # most values: answered first
         return value
     if kind is float and math.isfinite(value):
         return value
-    if kind in _PLANS or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
         for name, convert in _plan(kind):
             item = getattr(value, name)
