@@ -76,13 +76,13 @@ class WaitCondition(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
-def breach_message(result: CheckResult, limit: int = 5) -> str:
+def breach_message(result: CheckResult) -> str:
     """Verdict plus the worst partitions, one line."""
     from airflow_sparklag.render import breach_summary
 
     if result.report is None:  # unreadable checkpoint in a multi-checkpoint check
         return f"{result.location}: {result.error}"
-    return breach_summary(result.report, result.verdict, limit=limit)
+    return breach_summary(result.report, result.verdict)
 
 
 @dataclass(frozen=True)

@@ -253,12 +253,12 @@ def render(report: LagReport, verdict: HealthVerdict) -> str:
     )
 
 
-def breach_summary(report: LagReport, verdict: HealthVerdict, limit: int = 10) -> str:
-    """A short failure message: the verdict and the worst partitions (for operator failures)."""
+def breach_summary(report: LagReport, verdict: HealthVerdict) -> str:
+    """A short failure message: the verdict and the five worst partitions (operator failures)."""
     worst = sorted(
         (p for s in report.sources if s.is_kafka for t in s.topics for p in t.partitions),
         key=lambda p: (not p.data_loss, -p.lag),
-    )[:limit]
+    )[:5]
     parts = [
         f"{p.topic}[{p.partition}] lag={p.lag} committed={_num(p.committed_offset)} "
         f"end={_num(p.log_end_offset)}" + (f" {flags(p)}" if flags(p) else "")
