@@ -88,12 +88,10 @@ def json_safe(value: Any) -> Any:
         out: dict[str, Any] = {}
         for name, convert in _plan(kind):
             item = getattr(value, name)
-            if convert is not None:
-                out.update(convert(name, item))
-            elif item is None or type(item) in _JSON_LEAVES:
-                out[name] = item
+            if convert is None:
+                out[name] = item if item is None or type(item) in _JSON_LEAVES else json_safe(item)
             else:
-                out[name] = json_safe(item)
+                out.update(convert(name, item))
         return out
     if isinstance(value, (list, tuple)):
         return [v if v is None or type(v) in _JSON_LEAVES else json_safe(v) for v in value]
