@@ -31,8 +31,6 @@ from airflow_sparklag.errors import (
 )
 from airflow_sparklag.storage import Storage
 
-__all__ = ["ArchiveError", "ArchiveReport", "ManifestEntry", "archive_tree"]
-
 MANIFEST_FORMAT = "sparklag-archive-manifest"
 
 

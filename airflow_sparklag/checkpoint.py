@@ -1,11 +1,8 @@
 """Read a Spark Structured Streaming checkpoint: what was committed, what is in flight.
 
-The files' parsers are in ``checkpoint_files`` (re-exported here, the one public name for
-them). :class:`CheckpointReader` lists only ``offsets/`` and ``commits/`` (never ``state/``,
-which can hold 100k objects) and caches the immutable offsets files between reads.
-
-Format details are in ``docs/`` and follow Spark's ``OffsetSeqLog``, ``CommitLog`` and
-``KafkaSourceInitialOffsetWriter``.
+The files' parsers are in ``checkpoint_files``. :class:`CheckpointReader` lists only
+``offsets/`` and ``commits/`` (never ``state/``, which can hold 100k objects) and caches the
+immutable offsets files between reads.
 """
 
 from __future__ import annotations
@@ -22,12 +19,10 @@ from airflow_sparklag.checkpoint_files import (
     MIN_COMMIT_SIZE,
     BatchOffsets,
     CheckpointState,
-    SourceOffset,
     parse_batch_id,
     parse_commit,
     parse_metadata,
     parse_offsets,
-    parse_source_start,
 )
 from airflow_sparklag.errors import (
     CheckpointCorrupt,
@@ -35,20 +30,8 @@ from airflow_sparklag.errors import (
     SparkLagError,
     StorageNotFound,
 )
-from airflow_sparklag.location import Location
-from airflow_sparklag.storage import ObjectInfo, Storage, join
-
-__all__ = [
-    "BatchOffsets",
-    "CheckpointReader",
-    "CheckpointState",
-    "SourceOffset",
-    "parse_batch_id",
-    "parse_commit",
-    "parse_metadata",
-    "parse_offsets",
-    "parse_source_start",
-]
+from airflow_sparklag.location import Location, join
+from airflow_sparklag.storage import ObjectInfo, Storage
 
 # A reader that polls lists the checkpoint at least this often (seconds), whatever its point
 # reads say: the bound on noticing a change no point read shows (a checkpoint deleted,
@@ -334,10 +317,9 @@ class CheckpointReader:
             except _Vanished:
                 return None  # purged by Spark (minBatchesToRetain) since the listing: expected
 
-        if pool is not None and len(wanted) > 1:
-            found = list(pool.map(read, wanted))
-        else:
-            found = [read(batch_id) for batch_id in wanted]
+        found = (
+            pool.map(read, wanted) if pool is not None and len(wanted) > 1 else map(read, wanted)
+        )
         return tuple(batch for batch in found if batch is not None)
 
     def _list_logs(self) -> _Listing:
@@ -361,13 +343,10 @@ class CheckpointReader:
         return commits, offsets, None
 
     def _offsets(self, batch_id: int, info: ObjectInfo) -> BatchOffsets:
-        cached = self._offsets_cache.get(batch_id)
+        known = self._offsets_cache.get(batch_id)
         # Offsets files are immutable; a different size/time means the checkpoint was replaced.
-        if cached is not None and (cached[0].size, cached[0].modified) == (
-            info.size,
-            info.modified,
-        ):
-            return cached[1]
+        if known is not None and (known[0].size, known[0].modified) == (info.size, info.modified):
+            return known[1]
         path = join(self.location, "offsets", info.name)
         if info.size > MAX_LOG_FILE_SIZE:
             raise CheckpointCorrupt(
@@ -386,15 +365,10 @@ class CheckpointReader:
         key = (info.name, info.size, info.modified)
         if key == self._commit_checked:
             return
-        if (
-            info.size >= MIN_COMMIT_SIZE
-            and info.content_md5 is not None
-            and info.content_md5 in _commit_md5s(watermarks)
-        ):
-            self._commit_checked = key
-            return
-        path = join(self.location, "commits", info.name)
-        parse_commit(self._read_listed(path), path)
+        spark_wrote = {_v1_commit_md5(watermark or 0) for watermark in (0, *watermarks)}
+        if info.size < MIN_COMMIT_SIZE or info.content_md5 not in spark_wrote:
+            path = join(self.location, "commits", info.name)
+            parse_commit(self._read_listed(path), path)
         self._commit_checked = key
 
     def _read_listed(self, path: str) -> bytes:
@@ -484,26 +458,18 @@ def _window(
     return older[-(history - 1) :]
 
 
-def _commit_md5s(watermarks: set[int | None]) -> set[str]:
-    """MD5s of the v1 commit texts Spark writes for these next-batch watermarks (and 0)."""
-    values = {0} | {w for w in watermarks if w is not None}
-    return {_v1_commit_md5(value) for value in values}
-
-
 @functools.lru_cache(maxsize=256)
 def _v1_commit_md5(watermark_ms: int) -> str:
+    """MD5 of the v1 commit text Spark writes for this next-batch watermark."""
     text = f'v1\n{{"nextBatchWatermarkMs":{watermark_ms}}}'
     return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
 
 
 def _batches(entries: Iterable[ObjectInfo]) -> dict[int, ObjectInfo]:
     """Batch id -> entry, for the entries whose name :func:`parse_batch_id` accepts."""
-    batches: dict[int, ObjectInfo] = {}
-    for info in entries:
-        batch_id = parse_batch_id(info.name)
-        if batch_id is not None:
-            batches[batch_id] = info
-    return batches
+    return {
+        batch_id: info for info in entries if (batch_id := parse_batch_id(info.name)) is not None
+    }
 
 
 def _is_continuous(batch: BatchOffsets) -> bool:
@@ -552,9 +518,8 @@ def real_time_interval(state: CheckpointState) -> float | None:
     interval = _shape(state.committed, state.commit_modified)
     if interval is None or state.in_flight is not None or interval >= REAL_TIME_SURE_INTERVAL:
         return interval
-    if _shape(state.preceding, state.preceding_commit_modified) is None:
-        return None
-    return interval
+    corroborated = _shape(state.preceding, state.preceding_commit_modified) is not None
+    return interval if corroborated else None
 
 
 def _shape(batch: BatchOffsets | None, commit_modified: float | None) -> float | None:

@@ -18,13 +18,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from airflow_sparklag.errors import (
-    CheckpointCorrupt,
-    UnsupportedCheckpointVersion,
-)
-from airflow_sparklag.storage import (
-    ObjectInfo,
-)
+from airflow_sparklag.errors import CheckpointCorrupt, UnsupportedCheckpointVersion
+from airflow_sparklag.storage import ObjectInfo
 
 OFFSETS_VERSIONS = (1, 2)
 COMMITS_VERSIONS = (1, 2, 3)

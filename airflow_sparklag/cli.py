@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +26,11 @@ from airflow_sparklag.model.result import (
     summary_of,
 )
 from airflow_sparklag.model.verdict import EXIT_CHECK_FAILED, EXIT_USAGE, Health, Thresholds
-from airflow_sparklag.redact import printable, scrub
+from airflow_sparklag.redact import kafka_secrets, printable, scrub, secret_parts
 from airflow_sparklag.storage.s3 import READERS
 
 if TYPE_CHECKING:
+    from airflow_sparklag.fleet import FleetChecker
     from airflow_sparklag.monitor import CheckOptions
     from airflow_sparklag.session import Session
 
@@ -71,9 +74,8 @@ docs: README.md and docs/index.md"""
 
 def _thresholds(args: argparse.Namespace) -> Thresholds:
     given = {field: getattr(args, field) for field in THRESHOLD_HELP}
-    given = {field: value for field, value in given.items() if value is not None}
     try:
-        return Thresholds.from_dict(given)
+        return Thresholds.from_dict({k: v for k, v in given.items() if v is not None})
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -94,14 +96,12 @@ def open_session(args: argparse.Namespace, *, kafka_required: bool = True) -> Se
         raise UsageError("give --bootstrap-server (or bootstrap.servers in --kafka-config)")
     # main() shares this list with its error handler: errors raised later are scrubbed too.
     getattr(args, "secrets", []).extend(_secrets(config))
-    # --timeout bounds each storage attempt too (S3: 3 attempts, so a hung endpoint fails
-    # within (min(5, t) + t) x 3 seconds).
+    # --timeout bounds each storage attempt too (S3: 3 attempts, (min(5, t) + t) x 3 s at most).
     bounds = {"connect_timeout": min(5.0, args.timeout), "read_timeout": args.timeout}
     storage = params.storage_flags(args)
     return Session(
         kafka_config=config,
         kafka_timeout=args.timeout,
-        # --source-servers: the main config with bootstrap.servers replaced
         source_kafka=params.source_configs("--source-servers", args.source_servers or [], config),
         s3_options={**storage["s3_options"], **bounds},
         webhdfs_options={**storage["webhdfs_options"], **bounds},
@@ -121,8 +121,6 @@ AWS_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TO
 def _secrets(config: dict[str, Any]) -> list[str]:
     """What the command never prints: the Kafka config's secrets, and the AWS credentials of
     the environment (botocore may quote them in an error)."""
-    from airflow_sparklag.redact import kafka_secrets, secret_parts
-
     found = list(kafka_secrets(config))
     for name in AWS_SECRET_ENV:
         found.extend(secret_parts(os.environ.get(name, "")))
@@ -152,7 +150,7 @@ def _connection_flags(command: argparse.ArgumentParser) -> None:
     )
     params.flag_group(command, "Kafka").add_argument(
         "--timeout",
-        type=params.flag_type("timeout", params.positive_duration),
+        type=params.FlagType("timeout", params.positive_duration),
         default=10.0,
         help="bound of each Kafka request round and storage attempt",
     )
@@ -172,7 +170,7 @@ def _check_flags(command: argparse.ArgumentParser) -> None:
         if "default" not in text:
             text += f" (default: {'off' if default is None else default})"
         group.add_argument(
-            params.flag_of(field), type=params.flag_type(field, reader), dest=field, help=text
+            params.flag_of(field), type=params.FlagType(field, reader), dest=field, help=text
         )
 
 
@@ -182,16 +180,14 @@ def _fleet_flags(command: argparse.ArgumentParser, prefix_help: str) -> None:
     group.add_argument("--prefix", action="append", default=[], help=prefix_help)
     group.add_argument(
         "--max-depth",
-        type=params.flag_type("max_depth", params.count),
+        type=params.FlagType("max_depth", params.count),
         default=4,
         help="levels searched under --prefix",
     )
 
 
 def _command(sub: Any, name: str, usage: str, text: str, *groups: str) -> argparse.ArgumentParser:
-    """A subcommand with its one-line usage; its flags in ``--help`` by group, in this order:
-    ``groups`` (the command's own) and what to check, then Kafka, storage, Kerberos,
-    thresholds, output (a group no flag joins is not shown)."""
+    """A subcommand whose ``--help`` lists its flags by group: ``groups`` (its own) first."""
     command: argparse.ArgumentParser = sub.add_parser(
         name, help=text, description=text, usage=f"%(prog)s {usage} [options]", epilog=EPILOG
     )
@@ -246,8 +242,16 @@ def _progress_line(done: int, total: int) -> None:
         print(f"\rsparklag: read {done}/{total} checkpoints", end=end, file=sys.stderr, flush=True)
 
 
-def run_status(args: argparse.Namespace) -> int:
+def _fleet(args: argparse.Namespace, session: Session, **given: Any) -> FleetChecker:
+    """The jobs of the command's locations and ``--prefix`` (``status``, ``serve``)."""
     from airflow_sparklag.fleet import FleetChecker
+
+    return FleetChecker(
+        args.checkpoints, session=session, prefix=args.prefix, max_depth=args.max_depth, **given
+    )
+
+
+def run_status(args: argparse.Namespace) -> int:
     from airflow_sparklag.monitor import check_many
 
     if not args.checkpoints and not args.prefix:
@@ -257,14 +261,7 @@ def run_status(args: argparse.Namespace) -> int:
         _storage_ready(session, [*args.checkpoints, *args.prefix])
         if args.prefix or len(args.checkpoints) > 1:
             progress = None if args.no_progress else _progress_line
-            checker = FleetChecker(
-                args.checkpoints,
-                session=session,
-                prefix=args.prefix,
-                options=options,
-                max_depth=args.max_depth,
-                query_ids=args.query_ids,
-            )
+            checker = _fleet(args, session, options=options, query_ids=args.query_ids)
             results = checker.check(progress=progress)
         else:
             # The query id costs a GET of `metadata` that lag and health do not need: a
@@ -293,8 +290,7 @@ def exit_code(results: list[CheckResult]) -> int:
 
 def _storage_ready(session: Session, locations: list[str]) -> None:
     """Each store's client made before any job is read: a configuration error (an unknown
-    AWS_PROFILE, an unreadable AWS config) concerns every job, so it is the command's error
-    (exit 64) rather than a failed check per job."""
+    AWS_PROFILE) concerns every job, so it is the command's error (exit 64), not each job's."""
     for location in locations:
         try:
             session.storage(location)
@@ -306,8 +302,6 @@ def _storage_ready(session: Session, locations: list[str]) -> None:
 
 def natural_key(text: str) -> list[Any]:
     """Sort key that orders numbers by value: ``job2`` before ``job10``."""
-    import re
-
     return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", text)]
 
 
@@ -413,13 +407,13 @@ def add_wait_command(sub: Any) -> None:
     )
     until.add_argument(
         "--poll-interval",
-        type=params.flag_type("poll_interval", params.positive_duration),
+        type=params.FlagType("poll_interval", params.positive_duration),
         default=10.0,
         help="time between checks",
     )
     until.add_argument(
         "--max-wait",
-        type=params.flag_type("max_wait", params.duration),
+        type=params.FlagType("max_wait", params.duration),
         default=600.0,
         help="give up after this long, exit 75",
     )
@@ -598,7 +592,7 @@ def add_history_and_serve_commands(sub: Any) -> None:
     what.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
     what.add_argument(
         "--batches",
-        type=params.flag_type("batches", params.batches),
+        type=params.FlagType("batches", params.batches),
         default=100,
         help="retained batches to rebuild (100: Spark's minBatchesToRetain)",
     )
@@ -618,7 +612,7 @@ def add_history_and_serve_commands(sub: Any) -> None:
     exporter.add_argument("--address", default="0.0.0.0", help="address to listen on")
     exporter.add_argument(
         "--port",
-        type=params.flag_type("port", lambda n, v: _port(n, params.count(n, v))),
+        type=params.FlagType("port", lambda n, v: _port(n, params.count(n, v))),
         default=9109,
         help="HTTP port",
     )
@@ -627,11 +621,11 @@ def add_history_and_serve_commands(sub: Any) -> None:
         ("rediscover", params.duration, 300.0, "list --prefix again this often"),
     ):
         exporter.add_argument(
-            f"--{flag}", type=params.flag_type(flag, read), default=default, help=text
+            f"--{flag}", type=params.FlagType(flag, read), default=default, help=text
         )
     exporter.add_argument(
         "--max-partitions-per-job",
-        type=params.flag_type("max_partitions_per_job", params.count),
+        type=params.FlagType("max_partitions_per_job", params.count),
         default=1000,
         help="per-partition series per job, most lagging first",
     )
@@ -658,18 +652,15 @@ def run_serve(args: argparse.Namespace) -> int:
     import threading
 
     from airflow_sparklag.exporter import LagExporter
-    from airflow_sparklag.fleet import FleetChecker
 
     if not args.checkpoints and not args.prefix:
         raise UsageError("give checkpoint locations or --prefix")
     with open_session(args) as session:
         _storage_ready(session, [*args.checkpoints, *args.prefix])
-        checker = FleetChecker(
-            args.checkpoints,
-            session=session,
-            prefix=args.prefix,
+        checker = _fleet(
+            args,
+            session,
             options=_check_options(args),
-            max_depth=args.max_depth,
             rediscover_seconds=args.rediscover if args.prefix else None,
         )
         exporter = LagExporter(
@@ -754,12 +745,8 @@ def failure_document(args: argparse.Namespace, error: str) -> dict[str, Any]:
 
 
 def in_cli_words(message: str) -> str:
-    """A core message in the command line's words: an option it names as Python does
-    (``force=True``, ``webhdfs_options['url']``) named by its flag (``--force``,
-    ``--webhdfs-url``); Airflow tasks keep the argument's name (docs/names.md)."""
-    import dataclasses
-    import re
-
+    """A core message in the command line's words: ``force=True``, ``webhdfs_options['url']``
+    named by their flags (``--force``, ``--webhdfs-url``); docs/names.md."""
     from airflow_sparklag.migration import MigrationOptions
     from airflow_sparklag.monitor import CheckOptions
 
@@ -775,10 +762,9 @@ def in_cli_words(message: str) -> str:
 
 
 def _quiet_client_logs(secrets: list[str]) -> None:
-    """librdkafka reports every refused connection as a log line; the command's own message
-    says what failed, once. Other libraries' warnings (gcsfs "out of retries", ...) are one
-    scrubbed line each on stderr, never their traceback: Python's last-resort handler would
-    print both. ``SPARKLAG_DEBUG=1`` leaves logging as Python has it."""
+    """librdkafka's lines about refused connections muted (the command's message says what
+    failed, once); other libraries' warnings one scrubbed line each on stderr, never their
+    traceback. ``SPARKLAG_DEBUG=1`` leaves logging as Python has it."""
     if os.environ.get("SPARKLAG_DEBUG"):
         return
     chatter = logging.getLogger("airflow_sparklag.kafka.librdkafka")

@@ -25,8 +25,6 @@ from typing import Any
 from airflow_sparklag.errors import ConsumerGroupActive, KafkaError, KafkaUnavailable
 from airflow_sparklag.kafka import KafkaOffsetsClient, error_name
 
-__all__ = ["ConsumerGroupActive", "ConsumerGroupExport", "export_offsets"]
-
 log = logging.getLogger(__name__)
 
 # Group states in which nobody consumes: safe to commit offsets for.

@@ -60,41 +60,6 @@ from __future__ import annotations
 
 import re
 
-__all__ = [
-    "ArchiveError",
-    "BucketNotFound",
-    "CheckpointCorrupt",
-    "CheckpointNotFound",
-    "ConditionalWriteUnsupported",
-    "ConsumerGroupActive",
-    "DataLossRefused",
-    "DelegationTokenRejected",
-    "HadoopConfigInvalid",
-    "InvalidParameter",
-    "JobStillRunning",
-    "KafkaConfigInvalid",
-    "KafkaError",
-    "KafkaUnavailable",
-    "MigrationRefused",
-    "NothingCommitted",
-    "SinkLogConflict",
-    "SnapshotCorrupt",
-    "SnapshotError",
-    "SnapshotMismatch",
-    "SnapshotVerificationFailed",
-    "SparkLagError",
-    "StorageAccessDenied",
-    "StorageAlreadyExists",
-    "StorageError",
-    "StorageNotFound",
-    "TokenFileInvalid",
-    "TopicGone",
-    "UnsupportedCheckpointVersion",
-    "UnsupportedOperation",
-    "UnsupportedStorageURL",
-    "UsageError",
-]
-
 
 class SparkLagError(Exception):
     """Base class of every error this package raises on purpose."""

@@ -46,9 +46,8 @@ if TYPE_CHECKING:
 
     from airflow_sparklag.fleet import FleetChecker
     from airflow_sparklag.model.report import LagReport, PartitionLag
-    from airflow_sparklag.monitor import CheckResult
+    from airflow_sparklag.model.result import CheckResult
 
-__all__ = ["DEFAULT_INTERVAL", "DEFAULT_PORT", "MAX_PARTITIONS_PER_JOB", "LagExporter"]
 
 log = logging.getLogger(__name__)
 
@@ -419,15 +418,10 @@ def job_families(results: Sequence[CheckResult], max_partitions: int) -> list[Me
     from prometheus_client.metrics_core import GaugeMetricFamily
 
     families = {
-        name: GaugeMetricFamily(PREFIX + name, doc, labels=PARTITION_LABELS)
-        for name, doc in PARTITION_GAUGES.items()
+        name: GaugeMetricFamily(PREFIX + name, doc, labels=labels)
+        for gauges, labels in ((PARTITION_GAUGES, PARTITION_LABELS), (JOB_GAUGES, JOB_LABELS))
+        for name, doc in gauges.items()
     }
-    families.update(
-        {
-            name: GaugeMetricFamily(PREFIX + name, doc, labels=JOB_LABELS)
-            for name, doc in JOB_GAUGES.items()
-        }
-    )
     states = GaugeMetricFamily(
         PREFIX + "job_health_state",
         "1 for the job's current verdict, 0 for every other (one series per verdict).",

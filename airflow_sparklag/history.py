@@ -32,20 +32,11 @@ from airflow_sparklag.model.verdict import NO_KAFKA_SOURCE, HealthVerdict
 from airflow_sparklag.timelag import RecordAge, Stairs, record_age, staircase
 
 if TYPE_CHECKING:
-    from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
+    from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState
     from airflow_sparklag.kafka import KafkaSnapshot
     from airflow_sparklag.kafka_model import KafkaOffsets
     from airflow_sparklag.session import Session
 
-__all__ = [
-    "APPROXIMATIONS",
-    "DEFAULT_BATCHES",
-    "HistoryPoint",
-    "LagHistory",
-    "PartitionPoint",
-    "history",
-    "reconstruct",
-]
 
 DEFAULT_BATCHES = 100  # Spark's default minBatchesToRetain: every batch a default query keeps
 MAX_PARALLEL_CALLS = 8  # ListOffsets-by-time calls in flight at once
@@ -428,11 +419,7 @@ def reconstruct(
 
 
 def log_ends_at(
-    client: KafkaOffsets,
-    topics: Sequence[str],
-    times_ms: Sequence[int],
-    *,
-    max_parallel: int = MAX_PARALLEL_CALLS,
+    client: KafkaOffsets, topics: Sequence[str], times_ms: Sequence[int]
 ) -> dict[int, dict[str, dict[int, int]]]:
     """Kafka's log end at each time (first offset stamped >= it; the log end if none is):
     one ListOffsets-by-time call per time, every partition of ``topics`` in each."""
@@ -443,15 +430,15 @@ def log_ends_at(
     def ask(time_ms: int) -> tuple[int, dict[str, dict[int, int]]]:
         return time_ms, client.offsets_for_time(wanted, time_ms)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(times_ms)))) as pool:
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_CALLS, len(times_ms))) as pool:
         return dict(pool.map(ask, sorted(set(times_ms))))
 
 
 def start_offsets(session: Session, location: str, source_ids: Sequence[str]) -> Positions | None:
     """Batch 0's starting point: each Kafka source's ``sources/<id>/0`` (None if any is gone)."""
-    from airflow_sparklag.checkpoint import parse_source_start
+    from airflow_sparklag.checkpoint_files import parse_source_start
     from airflow_sparklag.errors import StorageNotFound
-    from airflow_sparklag.storage import join
+    from airflow_sparklag.location import join
 
     storage = session.storage(location)
     found: dict[str, TopicOffsets] = {}
@@ -473,7 +460,6 @@ def history(
     *,
     batches: int = DEFAULT_BATCHES,
     include_now: bool = True,
-    max_parallel: int = MAX_PARALLEL_CALLS,
 ) -> LagHistory:
     """Per-partition lag at each of the last ``batches`` retained batches of ``location``.
 
@@ -494,7 +480,7 @@ def history(
     answers: dict[int, Answers] = {}
     for cluster, names in sorted(topics.items()):
         client = session.cluster_kafka(cluster)
-        ends = log_ends_at(client, sorted(names), plan.times, max_parallel=max_parallel)
+        ends = log_ends_at(client, sorted(names), plan.times)
         answers[cluster] = (ends, client.snapshot(sorted(names)) if include_now else None)
     starts = (
         start_offsets(session, state.location, plan.start_sources) if plan.start_sources else None

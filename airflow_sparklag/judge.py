@@ -97,8 +97,8 @@ def _first_read(state: CheckpointState) -> Read:
 def _source_starts(session: Session, state: CheckpointState) -> Offsets | None:
     """Before the first commit: where each Kafka source of the in-flight batch started
     (``sources/<id>/0``, never purged), so its lag is counted from there. None otherwise."""
-    from airflow_sparklag.checkpoint import parse_source_start
-    from airflow_sparklag.storage import join
+    from airflow_sparklag.checkpoint_files import parse_source_start
+    from airflow_sparklag.location import join
 
     if state.committed is not None or state.in_flight is None:
         return None

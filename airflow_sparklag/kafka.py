@@ -106,30 +106,22 @@ class KafkaOffsetsClient:
         if not config.get("bootstrap.servers"):
             raise KafkaError("Kafka config has no 'bootstrap.servers': give host:port of a broker.")
         check_bootstrap_servers(config["bootstrap.servers"])
-        self._timeout = seconds_option(timeout, "timeout")
+        self.timeout = seconds_option(timeout, "timeout")  # seconds one round of requests may take
         self._config = dict(config)
         # Ours is installed instead (refused credentials are seen through it); theirs still runs.
         user_error_cb = self._config.pop("error_cb", None)
         # What librdkafka says, made ours; its secrets are scrubbed from every message.
-        self.errors = KafkaErrors(self._config, self._timeout, user_error_cb)
+        self.errors = KafkaErrors(self._config, self.timeout, user_error_cb)
+        self.bootstrap_servers = self.errors.servers
         self._admin: Any = None
         self._admin_lock = threading.Lock()
         self._retention: dict[str, tuple[float, TopicRetention | None]] = {}
         self._one_cluster: str | None = None  # the cluster id all bootstrap servers agreed on
 
-    @property
-    def timeout(self) -> float:
-        """Seconds one round of requests may take (see the class docstring)."""
-        return self._timeout
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return self.errors.servers
-
     def _client_config(self) -> dict[str, Any]:
         # librdkafka refuses a socket.timeout.ms above 5 minutes (and a setup timeout above
         # a 32-bit int): a longer timeout is kept by our own deadline on each round.
-        timeout_ms = max(1000, min(int(self._timeout * 1000), _SOCKET_TIMEOUT_MAX_MS))
+        timeout_ms = max(1000, min(int(self.timeout * 1000), _SOCKET_TIMEOUT_MAX_MS))
         # The user's settings win, except that no request may outlive our own timeout: without
         # these an unreachable broker makes librdkafka retry for its defaults (60 s and more).
         bounded = ("socket.timeout.ms", "socket.connection.setup.timeout.ms")
@@ -197,7 +189,7 @@ class KafkaOffsetsClient:
         time is up, the credentials error as soon as librdkafka reports a refusal."""
         admin = self.admin()
         if deadline is None:
-            deadline = time.monotonic() + self._timeout
+            deadline = time.monotonic() + self.timeout
         pending = list(futures.values())
         while pending:
             remaining = deadline - time.monotonic()
@@ -254,18 +246,16 @@ class KafkaOffsetsClient:
             config["logger"] = check_log
             try:
                 clients.append(AdminClient(config))
-                futures[server] = clients[-1].describe_cluster(request_timeout=self._timeout)
+                futures[server] = clients[-1].describe_cluster(request_timeout=self.timeout)
             except Exception:  # a client that cannot be built fails the main request too
                 continue
         # Up to the timeout for a first answer, then a short grace for the others: a server that
         # is down (one broker in maintenance) must not cost every check a whole timeout, and live
         # servers answer within milliseconds of each other.
-        pending = list(futures.values())
-        _first, pending_set = concurrent.futures.wait(
-            pending, timeout=self._timeout, return_when=concurrent.futures.FIRST_COMPLETED
+        _first, pending = concurrent.futures.wait(
+            futures.values(), timeout=self.timeout, return_when=concurrent.futures.FIRST_COMPLETED
         )
-        if pending_set:
-            concurrent.futures.wait(pending_set, timeout=min(_ANSWER_GRACE, self._timeout))
+        concurrent.futures.wait(pending, timeout=min(_ANSWER_GRACE, self.timeout))
         by_cluster: dict[str, list[str]] = {}
         failed = []
         for server, future in futures.items():
@@ -313,12 +303,12 @@ class KafkaOffsetsClient:
         in the result too: the one all-topics metadata request lists them."""
         self._check_one_cluster()
         admin = self.admin()
-        deadline = time.monotonic() + self._timeout  # the whole metadata round
+        deadline = time.monotonic() + self.timeout  # the whole metadata round
         try:
             # All-topics metadata: one request, and it never auto-creates anything. The
             # request is bounded by the timeout (list_topics' own, slightly less).
             md = self._blocking(
-                lambda: admin.list_topics(timeout=max(0.1, self._timeout - 2 * POLL_INTERVAL)),
+                lambda: admin.list_topics(timeout=max(0.1, self.timeout - 2 * POLL_INTERVAL)),
                 "a metadata request",
             )
         except (KafkaError, KafkaUnavailable):
@@ -371,7 +361,7 @@ class KafkaOffsetsClient:
         client timeout; any other error is raised at once."""
         from confluent_kafka import TopicPartition
 
-        deadline = time.monotonic() + self._timeout
+        deadline = time.monotonic() + self.timeout
         out: dict[str, dict[tuple[str, int], int]] = {name: {} for name in requests}
         todo = {name: dict(partitions) for name in requests}
         while True:
@@ -384,7 +374,7 @@ class KafkaOffsetsClient:
                     continue
                 try:
                     sent = self.admin().list_offsets(
-                        query, isolation_level=isolation, request_timeout=self._timeout
+                        query, isolation_level=isolation, request_timeout=self.timeout
                     )
                 except Exception as exc:
                     raise self.errors.translate(exc, what) from exc
@@ -477,15 +467,15 @@ class KafkaOffsetsClient:
             answers: dict[str, Any]
             try:
                 resources = [ConfigResource(ResourceType.TOPIC, t) for t in wanted]
-                futures = self.admin().describe_configs(resources, request_timeout=self._timeout)
+                futures = self.admin().describe_configs(resources, request_timeout=self.timeout)
                 found = {r.name: f for r, f in futures.items()}
                 answers = self.outcomes(found, "a DescribeConfigs request")
             except Exception as exc:  # unreachable or refused: the check says so elsewhere
                 answers = dict.fromkeys(wanted, exc)
             for topic in wanted:
-                answer = answers.get(topic)
-                if answer is None or isinstance(answer, BaseException):
-                    why = "no answer" if answer is None else self.errors.describe(answer)
+                answer = answers[topic]  # one future per topic asked
+                if isinstance(answer, BaseException):
+                    why = self.errors.describe(answer)
                     log.info(
                         "Retention of topic %s not read (%s): time to loss unknown", topic, why
                     )

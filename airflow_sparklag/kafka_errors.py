@@ -89,15 +89,10 @@ class ClientLog:
         self._cause: str | None = None  # the last connection failure
         self._lock = threading.Lock()
 
-    def log(self, level: int, fmt: str, *args: Any) -> None:
-        try:
-            line = fmt % args if args else str(fmt)
-        except (TypeError, ValueError):  # not the format librdkafka sends: keep it whole
-            line = " ".join(str(a) for a in (fmt, *args))
-        facility = str(args[0]) if args else ""
-        text = scrub(
-            _LOG_SUFFIX.sub("", _LOG_PREFIX.sub("", str(args[-1]) if args else line)), self._secrets
-        )
+    def log(self, level: int, fmt: str, facility: str, client: str, message: str) -> None:
+        """confluent-kafka's call: ``log(level, "%s [%s] %s", facility, client, message)``."""
+        line = fmt % (facility, client, message)
+        text = scrub(_LOG_SUFFIX.sub("", _LOG_PREFIX.sub("", message)), self._secrets)
         with self._lock:
             repeats = self._seen.get(text, 0)
             self._seen[text] = repeats + 1

@@ -115,7 +115,6 @@ class KafkaOffsets(Protocol):
     @property
     def bootstrap_servers(self) -> str:
         """The cluster's bootstrap servers, as messages name it (no secret)."""
-        ...
 
     def snapshot(
         self, topics: Iterable[str], *, read_committed: bool = False, pattern: str | None = None
@@ -123,26 +122,21 @@ class KafkaOffsets(Protocol):
         """Log start, log end (and the last stable offset when ``read_committed``) of every
         partition of ``topics``, and of every topic ``pattern`` (a subscribePattern) is found
         in; topics the cluster lacks are in ``missing_topics``."""
-        ...
 
     def offsets_for_time(
         self, topics: Iterable[str], timestamp_ms: int
     ) -> dict[str, dict[int, int]]:
         """Each partition's first offset stamped at or after ``timestamp_ms``; its log end
         when every record is older. Raises ``KafkaError`` when a topic does not exist."""
-        ...
 
     def record_timestamps(
         self, offsets: Mapping[tuple[str, int], int]
     ) -> dict[tuple[str, int], int | None]:
         """The timestamp (ms) of the record at each (topic, partition) offset; None when there
         is no record to time (at or past the log end, out of range, not read in time)."""
-        ...
 
     def retention(self, topics: Iterable[str]) -> dict[str, TopicRetention | None]:
         """Each topic's retention; None for a topic whose settings could not be read."""
-        ...
 
     def close(self) -> None:
         """Let go of connections (the session closes the clients it built)."""
-        ...

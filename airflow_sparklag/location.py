@@ -18,17 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_sparklag.errors import InvalidParameter, UnsupportedStorageURL
-
-__all__ = [
-    "HDFS_SCHEMES",
-    "LOCAL_SCHEMES",
-    "S3_SCHEMES",
-    "Location",
-    "join",
-    "scheme_of",
-    "trim_location",
-    "url_parts",
-]
+from airflow_sparklag.redact import redact_url, shown
 
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 HDFS_SCHEMES = frozenset({"hdfs", "webhdfs"})
@@ -70,9 +60,7 @@ class Location:
                 name,
             )
         if not isinstance(value, str) or not value.strip():
-            shown = repr(value)
-            shown = shown if len(shown) <= 80 else shown[:77] + "..."
-            raise InvalidParameter(f"must be a checkpoint path or URL, got {shown}", name)
+            raise InvalidParameter(f"must be a checkpoint path or URL, got {shown(value)}", name)
         if "\x00" in value:
             raise InvalidParameter(
                 f"must be a checkpoint path or URL, got {ascii(value)[:200]} (a NUL)", name
@@ -141,8 +129,6 @@ class Location:
 def _refuse_credentials(text: str) -> None:
     """Credentials written into a location (``s3a://KEY:SECRET@bucket/...``) would end up in
     every message that names the location: refuse them, without repeating them."""
-    from airflow_sparklag.redact import redact_url
-
     clean = redact_url(text)
     if clean != text:
         raise UnsupportedStorageURL(

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag import params
 from airflow_sparklag.archive import archive_tree
-from airflow_sparklag.checkpoint import parse_batch_id
+from airflow_sparklag.checkpoint_files import parse_batch_id
 from airflow_sparklag.errors import (
     CheckpointNotFound,
     DataLossRefused,
@@ -44,7 +44,7 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     TopicGone,
 )
-from airflow_sparklag.location import Location
+from airflow_sparklag.location import Location, join
 from airflow_sparklag.redact import redact_url
 from airflow_sparklag.session import Session
 from airflow_sparklag.snapshot import (
@@ -57,26 +57,12 @@ from airflow_sparklag.snapshot import (
     take_snapshot,
     utc_iso,
 )
-from airflow_sparklag.storage import Storage, join
+from airflow_sparklag.storage import Storage
 
 if TYPE_CHECKING:
-    from airflow_sparklag.checkpoint import CheckpointState
+    from airflow_sparklag.checkpoint_files import CheckpointState
     from airflow_sparklag.kafka import KafkaSnapshot
 
-__all__ = [
-    "MIGRATION_OPTIONS",
-    "DataLossRefused",
-    "JobStillRunning",
-    "Migration",
-    "MigrationOptions",
-    "MigrationRefused",
-    "MigrationResult",
-    "SinkLogConflict",
-    "SnapshotMismatch",
-    "TopicGone",
-    "migrate_checkpoint",
-    "outside_checkpoint",
-]
 
 JOURNAL_FORMAT = "sparklag-migration-journal"
 
@@ -373,10 +359,6 @@ def _validate(
     return starting, added, lost
 
 
-def _batch_ids(state: CheckpointState) -> list[int | None]:
-    return [state.committed_batch_id, state.in_flight.batch_id if state.in_flight else None]
-
-
 # -- the migration ---------------------------------------------------------------------------
 
 
@@ -489,7 +471,7 @@ class Migration:
         if journal.done("archiving"):
             return
         state = run.state = self._read_checkpoint(journal)
-        batches = _batch_ids(state)
+        batches = [state.committed_batch_id, state.in_flight.batch_id if state.in_flight else None]
         if not journal.done("preflight"):
             self._refuse_if_alive(state, run)
             if not self.options.dry_run:

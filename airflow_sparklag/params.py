@@ -24,9 +24,11 @@ import ast
 import contextlib
 import dataclasses
 import datetime
+import difflib
 import json
 import math
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -34,36 +36,7 @@ from airflow_sparklag.checkpoint_files import LATEST_TIME_MS
 from airflow_sparklag.errors import InvalidParameter, UnsupportedStorageURL, UsageError
 from airflow_sparklag.location import Location
 from airflow_sparklag.model.verdict import Health, Thresholds
-
-__all__ = [
-    "batches",
-    "boolean",
-    "conn_id",
-    "count",
-    "duration",
-    "health_names",
-    "location",
-    "locations",
-    "mapping",
-    "moment",
-    "option",
-    "optional_boolean",
-    "optional_count",
-    "optional_duration",
-    "optional_location",
-    "optional_positive_duration",
-    "optional_text",
-    "options",
-    "positive_duration",
-    "ratio",
-    "renamed",
-    "source_assignment",
-    "source_map",
-    "strings",
-    "text",
-    "threshold_reader",
-    "thresholds",
-]
+from airflow_sparklag.redact import shown
 
 TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
 FALSE_WORDS = frozenset({"false", "no", "off", "0"})
@@ -91,11 +64,6 @@ def renamed(name: str, renames: Mapping[str, str], where: str = "") -> str:
     return new
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def is_none(value: Any) -> bool:
     """None, or text a template renders for "nothing" ("", "None", "null")."""
     return value is None or (isinstance(value, str) and value.strip().lower() in NONE_WORDS)
@@ -116,7 +84,7 @@ def boolean(name: str, value: Any) -> bool:
             return True
         if word in FALSE_WORDS:
             return False
-    raise invalid(name, f"must be true or false, got {_shown(value)}")
+    raise invalid(name, f"must be true or false, got {shown(value)}")
 
 
 def optional_boolean(name: str, value: Any) -> bool | None:
@@ -126,13 +94,13 @@ def optional_boolean(name: str, value: Any) -> bool | None:
 def number(name: str, value: Any) -> float:
     """A finite number (int, float or numeric text); bools, nan and infinities are refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise invalid(name, f"must be a number, got {_shown(value)}")
+        raise invalid(name, f"must be a number, got {shown(value)}")
     try:
         result = float(value)
     except ValueError:
-        raise invalid(name, f"must be a number, got {_shown(value)}") from None
+        raise invalid(name, f"must be a number, got {shown(value)}") from None
     if not math.isfinite(result):
-        raise invalid(name, f"must be a finite number, got {_shown(value)}")
+        raise invalid(name, f"must be a finite number, got {shown(value)}")
     return result
 
 
@@ -144,14 +112,12 @@ def duration(name: str, value: Any) -> float:
     elif isinstance(value, str) and not is_none(value):
         match = _DURATION.match(value)
         if match is None:
-            raise invalid(
-                name, f"must be a duration such as 60, 90s, 5m or 1h, got {_shown(value)}"
-            )
+            raise invalid(name, f"must be a duration such as 60, 90s, 5m or 1h, got {shown(value)}")
         seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
     else:
         seconds = number(name, value)
     if not math.isfinite(seconds) or seconds < 0:
-        raise invalid(name, f"must be a duration of 0 seconds or more, got {_shown(value)}")
+        raise invalid(name, f"must be a duration of 0 seconds or more, got {shown(value)}")
     return seconds
 
 
@@ -159,7 +125,7 @@ def positive_duration(name: str, value: Any) -> float:
     """A duration above 0 seconds (a timeout, an interval)."""
     seconds = duration(name, value)
     if seconds <= 0:
-        raise invalid(name, f"must be more than 0 seconds, got {_shown(value)}")
+        raise invalid(name, f"must be more than 0 seconds, got {shown(value)}")
     return seconds
 
 
@@ -175,9 +141,9 @@ def count(name: str, value: Any, *, minimum: int = 0) -> int:
     """A whole number >= ``minimum`` (int or its text; ``5.0`` is 5, ``5.5`` is refused)."""
     result = number(name, value)
     if not result.is_integer():
-        raise invalid(name, f"must be a whole number, got {_shown(value)}")
+        raise invalid(name, f"must be a whole number, got {shown(value)}")
     if result < minimum:
-        raise invalid(name, f"must be {minimum} or more, got {_shown(value)}")
+        raise invalid(name, f"must be {minimum} or more, got {shown(value)}")
     return int(result)
 
 
@@ -207,7 +173,7 @@ def moment(name: str, value: Any) -> float | None:
                 parsed = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
             except ValueError:
                 raise invalid(
-                    name, f"must be a datetime, ISO-8601 text or epoch seconds, got {_shown(value)}"
+                    name, f"must be a datetime, ISO-8601 text or epoch seconds, got {shown(value)}"
                 ) from None
             return moment(name, parsed)
     else:
@@ -224,9 +190,9 @@ def _epoch(name: str, value: Any, seconds: float) -> float:
     """``seconds`` when it is a time from 1970 to 9999. Kafka reads a negative timestamp as
     a code (-1 latest, -2 earliest), so a time before 1970 is never passed on."""
     if seconds < 0:
-        raise invalid(name, f"must not be before 1970, got {_shown(value)}")
+        raise invalid(name, f"must not be before 1970, got {shown(value)}")
     if seconds > _LATEST_MOMENT:
-        raise invalid(name, f"must be before the year 10000, got {_shown(value)}")
+        raise invalid(name, f"must be before the year 10000, got {shown(value)}")
     return seconds
 
 
@@ -242,7 +208,7 @@ def _literal(name: str, text: str) -> Any:
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        raise invalid(name, f"could not read {_shown(text)} as a list or mapping") from None
+        raise invalid(name, f"could not read {shown(text)} as a list or mapping") from None
 
 
 def mapping(name: str, value: Any) -> dict[str, Any] | None:
@@ -252,10 +218,10 @@ def mapping(name: str, value: Any) -> dict[str, Any] | None:
     if isinstance(value, str):
         value = _literal(name, value.strip())
     if not isinstance(value, Mapping):
-        raise invalid(name, f"must be a mapping of names to values, got {_shown(value)}")
+        raise invalid(name, f"must be a mapping of names to values, got {shown(value)}")
     for key in value:
         if not isinstance(key, str):
-            raise invalid(name, f"keys must be names, got {_shown(key)}")
+            raise invalid(name, f"keys must be names, got {shown(key)}")
     return dict(value)
 
 
@@ -271,11 +237,11 @@ def strings(name: str, value: Any) -> list[str]:
         else:
             value = [part.strip() for part in text.split(",")]
     if isinstance(value, (Mapping, bytes)) or not isinstance(value, Iterable):
-        raise invalid(name, f"must be a list of names, got {_shown(value)}")
+        raise invalid(name, f"must be a list of names, got {shown(value)}")
     items = list(value)
     for item in items:
         if not isinstance(item, str) or not item.strip():
-            raise invalid(name, f"every item must be a non-empty string, got {_shown(item)}")
+            raise invalid(name, f"every item must be a non-empty string, got {shown(item)}")
     return [item.strip() for item in items]
 
 
@@ -300,7 +266,7 @@ def source_assignment(name: str, value: Any) -> tuple[str, str]:
     """``SOURCE=VALUE`` (e.g. ``1=broker-b:9092``): the source and its value."""
     source, sep, target = str(value).partition("=")
     if not sep or not source.strip() or not target.strip():
-        raise invalid(name, f"must be SOURCE=VALUE, e.g. 1=broker-b:9092, got {_shown(value)}")
+        raise invalid(name, f"must be SOURCE=VALUE, e.g. 1=broker-b:9092, got {shown(value)}")
     return source.strip(), target.strip()
 
 
@@ -333,7 +299,7 @@ def text(name: str, value: Any) -> str:
     """A non-empty string (a name, an id)."""
     if isinstance(value, str) and value.strip():
         return value.strip()
-    raise invalid(name, f"must be a non-empty string, got {_shown(value)}")
+    raise invalid(name, f"must be a non-empty string, got {shown(value)}")
 
 
 def optional_text(name: str, value: Any) -> str | None:
@@ -378,7 +344,7 @@ def ratio(name: str, value: Any) -> float:
     """A ratio >= 0 (``0.25``, ``1.5``): a finite number or its text."""
     amount = number(name, value)
     if amount < 0:
-        raise invalid(name, f"must be 0 or more, got {_shown(value)}")
+        raise invalid(name, f"must be 0 or more, got {shown(value)}")
     return amount
 
 
@@ -396,8 +362,6 @@ def threshold_reader(key: str) -> Callable[[str, Any], Any]:
 
 def _unknown_key(name: str, key: str, known: Iterable[str]) -> InvalidParameter:
     """The error for an unknown key: the closest known one suggested, then all of them."""
-    import difflib
-
     close = difflib.get_close_matches(key, list(known), n=1)
     hint = f"; did you mean {close[0]}?" if close else ""
     return invalid(name, f"unknown threshold {key!r}{hint} (known: {', '.join(sorted(known))})")
@@ -488,17 +452,10 @@ class FlagType:
         self.read = read
 
     def __call__(self, text: str) -> Any:
-        import argparse
-
         try:
-            return self.read(f"--{self.__name__.replace('_', '-')}", text)
+            return self.read(flag_of(self.__name__), text)
         except InvalidParameter as exc:  # argparse names the flag itself
             raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
-
-
-def flag_type(name: str, read: Callable[[str, Any], Any]) -> FlagType:
-    """An argparse type from a reader of this module: the error names the flag."""
-    return FlagType(name, read)
 
 
 DURATION_READERS = (duration, positive_duration, optional_duration, optional_positive_duration)
@@ -520,9 +477,7 @@ class FlagHelp(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if not action.option_strings or action.default is argparse.SUPPRESS:
-            return text
-        if "default" in text:
+        if not action.option_strings or action.default is argparse.SUPPRESS or "default" in text:
             return text
         return f"{text} (default: {default_text(action)})"
 
@@ -582,8 +537,6 @@ RENAMED_FLAGS = {
 def renamed_flags(prog: str, args: Iterable[str]) -> list[str]:
     """``args`` with each old flag (:data:`RENAMED_FLAGS`, also as ``--flag=value``) given
     its new name, saying so on stderr, once a flag."""
-    import sys
-
     result: list[str] = []
     said: set[str] = set()
     for arg in args:
@@ -607,8 +560,6 @@ class FlagParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
-        import sys
-
         args = renamed_flags(self.prog, sys.argv[1:] if args is None else args)
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
@@ -621,8 +572,6 @@ class FlagParser(argparse.ArgumentParser):
 
     def _did_you_mean(self, message: str) -> str:
         """``; did you mean --max-lag-seconds?`` for an unknown flag or choice close to one."""
-        import difflib
-
         if message.startswith("unrecognized arguments: "):
             words = [w.split("=")[0] for w in message.split(": ", 1)[1].split() if w[:1] == "-"]
             known = list(self._option_string_actions)
@@ -660,9 +609,9 @@ def option_flags(command: Any, kind: type, group: str | None = None) -> None:
         if read in (boolean, optional_boolean):
             spec.update(action="store_true", default=default)
         elif read is locations:
-            spec.update(action="append", type=flag_type(f.name, location), default=list(default))
+            spec.update(action="append", type=FlagType(f.name, location), default=list(default))
         else:
-            spec.update(type=flag_type(f.name, read), default=default)
+            spec.update(type=FlagType(f.name, read), default=default)
         target.add_argument(flag, **spec)
 
 
@@ -690,7 +639,7 @@ def connection_flags(command: Any, *bootstrap: str) -> None:
     kafka.add_argument(
         "--source-servers",
         action="append",
-        type=flag_type("source_servers", source_assignment),
+        type=FlagType("source_servers", source_assignment),
         metavar="SOURCE=SERVERS",
         help="measure a source (its index or name) against another cluster, the rest of "
         "--kafka-config unchanged; repeatable (docs/multi-cluster.md)",

@@ -13,18 +13,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = [
-    "MASK",
-    "SAFE_KAFKA_KEYS",
-    "SECRET_MARKERS",
-    "is_secret_key",
-    "kafka_secrets",
-    "redact_kafka_config",
-    "redact_url",
-    "scrub",
-    "secret_parts",
-]
-
 MASK = "***"
 
 # A setting whose name contains one of these (any case) holds a secret. For Kafka settings the
@@ -187,6 +175,12 @@ def scrub(message: str, secrets: Iterable[str]) -> str:
         rf"\1 {MASK} (a credential holds a line break or control character?)", message
     )
     return _URL_USERINFO.sub(r"\1", message)
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, cut to 80 characters: how a message quotes a value it refuses."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # Characters a terminal acts on (C0/C1 controls, DEL; bidi overrides and isolates, which

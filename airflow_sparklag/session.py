@@ -30,15 +30,6 @@ if TYPE_CHECKING:
     from airflow_sparklag.kafka import KafkaOffsetsClient
     from airflow_sparklag.kafka_model import KafkaOffsets
 
-__all__ = [
-    "DEFAULT_KAFKA_TIMEOUT",
-    "SHARED_CLIENTS",
-    "ClientCache",
-    "Session",
-    "SourceClusters",
-    "StorageOptions",
-    "build_kafka_client",
-]
 
 DEFAULT_KAFKA_TIMEOUT = 10.0  # seconds any one Kafka request may take
 SHARED_CLIENTS_MAX = 32  # clients (S3 and Kafka together) a process keeps in the shared cache
@@ -166,17 +157,8 @@ class Session:
         return backend
 
     def _once(self, built: Mapping[Any, Any], key: Hashable, build: Callable[[], Any]) -> Any:
-        """``built[key]``; if missing, ``build()`` (which stores it there) runs once per key
-        even when threads ask at the same time."""
-        with self._lock:
-            found = built.get(key)
-            if found is not None:
-                return found
-            building = self._building.setdefault(key, threading.Lock())
-        with building:
-            with self._lock:
-                found = built.get(key)
-            return build() if found is None else found
+        """``built[key]``, or ``build()`` (which stores it there) once per key."""
+        return _build_once(self._lock, self._building, key, built.get, build)
 
     @property
     def backends(self) -> list[Storage]:
@@ -331,6 +313,32 @@ def build_kafka_client(config: Mapping[str, Any], timeout: float) -> KafkaOffset
     return KafkaOffsetsClient(config, timeout=timeout)
 
 
+def _build_once(
+    lock: threading.Lock,
+    building: dict[Hashable, threading.Lock],
+    key: Hashable,
+    find: Callable[[Hashable], Any],
+    build: Callable[[], Any],
+) -> Any:
+    """``find(key)`` (called under ``lock``), else ``build()``, which keeps what it built where
+    ``find`` looks: once per key even when threads ask at the same time (the others wait for
+    it); a build that fails keeps nothing, and the next asker builds again."""
+    with lock:
+        found = find(key)
+        if found is not None:
+            return found
+        key_lock = building.setdefault(key, threading.Lock())
+    with key_lock:
+        try:
+            with lock:
+                found = find(key)  # another thread built it while this one waited
+            return build() if found is None else found
+        finally:
+            with lock:
+                if building.get(key) is key_lock:
+                    del building[key]
+
+
 class ClientCache:
     """Clients shared by everything in a process: thread-safe, least recently used first out
     beyond ``maxsize`` keys.
@@ -351,27 +359,17 @@ class ClientCache:
 
     def get(self, key: Hashable, build: Callable[[], _Client]) -> _Client:
         """The client cached under ``key``, built with ``build()`` on first use."""
-        with self._lock:
-            client = self._hit(key)
-            if client is not None:
-                return client
-            building = self._building.setdefault(key, threading.Lock())
-        with building:
-            try:
-                with self._lock:
-                    client = self._hit(key)
-                if client is not None:  # another thread built it while this one waited
-                    return client
-                client = build()
-                with self._lock:
-                    self._clients[key] = client
-                    while len(self._clients) > self.maxsize:
-                        self._clients.popitem(last=False)
-                return client
-            finally:
-                with self._lock:
-                    if self._building.get(key) is building:
-                        del self._building[key]
+
+        def build_and_keep() -> _Client:
+            client = build()
+            with self._lock:
+                self._clients[key] = client
+                while len(self._clients) > self.maxsize:
+                    self._clients.popitem(last=False)
+            return client
+
+        found: _Client = _build_once(self._lock, self._building, key, self._hit, build_and_keep)
+        return found
 
     def _hit(self, key: Hashable) -> Any:
         client = self._clients.get(key)

@@ -34,36 +34,15 @@ from airflow_sparklag.errors import (
     SnapshotVerificationFailed,
     StorageNotFound,
 )
-from airflow_sparklag.location import Location
+from airflow_sparklag.location import Location, join
 from airflow_sparklag.redact import redact_url
 from airflow_sparklag.session import Session
-from airflow_sparklag.storage import Storage, inside, join
+from airflow_sparklag.storage import Storage, inside
 
 if TYPE_CHECKING:
-    from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState
+    from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState
     from airflow_sparklag.kafka import KafkaSnapshot
 
-__all__ = [
-    "EARLIEST",
-    "FORMAT_NAME",
-    "FORMAT_VERSION",
-    "NothingCommitted",
-    "Snapshot",
-    "SnapshotBatch",
-    "SnapshotCorrupt",
-    "SnapshotError",
-    "SnapshotResult",
-    "SnapshotSource",
-    "SnapshotVerificationFailed",
-    "build_snapshot",
-    "canonical_bytes",
-    "load_snapshot",
-    "outside_checkpoint",
-    "save_snapshot",
-    "snapshot_checkpoint",
-    "snapshot_path",
-    "utc_iso",
-]
 
 FORMAT_NAME = "sparklag-checkpoint-snapshot"
 FORMAT_VERSION = 1

@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from airflow_sparklag.kafka import KafkaOffsetsClient, KafkaSnapshot
     from airflow_sparklag.monitor import CheckResult
 
-__all__ = ["JOB_COLUMNS", "PARTITION_COLUMNS", "ScanResult", "main", "scan", "write_scan"]
 
 THREADS_PER_TASK = 8  # checkpoints one task reads at once (latency-bound small requests)
 
@@ -295,7 +294,9 @@ def scan(
     (``CheckOptions``) or its fields as keywords (``history=``, ...). ``query_ids=True`` also
     reads each checkpoint's ``metadata`` (+1 GET per job). ``source_kafka``: source -> its
     cluster's librdkafka config (docs/multi-cluster.md)."""
-    options = _scan_options(options, check)
+    options = params.take(OPTION_NAMES, CheckOptions.build, check, options)
+    if check:
+        raise TypeError(f"scan() got unexpected keyword arguments: {', '.join(sorted(check))}")
     opened: dict[str, Any] = {
         "kafka_config": dict(kafka_config),
         "source_kafka": {source: dict(config) for source, config in (source_kafka or {}).items()},
@@ -342,14 +343,6 @@ def scan(
         requests,
         snapshots,
     )
-
-
-def _scan_options(options: CheckOptions | None, check: dict[str, Any]) -> CheckOptions:
-    """``options``, or the option fields given to ``scan()`` as keywords (nothing else)."""
-    chosen = params.take(OPTION_NAMES, CheckOptions.build, check, options)
-    if check:
-        raise TypeError(f"scan() got unexpected keyword arguments: {', '.join(sorted(check))}")
-    return chosen
 
 
 def default_slices(spark: SparkSession, jobs: int) -> int:
@@ -458,7 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--thresholds",
-        type=params.flag_type("thresholds", params.thresholds),
+        type=params.FlagType("thresholds", params.thresholds),
         default=Thresholds(),
         help="JSON object of health thresholds",
     )

@@ -107,7 +107,8 @@ with DAG(
         """What ``migrate`` will read, read now: a bad value must not leave the job stopped."""
         from airflow_sparklag import params as read
         from airflow_sparklag.errors import InvalidParameter
-        from airflow_sparklag.migration import MigrationOptions, outside_checkpoint
+        from airflow_sparklag.migration import MigrationOptions
+        from airflow_sparklag.snapshot import outside_checkpoint
 
         try:
             checkpoint = read.location("checkpoint", params["checkpoint"])

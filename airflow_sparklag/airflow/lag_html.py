@@ -116,11 +116,11 @@ fetch("trends", {credentials: "same-origin"}).then(r => r.json()).then(trends =>
 """
 
 
-def _ticks(t0: float, t1: float, count: int = 5) -> list[tuple[float, str]]:
+def _ticks(t0: float, t1: float) -> list[tuple[float, str]]:
     """Times along the axis, labelled by time of day (and the date when the span is long)."""
     span = t1 - t0
     fmt = "%H:%M:%S" if span < 120 else "%H:%M" if span < 86400 else "%m-%d %H:%M"
-    steps = max(1, count - 1)
+    steps = 4  # five ticks
     times = [t0 + span * i / steps for i in range(steps + 1 if span else 1)]
     return [(t, datetime.fromtimestamp(t, timezone.utc).strftime(fmt)) for t in times]
 
@@ -136,16 +136,12 @@ PALETTE = ("#3b6ea5", "#d97706", "#059669", "#7c3aed", "#db2777", "#0891b2", "#6
 
 
 def time_chart(
-    lines: Mapping[str, Points] | Points,
-    *,
-    unit: str,
-    thresholds: Mapping[str, float],
-    width: int = 760,
-    height: int = 240,
+    lines: Mapping[str, Points] | Points, *, unit: str, thresholds: Mapping[str, float]
 ) -> str:
     """Lines of ``(epoch seconds, value)`` (one, or name -> points, each in its colour with a
     legend) with a time axis, y labels in the left margin and each threshold (name -> value)
     as a dashed line."""
+    width, height = 760, 240
     named = dict(lines) if isinstance(lines, Mapping) else {"": lines}
     every = [p for points in named.values() for p in points]
     t0, t1 = min(t for t, _ in every), max(t for t, _ in every)

@@ -24,7 +24,6 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from airflow_sparklag.airflow import lag_html
-from airflow_sparklag.airflow.lag_html import HEALTH_ORDER
 from airflow_sparklag.model.result import CHECK_FAILED
 
 URL_PREFIX = "/sparklag"
@@ -202,7 +201,7 @@ def _is_fleet(value: Any) -> bool:
 
 def severity(health: str) -> int:
     """Position in ``HEALTH_ORDER`` (worst 0); an unknown name sorts with UNKNOWN."""
-    return HEALTH_ORDER.index(health if health in HEALTH_ORDER else "UNKNOWN")
+    return lag_html.HEALTH_ORDER.index(health if health in lag_html.HEALTH_ORDER else "UNKNOWN")
 
 
 def counts(jobs: Iterable[JobView]) -> dict[str, int]:
@@ -416,7 +415,7 @@ def create_app() -> FastAPI:
         q: str | None = None,
     ) -> HTMLResponse:
         jobs = load_table(_readable_dags(user))
-        wanted = health if health in HEALTH_ORDER else None
+        wanted = health if health in lag_html.HEALTH_ORDER else None
         shown = matching(jobs, wanted, q)
         html = lag_html.fleet_page(jobs, counts(jobs), shown, _base_path(), (wanted, q))
         return HTMLResponse(html)

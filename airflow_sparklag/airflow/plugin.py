@@ -22,6 +22,3 @@ else:
         """No page: it needs Airflow 3.1+."""
 
         name = "sparklag"
-
-
-__all__ = ["SparkLagPlugin"]

@@ -7,6 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 INTEGRATION = "Spark Structured Streaming (Kafka lag)"
+# The modules of each kind, below airflow_sparklag.
+MODULES = {
+    "hooks": ("hooks.sparklag",),
+    "triggers": ("triggers.sparklag", "triggers.events"),
+    "sensors": ("sensors.sparklag",),
+    "operators": ("operators.sparklag", "operators.snapshot", "operators.fleet"),
+}
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -27,34 +34,15 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["apache"],
             }
         ],
-        "hooks": [
-            {"integration-name": INTEGRATION, "python-modules": ["airflow_sparklag.hooks.sparklag"]}
-        ],
-        "triggers": [
-            {
-                "integration-name": INTEGRATION,
-                "python-modules": [
-                    "airflow_sparklag.triggers.sparklag",
-                    "airflow_sparklag.triggers.events",
-                ],
-            }
-        ],
-        "sensors": [
-            {
-                "integration-name": INTEGRATION,
-                "python-modules": ["airflow_sparklag.sensors.sparklag"],
-            }
-        ],
-        "operators": [
-            {
-                "integration-name": INTEGRATION,
-                "python-modules": [
-                    "airflow_sparklag.operators.sparklag",
-                    "airflow_sparklag.operators.snapshot",
-                    "airflow_sparklag.operators.fleet",
-                ],
-            }
-        ],
+        **{
+            kind: [
+                {
+                    "integration-name": INTEGRATION,
+                    "python-modules": [f"airflow_sparklag.{module}" for module in modules],
+                }
+            ]
+            for kind, modules in MODULES.items()
+        },
         # One connection type of our own, `sparklag`: it bundles the ecosystem's `kafka`,
         # `aws`, `webhdfs`, ... connections by id, and its "Test" button runs
         # SparkLagHook.test_connection() (docs/connections.md). Airflow 3.2+ reads its form

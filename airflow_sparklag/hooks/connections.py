@@ -183,7 +183,7 @@ class S3Client:
 
 
 def build_s3_client(
-    aws_conn_id: str, conns: ResolvedConnections, bounds: StorageBounds | None = None
+    aws_conn_id: str, conns: ResolvedConnections, bounds: StorageBounds
 ) -> S3Client:
     """The S3 client for ``aws_conn_id``: the amazon provider's ``AwsBaseHook`` builds it when
     installed, with whatever the connection configures (assume-role, profiles, ...); else one
@@ -198,7 +198,7 @@ def build_s3_client(
         hook = hook_class(aws_conn_id=aws_conn_id, client_type="s3")
         # S3Storage's own timeouts and retry budget (3 attempts in all, 60 s worst case) for
         # the client the amazon provider builds; the connection's ``config_kwargs`` override.
-        ours = Config(**client_config(**(bounds or {})), max_pool_connections=MAX_POOL_CONNECTIONS)
+        ours = Config(**client_config(**bounds), max_pool_connections=MAX_POOL_CONNECTIONS)
         session = hook.get_session(region_name=hook.region_name)
         client = session.client(
             "s3",
@@ -217,12 +217,12 @@ def build_s3_client(
             "extra, which needs the amazon provider: pip install "
             "apache-airflow-providers-amazon (or airflow-provider-sparklag[amazon])"
         )
-    from airflow_sparklag.session import StorageOptions
+    from airflow_sparklag.storage import StorageOptions
     from airflow_sparklag.storage.s3 import S3Storage
 
     # The session's own builder makes the backend; the hooks share its client and session.
     direct = conns.s3_options or {}
-    storage = StorageOptions(s3={**direct, **(bounds or {})}).open("s3://")
+    storage = StorageOptions(s3={**direct, **bounds}).open("s3://")
     assert isinstance(storage, S3Storage)  # the backend of every s3:// location
     options = {"client": storage.client, "session": storage.boto3_session}
     return S3Client({**options, "endpoint_url": direct.get("endpoint_url")}, False)
@@ -366,8 +366,7 @@ def azure_options_from(conn: Connection) -> dict[str, Any]:
     extra = _extra(conn, "wasb", "adls", "azure_data_lake")
     options: dict[str, Any] = {}
     if extra.get("connection_string"):
-        options["connection_string"] = str(extra["connection_string"])
-        return options
+        return {"connection_string": str(extra["connection_string"])}
     account = extra.get("account_name") or _account_of(conn)
     if extra.get("tenant_id"):
         options.update(tenant_id=extra["tenant_id"], client_id=conn.login)
@@ -393,8 +392,5 @@ def azure_options_from(conn: Connection) -> dict[str, Any]:
 
 def _account_of(conn: Connection) -> str | None:
     """The account name from the host (``https://ACCOUNT.blob.core.windows.net`` or ACCOUNT)."""
-    host = (conn.host or "").strip()
-    if not host:
-        return None
-    host = host.split("://", 1)[-1].split("/", 1)[0]
+    host = (conn.host or "").strip().split("://", 1)[-1].split("/", 1)[0]
     return host.split(".", 1)[0] or None

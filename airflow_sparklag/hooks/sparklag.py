@@ -19,6 +19,7 @@ from airflow.providers.common.compat.connection import get_async_connection
 from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_sparklag import params
+from airflow_sparklag.check_options import CheckOptions
 from airflow_sparklag.hooks.bundle import (
     CONN_TYPE,
     DEFAULT_KAFKA_CONN_ID,
@@ -53,10 +54,8 @@ if TYPE_CHECKING:
     from airflow_sparklag.history import LagHistory
     from airflow_sparklag.kafka import KafkaOffsetsClient
     from airflow_sparklag.location import Location
-    from airflow_sparklag.monitor import CheckOptions, CheckResult
+    from airflow_sparklag.model.result import CheckResult
     from airflow_sparklag.session import Session
-
-__all__ = ["SHARED_CLIENTS", "ConnectionIds", "SharedClientKey", "SparkLagHook"]
 
 
 def _conn(doc: str) -> Any:
@@ -98,9 +97,9 @@ class ConnectionIds:
         given["source_kafka_conn_ids"] = dict(given.get("source_kafka_conn_ids") or {})
         return cls(**given)
 
-    def hook(self, **settings: Any) -> SparkLagHook:
-        """The hook of these connections (``settings``: ``kafka_timeout``, ...)."""
-        return SparkLagHook(**self.to_dict(), **settings)
+    def hook(self) -> SparkLagHook:
+        """The hook of these connections."""
+        return SparkLagHook(**self.to_dict())
 
 
 # The fields of ConnectionIds: the connection keyword arguments of every task and trigger.
@@ -273,7 +272,8 @@ class SparkLagHook(BaseHook):
     def session(self) -> Session:
         """The hook's session: shared Kafka and S3 clients, readers kept between calls."""
         if self._session is None:
-            from airflow_sparklag.session import Session, StorageOptions
+            from airflow_sparklag.session import Session
+            from airflow_sparklag.storage import StorageOptions
 
             conns = self.get_conn()
             webhdfs = conns.webhdfs_options
@@ -354,7 +354,6 @@ class SparkLagHook(BaseHook):
     ) -> CheckResult:
         """Lag and health of one checkpoint: the core's ``CheckResult(report, verdict)``.
         ``check`` are ``CheckOptions`` fields (thresholds, history, exact_time_lag, ...)."""
-        from airflow_sparklag.monitor import CheckOptions
         from airflow_sparklag.monitor import check as check_one
 
         return check_one(self.session, location, options or CheckOptions.build(**check))
@@ -363,7 +362,7 @@ class SparkLagHook(BaseHook):
         self, locations: Sequence[str], *, options: CheckOptions | None = None, **check: Any
     ) -> list[CheckResult]:
         """One ``CheckResult`` per location (a failed check carries ``.error``, no exception)."""
-        from airflow_sparklag.monitor import CheckOptions, check_many
+        from airflow_sparklag.monitor import check_many
 
         return check_many(self.session, list(locations), options or CheckOptions.build(**check))
 
@@ -465,7 +464,7 @@ class SparkLagHook(BaseHook):
         return f"S3 answered ({len(buckets)} buckets; client from the {source})"
 
     def _test_checkpoint(self, location: Location) -> str:
-        state = self.read_checkpoint(location, history=1)
+        state = self.read_checkpoint(location)
         shown = redact_url(str(location))
         if state.committed is None:
             return f"checkpoint {shown} read: no batch committed yet"

@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
-from airflow_sparklag.hooks.sparklag import CONN_FIELDS, ConnectionIds, SparkLagHook
-from airflow_sparklag.monitor import OPTION_NAMES as CHECK_FIELDS  # templated check options
-from airflow_sparklag.monitor import CheckOptions
+from airflow_sparklag.check_options import CheckOptions
+from airflow_sparklag.hooks.sparklag import ConnectionIds, SparkLagHook
 from airflow_sparklag.operators.lineage import LineageMixin
 
 if TYPE_CHECKING:
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Options = TypeVar("Options", bound="DataclassInstance")  # ConnectionIds, CheckOptions, ...
 
-__all__ = ["CHECK_FIELDS", "CONN_FIELDS", "FlatOptions", "SparkLagHookMixin", "is_templated"]
 
 # Old argument -> its name now: read for one release, with a DeprecationWarning (docs/names.md).
 RENAMED = {"checkpoint_location": "location", "group_id": "consumer_group"}
@@ -131,20 +129,21 @@ class FlatOptions:
                 raise _in_task(getattr(self, "task_id", "?"), exc) from None
         return value
 
-    def old_argument(self, old: str, old_value: Any, value: Any) -> Any:
-        """The value of an argument, or of its old name ``old`` (:data:`RENAMED`: read for
-        one release, with a DeprecationWarning). Neither, or both: an error naming them."""
+    def renamed(self, old: str, old_value: Any, value: Any, read: Callable[[str, Any], Any]) -> Any:
+        """:meth:`given` of the argument once named ``old`` (:data:`RENAMED`), given by either
+        name: the old one is read for one release, with a DeprecationWarning. Neither, or
+        both: an error naming them."""
         from airflow_sparklag import params
 
         task, new = getattr(self, "task_id", "?"), RENAMED[old]
-        if old_value is None:
-            if value is None:
-                raise TypeError(f"{task}: {type(self).__name__} needs the argument {new!r}")
-            return value
-        if value is not None:
-            raise TypeError(f"{task}: give {new!r}, not both {new!r} and its old name {old!r}")
-        params.renamed(old, RENAMED, f"(task {task})")
-        return old_value
+        if old_value is not None:
+            if value is not None:
+                raise TypeError(f"{task}: give {new!r}, not both {new!r} and its old name {old!r}")
+            params.renamed(old, RENAMED, f"(task {task})")
+            value = old_value
+        elif value is None:
+            raise TypeError(f"{task}: {type(self).__name__} needs the argument {new!r}")
+        return self.given(new, value, read)
 
     def options(self, kind: type[Options]) -> Options:
         """The ``kind`` object of the task's rendered arguments (errors name the argument)."""
@@ -200,12 +199,11 @@ class SparkLagHookMixin(LineageMixin, FlatOptions):
         hook = self.hook
         try:
             return work()
-        except (MigrationRefused, InvalidParameter) as exc:
-            message = in_airflow_words(f"{type(exc).__name__}: {exc}")
-            raise AirflowFailException(hook.scrub(message)) from None
         except SparkLagError as exc:
-            message = in_airflow_words(f"{type(exc).__name__}: {exc}")
-            raise AirflowException(hook.scrub(message)) from None
+            message = hook.scrub(in_airflow_words(f"{type(exc).__name__}: {exc}"))
+            if isinstance(exc, (MigrationRefused, InvalidParameter)):
+                raise AirflowFailException(message) from None
+            raise AirflowException(message) from None
         except Exception as exc:
             scrubbed = hook.scrub(str(exc))
             if scrubbed != str(exc):  # drop the original: its text holds a secret

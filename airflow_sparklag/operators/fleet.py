@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator
 
 from airflow_sparklag import params
+from airflow_sparklag.check_options import OPTION_NAMES
 from airflow_sparklag.compact import compact
+from airflow_sparklag.hooks.sparklag import CONN_FIELDS
 from airflow_sparklag.model.result import CHECK_FAILED, document, summary_of
 from airflow_sparklag.operators import metrics
-from airflow_sparklag.operators.base import CHECK_FIELDS, CONN_FIELDS, CheckOptionsMixin
+from airflow_sparklag.operators.base import CheckOptionsMixin
 from airflow_sparklag.operators.sparklag import DEFAULT_FAIL_ON, fail_on_names
 
 if TYPE_CHECKING:
@@ -45,7 +47,7 @@ class SparkLagFleetCheckOperator(CheckOptionsMixin, BaseOperator):
         *CONN_FIELDS,
         "locations",
         "prefix",
-        *CHECK_FIELDS,
+        *OPTION_NAMES,
         "fail_on",
         "fail_on_error",
         "max_failing",

@@ -26,8 +26,7 @@ Dataset = tuple[str, str]  # (namespace, name)
 def storage_dataset(location: str) -> Dataset:
     """``location`` as an OpenLineage dataset (namespace, name), without credentials."""
     if "://" not in location:
-        path = location[len("file:") :] if location.startswith("file:") else location
-        return "file", path
+        return "file", location.removeprefix("file:")
     parts = urlsplit(location)
     scheme = parts.scheme.lower()
     host = parts.hostname or ""

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperator
 
 from airflow_sparklag import params
-from airflow_sparklag.hooks.sparklag import ConnectionIds
+from airflow_sparklag.hooks.sparklag import CONN_FIELDS, ConnectionIds
 from airflow_sparklag.migration import MIGRATION_OPTIONS, MigrationOptions
 from airflow_sparklag.model.result import document
-from airflow_sparklag.operators.base import CONN_FIELDS, SparkLagHookMixin
+from airflow_sparklag.operators.base import SparkLagHookMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -32,8 +32,9 @@ class _SparkLagConnections(SparkLagHookMixin, BaseOperator):
         self, *, location: str | None = None, checkpoint_location: str | None = None, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        given = self.old_argument("checkpoint_location", checkpoint_location, location)
-        self.location = self.given("location", given, params.location)
+        self.location = self.renamed(
+            "checkpoint_location", checkpoint_location, location, params.location
+        )
 
 
 class CheckpointSnapshotOperator(_SparkLagConnections):
@@ -53,12 +54,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
     (path, checksum, committed batch, startingOffsets).
     """
 
-    template_fields: Sequence[str] = (
-        "location",
-        "snapshot_root",
-        "consumer_group",
-        *CONN_FIELDS,
-    )
+    template_fields: Sequence[str] = ("location", "snapshot_root", "consumer_group", *CONN_FIELDS)
 
     def __init__(
         self, *, snapshot_root: str, consumer_group: str | None = None, **kwargs: Any
@@ -119,8 +115,7 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
         self, *, consumer_group: str | None = None, group_id: str | None = None, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        given = self.old_argument("group_id", group_id, consumer_group)
-        self.consumer_group = self.given("consumer_group", given, params.text)
+        self.consumer_group = self.renamed("group_id", group_id, consumer_group, params.text)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_sparklag.snapshot import export_to_group, snapshot_checkpoint
@@ -151,12 +146,7 @@ class CheckpointMigrationOperator(_SparkLagConnections):
     a re-run after a crash resumes from the migration journal.
     """
 
-    template_fields: Sequence[str] = (
-        "location",
-        "archive_root",
-        *MIGRATION_OPTIONS,
-        *CONN_FIELDS,
-    )
+    template_fields: Sequence[str] = ("location", "archive_root", *MIGRATION_OPTIONS, *CONN_FIELDS)
     flat_options: ClassVar[tuple[type, ...]] = (ConnectionIds, MigrationOptions)
 
     def __init__(self, *, archive_root: str, **kwargs: Any) -> None:

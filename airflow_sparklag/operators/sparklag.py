@@ -13,12 +13,14 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_sparklag import params
+from airflow_sparklag.check_options import OPTION_NAMES
 from airflow_sparklag.compact import compact
 from airflow_sparklag.conditions import breach_message
+from airflow_sparklag.hooks.sparklag import CONN_FIELDS
 from airflow_sparklag.model.result import CheckResult, check_document
 from airflow_sparklag.model.verdict import DEFAULT_FAIL_ON as _FAIL_ON
 from airflow_sparklag.operators import metrics
-from airflow_sparklag.operators.base import CHECK_FIELDS, CONN_FIELDS, CheckOptionsMixin
+from airflow_sparklag.operators.base import CheckOptionsMixin
 from airflow_sparklag.render import seconds_text
 
 if TYPE_CHECKING:
@@ -112,7 +114,7 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
     template_fields: Sequence[str] = (
         *CONN_FIELDS,
         "location",
-        *CHECK_FIELDS,
+        *OPTION_NAMES,
         "fail_on",
         "metric_name",
     )
@@ -163,7 +165,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
     Example: docs/operators/spark-lag-branch.md.
     """
 
-    template_fields: Sequence[str] = (*CONN_FIELDS, "location", *CHECK_FIELDS, "metric_name")
+    template_fields: Sequence[str] = (*CONN_FIELDS, "location", *OPTION_NAMES, "metric_name")
     template_fields_renderers = {"thresholds": "json"}
     ui_color = "#f4e3c1"
 

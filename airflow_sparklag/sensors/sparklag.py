@@ -26,15 +26,12 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_sparklag import params
+from airflow_sparklag.check_options import OPTION_NAMES
 from airflow_sparklag.compact import compact
 from airflow_sparklag.conditions import CatchUpCondition, HealthCondition, ProgressCondition
+from airflow_sparklag.hooks.sparklag import CONN_FIELDS
 from airflow_sparklag.operators import metrics
-from airflow_sparklag.operators.base import (
-    CHECK_FIELDS,
-    CONN_FIELDS,
-    CheckOptionsMixin,
-    SparkLagHookMixin,
-)
+from airflow_sparklag.operators.base import CheckOptionsMixin, SparkLagHookMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -169,7 +166,7 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
     template_fields: Sequence[str] = (
         *CONN_FIELDS,
         "location",
-        *CHECK_FIELDS,
+        *OPTION_NAMES,
         "accept",
         "fail_fast",
     )
@@ -192,7 +189,6 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
         self.fail_fast = self.given("fail_fast", fail_fast, params.health_names)
 
     def condition(self) -> HealthCondition:
-        from airflow_sparklag.conditions import HealthCondition
         from airflow_sparklag.model.verdict import Health
 
         options = self.check_options()
@@ -202,9 +198,7 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
         if self.fail_fast is None:
             on_loss = params.boolean("fail_on_data_loss", self.fail_on_data_loss)
             on_stop = params.boolean("fail_on_stopped", self.fail_on_stopped)
-            fail_fast: tuple[Health, ...] = (Health.DATA_LOSS,) * on_loss + (
-                Health.STOPPED,
-            ) * on_stop
+            fail_fast = (Health.DATA_LOSS,) * on_loss + (Health.STOPPED,) * on_stop
         else:
             fail_fast = params.health_names("fail_fast", self.fail_fast)
         return HealthCondition(

@@ -1,6 +1,6 @@
 """Storage backends: one small interface over local files, S3, HDFS (WebHDFS) and fsspec
 (docs/architecture.md, "Storage interface"). Each backend owns every operation; paths handed to
-it are full URLs or local paths built with :func:`join`.
+it are full URLs or local paths built with :func:`airflow_sparklag.location.join`.
 
 No backend client (boto3, requests, fsspec) is imported here: DAG files import this package and
 DAG parsing must stay fast. Each backend imports its client inside its own functions.
@@ -14,45 +14,12 @@ import os
 import posixpath
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from airflow_sparklag.errors import InvalidParameter
-from airflow_sparklag.location import (
-    HDFS_SCHEMES,
-    LOCAL_SCHEMES,
-    S3_SCHEMES,
-    Location,
-    join,
-    scheme_of,
-    trim_location,
-    url_parts,
-)
-
-# The path helpers live in airflow_sparklag.location; the backends import them from here.
-__all__ = [
-    "BACKENDS",
-    "CHECKPOINT_MARKERS",
-    "HDFS_SCHEMES",
-    "LOCAL_SCHEMES",
-    "S3_SCHEMES",
-    "BackendOptions",
-    "Children",
-    "ObjectInfo",
-    "RequestCounter",
-    "Storage",
-    "StorageOptions",
-    "checkpoint_listing_end",
-    "checkpoint_log_entry",
-    "inside",
-    "join",
-    "open_storage",
-    "scheme_of",
-    "seconds_option",
-    "trim_location",
-    "url_parts",
-]
+from airflow_sparklag.location import LOCAL_SCHEMES, S3_SCHEMES, Location, scheme_of, url_parts
 
 Options = TypeVar("Options", bound="BackendOptions")
 
@@ -159,18 +126,19 @@ def checkpoint_log_entry(key: str, root: str) -> tuple[str, str] | None:
     return ("metadata", "metadata") if directory == "metadata" else None
 
 
-def checkpoint_listing_end(root: str) -> str:
-    """The first key after every ``<root>offsets/...`` key ("0" follows "/"): a listing that
-    starts after ``<root>commits`` has seen both logs and ``metadata`` once it reaches it."""
-    return root + "offsets0"
-
-
 @dataclass(frozen=True)
 class Children:
     """What one directory listing shows: the names of files and of subdirectories."""
 
     files: frozenset[str]
     directories: frozenset[str]
+
+    @classmethod
+    def of(cls, listed: Iterable[tuple[str, bool]]) -> Children:
+        """From the ``(name, is a directory)`` of each child."""
+        names = list(listed)
+        files = frozenset(name for name, directory in names if not directory)
+        return cls(files, frozenset(name for name, directory in names if directory))
 
     @property
     def is_checkpoint(self) -> bool:
@@ -322,8 +290,8 @@ def options_type(scheme: str) -> type[BackendOptions]:
 @dataclass(frozen=True, repr=False)
 class BackendOptions:
     """How to open one kind of backend: a frozen dataclass per backend (``S3Options``,
-    ``WebHDFSOptions``, ``FsspecOptions``, ``LocalOptions``) whose fields are its constructor's
-    keyword arguments, None for "the backend's default". Never printed: options hold secrets.
+    ``WebHDFSOptions``, ``FsspecOptions``, ``LocalOptions``); a None given is "the backend's
+    default". Never printed: options hold secrets.
 
     >>> S3Options.from_mapping({"region_name": "eu-west-1"}, "s3_options")   # doctest: +SKIP
     """
@@ -340,12 +308,7 @@ class BackendOptions:
             raise InvalidParameter(
                 f"unknown option(s) {', '.join(unknown)}; known: {', '.join(known)}", name
             )
-        return cls(**given)
-
-    def given(self) -> dict[str, Any]:
-        """The options set (not None), as the backend's keyword arguments."""
-        values = ((each.name, getattr(self, each.name)) for each in fields(self))
-        return {name: value for name, value in values if value is not None}
+        return cls(**{key: value for key, value in given.items() if value is not None})
 
     def open(self, location: Location) -> Storage:
         """A new backend serving ``location``."""

@@ -16,7 +16,7 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     UnsupportedStorageURL,
 )
-from airflow_sparklag.location import Location
+from airflow_sparklag.location import Location, scheme_of
 from airflow_sparklag.redact import redact_url, scrub, secret_parts
 from airflow_sparklag.storage import (
     BackendOptions,
@@ -26,7 +26,6 @@ from airflow_sparklag.storage import (
     Storage,
     base64_md5,
     fsspec_options_for,
-    scheme_of,
 )
 
 # Where the fsspec implementation of common schemes lives, for the install hint.
@@ -177,11 +176,8 @@ class FsspecStorage:
             self.filesystem.pipe_file(path, data)
 
     def list_children(self, path: str) -> Children:
-        files: set[str] = set()
-        directories: set[str] = set()
-        for name, entry in self._listing(path):
-            (directories if entry.get("type") == "directory" else files).add(name)
-        return Children(frozenset(files), frozenset(directories))
+        listed = self._listing(path)
+        return Children.of((name, entry.get("type") == "directory") for name, entry in listed)
 
     def _listing(self, path: str) -> list[tuple[str, dict[str, Any]]]:
         """One ``ls`` of ``path``: (base name, entry) of each child, none when it is missing.

@@ -200,10 +200,10 @@ def _protobuf_tokens(reader: _Reader) -> list[Token]:
     for number, entry in _fields(body, "a credentials entry"):
         if number != 1:
             continue  # secrets, or a field of a newer Hadoop
-        token = dict(_fields(_sub(entry, reader), "a token entry")).get(2)
+        token = dict(_fields(_Reader(entry, 0, reader.path), "a token entry")).get(2)
         if token is None:
             continue
-        fields = dict(_fields(_sub(token, reader), "a token"))
+        fields = dict(_fields(_Reader(token, 0, reader.path), "a token"))
         if any(key not in fields for key in (1, 2, 3, 4)):
             raise TokenFileInvalid(
                 f"Hadoop token file {reader.path}: a token without its identifier, password, "
@@ -214,10 +214,6 @@ def _protobuf_tokens(reader: _Reader) -> list[Token]:
             Token(kind, _text(fields[4], reader, "a token service"), fields[1], fields[2])
         )
     return tokens
-
-
-def _sub(data: bytes, reader: _Reader) -> _Reader:
-    return _Reader(data, 0, reader.path)
 
 
 def _fields(reader: _Reader, what: str) -> list[tuple[int, bytes]]:

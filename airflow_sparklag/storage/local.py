@@ -124,8 +124,7 @@ class LocalStorage:
 
     def list_children(self, path: str) -> Children:
         self.requests.add("list")
-        files: set[str] = set()
-        directories: set[str] = set()
+        listed: list[tuple[str, bool]] = []
         for entry in _scan(path):
             try:
                 is_directory = entry.is_dir()
@@ -133,8 +132,8 @@ class LocalStorage:
                 continue
             except OSError:  # a symlink loop, an unreadable link: nothing to descend
                 is_directory = False
-            (directories if is_directory else files).add(entry.name)
-        return Children(frozenset(files), frozenset(directories))
+            listed.append((entry.name, is_directory))
+        return Children.of(listed)
 
     def walk(self, root: str) -> dict[str, int]:
         base = local_path(root)

@@ -25,24 +25,24 @@ from airflow_sparklag.errors import (
     UnsupportedStorageURL,
     UsageError,
 )
-from airflow_sparklag.location import Location
+from airflow_sparklag.location import S3_SCHEMES, Location, url_parts
 from airflow_sparklag.redact import scrub, secret_parts
 from airflow_sparklag.storage import (
-    S3_SCHEMES,
     BackendOptions,
     Children,
     ObjectInfo,
     RequestCounter,
     Storage,
     seconds_option,
-    url_parts,
 )
 from airflow_sparklag.storage.s3_obstore import (
+    BOTO3_KEYS,
     CREDENTIAL_TTL,
     ObstoreReader,
     answer_of,
     checkpoint_files,
     header_safe_credentials,
+    listed_object,
     settings_from,
 )
 
@@ -147,11 +147,6 @@ def _checked_bounds(
     return connect, read, max_attempts
 
 
-def default_reader() -> str:
-    """``obstore`` where it is installed (Python >= 3.11), else ``boto3``."""
-    return "obstore" if importlib.util.find_spec("obstore") is not None else "boto3"
-
-
 def _checked_reader(reader: str | None, client: Any, session: Any) -> str:
     if reader is not None and reader not in READERS:
         raise InvalidParameter(f"must be one of {', '.join(READERS)}, got {reader!r}", "reader")
@@ -163,14 +158,14 @@ def _checked_reader(reader: str | None, client: Any, session: Any) -> str:
                 "reader",
             )
         return "boto3"
-    chosen = reader or default_reader()
-    if chosen == "obstore" and importlib.util.find_spec("obstore") is None:
+    installed = importlib.util.find_spec("obstore") is not None
+    if reader == "obstore" and not installed:
         raise InvalidParameter(
             "obstore is not installed (it installs with boto3 on Python >= 3.11: pip install "
             "'airflow-provider-sparklag[amazon]'); use boto3",
             "reader",
         )
-    return chosen
+    return reader or ("obstore" if installed else "boto3")  # obstore where it is installed
 
 
 def _attempts(retries: Mapping[str, Any]) -> int:
@@ -193,8 +188,8 @@ class S3Storage:
 
     Example::
 
-        storage = S3Storage(endpoint_url="http://minio:9000", region_name="us-east-1",
-                            aws_access_key_id="...", aws_secret_access_key="...")
+        storage = S3Storage(S3Options(endpoint_url="http://minio:9000", region_name="us-east-1",
+                                      aws_access_key_id="...", aws_secret_access_key="..."))
         storage.list_dir("s3a://bucket/checkpoints/orders/offsets")
 
     Credentials, region and endpoint come from the caller, else boto3's usual chain; or a
@@ -203,39 +198,19 @@ class S3Storage:
     reads, ``obstore`` (the default where it installs) or ``boto3``; the rest is boto3's.
     """
 
-    def __init__(
-        self,
-        *,
-        client: Any = None,
-        session: Any = None,
-        endpoint_url: str | None = None,
-        aws_access_key_id: str | None = None,
-        aws_secret_access_key: str | None = None,
-        aws_session_token: str | None = None,
-        region_name: str | None = None,
-        verify: bool | str | None = None,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        read_timeout: float = DEFAULT_READ_TIMEOUT,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        reader: str | None = None,
-    ) -> None:
+    def __init__(self, options: S3Options | None = None) -> None:
+        options = self.options = options or S3Options()
         # Checked now: a bound that cannot be applied must fail before anything is read.
-        self._config = client_config(connect_timeout, read_timeout, max_attempts)
-        self.reader = _checked_reader(reader, client, session)
+        self._config = client_config(
+            options.connect_timeout, options.read_timeout, options.max_attempts
+        )
+        self.reader = _checked_reader(options.reader, options.client, options.session)
         self._fast: Any = None  # the obstore reader, once built (False: reads go through boto3)
         self._fast_lock = threading.Lock()
         self._boto3_buckets: set[str] = set()  # buckets in another region (see _fast_call)
         self.requests = RequestCounter()
-        self._client = client
-        self._session = session
-        self._verify = verify
-        self._client_options = {
-            "endpoint_url": endpoint_url,
-            "aws_access_key_id": aws_access_key_id,
-            "aws_secret_access_key": aws_secret_access_key,
-            "aws_session_token": aws_session_token,
-            "region_name": region_name,
-        }
+        self._client = options.client
+        self._session = options.session
 
     @property
     def client(self) -> Any:
@@ -247,18 +222,18 @@ class S3Storage:
 
             # a check reads many checkpoints at once through this one client
             config = Config(**self._config, max_pool_connections=MAX_POOL_CONNECTIONS)
-            options = self._client_options
+            options = self.options
             try:
                 # A session of our own: boto3's default session is shared and not thread-safe.
                 session = self._session or boto3.session.Session(
                     botocore_session=botocore.session.get_session(),
-                    aws_access_key_id=options["aws_access_key_id"],
-                    aws_secret_access_key=options["aws_secret_access_key"],
-                    aws_session_token=options["aws_session_token"],
-                    region_name=options["region_name"],
+                    aws_access_key_id=options.aws_access_key_id,
+                    aws_secret_access_key=options.aws_secret_access_key,
+                    aws_session_token=options.aws_session_token,
+                    region_name=options.region_name,
                 )
                 self._client = session.client(
-                    "s3", config=config, endpoint_url=options["endpoint_url"], verify=self._verify
+                    "s3", config=config, endpoint_url=options.endpoint_url, verify=options.verify
                 )
             except (BotoCoreError, ValueError) as exc:  # no request yet: the AWS setup itself
                 raise self._setup_error(exc) from None  # the original may quote a credential
@@ -319,11 +294,12 @@ class S3Storage:
             # characters; boto3 refuses such a credential with an error naming the request.
             return None
         attempts = _attempts(client.meta.config.retries or self._config["retries"])
-        settings = settings_from(client, self._verify, attempts)
+        settings = settings_from(client, self.options.verify, attempts)
         return ObstoreReader(provider, settings, self._secrets())
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
-        return [_info(name, item) for name, item in self._delimited(path) if item is not None]
+        listed = self._delimited(path)
+        return [listed_object(name, item) for name, item in listed if item is not None]
 
     def list_checkpoint(
         self, location: str, *, first_page: int = FIRST_PAGE_KEYS
@@ -352,7 +328,7 @@ class S3Storage:
             for response in self._pages(location, first)
             for item in response.get("Contents", [])
         )
-        return checkpoint_files(listed_keys, root, _info)[0]
+        return checkpoint_files(listed_keys, root, BOTO3_KEYS)[0]
 
     def read(self, path: str) -> bytes:
         bucket, key = split_s3_url(path)
@@ -427,11 +403,7 @@ class S3Storage:
             files, directories, pages = answer
             self.requests.add("list", pages)
             return Children(frozenset(files), frozenset(directories))
-        listed = list(self._delimited(path))
-        return Children(
-            frozenset(name for name, item in listed if item is not None),
-            frozenset(name for name, item in listed if item is None),
-        )
+        return Children.of((name, item is None) for name, item in self._delimited(path))
 
     def walk(self, root: str) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -592,16 +564,12 @@ class S3Storage:
     @property
     def _endpoint(self) -> str:
         """The endpoint as error messages name it."""
-        return self._client_options.get("endpoint_url") or "the S3 endpoint"
+        return self.options.endpoint_url or "the S3 endpoint"
 
     def _secrets(self) -> list[str]:
-        options = self._client_options
-        return [
-            part
-            for key in ("aws_secret_access_key", "aws_session_token")
-            if options.get(key)
-            for part in secret_parts(str(options[key]))
-        ]
+        options = self.options
+        secrets = (options.aws_secret_access_key, options.aws_session_token)
+        return [part for secret in secrets if secret for part in secret_parts(str(secret))]
 
     def _scrubbed(self, exc: BaseException) -> str:
         """``exc``'s text without the credentials (botocore and http.client may quote a header
@@ -642,17 +610,6 @@ def _not_s3(
     return StorageError(
         f"{path}: {action} failed: {endpoint} did not answer like S3 ({seen}); check the S3 "
         f"endpoint (--s3-endpoint-url, the connection's endpoint_url){then}"
-    )
-
-
-def _info(name: str, item: Mapping[str, Any]) -> ObjectInfo:
-    """The ObjectInfo of a ListObjectsV2 entry."""
-    modified = item.get("LastModified")
-    return ObjectInfo(
-        name,
-        int(item.get("Size", 0)),
-        modified.timestamp() if modified is not None else 0.0,
-        etag=item.get("ETag"),
     )
 
 
@@ -710,8 +667,8 @@ def s3_error(
 
 @dataclass(frozen=True, repr=False)
 class S3Options(BackendOptions):
-    """The options of :class:`S3Storage` (its keyword arguments; None: its default), given
-    once for every bucket. Never printed."""
+    """What :class:`S3Storage` is opened with, given once for every bucket
+    (docs/connections.md). Never printed."""
 
     client: Any = None
     session: Any = None
@@ -721,10 +678,10 @@ class S3Options(BackendOptions):
     aws_session_token: str | None = None
     region_name: str | None = None
     verify: bool | str | None = None
-    connect_timeout: float | None = None
-    read_timeout: float | None = None
-    max_attempts: int | None = None
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
     reader: str | None = None
 
     def open(self, location: Location) -> Storage:
-        return S3Storage(**self.given())
+        return S3Storage(self)

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_sparklag.errors import StorageError
 from airflow_sparklag.redact import scrub
-from airflow_sparklag.storage import ObjectInfo, checkpoint_listing_end, checkpoint_log_entry
+from airflow_sparklag.storage import ObjectInfo, checkpoint_log_entry
 
 # Frozen credentials are handed to obstore for this long at most (botocore refreshes the
 # underlying ones itself, 15 minutes before an assumed role's expire; a role may last 15 min).
@@ -35,7 +35,9 @@ PAGE_KEYS = 1000  # keys of a full ListObjectsV2 page
 _STATUS = re.compile(r"non-2xx status code: (\d{3})")
 _CODE = re.compile(r"<Code>([^<]{1,100})</Code>")
 _REDIRECT = "Received redirect without LOCATION"  # object_store's own words for S3's 301
-T = TypeVar("T")
+# How each reader's listing entries name an object's size, modification time and ETag.
+BOTO3_KEYS = ("Size", "LastModified", "ETag")
+OBSTORE_KEYS = ("size", "last_modified", "e_tag")
 
 
 @dataclass(frozen=True)
@@ -142,13 +144,16 @@ def answer_of(exc: BaseException) -> tuple[str, str]:
 
 
 def checkpoint_files(
-    listed: Iterable[tuple[str, T]], root: str, info: Callable[[str, T], ObjectInfo]
+    listed: Iterable[tuple[str, Mapping[str, Any]]], root: str, keys: tuple[str, str, str]
 ) -> tuple[dict[str, list[ObjectInfo]], int, bool]:
     """A listing of the checkpoint at key prefix ``root`` from ``<root>commits`` on, as
     ``(key, entry)`` pairs, sorted into ``commits``, ``offsets`` and ``metadata`` (each file's
-    ``info(name, entry)``) up to the first key past ``offsets/``: both readers' one filter.
+    ``listed_object``, named by ``keys``) up to the first key past ``offsets/``: both readers'
+    one filter.
     Also the keys taken before it, and whether it was reached (the listing stops there)."""
-    end = checkpoint_listing_end(root)
+    # The first key after every <root>offsets/... key ("0" follows "/"): a listing that starts
+    # after <root>commits has seen both logs and metadata once it reaches it.
+    end = root + "offsets0"
     found: dict[str, list[ObjectInfo]] = {"commits": [], "offsets": [], "metadata": []}
     seen = 0
     for key, entry in listed:
@@ -157,15 +162,18 @@ def checkpoint_files(
         seen += 1
         where = checkpoint_log_entry(key, root)
         if where is not None:
-            found[where[0]].append(info(where[1], entry))
+            found[where[0]].append(listed_object(where[1], entry, keys))
     return found, seen, False
 
 
-def _info(name: str, meta: Any) -> ObjectInfo:
-    """The ObjectInfo of an obstore listing entry."""
-    return ObjectInfo(
-        name, int(meta["size"]), meta["last_modified"].timestamp(), etag=meta.get("e_tag")
-    )
+def listed_object(
+    name: str, entry: Mapping[str, Any], keys: tuple[str, str, str] = BOTO3_KEYS
+) -> ObjectInfo:
+    """The ObjectInfo of a listing entry, in either reader's names (``keys``)."""
+    size, modified, etag = keys
+    when = entry.get(modified)
+    seconds = when.timestamp() if when is not None else 0.0
+    return ObjectInfo(name, int(entry.get(size, 0)), seconds, etag=entry.get(etag))
 
 
 class ObstoreReader:
@@ -248,7 +256,7 @@ class ObstoreReader:
             chunk_size=LIST_CHUNK,
         )
         listed_keys = ((meta["path"], meta) for chunk in stream for meta in chunk)
-        found, seen, ended = checkpoint_files(listed_keys, root, _info)
+        found, seen, ended = checkpoint_files(listed_keys, root, OBSTORE_KEYS)
         return found, 1 + (seen if ended else max(0, seen - 1)) // PAGE_KEYS
 
     def list_children(self, bucket: str, prefix: str) -> tuple[set[str], set[str], int]:

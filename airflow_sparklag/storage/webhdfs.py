@@ -8,6 +8,7 @@ done here, and the test that shows why, is in docs/connections.md ("HDFS").
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -15,7 +16,6 @@ import struct
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
@@ -30,16 +30,14 @@ from airflow_sparklag.errors import (
     UnsupportedStorageURL,
     UsageError,
 )
-from airflow_sparklag.location import Location
+from airflow_sparklag.location import HDFS_SCHEMES, Location, url_parts
 from airflow_sparklag.storage import (
-    HDFS_SCHEMES,
     BackendOptions,
     Children,
     ObjectInfo,
     RequestCounter,
     Storage,
     seconds_option,
-    url_parts,
 )
 from airflow_sparklag.storage.hadoop_conf import NAMENODES_HINT, HadoopConf
 from airflow_sparklag.storage.hadoop_tokens import Token, pick_hdfs_token, read_token_file
@@ -326,7 +324,8 @@ class WebHDFSStorage:
 
     Example::
 
-        storage = WebHDFSStorage(["http://nn1:9870", "http://nn2:9870"], user="spark")
+        options = WebHDFSOptions(user="spark")
+        storage = WebHDFSStorage(["http://nn1:9870", "http://nn2:9870"], options)
         storage.list_dir("hdfs://cluster/checkpoints/orders/offsets")
 
     With several NameNode URLs, a connection error or a ``StandbyException`` moves on to the
@@ -334,58 +333,49 @@ class WebHDFSStorage:
     """
 
     def __init__(
-        self,
-        namenode_urls: str | list[str],
-        *,
-        user: str | None = None,
-        connect_timeout: float = 5.0,
-        read_timeout: float = 30.0,
-        kerberos: bool | None = None,
-        principal: str | None = None,
-        keytab: str | None = None,
-        verify: bool | str = True,
-        token_file: str | None = None,
+        self, namenode_urls: str | list[str], options: WebHDFSOptions | None = None
     ) -> None:
+        options = options or WebHDFSOptions()
         urls = [namenode_urls] if isinstance(namenode_urls, str) else list(namenode_urls)
         if not urls:
             raise UnsupportedStorageURL("WebHDFS needs at least one NameNode URL")
         self.namenode_urls = [url.rstrip("/") for url in urls]
-        self.user = user
+        self.user = user = options.user
         self.timeout = (
-            seconds_option(connect_timeout, "connect_timeout"),
-            seconds_option(read_timeout, "read_timeout"),
+            seconds_option(options.connect_timeout, "connect_timeout"),
+            seconds_option(options.read_timeout, "read_timeout"),
         )
         self.requests = RequestCounter()
+        kerberos, principal, keytab = options.kerberos, options.principal, options.keytab
         wants_kerberos = kerberos not in (False, None, "", "false", "False") or principal or keytab
         self.kerberos = Kerberos(principal, keytab) if wants_kerberos else None
         # Not said either way (None): the Hadoop configuration, else the NameNode's challenge.
         self.may_infer_kerberos = kerberos in (None, "") and not user
-        self.verify = verify  # True, False or a CA bundle's path (HTTPS NameNodes)
-        self.token_file = _token_file(token_file, principal or keytab or user)
-        self.explicit_token_file = bool(token_file)
+        # True, False or a CA bundle's path (HTTPS NameNodes)
+        self.verify = True if options.verify is None else options.verify
+        self.token_file = _token_file(options.token_file, principal or keytab or user)
+        self.explicit_token_file = bool(options.token_file)
         self.location = self.namenode_urls[0]  # whose NameNode's token to pick (for_url's)
         self.delegation_token: Token | None = None  # the token in use, once connected
 
     @classmethod
-    def for_url(
-        cls, location: str, /, *, url: str | list[str] | None = None, **options: Any
-    ) -> WebHDFSStorage:
-        """Backend for a checkpoint URL; ``url`` (NameNode HTTP URL or list) overrides the host.
-        ``options`` are the constructor's (docs/connections.md, "HDFS"). What neither gives is
-        taken from the Hadoop configuration (``HADOOP_CONF_DIR``, docs/hdfs.md): the NameNodes
-        of a nameservice or of ``fs.defaultFS``, HTTPS, Kerberos."""
+    def for_url(cls, location: str, options: WebHDFSOptions | None = None) -> WebHDFSStorage:
+        """Backend for a checkpoint URL; ``options.url`` (NameNode HTTP URL or list) overrides
+        the host (docs/connections.md, "HDFS"). What the options do not give is taken from the
+        Hadoop configuration (``HADOOP_CONF_DIR``, docs/hdfs.md): the NameNodes of a
+        nameservice or of ``fs.defaultFS``, HTTPS, Kerberos."""
+        options = options or WebHDFSOptions()
         credentials = ("user", "kerberos", "principal", "keytab", "token_file")
-        told = any(options.get(key) for key in credentials)
-        settled = url and told and options.get("verify") is not None
+        told = any(getattr(options, key) for key in credentials)
+        settled = options.url and told and options.verify is not None
         conf = HadoopConf() if settled else HadoopConf.from_environment()
         location = conf.qualify(location)
-        urls = url or conf.namenode_urls(location)
-        listed = [urls] if isinstance(urls, str) else list(urls)
-        if options.get("verify") is None and any(u.lower().startswith("https:") for u in listed):
-            bundle = conf.ca_bundle()  # ssl-client.xml's truststore: what Hadoop's client trusts
-            options = {**options, "verify": bundle} if bundle else options
-        storage = cls(urls, **options)
+        storage = cls(options.url or conf.namenode_urls(location), options)
         storage.location = location
+        https = any(url.lower().startswith("https:") for url in storage.namenode_urls)
+        if options.verify is None and https:
+            # ssl-client.xml's truststore: what Hadoop's client trusts
+            storage.verify = conf.ca_bundle() or storage.verify
         if storage.kerberos is None and storage.may_infer_kerberos and conf.kerberos:
             key = "hadoop.security.authentication"
             storage.kerberos = Kerberos(reason=f"{conf.source(key)} says {key}=kerberos")
@@ -449,13 +439,11 @@ class WebHDFSStorage:
             ) from None
 
     def list_children(self, path: str) -> Children:
-        files: set[str] = set()
-        directories: set[str] = set()
-        for status in self._list_status(path):
-            name = status.get("pathSuffix")
-            if name:  # a file lists itself with an empty suffix: no children
-                (directories if status.get("type") == "DIRECTORY" else files).add(name)
-        return Children(frozenset(files), frozenset(directories))
+        # a file lists itself with an empty suffix: no children
+        listed = [status for status in self._list_status(path) if status.get("pathSuffix")]
+        return Children.of(
+            (status["pathSuffix"], status["type"] == "DIRECTORY") for status in listed
+        )
 
     def walk(self, root: str, relative: str = "") -> dict[str, int]:
         found: dict[str, int] = {}
@@ -748,16 +736,16 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-@dataclass(frozen=True, repr=False)
+@dataclasses.dataclass(frozen=True, repr=False)
 class WebHDFSOptions(BackendOptions):
-    """The options of :class:`WebHDFSStorage` (its keyword arguments; None: its default);
-    ``url``: the NameNodes' HTTP URL (or a list of them, HA) instead of the location's host.
-    Never printed."""
+    """What :class:`WebHDFSStorage` is opened with; ``url``: the NameNodes' HTTP URL (or a
+    list of them, HA) instead of the location's host; ``verify`` None: the Hadoop
+    configuration's truststore, else the system's CAs. Never printed."""
 
     url: str | list[str] | None = None
     user: str | None = None
-    connect_timeout: float | None = None
-    read_timeout: float | None = None
+    connect_timeout: float = 5.0
+    read_timeout: float = 30.0
     kerberos: bool | None = None
     principal: str | None = None
     keytab: str | None = None
@@ -765,4 +753,4 @@ class WebHDFSOptions(BackendOptions):
     token_file: str | None = None
 
     def open(self, location: Location) -> Storage:
-        return WebHDFSStorage.for_url(str(location), **self.given())
+        return WebHDFSStorage.for_url(str(location), self)

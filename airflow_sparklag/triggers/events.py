@@ -35,13 +35,12 @@ if TYPE_CHECKING:
 
     from airflow_sparklag.fleet import FleetChecker
     from airflow_sparklag.hooks.sparklag import SparkLagHook
-    from airflow_sparklag.monitor import CheckResult
+    from airflow_sparklag.model.result import CheckResult
 else:  # Airflow 2 has no event triggers: the class exists, constructing it says why not
     BaseEventTrigger = getattr(
         importlib.import_module("airflow.triggers.base"), "BaseEventTrigger", object
     )
 
-__all__ = ["DEFAULT_UNHEALTHY", "SparkLagEventTrigger", "airflow_version"]
 
 DEFAULT_UNHEALTHY = ("LAGGING", "STALLED", "STOPPED", "REWIND", "DATA_LOSS")
 # Settings that do not change what a job's health is: a new value keeps the recorded state.

@@ -23,6 +23,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_sparklag.check_options import OPTION_NAMES, CheckOptions
 from airflow_sparklag.compact import compact
 from airflow_sparklag.conditions import (
     DEFAULT_ACCEPT,
@@ -33,7 +34,6 @@ from airflow_sparklag.conditions import (
 )
 from airflow_sparklag.hooks.sparklag import CONN_FIELDS, ConnectionIds, SparkLagHook
 from airflow_sparklag.model.verdict import Health
-from airflow_sparklag.monitor import OPTION_NAMES, CheckOptions
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.redact import redact_url
 

@@ -28,7 +28,7 @@ def judged(location: str, waiting: int, commit_age: float, thresholds: dict[str,
     """A real check's ``CheckResult.to_dict()``: a one-batch checkpoint committed
     ``commit_age`` s ago with ``waiting`` records on three partitions since (exact ages, a
     7-day retention), measured by ``compute_lag`` and judged by ``health.evaluate``."""
-    from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
+    from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState, SourceOffset
     from airflow_sparklag.health import evaluate
     from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets, TopicRetention
     from airflow_sparklag.lag import Answers, compute_lag

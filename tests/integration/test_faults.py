@@ -20,8 +20,8 @@ from airflow_sparklag.checkpoint import CheckpointReader
 from airflow_sparklag.consumer_group import export_offsets
 from airflow_sparklag.errors import KafkaError, KafkaUnavailable, StorageError
 from airflow_sparklag.kafka import KafkaOffsetsClient
-from airflow_sparklag.storage.s3 import S3Storage, worst_case_seconds
-from airflow_sparklag.storage.webhdfs import WebHDFSStorage
+from airflow_sparklag.storage.s3 import S3Options, S3Storage, worst_case_seconds
+from airflow_sparklag.storage.webhdfs import WebHDFSOptions, WebHDFSStorage
 from testbed.kafka_broker import KafkaBroker
 from testbed.process import free_port
 from testbed.s3_server import S3Server
@@ -76,7 +76,7 @@ def _no_toxics_left(request: pytest.FixtureRequest) -> Iterator[None]:
 
 def _s3(proxy: Proxy, s3: S3Server, **bounds: Any) -> S3Storage:
     options = {**s3.options, "endpoint_url": proxy.url}
-    return S3Storage(**options, **bounds)
+    return S3Storage(S3Options(**options, **bounds))
 
 
 def _attempts(storage: S3Storage) -> list[str]:
@@ -185,7 +185,7 @@ def hdfs_proxy(toxiproxy: Toxiproxy, hdfs: Any) -> Proxy:
 @pytest.fixture(scope="module")
 def hdfs_checkpoint(hdfs: Any) -> str:
     """A checkpoint with 40 commit files: a LISTSTATUS answer of ~10 KB."""
-    storage = WebHDFSStorage(hdfs.webhdfs_url, user="root")
+    storage = WebHDFSStorage(hdfs.webhdfs_url, WebHDFSOptions(user="root"))
     root = f"{hdfs.namenode_uri}/faults/{uuid.uuid4().hex[:8]}"
     commit = (DATA / "ck35" / "commits" / "0").read_bytes()
     for batch in range(40):
@@ -196,9 +196,13 @@ def hdfs_checkpoint(hdfs: Any) -> str:
 def test_webhdfs_listing_cut_short_is_a_storage_error(
     hdfs_proxy: Proxy, hdfs_checkpoint: str
 ) -> None:
-    storage = WebHDFSStorage(hdfs_proxy.url, user="root", connect_timeout=1, read_timeout=2)
+    storage = WebHDFSStorage(
+        hdfs_proxy.url, WebHDFSOptions(user="root", connect_timeout=1, read_timeout=2)
+    )
     assert len(storage.list_dir(f"{hdfs_checkpoint}/commits")) == 40  # whole through the proxy
-    storage = WebHDFSStorage(hdfs_proxy.url, user="root", connect_timeout=1, read_timeout=2)
+    storage = WebHDFSStorage(
+        hdfs_proxy.url, WebHDFSOptions(user="root", connect_timeout=1, read_timeout=2)
+    )
     with hdfs_proxy.toxic("limit_data", bytes=2000):
         _, error = _timed(lambda: storage.list_dir(f"{hdfs_checkpoint}/commits"))
     assert isinstance(error, StorageError), error
@@ -211,7 +215,9 @@ def test_webhdfs_listing_cut_short_is_a_storage_error(
 def test_webhdfs_hang_fails_within_connect_plus_read_timeout(
     hdfs_proxy: Proxy, hdfs_checkpoint: str
 ) -> None:
-    storage = WebHDFSStorage(hdfs_proxy.url, user="root", connect_timeout=1, read_timeout=1.5)
+    storage = WebHDFSStorage(
+        hdfs_proxy.url, WebHDFSOptions(user="root", connect_timeout=1, read_timeout=1.5)
+    )
     with hdfs_proxy.toxic("timeout", "upstream", timeout=0):
         elapsed, error = _timed(lambda: CheckpointReader(storage, hdfs_checkpoint).read())
     assert isinstance(error, StorageError), error

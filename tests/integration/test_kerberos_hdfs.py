@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from airflow_sparklag.errors import StorageAccessDenied
-from airflow_sparklag.storage.webhdfs import WebHDFSStorage
+from airflow_sparklag.storage.webhdfs import WebHDFSOptions, WebHDFSStorage
 from testbed import jobs
 
 pytestmark = pytest.mark.testbed
@@ -48,9 +48,7 @@ def _committed(checkpoint: Path) -> dict[str, dict[int, int]]:
 def _storage(secure_hdfs: Any, **options: Any) -> WebHDFSStorage:
     return WebHDFSStorage.for_url(
         secure_hdfs.namenode_uri,
-        url=secure_hdfs.webhdfs_url,
-        verify=str(secure_hdfs.ca_bundle),
-        **options,
+        WebHDFSOptions(url=secure_hdfs.webhdfs_url, verify=str(secure_hdfs.ca_bundle), **options),
     )
 
 

@@ -252,7 +252,7 @@ def test_job_killed_mid_batch_then_migrated_loses_and_skips_nothing(
     records v1 had not committed; together nothing is lost, and only the in-flight batch's
     range can be there twice."""
     from airflow_sparklag.snapshot import load_snapshot
-    from airflow_sparklag.storage.webhdfs import WebHDFSStorage
+    from airflow_sparklag.storage.webhdfs import WebHDFSOptions, WebHDFSStorage
 
     began = time.monotonic()
     topic = kafka.create_topic(f"krb-kill-{uuid.uuid4().hex[:8]}", partitions=3)
@@ -316,10 +316,12 @@ def test_job_killed_mid_batch_then_migrated_loses_and_skips_nothing(
     monkeypatch.setenv("KRB5_CONFIG", secure_hdfs.krb5_conf)
     alice = WebHDFSStorage.for_url(
         secure_hdfs.namenode_uri,
-        url=secure_hdfs.webhdfs_url,
-        verify=str(secure_hdfs.ca_bundle),
-        principal=secure_hdfs.principal("alice"),
-        keytab=str(secure_hdfs.keytab("alice")),
+        WebHDFSOptions(
+            url=secure_hdfs.webhdfs_url,
+            verify=str(secure_hdfs.ca_bundle),
+            principal=secure_hdfs.principal("alice"),
+            keytab=str(secure_hdfs.keytab("alice")),
+        ),
     )
     snapshot = load_snapshot(alice, result["snapshot_path"])
     assert snapshot.committed.batch_id == committed_batch

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from airflow_sparklag.checkpoint import CheckpointReader
-from airflow_sparklag.migration import JobStillRunning, SinkLogConflict, migrate_checkpoint
+from airflow_sparklag.errors import JobStillRunning, SinkLogConflict
+from airflow_sparklag.migration import migrate_checkpoint
 from airflow_sparklag.session import Session
 from airflow_sparklag.storage import open_storage
 from testbed import jobs

@@ -13,12 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_sparklag.consumer_group import ConsumerGroupActive, export_offsets
-from airflow_sparklag.migration import (
-    DataLossRefused,
-    TopicGone,
-    migrate_checkpoint,
-)
+from airflow_sparklag.consumer_group import export_offsets
+from airflow_sparklag.errors import ConsumerGroupActive, DataLossRefused, TopicGone
+from airflow_sparklag.migration import migrate_checkpoint
 from airflow_sparklag.snapshot import load_snapshot, snapshot_checkpoint
 from airflow_sparklag.storage import StorageOptions, open_storage
 from testbed import jobs

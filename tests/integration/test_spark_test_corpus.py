@@ -35,9 +35,9 @@ from typing import Any
 
 import pytest
 
-from airflow_sparklag.checkpoint import (
+from airflow_sparklag.checkpoint import CheckpointReader
+from airflow_sparklag.checkpoint_files import (
     BatchOffsets,
-    CheckpointReader,
     SourceOffset,
     parse_batch_id,
     parse_commit,

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from airflow_sparklag.checkpoint import (
+from airflow_sparklag.checkpoint import CheckpointReader
+from airflow_sparklag.checkpoint_files import (
+    INT64_MAX,
     MAX_LOG_FILE_SIZE,
     MIN_COMMIT_SIZE,
-    CheckpointReader,
     parse_batch_id,
     parse_commit,
     parse_offsets,
     parse_source_start,
 )
-from airflow_sparklag.checkpoint_files import INT64_MAX
 from airflow_sparklag.errors import CheckpointCorrupt, UnsupportedCheckpointVersion
 from airflow_sparklag.storage.local import LocalStorage
 

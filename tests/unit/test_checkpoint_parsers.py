@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_sparklag.checkpoint import (
+from airflow_sparklag.checkpoint_files import (
     CheckpointState,
     parse_batch_id,
     parse_commit,

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_sparklag.checkpoint import FULL_LISTING_SECONDS, CheckpointReader, CheckpointState
+from airflow_sparklag.checkpoint import FULL_LISTING_SECONDS, CheckpointReader
+from airflow_sparklag.checkpoint_files import CheckpointState
 from airflow_sparklag.errors import CheckpointNotFound
 from airflow_sparklag.storage.local import LocalStorage
 

@@ -11,7 +11,7 @@ import pytest
 
 from airflow_sparklag.errors import InvalidParameter, TokenFileInvalid
 from airflow_sparklag.storage.hadoop_tokens import Token, pick_hdfs_token, read_token_file
-from airflow_sparklag.storage.webhdfs import WebHDFSStorage
+from airflow_sparklag.storage.webhdfs import WebHDFSOptions, WebHDFSStorage
 
 HDFS = Token("HDFS_DELEGATION_TOKEN", "127.0.0.1:8020", b"\x00\x05alice" + b"i" * 300, b"pw" * 10)
 AMRM = Token("YARN_AM_RM_TOKEN", "127.0.0.1:8030", b"amrm-id", b"\x01\x02")
@@ -166,7 +166,8 @@ def test_several_tokens_none_of_this_namenode():
 
 
 def _storage(**options: str) -> WebHDFSStorage:
-    return WebHDFSStorage.for_url("hdfs://localhost:9000/ck", url="http://localhost:1", **options)
+    options_value = WebHDFSOptions(url="http://localhost:1", **options)
+    return WebHDFSStorage.for_url("hdfs://localhost:9000/ck", options_value)
 
 
 def test_the_environments_token_file_comes_after_a_keytab_or_a_user(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ import dataclasses
 import pytest
 from test_health_support import NOW, part, report
 
-from airflow_sparklag.checkpoint import parse_offsets
+from airflow_sparklag.checkpoint_files import parse_offsets
 from airflow_sparklag.health import evaluate, needs_record_ages, rule_short_history, rule_stopped
 from airflow_sparklag.model.report import Schedule
 from airflow_sparklag.model.verdict import STOPPED_MIN_IDLE_SECONDS, Health, Thresholds

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
+from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState, SourceOffset
 from airflow_sparklag.history import LagHistory, PartitionPoint, plan_history, reconstruct
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
 from airflow_sparklag.lag import compute_lag

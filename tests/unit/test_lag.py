@@ -16,7 +16,7 @@ from airflow_sparklag.model.report import LagReport
 from airflow_sparklag.model.verdict import Health, Thresholds
 
 try:
-    from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
+    from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState, SourceOffset
 except ImportError:  # checkpoint.py is written in parallel; same fields as the contract
 
     @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from airflow_sparklag.storage.s3 import S3Storage
+from airflow_sparklag.storage.s3 import S3Options, S3Storage
 from testbed.light_s3 import serve_in_thread
 from testbed.s3_server import moto_in_thread, put_objects
 
@@ -113,7 +113,7 @@ def test_listings_equal_moto(servers: tuple[str, str], request_: dict[str, Any])
 def test_checkpoint_reads_equal_moto(servers: tuple[str, str], location: str) -> None:
     results = []
     for url in servers:
-        storage = S3Storage(endpoint_url=url, **CREDENTIALS)
+        storage = S3Storage(S3Options(endpoint_url=url, **CREDENTIALS))
         listed = storage.list_checkpoint(f"s3://{BUCKET}/{location}", first_page=50)
         names = {d: [(o.name, o.size, o.content_md5) for o in v] for d, v in listed.items()}
         bodies = [

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_sparklag import conditions
-from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
+from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState, SourceOffset
 from airflow_sparklag.conditions import DEFAULT_FAIL_FAST, HealthCondition
 from airflow_sparklag.model.report import Schedule
 from airflow_sparklag.model.verdict import Health, HealthVerdict, Thresholds

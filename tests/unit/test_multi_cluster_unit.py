@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_sparklag import params
-from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
+from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState, SourceOffset
 from airflow_sparklag.errors import InvalidParameter, KafkaError
 from airflow_sparklag.health import evaluate
 from airflow_sparklag.kafka import KafkaSnapshot

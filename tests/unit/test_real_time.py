@@ -14,7 +14,8 @@ import json
 import pytest
 from test_health_support import NOW, part, report
 
-from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, real_time_interval
+from airflow_sparklag.checkpoint import real_time_interval
+from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState
 from airflow_sparklag.health import (
     evaluate,
     reads_lagging_real_time,
@@ -268,7 +269,7 @@ def test_the_reason_says_what_the_lag_is_measured_at() -> None:
 def test_the_report_dates_each_checkpoint_when_its_offsets_were_reached() -> None:
     """batchTimestampMs is an interval's start, its offsets those of the end: the history, the
     rates and the time lag use the offsets file's write, never the interval's start."""
-    from airflow_sparklag.checkpoint import SourceOffset
+    from airflow_sparklag.checkpoint_files import SourceOffset
     from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
     from airflow_sparklag.lag import compute_lag
     from airflow_sparklag.positions import REAL_TIME_AGE

@@ -11,24 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from airflow_sparklag.archive import ArchiveError, archive_tree
-from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
-from airflow_sparklag.errors import StorageAlreadyExists
-from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
-from airflow_sparklag.migration import (
+from airflow_sparklag.archive import archive_tree
+from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState, SourceOffset
+from airflow_sparklag.errors import (
+    ArchiveError,
     DataLossRefused,
-    Migration,
-    MigrationOptions,
+    NothingCommitted,
     SinkLogConflict,
+    SnapshotCorrupt,
+    StorageAlreadyExists,
     TopicGone,
-    _Run,
-    _validate,
 )
+from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets
+from airflow_sparklag.migration import Migration, MigrationOptions, _Run, _validate
 from airflow_sparklag.session import Session
 from airflow_sparklag.snapshot import (
-    NothingCommitted,
     Snapshot,
-    SnapshotCorrupt,
     build_snapshot,
     load_snapshot,
     save_snapshot,

@@ -21,9 +21,10 @@ from airflow_sparklag.errors import (
     StorageNotFound,
     UnsupportedOperation,
 )
-from airflow_sparklag.storage import Storage, StorageOptions, join, open_storage
+from airflow_sparklag.location import join
+from airflow_sparklag.storage import Storage, StorageOptions, open_storage
 from airflow_sparklag.storage.local import LocalStorage
-from airflow_sparklag.storage.webhdfs import WebHDFSStorage
+from airflow_sparklag.storage.webhdfs import WebHDFSOptions, WebHDFSStorage
 
 BACKENDS = ["local", "s3", "memory"]
 TREE = {
@@ -283,6 +284,6 @@ def html_namenode() -> Iterator[str]:
 def test_webhdfs_body_that_is_not_json_is_a_storage_error(
     html_namenode: str, call: Any, op: str
 ) -> None:
-    storage = WebHDFSStorage(html_namenode, connect_timeout=1, read_timeout=2)
+    storage = WebHDFSStorage(html_namenode, WebHDFSOptions(connect_timeout=1, read_timeout=2))
     with pytest.raises(StorageError, match=f"^hdfs://nn/ck[a-z/]*: {op} answered HTTP 200"):
         call(storage)

@@ -21,11 +21,12 @@ from airflow_sparklag.errors import InvalidParameter, StorageError
 from airflow_sparklag.session import Session
 from airflow_sparklag.storage.s3 import (
     DEFAULT_MAX_ATTEMPTS,
+    S3Options,
     S3Storage,
     client_config,
     worst_case_seconds,
 )
-from airflow_sparklag.storage.webhdfs import WebHDFSStorage
+from airflow_sparklag.storage.webhdfs import WebHDFSOptions, WebHDFSStorage
 
 XML_HEAD = (
     '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult '
@@ -78,12 +79,14 @@ def server() -> Iterator[CannedServer]:
 
 def _s3(server: CannedServer) -> S3Storage:
     return S3Storage(
-        endpoint_url=server.url,
-        aws_access_key_id="a",
-        aws_secret_access_key="b",
-        region_name="us-east-1",
-        max_attempts=1,
-        reader="boto3",  # obstore's answers to the same: test_storage_obstore_hostile.py
+        S3Options(
+            endpoint_url=server.url,
+            aws_access_key_id="a",
+            aws_secret_access_key="b",
+            region_name="us-east-1",
+            max_attempts=1,
+            reader="boto3",  # obstore's answers to the same: test_storage_obstore_hostile.py
+        )
     )
 
 
@@ -151,13 +154,15 @@ def test_max_attempts_counts_every_attempt() -> None:
 
 def test_s3_client_is_built_with_the_bounds() -> None:
     storage = S3Storage(
-        endpoint_url="http://127.0.0.1:9",
-        aws_access_key_id="a",
-        aws_secret_access_key="b",
-        region_name="us-east-1",
-        connect_timeout=2,
-        read_timeout=3,
-        max_attempts=4,
+        S3Options(
+            endpoint_url="http://127.0.0.1:9",
+            aws_access_key_id="a",
+            aws_secret_access_key="b",
+            region_name="us-east-1",
+            connect_timeout=2,
+            read_timeout=3,
+            max_attempts=4,
+        )
     )
     config = storage.client.meta.config
     assert (config.connect_timeout, config.read_timeout) == (2, 3)
@@ -179,7 +184,7 @@ def test_s3_client_is_built_with_the_bounds() -> None:
 )
 def test_bad_bounds_are_refused_naming_the_option(option: str, value: Any) -> None:
     with pytest.raises(InvalidParameter) as raised:
-        S3Storage(**{option: value})
+        S3Storage(S3Options(**{option: value}))
     assert raised.value.parameter == option
     assert str(raised.value).startswith(f"{option}: ")
 
@@ -250,7 +255,9 @@ def test_webhdfs_answer_of_the_wrong_shape_is_a_storage_error(
     server: CannedServer, case: str, status: int, content_type: str, body: bytes, problem: str
 ) -> None:
     server.answer = (status, content_type, body)
-    storage = WebHDFSStorage(server.url, user="spark", connect_timeout=1, read_timeout=2)
+    storage = WebHDFSStorage(
+        server.url, WebHDFSOptions(user="spark", connect_timeout=1, read_timeout=2)
+    )
     for call in (
         lambda: CheckpointReader(storage, "hdfs://nn/ck").read(),
         lambda: storage.list_dir("hdfs://nn/ck/commits"),
@@ -265,7 +272,7 @@ def test_webhdfs_answer_of_the_wrong_shape_is_a_storage_error(
 
 def test_webhdfs_redirect_without_location_is_a_storage_error(server: CannedServer) -> None:
     server.answer = (307, "text/plain", b"")
-    storage = WebHDFSStorage(server.url, connect_timeout=1, read_timeout=2)
+    storage = WebHDFSStorage(server.url, WebHDFSOptions(connect_timeout=1, read_timeout=2))
     with pytest.raises(StorageError, match=r"^hdfs://nn/ck/offsets/1: OPEN answered HTTP 307"):
         storage.read("hdfs://nn/ck/offsets/1")
 
@@ -287,12 +294,14 @@ def test_hdfscli_alone_takes_these_answers(server: CannedServer) -> None:
 def test_s3_errors_never_quote_the_credentials(server: CannedServer) -> None:
     # http.client refuses a header value with a line break and quotes it: the session token.
     storage = S3Storage(
-        endpoint_url=server.url,
-        aws_access_key_id="AKIAEXAMPLE",
-        aws_secret_access_key="secret-canary-5be1",
-        aws_session_token="token-canary-77d0\n",
-        region_name="us-east-1",
-        max_attempts=1,
+        S3Options(
+            endpoint_url=server.url,
+            aws_access_key_id="AKIAEXAMPLE",
+            aws_secret_access_key="secret-canary-5be1",
+            aws_session_token="token-canary-77d0\n",
+            region_name="us-east-1",
+            max_attempts=1,
+        )
     )
     with pytest.raises(StorageError) as raised:
         storage.list_dir("s3a://b/ck/offsets")

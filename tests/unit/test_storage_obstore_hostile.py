@@ -2,7 +2,7 @@
 
 The canned answers of ``test_storage_hostile.py`` (an HTML page, JSON, XML cut short or of
 another shape, bad LastModified/Size, a proxy's error page) plus 403 and NoSuchBucket, read
-through ``S3Storage(reader="obstore")``: never a listing that passes for "no batch yet".
+through ``S3Storage(S3Options(reader="obstore"))``: never a listing that passes for "no batch yet".
 """
 
 from __future__ import annotations

@@ -15,12 +15,13 @@ import pytest
 
 from airflow_sparklag.checkpoint import CheckpointReader
 from airflow_sparklag.errors import StorageAlreadyExists, StorageError, UnsupportedStorageURL
-from airflow_sparklag.storage import StorageOptions, join, open_storage
+from airflow_sparklag.location import join
+from airflow_sparklag.storage import StorageOptions, open_storage
 from airflow_sparklag.storage.fsspec_store import FsspecStorage
 from airflow_sparklag.storage.hadoop_conf import HadoopConf
 from airflow_sparklag.storage.local import LocalStorage
 from airflow_sparklag.storage.s3 import S3Storage, split_s3_url
-from airflow_sparklag.storage.webhdfs import WebHDFSStorage, hdfs_path
+from airflow_sparklag.storage.webhdfs import WebHDFSOptions, WebHDFSStorage, hdfs_path
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 
@@ -219,9 +220,8 @@ def standby_namenode() -> Iterator[str]:
 
 def test_every_namenode_down_or_standby_is_a_storage_error(standby_namenode: str) -> None:
     dead = f"http://127.0.0.1:{_closed_port()}"
-    storage = WebHDFSStorage(
-        [dead, standby_namenode], user="spark", connect_timeout=1, read_timeout=2
-    )
+    options = WebHDFSOptions(user="spark", connect_timeout=1, read_timeout=2)
+    storage = WebHDFSStorage([dead, standby_namenode], options)
     with pytest.raises(StorageError) as raised:
         storage.read("hdfs://cluster/ck/offsets/3")
     message = str(raised.value)
@@ -266,7 +266,7 @@ def test_a_url_without_bucket_is_refused_naming_it(url: str) -> None:
     ],
 )
 def test_trim_location_keeps_scheme_and_authority(given: str, trimmed: str, joined: str) -> None:
-    from airflow_sparklag.storage import join, trim_location
+    from airflow_sparklag.location import join, trim_location
 
     assert trim_location(given) == trimmed
     assert join(given, "offsets") == joined
@@ -283,12 +283,12 @@ def test_hdfs_without_its_extra_says_which_to_install(
     import importlib.util
 
     from airflow_sparklag.errors import UsageError
-    from airflow_sparklag.storage.webhdfs import WebHDFSStorage
+    from airflow_sparklag.storage.webhdfs import WebHDFSOptions, WebHDFSStorage
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a)
     )
-    storage = WebHDFSStorage("http://127.0.0.1:9", **options)
+    storage = WebHDFSStorage("http://127.0.0.1:9", WebHDFSOptions(**options))
     with pytest.raises(UsageError, match=rf"pip install 'airflow-provider-sparklag\{extra}'"):
         storage.list_dir("/checkpoints/orders/offsets")

@@ -26,7 +26,7 @@ from airflow_sparklag.errors import (
     StorageNotFound,
 )
 from airflow_sparklag.storage import StorageOptions, open_storage
-from airflow_sparklag.storage.s3 import S3Storage
+from airflow_sparklag.storage.s3 import S3Options, S3Storage
 from testbed.s3_server import moto_in_thread, put_objects
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
@@ -175,7 +175,7 @@ def test_write_atomic_lets_the_server_refuse_a_racing_writer(endpoint: str) -> N
             _boto_client(endpoint).put_object(Bucket=BUCKET, Key="race/offsets/3", Body=b"other")
             return found
 
-    storage = RacingStorage(endpoint_url=endpoint, **CREDENTIALS)
+    storage = RacingStorage(S3Options(endpoint_url=endpoint, **CREDENTIALS))
     with pytest.raises(StorageAlreadyExists):
         storage.write_atomic(path, b"mine")
     assert storage.read(path) == b"other"
@@ -186,11 +186,13 @@ def test_unreachable_endpoint_is_a_storage_error() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: nothing listens there
     storage = S3Storage(
-        endpoint_url=f"http://127.0.0.1:{port}",
-        connect_timeout=1,
-        read_timeout=1,
-        max_attempts=1,
-        **CREDENTIALS,
+        S3Options(
+            endpoint_url=f"http://127.0.0.1:{port}",
+            connect_timeout=1,
+            read_timeout=1,
+            max_attempts=1,
+            **CREDENTIALS,
+        )
     )
     with pytest.raises(
         StorageError, match=rf"s3://{BUCKET}/ck/offsets: list failed, could not talk to"
@@ -285,10 +287,12 @@ def test_access_denied_is_typed_and_names_the_path(iam_enforcing_endpoint: str) 
         ),
     )
     storage = S3Storage(
-        endpoint_url=url,
-        region_name="us-east-1",
-        aws_access_key_id=key["AccessKeyId"],
-        aws_secret_access_key=key["SecretAccessKey"],
+        S3Options(
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id=key["AccessKeyId"],
+            aws_secret_access_key=key["SecretAccessKey"],
+        )
     )
     assert [o.name for o in storage.list_dir(f"s3://{BUCKET}/ck/offsets")] == ["0"]
     with pytest.raises(StorageAccessDenied) as raised:
@@ -297,10 +301,12 @@ def test_access_denied_is_typed_and_names_the_path(iam_enforcing_endpoint: str) 
     assert "s3:GetObject" in str(raised.value)
 
     wrong_key = S3Storage(
-        endpoint_url=url,
-        region_name="us-east-1",
-        aws_access_key_id="AKIAWRONG",
-        aws_secret_access_key="x",
+        S3Options(
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id="AKIAWRONG",
+            aws_secret_access_key="x",
+        )
     )
     with pytest.raises(StorageAccessDenied, match=f"s3://{BUCKET}/ck/offsets: access denied"):
         wrong_key.list_dir(f"s3://{BUCKET}/ck/offsets")

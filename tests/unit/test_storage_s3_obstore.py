@@ -22,7 +22,7 @@ from airflow_sparklag.errors import (
 )
 from airflow_sparklag.fleet import discover_checkpoints
 from airflow_sparklag.session import Session
-from airflow_sparklag.storage.s3 import S3Storage
+from airflow_sparklag.storage.s3 import S3Options, S3Storage
 from airflow_sparklag.storage.s3_obstore import settings_from
 from testbed.light_s3 import serve_in_thread
 from testbed.s3_server import (
@@ -64,8 +64,8 @@ def endpoint() -> Iterator[str]:
 
 def _both(endpoint: str) -> tuple[S3Storage, S3Storage]:
     return (
-        S3Storage(endpoint_url=endpoint, reader="boto3", **CREDENTIALS),
-        S3Storage(endpoint_url=endpoint, reader="obstore", **CREDENTIALS),
+        S3Storage(S3Options(endpoint_url=endpoint, reader="boto3", **CREDENTIALS)),
+        S3Storage(S3Options(endpoint_url=endpoint, reader="obstore", **CREDENTIALS)),
     )
 
 
@@ -142,12 +142,15 @@ def test_errors_are_typed(endpoint: str) -> None:
         fast.list_checkpoint("s3a://no-such-bucket/ck")
     with pytest.raises(CheckpointNotFound):
         CheckpointReader(fast, f"s3a://{BUCKET}/missing").read()
-    refused = S3Storage(endpoint_url="http://127.0.0.1:9", reader="obstore", max_attempts=1)
-    refused._client_options.update(CREDENTIALS)
+    refused = S3Storage(
+        S3Options(
+            endpoint_url="http://127.0.0.1:9", reader="obstore", max_attempts=1, **CREDENTIALS
+        )
+    )
     with pytest.raises(StorageError, match="read failed"):
         refused.read(f"s3a://{BUCKET}/ck43/metadata")
     with pytest.raises(InvalidParameter):
-        S3Storage(reader="rust")
+        S3Storage(S3Options(reader="rust"))
 
 
 def test_writes_stay_on_boto3(endpoint: str) -> None:
@@ -165,10 +168,12 @@ def test_a_bare_client_reads_through_boto3_and_the_session_through_obstore(
     endpoint: str,
 ) -> None:
     client = moto_client(endpoint)
-    assert S3Storage(client=client)._obstore() is None  # its credentials are its own
+    assert S3Storage(S3Options(client=client))._obstore() is None  # its credentials are its own
     with pytest.raises(InvalidParameter, match="session"):
-        S3Storage(client=client, reader="obstore")
-    assert S3Storage(endpoint_url=endpoint, **CREDENTIALS)._obstore() is not None  # default
+        S3Storage(S3Options(client=client, reader="obstore"))
+    assert (
+        S3Storage(S3Options(endpoint_url=endpoint, **CREDENTIALS))._obstore() is not None
+    )  # default
     with Session(s3_options={"endpoint_url": endpoint, **CREDENTIALS}) as s:
         state = s.read(f"s3a://{BUCKET}/ck35", history=1, query_id=False)
         assert state.committed_batch_id is not None
@@ -204,7 +209,7 @@ def test_an_assumed_roles_refreshing_credentials_sign_every_read(
             for name in ("offsets/0", "commits/0", "metadata"):
                 client.put_object(Bucket=BUCKET, Key=f"ck/{name}", Body=b"x")
             given = {"client": client} if handed == "client and session" else {}
-            storage = S3Storage(session=session, endpoint_url=light_url, **given)
+            storage = S3Storage(S3Options(session=session, endpoint_url=light_url, **given))
             assert storage.reader == "obstore"
             listing = storage.list_checkpoint(f"s3a://{BUCKET}/ck")
             assert [o.name for o in listing["offsets"]] == ["0"]
@@ -290,7 +295,7 @@ def test_obstore_follows_a_handed_in_clients_settings(endpoint: str) -> None:
     session = boto3.session.Session(**CREDENTIALS)
     config = Config(read_timeout=7, retries={"max_attempts": 4, "mode": "standard"})
     client = session.client("s3", endpoint_url=endpoint, config=config)
-    storage = S3Storage(client=client, session=session)
+    storage = S3Storage(S3Options(client=client, session=session))
     fast = storage._obstore()
     assert fast is not None and fast.settings.endpoint_url == endpoint
     assert fast.settings.retry["max_retries"] == 4  # botocore's max_attempts: retries

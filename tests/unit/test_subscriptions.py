@@ -9,7 +9,7 @@ import json
 import pytest
 
 from airflow_sparklag import params
-from airflow_sparklag.checkpoint import BatchOffsets, CheckpointState, SourceOffset
+from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState, SourceOffset
 from airflow_sparklag.errors import InvalidParameter
 from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets, subscribe_regex
 from airflow_sparklag.lag import UNREAD_TOPICS, compute_lag
