@@ -23,20 +23,11 @@ from typing import Any, ClassVar, Protocol
 
 from airflow_sparklag.errors import CheckpointNotFound, InvalidParameter
 from airflow_sparklag.model.report import moment, utc_text
-from airflow_sparklag.model.result import document, summary_of
+from airflow_sparklag.model.result import CheckResult, document, summary_of
 from airflow_sparklag.model.verdict import Health
-from airflow_sparklag.monitor import CheckOptions, CheckResult, check
+from airflow_sparklag.monitor import CheckOptions, check
 from airflow_sparklag.session import Session
 from airflow_sparklag.snapshot import by_partition
-
-__all__ = [
-    "CatchUpCondition",
-    "HealthCondition",
-    "Probe",
-    "ProgressCondition",
-    "WaitCondition",
-    "committed_kafka_offsets",
-]
 
 # Verdicts a health wait accepts, and those that end it at once (see HealthCondition).
 DEFAULT_ACCEPT = (Health.OK,)
@@ -85,13 +76,13 @@ class WaitCondition(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
-def breach_message(result: CheckResult, limit: int = 5) -> str:
+def breach_message(result: CheckResult) -> str:
     """Verdict plus the worst partitions, one line."""
     from airflow_sparklag.render import breach_summary
 
     if result.report is None:  # unreadable checkpoint in a multi-checkpoint check
         return f"{result.location}: {result.error}"
-    return breach_summary(result.report, result.verdict, limit=limit)
+    return breach_summary(result.report, result.verdict)
 
 
 @dataclass(frozen=True)

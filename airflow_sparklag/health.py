@@ -324,10 +324,9 @@ def needs_record_ages(report: LagReport, thresholds: Thresholds, now: float) -> 
     """Would a STOPPED rule, or the short-history one, decide if the waiting records' age were
     known? (A check then reads their timestamps: the estimate cannot date records that arrived
     after a quiet spell, nor any of a continuous query.)"""
-    lagging = _lagging(report, thresholds)
-    if not lagging or all(p.lag_seconds is not None for p in lagging):
-        return False
     if thresholds.max_commit_age_seconds is not None:
+        return False
+    if all(p.lag_seconds is not None for p in _lagging(report, thresholds)):  # or none lags
         return False
     last = _last_activity(report, thresholds)
     if last is None:

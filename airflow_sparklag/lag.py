@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -72,17 +72,16 @@ def compute_lag(
     """
     answers = answers or Answers()
     report = measure(state, snapshot, **how) if measured is None else measured
-    report = dataclasses.replace(report, notes=_notes(report, how.get("source_starts")))
-    if answers.checkpoint_ends:
-        report = as_of_checkpoint(report, answers.checkpoint_ends)
+    report = _answered(report, answers.checkpoint_ends, answers.retention)
+    schedule = report.schedule
     if answers.run_start is not None:
-        report = with_completeness(report, answers.run_start)
-    if answers.retention is not None:
-        report = with_time_to_loss(report, answers.retention)
-    if answers.waited and report.schedule is None:
-        report = dataclasses.replace(report, schedule=looks_scheduled(report))
+        schedule = completeness(report, answers.run_start)
+    if answers.waited and schedule is None:
+        schedule = looks_scheduled(report)
     return dataclasses.replace(
         report,
+        notes=_notes(report, how.get("source_starts")),
+        schedule=schedule,
         time_to_breach=time_to_breach(report, thresholds),
         pace=pace_of(state.listed_times) if report.trigger == "micro-batch" else None,
         unknown=unknowns(report, answers.retention),
@@ -303,61 +302,73 @@ def as_of_checkpoint(report: LagReport, ends: Sequence[Offsets | None]) -> LagRe
     ``real_time.checkpoint_lags`` the total lag as of each checkpoint asked. Partitions with
     lost records or not in the checkpoint keep their live numbers.
     """
+    return _answered(report, ends, None)
+
+
+def with_time_to_loss(
+    report: LagReport, retention: Mapping[str, Mapping[str, TopicRetention | None]]
+) -> LagReport:
+    """``report`` with each lagging partition's time to data loss; ``retention``: source id
+    -> topic -> its retention (DescribeConfigs of the source's cluster)."""
+    return _answered(report, None, retention)
+
+
+def _answered(
+    report: LagReport,
+    ends: Sequence[Offsets | None] | None,
+    retention: Mapping[str, Mapping[str, TopicRetention | None]] | None,
+) -> LagReport:
+    """``report`` as of its checkpoints (``as_of_checkpoint``) and with its time to data loss
+    (``with_time_to_loss``), each partition made once, then every total (topics, sources, the
+    report's worst partition and catch-up) made again from them."""
     real_time = report.real_time
-    if real_time is None or not ends or ends[-1] is None:
+    newest = ends[-1] if real_time is not None and ends else None
+    if newest is None and retention is None:
         return report
-    newest = ends[-1]
-    behind = real_time.checkpoint_at - report.generated_at
+    behind = 0.0 if real_time is None else real_time.checkpoint_at - report.generated_at
     since = 0
 
-    def at_checkpoint(source_id: str, p: PartitionLag) -> PartitionLag:
+    def answered(source_id: str, p: PartitionLag) -> PartitionLag:
         nonlocal since
-        end = newest.get(source_id, {}).get(p.topic, {}).get(p.partition)
-        if end is None or p.committed_offset is None or p.data_loss or p.log_end_offset is None:
+        if newest is not None:
+            end = newest.get(source_id, {}).get(p.topic, {}).get(p.partition)
+            p = _at_checkpoint(p, end, behind, report.time_lag_mode)
+            since += p.since_checkpoint or 0  # only this sets it
+        if retention is None:
             return p
-        live = p.committed_offset + p.lag  # the reference end the live lag was measured to
-        end = min(end, live)
-        lag = max(0, end - p.committed_offset)
-        produced = max(0, live - max(end, p.committed_offset))
-        since += produced
-        seconds: float | None = 0.0
-        unknown = None
-        if lag and report.time_lag_mode == "exact" and p.lag_seconds is not None:
-            seconds = max(0.0, p.lag_seconds + behind)
-        elif lag:
-            seconds, unknown = None, p.lag_seconds_unknown or REAL_TIME_AGE
+        settings = retention.get(source_id, {}).get(p.topic)
         return dataclasses.replace(
-            p, lag=lag, lag_seconds=seconds, lag_seconds_unknown=unknown, since_checkpoint=produced
+            p,
+            time_to_loss_seconds=time_to_loss(p, settings),
+            retention_seconds=None if settings is None else settings.seconds,
         )
 
-    measured = _with_partitions(report, at_checkpoint)
-    # The total lag as of each older checkpoint asked: Kafka's ends then minus its offsets.
-    series = positions_of(report)[0]
-    lags = tuple(
-        None if e is None else records_between(series[i], e) if i < len(series) else 0
-        for i, e in enumerate(ends[:-1])
-    )
-    lags += (measured.total_lag,)
-    real_time = dataclasses.replace(real_time, checkpoint_lags=lags, produced_since=since)
-    return dataclasses.replace(measured, real_time=real_time)
-
-
-def _with_partitions(
-    report: LagReport, change: Callable[[str, PartitionLag], PartitionLag]
-) -> LagReport:
-    """``report`` with each Kafka partition ``change``d (given its source id) and every total
-    (topics, sources, the report's worst partition and catch-up) made again from them."""
     sources = []
     for source in report.sources:
         topics = []
         for topic in source.topics:
             if not topic.missing:
-                parts = tuple(change(source.source_id, p) for p in topic.partitions)
+                parts = tuple(answered(source.source_id, p) for p in topic.partitions)
                 topic = dataclasses.replace(topic, partitions=parts, **sum_lags(parts))
             topics.append(topic)
         lag = None if source.lag is None else sum(t.lag or 0 for t in topics)
         sources.append(dataclasses.replace(source, topics=tuple(topics), lag=lag))
-    totals = sum_lags([p for s in sources for t in s.topics for p in t.partitions], report=True)
+    every = [p for s in sources for t in s.topics for p in t.partitions]
+    totals = sum_lags(every, report=True)
+    if retention is not None:
+        known = (p.time_to_loss_seconds for p in every if p.time_to_loss_seconds is not None)
+        totals["min_time_to_loss_seconds"] = min(known, default=None)
+    if newest is not None and real_time is not None:
+        # The total lag as of each older checkpoint asked: Kafka's ends then minus its offsets.
+        series = positions_of(report)[0]
+        lags = tuple(
+            None if e is None else records_between(series[i], e) if i < len(series) else 0
+            for i, e in enumerate(ends[:-1] if ends else ())
+        )
+        lags += (totals["total_lag"],)
+        totals["real_time"] = dataclasses.replace(
+            real_time, checkpoint_lags=lags, produced_since=since
+        )
     return dataclasses.replace(
         report,
         sources=tuple(sources),
@@ -365,6 +376,26 @@ def _with_partitions(
         catch_up_seconds=catch_up_seconds(
             totals["total_lag"], bool(sources), report.consumption_rate, report.production_rate
         ),
+    )
+
+
+def _at_checkpoint(p: PartitionLag, end: int | None, behind: float, mode: str) -> PartitionLag:
+    """``p`` as of the newest checkpoint of a real-time query (``as_of_checkpoint``): ``end``
+    Kafka's log end then, ``behind`` seconds before the report."""
+    if end is None or p.committed_offset is None or p.data_loss or p.log_end_offset is None:
+        return p
+    live = p.committed_offset + p.lag  # the reference end the live lag was measured to
+    end = min(end, live)
+    lag = max(0, end - p.committed_offset)
+    produced = max(0, live - max(end, p.committed_offset))
+    seconds: float | None = 0.0
+    unknown = None
+    if lag and mode == "exact" and p.lag_seconds is not None:
+        seconds = max(0.0, p.lag_seconds + behind)
+    elif lag:
+        seconds, unknown = None, p.lag_seconds_unknown or REAL_TIME_AGE
+    return dataclasses.replace(
+        p, lag=lag, lag_seconds=seconds, lag_seconds_unknown=unknown, since_checkpoint=produced
     )
 
 
@@ -401,27 +432,6 @@ def _loss_unknown(p: PartitionLag, retention: TopicRetention | None) -> str | No
     return None
 
 
-def with_time_to_loss(
-    report: LagReport, retention: Mapping[str, Mapping[str, TopicRetention | None]]
-) -> LagReport:
-    """``report`` with each lagging partition's time to data loss; ``retention``: source id
-    -> topic -> its retention (DescribeConfigs of the source's cluster)."""
-
-    def with_loss(source_id: str, p: PartitionLag) -> PartitionLag:
-        settings = retention.get(source_id, {}).get(p.topic)
-        return dataclasses.replace(
-            p,
-            time_to_loss_seconds=time_to_loss(p, settings),
-            retention_seconds=None if settings is None else settings.seconds,
-        )
-
-    changed = _with_partitions(report, with_loss)  # the same totals: no lag changes
-    known = [p.time_to_loss_seconds for p in changed.partitions()]
-    return dataclasses.replace(
-        changed, min_time_to_loss_seconds=min((t for t in known if t is not None), default=None)
-    )
-
-
 # -- scheduled jobs: what Kafka says about their last run -----------------------------------------
 
 
@@ -437,13 +447,13 @@ def run_start(report: LagReport) -> float | None:
     return run.started_at
 
 
-def with_completeness(report: LagReport, targets: Offsets) -> LagReport:
-    """The last run's completeness: its committed offsets against Kafka's offsets as of its
-    start (``targets``: source id -> topic -> partition -> offset; ListOffsets by timestamp at
-    its first batch's time)."""
+def completeness(report: LagReport, targets: Offsets) -> Schedule | None:
+    """The schedule with its last run's completeness: its committed offsets against Kafka's
+    offsets as of its start (``targets``: source id -> topic -> partition -> offset;
+    ListOffsets by timestamp at its first batch's time)."""
     schedule = report.schedule
     if schedule is None or schedule.last_run is None or run_start(report) is None:
-        return report
+        return schedule
     left = 0
     for source in report.kafka_sources:
         for p in (p for topic in source.topics for p in topic.partitions):
@@ -452,7 +462,7 @@ def with_completeness(report: LagReport, targets: Offsets) -> LagReport:
             if target is not None and position is not None:
                 left += max(0, target - position)
     done = dataclasses.replace(schedule.last_run, complete=left == 0, records_left=left)
-    return dataclasses.replace(report, schedule=dataclasses.replace(schedule, last_run=done))
+    return dataclasses.replace(schedule, last_run=done)
 
 
 # Records that waited this long (or 3 busy intervals) before the first batch of a run read them

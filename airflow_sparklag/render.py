@@ -49,21 +49,16 @@ def table(rows: Sequence[Sequence[str]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
-def flags(partition: PartitionLag) -> str:
-    names = []
-    if partition.start_offset is not None:
-        names.append(f"not_committed(started at {partition.start_offset})")
-    if partition.new_partition:
-        names.append("new_partition")
-    if partition.removed_partition:
-        names.append("removed_partition")
-    if partition.data_loss:
-        names.append(f"data_loss({partition.records_lost} lost)")
-    if partition.ahead_of_log:
-        names.append("ahead_of_log")
-    if partition.since_checkpoint:
-        names.append(f"+{partition.since_checkpoint}_since_checkpoint")
-    return ",".join(names)
+def flags(p: PartitionLag) -> str:
+    shown = (
+        (p.start_offset is not None, f"not_committed(started at {p.start_offset})"),
+        (p.new_partition, "new_partition"),
+        (p.removed_partition, "removed_partition"),
+        (p.data_loss, f"data_loss({p.records_lost} lost)"),
+        (p.ahead_of_log, "ahead_of_log"),
+        (bool(p.since_checkpoint), f"+{p.since_checkpoint}_since_checkpoint"),
+    )
+    return ",".join(name for flagged, name in shown if flagged)
 
 
 def partition_table(report: LagReport) -> str:
@@ -258,12 +253,12 @@ def render(report: LagReport, verdict: HealthVerdict) -> str:
     )
 
 
-def breach_summary(report: LagReport, verdict: HealthVerdict, limit: int = 10) -> str:
-    """A short failure message: the verdict and the worst partitions (for operator failures)."""
+def breach_summary(report: LagReport, verdict: HealthVerdict) -> str:
+    """A short failure message: the verdict and the five worst partitions (operator failures)."""
     worst = sorted(
         (p for s in report.sources if s.is_kafka for t in s.topics for p in t.partitions),
         key=lambda p: (not p.data_loss, -p.lag),
-    )[:limit]
+    )[:5]
     parts = [
         f"{p.topic}[{p.partition}] lag={p.lag} committed={_num(p.committed_offset)} "
         f"end={_num(p.log_end_offset)}" + (f" {flags(p)}" if flags(p) else "")

@@ -18,7 +18,7 @@ the age is UNKNOWN rather than a guess that can be 100x too high.
 from __future__ import annotations
 
 import functools
-import math
+import itertools
 from bisect import bisect_right
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
@@ -57,13 +57,8 @@ def staircase(points: Sequence[tuple[int, float]]) -> Stairs:
     """
     # Sort by time; at equal times the higher offset first, so the lower one is dominated.
     # Points usually come in time order (batches, then the live point): no sort then.
-    ordered = points
-    previous = -math.inf
-    for _, time_ms in points:
-        if time_ms <= previous:
-            ordered = sorted(points, key=_time_then_higher_offset)
-            break
-        previous = time_ms
+    in_order = all(a[1] < b[1] for a, b in itertools.pairwise(points))
+    ordered = points if in_order else sorted(points, key=_time_then_higher_offset)
     offsets: list[int] = []
     first: list[float] = []
     last: list[float] = []
@@ -167,10 +162,5 @@ def history_points(
                 continue
             for topic, parts in source.kafka.items():
                 for partition, offset in parts.items():
-                    key = (topic, int(partition))
-                    found = points.get(key)
-                    if found is None:
-                        points[key] = [(int(offset), time_ms)]
-                    else:
-                        found.append((int(offset), time_ms))
+                    points.setdefault((topic, int(partition)), []).append((int(offset), time_ms))
     return points

@@ -88,7 +88,7 @@ def of_type(hint: Any) -> dict[str, Any]:
 
 
 def properties(cls: type) -> dict[str, Any]:
-    """Each field's schema, moments as ISO text beside epoch milliseconds (``_field_json``)."""
+    """Each field's schema, moments as ISO text beside epoch milliseconds (``json_safe``)."""
     hints = typing.get_type_hints(cls)
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):

@@ -8,8 +8,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import functools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,37 +38,67 @@ def moment(name: str, seconds: float | None) -> dict[str, Any]:
     return {name: utc_text(ms), f"{name}_ms": ms}
 
 
-def _field_json(field_: dataclasses.Field[Any], value: Any) -> dict[str, Any]:
-    """A dataclass field's JSON: a moment (a ``*_at`` field, epoch seconds) as `moment`, a
-    moment in milliseconds (``*timestamp_ms``, ``time_ms``) with its ISO text beside it."""
-    name = field_.name
-    if name.endswith("_at") and (value is None or isinstance(value, (int, float))):
+def _moment_json(name: str, value: Any) -> dict[str, Any]:
+    if value is None or isinstance(value, (int, float)):
         return moment(name, value)
-    if name.endswith(("timestamp_ms", "time_ms")) and (value is None or isinstance(value, int)):
-        return {name[:-3]: utc_text(value), name: value}
-    if field_.metadata.get("moment"):
-        ms = [epoch_ms(v) for v in value]
-        return {name: [utc_text(v) for v in ms], f"{name}_ms": ms}
     return {name: json_safe(value)}
+
+
+def _ms_json(name: str, value: Any) -> dict[str, Any]:
+    if value is None or isinstance(value, int):
+        return {name[:-3]: utc_text(value), name: value}
+    return {name: json_safe(value)}
+
+
+def _moments_json(name: str, value: Any) -> dict[str, Any]:
+    ms = [epoch_ms(v) for v in value]
+    return {name: [utc_text(v) for v in ms], f"{name}_ms": ms}
+
+
+# How a dataclass field becomes JSON: a moment (a ``*_at`` field, epoch seconds) as `moment`,
+# a moment in milliseconds (``*timestamp_ms``, ``time_ms``) with its ISO text beside it; None:
+# `json_safe` of its value under its name.
+_FieldJson = Callable[[str, Any], dict[str, Any]]
+
+
+@functools.cache
+def _plan(cls: type) -> tuple[tuple[str, _FieldJson | None], ...]:
+    """Each field of the dataclass ``cls`` with its conversion, made once per class."""
+    return tuple((f.name, _field_kind(f)) for f in dataclasses.fields(cls))
+
+
+def _field_kind(field_: dataclasses.Field[Any]) -> _FieldJson | None:
+    if field_.name.endswith("_at"):
+        return _moment_json
+    if field_.name.endswith(("timestamp_ms", "time_ms")):
+        return _ms_json
+    return _moments_json if field_.metadata.get("moment") else None
 
 
 def json_safe(value: Any) -> Any:
     """`value` turned into JSON types: dataclasses and mappings become dicts with string keys,
     tuples/sets become lists (sets sorted), NaN and -inf become None, +inf "infinite"; a
-    dataclass's moments as ISO 8601 UTC text beside epoch milliseconds (`_field_json`)."""
-    if value is None or type(value) in _JSON_LEAVES:  # most values: answered first
+    dataclass's moments as ISO 8601 UTC text beside epoch milliseconds (`_field_kind`)."""
+    kind: type = type(value)
+    if value is None or kind in _JSON_LEAVES:  # most values: answered first
+        return value
+    if kind is float and math.isfinite(value):
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(value):
-            out.update(_field_json(f, getattr(value, f.name)))
+        for name, convert in _plan(kind):
+            item = getattr(value, name)
+            if convert is None:
+                out[name] = item if item is None or type(item) in _JSON_LEAVES else json_safe(item)
+            else:
+                out.update(convert(name, item))
         return out
+    if isinstance(value, (list, tuple)):
+        return [v if v is None or type(v) in _JSON_LEAVES else json_safe(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (set, frozenset)):
         return [json_safe(v) for v in sorted(value, key=str)]
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return "infinite" if value == math.inf else None  # +inf: "never" (time to data loss)
     if hasattr(value, "value") and hasattr(value, "name") and not isinstance(value, type):

@@ -29,10 +29,11 @@ def judged(location: str, waiting: int, commit_age: float, thresholds: dict[str,
     ``commit_age`` s ago with ``waiting`` records on three partitions since (exact ages, a
     7-day retention), measured by ``compute_lag`` and judged by ``health.evaluate``."""
     from airflow_sparklag.checkpoint_files import BatchOffsets, CheckpointState, SourceOffset
-    from airflow_sparklag.health import Thresholds, evaluate
+    from airflow_sparklag.health import evaluate
     from airflow_sparklag.kafka import KafkaSnapshot, PartitionOffsets, TopicRetention
     from airflow_sparklag.lag import Answers, compute_lag
     from airflow_sparklag.model.result import CheckResult
+    from airflow_sparklag.model.verdict import Thresholds
 
     now, at = time.time(), time.time() - commit_age
     offsets = {"orders": dict.fromkeys(range(3), 100)}

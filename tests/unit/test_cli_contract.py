@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_sparklag.health import Health
+from airflow_sparklag.model.verdict import Health
 
 SPARKLAG = Path(sys.executable).parent / "sparklag"
 DATA = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
