@@ -26,12 +26,11 @@ from airflow_sparklag.health import ages_needed, changes_at, evaluate, reads_nee
 from airflow_sparklag.kafka import KafkaSnapshot
 from airflow_sparklag.lag import (
     Answers,
-    as_of_checkpoint,
+    answered,
     compute_lag,
     records_waited,
     run_start,
     waiting_probe,
-    with_time_to_loss,
 )
 from airflow_sparklag.model.report import LagReport, Reads
 from airflow_sparklag.model.result import CheckResult, Read
@@ -208,8 +207,7 @@ class _Check:
         """``job``'s positions so far (``positions.measure``): what the plan looks at."""
         report = self.positions(job)
         ends = self._checkpoint_ends(job, report)
-        report = report if ends is None else as_of_checkpoint(report, ends)
-        return report if job.retention is None else with_time_to_loss(report, job.retention)
+        return answered(report, ends, job.retention)
 
     def source_clusters(
         self, state: CheckpointState, stamps: Stamps | None

@@ -44,7 +44,7 @@ class Answers:
 
     ``run_start``: Kafka's offsets when a declared scheduled job's last run started (was the
     run complete?); ``waited``: did records wait before the last run of an undeclared job;
-    ``checkpoint_ends``: see ``as_of_checkpoint``."""
+    ``checkpoint_ends``: see ``answered``."""
 
     retention: Mapping[str, Mapping[str, TopicRetention | None]] | None = None
     run_start: Offsets | None = None
@@ -72,7 +72,7 @@ def compute_lag(
     """
     answers = answers or Answers()
     report = measure(state, snapshot, **how) if measured is None else measured
-    report = _answered(report, answers.checkpoint_ends, answers.retention)
+    report = answered(report, answers.checkpoint_ends, answers.retention)
     schedule = report.schedule
     if answers.run_start is not None:
         schedule = completeness(report, answers.run_start)
@@ -292,35 +292,22 @@ def _notes(report: LagReport, source_starts: Offsets | None) -> tuple[str, ...]:
     return tuple(note for note in notes if note is not None)
 
 
-def as_of_checkpoint(report: LagReport, ends: Sequence[Offsets | None]) -> LagReport:
-    """A real-time query's report measured as of its checkpoints: ``ends[i]`` (source id ->
-    topic -> partition -> offset) is Kafka's log end when ``history[i]``'s offsets file was
-    written (ListOffsets by timestamp), None where not asked; the last is the newest's.
-
-    Each partition's ``lag`` becomes the lag as of the newest checkpoint and
-    ``since_checkpoint`` the records produced after it (an upper bound, never lag);
-    ``real_time.checkpoint_lags`` the total lag as of each checkpoint asked. Partitions with
-    lost records or not in the checkpoint keep their live numbers.
-    """
-    return _answered(report, ends, None)
-
-
-def with_time_to_loss(
-    report: LagReport, retention: Mapping[str, Mapping[str, TopicRetention | None]]
-) -> LagReport:
-    """``report`` with each lagging partition's time to data loss; ``retention``: source id
-    -> topic -> its retention (DescribeConfigs of the source's cluster)."""
-    return _answered(report, None, retention)
-
-
-def _answered(
+def answered(
     report: LagReport,
     ends: Sequence[Offsets | None] | None,
     retention: Mapping[str, Mapping[str, TopicRetention | None]] | None,
 ) -> LagReport:
-    """``report`` as of its checkpoints (``as_of_checkpoint``) and with its time to data loss
-    (``with_time_to_loss``), each partition made once, then every total (topics, sources, the
-    report's worst partition and catch-up) made again from them."""
+    """``report`` with what Kafka answered, each partition made once, then every total
+    (topics, sources, the worst partition, catch-up) made again from them.
+
+    ``ends`` (a real-time query's): ``ends[i]`` (source id -> topic -> partition -> offset) is
+    Kafka's log end when ``history[i]``'s offsets file was written (ListOffsets by timestamp),
+    None where not asked; the last is the newest's. Each partition's ``lag`` becomes the lag as
+    of the newest checkpoint and ``since_checkpoint`` the records produced after it (an upper
+    bound, never lag); ``real_time.checkpoint_lags`` the total lag as of each checkpoint asked.
+    Partitions with lost records or not in the checkpoint keep their live numbers.
+    ``retention``: source id -> topic -> its retention (DescribeConfigs of the source's
+    cluster): each lagging partition's time to data loss."""
     real_time = report.real_time
     newest = ends[-1] if real_time is not None and ends else None
     if newest is None and retention is None:
@@ -380,7 +367,7 @@ def _answered(
 
 
 def _at_checkpoint(p: PartitionLag, end: int | None, behind: float, mode: str) -> PartitionLag:
-    """``p`` as of the newest checkpoint of a real-time query (``as_of_checkpoint``): ``end``
+    """``p`` as of the newest checkpoint of a real-time query (``answered``): ``end``
     Kafka's log end then, ``behind`` seconds before the report."""
     if end is None or p.committed_offset is None or p.data_loss or p.log_end_offset is None:
         return p

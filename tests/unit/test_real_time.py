@@ -22,7 +22,7 @@ from airflow_sparklag.health import (
     rule_lagging_real_time,
     rule_stopped_real_time,
 )
-from airflow_sparklag.lag import as_of_checkpoint
+from airflow_sparklag.lag import answered
 from airflow_sparklag.model.report import Reads, RealTime
 from airflow_sparklag.model.verdict import Health, Thresholds
 
@@ -172,7 +172,7 @@ def test_the_lag_is_as_of_the_checkpoint_and_the_rest_is_produced_since() -> Non
     live = real_time_report(part(260, committed=1000, history=(500, 750, 1000)))
     # Kafka's end when each checkpoint was written: 751 (15 s ago), 1003 (10 s), 1010 (5 s).
     ends = [{"0": {"t": {0: 751}}}, {"0": {"t": {0: 1003}}}, {"0": {"t": {0: 1010}}}]
-    measured = as_of_checkpoint(live, ends)
+    measured = answered(live, ends, None)
     (p,) = measured.partitions()
     assert (p.lag, p.since_checkpoint, measured.total_lag) == (10, 250, 10)
     assert p.lag_seconds is None and p.lag_seconds_unknown  # only a record timestamp dates it
@@ -185,7 +185,7 @@ def test_the_lag_is_as_of_the_checkpoint_and_the_rest_is_produced_since() -> Non
 def test_exact_time_lag_is_moved_to_the_checkpoint() -> None:
     live = real_time_report(part(260, committed=1000, lag_seconds=9.0))
     live = dataclasses.replace(live, time_lag_mode="exact")
-    measured = as_of_checkpoint(live, [None, None, {"0": {"t": {0: 1010}}}])
+    measured = answered(live, [None, None, {"0": {"t": {0: 1010}}}], None)
     (p,) = measured.partitions()
     assert p.lag_seconds == pytest.approx(4.0)  # 9 s old now, 4 s old 5 s ago
     assert measured.real_time is not None and measured.real_time.checkpoint_lags[:2] == (None, None)
@@ -193,9 +193,9 @@ def test_exact_time_lag_is_moved_to_the_checkpoint() -> None:
 
 def test_a_report_without_the_checkpoint_ends_is_left_as_is() -> None:
     live = real_time_report(part(260, committed=1000))
-    assert as_of_checkpoint(live, [None, None, None]) is live
+    assert answered(live, [None, None, None], None) is live
     micro = report(part(260))
-    assert as_of_checkpoint(micro, [{"0": {"t": {0: 0}}}]) is micro
+    assert answered(micro, [{"0": {"t": {0: 0}}}], None) is micro
 
 
 STOPPED = [
