@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 # How long a topic's retention settings are taken as known (a check, a sensor's polls).
 RETENTION_TTL_SECONDS = 300.0
+# Record times the client remembers, (topic, partition, offset) -> ms: a record's time never
+# changes, so a poll of a job that has not moved reads none again.
+RECORD_TIMES_KEPT = 100_000
 _ANSWER_GRACE = 1.0  # seconds other bootstrap servers get once one answered (cluster check)
 # What a bootstrap server that never answered leaves (dead, hung or filtered).
 _NO_ANSWER_CODES = frozenset({"_TIMED_OUT", "_TRANSPORT", "_ALL_BROKERS_DOWN", "REQUEST_TIMED_OUT"})
@@ -116,6 +119,8 @@ class KafkaOffsetsClient:
         self._admin: Any = None
         self._admin_lock = threading.Lock()
         self._retention: dict[str, tuple[float, TopicRetention | None]] = {}
+        self._record_times: dict[tuple[str, int, int], int] = {}
+        self._record_times_lock = threading.Lock()
         self._one_cluster: str | None = None  # the cluster id all bootstrap servers agreed on
 
     def _client_config(self) -> dict[str, Any]:
@@ -489,8 +494,22 @@ class KafkaOffsetsClient:
     ) -> dict[tuple[str, int], int | None]:
         """Timestamp (ms) of the record at each (topic, partition) offset; None when the offset
         is at or past the log end, out of range, or not read within the client timeout. A
-        transaction marker or a compacted-away offset yields the first record after it."""
-        return read_record_timestamps(self._client_config(), self.errors, offsets)
+        transaction marker or a compacted-away offset yields the first record after it. Times
+        read are remembered (``RECORD_TIMES_KEPT``): only offsets not timed before are read."""
+        known = self._record_times
+        result = {key: known.get((*key, off)) for key, off in offsets.items()}
+        wanted = {key: offsets[key] for key, ts in result.items() if ts is None}
+        if not wanted:
+            return result
+        found = read_record_timestamps(self._client_config(), self.errors, wanted)
+        with self._record_times_lock:
+            for key, ts in found.items():
+                result[key] = ts
+                if ts is not None:  # a record not there yet may come: asked again
+                    known[(*key, wanted[key])] = ts
+            while len(known) > RECORD_TIMES_KEPT:
+                del known[next(iter(known))]
+        return result
 
 
 def load_kafka_config(path: str | None, bootstrap_servers: str | None) -> dict[str, Any]:

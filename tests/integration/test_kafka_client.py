@@ -182,3 +182,34 @@ def test_a_moving_leader_is_asked_again_and_other_errors_are_not(kafka, client) 
         with pytest.raises(KafkaError):
             other.snapshot([topic])
         assert time.monotonic() - started < 5
+
+
+def test_a_record_time_is_read_once_and_a_record_not_there_yet_again(  # type: ignore[no-untyped-def]
+    kafka, client, monkeypatch
+) -> None:
+    """Polls of a job that has not moved ask Kafka for no record time again (a record's time
+    never changes); an offset at the log end is asked again and timed once its record exists."""
+    import airflow_sparklag.kafka as kafka_module
+
+    asked: list[dict] = []
+    real = kafka_module.read_record_timestamps
+
+    def counted(config, errors, offsets):  # type: ignore[no-untyped-def]
+        asked.append(dict(offsets))
+        return real(config, errors, offsets)
+
+    monkeypatch.setattr(kafka_module, "read_record_timestamps", counted)
+    topic = _topic(kafka, partitions=2)
+    kafka.produce(topic, 2, partition=0)
+    first = client.record_timestamps({(topic, 0): 1, (topic, 1): 0})
+    assert first[(topic, 0)] is not None and first[(topic, 1)] is None
+    again = client.record_timestamps({(topic, 0): 1, (topic, 1): 0})
+    assert again == first
+    assert asked[1:] == [{(topic, 1): 0}]  # only the partition without a record
+    kafka.produce(topic, 1, partition=1)
+    assert client.record_timestamps({(topic, 1): 0})[(topic, 1)] is not None
+    assert client.record_timestamps({(topic, 0): 1, (topic, 1): 0}) == {
+        (topic, 0): first[(topic, 0)],
+        (topic, 1): client.record_timestamps({(topic, 1): 0})[(topic, 1)],
+    }
+    assert len(asked) == 3  # nothing read since partition 1's record was timed
