@@ -108,12 +108,6 @@ def open_session(args: argparse.Namespace, *, kafka_required: bool = True) -> Se
     )
 
 
-def _port(name: str, port: int) -> int:
-    if port > 65535:
-        raise params.invalid(name, f"must be a port number 0-65535, got {port}")
-    return port
-
-
 # Credentials the AWS default chain reads from the environment (not the *_FILE paths).
 AWS_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
 
@@ -130,33 +124,192 @@ def _secrets(config: dict[str, Any]) -> list[str]:
 # -- parser ------------------------------------------------------------------------------------
 
 
-CHECK, OUTPUT, THRESHOLDS = "what to check", "output", "thresholds"
+CHECK, OUTPUT, THRESHOLDS, UNTIL = "what to check", "output", "thresholds", "what to wait for"
+LOCATION = "checkpoint location (path, s3a://, hdfs://)"
+Flag = tuple[str, str, dict[str, Any]]  # its --help group, its name, its argparse settings
 
 
-def _connection_flags(command: argparse.ArgumentParser) -> None:
-    params.connection_flags(command, "-b", "--bootstrap-server", "--bootstrap-servers")
-    params.flag_group(command, "storage").add_argument(
-        "--s3-reader",
-        choices=READERS,
-        help="who lists and reads checkpoint files on S3: obstore (the default where it "
-        "installs, Python >= 3.11) or boto3; writes always go through boto3",
+def _flag(group: str, name: str, text: str, **settings: Any) -> Flag:
+    """A flag of the tables below; ``read=`` (a reader of :mod:`params`) is its type."""
+    if "read" in settings:
+        settings["type"] = params.FlagType(name[2:].replace("-", "_"), settings.pop("read"))
+    return group, name, {"help": text, **settings}
+
+
+def _port(name: str, value: Any) -> int:
+    port = params.count(name, value)
+    if port > 65535:
+        raise params.invalid(name, f"must be a port number 0-65535, got {port}")
+    return port
+
+
+def _fleet_flags(prefix_help: str) -> tuple[Flag, ...]:
+    return (
+        _flag(CHECK, "checkpoints", "checkpoint locations (path, s3a://, ...)", nargs="*"),
+        _flag(CHECK, "--prefix", prefix_help, action="append", default=[]),
+        _flag(CHECK, "--max-depth", "levels searched under --prefix", read=params.count, default=4),
     )
-    params.flag_group(command, "storage").add_argument(
+
+
+STATUS_FLAGS = (
+    *_fleet_flags("also check every checkpoint under it"),
+    _flag(
+        CHECK,
+        "--query-ids",
+        "also read each job's query id from its metadata file (one more GET per job)",
+        action="store_true",
+    ),
+    _flag(OUTPUT, "--detail", "with several jobs, every partition of each", action="store_true"),
+    _flag(OUTPUT, "--no-progress", "no progress line on stderr", action="store_true"),
+    _flag(
+        OUTPUT,
+        "--explain",
+        "a line per job: what was read to judge it and which rule asked for it "
+        "(always in --json: 'evidence')",
+        action="store_true",
+    ),
+)
+WAIT_FLAGS = (
+    _flag(UNTIL, "condition", "what to wait for", choices=("health", "progress", "catch-up")),
+    _flag(UNTIL, "checkpoint", "checkpoint location"),
+    _flag(UNTIL, "--accept", "health: verdicts that end the wait", default="OK"),
+    _flag(
+        UNTIL,
+        "--fail-fast",
+        "health: verdicts that fail at once (never STOPPED for a scheduled job)",
+        default="DATA_LOSS,STOPPED",
+    ),
+    _flag(UNTIL, "--after-batch-id", "progress: a batch newer than this id"),
+    _flag(UNTIL, "--after-commit-time", "progress: a commit after this time (ISO or epoch)"),
+    _flag(UNTIL, "--target-time", "catch-up: everything produced before this time"),
+    _flag(
+        UNTIL, "--topic", "catch-up: only these topics", action="append", dest="topics", default=[]
+    ),
+    _flag(
+        UNTIL, "--poll-interval", "time between checks", read=params.positive_duration, default=10.0
+    ),
+    _flag(
+        UNTIL, "--max-wait", "give up after this long, exit 75", read=params.duration, default=600.0
+    ),
+)
+SNAPSHOT_FLAGS = (
+    _flag(CHECK, "checkpoint", LOCATION),
+    _flag(CHECK, "--snapshot-root", "snapshot root (path, s3a://, hdfs://)", required=True),
+    _flag(CHECK, "--consumer-group", "also commit the offsets to this idle group"),
+)
+MIGRATE_FLAGS = (
+    _flag(CHECK, "checkpoint", LOCATION),
+    _flag(CHECK, "--archive-root", "archive root for the old checkpoint", required=True),
+)
+HISTORY_FLAGS = (
+    _flag(CHECK, "checkpoint", LOCATION),
+    _flag(
+        CHECK,
+        "--batches",
+        "retained batches to rebuild (100: Spark's minBatchesToRetain)",
+        read=params.batches,
+        default=100,
+    ),
+    _flag(CHECK, "--no-now", "no last point for the live lag", action="store_true"),
+)
+SERVE_FLAGS = (
+    *_fleet_flags("serve every job under it"),
+    _flag("exporter", "--address", "address to listen on", default="0.0.0.0"),
+    _flag("exporter", "--port", "HTTP port", read=_port, default=9109),
+    _flag(
+        "exporter",
+        "--interval",
+        "time between refreshes",
+        read=params.positive_duration,
+        default=30.0,
+    ),
+    _flag(
+        "exporter",
+        "--rediscover",
+        "list --prefix again this often",
+        read=params.duration,
+        default=300.0,
+    ),
+    _flag(
+        "exporter",
+        "--max-partitions-per-job",
+        "per-partition series per job, most lagging first",
+        read=params.count,
+        default=1000,
+    ),
+    _flag("exporter", "--once", "refresh once, print, exit", action="store_true"),
+)
+# Every command's, beside params.connection_flags.
+SHARED_FLAGS = (
+    _flag(
+        "storage",
+        "--s3-reader",
+        "who lists and reads checkpoint files on S3: obstore (the default where it "
+        "installs, Python >= 3.11) or boto3; writes always go through boto3",
+        choices=READERS,
+    ),
+    _flag(
+        "storage",
         "--hdfs-token-file",
-        metavar="FILE",
-        help="Hadoop token file whose HDFS delegation token to use (default: "
+        "Hadoop token file whose HDFS delegation token to use (default: "
         "HADOOP_TOKEN_FILE_LOCATION, as in a YARN container) unless a principal/keytab or "
         "--hdfs-user is given",
-    )
-    params.flag_group(command, "Kafka").add_argument(
+        metavar="FILE",
+    ),
+    _flag(
+        "Kafka",
         "--timeout",
-        type=params.FlagType("timeout", params.positive_duration),
+        "bound of each Kafka request round and storage attempt",
+        read=params.positive_duration,
         default=10.0,
-        help="bound of each Kafka request round and storage attempt",
-    )
-    params.flag_group(command, OUTPUT).add_argument(
-        "--json", action="store_true", help="print JSON instead of text"
-    )
+    ),
+    _flag(OUTPUT, "--json", "print JSON instead of text", action="store_true"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Subcommand:
+    usage: str
+    text: str  # its line in --help
+    flags: tuple[Flag, ...]  # its own
+    groups: tuple[str, ...] = ()  # its own --help groups, listed before the shared ones
+    checks: bool = False  # takes the check options and thresholds
+    migrates: bool = False  # takes the migration options
+
+
+FLEET_USAGE = "CHECKPOINT... | --prefix PREFIX"
+SUBCOMMANDS = {
+    "status": Subcommand(FLEET_USAGE, "lag and health of checkpoints", STATUS_FLAGS, checks=True),
+    "wait": Subcommand(
+        "{health,progress,catch-up} CHECKPOINT",
+        "wait until a job is healthy, progresses or caught up",
+        WAIT_FLAGS,
+        (UNTIL,),
+        checks=True,
+    ),
+    "snapshot": Subcommand(
+        "CHECKPOINT --snapshot-root ROOT",
+        "write a verified snapshot of committed offsets",
+        SNAPSHOT_FLAGS,
+    ),
+    "migrate": Subcommand(
+        "CHECKPOINT --archive-root ROOT",
+        "snapshot, validate and archive a checkpoint",
+        MIGRATE_FLAGS,
+        (CHECK, "migration"),
+        migrates=True,
+    ),
+    "history": Subcommand(
+        "CHECKPOINT", "lag at each retained batch, from checkpoint + Kafka", HISTORY_FLAGS
+    ),
+    "serve": Subcommand(
+        FLEET_USAGE,
+        "Prometheus exporter of a fleet's lag and health",
+        SERVE_FLAGS,
+        (CHECK, "exporter"),
+        checks=True,
+    ),
+}
 
 
 def _check_flags(command: argparse.ArgumentParser) -> None:
@@ -174,59 +327,30 @@ def _check_flags(command: argparse.ArgumentParser) -> None:
         )
 
 
-def _fleet_flags(command: argparse.ArgumentParser, prefix_help: str) -> None:
-    group = params.flag_group(command, CHECK)
-    group.add_argument("checkpoints", nargs="*", help="checkpoint locations (path, s3a://, ...)")
-    group.add_argument("--prefix", action="append", default=[], help=prefix_help)
-    group.add_argument(
-        "--max-depth",
-        type=params.FlagType("max_depth", params.count),
-        default=4,
-        help="levels searched under --prefix",
-    )
-
-
-def _command(sub: Any, name: str, usage: str, text: str, *groups: str) -> argparse.ArgumentParser:
-    """A subcommand whose ``--help`` lists its flags by group: ``groups`` (its own) first."""
-    command: argparse.ArgumentParser = sub.add_parser(
-        name, help=text, description=text, usage=f"%(prog)s {usage} [options]", epilog=EPILOG
-    )
-    for title in (*groups, CHECK, "Kafka", "storage", "Kerberos", THRESHOLDS, OUTPUT):
-        params.flag_group(command, title)
-    return command
-
-
 def build_parser() -> argparse.ArgumentParser:
     from airflow_sparklag import __version__
+    from airflow_sparklag.migration import MigrationOptions
 
     parser = params.FlagParser(prog="sparklag", description=__doc__.split("\n\n")[0], epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"sparklag {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=params.FlagParser)
-    status = _command(
-        sub, "status", "CHECKPOINT... | --prefix PREFIX", "lag and health of checkpoints"
-    )
-    _fleet_flags(status, "also check every checkpoint under it")
-    params.flag_group(status, CHECK).add_argument(
-        "--query-ids",
-        action="store_true",
-        help="also read each job's query id from its metadata file (one more GET per job)",
-    )
-    output = params.flag_group(status, OUTPUT)
-    output.add_argument(
-        "--detail", action="store_true", help="with several jobs, every partition of each"
-    )
-    output.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
-    output.add_argument(
-        "--explain",
-        action="store_true",
-        help="a line per job: what was read to judge it and which rule asked for it "
-        "(always in --json: 'evidence')",
-    )
-    _connection_flags(status)
-    _check_flags(status)
-    add_wait_command(sub)
-    add_snapshot_commands(sub)
-    add_history_and_serve_commands(sub)
+    for name, spec in SUBCOMMANDS.items():
+        usage = f"%(prog)s {spec.usage} [options]"
+        command = sub.add_parser(
+            name, help=spec.text, description=spec.text, usage=usage, epilog=EPILOG
+        )
+        # --help lists the flags by group, in this order.
+        for title in (*spec.groups, CHECK, "Kafka", "storage", "Kerberos", THRESHOLDS, OUTPUT):
+            params.flag_group(command, title)
+        for group, flag, settings in spec.flags:
+            params.flag_group(command, group).add_argument(flag, **settings)
+        if spec.migrates:
+            params.option_flags(command, MigrationOptions, group="migration")
+        params.connection_flags(command, "-b", "--bootstrap-server", "--bootstrap-servers")
+        for group, flag, settings in SHARED_FLAGS:
+            params.flag_group(command, group).add_argument(flag, **settings)
+        if spec.checks:
+            _check_flags(command)
     return parser
 
 
@@ -378,49 +502,6 @@ def _out(text: str, args: argparse.Namespace) -> None:
 # -- wait --------------------------------------------------------------------------------------
 
 
-def add_wait_command(sub: Any) -> None:
-    wait = _command(
-        sub,
-        "wait",
-        "{health,progress,catch-up} CHECKPOINT",
-        "wait until a job is healthy, progresses or caught up",
-        "what to wait for",
-    )
-    until = params.flag_group(wait, "what to wait for")
-    until.add_argument(
-        "condition", choices=("health", "progress", "catch-up"), help="what to wait for"
-    )
-    until.add_argument("checkpoint", help="checkpoint location")
-    until.add_argument("--accept", default="OK", help="health: verdicts that end the wait")
-    until.add_argument(
-        "--fail-fast",
-        default="DATA_LOSS,STOPPED",
-        help="health: verdicts that fail at once (never STOPPED for a scheduled job)",
-    )
-    until.add_argument("--after-batch-id", help="progress: a batch newer than this id")
-    until.add_argument(
-        "--after-commit-time", help="progress: a commit after this time (ISO or epoch)"
-    )
-    until.add_argument("--target-time", help="catch-up: everything produced before this time")
-    until.add_argument(
-        "--topic", action="append", dest="topics", default=[], help="catch-up: only these topics"
-    )
-    until.add_argument(
-        "--poll-interval",
-        type=params.FlagType("poll_interval", params.positive_duration),
-        default=10.0,
-        help="time between checks",
-    )
-    until.add_argument(
-        "--max-wait",
-        type=params.FlagType("max_wait", params.duration),
-        default=600.0,
-        help="give up after this long, exit 75",
-    )
-    _connection_flags(wait)
-    _check_flags(wait)
-
-
 def _condition(args: argparse.Namespace) -> Any:
     from airflow_sparklag import conditions
 
@@ -472,38 +553,6 @@ def run_wait(args: argparse.Namespace) -> int:
 
 
 # -- snapshot / migrate ------------------------------------------------------------------------
-
-
-def add_snapshot_commands(sub: Any) -> None:
-    from airflow_sparklag.migration import MigrationOptions
-
-    snapshot = _command(
-        sub,
-        "snapshot",
-        "CHECKPOINT --snapshot-root ROOT",
-        "write a verified snapshot of committed offsets",
-    )
-    what = params.flag_group(snapshot, CHECK)
-    what.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
-    what.add_argument(
-        "--snapshot-root", required=True, help="snapshot root (path, s3a://, hdfs://)"
-    )
-    what.add_argument("--consumer-group", help="also commit the offsets to this idle group")
-    _connection_flags(snapshot)
-
-    migrate = _command(
-        sub,
-        "migrate",
-        "CHECKPOINT --archive-root ROOT",
-        "snapshot, validate and archive a checkpoint",
-        CHECK,
-        "migration",
-    )
-    what = params.flag_group(migrate, CHECK)
-    what.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
-    what.add_argument("--archive-root", required=True, help="archive root for the old checkpoint")
-    params.option_flags(migrate, MigrationOptions, group="migration")
-    _connection_flags(migrate)
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
@@ -582,56 +631,6 @@ def _render_migration(payload: dict[str, Any]) -> str:
 
 
 # -- history / serve ---------------------------------------------------------------------------
-
-
-def add_history_and_serve_commands(sub: Any) -> None:
-    history = _command(
-        sub, "history", "CHECKPOINT", "lag at each retained batch, from checkpoint + Kafka"
-    )
-    what = params.flag_group(history, CHECK)
-    what.add_argument("checkpoint", help="checkpoint location (path, s3a://, hdfs://)")
-    what.add_argument(
-        "--batches",
-        type=params.FlagType("batches", params.batches),
-        default=100,
-        help="retained batches to rebuild (100: Spark's minBatchesToRetain)",
-    )
-    what.add_argument("--no-now", action="store_true", help="no last point for the live lag")
-    _connection_flags(history)
-
-    serve = _command(
-        sub,
-        "serve",
-        "CHECKPOINT... | --prefix PREFIX",
-        "Prometheus exporter of a fleet's lag and health",
-        CHECK,
-        "exporter",
-    )
-    _fleet_flags(serve, "serve every job under it")
-    exporter = params.flag_group(serve, "exporter")
-    exporter.add_argument("--address", default="0.0.0.0", help="address to listen on")
-    exporter.add_argument(
-        "--port",
-        type=params.FlagType("port", lambda n, v: _port(n, params.count(n, v))),
-        default=9109,
-        help="HTTP port",
-    )
-    for flag, read, default, text in (
-        ("interval", params.positive_duration, 30.0, "time between refreshes"),
-        ("rediscover", params.duration, 300.0, "list --prefix again this often"),
-    ):
-        exporter.add_argument(
-            f"--{flag}", type=params.FlagType(flag, read), default=default, help=text
-        )
-    exporter.add_argument(
-        "--max-partitions-per-job",
-        type=params.FlagType("max_partitions_per_job", params.count),
-        default=1000,
-        help="per-partition series per job, most lagging first",
-    )
-    exporter.add_argument("--once", action="store_true", help="refresh once, print, exit")
-    _connection_flags(serve)
-    _check_flags(serve)
 
 
 def run_history(args: argparse.Namespace) -> int:
