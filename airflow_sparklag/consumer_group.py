@@ -1,17 +1,8 @@
-"""Publish a Spark query's committed offsets to a Kafka consumer group.
+"""Publish a Spark query's committed offsets to a Kafka consumer group that nobody consumes
+with: Spark never commits its progress to Kafka, so group-based tools (Burrow,
+kafka-consumer-groups, kafka-lag-exporter) cannot see a Spark query otherwise::
 
-Spark never commits its progress to Kafka, so group-based tools (Burrow, kafka-consumer-groups,
-kafka-lag-exporter) cannot see a Spark query. Committing the checkpoint's offsets to a group
-that nobody consumes with makes them see it::
-
-    from airflow_sparklag.consumer_group import export_offsets
-
-    export = export_offsets(
-        {"bootstrap.servers": "broker:9092"},
-        "spark-orders",
-        {"orders": {0: 1042, 1: 998}},
-    )
-    print(export.to_dict())
+    export = export_offsets({"bootstrap.servers": "b:9092"}, "spark-orders", {"orders": {0: 42}})
 """
 
 from __future__ import annotations
@@ -33,8 +24,6 @@ _IDLE_STATES = frozenset({"EMPTY", "DEAD", "UNKNOWN"})
 
 @dataclass(frozen=True)
 class ConsumerGroupExport:
-    """What was committed to a group, read back from Kafka."""
-
     group_id: str
     offsets: Mapping[str, Mapping[int, int]]  # topic -> partition -> committed offset
     lag: Mapping[str, Mapping[int, int]] | None  # log end - committed, when log ends were read
@@ -102,8 +91,7 @@ def _group_request(client: KafkaOffsetsClient, what: str, send: Callable[[float]
 
 
 def _ask_group(client: KafkaOffsetsClient, what: str, group_id: str, call: str, arg: Any) -> Any:
-    """The answer for ``group_id`` of ``AdminClient.<call>([arg])``, through :func:`_group_request`
-    (``what``: the request, as errors name it)."""
+    """The answer for ``group_id`` of ``AdminClient.<call>([arg])``."""
     admin = client.admin()
     return _group_request(
         client,

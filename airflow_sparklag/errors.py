@@ -1,18 +1,8 @@
 """Every error this package raises on purpose, in one place.
 
 Every message names the path, topic, partition or parameter concerned and says what to do.
-Catch :class:`SparkLagError` for all of them, or a group's base for one kind::
-
-    from airflow_sparklag.errors import SparkLagError, StorageError
-
-    try:
-        result = check_checkpoint("s3a://bucket/ck/orders", kafka_config=config)
-    except StorageError as exc:    # the store failed: retrying may help
-        ...
-    except SparkLagError as exc:   # anything else this package raises on purpose
-        ...
-
-The hierarchy::
+Catch :class:`SparkLagError` for all of them, or a group's base (``StorageError``: retrying
+may help) for one kind. The hierarchy::
 
     SparkLagError
     │   (parameters and usage)
@@ -72,16 +62,8 @@ _PARAMETER_PREFIX = re.compile(r"^([A-Za-z_][\w.\[\]-]*): ")
 
 
 class InvalidParameter(SparkLagError, ValueError):
-    """A parameter could not be read; nothing ran on it. ``parameter`` names it.
-
-    The message starts with the parameter's name::
-
-        >>> error = InvalidParameter("must be true or false, got 'Ture'", parameter="dry_run")
-        >>> str(error), error.parameter
-        ("dry_run: must be true or false, got 'Ture'", 'dry_run')
-        >>> InvalidParameter("history: must be 1 or more, got '0'").parameter
-        'history'
-    """
+    """A parameter could not be read; nothing ran on it. ``parameter`` names it, and the
+    message starts with it (``"dry_run: must be true or false, got 'Ture'"``)."""
 
     parameter: str | None
 
@@ -96,18 +78,14 @@ class InvalidParameter(SparkLagError, ValueError):
 
 
 class UsageError(SparkLagError):
-    """A command was called wrongly (missing or conflicting arguments, unreadable config).
-
-    The CLI exits with :data:`~airflow_sparklag.health.EXIT_USAGE` (64, sysexits EX_USAGE).
-    """
+    """A command was called wrongly (missing or conflicting arguments, unreadable config)."""
 
 
 # -- storage -----------------------------------------------------------------------------------
 
 
 class HadoopConfigInvalid(UsageError):
-    """A Hadoop client configuration file (``HADOOP_CONF_DIR``'s core-site.xml, hdfs-site.xml)
-    is unreadable, malformed, refused (a DTD, XInclude, too large) or lacks a needed key."""
+    """A ``HADOOP_CONF_DIR`` site file is unreadable, malformed, refused or lacks a key."""
 
 
 class UnsupportedStorageURL(SparkLagError):
@@ -123,8 +101,7 @@ class StorageAccessDenied(StorageError):
 
 
 class TokenFileInvalid(StorageAccessDenied):
-    """A Hadoop token file (``HADOOP_TOKEN_FILE_LOCATION``) is damaged, unreadable or holds no
-    HDFS delegation token for the NameNode."""
+    """``HADOOP_TOKEN_FILE_LOCATION`` is damaged or holds no token for the NameNode."""
 
 
 class DelegationTokenRejected(StorageAccessDenied):
@@ -178,8 +155,8 @@ class KafkaError(SparkLagError):
 
 
 class KafkaConfigInvalid(KafkaError, UsageError):
-    """librdkafka refused the Kafka config before any request: an unknown key, a bad value, a
-    missing setting, a SASL mechanism its build lacks. A configuration error (CLI exit 64)."""
+    """librdkafka refused the config before any request (a bad key or value, a SASL mechanism
+    its build lacks)."""
 
 
 class ConsumerGroupActive(SparkLagError):

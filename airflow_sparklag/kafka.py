@@ -1,9 +1,6 @@
-"""Kafka side of the lag: log start, log end and last stable offsets, in a few batched requests.
-
-:class:`KafkaOffsetsClient` is the confluent-kafka implementation of the
-:class:`~airflow_sparklag.kafka_model.KafkaOffsets` port (record timestamps in
-``kafka_timestamps``, errors in ``kafka_errors``). `confluent_kafka` is imported inside the
-methods only, so DAG files that import this module stay fast to parse.
+"""The confluent-kafka implementation of the :class:`~airflow_sparklag.kafka_model.KafkaOffsets`
+port: offsets in a few batched requests, each round bounded in time. ``confluent_kafka`` is
+imported inside the methods only: DAG files that import this module stay fast to parse.
 """
 
 from __future__ import annotations
@@ -92,14 +89,10 @@ def check_bootstrap_servers(servers: Any) -> None:
 
 
 class KafkaOffsetsClient:
-    """Reads partition offsets with a confluent-kafka AdminClient, every call bounded in time.
-
-    `config` is plain librdkafka configuration (the `extra` of Airflow's `kafka` connection).
-    Each round of requests (metadata; then the ListOffsets of all partitions at once) gets
-    `timeout` seconds (docs/connections.md, "Time bounds"); refused credentials fail as soon as
-    librdkafka reports them. Thread-safe: librdkafka handles are, the one admin handle is built
-    under a lock, and the rest of each call's state is local. Entry points get one from a
-    :class:`~airflow_sparklag.session.Session` (``session.kafka``), typed as the port::
+    """Reads partition offsets with one AdminClient. ``config`` is librdkafka configuration;
+    each round of requests gets ``timeout`` seconds (docs/connections.md, "Time bounds"), and
+    refused credentials fail as soon as librdkafka reports them. Thread-safe. Entry points get
+    one from a :class:`~airflow_sparklag.session.Session` (``session.kafka``)::
 
         with KafkaOffsetsClient({"bootstrap.servers": "broker:9092"}) as kafka:
             end = kafka.snapshot(["orders"]).partitions["orders"][0].log_end
@@ -170,8 +163,7 @@ class KafkaOffsetsClient:
             return self._admin
 
     def close(self) -> None:
-        """Drop the admin client (freed with its last reference: calls in flight finish with
-        the handle they hold; the next call makes a new one)."""
+        """Drop the admin client (calls in flight keep the handle they hold)."""
         with self._admin_lock:
             self._admin = None
 
@@ -402,9 +394,8 @@ class KafkaOffsetsClient:
     def snapshot(
         self, topics: Iterable[str], *, read_committed: bool = False, pattern: str | None = None
     ) -> KafkaSnapshot:
-        """Log start, log end (and LSO when `read_committed`) of every partition of `topics`,
-        and of every topic a `pattern` (a query's subscribePattern) is found in: one metadata
-        request, then one batched ListOffsets per kind of offset, all in flight at once."""
+        """One metadata request, then one batched ListOffsets per kind of offset, all in flight
+        at once (the port says what it answers)."""
         from confluent_kafka import IsolationLevel
         from confluent_kafka.admin import OffsetSpec
 
@@ -432,8 +423,7 @@ class KafkaOffsetsClient:
     def offsets_for_time(
         self, topics: Iterable[str], timestamp_ms: int
     ) -> dict[str, dict[int, int]]:
-        """For each partition, the first offset whose record timestamp is >= `timestamp_ms`;
-        the log end when every record is older (Kafka answers -1), so "committed >= result"
+        """The log end where every record is older (Kafka answers -1), so "committed >= result"
         reads "everything produced before T was processed"."""
         from confluent_kafka import IsolationLevel
         from confluent_kafka.admin import OffsetSpec
@@ -458,9 +448,8 @@ class KafkaOffsetsClient:
         }
 
     def retention(self, topics: Iterable[str]) -> dict[str, TopicRetention | None]:
-        """Each topic's retention (DescribeConfigs, all topics in one request, remembered for
-        ``RETENTION_TTL_SECONDS``); None for a topic whose settings could not be read (no
-        DESCRIBE_CONFIGS permission, a topic gone): logged once, never a failed check."""
+        """One DescribeConfigs for all topics, remembered for ``RETENTION_TTL_SECONDS``; a topic
+        whose settings could not be read (no permission, gone) is logged, never a failed check."""
         from confluent_kafka.admin import ConfigResource, ResourceType
 
         now = time.monotonic()
@@ -492,10 +481,8 @@ class KafkaOffsetsClient:
     def record_timestamps(
         self, offsets: Mapping[tuple[str, int], int]
     ) -> dict[tuple[str, int], int | None]:
-        """Timestamp (ms) of the record at each (topic, partition) offset; None when the offset
-        is at or past the log end, out of range, or not read within the client timeout. A
-        transaction marker or a compacted-away offset yields the first record after it. Times
-        read are remembered (``RECORD_TIMES_KEPT``): only offsets not timed before are read."""
+        """A transaction marker or a compacted-away offset yields the first record after it.
+        Times read are remembered (``RECORD_TIMES_KEPT``): only new offsets are read."""
         known = self._record_times
         result = {key: known.get((*key, off)) for key, off in offsets.items()}
         wanted = {key: offsets[key] for key, ts in result.items() if ts is None}

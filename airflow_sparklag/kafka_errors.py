@@ -1,9 +1,5 @@
-"""librdkafka's errors and log lines as ours: which codes mean "did not answer", "refused who
-we are", "not allowed", "no such topic"; the credentials refusal seen through the error
-callback; librdkafka's log lines collapsed, with the last connection failure kept as the cause.
-
-One :class:`KafkaErrors` per client (it remembers that client's refusals);
-``confluent_kafka`` is imported inside the functions only.
+"""librdkafka's errors and log lines as our typed errors: one :class:`KafkaErrors` per client
+(it remembers that client's refusals). ``confluent_kafka`` is imported inside functions only.
 """
 
 from __future__ import annotations
@@ -90,7 +86,6 @@ class ClientLog:
         self._lock = threading.Lock()
 
     def log(self, level: int, fmt: str, facility: str, client: str, message: str) -> None:
-        """confluent-kafka's call: ``log(level, "%s [%s] %s", facility, client, message)``."""
         line = fmt % (facility, client, message)
         text = scrub(_LOG_SUFFIX.sub("", _LOG_PREFIX.sub("", message)), self._secrets)
         with self._lock:
@@ -121,9 +116,8 @@ class ClientLog:
 
 class KafkaErrors:
     """Our typed errors for one client's requests: what librdkafka returned, what its error
-    callback and its log said meanwhile. ``config`` is the client's librdkafka config (its
-    secrets are scrubbed from every message); ``user_error_cb`` the user's own error callback,
-    still called."""
+    callback and its log said meanwhile, without the secrets of ``config``. ``user_error_cb``,
+    the user's own error callback, is still called."""
 
     def __init__(
         self,
@@ -142,8 +136,7 @@ class KafkaErrors:
         self._refusal: tuple[float, str, str] | None = None
 
     def describe(self, exc: BaseException) -> str:
-        """What went wrong in ``exc``, never empty, without any secret of the config (librdkafka
-        may quote one)."""
+        """What went wrong in ``exc``, never empty, scrubbed (librdkafka may quote a secret)."""
         return scrub(error_text(exc), self.secrets)
 
     def unavailable(self, what: str, detail: str = "") -> KafkaUnavailable:
@@ -183,14 +176,12 @@ class KafkaErrors:
         )
 
     def refused_recently(self) -> KafkaError | None:
-        """The refusal seen by the error callback within the last timeout, as our error."""
         refusal = self._refusal
         if refusal is None or time.monotonic() - refusal[0] > self.timeout + POLL_INTERVAL:
             return None
         return self._refused(refusal[1], refusal[2])
 
     def translate(self, exc: BaseException, what: str, topic: str | None = None) -> Exception:
-        """Our typed error for a librdkafka error (or a timeout) of the request ``what``."""
         code = error_name(exc)
         text = self.describe(exc)
         if isinstance(exc, concurrent.futures.TimeoutError) or code in _UNAVAILABLE_CODES:
@@ -249,7 +240,6 @@ class KafkaErrors:
         return oauth_cb
 
     def no_token(self) -> KafkaError | None:
-        """Why the admin client could not be built when the oauth_cb failed, else None."""
         if self.oauth_failure is None:
             return None
         return KafkaError(

@@ -1,9 +1,5 @@
-"""What the core asks Kafka and what Kafka answers: the :class:`KafkaOffsets` port and the
-values it returns (offsets of partitions, a topic's retention).
-
-No client here (``kafka.py`` holds :class:`~airflow_sparklag.kafka.KafkaOffsetsClient`, the
-confluent-kafka implementation); the core and the tests' in-memory cluster (tests/fakes.py)
-meet at the Protocol.
+"""What the core asks Kafka and what Kafka answers: the :class:`KafkaOffsets` port (its client:
+``kafka.py``; the tests' in-memory cluster: tests/fakes.py) and the values it returns.
 """
 
 from __future__ import annotations
@@ -18,8 +14,6 @@ from airflow_sparklag.errors import InvalidParameter
 
 @dataclasses.dataclass(frozen=True)
 class PartitionOffsets:
-    """Offsets of one partition at `KafkaSnapshot.fetched_at`."""
-
     log_start: int
     log_end: int  # high watermark
     last_stable: int | None  # LSO, only when read_committed was asked
@@ -27,12 +21,7 @@ class PartitionOffsets:
 
 @dataclasses.dataclass(frozen=True)
 class KafkaSnapshot:
-    """Offsets of every partition of some topics, fetched at one moment.
-
-    >>> snap = KafkaSnapshot({"t": {0: PartitionOffsets(0, 10, None)}}, frozenset(), 1.0, None)
-    >>> snap.partitions["t"][0].log_end
-    10
-    """
+    """Offsets of every partition of some topics, fetched at one moment."""
 
     partitions: Mapping[str, Mapping[int, PartitionOffsets]]  # topic -> partition -> offsets
     missing_topics: frozenset[str]
@@ -60,14 +49,12 @@ class TopicRetention:
 
     @property
     def seconds(self) -> float | None:
-        """Retention by time in seconds; None when records are not deleted by age."""
         if not self.deletes or self.retention_ms is None:
             return None
         return self.retention_ms / 1000.0
 
     @classmethod
     def from_entries(cls, entries: Mapping[str, Any]) -> TopicRetention:
-        """A topic's retention from DescribeConfigs' ConfigEntry objects (name -> entry)."""
 
         def number(name: str) -> int | None:  # None: missing, unreadable or Kafka's -1 (unlimited)
             try:

@@ -1,7 +1,6 @@
 """The time of the record at an offset: one short-lived consumer assigned to every partition
-asked, reading one record of each, all within the client's timeout (exact time lag).
-
-``confluent_kafka`` is imported inside the function only.
+asked, reading one record of each, within the client's timeout. ``confluent_kafka`` is
+imported inside the function only.
 """
 
 from __future__ import annotations
@@ -34,10 +33,8 @@ _CONSUMER_SETTINGS = {
 def read_record_timestamps(
     config: Mapping[str, Any], errors: KafkaErrors, offsets: Mapping[tuple[str, int], int]
 ) -> dict[tuple[str, int], int | None]:
-    """Timestamp (ms) of the record at each (topic, partition) offset, read with a consumer
-    built from the client's librdkafka ``config``; ``errors`` is the client's (its timeout,
-    its refusals). See :meth:`~airflow_sparklag.kafka.KafkaOffsetsClient.record_timestamps`.
-    """
+    """:meth:`~airflow_sparklag.kafka.KafkaOffsetsClient.record_timestamps` with a consumer of
+    the client's ``config``; ``errors`` is the client's (its timeout, its refusals)."""
     from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, TopicPartition
 
     result: dict[tuple[str, int], int | None] = dict.fromkeys(offsets)

@@ -1,13 +1,7 @@
-"""A checkpoint location, read once where it enters: :class:`Location`.
-
-Text (a CLI argument, an operator's rendered field, a connection extra, a fleet listing) becomes
-a ``Location`` once, through :meth:`Location.parse`, which refuses what no store can name (a
-list, a NUL, credentials written into the URL, an object store URL without its bucket) with a
-typed error naming the parameter. Below that the core takes a ``Location`` and never parses the
-text again; ``str(location)`` is the canonical text reports print.
-
-This module sits at the bottom of the package (only :mod:`errors` and :mod:`redact` below it):
-the scheme families and the path helpers every layer shares live here.
+"""A checkpoint location, read once where it enters (a CLI argument, an operator's rendered field,
+a connection extra, a fleet listing): :class:`Location`. Below that the core never parses the
+text again. This module sits at the bottom of the package (only :mod:`errors` and :mod:`redact`
+below it).
 """
 
 from __future__ import annotations
@@ -43,14 +37,9 @@ class Location:
 
     @classmethod
     def parse(cls, value: Any, name: str = "location", *, bucket: bool = True) -> Location:
-        """The location ``value`` names, or a typed error naming parameter ``name``.
-
-        ``value`` is text or a ``pathlib.Path``. Refused: anything else (a list: check many
-        jobs with a fleet check), a NUL character, credentials in the URL (never read nor
-        repeated: :class:`~airflow_sparklag.errors.UnsupportedStorageURL`) and, with
-        ``bucket=True``, an object store URL naming no bucket (``s3a://``, ``gs:///ck``). A bare
-        scheme (``bucket=False``) still names a store: a connection test opens its client.
-        """
+        """The location ``value`` (text or a ``pathlib.Path``) names, or a typed error naming
+        parameter ``name``. A bare scheme (``bucket=False``) still names a store: a connection
+        test opens its client."""
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
         if isinstance(value, (list, tuple)):
@@ -78,8 +67,7 @@ class Location:
 
     @classmethod
     def of(cls, value: Location | Any, name: str = "location", *, bucket: bool = True) -> Location:
-        """``value`` if it is already a Location, else :meth:`parse` of it: how the public
-        script entry points (``check_checkpoint``, ``Session`` methods) also take text."""
+        """``value`` if it is already a Location, else :meth:`parse` of it."""
         if isinstance(value, Location):
             if bucket:
                 value.require_bucket()
@@ -107,8 +95,7 @@ class Location:
         return (self.scheme, urlsplit(self.text).netloc)
 
     def require_bucket(self) -> None:
-        """A checkpoint on an object store needs a bucket (container): ``s3a://`` or
-        ``gs:///ck`` is :class:`~airflow_sparklag.errors.UnsupportedStorageURL` naming it."""
+        """A checkpoint on an object store needs a bucket (container)."""
         if self.kind in ("local", "hdfs") or urlsplit(self.text).netloc:
             return
         raise UnsupportedStorageURL(
@@ -117,7 +104,6 @@ class Location:
         )
 
     def join(self, *parts: str) -> str:
-        """A path under this location (see :func:`join`)."""
         return join(self.text, *parts)
 
     def child(self, *parts: str) -> Location:
@@ -138,7 +124,6 @@ def _refuse_credentials(text: str) -> None:
 
 
 def scheme_of(url: str) -> str:
-    """Lower-case URL scheme, ``""`` for a plain local path."""
     if "://" not in url and not url.startswith("file:"):
         return ""
     return urlsplit(url).scheme.lower()

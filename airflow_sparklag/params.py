@@ -1,20 +1,8 @@
-"""Rendered text in, typed values out: the one place that reads user-given parameters.
+"""Rendered text in, typed values out: the one place that reads user-given parameters (templated
+fields, DAG params, CLI flags), refusing what it cannot read with an
+:class:`~airflow_sparklag.errors.InvalidParameter` naming the parameter (docs/names.md).
 
-Airflow renders templated fields to text (``"True"``, ``"60"``, ``"['LAGGING', 'STOPPED']"``),
-DAG params arrive as JSON values, CLI flags as strings. Every entry point reads its parameters
-through these functions, which accept the spellings a user means and refuse everything else
-with :class:`~airflow_sparklag.errors.InvalidParameter` naming the parameter::
-
-    from airflow_sparklag import params
-
-    dry_run = params.boolean("dry_run", "Ture")        # InvalidParameter: dry_run: ...
-    quiet = params.duration("quiet_period", "5m")       # 300.0
-    fail_on = params.health_names("fail_on", "['STOPPED', 'LAGGING']")
-
-A dangerous operation (migration, reset) reads all its parameters before it touches anything,
-so a value that cannot be read never runs it. The core's own types (``Thresholds``,
-``CheckOptions``, ``MigrationOptions``) stay strict and know nothing of text: each of their
-fields names its reader here (:func:`option`), and :func:`options` reads a whole object.
+The core's option types stay strict: each field names its reader here (:func:`option`).
 """
 
 from __future__ import annotations
@@ -42,6 +30,7 @@ TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
 FALSE_WORDS = frozenset({"false", "no", "off", "0"})
 NONE_WORDS = frozenset({"", "none", "null"})
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_Value = TypeVar("_Value")
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")
 
 
@@ -69,6 +58,15 @@ def is_none(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip().lower() in NONE_WORDS)
 
 
+def _optional(read: Callable[..., _Value]) -> Callable[..., _Value | None]:
+    """``read``, except that "nothing" (:func:`is_none`) is None."""
+
+    def optional(name: str, value: Any, **limits: Any) -> _Value | None:
+        return None if is_none(value) else read(name, value, **limits)
+
+    return optional
+
+
 # -- scalars ---------------------------------------------------------------------------------
 
 
@@ -87,8 +85,7 @@ def boolean(name: str, value: Any) -> bool:
     raise invalid(name, f"must be true or false, got {shown(value)}")
 
 
-def optional_boolean(name: str, value: Any) -> bool | None:
-    return None if is_none(value) else boolean(name, value)
+optional_boolean = _optional(boolean)
 
 
 def number(name: str, value: Any) -> float:
@@ -129,12 +126,10 @@ def positive_duration(name: str, value: Any) -> float:
     return seconds
 
 
-def optional_duration(name: str, value: Any) -> float | None:
-    return None if is_none(value) else duration(name, value)
+optional_duration = _optional(duration)
 
 
-def optional_positive_duration(name: str, value: Any) -> float | None:
-    return None if is_none(value) else positive_duration(name, value)
+optional_positive_duration = _optional(positive_duration)
 
 
 def count(name: str, value: Any, *, minimum: int = 0) -> int:
@@ -147,8 +142,7 @@ def count(name: str, value: Any, *, minimum: int = 0) -> int:
     return int(result)
 
 
-def optional_count(name: str, value: Any, *, minimum: int = 0) -> int | None:
-    return None if is_none(value) else count(name, value, minimum=minimum)
+optional_count = _optional(count)
 
 
 def batches(name: str, value: Any) -> int:
@@ -302,9 +296,7 @@ def text(name: str, value: Any) -> str:
     raise invalid(name, f"must be a non-empty string, got {shown(value)}")
 
 
-def optional_text(name: str, value: Any) -> str | None:
-    """A non-empty string, or None (None, or a template rendered to "", "None", "null")."""
-    return None if is_none(value) else text(name, value)
+optional_text = _optional(text)
 
 
 def conn_id(name: str, value: Any) -> str | None:
@@ -328,8 +320,7 @@ def location(name: str, value: Any) -> Location:
         raise invalid(name, str(exc)) from None
 
 
-def optional_location(name: str, value: Any) -> Location | None:
-    return None if is_none(value) else location(name, value)
+optional_location = _optional(location)
 
 
 def locations(name: str, value: Any) -> list[str]:

@@ -1,9 +1,5 @@
-"""What may be printed: one list of secret markers, one allowlist of Kafka settings.
-
-No message, log line, XCom value or snapshot document may hold a secret. Kafka settings are
-masked unless in :data:`SAFE_KAFKA_KEYS` (librdkafka hides secrets under many names); other
-settings hold a secret when their key contains one of :data:`SECRET_MARKERS`; URLs lose their
-``user:password@``; free text loses the secret values it holds (docs/architecture.md, "Secrets").
+"""What may be printed: one list of secret markers, one allowlist of Kafka settings
+(docs/architecture.md, "Secrets").
 """
 
 from __future__ import annotations
@@ -97,7 +93,6 @@ _HEADER_VALUE = re.compile(
 
 
 def is_secret_key(key: str) -> bool:
-    """Whether a setting named ``key`` holds a secret (``aws_secret_access_key``: yes)."""
     lowered = key.lower()
     return any(marker in lowered for marker in SECRET_MARKERS)
 
@@ -112,10 +107,8 @@ def redact_kafka_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def redact_url(url: str) -> str:
-    """``url`` without its ``user:password@`` part; anything else is returned unchanged.
-
-    A secret holding ``/`` (AWS secret keys often do) ends the URL's authority early; the
-    credentials then still end at the first ``@``, and are removed up to it.
+    """``url`` without its ``user:password@`` part. A secret holding ``/`` (AWS secret keys
+    often do) ends the URL's authority early; the credentials still end at the first ``@``.
 
     >>> redact_url("s3a://AKIA:abc/def@bucket/ck/orders")
     's3a://bucket/ck/orders'
@@ -158,11 +151,9 @@ def kafka_secrets(config: Mapping[str, Any]) -> list[str]:
 
 
 def scrub(message: str, secrets: Iterable[str]) -> str:
-    """``message`` with every one of ``secrets`` replaced by ``***``, every URL's
-    ``user:password@`` part removed, and every header value an HTTP client quotes.
-
-    The longest secret goes first, so one that contains another is removed whole. Empty
-    strings are ignored.
+    """``message`` with every one of ``secrets`` (the longest first: one that contains another
+    goes whole) replaced by ``***``, every URL's ``user:password@`` part removed, and every
+    header value an HTTP client quotes.
 
     >>> scrub("auth failed for pw-secret at s3a://K:S@b/x", ["pw-secret"])
     'auth failed for *** at s3a://b/x'

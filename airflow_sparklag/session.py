@@ -1,15 +1,6 @@
-"""The one place that builds storage backends, checkpoint readers and the Kafka client.
-
-Every entry point opens a :class:`Session` and passes it down; nothing below builds a client of
-its own (docs/architecture.md, "One session"). A session is thread-safe and builds each backend
-and client once, even when many threads ask at the same time. :meth:`Session.close` closes only
-what the session built: clients handed in (``kafka_client``, ``s3_options={"client": ...}``)
-belong to the caller.
-
-:class:`ClientCache` is the process-wide cache the Airflow hook uses to share clients between
-hooks (a triggerer running 100 deferred sensors on one connection holds one client of each).
-
-Nothing heavy (boto3, confluent_kafka, requests) is imported at module level.
+"""The one place that builds storage backends, checkpoint readers and the Kafka client
+(docs/architecture.md, "One session"); :class:`ClientCache` shares clients between the Airflow
+hooks of a process. Nothing heavy (boto3, confluent_kafka, requests) is imported here.
 """
 
 from __future__ import annotations
@@ -94,14 +85,16 @@ class SourceClusters:
 
 
 class Session:
-    """Storage backends, checkpoint readers and the Kafka client of one unit of work.
+    """Storage backends, checkpoint readers and the Kafka client of one unit of work; each
+    built once, thread-safe, closed with the session (what was handed in is the caller's).
 
-    ``kafka_config`` is plain librdkafka configuration; ``kafka_client`` a ready client to use
-    instead (not closed by the session). Without either, anything that needs Kafka raises
-    :class:`~airflow_sparklag.errors.KafkaError` saying how to configure it. The checkpoint
-    does not record which cluster a source reads: ``source_kafka`` maps a source (as reports
-    name it) to its cluster's config, ``source_kafka_clients`` to a ready client; unmapped
-    sources use the main cluster (docs/multi-cluster.md).
+    ``kafka_config`` is librdkafka configuration, ``kafka_client`` a ready client instead.
+    The checkpoint does not record which cluster a source reads: ``source_kafka`` maps a
+    source to its cluster's config, ``source_kafka_clients`` to a ready client
+    (docs/multi-cluster.md)::
+
+        with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
+            state = session.read("s3a://lake/ck/orders")
     """
 
     def __init__(
@@ -139,8 +132,7 @@ class Session:
     # -- storage ---------------------------------------------------------------------------
 
     def storage(self, location: Location | str) -> Storage:
-        """The backend serving ``location`` (text is parsed: a bare ``s3a://`` names the
-        store), built on first use (once, under a lock)."""
+        """The backend serving ``location`` (a bare ``s3a://`` names the store)."""
         where = Location.of(location, bucket=False)
         key = where.store
         backend: Storage = self._once(self._backends, key, lambda: self._new_backend(key, where))
@@ -157,7 +149,6 @@ class Session:
         return backend
 
     def _once(self, built: Mapping[Any, Any], key: Hashable, build: Callable[[], Any]) -> Any:
-        """``built[key]``, or ``build()`` (which stores it there) once per key."""
         return _build_once(self._lock, self._building, key, built.get, build)
 
     @property
@@ -167,14 +158,12 @@ class Session:
 
     @property
     def storage_requests(self) -> int:
-        """Storage requests sent so far by every backend of the session."""
         return sum(backend.requests.total for backend in self.backends)
 
     # -- checkpoints -------------------------------------------------------------------------
 
     def reader(self, location: Location | str, *, query_id: bool = True) -> CheckpointReader:
-        """The reader of ``location``, kept for the session's life (it caches batch files).
-        Text is parsed unless it is the canonical text of a reader already made."""
+        """The reader of ``location``, kept for the session's life (it caches batch files)."""
         from airflow_sparklag.checkpoint import CheckpointReader
 
         given = location.text if isinstance(location, Location) else location
@@ -190,7 +179,6 @@ class Session:
     def read(
         self, location: Location | str, *, history: int = 10, query_id: bool = True
     ) -> CheckpointState:
-        """The checkpoint's state now; ``history`` committed batches of it at most."""
         return self.reader(location, query_id=query_id).read(history=history)
 
     def sources_read(self) -> dict[str, dict[str, set[str]]]:
@@ -224,14 +212,11 @@ class Session:
 
     @property
     def kafka(self) -> KafkaOffsets:
-        """The Kafka client, built on first use (once)."""
         return self.cluster_kafka(0)
-
-    # -- several clusters --------------------------------------------------------------------
 
     @property
     def source_kafka(self) -> Mapping[str, Mapping[str, Any]]:
-        """The mapped sources: source id -> librdkafka config of its cluster (``{}``: none)."""
+        """Source id -> librdkafka config of its cluster."""
         return self._clusters.configs
 
     def cluster_of(self, source_id: str) -> int:
@@ -239,7 +224,6 @@ class Session:
         return self._clusters.of_source.get(source_id, 0)
 
     def cluster_servers(self, cluster: int) -> str:
-        """The bootstrap servers of a cluster (for messages; they are no secret)."""
         if cluster == 0:
             servers = self.kafka_config.get("bootstrap.servers")
             client = self._clusters.clients.get(0)
@@ -247,11 +231,9 @@ class Session:
         return self._clusters.servers[cluster]
 
     def kafka_for(self, source_id: str) -> KafkaOffsets:
-        """The Kafka client of a source's cluster (the main one for an unmapped source)."""
         return self.cluster_kafka(self.cluster_of(source_id))
 
     def cluster_kafka(self, cluster: int) -> KafkaOffsets:
-        """The client of a cluster (see :meth:`cluster_of`), built on first use (once)."""
         client: KafkaOffsets = self._once(
             self._clusters.clients, cluster, lambda: self._new_kafka(cluster)
         )
@@ -276,8 +258,7 @@ class Session:
     @contextlib.contextmanager
     def using(cls, session: Session | None, **options: Any) -> Iterator[Session]:
         """``session`` as it is (left open), or a new one from ``options``, closed at the end:
-        how the script-friendly entry points (``check_checkpoint``, ``snapshot_checkpoint``,
-        ``migrate_checkpoint``, ``FleetChecker``) take either."""
+        how the script entry points (``check_checkpoint``, ...) take either."""
         if session is not None:
             given = {name: value for name, value in options.items() if value is not None}
             if given:
@@ -288,7 +269,6 @@ class Session:
             yield own
 
     def close(self) -> None:
-        """Close what the session built; clients handed in stay open. Readers are dropped."""
         with self._lock:
             owned = self._clusters.take_owned()
             self._clusters.clients.pop(0, None)  # a handed-in main client is forgotten too
@@ -306,8 +286,7 @@ class Session:
 
 
 def build_kafka_client(config: Mapping[str, Any], timeout: float) -> KafkaOffsetsClient:
-    """A new Kafka client of ``config``: how a session builds each cluster's, and how the
-    Airflow hook builds the ones it shares between hooks (:data:`SHARED_CLIENTS`)."""
+    """A new Kafka client: a session's, or one the hook shares (:data:`SHARED_CLIENTS`)."""
     from airflow_sparklag.kafka import KafkaOffsetsClient
 
     return KafkaOffsetsClient(config, timeout=timeout)
@@ -340,15 +319,10 @@ def _build_once(
 
 
 class ClientCache:
-    """Clients shared by everything in a process: thread-safe, least recently used first out
-    beyond ``maxsize`` keys.
-
-    The cache owns its references; a user only borrows a client. Nothing is closed explicitly:
-    a client dropped from the cache while others still use it keeps working for them and is
-    freed with the last reference. A client is built once per key even when many threads ask
-    at the same time (the others wait for it); a build that fails caches nothing. Keys must
-    hold no secret (the hook keys on a connection id and a keyed hash of its fields).
-    """
+    """Clients shared by everything in a process (a triggerer's 100 deferred sensors on one
+    connection hold one client of each): thread-safe, least recently used first out beyond
+    ``maxsize`` keys, each built once per key. Nothing is closed explicitly: a client dropped
+    while others use it is freed with the last reference. Keys must hold no secret."""
 
     def __init__(self, maxsize: int = SHARED_CLIENTS_MAX) -> None:
         self.maxsize = maxsize
@@ -358,7 +332,6 @@ class ClientCache:
         self._forked_away: list[Any] = []
 
     def get(self, key: Hashable, build: Callable[[], _Client]) -> _Client:
-        """The client cached under ``key``, built with ``build()`` on first use."""
 
         def build_and_keep() -> _Client:
             client = build()
@@ -378,7 +351,6 @@ class ClientCache:
         return client
 
     def cached_keys(self) -> list[Hashable]:
-        """The keys, least recently used first."""
         with self._lock:
             return list(self._clients)
 
