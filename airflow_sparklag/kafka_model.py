@@ -37,11 +37,7 @@ class KafkaSnapshot:
 class TopicRetention:
     """What deletes a topic's records: ``retention.ms`` and ``retention.bytes`` (None:
     unlimited, Kafka's -1) and whether ``cleanup.policy`` deletes at all (compact only:
-    records are never deleted by age or size, only superseded by key).
-
-    >>> TopicRetention(604_800_000, None, deletes=True).seconds
-    604800.0
-    """
+    records are never deleted by age or size, only superseded by key)."""
 
     retention_ms: int | None
     retention_bytes: int | None
@@ -72,11 +68,7 @@ def subscribe_regex(pattern: str) -> re.Pattern[str]:
     """Spark's ``subscribePattern`` as a Python regex. Spark (its default Admin-based offset
     reader) subscribes to every topic the pattern is FOUND in (``findFirstIn``, not a match of
     the whole name); anchor it (``^orders\\..*$``) to mean the whole name. Java syntax that
-    Python does not read (``\\p{Alpha}``, ``(?<name>...)``) is refused, naming the pattern.
-
-    >>> bool(subscribe_regex(r"orders\\..*").search("old-orders.a"))
-    True
-    """
+    Python does not read (``\\p{Alpha}``, ``(?<name>...)``) is refused, naming the pattern."""
     try:
         return re.compile(pattern)
     except re.error as exc:
@@ -88,11 +80,8 @@ def subscribe_regex(pattern: str) -> re.Pattern[str]:
 
 
 class KafkaOffsets(Protocol):
-    """What the core asks a Kafka cluster: offsets, record times and retention. Every call is
-    bounded in time and raises the typed Kafka errors (``KafkaUnavailable``, ``KafkaError``).
-
-    :class:`~airflow_sparklag.kafka.KafkaOffsetsClient` asks a real cluster; a
-    :class:`~airflow_sparklag.session.Session` hands one out per cluster::
+    """What the core asks a Kafka cluster; every call is bounded in time and raises the typed
+    Kafka errors. A :class:`~airflow_sparklag.session.Session` hands one out per cluster::
 
         with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
             kafka: KafkaOffsets = session.kafka

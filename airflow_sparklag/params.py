@@ -40,8 +40,7 @@ def invalid(name: str, problem: str) -> InvalidParameter:
 
 
 def renamed(name: str, renames: Mapping[str, str], where: str = "") -> str:
-    """``name``, or its new name when it is an old one, with a DeprecationWarning: an old
-    name works for one release (docs/names.md)."""
+    """``name``, or its new name with a DeprecationWarning (docs/names.md)."""
     new = renames.get(name)
     if new is None:
         return name
@@ -240,9 +239,8 @@ def strings(name: str, value: Any) -> list[str]:
 
 
 def source_map(name: str, value: Any) -> dict[str, str]:
-    """Source -> a name (a connection id, bootstrap servers): a dict or its text. A source is
-    its index (``"1"``; an int is read as its text) or the name given with
-    ``DataStreamReader.name()``, as reports show it. None/"" -> {}."""
+    """Source (its index, an int read as its text, or its ``DataStreamReader.name()``) -> a
+    name (a connection id, bootstrap servers): a dict or its text. None/"" -> {}."""
     if isinstance(value, Mapping):
         value = {
             str(k) if isinstance(k, int) and not isinstance(k, bool) else k: v
@@ -267,8 +265,7 @@ def source_assignment(name: str, value: Any) -> tuple[str, str]:
 def source_configs(
     name: str, pairs: Iterable[tuple[str, str]], config: Mapping[str, Any]
 ) -> dict[str, dict[str, Any]]:
-    """``SOURCE=SERVERS`` pairs (read by :func:`source_assignment`): each source's Kafka
-    config, the main ``config`` with ``bootstrap.servers`` replaced (docs/multi-cluster.md)."""
+    """Each source's Kafka config: the main ``config`` with its servers (docs/multi-cluster.md)."""
     mapped: dict[str, dict[str, Any]] = {}
     for source, servers in pairs:
         if source in mapped:
@@ -307,9 +304,7 @@ def conn_id(name: str, value: Any) -> str | None:
 
 
 def location(name: str, value: Any) -> Location:
-    """One checkpoint location (a path or URL, a ``pathlib.Path``), parsed once
-    (:meth:`Location.parse <airflow_sparklag.location.Location.parse>`, whose refusals are all
-    :class:`~airflow_sparklag.errors.InvalidParameter` here); a list, also as text, is refused."""
+    """One checkpoint location, parsed once; every refusal an ``InvalidParameter``."""
     if isinstance(value, str) and value.strip().startswith(("[", "(")):
         # Not a list after all: a path that starts with a bracket.
         with contextlib.suppress(InvalidParameter):
@@ -340,10 +335,8 @@ def ratio(name: str, value: Any) -> float:
 
 
 def threshold_reader(key: str) -> Callable[[str, Any], Any]:
-    """The reader of threshold ``key``: a duration (``300``, ``5m``) for the ``*_seconds``
-    limits, a ratio for the ``*_ratio`` ones (``Thresholds`` keeps ``min_time_to_loss_ratio``
-    within 0..1), else a whole count (records, batches). The CLI's threshold flags and
-    :func:`thresholds` read with it."""
+    """The reader of threshold ``key``: a duration for the ``*_seconds`` limits, a ratio for
+    the ``*_ratio`` ones, else a whole count (records, batches)."""
     if key.endswith("_seconds"):
         return duration
     if key.endswith("_ratio"):
@@ -359,8 +352,7 @@ def _unknown_key(name: str, key: str, known: Iterable[str]) -> InvalidParameter:
 
 
 def thresholds(name: str, value: Any) -> Thresholds:
-    """``Thresholds`` from a dict (or its text), each value read by :func:`threshold_reader`
-    (``{"max_lag_seconds": "5m"}`` is 300 seconds); None leaves a limit at its default."""
+    """``Thresholds`` from a dict (or its text); None leaves a limit at its default."""
     given = mapping(name, value) or {}
     known = list(Thresholds.__dataclass_fields__)
     for key in given:
@@ -405,9 +397,8 @@ def take(
     given: dict[str, Any],
     options: Options | None,
 ) -> Options:
-    """``options``, or ``build(**fields)`` from the fields ``names`` among the keyword arguments
-    ``given`` (taken out of it; what remains is for someone else, e.g. a ``Session``). Both:
-    a TypeError."""
+    """``options``, or ``build(**fields)`` from the fields ``names`` taken out of ``given``
+    (the rest is someone else's, e.g. a ``Session``'s); both: a TypeError."""
     values = {name: given.pop(name) for name in names if name in given}
     if options is not None and values:
         raise TypeError(f"give either options or {', '.join(sorted(values))}, not both")
@@ -415,9 +406,7 @@ def take(
 
 
 def options(kind: type[Options], values: Mapping[str, Any]) -> Options:
-    """An options object (``CheckOptions``, ``MigrationOptions``) from rendered values: each
-    field given read by its declared reader, each error naming the field; the others keep
-    their defaults."""
+    """An options object from rendered values, each field given read by its declared reader."""
     read = {
         f.name: f.metadata["read"](f.name, values[f.name])
         for f in dataclasses.fields(kind)  # type: ignore[arg-type]
@@ -449,13 +438,18 @@ class FlagType:
             raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
 
 
-DURATION_READERS = (duration, positive_duration, optional_duration, optional_positive_duration)
-COUNT_READERS = (count, optional_count, batches)
+# The kind of value a reader takes, as --help names it (``--max-wait DURATION``).
+VALUE_KINDS: dict[Any, str] = {
+    **dict.fromkeys(
+        (duration, positive_duration, optional_duration, optional_positive_duration), "DURATION"
+    ),
+    **dict.fromkeys((count, optional_count, batches), "N"),
+    **dict.fromkeys((number, ratio), "NUMBER"),
+}
 
 
 def flag_group(command: Any, title: str) -> Any:
-    """``command``'s argument group ``title``, made on first use: ``--help`` lists the flags
-    by group (what to check, Kafka, storage, Kerberos, thresholds, output)."""
+    """``command``'s argument group ``title`` (a ``--help`` section), made on first use."""
     for group in command._action_groups:
         if group.title == title:
             return group
@@ -467,31 +461,23 @@ class FlagHelp(argparse.RawDescriptionHelpFormatter):
     name (DURATION, N) and the epilog as written."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if not action.option_strings or action.default is argparse.SUPPRESS or "default" in text:
+        text, default = action.help or "", action.default
+        if not action.option_strings or default is argparse.SUPPRESS or "default" in text:
             return text
-        return f"{text} (default: {default_text(action)})"
+        if isinstance(action, argparse._StoreTrueAction):
+            default = "off"
+        elif default is None or default == []:
+            default = "none"
+        elif _value_kind(action) == "DURATION":
+            default = duration_text(float(default))
+        return f"{text} (default: {default})"
 
     def _get_default_metavar_for_optional(self, action: argparse.Action) -> str:
-        read = getattr(action.type, "read", None)
-        if read in DURATION_READERS:
-            return "DURATION"
-        if read in COUNT_READERS:
-            return "N"
-        if read in (number, ratio):
-            return "NUMBER"
-        return super()._get_default_metavar_for_optional(action)
+        return _value_kind(action) or super()._get_default_metavar_for_optional(action)
 
 
-def default_text(action: argparse.Action) -> str:
-    default = action.default
-    if isinstance(action, argparse._StoreTrueAction):
-        return "off"
-    if default is None or default == []:
-        return "none"
-    if getattr(action.type, "read", None) in DURATION_READERS:
-        return duration_text(float(default))
-    return str(default)
+def _value_kind(action: argparse.Action) -> str | None:
+    return VALUE_KINDS.get(getattr(action.type, "read", None))
 
 
 def duration_text(seconds: float) -> str:
@@ -503,8 +489,7 @@ def duration_text(seconds: float) -> str:
 
 
 def flag_of(name: str) -> str:
-    """The flag of option ``name``: its name, dashed (``max_lag_seconds`` ->
-    ``--max-lag-seconds``): one name on the command line and in Python (docs/names.md)."""
+    """``max_lag_seconds`` -> ``--max-lag-seconds``: one name everywhere (docs/names.md)."""
     return "--" + name.replace("_", "-")
 
 
@@ -526,8 +511,7 @@ RENAMED_FLAGS = {
 
 
 def renamed_flags(prog: str, args: Iterable[str]) -> list[str]:
-    """``args`` with each old flag (:data:`RENAMED_FLAGS`, also as ``--flag=value``) given
-    its new name, saying so on stderr, once a flag."""
+    """``args`` with each old flag renamed, saying so on stderr, once a flag."""
     result: list[str] = []
     said: set[str] = set()
     for arg in args:
@@ -541,10 +525,8 @@ def renamed_flags(prog: str, args: Iterable[str]) -> list[str]:
 
 
 class FlagParser(argparse.ArgumentParser):
-    """argparse that says the reason first, in one line, then the one-line usage, with "did
-    you mean" for a mistyped flag or choice: a :class:`UsageError` (the CLI's exit 64; not
-    argparse's exit 2, which would read "stalled"). ``--help``: :class:`FlagHelp`. An old flag
-    (:data:`RENAMED_FLAGS`) still works, with a deprecation line on stderr."""
+    """argparse whose errors are a :class:`UsageError` (exit 64; argparse's 2 would read
+    "stalled"): the reason, "did you mean" for a mistyped flag or choice, the usage line."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", FlagHelp)
@@ -586,9 +568,8 @@ class FlagParser(argparse.ArgumentParser):
 
 
 def option_flags(command: Any, kind: type, group: str | None = None) -> None:
-    """A flag per field of an options dataclass that declares one (:func:`option`; ``group``:
-    their ``--help`` group): a switch for a boolean (its default kept), a repeatable flag for a
-    list, else a value read by the field's reader, the error naming the flag."""
+    """A flag per field of an options dataclass that declares one (:func:`option`): a switch
+    for a boolean, a repeatable flag for a list, else a value read by the field's reader."""
     target = flag_group(command, group) if group else command
     for f in dataclasses.fields(kind):
         flag, read = f.metadata["flag"], f.metadata["read"]
@@ -615,8 +596,8 @@ def from_flags(kind: type[Options], flags: Any, **given: Any) -> Options:
 
 
 def connection_flags(command: Any, *bootstrap: str) -> None:
-    """The Kafka and storage flags the CLI's commands and the Spark fleet scan share
-    (``bootstrap``: the names of the bootstrap servers flag), in their ``--help`` groups."""
+    """The Kafka and storage flags of the CLI and the Spark fleet scan (``bootstrap``: the
+    bootstrap servers flag's names)."""
     kafka = flag_group(command, "Kafka")
     kafka.add_argument(
         *bootstrap,
@@ -698,8 +679,7 @@ STORAGE_FLAGS = {
 
 
 def storage_flags(flags: Any) -> dict[str, Any]:
-    """The storage options of :func:`connection_flags` (an argparse namespace), the CLI's
-    ``--s3-reader`` and ``--hdfs-token-file`` too; the ones not given left out."""
+    """The storage options given by flags (:data:`STORAGE_FLAGS`)."""
     found: dict[str, Any] = {}
     for options, keys in STORAGE_FLAGS.items():
         values = {
