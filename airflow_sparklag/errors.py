@@ -2,7 +2,7 @@
 
 Every message names the path, topic, partition or parameter concerned and says what to do.
 Catch :class:`SparkLagError` for all of them, or a group's base (``StorageError``: retrying
-may help) for one kind. The hierarchy::
+may help) for one kind. The hierarchy, and when each is raised::
 
     SparkLagError
     │   (parameters and usage)
@@ -77,51 +77,42 @@ class InvalidParameter(SparkLagError, ValueError):
         self.parameter = parameter
 
 
-class UsageError(SparkLagError):
-    """A command was called wrongly (missing or conflicting arguments, unreadable config)."""
+class UsageError(SparkLagError): ...
 
 
 # -- storage -----------------------------------------------------------------------------------
 
 
-class HadoopConfigInvalid(UsageError):
-    """A ``HADOOP_CONF_DIR`` site file is unreadable, malformed, refused or lacks a key."""
+class HadoopConfigInvalid(UsageError): ...
 
 
-class UnsupportedStorageURL(SparkLagError):
-    """The checkpoint URL has a scheme no storage backend handles."""
+class UnsupportedStorageURL(SparkLagError): ...
 
 
-class StorageError(SparkLagError):
-    """The storage answered with an error (or not at all) for a path."""
+class StorageError(SparkLagError): ...
 
 
-class StorageAccessDenied(StorageError):
-    """The storage refused access to a path (credentials, policy)."""
+class StorageAccessDenied(StorageError): ...
 
 
-class TokenFileInvalid(StorageAccessDenied):
-    """``HADOOP_TOKEN_FILE_LOCATION`` is damaged or holds no token for the NameNode."""
+class TokenFileInvalid(StorageAccessDenied): ...
 
 
 class DelegationTokenRejected(StorageAccessDenied):
     """The NameNode refused a delegation token (``InvalidToken``): expired or cancelled."""
 
 
-class StorageNotFound(StorageError):
-    """An object that was expected at a path is not there."""
+class StorageNotFound(StorageError): ...
 
 
 class BucketNotFound(StorageNotFound):
     """The S3 bucket itself does not exist: unlike a missing key, ``exists()`` raises it."""
 
 
-class StorageAlreadyExists(StorageError):
-    """A write with ``overwrite=False`` found an object already at the path."""
+class StorageAlreadyExists(StorageError): ...
 
 
-class UnsupportedOperation(StorageError):
-    """A storage backend cannot do an operation (walk, copy, rename, ...) on a path."""
+class UnsupportedOperation(StorageError): ...
 
 
 class ConditionalWriteUnsupported(UnsupportedOperation):
@@ -131,55 +122,43 @@ class ConditionalWriteUnsupported(UnsupportedOperation):
 # -- checkpoints -------------------------------------------------------------------------------
 
 
-class CheckpointNotFound(SparkLagError):
-    """No Spark checkpoint at the location (no offsets/ and no commits/)."""
+class CheckpointNotFound(SparkLagError): ...
 
 
-class CheckpointCorrupt(SparkLagError):
-    """A checkpoint file is empty, truncated or not in Spark's format."""
+class CheckpointCorrupt(SparkLagError): ...
 
 
-class UnsupportedCheckpointVersion(CheckpointCorrupt):
-    """A checkpoint file has a log version this reader does not know."""
+class UnsupportedCheckpointVersion(CheckpointCorrupt): ...
 
 
 # -- Kafka -------------------------------------------------------------------------------------
 
 
-class KafkaUnavailable(SparkLagError):
-    """The Kafka cluster did not answer in time."""
+class KafkaUnavailable(SparkLagError): ...
 
 
-class KafkaError(SparkLagError):
-    """Kafka answered with an error (unknown topic, authorization, ...)."""
+class KafkaError(SparkLagError): ...
 
 
-class KafkaConfigInvalid(KafkaError, UsageError):
-    """librdkafka refused the config before any request (a bad key or value, a SASL mechanism
-    its build lacks)."""
+class KafkaConfigInvalid(KafkaError, UsageError): ...
 
 
-class ConsumerGroupActive(SparkLagError):
-    """The consumer group has active members; its offsets must not be changed under them."""
+class ConsumerGroupActive(SparkLagError): ...
 
 
 # -- snapshots ---------------------------------------------------------------------------------
 
 
-class SnapshotError(SparkLagError):
-    """A snapshot could not be taken, written or read."""
+class SnapshotError(SparkLagError): ...
 
 
-class NothingCommitted(SnapshotError):
-    """The checkpoint has no committed batch, so there are no offsets to carry over."""
+class NothingCommitted(SnapshotError): ...
 
 
-class SnapshotCorrupt(SnapshotError):
-    """A snapshot document is not valid JSON, has an unknown format or a wrong checksum."""
+class SnapshotCorrupt(SnapshotError): ...
 
 
-class SnapshotVerificationFailed(SnapshotError):
-    """A written snapshot, read back, differs from what was written."""
+class SnapshotVerificationFailed(SnapshotError): ...
 
 
 # -- archives ----------------------------------------------------------------------------------
@@ -192,25 +171,19 @@ class ArchiveError(SparkLagError):
 # -- migrations --------------------------------------------------------------------------------
 
 
-class MigrationRefused(SparkLagError):
-    """The migration would lose data or disturb a running job; nothing was changed."""
+class MigrationRefused(SparkLagError): ...
 
 
-class JobStillRunning(MigrationRefused):
-    """The query committed or planned a batch recently: it may still be running."""
+class JobStillRunning(MigrationRefused): ...
 
 
-class DataLossRefused(MigrationRefused):
-    """Committed offsets are below the log start: records were deleted before being read."""
+class DataLossRefused(MigrationRefused): ...
 
 
-class TopicGone(MigrationRefused):
-    """A topic of the checkpoint no longer exists (or was deleted and re-created)."""
+class TopicGone(MigrationRefused): ...
 
 
-class SinkLogConflict(MigrationRefused):
-    """A file sink's ``_spark_metadata`` would make the new query skip its first batches."""
+class SinkLogConflict(MigrationRefused): ...
 
 
-class SnapshotMismatch(MigrationRefused):
-    """The given snapshot is not of this checkpoint, or the job ran on after it was taken."""
+class SnapshotMismatch(MigrationRefused): ...
