@@ -14,6 +14,8 @@ from airflow_sparklag.errors import InvalidParameter
 
 @dataclasses.dataclass(frozen=True)
 class PartitionOffsets:
+    """Offsets of one partition at ``KafkaSnapshot.fetched_at``."""
+
     log_start: int
     log_end: int  # high watermark
     last_stable: int | None  # LSO, only when read_committed was asked
@@ -51,6 +53,7 @@ class TopicRetention:
 
     @classmethod
     def from_entries(cls, entries: Mapping[str, Any]) -> TopicRetention:
+        """From DescribeConfigs' ConfigEntry objects (name -> entry)."""
 
         def number(name: str) -> int | None:  # None: missing, unreadable or Kafka's -1 (unlimited)
             try:
