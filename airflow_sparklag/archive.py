@@ -1,18 +1,8 @@
-"""Move a directory tree (a checkpoint, a sink log) to an archive location, verified.
-
-Archiving works on any storage backend: it uses the backends' own ``walk``, ``copy_from``,
-``delete``, ``remove_empty_directories`` and ``rename``; a backend that cannot do one raises
-:class:`~airflow_sparklag.errors.UnsupportedOperation`::
-
-    from airflow_sparklag.archive import archive_tree
-
-    report = archive_tree(storage, "s3a://b/ck/orders", "s3a://b/archive/orders/checkpoint",
-                          manifest_path="s3a://b/archive/orders/checkpoint.manifest.json")
-
-A manifest (every object's path, size and sha256) is written first, once; then one rename
-where the store has one, or a copy of every object; the archive is checked against the manifest
-before any original is deleted. A re-run with the same manifest picks up where one stopped
-(docs/snapshots.md, "Storage operations").
+"""Move a directory tree (a checkpoint, a sink log) to an archive location, verified, on any
+storage backend: a manifest (every object's size and sha256) is written first, once; then one
+rename or a copy of every object; the archive is checked against the manifest before any
+original is deleted, and a re-run picks up where one stopped (docs/snapshots.md, "Storage
+operations").
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
-"""Lag history of a Spark query, rebuilt from its checkpoint and Kafka alone: no daemon, no warm-up.
-
-At each retained batch's time T_N (``batchTimestampMs``; a real-time checkpoint's: when its
-``offsets/N`` was written), the lag is Kafka's log end at T_N (ListOffsets by timestamp) minus
-what was processed then (``offsets/(N-1)``; batch 0: ``sources/<id>/0``; real-time:
-``offsets/N``), and the first unread record's age is bracketed by two of Kafka's answers and
-interpolated in between, never extrapolated, by status's estimator (``timelag.record_age``).
-The last point, ``kind="now"``, is the committed offsets against the live log end.
-docs/history.md explains the method, its limits and its cost.
-
-    >>> with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
-    ...     past = history(session, "s3a://bucket/ck/orders", batches=20)   # doctest: +SKIP
-    >>> [(point.batch_id, point.total_lag) for point in past.points]         # doctest: +SKIP
-    [(41, 1200), (42, 950), ..., (None, 0)]
-
-Nothing heavy is imported at module level.
+"""Lag history of a Spark query, rebuilt from its checkpoint and Kafka alone: no daemon, no
+warm-up. docs/history.md explains the method, its limits and its cost; nothing heavy is
+imported at module level.
 """
 
 from __future__ import annotations
