@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag.checkpoint import real_time_interval
-from airflow_sparklag.location import Location
+from airflow_sparklag.checkpoint_files import parse_source_start
+from airflow_sparklag.errors import StorageNotFound
+from airflow_sparklag.location import Location, join
 from airflow_sparklag.model.report import ToDict
 from airflow_sparklag.model.result import document
 from airflow_sparklag.model.verdict import NO_KAFKA_SOURCE, HealthVerdict
@@ -423,10 +425,6 @@ def log_ends_at(
 
 def start_offsets(session: Session, location: str, source_ids: Sequence[str]) -> Positions | None:
     """Batch 0's starting point: each Kafka source's ``sources/<id>/0`` (None if any is gone)."""
-    from airflow_sparklag.checkpoint_files import parse_source_start
-    from airflow_sparklag.errors import StorageNotFound
-    from airflow_sparklag.location import join
-
     storage = session.storage(location)
     found: dict[str, TopicOffsets] = {}
     for source_id in source_ids:
