@@ -113,15 +113,11 @@ def _manifest(
         return _read_manifest(manifest_store.read(manifest_path), manifest_path)
     except StorageNotFound:
         pass
-    entries = []
-    for relative, _size in sorted(source.walk(root).items()):
-        size, sha = _digest(source, _under(root, relative))
-        entries.append(ManifestEntry(relative, size, sha))
-    document = {
-        "format": MANIFEST_FORMAT,
-        "source": root,
-        "objects": [e.__dict__ for e in entries],
-    }
+    entries = [
+        ManifestEntry(relative, *_digest(source, _under(root, relative)))
+        for relative in sorted(source.walk(root))
+    ]
+    document = {"format": MANIFEST_FORMAT, "source": root, "objects": [e.__dict__ for e in entries]}
     manifest_store.write_atomic(
         manifest_path, json.dumps(document, indent=1).encode(), overwrite=False
     )

@@ -276,10 +276,7 @@ def _wrong_cluster(snapshot: Snapshot, sid: str, kafka: KafkaSnapshot) -> TopicG
 
 
 def _validate(
-    snapshot: Snapshot,
-    kafka: Mapping[str, KafkaSnapshot],
-    options: MigrationOptions,
-    run: _Run,
+    snapshot: Snapshot, kafka: Mapping[str, KafkaSnapshot], options: MigrationOptions, run: _Run
 ) -> tuple[dict[str, dict[str, dict[str, int]]], dict[str, list[int]], dict[str, dict[str, int]]]:
     """startingOffsets per source, partitions added, records lost (per topic/partition);
     ``kafka``: each source's own cluster's snapshot."""

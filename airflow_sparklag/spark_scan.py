@@ -548,7 +548,6 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         options=check_options,
         num_slices=args.slices,
         threads_per_task=args.threads_per_task,
-        max_depth=args.max_depth,
         query_ids=args.query_ids,
         source_kafka=source_kafka,
         **_storage_options(args, spark),
