@@ -214,23 +214,18 @@ class Snapshot:
             )
         try:
             stamps = document.get("record_timestamps_ms")
+            if stamps is not None:
+                stamps = {src: by_partition(topics, int) for src, topics in stamps.items()}
+            in_flight = document.get("in_flight_batch")
             snapshot = cls(
                 query_id=document.get("query_id"),
                 checkpoint_location=str(document["checkpoint_location"]),
                 committed=SnapshotBatch.from_dict(document["committed_batch"]),
-                in_flight=(
-                    SnapshotBatch.from_dict(document["in_flight_batch"])
-                    if document.get("in_flight_batch")
-                    else None
-                ),
+                in_flight=SnapshotBatch.from_dict(in_flight) if in_flight else None,
                 kafka_cluster_id=document.get("kafka_cluster_id"),
                 snapshot_time=str(document["snapshot_time"]),
                 tool_version=str(document["tool"]["version"]),
-                record_timestamps_ms=(
-                    None
-                    if stamps is None
-                    else {src: by_partition(topics, int) for src, topics in stamps.items()}
-                ),
+                record_timestamps_ms=stamps,
                 kafka_fetched_at=document.get("kafka_fetched_at"),
                 format_version=int(version),
                 checksum=str(document["checksum"]["value"]),
