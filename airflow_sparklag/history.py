@@ -184,10 +184,7 @@ def _point_time_ms(batch: BatchOffsets, real_time: bool) -> int | None:
 def plan_history(state: CheckpointState, batches: int) -> HistoryPlan:
     """The last ``batches`` committed batches (plus the in-flight one) that carry a time."""
     real_time = real_time_interval(state) is not None
-    committed = sorted(
-        (b for b in state.history if b.batch_id <= (state.committed_batch_id or 0)),
-        key=lambda b: b.batch_id,
-    )
+    committed = list(state.history)  # oldest first, ending with C (CheckpointState.history)
     chosen = [("committed", b) for b in committed[-batches:]] if batches > 0 else []
     if state.in_flight is not None:
         chosen.append(("in_flight", state.in_flight))
