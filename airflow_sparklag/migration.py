@@ -163,12 +163,8 @@ def _base_dir(archive_root: str, location: str) -> str:
 
 def _number(name: str, value: Any, what: str, minimum: float = -math.inf, hint: str = "") -> float:
     """A finite int or float >= ``minimum``: never a bool, never text."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < minimum
-    ):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value < minimum:
         raise params.invalid(name, f"must be {what}, got {value!r}{hint}")
     return float(value)
 
