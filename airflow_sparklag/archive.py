@@ -1,18 +1,8 @@
-"""Move a directory tree (a checkpoint, a sink log) to an archive location, verified.
-
-Archiving works on any storage backend: it uses the backends' own ``walk``, ``copy_from``,
-``delete``, ``remove_empty_directories`` and ``rename``; a backend that cannot do one raises
-:class:`~airflow_sparklag.errors.UnsupportedOperation`::
-
-    from airflow_sparklag.archive import archive_tree
-
-    report = archive_tree(storage, "s3a://b/ck/orders", "s3a://b/archive/orders/checkpoint",
-                          manifest_path="s3a://b/archive/orders/checkpoint.manifest.json")
-
-A manifest (every object's path, size and sha256) is written first, once; then one rename
-where the store has one, or a copy of every object; the archive is checked against the manifest
-before any original is deleted. A re-run with the same manifest picks up where one stopped
-(docs/snapshots.md, "Storage operations").
+"""Move a directory tree (a checkpoint, a sink log) to an archive location, verified, on any
+storage backend: a manifest (every object's size and sha256) is written first, once; then one
+rename or a copy of every object; the archive is checked against the manifest before any
+original is deleted, and a re-run picks up where one stopped (docs/snapshots.md, "Storage
+operations").
 """
 
 from __future__ import annotations
@@ -123,15 +113,11 @@ def _manifest(
         return _read_manifest(manifest_store.read(manifest_path), manifest_path)
     except StorageNotFound:
         pass
-    entries = []
-    for relative, _size in sorted(source.walk(root).items()):
-        size, sha = _digest(source, _under(root, relative))
-        entries.append(ManifestEntry(relative, size, sha))
-    document = {
-        "format": MANIFEST_FORMAT,
-        "source": root,
-        "objects": [e.__dict__ for e in entries],
-    }
+    entries = [
+        ManifestEntry(relative, *_digest(source, _under(root, relative)))
+        for relative in sorted(source.walk(root))
+    ]
+    document = {"format": MANIFEST_FORMAT, "source": root, "objects": [e.__dict__ for e in entries]}
     manifest_store.write_atomic(
         manifest_path, json.dumps(document, indent=1).encode(), overwrite=False
     )

@@ -65,13 +65,10 @@ class CheckpointReader:
         state = reader.read(history=10)   # later calls GET only the new offsets files
         state = reader.read(history=10)   # nothing changed: one HEAD of the next batch's file
 
-    The rules and the request budget are in docs/architecture.md ("Checkpoint state"): the
-    committed batch C is the newest ``commits/N``, in flight is ``offsets/L`` for the newest
-    L > C; commits ahead of offsets or a damaged ``commits/C`` is
-    :class:`~airflow_sparklag.errors.CheckpointCorrupt`, nothing at all
-    :class:`~airflow_sparklag.errors.CheckpointNotFound`. Once two listings in a row agree
-    and show a regular log, a read first asks for the ONE file Spark writes next and lists
-    again only when it is there (docs/fleet.md, "Polling at the price of a point read").
+    The committed batch C is the newest ``commits/N``, in flight is ``offsets/L`` for the
+    newest L > C: the rules and the request budget are in docs/architecture.md ("Checkpoint
+    state"), the point reads of a reader that polls in docs/fleet.md ("Polling at the price
+    of a point read").
     """
 
     def __init__(
@@ -119,20 +116,17 @@ class CheckpointReader:
         """
         now = time.time() if now is None else now
         moments = (*confirm_at, *self.confirm_at)
-        listing = self._listing if self._quiet(now, moments) else None
-        try:
-            return self._read_once(history, lazy_history, listing, now)
-        except _Vanished:
-            pass
         # A file we just listed vanished: the listing is stale (checkpoint deleted/replaced while
         # we read it). One fresh listing settles it; a second miss means it really is broken.
-        try:
-            return self._read_once(history, lazy_history, None, now)
-        except _Vanished as vanished:
-            raise CheckpointCorrupt(
-                f"{vanished.path}: listed but gone when read, twice; the checkpoint at "
-                f"{self.location} is being deleted or rewritten"
-            ) from None
+        for listing in (self._listing if self._quiet(now, moments) else None, None):
+            try:
+                return self._read_once(history, lazy_history, listing, now)
+            except _Vanished as vanished:
+                gone = vanished.path
+        raise CheckpointCorrupt(
+            f"{gone}: listed but gone when read, twice; the checkpoint at "
+            f"{self.location} is being deleted or rewritten"
+        )
 
     def _quiet(self, now: float, confirm_at: Iterable[float]) -> bool:
         """May this read reuse the last listing? Only when it settled and is recent, no
@@ -252,8 +246,7 @@ class CheckpointReader:
         """``CheckpointState.written_before`` for ``newest``: only when it has real-time's
         span (one listing of the checkpoint's root more, without S3's combined listing, when
         it is the first batch)."""
-        span = _span(newest)
-        if newest is None or span is None or span < REAL_TIME_MIN_INTERVAL:
+        if newest is None or _span(newest) is None:
             return None
         earlier = [i for i in offsets if i < newest.batch_id]
         if earlier:
@@ -505,7 +498,7 @@ def real_time_interval(state: CheckpointState) -> float | None:
     """
     newest = state.in_flight or state.committed
     span = _span(newest)
-    if newest is None or span is None or span < REAL_TIME_MIN_INTERVAL:
+    if newest is None or span is None:
         return None
     assert newest.batch_timestamp_ms is not None  # _span has it
     slack = min(REAL_TIME_START_SLACK, span / 2)
@@ -530,13 +523,13 @@ def _shape(batch: BatchOffsets | None, commit_modified: float | None) -> float |
     if span is None or batch is None or batch.modified is None or commit_modified is None:
         return None
     wrote = commit_modified - batch.modified
-    if span < REAL_TIME_MIN_INTERVAL or not 0 <= wrote <= REAL_TIME_MAX_WRITE_SHARE * span:
-        return None
-    return span
+    return span if 0 <= wrote <= REAL_TIME_MAX_WRITE_SHARE * span else None
 
 
 def _span(batch: BatchOffsets | None) -> float | None:
-    """Seconds from a batch's time to its offsets file's."""
+    """Seconds from a batch's time to its offsets file's, when at least
+    ``REAL_TIME_MIN_INTERVAL`` (real-time's); else None."""
     if batch is None or batch.batch_timestamp_ms is None or batch.modified is None:
         return None
-    return batch.modified - batch.batch_timestamp_ms / 1000.0
+    span = batch.modified - batch.batch_timestamp_ms / 1000.0
+    return span if span >= REAL_TIME_MIN_INTERVAL else None

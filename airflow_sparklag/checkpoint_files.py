@@ -1,12 +1,8 @@
-"""The files of a Spark Structured Streaming checkpoint, parsed: ``offsets/N``, ``commits/N``,
-``metadata`` and a Kafka source's ``sources/<id>/0``, into ``SourceOffset``, ``BatchOffsets``
-and ``CheckpointState`` (the reader's answer, ``checkpoint.CheckpointReader``).
-
-The parsers are pure (bytes + path -> dataclass) and raise
-:class:`~airflow_sparklag.errors.CheckpointCorrupt` or
-:class:`~airflow_sparklag.errors.UnsupportedCheckpointVersion` naming the file and the problem.
-Format details are in ``docs/`` and follow Spark's ``OffsetSeqLog``, ``CommitLog`` and
-``KafkaSourceInitialOffsetWriter``.
+"""The files of a Spark checkpoint (``offsets/N``, ``commits/N``, ``metadata``,
+``sources/<id>/0``) parsed by pure functions (bytes + path -> dataclass) that raise
+:class:`~airflow_sparklag.errors.CheckpointCorrupt` or ``UnsupportedCheckpointVersion`` naming
+the file; the formats follow Spark's ``OffsetSeqLog``, ``CommitLog`` and
+``KafkaSourceInitialOffsetWriter`` (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
-"""Lag history of a Spark query, rebuilt from its checkpoint and Kafka alone: no daemon, no warm-up.
-
-At each retained batch's time T_N (``batchTimestampMs``; a real-time checkpoint's: when its
-``offsets/N`` was written), the lag is Kafka's log end at T_N (ListOffsets by timestamp) minus
-what was processed then (``offsets/(N-1)``; batch 0: ``sources/<id>/0``; real-time:
-``offsets/N``), and the first unread record's age is bracketed by two of Kafka's answers and
-interpolated in between, never extrapolated, by status's estimator (``timelag.record_age``).
-The last point, ``kind="now"``, is the committed offsets against the live log end.
-docs/history.md explains the method, its limits and its cost.
-
-    >>> with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
-    ...     past = history(session, "s3a://bucket/ck/orders", batches=20)   # doctest: +SKIP
-    >>> [(point.batch_id, point.total_lag) for point in past.points]         # doctest: +SKIP
-    [(41, 1200), (42, 950), ..., (None, 0)]
-
-Nothing heavy is imported at module level.
+"""Lag history of a Spark query, rebuilt from its checkpoint and Kafka alone: no daemon, no
+warm-up. docs/history.md explains the method, its limits and its cost; nothing heavy is
+imported at module level.
 """
 
 from __future__ import annotations
@@ -25,7 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparklag.checkpoint import real_time_interval
-from airflow_sparklag.location import Location
+from airflow_sparklag.checkpoint_files import parse_source_start
+from airflow_sparklag.errors import StorageNotFound
+from airflow_sparklag.location import Location, join
 from airflow_sparklag.model.report import ToDict
 from airflow_sparklag.model.result import document
 from airflow_sparklag.model.verdict import NO_KAFKA_SOURCE, HealthVerdict
@@ -195,10 +184,7 @@ def _point_time_ms(batch: BatchOffsets, real_time: bool) -> int | None:
 def plan_history(state: CheckpointState, batches: int) -> HistoryPlan:
     """The last ``batches`` committed batches (plus the in-flight one) that carry a time."""
     real_time = real_time_interval(state) is not None
-    committed = sorted(
-        (b for b in state.history if b.batch_id <= (state.committed_batch_id or 0)),
-        key=lambda b: b.batch_id,
-    )
+    committed = list(state.history)  # oldest first, ending with C (CheckpointState.history)
     chosen = [("committed", b) for b in committed[-batches:]] if batches > 0 else []
     if state.in_flight is not None:
         chosen.append(("in_flight", state.in_flight))
@@ -436,10 +422,6 @@ def log_ends_at(
 
 def start_offsets(session: Session, location: str, source_ids: Sequence[str]) -> Positions | None:
     """Batch 0's starting point: each Kafka source's ``sources/<id>/0`` (None if any is gone)."""
-    from airflow_sparklag.checkpoint_files import parse_source_start
-    from airflow_sparklag.errors import StorageNotFound
-    from airflow_sparklag.location import join
-
     storage = session.storage(location)
     found: dict[str, TopicOffsets] = {}
     for source_id in source_ids:

@@ -1,22 +1,7 @@
-"""Move a Spark query to a new checkpoint without losing data.
-
-Restarting a changed query often needs a fresh checkpoint (new state schema, new sources). Done
-by hand, it loses or replays data. :func:`migrate_checkpoint` does it in journaled steps::
-
-    from airflow_sparklag.migration import migrate_checkpoint
-    from airflow_sparklag.session import Session
-
-    with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
-        result = migrate_checkpoint(
-            "s3a://bucket/ck/orders", "s3a://bucket/archive", session=session
-        )
-    spark_options = {"startingOffsets": result.starting_offsets_json()}
-
-The steps (:attr:`Migration.STEPS`, rules in docs/snapshots.md): preflight (refuse while the
-job looks alive), snapshot the last COMMITTED batch, validate it against Kafka and the file
-sinks' logs, archive the old checkpoint (verified), complete. Each is recorded in a journal
-(``<archive_root>/<name>-<hash>/journal.json``) before the next begins: a re-run after a crash
-resumes. At no point is the checkpoint gone without a verified snapshot and a verified archive.
+"""Move a Spark query to a new checkpoint without losing data, in journaled steps
+(:attr:`Migration.STEPS`): preflight, snapshot, validate, archive, complete. A re-run after a
+crash resumes from the journal; at no point is the checkpoint gone without a verified snapshot
+and a verified archive. Rules in docs/snapshots.md.
 """
 
 from __future__ import annotations
@@ -72,11 +57,8 @@ JOURNAL_FORMAT = "sparklag-migration-journal"
 
 @dataclass(frozen=True)
 class MigrationResult:
-    """The plan (dry run) or the outcome of a migration. ``to_dict()`` is JSON-safe.
-
-    Immutable: a step that learns more makes a new result (``dataclasses.replace``); the lists
-    and dicts it holds are never changed after it is made.
-    """
+    """The plan (dry run) or the outcome of a migration. ``to_dict()`` is JSON-safe; a step
+    that learns more makes a new result (``dataclasses.replace``)."""
 
     checkpoint: str
     status: str  # "planned" | "completed" | "already-completed"
@@ -179,22 +161,10 @@ def _base_dir(archive_root: str, location: str) -> str:
 # or written (`bool("False")` is True: a string must never decide whether data is archived).
 
 
-def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise params.invalid(
-            name, f"must be True or False, got {value!r} (read text with params.boolean first)"
-        )
-    return value
-
-
 def _number(name: str, value: Any, what: str, minimum: float = -math.inf, hint: str = "") -> float:
     """A finite int or float >= ``minimum``: never a bool, never text."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < minimum
-    ):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value < minimum:
         raise params.invalid(name, f"must be {what}, got {value!r}{hint}")
     return float(value)
 
@@ -264,7 +234,11 @@ class MigrationOptions:
 
     def __post_init__(self) -> None:
         for name in ("force", "allow_data_loss", "move_sink_log", "dry_run"):
-            _flag(name, getattr(self, name))
+            if not isinstance(flag := getattr(self, name), bool):
+                raise params.invalid(
+                    name,
+                    f"must be True or False, got {flag!r} (read text with params.boolean first)",
+                )
         quiet_period = _number(
             "quiet_period",
             self.quiet_period,
@@ -298,10 +272,7 @@ def _wrong_cluster(snapshot: Snapshot, sid: str, kafka: KafkaSnapshot) -> TopicG
 
 
 def _validate(
-    snapshot: Snapshot,
-    kafka: Mapping[str, KafkaSnapshot],
-    options: MigrationOptions,
-    run: _Run,
+    snapshot: Snapshot, kafka: Mapping[str, KafkaSnapshot], options: MigrationOptions, run: _Run
 ) -> tuple[dict[str, dict[str, dict[str, int]]], dict[str, list[int]], dict[str, dict[str, int]]]:
     """startingOffsets per source, partitions added, records lost (per topic/partition);
     ``kafka``: each source's own cluster's snapshot."""
@@ -491,14 +462,14 @@ class Migration:
         """A commit or a planned batch within ``quiet_period``: the job looks alive."""
         now = self.now if self.now is not None else time.time()
         quiet_period = self.options.quiet_period
-        recent = []
-        if state.commit_modified is not None and now - state.commit_modified < quiet_period:
-            age = now - state.commit_modified
-            recent.append(f"batch {state.committed_batch_id} was committed {age:.0f} s ago")
-        if state.in_flight is not None and state.in_flight.modified is not None:
-            age = now - state.in_flight.modified
-            if age < quiet_period:
-                recent.append(f"batch {state.in_flight.batch_id} was planned {age:.0f} s ago")
+        written = [(state.committed_batch_id, "committed", state.commit_modified)]
+        if state.in_flight is not None:
+            written.append((state.in_flight.batch_id, "planned", state.in_flight.modified))
+        recent = [
+            f"batch {batch_id} was {what} {now - at:.0f} s ago"
+            for batch_id, what, at in written
+            if at is not None and now - at < quiet_period
+        ]
         if recent and not self.options.force:
             run.refuse(
                 JobStillRunning(
@@ -741,6 +712,12 @@ def migrate_checkpoint(
     closed before returning. ``fault``: test hook called with each step name.
     Raises :class:`~airflow_sparklag.errors.InvalidParameter` (nothing read or written),
     :class:`MigrationRefused` subclasses (nothing changed), storage/Kafka errors.
+
+    Example::
+
+        result = migrate_checkpoint("s3a://bucket/ck/orders", "s3a://bucket/archive",
+                                    kafka_config={"bootstrap.servers": "broker:9092"})
+        spark_options = {"startingOffsets": result.starting_offsets_json()}
     """
     # checked before a session
     chosen = params.take(MIGRATION_OPTIONS, MigrationOptions, options_and_session, options)

@@ -1,20 +1,6 @@
-"""Checkpoint snapshots: a verified JSON record of what a Spark query has COMMITTED.
-
-A snapshot is what lets a query restart on a new checkpoint without losing or re-reading data::
-
-    from airflow_sparklag.session import Session
-    from airflow_sparklag.snapshot import snapshot_checkpoint
-
-    with Session(kafka_config={"bootstrap.servers": "broker:9092"},
-                 s3_options={"region_name": "eu-west-1"}) as session:
-        result = snapshot_checkpoint("s3a://bucket/ck/orders", "s3a://bucket/snapshots",
-                                     session=session)
-    print(result.path)                       # s3a://bucket/snapshots/<query id>/<batch>-<UTC>.json
-    print(result.starting_offsets_json())    # {"orders":{"0":1042,"1":998,"2":1011}}
-
-The offsets carried over are those of the last COMMITTED batch (an in-flight one is recorded,
-never used as the start); the document holds a sha256 of its canonical content and is written
-once, read back and verified. Rules in ``docs/snapshots.md``.
+"""Checkpoint snapshots: a verified JSON record of what a Spark query has COMMITTED, so that a
+query can restart on a new checkpoint without losing or re-reading data. Written once, read
+back and verified; rules in docs/snapshots.md.
 """
 
 from __future__ import annotations
@@ -22,6 +8,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -67,17 +54,15 @@ class SnapshotSource:
     cluster_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        document = {
+        # The cluster only when known: an older document, without it, keeps its checksum.
+        cluster = {"bootstrap_servers": self.bootstrap_servers, "cluster_id": self.cluster_id}
+        return {
             "source_id": self.source_id,
             "kind": self.kind,
             "offsets": None if self.kafka is None else by_partition(self.kafka),
             "raw": self.raw if self.kind == "other" else None,
+            **{key: value for key, value in cluster.items() if value is not None},
         }
-        # Only when known: an older document, without them, keeps its checksum.
-        for key in ("bootstrap_servers", "cluster_id"):
-            if getattr(self, key) is not None:
-                document[key] = getattr(self, key)
-        return document
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any]) -> SnapshotSource:
@@ -119,6 +104,29 @@ class SnapshotBatch:
             watermark_ms=document.get("watermark_ms"),
             file_time=document.get("file_time"),
             sources=tuple(SnapshotSource.from_dict(s) for s in document["sources"]),
+        )
+
+    @classmethod
+    def of(
+        cls,
+        batch: BatchOffsets,
+        file_time: float | None,
+        clusters: Mapping[str, tuple[str, str | None]],
+    ) -> SnapshotBatch:
+        """``batch`` as recorded, each source with its cluster (``clusters``: source id ->
+        (bootstrap servers, cluster id))."""
+        sources = []
+        for s in batch.sources:
+            servers, cluster_id = clusters.get(s.source_id, (None, None))
+            kafka = None if s.kafka is None else by_partition(s.kafka, int)
+            raw = s.raw if s.kind == "other" else None
+            sources.append(SnapshotSource(s.source_id, s.kind, kafka, raw, servers, cluster_id))
+        return cls(
+            batch_id=batch.batch_id,
+            batch_timestamp_ms=batch.batch_timestamp_ms,
+            watermark_ms=batch.watermark_ms,
+            file_time=None if file_time is None else utc_iso(file_time),
+            sources=tuple(sources),
         )
 
     def kafka_sources(self) -> dict[str, Mapping[str, Mapping[int, int]]]:
@@ -206,23 +214,18 @@ class Snapshot:
             )
         try:
             stamps = document.get("record_timestamps_ms")
+            if stamps is not None:
+                stamps = {src: by_partition(topics, int) for src, topics in stamps.items()}
+            in_flight = document.get("in_flight_batch")
             snapshot = cls(
                 query_id=document.get("query_id"),
                 checkpoint_location=str(document["checkpoint_location"]),
                 committed=SnapshotBatch.from_dict(document["committed_batch"]),
-                in_flight=(
-                    SnapshotBatch.from_dict(document["in_flight_batch"])
-                    if document.get("in_flight_batch")
-                    else None
-                ),
+                in_flight=SnapshotBatch.from_dict(in_flight) if in_flight else None,
                 kafka_cluster_id=document.get("kafka_cluster_id"),
                 snapshot_time=str(document["snapshot_time"]),
                 tool_version=str(document["tool"]["version"]),
-                record_timestamps_ms=(
-                    None
-                    if stamps is None
-                    else {src: by_partition(topics, int) for src, topics in stamps.items()}
-                ),
+                record_timestamps_ms=stamps,
                 kafka_fetched_at=document.get("kafka_fetched_at"),
                 format_version=int(version),
                 checksum=str(document["checksum"]["value"]),
@@ -359,32 +362,6 @@ def _from_iso(text: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def _batch(
-    batch: BatchOffsets, file_time: float | None, clusters: Mapping[str, tuple[str, str | None]]
-) -> SnapshotBatch:
-    return SnapshotBatch(
-        batch_id=batch.batch_id,
-        batch_timestamp_ms=batch.batch_timestamp_ms,
-        watermark_ms=batch.watermark_ms,
-        file_time=utc_iso(file_time) if file_time is not None else None,
-        sources=tuple(
-            SnapshotSource(
-                source_id=s.source_id,
-                kind=s.kind,
-                kafka=(
-                    {t: dict(parts) for t, parts in s.kafka.items()}
-                    if s.kafka is not None
-                    else None
-                ),
-                raw=s.raw if s.kind == "other" else None,
-                bootstrap_servers=clusters.get(s.source_id, (None, None))[0],
-                cluster_id=clusters.get(s.source_id, (None, None))[1],
-            )
-            for s in batch.sources
-        ),
-    )
-
-
 def build_snapshot(
     state: CheckpointState,
     *,
@@ -414,7 +391,8 @@ def build_snapshot(
             "processed offsets to carry over; let the query commit a batch first, or start the "
             "new query from earliest"
         )
-    committed = _batch(state.committed, state.commit_modified, clusters or {})
+    clusters = clusters or {}
+    committed = SnapshotBatch.of(state.committed, state.commit_modified, clusters)
     timestamps: dict[str, dict[str, dict[int, int | None]]] | None = None
     if record_timestamps is not None:
         timestamps = {}
@@ -424,16 +402,15 @@ def build_snapshot(
                 topic: {p: stamps.get((topic, p)) for p in parts} for topic, parts in topics.items()
             }
     in_flight = state.in_flight
-    moment = now if now is not None else datetime.datetime.now(datetime.timezone.utc).timestamp()
     return Snapshot(
         query_id=state.query_id,
         checkpoint_location=redact_url(state.location),
         committed=committed,
         in_flight=None
         if in_flight is None
-        else _batch(in_flight, in_flight.modified, clusters or {}),
+        else SnapshotBatch.of(in_flight, in_flight.modified, clusters),
         kafka_cluster_id=cluster_id,
-        snapshot_time=utc_iso(moment),
+        snapshot_time=utc_iso(time.time() if now is None else now),
         tool_version=__version__,
         record_timestamps_ms=timestamps,
         kafka_fetched_at=utc_iso(kafka_fetched_at) if kafka_fetched_at is not None else None,
@@ -652,6 +629,13 @@ def snapshot_checkpoint(
     ``snapshot_root`` and verify it. Without Kafka the cluster id and the partitions added
     since are unknown (the snapshot is still valid). Without ``session``, one is opened from
     ``session_options`` (``kafka_config``, ...) and closed before returning.
+
+    Example::
+
+        result = snapshot_checkpoint("s3a://bucket/ck/orders", "s3a://bucket/snapshots",
+                                     kafka_config={"bootstrap.servers": "broker:9092"})
+        result.path                      # s3a://bucket/snapshots/<query id>/<batch>-<UTC>.json
+        result.starting_offsets_json()   # {"orders":{"0":1042,"1":998,"2":1011}}
     """
     location = Location.of(location)
     root = Location.of(snapshot_root, "snapshot_root") if write else None

@@ -1,18 +1,6 @@
-"""Fleet scan on Spark: lag and health of thousands of streaming jobs in one Spark job.
-
-spark-submit runs a file, the module's own (``python -m`` is not a spark-submit option):
-
-    spark-submit --py-files airflow_sparklag.zip \
-        "$(python -c 'import airflow_sparklag.spark_scan as m; print(m.__file__)')" \
-        --prefix s3a://bucket/checkpoints --bootstrap-servers broker:9092 \
-        --output s3a://bucket/sparklag/scan-2025-01-01 [--format json]
-
-The driver lists the checkpoints; executors read them (``mapPartitions``, each Python worker
-keeping one session); the driver takes one Kafka snapshot per cluster and broadcasts it;
-executors judge each job as the CLI does (``judge.judge_states``); two tables are written,
-``<output>/partitions`` and ``<output>/jobs``, and a one-line JSON summary is printed
-(docs/fleet.md). From Python, :func:`scan` takes an existing SparkSession and returns the two
-DataFrames. pyspark is imported only inside the functions: importing this module is cheap.
+"""Fleet scan on Spark: lag and health of thousands of streaming jobs in one Spark job; how to
+run it, what it writes and how it divides the work: docs/fleet.md ("The Spark fleet scan").
+pyspark is imported only inside the functions: importing this module is cheap.
 """
 
 from __future__ import annotations
@@ -560,7 +548,6 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> in
         options=check_options,
         num_slices=args.slices,
         threads_per_task=args.threads_per_task,
-        max_depth=args.max_depth,
         query_ids=args.query_ids,
         source_kafka=source_kafka,
         **_storage_options(args, spark),
