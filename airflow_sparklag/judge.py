@@ -1,13 +1,6 @@
-"""A check as a plan, a fetch and ONE judgment per job.
-
-    read offsets/C (and the listing) -> Kafka snapshot -> plan -> fetch -> ... -> compute_lag
-    -> evaluate
-
-Each tier of the plan asks what the rules and the time-lag estimate declare they still need of
-what was read so far (``positions.measure``), and fetches it for every job of the check
-together: offsets/C-1, the rest of the window, record timestamps, then Kafka's retention and
-offsets at past times. The report is made once from the whole evidence and judged once. What
-each job's evidence holds, and which rule asked for it, is ``Evidence.reads``.
+"""A check as a plan, a fetch (tier by tier, every job of the check together) and ONE
+``compute_lag`` and ``evaluate`` per job: docs/architecture.md. What each job's evidence holds,
+and which rule asked for it, is ``Evidence.reads``.
 """
 
 from __future__ import annotations
@@ -52,7 +45,6 @@ WINDOW_READERS = 128
 KAFKA_REQUESTS = 8
 
 Stamps = Mapping[int, Mapping[tuple[str, int], int | None]]  # cluster -> record timestamps
-ByCluster = dict[int, dict[str, dict[int, int]]]  # cluster -> topic -> partition -> offset
 K = TypeVar("K")
 T = TypeVar("T")
 
@@ -149,14 +141,17 @@ class _Check:
         session: Session,
         states: Mapping[str, CheckpointState],
         options: CheckOptions,
-        snapshots: Mapping[int, KafkaSnapshot],
-        now: float,
+        now: float | None,
         query_id: bool = True,
+        snapshots: Mapping[int, KafkaSnapshot] | None = None,
     ) -> None:
+        if snapshots is None:
+            topics = cluster_topics(session, states)
+            snapshots = cluster_snapshots(session, topics, options.subscribe_pattern)
         self.session = session
         self.options = options
         self.snapshots = snapshots
-        self.now = now
+        self.now = max(s.fetched_at for s in snapshots.values()) if now is None else now
         self.query_id = query_id  # the readers the states came from (``Session.reader``)
         self.jobs = {
             loc: Evidence(st, _source_starts(session, st), reads=[_first_read(st)])
@@ -250,11 +245,6 @@ class _Check:
                 topics.setdefault(self.session.cluster_of(source.source_id), set()).update(names)
         return topics
 
-    def by_source(self, report: LagReport, answer: ByCluster) -> Offsets:
-        """A per-cluster answer of Kafka as source id -> topic -> partition -> offset."""
-        cluster_of = self.session.cluster_of
-        return {s.source_id: answer.get(cluster_of(s.source_id), {}) for s in report.kafka_sources}
-
     # -- the tiers ----------------------------------------------------------------------------
 
     def run(self) -> dict[str, CheckResult]:
@@ -331,8 +321,7 @@ class _Check:
         for loc, times in wanted.items():
             job = self.jobs[loc]
             for i, t in enumerate(times):
-                found = answers[loc, i]
-                job.ends[t] = None if found is None else self.by_source(reports[loc], found)
+                job.ends[t] = answers[loc, i]
             job.read(f"Kafka offsets at {len(times)} checkpoint time(s)", [by])
 
     def with_history(self, measured: Mapping[str, LagReport]) -> dict[str, LagReport]:
@@ -458,28 +447,31 @@ class _Check:
         for loc, report in measured.items():
             job = self.jobs[loc]
             if ("start", loc) in answers:
-                found = answers["start", loc]
-                job.run_start = None if found is None else self.by_source(report, found)
+                job.run_start = answers["start", loc]
                 job.read("Kafka offsets at the last run's start", ["run completeness"])
             if ("waited", loc) in answers:
                 found, probe = answers["waited", loc], waiting_probe(report)
                 if found is not None and probe is not None:
-                    job.waited = records_waited(report, self.by_source(report, found), probe[1])
+                    job.waited = records_waited(report, found, probe[1])
                 job.read("Kafka offsets before the last run", ["stopped"])
 
-    def offsets_at(self, report: LagReport, timestamp_ms: int | None) -> ByCluster | None:
-        """Kafka's offsets of the report's topics, per cluster, at ``timestamp_ms`` (ListOffsets
-        by timestamp); None when unknown (no time, or a topic went away meanwhile)."""
+    def offsets_at(self, report: LagReport, timestamp_ms: int | None) -> Offsets | None:
+        """Kafka's offsets of the report's sources at ``timestamp_ms`` (ListOffsets by
+        timestamp, one per cluster); None when unknown (no time, or a topic went away)."""
         if timestamp_ms is None:
             return None
         try:
-            return {
+            by_cluster = {
                 c: self.session.cluster_kafka(c).offsets_for_time(sorted(names), timestamp_ms)
                 for c, names in sorted(self.topics([report]).items())
                 if names
             }
         except SparkLagError:
             return None
+        cluster_of = self.session.cluster_of
+        return {
+            s.source_id: by_cluster.get(cluster_of(s.source_id), {}) for s in report.kafka_sources
+        }
 
 
 def _exact_timestamps(
@@ -552,22 +544,7 @@ def judge_states(
     the main one, required): the Spark scan's executors judge against the driver's broadcast
     snapshots, with the same reports and verdicts.
     """
-    return _check(session, states, options, now, query_id, snapshots).run()
-
-
-def _check(
-    session: Session,
-    states: Mapping[str, CheckpointState],
-    options: CheckOptions,
-    now: float | None,
-    query_id: bool = True,
-    snapshots: Mapping[int, KafkaSnapshot] | None = None,
-) -> _Check:
-    if snapshots is None:
-        topics = cluster_topics(session, states)
-        snapshots = cluster_snapshots(session, topics, options.subscribe_pattern)
-    at = max(s.fetched_at for s in snapshots.values()) if now is None else now
-    return _Check(session, states, options, snapshots, at, query_id)
+    return _Check(session, states, options, now, query_id, snapshots).run()
 
 
 def judge_one(
@@ -578,7 +555,7 @@ def judge_one(
     now: float | None,
 ) -> CheckResult:
     """:func:`judge_states` of one job; a failure to read its older batches is raised."""
-    check = _check(session, {location: state}, options, now)
+    check = _Check(session, {location: state}, options, now)
     result = check.run()[location]
     if location in check.errors:
         raise check.errors[location]

@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -72,7 +72,7 @@ def _kafka_offsets(batch: BatchOffsets | None) -> dict[str, Mapping[str, Mapping
 
 
 def _rates(
-    series: list[BatchOffsets],
+    series: Sequence[BatchOffsets],
     source_ends: Mapping[str, Mapping[str, Mapping[int, int]]],
     fetched_at: float,
     real_time: bool = False,
@@ -281,7 +281,6 @@ class LagBasis:
 
     snapshot: KafkaSnapshot
     ref_ends: Mapping[str, Mapping[int, int]]  # topic -> partition -> reference offset
-    read_committed: bool
     now_ms: float
     # Exact time-lag mode: (topic, partition) -> timestamp ms of the record at the position.
     record_timestamps: Mapping[tuple[str, int], int | None] | None
@@ -390,56 +389,42 @@ class SourceCluster:
     record_timestamps: Mapping[tuple[str, int], int | None] | None = None
 
 
-class _Bases:
-    """One `LagBasis` per cluster the query's sources are measured against; `of(source)`
-    gives a source's, `main` the main cluster's. Reference offsets are looked up per source
-    (`source_ends`): a topic of one name may live on two clusters with different offsets."""
-
-    def __init__(
-        self,
-        main: SourceCluster,
-        clusters: Mapping[str, SourceCluster],
-        *,
-        read_committed: bool,
-        now: float,
-        series_offsets: Sequence[Offsets],
-        steps: Sequence[int],
-        planned: Offsets,
-        observed: Sequence[BatchOffsets],
-        unestimated: str | None = None,
-    ) -> None:
-        every = [*series_offsets, planned]  # the series ends with offsets/C
-        topics = {topic for offsets in every for parts in offsets.values() for topic in parts}
-        source_ids = {source_id for offsets in every for source_id in offsets}
-        views = {source_id: clusters.get(source_id, main) for source_id in source_ids}
-        distinct = {id(view): view for view in (main, *views.values())}
-        ends = {
-            key: _reference_ends(
-                view.snapshot, topics | view.snapshot.pattern_topics, read_committed
-            )
-            for key, view in distinct.items()
-        }
-        self.source_ends = {source_id: ends[id(view)] for source_id, view in views.items()}
-        rate_limited = _looks_rate_limited(series_offsets, planned, self.source_ends, steps=steps)
-        built = {
-            key: LagBasis(
-                snapshot=view.snapshot,
-                ref_ends=ends[key],
-                read_committed=read_committed,
-                now_ms=now * 1000.0,
-                record_timestamps=view.record_timestamps,
-                rate_limited=rate_limited,
-                observed=observed,
-                cluster=view.servers,
-                unestimated=unestimated,
-            )
-            for key, view in distinct.items()
-        }
-        self.main = built[id(main)]
-        self._of = {source_id: built[id(view)] for source_id, view in views.items()}
-
-    def of(self, source_id: str) -> LagBasis:
-        return self._of.get(source_id, self.main)
+def _bases(
+    main: SourceCluster,
+    clusters: Mapping[str, SourceCluster],
+    series_offsets: Sequence[Offsets],
+    planned: Offsets,
+    steps: Sequence[int],
+    read_committed: bool,
+    **shared: Any,
+) -> tuple[LagBasis, dict[str, LagBasis], dict[str, dict[str, dict[int, int]]]]:
+    """One `LagBasis` per cluster the query's sources are measured against: the main
+    cluster's, each source's, and each source's reference offsets (``_rates``): a topic of one
+    name may live on two clusters with different offsets. ``shared``: the `LagBasis` fields
+    every cluster's has."""
+    every = [*series_offsets, planned]  # the series ends with offsets/C
+    topics = {topic for offsets in every for parts in offsets.values() for topic in parts}
+    views = {source_id: clusters.get(source_id, main) for offsets in every for source_id in offsets}
+    distinct = {id(view): view for view in (main, *views.values())}
+    ends = {
+        key: _reference_ends(view.snapshot, topics | view.snapshot.pattern_topics, read_committed)
+        for key, view in distinct.items()
+    }
+    source_ends = {source_id: ends[id(view)] for source_id, view in views.items()}
+    rate_limited = _looks_rate_limited(series_offsets, planned, source_ends, steps=steps)
+    built = {
+        key: LagBasis(
+            view.snapshot,
+            ends[key],
+            record_timestamps=view.record_timestamps,
+            rate_limited=rate_limited,
+            cluster=view.servers,
+            **shared,
+        )
+        for key, view in distinct.items()
+    }
+    by_source = {source_id: built[id(view)] for source_id, view in views.items()}
+    return built[id(main)], by_source, source_ends
 
 
 def _topic_lag(
@@ -515,7 +500,7 @@ def _subscribed_by(snapshot: KafkaSnapshot, pattern: str | None, read: set[str])
 
 
 def _source_lags(
-    basis_of: Callable[[str], LagBasis],
+    bases: Mapping[str, LagBasis],
     state: CheckpointState,
     planned: Offsets,
     series_offsets: Sequence[Offsets],
@@ -540,7 +525,7 @@ def _source_lags(
             sources.append(SourceLag(source.source_id, source.kind, False, ()))
             continue
         stored = starts.get(source.source_id) if started else source.kafka
-        basis = basis_of(source.source_id)
+        basis = bases[source.source_id]
         topics: list[TopicLag] = []
         subscribed = False
         if stored is not None:
@@ -662,21 +647,24 @@ def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measu
     observed = [*series, state.in_flight] if state.in_flight is not None else series
     estimated = how.get("estimate_ages", True)
     interval = real_time_interval(state)  # a real-time query's batch times cannot date records
-    bases = _Bases(
+    main, by_source, source_ends = _bases(
         SourceCluster(snapshot, None, how.get("record_timestamps")),
         source_clusters or {},
-        read_committed=how.get("read_committed", False),
-        now=now,
-        series_offsets=series_offsets,
-        steps=steps,
-        planned=planned,
+        series_offsets,
+        planned,
+        steps,
+        how.get("read_committed", False),
+        now_ms=now * 1000.0,
         observed=observed,
         unestimated=REAL_TIME_AGE if interval else None if estimated else NOT_ESTIMATED,
     )
     pattern, assign = how.get("subscribe_pattern"), how.get("assign", False)
-    sources = _source_lags(bases.of, state, planned, series_offsets, source_starts, pattern, assign)
+    sources = _source_lags(
+        by_source, state, planned, series_offsets, source_starts, pattern, assign
+    )
     in_flight = _in_flight(state, planned, now, source_starts)
-    report = _report(state, snapshot, bases, series, steps, sources, in_flight, now, interval, how)
+    rates = _rates(series, source_ends, snapshot.fetched_at, interval is not None)
+    report = _report(state, main, series, steps, sources, in_flight, rates, now, interval, how)
     if how.get("runs_every") is None:
         return report
     schedule = schedule_of(
@@ -702,27 +690,27 @@ def _history(
 
 def _report(
     state: CheckpointState,
-    snapshot: KafkaSnapshot,
-    bases: _Bases,
+    main: LagBasis,
     series: Sequence[BatchOffsets],
     steps: Sequence[int],
     sources: Sequence[SourceLag],
     in_flight: InFlightBatch | None,
+    rates: tuple[float | None, float | None],
     now: float,
     interval: float | None,
     how: Measuring,
 ) -> LagReport:
-    """The report: the sources' lags, their totals and worst partition, rates and catch-up;
-    ``interval``: a real-time query's (``checkpoint.real_time_interval``), else None."""
+    """The report: the sources' lags, their totals and worst partition, ``rates`` (consumption,
+    production) and catch-up; ``main``: the main cluster's basis; ``interval``: a real-time
+    query's (``checkpoint.real_time_interval``), else None."""
     # Measured lag only: a missing topic's lag is unknown (None, listed in missing_topics).
     totals = sum_lags([p for s in sources for t in s.topics for p in t.partitions], report=True)
     committed = state.committed
     committed_at = state.commit_modified  # when offsets/C was committed, else the batch's time
     if committed_at is None and committed is not None and committed.batch_timestamp_ms:
         committed_at = committed.batch_timestamp_ms / 1000.0
-    at_end = interval is not None
-    consumption, production = _rates(list(series), bases.source_ends, snapshot.fetched_at, at_end)
-    basis = bases.main
+    consumption, production = rates
+    snapshot = main.snapshot
     real_time = None  # the real-time trigger's checkpoint times, once one is committed
     if interval is not None and committed is not None and committed.modified is not None:
         real_time = RealTime(interval, committed.modified, tuple(b.modified for b in series))
@@ -734,21 +722,21 @@ def _report(
         commit_age_seconds=None if committed_at is None else max(0.0, now - committed_at),
         in_flight=in_flight,
         sources=tuple(sources),
-        history=_history(series, steps, at_end),
+        history=_history(series, steps, interval is not None),
         consumption_rate=consumption,
         production_rate=production,
         catch_up_seconds=catch_up_seconds(
             totals["total_lag"], bool(sources), consumption, production
         ),
-        time_lag_mode="exact" if basis.record_timestamps is not None else "estimate",
-        read_committed=basis.read_committed,
+        time_lag_mode="exact" if main.record_timestamps is not None else "estimate",
+        read_committed=how.get("read_committed", False),
         kafka_fetched_at=snapshot.fetched_at,
         kafka_cluster_id=snapshot.cluster_id,
         missing_topics=tuple(sorted({t.topic for s in sources for t in s.topics if t.missing})),
         generated_at=now,
         continuous=bool(state.continuous),
         **totals,
-        rate_limited=basis.rate_limited,
+        rate_limited=main.rate_limited,
         trigger="continuous" if state.continuous else "real-time" if interval else "micro-batch",
         real_time=real_time,
         single_cluster_assumed=not how.get("source_clusters")
