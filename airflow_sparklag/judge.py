@@ -534,15 +534,11 @@ def judge_states(
     query_id: bool = True,
     snapshots: Mapping[int, KafkaSnapshot] | None = None,
 ) -> dict[str, CheckResult]:
-    """One Kafka snapshot for all topics of all states (one per cluster when the session maps
-    sources to clusters: docs/multi-cluster.md), then the plan's tiers for every job together
-    and ONE report and verdict each, all measured at one instant (``now``, default the
-    snapshot's fetch time). States read lazily (``read_states``, with ``query_id`` as given
-    there) get their older batches read only when ``health.reads_needed`` says the report
-    depends on them; a failure to read them gives that job a failed result. ``snapshots``:
-    Kafka snapshots already taken, one per cluster of the session (``Session.cluster_of``; 0,
-    the main one, required): the Spark scan's executors judge against the driver's broadcast
-    snapshots, with the same reports and verdicts.
+    """One Kafka snapshot per cluster for all topics of all states, then the plan's tiers for
+    every job together and ONE report and verdict each, at one instant (``now``, default the
+    snapshot's fetch time). A failure to read a job's older batches gives that job a failed
+    result. ``snapshots``: ones already taken, per cluster (``Session.cluster_of``; 0, the main
+    one, required), as the Spark scan's executors judge against the driver's broadcast ones.
     """
     return _Check(session, states, options, now, query_id, snapshots).run()
 

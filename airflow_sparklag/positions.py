@@ -1,9 +1,6 @@
 """Positions of a Spark query: its last committed Kafka offsets against the live log, per
-partition, and the estimated age of the first record each partition has waiting.
-
-`measure()` is pure: a `CheckpointState` plus a `KafkaSnapshot` give a `LagReport` of
-positions, what a check's plan looks at between its reads; `lag.compute_lag` makes the report
-from it and what Kafka answered beyond the snapshot.
+partition, and the estimated age of the first record each partition has waiting. `measure()`
+is pure; a check's plan looks at it between its reads (docs/architecture.md).
 
 Lag in records is an offset difference: on transactional topics the commit/abort markers and the
 records of aborted transactions occupy offsets too, so a consumer reads fewer records than the
@@ -62,7 +59,7 @@ def sum_lags(parts: Sequence[PartitionLag], *, report: bool = False) -> dict[str
     return totals
 
 
-def _kafka_offsets(batch: BatchOffsets | None) -> dict[str, Mapping[str, Mapping[int, int]]]:
+def _kafka_offsets(batch: BatchOffsets | None) -> Offsets:
     """source id -> topic -> partition -> offset, Kafka sources only."""
     if batch is None:
         return {}
@@ -72,15 +69,12 @@ def _kafka_offsets(batch: BatchOffsets | None) -> dict[str, Mapping[str, Mapping
 
 
 def _rates(
-    series: Sequence[BatchOffsets],
-    source_ends: Mapping[str, Mapping[str, Mapping[int, int]]],
-    fetched_at: float,
-    real_time: bool = False,
+    series: Sequence[BatchOffsets], source_ends: Offsets, fetched_at: float, real_time: bool
 ) -> tuple[float | None, float | None]:
     """(consumption rate, production-rate upper bound) over the retained history;
-    ``source_ends``: source id -> topic -> partition -> reference offset in its cluster.
-    Each batch's offsets are dated when they were reached (``batch_time_ms``): the upper bound
-    holds only then (the log end was at least the first batch's offsets at that time)."""
+    ``source_ends``: each source's reference offsets in its cluster. Each batch's offsets are
+    dated when they were reached (``batch_time_ms``): the upper bound holds only then (the log
+    end was at least the first batch's offsets at that time)."""
     timed = [b for b in series if batch_time_ms(b, real_time) is not None]
     if not timed:
         return None, None
@@ -524,45 +518,46 @@ def _source_lags(
         if source.kind != "kafka" or source.kafka is None:
             sources.append(SourceLag(source.source_id, source.kind, False, ()))
             continue
-        stored = starts.get(source.source_id) if started else source.kafka
-        basis = bases[source.source_id]
-        topics: list[TopicLag] = []
-        subscribed = False
-        if stored is not None:
-            planned_topics = planned.get(source.source_id, {})
-            read = set(source.kafka) | set(stored) | set(planned_topics)
-            listed = {t: {*stored.get(t, {}), *planned_topics.get(t, {})} for t in read}
-            fixed = assign or partition_gap(listed)  # a gap: this source reads by assign
-            subscribed = not fixed and _subscribed_by(basis.snapshot, pattern, read)
-            unread = set(basis.snapshot.pattern_topics) - read if subscribed else set()
-            # This source's offsets at each retained batch, looked up once.
-            source_series = [offsets.get(source.source_id, {}) for offsets in series_offsets]
-            topics = [
-                _topic_lag(
-                    basis,
-                    topic,
-                    stored.get(topic, {}),
-                    planned_topics.get(topic, {}),
-                    source_series,
-                    started=started,
-                    assign=fixed,
-                )
-                for topic in sorted(read | unread)
-            ]
-        unknown = [t.lag_unknown or t.topic for t in topics if t.lag is None]
+        source_id, basis = source.source_id, bases[source.source_id]
+        stored = starts.get(source_id) if started else source.kafka
         if stored is None:  # no commit yet and its starting offsets unknown: not measured
-            unknown = [
-                f"no batch committed yet and sources/{source.source_id}/0 (where it started) "
-                "not found"
-            ]
+            why = f"no batch committed yet and sources/{source_id}/0 (where it started) not found"
+            sources.append(
+                SourceLag(
+                    source_id, "kafka", True, (), None, lag_unknown=why, cluster=basis.cluster
+                )
+            )
+            continue
+        planned_topics = planned.get(source_id, {})
+        read = set(source.kafka) | set(stored) | set(planned_topics)
+        listed = {t: {*stored.get(t, {}), *planned_topics.get(t, {})} for t in read}
+        fixed = assign or partition_gap(listed)  # a gap: this source reads by assign
+        subscribed = not fixed and _subscribed_by(basis.snapshot, pattern, read)
+        unread = set(basis.snapshot.pattern_topics) - read if subscribed else set()
+        # This source's offsets at each retained batch, looked up once.
+        source_series = [offsets.get(source_id, {}) for offsets in series_offsets]
+        topics = tuple(
+            _topic_lag(
+                basis,
+                topic,
+                stored.get(topic, {}),
+                planned_topics.get(topic, {}),
+                source_series,
+                started=started,
+                assign=fixed,
+            )
+            for topic in sorted(read | unread)
+        )
+        unknown = "; ".join(t.lag_unknown or t.topic for t in topics if t.lag is None)
+        lag = None if unknown else sum(t.lag or 0 for t in topics)
         sources.append(
             SourceLag(
-                source.source_id,
+                source_id,
                 "kafka",
                 True,
-                tuple(topics),
-                None if unknown else sum(t.lag or 0 for t in topics),
-                lag_unknown="; ".join(unknown) if unknown else None,
+                topics,
+                lag,
+                lag_unknown=unknown or None,
                 cluster=basis.cluster,
                 pattern=pattern if subscribed else None,
             )
@@ -627,15 +622,12 @@ def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measu
     the snapshot's `fetched_at`): every partition's lag and the estimated age of its first
     waiting record, the batches read, the in-flight plan, a declared schedule's runs.
 
-    `source_clusters` measures the sources it names against their own cluster's snapshot (and
-    record timestamps); without it several Kafka sources are measured against `snapshot`
-    alone (`single_cluster_assumed`). `record_timestamps` (exact mode): (topic, partition) ->
-    ms of the record at the committed offset; without it `lag_seconds` is interpolated from
-    the history. `source_starts` (from `sources/<id>/0`) measures a query whose first batch is
-    in flight from where it started. `runs_every`/`run_grace`: a scheduled job (the report's
-    `schedule`). `estimate_ages=False` leaves interpolated ages unknown (`NOT_ESTIMATED`), for a
-    preliminary report made again with the older batches. `subscribe_pattern` (the snapshot
-    listed by it) and `assign`: docs/lag-and-health.md, "Subscriptions".
+    `source_clusters`: the sources measured against their own cluster (docs/multi-cluster.md).
+    `record_timestamps` (exact mode): (topic, partition) -> ms of the record at the committed
+    offset; without it `lag_seconds` is interpolated from the history. `source_starts` (from
+    `sources/<id>/0`): where a query whose first batch is in flight started.
+    `estimate_ages=False` leaves interpolated ages unknown (`NOT_ESTIMATED`), for a preliminary
+    report. `subscribe_pattern` and `assign`: docs/lag-and-health.md, "Subscriptions".
     """
     now = how.get("now")
     now = snapshot.fetched_at if now is None else now
