@@ -354,8 +354,6 @@ class _Check:
     def read_history(self, wanted: Mapping[str, int | None]) -> list[str]:
         """Read the unread history of each job in ``wanted`` (all of it, or its newest N
         batches), in parallel; the locations read, a failure recorded in ``errors``."""
-        if not wanted:
-            return []
 
         def read(loc: str) -> CheckpointState | SparkLagError:
             reader = self.session.reader(loc, query_id=self.query_id)

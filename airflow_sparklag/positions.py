@@ -239,11 +239,9 @@ def _committed_series(state: CheckpointState) -> list[BatchOffsets]:
 def _reference_ends(
     snapshot: KafkaSnapshot, topics: Iterable[str], read_committed: bool
 ) -> dict[str, dict[int, int]]:
-    """topic -> partition -> the offset the lag is measured to, for ``topics`` only.
-
-    Only THIS job's topics: a fleet shares one snapshot of every topic of every job, and walking
-    all of it per job cost more than the job itself.
-    """
+    """topic -> partition -> the offset the lag is measured to, for ``topics`` only: a fleet
+    shares one snapshot of every job's topics, and walking all of it per job cost more than the
+    job itself."""
     ref_ends: dict[str, dict[int, int]] = {}
     for topic in topics:
         kafka_parts = snapshot.partitions.get(topic)
@@ -392,10 +390,8 @@ def _bases(
     read_committed: bool,
     **shared: Any,
 ) -> tuple[LagBasis, dict[str, LagBasis], dict[str, dict[str, dict[int, int]]]]:
-    """One `LagBasis` per cluster the query's sources are measured against: the main
-    cluster's, each source's, and each source's reference offsets (``_rates``): a topic of one
-    name may live on two clusters with different offsets. ``shared``: the `LagBasis` fields
-    every cluster's has."""
+    """One `LagBasis` per cluster (``shared``: the fields all have): the main cluster's, each
+    source's, and each source's reference offsets (a topic may live on two clusters)."""
     every = [*series_offsets, planned]  # the series ends with offsets/C
     topics = {topic for offsets in every for parts in offsets.values() for topic in parts}
     views = {source_id: clusters.get(source_id, main) for offsets in every for source_id in offsets}
@@ -432,12 +428,8 @@ def _topic_lag(
     assign: bool = False,
 ) -> TopicLag:
     """Every partition of one topic of one source: those stored and those Kafka has (with
-    ``assign``, a source of fixed partitions: those stored or planned only, the others of
-    Kafka in ``not_read``).
-
-    ``stored`` holds the committed offsets, or with ``started`` the starting offsets of a query
-    that has not committed yet; ``planned_parts`` the in-flight batch's; ``source_series`` the
-    source's offsets (topic -> partition -> offset) at each retained batch."""
+    ``assign``: those stored or planned only, the others of Kafka in ``not_read``). ``stored``:
+    the committed offsets, or with ``started`` where a query not committed yet started."""
     snapshot = basis.snapshot
     if topic in snapshot.missing_topics or topic not in snapshot.partitions:
         # Nothing to measure against: unknown, never 0 (a 0 here once hid a source that
@@ -502,14 +494,11 @@ def _source_lags(
     pattern: str | None = None,
     assign: bool = False,
 ) -> list[SourceLag]:
-    """One SourceLag per source of the committed batch; non-Kafka sources have no topics.
-
-    Before the first commit: the sources of the in-flight batch, measured from the offsets the
-    query started at (``source_starts``; a source whose start is unknown is listed with no
-    topics). Topics the source has not read yet (in the in-flight batch only, or those of the
-    cluster ``pattern`` is found in: ``snapshot.pattern_topics``) wait from their log start.
-    A source given ``assign``, or whose listed partitions skip one (``partition_gap``), is
-    measured on those partitions only."""
+    """One SourceLag per source of the committed batch (before the first commit: of the
+    in-flight batch, from where it started: ``source_starts``); non-Kafka sources have no
+    topics. Topics a source has not read yet (in the in-flight batch only, or found by
+    ``pattern``) wait from their log start; with ``assign`` or a gap in its listed partitions
+    (``partition_gap``) only the partitions it lists are measured."""
     started = state.committed is None
     batch = state.in_flight if started else state.committed
     starts = source_starts or {}
