@@ -267,20 +267,36 @@ REAL_TIME_AGE = (
 )
 
 
+Offsets = Mapping[str, Mapping[str, Mapping[int, int]]]  # source id -> topic -> partition -> offset
+
+
 @dataclass(frozen=True)
-class LagBasis:
-    """What every partition of one query is measured against (one per `compute_lag` call)."""
+class SourceCluster:
+    """The cluster one source is measured against. The checkpoint does not record which
+    cluster a source reads, so the session's mapping says (docs/multi-cluster.md).
+
+    >>> SourceCluster(snapshot_of_b, "b:9092")                       # doctest: +SKIP
+    """
 
     snapshot: KafkaSnapshot
-    ref_ends: Mapping[str, Mapping[int, int]]  # topic -> partition -> reference offset
-    now_ms: float
+    servers: str | None  # None: the session's main cluster
     # Exact time-lag mode: (topic, partition) -> timestamp ms of the record at the position.
-    record_timestamps: Mapping[tuple[str, int], int | None] | None
+    record_timestamps: Mapping[tuple[str, int], int | None] | None = None
+
+
+@dataclass(frozen=True)
+class LagBasis:
+    """What every partition of one query is measured against (one per `measure` call)."""
+
+    clusters: Mapping[str, SourceCluster]  # source id -> the cluster it is measured against
+    # source id -> topic -> partition -> reference offset: a topic of one name may live on two
+    # clusters with different offsets.
+    ref_ends: Mapping[str, Mapping[str, Mapping[int, int]]]
+    now_ms: float
     rate_limited: bool
     # What the time-lag estimate dates records by: the committed batches and the in-flight one
     # (its planned offsets were the log end when it was planned), with the live log end.
     observed: Sequence[BatchOffsets]
-    cluster: str | None = None  # a mapped source's cluster (bootstrap servers); None: main
     # Why lag_seconds of a lagging partition is not estimated, when it is not: NOT_ESTIMATED
     # for a report only asked whether it needs the older batches (then made again with them);
     # REAL_TIME_AGE for a real-time query (its batch times are its intervals' starts).
@@ -292,14 +308,15 @@ class LagBasis:
         return history_points(self.observed)
 
     def age(
-        self, topic: str, partition: int, position: int, lag: int
+        self, source_id: str, topic: str, partition: int, position: int, lag: int
     ) -> tuple[float | None, str | None]:
         """How old the first unread record is: ``(seconds, None)``, or ``(None, why)`` when
         it is unknown."""
         if lag == 0:
             return 0.0, None
-        if self.record_timestamps is not None:
-            ts = self.record_timestamps.get((topic, partition))
+        cluster = self.clusters[source_id]
+        if cluster.record_timestamps is not None:
+            ts = cluster.record_timestamps.get((topic, partition))
             if ts is None:
                 return None, NO_TIMESTAMP
             return max(0.0, (self.now_ms - ts) / 1000.0), None
@@ -307,13 +324,15 @@ class LagBasis:
             return None, RATE_LIMITED
         if self.unestimated is not None:
             return None, self.unestimated
-        live = self.ref_ends.get(topic, {}).get(partition)
+        live = self.ref_ends[source_id].get(topic, {}).get(partition)
         points = self._points.get((topic, partition), ())
-        return estimate_age(points, live, self.snapshot.fetched_at * 1000.0, position, self.now_ms)
+        fetched_ms = cluster.snapshot.fetched_at * 1000.0
+        return estimate_age(points, live, fetched_ms, position, self.now_ms)
 
 
 def _partition_lag(
     basis: LagBasis,
+    source_id: str,
     topic: str,
     partition: int,
     committed: int | None,
@@ -323,21 +342,22 @@ def _partition_lag(
 ) -> PartitionLag:
     """Lag of one partition: from its committed offset, else the offset the query started at
     (no commit yet), else the log start (a partition the checkpoint lacks) to the log end."""
-    po = basis.snapshot.partitions.get(topic, {}).get(partition)
+    snapshot = basis.clusters[source_id].snapshot
+    po = snapshot.partitions.get(topic, {}).get(partition)
     if po is None:
         return PartitionLag(
             topic, partition, committed, planned, None, None, None, 0, None,
-            removed_partition=topic not in basis.snapshot.missing_topics,
+            removed_partition=topic not in snapshot.missing_topics,
             offset_history=history, start_offset=start,
         )  # fmt: skip
-    ref = basis.ref_ends[topic][partition]
+    ref = basis.ref_ends[source_id][topic][partition]
     new = committed is None and start is None
     position = committed
     if position is None:
         position = po.log_start if start is None else start
     lag = max(0, ref - position)
     data_loss = not new and position < po.log_start
-    age, unknown = basis.age(topic, partition, position, lag)
+    age, unknown = basis.age(source_id, topic, partition, position, lag)
     seconds = _finite(age)
     # A frozen dataclass's __init__ sets each of the 17 fields through object.__setattr__;
     # a fleet makes one per partition (32,000 for 1,000 jobs): fill the instance at once.
@@ -364,24 +384,7 @@ def _partition_lag(
     return lag_of
 
 
-Offsets = Mapping[str, Mapping[str, Mapping[int, int]]]  # source id -> topic -> partition -> offset
-
-
-@dataclass(frozen=True)
-class SourceCluster:
-    """The cluster one source is measured against. The checkpoint does not record which
-    cluster a source reads, so the session's mapping says (docs/multi-cluster.md).
-
-    >>> SourceCluster(snapshot_of_b, "b:9092")                       # doctest: +SKIP
-    """
-
-    snapshot: KafkaSnapshot
-    servers: str | None  # None: the session's main cluster
-    # Exact time-lag mode: (topic, partition) -> timestamp ms of the record at the position.
-    record_timestamps: Mapping[tuple[str, int], int | None] | None = None
-
-
-def _bases(
+def _basis(
     main: SourceCluster,
     clusters: Mapping[str, SourceCluster],
     series_offsets: Sequence[Offsets],
@@ -389,36 +392,25 @@ def _bases(
     steps: Sequence[int],
     read_committed: bool,
     **shared: Any,
-) -> tuple[LagBasis, dict[str, LagBasis], dict[str, dict[str, dict[int, int]]]]:
-    """One `LagBasis` per cluster (``shared``: the fields all have): the main cluster's, each
-    source's, and each source's reference offsets (a topic may live on two clusters)."""
+) -> LagBasis:
+    """The `LagBasis` of the query's sources (``clusters``: those not on ``main``);
+    ``shared``: its fields that do not depend on them."""
     every = [*series_offsets, planned]  # the series ends with offsets/C
     topics = {topic for offsets in every for parts in offsets.values() for topic in parts}
     views = {source_id: clusters.get(source_id, main) for offsets in every for source_id in offsets}
-    distinct = {id(view): view for view in (main, *views.values())}
+    distinct = {id(view): view for view in views.values()}
     ends = {
         key: _reference_ends(view.snapshot, topics | view.snapshot.pattern_topics, read_committed)
         for key, view in distinct.items()
     }
     source_ends = {source_id: ends[id(view)] for source_id, view in views.items()}
     rate_limited = _looks_rate_limited(series_offsets, planned, source_ends, steps=steps)
-    built = {
-        key: LagBasis(
-            view.snapshot,
-            ends[key],
-            record_timestamps=view.record_timestamps,
-            rate_limited=rate_limited,
-            cluster=view.servers,
-            **shared,
-        )
-        for key, view in distinct.items()
-    }
-    by_source = {source_id: built[id(view)] for source_id, view in views.items()}
-    return built[id(main)], by_source, source_ends
+    return LagBasis(views, source_ends, rate_limited=rate_limited, **shared)
 
 
 def _topic_lag(
     basis: LagBasis,
+    source_id: str,
     topic: str,
     stored: Mapping[int, int],
     planned_parts: Mapping[int, int],
@@ -430,7 +422,8 @@ def _topic_lag(
     """Every partition of one topic of one source: those stored and those Kafka has (with
     ``assign``: those stored or planned only, the others of Kafka in ``not_read``). ``stored``:
     the committed offsets, or with ``started`` where a query not committed yet started."""
-    snapshot = basis.snapshot
+    cluster = basis.clusters[source_id]
+    snapshot = cluster.snapshot
     if topic in snapshot.missing_topics or topic not in snapshot.partitions:
         # Nothing to measure against: unknown, never 0 (a 0 here once hid a source that
         # reads another cluster).
@@ -440,7 +433,7 @@ def _topic_lag(
             partitions=(),
             lag=None,
             lag_unknown=f"topic {topic} not found in "
-            + ("the cluster" if basis.cluster is None else f"cluster {basis.cluster}"),
+            + ("the cluster" if cluster.servers is None else f"cluster {cluster.servers}"),
             checkpoint_offsets=dict(stored),
         )
     in_kafka = set(snapshot.partitions[topic])
@@ -449,6 +442,7 @@ def _topic_lag(
     lags = tuple(
         _partition_lag(
             basis,
+            source_id,
             topic,
             p,
             None if started else stored.get(p),
@@ -486,7 +480,7 @@ def _subscribed_by(snapshot: KafkaSnapshot, pattern: str | None, read: set[str])
 
 
 def _source_lags(
-    bases: Mapping[str, LagBasis],
+    basis: LagBasis,
     state: CheckpointState,
     planned: Offsets,
     series_offsets: Sequence[Offsets],
@@ -507,13 +501,13 @@ def _source_lags(
         if source.kind != "kafka" or source.kafka is None:
             sources.append(SourceLag(source.source_id, source.kind, False, ()))
             continue
-        source_id, basis = source.source_id, bases[source.source_id]
+        source_id, cluster = source.source_id, basis.clusters[source.source_id]
         stored = starts.get(source_id) if started else source.kafka
         if stored is None:  # no commit yet and its starting offsets unknown: not measured
             why = f"no batch committed yet and sources/{source_id}/0 (where it started) not found"
             sources.append(
                 SourceLag(
-                    source_id, "kafka", True, (), None, lag_unknown=why, cluster=basis.cluster
+                    source_id, "kafka", True, (), None, lag_unknown=why, cluster=cluster.servers
                 )
             )
             continue
@@ -521,13 +515,14 @@ def _source_lags(
         read = set(source.kafka) | set(stored) | set(planned_topics)
         listed = {t: {*stored.get(t, {}), *planned_topics.get(t, {})} for t in read}
         fixed = assign or partition_gap(listed)  # a gap: this source reads by assign
-        subscribed = not fixed and _subscribed_by(basis.snapshot, pattern, read)
-        unread = set(basis.snapshot.pattern_topics) - read if subscribed else set()
+        subscribed = not fixed and _subscribed_by(cluster.snapshot, pattern, read)
+        unread = set(cluster.snapshot.pattern_topics) - read if subscribed else set()
         # This source's offsets at each retained batch, looked up once.
         source_series = [offsets.get(source_id, {}) for offsets in series_offsets]
         topics = tuple(
             _topic_lag(
                 basis,
+                source_id,
                 topic,
                 stored.get(topic, {}),
                 planned_topics.get(topic, {}),
@@ -547,7 +542,7 @@ def _source_lags(
                 topics,
                 lag,
                 lag_unknown=unknown or None,
-                cluster=basis.cluster,
+                cluster=cluster.servers,
                 pattern=pattern if subscribed else None,
             )
         )
@@ -628,7 +623,7 @@ def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measu
     observed = [*series, state.in_flight] if state.in_flight is not None else series
     estimated = how.get("estimate_ages", True)
     interval = real_time_interval(state)  # a real-time query's batch times cannot date records
-    main, by_source, source_ends = _bases(
+    basis = _basis(
         SourceCluster(snapshot, None, how.get("record_timestamps")),
         source_clusters or {},
         series_offsets,
@@ -640,12 +635,9 @@ def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measu
         unestimated=REAL_TIME_AGE if interval else None if estimated else NOT_ESTIMATED,
     )
     pattern, assign = how.get("subscribe_pattern"), how.get("assign", False)
-    sources = _source_lags(
-        by_source, state, planned, series_offsets, source_starts, pattern, assign
-    )
+    sources = _source_lags(basis, state, planned, series_offsets, source_starts, pattern, assign)
     in_flight = _in_flight(state, planned, now, source_starts)
-    rates = _rates(series, source_ends, snapshot.fetched_at, interval is not None)
-    report = _report(state, main, series, steps, sources, in_flight, rates, now, interval, how)
+    report = _report(state, snapshot, basis, series, steps, sources, in_flight, now, interval, how)
     if how.get("runs_every") is None:
         return report
     schedule = schedule_of(
@@ -671,27 +663,26 @@ def _history(
 
 def _report(
     state: CheckpointState,
-    main: LagBasis,
+    snapshot: KafkaSnapshot,
+    basis: LagBasis,
     series: Sequence[BatchOffsets],
     steps: Sequence[int],
     sources: Sequence[SourceLag],
     in_flight: InFlightBatch | None,
-    rates: tuple[float | None, float | None],
     now: float,
     interval: float | None,
     how: Measuring,
 ) -> LagReport:
-    """The report: the sources' lags, their totals and worst partition, ``rates`` (consumption,
-    production) and catch-up; ``main``: the main cluster's basis; ``interval``: a real-time
-    query's (``checkpoint.real_time_interval``), else None."""
+    """The report: the sources' lags, their totals and worst partition, rates and catch-up;
+    ``interval``: a real-time query's (``checkpoint.real_time_interval``), else None."""
     # Measured lag only: a missing topic's lag is unknown (None, listed in missing_topics).
     totals = sum_lags([p for s in sources for t in s.topics for p in t.partitions], report=True)
     committed = state.committed
     committed_at = state.commit_modified  # when offsets/C was committed, else the batch's time
     if committed_at is None and committed is not None and committed.batch_timestamp_ms:
         committed_at = committed.batch_timestamp_ms / 1000.0
-    consumption, production = rates
-    snapshot = main.snapshot
+    at_end = interval is not None
+    consumption, production = _rates(series, basis.ref_ends, snapshot.fetched_at, at_end)
     real_time = None  # the real-time trigger's checkpoint times, once one is committed
     if interval is not None and committed is not None and committed.modified is not None:
         real_time = RealTime(interval, committed.modified, tuple(b.modified for b in series))
@@ -703,13 +694,13 @@ def _report(
         commit_age_seconds=None if committed_at is None else max(0.0, now - committed_at),
         in_flight=in_flight,
         sources=tuple(sources),
-        history=_history(series, steps, interval is not None),
+        history=_history(series, steps, at_end),
         consumption_rate=consumption,
         production_rate=production,
         catch_up_seconds=catch_up_seconds(
             totals["total_lag"], bool(sources), consumption, production
         ),
-        time_lag_mode="exact" if main.record_timestamps is not None else "estimate",
+        time_lag_mode="estimate" if how.get("record_timestamps") is None else "exact",
         read_committed=how.get("read_committed", False),
         kafka_fetched_at=snapshot.fetched_at,
         kafka_cluster_id=snapshot.cluster_id,
@@ -717,7 +708,7 @@ def _report(
         generated_at=now,
         continuous=bool(state.continuous),
         **totals,
-        rate_limited=main.rate_limited,
+        rate_limited=basis.rate_limited,
         trigger="continuous" if state.continuous else "real-time" if interval else "micro-batch",
         real_time=real_time,
         single_cluster_assumed=not how.get("source_clusters")
