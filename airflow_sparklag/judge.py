@@ -33,7 +33,6 @@ from airflow_sparklag.session import Session
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.kafka import TopicRetention
-    from airflow_sparklag.model.report import PartitionLag
 
 # Checkpoints read at once: each read is a few small, latency-bound storage requests, sent
 # outside the GIL by obstore (S3) or waiting on the network; 64 keep a 20 ms store busy.
@@ -106,21 +105,6 @@ def _source_starts(session: Session, state: CheckpointState) -> Offsets | None:
         if start.kafka is not None:
             starts[source.source_id] = start.kafka
     return starts
-
-
-def _record_positions(partitions: Iterable[PartitionLag]) -> dict[tuple[str, int], int]:
-    """Where exact mode reads a record: the first unread offset of every lagging partition
-    (committed, else where the query started, else the log start of a new partition).
-    Partitions with lost records are skipped (there is nothing to read there)."""
-    wanted: dict[tuple[str, int], int] = {}
-    for p in partitions:
-        if p.lag <= 0 or p.data_loss or p.log_start_offset is None:
-            continue
-        position = p.committed_offset
-        if position is None:
-            position = p.start_offset if p.start_offset is not None else p.log_start_offset
-        wanted[(p.topic, p.partition)] = min(wanted.get((p.topic, p.partition), position), position)
-    return wanted
 
 
 def _together(calls: Mapping[K, Callable[[], T]]) -> dict[K, T]:
@@ -228,13 +212,22 @@ class _Check:
         }
         return {source_id: views[self.session.cluster_of(source_id)] for source_id in ids}
 
-    def by_cluster(self, report: LagReport) -> dict[int, list[PartitionLag]]:
-        """The report's partitions, grouped by the cluster their source is measured against."""
-        grouped: dict[int, list[PartitionLag]] = {}
+    def record_positions(self, report: LagReport) -> dict[int, dict[tuple[str, int], int]]:
+        """Where exact mode reads a record, per cluster of the report's sources: the first
+        unread offset of every lagging partition (committed, else where the query started,
+        else the log start of a new partition). Partitions with lost records are skipped
+        (there is nothing to read there)."""
+        wanted: dict[int, dict[tuple[str, int], int]] = {}
         for source in report.kafka_sources:
-            parts = grouped.setdefault(self.session.cluster_of(source.source_id), [])
-            parts.extend(p for topic in source.topics for p in topic.partitions)
-        return grouped
+            at = wanted.setdefault(self.session.cluster_of(source.source_id), {})
+            for p in (p for topic in source.topics for p in topic.partitions):
+                if p.lag <= 0 or p.data_loss or p.log_start_offset is None:
+                    continue
+                position = p.committed_offset
+                if position is None:
+                    position = p.start_offset if p.start_offset is not None else p.log_start_offset
+                at[p.topic, p.partition] = min(at.get((p.topic, p.partition), position), position)
+        return wanted
 
     def topics(self, reports: Iterable[LagReport], lagging: bool = False) -> dict[int, set[str]]:
         """The reports' topics per cluster: those Kafka has, or with ``lagging`` those with lag."""
@@ -386,10 +379,7 @@ class _Check:
         asked = {loc: names for loc, names in asked.items() if names}
         if not asked:
             return {}
-        positions = {
-            loc: {c: _record_positions(ps) for c, ps in self.by_cluster(measured[loc]).items()}
-            for loc in asked
-        }
+        positions = {loc: self.record_positions(measured[loc]) for loc in asked}
         stamps = {
             c: _exact_timestamps(
                 self.session.cluster_kafka(c), [wanted.get(c, {}) for wanted in positions.values()]
