@@ -458,10 +458,8 @@ def _topic_lag(
 
 def partition_gap(listed: Mapping[str, Iterable[int]]) -> bool:
     """Do the partitions a source lists (topic -> partitions) skip one below the highest of
-    a topic? Kafka numbers a topic's partitions from 0 and only adds at the end, and Spark
-    records every partition it subscribes to, so only a query assigned fixed partitions
-    (``assign``) lists partition 2 of a topic and not 1. A partition missing after the
-    highest stays ambiguous (added since, or not assigned)."""
+    a topic? Only a query of fixed partitions (``assign``) does that: docs/lag-and-health.md,
+    "Subscriptions". A partition missing after the highest stays ambiguous."""
     for partitions in listed.values():
         numbers = set(partitions)
         if numbers and len(numbers) <= max(numbers):
@@ -650,17 +648,6 @@ def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measu
     return dataclasses.replace(report, schedule=schedule)
 
 
-def _history(
-    series: Sequence[BatchOffsets], steps: Sequence[int], real_time: bool
-) -> tuple[HistoryBatch, ...]:
-    """The retained batches, each with the records it read beyond the one before it
-    (``steps``), dated when its offsets were reached (``batch_time_ms``)."""
-    return tuple(
-        HistoryBatch(batch.batch_id, batch_time_ms(batch, real_time), read)
-        for batch, read in zip(series, [None, *steps], strict=False)  # none before the first
-    )
-
-
 def _report(
     state: CheckpointState,
     snapshot: KafkaSnapshot,
@@ -694,7 +681,12 @@ def _report(
         commit_age_seconds=None if committed_at is None else max(0.0, now - committed_at),
         in_flight=in_flight,
         sources=tuple(sources),
-        history=_history(series, steps, at_end),
+        # Each batch dated when its offsets were reached, with the records read since the one
+        # before it (none before the first).
+        history=tuple(
+            HistoryBatch(batch.batch_id, batch_time_ms(batch, at_end), read)
+            for batch, read in zip(series, [None, *steps], strict=False)
+        ),
         consumption_rate=consumption,
         production_rate=production,
         catch_up_seconds=catch_up_seconds(
