@@ -280,23 +280,26 @@ class _Check:
         time`` may judge the trend), as of each older one of the history too (one ListOffsets
         by timestamp per checkpoint time, once)."""
         measured = {loc: self.measure(self.jobs[loc]) for loc in locs}
-        real_time = {loc: m for loc, m in measured.items() if m.real_time is not None}
-        for every in (False, True):
-            changed: dict[str, list[float | None]] = {}
-            for loc, m in real_time.items():
-                job, times = self.jobs[loc], m.real_time.checkpoint_times  # type: ignore[union-attr]
-                if every:
-                    read = m.history[-1].records if m.history else None
-                    limit = self.options.thresholds.allowed_lag
-                    if read is None or m.total_lag <= max(read, limit):
-                        continue
-                    job.all_ends = True
-                changed[loc] = [t for t in (times if every else times[-1:]) if t not in job.ends]
-            asked = "lagging_real_time" if every else "real-time trigger"
-            self.fetch_ends({loc: t for loc, t in changed.items() if t}, real_time, asked)
-            for loc in changed:
-                real_time[loc] = measured[loc] = self.measure(self.jobs[loc])
+        times = {
+            loc: m.real_time.checkpoint_times
+            for loc, m in measured.items()
+            if m.real_time is not None
+        }
+        self.fetch_ends({loc: t[-1:] for loc, t in times.items()}, measured, "real-time trigger")
+        measured.update({loc: self.measure(self.jobs[loc]) for loc in times})
+        lagging = {loc: t for loc, t in times.items() if self._behind_interval(measured[loc])}
+        for loc in lagging:
+            self.jobs[loc].all_ends = True
+        self.fetch_ends(lagging, measured, "lagging_real_time")
+        measured.update({loc: self.measure(self.jobs[loc]) for loc in lagging})
         return measured
+
+    def _behind_interval(self, report: LagReport) -> bool:
+        """Is a real-time query's lag above what its newest interval read (and the allowed
+        lag)?"""
+        read = report.history[-1].records if report.history else None
+        allowed = self.options.thresholds.allowed_lag
+        return read is not None and report.total_lag > max(read, allowed)
 
     def fetch_ends(
         self,
@@ -304,14 +307,17 @@ class _Check:
         reports: Mapping[str, LagReport],
         by: str,
     ) -> None:
-        """Kafka's offsets at each time in ``wanted`` (job -> times), all jobs together."""
+        """Kafka's offsets at each time in ``wanted`` (job -> times) not asked yet, all jobs
+        together."""
+        new = {loc: [t for t in ts if t not in self.jobs[loc].ends] for loc, ts in wanted.items()}
+        new = {loc: ts for loc, ts in new.items() if ts}
         calls = {
             (loc, i): partial(self.offsets_at, reports[loc], None if t is None else int(t * 1000))
-            for loc, times in wanted.items()
+            for loc, times in new.items()
             for i, t in enumerate(times)
         }
         answers = _together(calls)
-        for loc, times in wanted.items():
+        for loc, times in new.items():
             job = self.jobs[loc]
             for i, t in enumerate(times):
                 job.ends[t] = answers[loc, i]
