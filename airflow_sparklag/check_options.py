@@ -1,8 +1,4 @@
-"""The options of a check: how a checkpoint is judged (``CheckOptions``), declared once.
-
-The CLI's flags, the operators' and sensors' keyword arguments and the triggers' serialized
-``options`` are made from these fields (``params.option``).
-"""
+"""The options of a check: how a checkpoint is judged (``CheckOptions``), declared once."""
 
 from __future__ import annotations
 
@@ -38,12 +34,8 @@ class CheckOptions:
     """How to judge a checkpoint: THE options of a check. The CLI's flags, the operators' and
     sensors' keyword arguments and the triggers' serialized ``options`` are made from these
     fields (each declared once with its reader, flag and doc line: ``params.option``; their
-    meaning is in docs/lag-and-health.md, "Check options").
-
-    ``read_committed=None`` means read_uncommitted: Spark does not record the Kafka source's
-    isolation level in the checkpoint. ``runs_every`` (seconds) declares a scheduled job:
-    STOPPED then means "no run within runs_every + ``run_grace``", never "idle between runs"
-    (docs/scheduled-jobs.md).
+    meaning: docs/lag-and-health.md, "Check options", and docs/scheduled-jobs.md).
+    ``read_committed=None`` is read_uncommitted: the checkpoint does not record the isolation.
 
     >>> CheckOptions(Thresholds(max_lag_seconds=300), history=5).to_dict()["history"]
     5

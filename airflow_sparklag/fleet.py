@@ -1,20 +1,7 @@
-"""Many checkpoints at once: find them under a prefix, and check them again and again cheaply.
-
-    from airflow_sparklag.fleet import FleetChecker, discover_checkpoints
-    from airflow_sparklag.session import Session
-
-    s3 = {"region_name": "eu-west-1"}
-    roots = discover_checkpoints("s3a://bucket/checkpoints", session=Session(s3_options=s3))
-    fleet = FleetChecker(roots, kafka_config={"bootstrap.servers": "broker:9092"}, s3_options=s3)
-    results = fleet.check()      # first poll: 2 storage requests per caught-up checkpoint on S3
-    results = fleet.check()      # next polls: 1 LIST on S3 (2 on HDFS) + one GET per new batch
-
-A checkpoint is a directory that holds ``offsets/``, ``commits/`` or ``metadata``. Discovery lists
-one directory per request and never descends into a checkpoint, so ``state/`` (which can hold
-tens of thousands of objects) is never listed.
-
-Storage clients are shared: one backend per (scheme, host) for the whole fleet, not one per
-checkpoint. Nothing heavy is imported at module level.
+"""Many checkpoints at once: find them under a prefix (``discover_checkpoints``), and check
+them again and again cheaply (``FleetChecker``): docs/fleet.md. Discovery never lists inside a
+checkpoint: ``state/`` can hold tens of thousands of objects. Nothing heavy is imported at
+module level.
 """
 
 from __future__ import annotations
@@ -57,8 +44,7 @@ def discover_checkpoints(
     max_workers: int = MAX_READERS,
 ) -> list[str]:
     """Checkpoint roots at or under ``prefix`` (one or several; sorted), at most ``max_depth``
-    levels down: one listing per directory visited, ``max_workers`` at once. A checkpoint's
-    own subdirectories are never listed, and names starting with ``.`` or ``_``
+    levels down, ``max_workers`` listings at once; names starting with ``.`` or ``_``
     (``_spark_metadata``, ``_temporary``) are skipped. The listings go through ``storage``,
     else ``session``'s backend for each prefix, else a local session's.
 
@@ -120,11 +106,9 @@ def _children(storage: Storage, path: Location, *, below: bool) -> Children:
 
 
 class FleetChecker:
-    """Checks a fixed (or discovered) set of checkpoints repeatedly, e.g. from a sensor loop.
-
-    Everything goes through one :class:`~airflow_sparklag.session.Session`: one storage client
-    per store, one reader per location kept across polls (a poll re-reads the listing and one
-    GET per new batch; memory stays flat), one Kafka snapshot per poll.
+    """Checks a fixed (or discovered) set of checkpoints repeatedly, through one
+    :class:`~airflow_sparklag.session.Session` (its readers kept across polls: a poll reads
+    the listing and one GET per new batch), with one Kafka snapshot per poll.
 
     >>> with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
     ...     fleet = FleetChecker(session=session, prefix="s3a://bucket/checkpoints")

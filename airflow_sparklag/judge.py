@@ -1,13 +1,6 @@
-"""A check as a plan, a fetch and ONE judgment per job.
-
-    read offsets/C (and the listing) -> Kafka snapshot -> plan -> fetch -> ... -> compute_lag
-    -> evaluate
-
-Each tier of the plan asks what the rules and the time-lag estimate declare they still need of
-what was read so far (``positions.measure``), and fetches it for every job of the check
-together: offsets/C-1, the rest of the window, record timestamps, then Kafka's retention and
-offsets at past times. The report is made once from the whole evidence and judged once. What
-each job's evidence holds, and which rule asked for it, is ``Evidence.reads``.
+"""A check as a plan, a fetch (tier by tier, every job of the check together) and ONE
+``compute_lag`` and ``evaluate`` per job: docs/architecture.md. What each job's evidence holds,
+and which rule asked for it, is ``Evidence.reads``.
 """
 
 from __future__ import annotations
@@ -40,7 +33,6 @@ from airflow_sparklag.session import Session
 if TYPE_CHECKING:
     from airflow_sparklag.checkpoint import CheckpointState
     from airflow_sparklag.kafka import TopicRetention
-    from airflow_sparklag.model.report import PartitionLag
 
 # Checkpoints read at once: each read is a few small, latency-bound storage requests, sent
 # outside the GIL by obstore (S3) or waiting on the network; 64 keep a 20 ms store busy.
@@ -52,7 +44,6 @@ WINDOW_READERS = 128
 KAFKA_REQUESTS = 8
 
 Stamps = Mapping[int, Mapping[tuple[str, int], int | None]]  # cluster -> record timestamps
-ByCluster = dict[int, dict[str, dict[int, int]]]  # cluster -> topic -> partition -> offset
 K = TypeVar("K")
 T = TypeVar("T")
 
@@ -116,21 +107,6 @@ def _source_starts(session: Session, state: CheckpointState) -> Offsets | None:
     return starts
 
 
-def _record_positions(partitions: Iterable[PartitionLag]) -> dict[tuple[str, int], int]:
-    """Where exact mode reads a record: the first unread offset of every lagging partition
-    (committed, else where the query started, else the log start of a new partition).
-    Partitions with lost records are skipped (there is nothing to read there)."""
-    wanted: dict[tuple[str, int], int] = {}
-    for p in partitions:
-        if p.lag <= 0 or p.data_loss or p.log_start_offset is None:
-            continue
-        position = p.committed_offset
-        if position is None:
-            position = p.start_offset if p.start_offset is not None else p.log_start_offset
-        wanted[(p.topic, p.partition)] = min(wanted.get((p.topic, p.partition), position), position)
-    return wanted
-
-
 def _together(calls: Mapping[K, Callable[[], T]]) -> dict[K, T]:
     """Every call of one tier in flight at once: key -> its answer."""
     if len(calls) <= 1:
@@ -149,14 +125,17 @@ class _Check:
         session: Session,
         states: Mapping[str, CheckpointState],
         options: CheckOptions,
-        snapshots: Mapping[int, KafkaSnapshot],
-        now: float,
+        now: float | None,
         query_id: bool = True,
+        snapshots: Mapping[int, KafkaSnapshot] | None = None,
     ) -> None:
+        if snapshots is None:
+            topics = cluster_topics(session, states)
+            snapshots = cluster_snapshots(session, topics, options.subscribe_pattern)
         self.session = session
         self.options = options
         self.snapshots = snapshots
-        self.now = now
+        self.now = max(s.fetched_at for s in snapshots.values()) if now is None else now
         self.query_id = query_id  # the readers the states came from (``Session.reader``)
         self.jobs = {
             loc: Evidence(st, _source_starts(session, st), reads=[_first_read(st)])
@@ -233,13 +212,22 @@ class _Check:
         }
         return {source_id: views[self.session.cluster_of(source_id)] for source_id in ids}
 
-    def by_cluster(self, report: LagReport) -> dict[int, list[PartitionLag]]:
-        """The report's partitions, grouped by the cluster their source is measured against."""
-        grouped: dict[int, list[PartitionLag]] = {}
+    def record_positions(self, report: LagReport) -> dict[int, dict[tuple[str, int], int]]:
+        """Where exact mode reads a record, per cluster of the report's sources: the first
+        unread offset of every lagging partition (committed, else where the query started,
+        else the log start of a new partition). Partitions with lost records are skipped
+        (there is nothing to read there)."""
+        wanted: dict[int, dict[tuple[str, int], int]] = {}
         for source in report.kafka_sources:
-            parts = grouped.setdefault(self.session.cluster_of(source.source_id), [])
-            parts.extend(p for topic in source.topics for p in topic.partitions)
-        return grouped
+            at = wanted.setdefault(self.session.cluster_of(source.source_id), {})
+            for p in (p for topic in source.topics for p in topic.partitions):
+                if p.lag <= 0 or p.data_loss or p.log_start_offset is None:
+                    continue
+                position = p.committed_offset
+                if position is None:
+                    position = p.start_offset if p.start_offset is not None else p.log_start_offset
+                at[p.topic, p.partition] = min(at.get((p.topic, p.partition), position), position)
+        return wanted
 
     def topics(self, reports: Iterable[LagReport], lagging: bool = False) -> dict[int, set[str]]:
         """The reports' topics per cluster: those Kafka has, or with ``lagging`` those with lag."""
@@ -249,11 +237,6 @@ class _Check:
                 names = {t.topic for t in source.topics if (t.lag if lagging else not t.missing)}
                 topics.setdefault(self.session.cluster_of(source.source_id), set()).update(names)
         return topics
-
-    def by_source(self, report: LagReport, answer: ByCluster) -> Offsets:
-        """A per-cluster answer of Kafka as source id -> topic -> partition -> offset."""
-        cluster_of = self.session.cluster_of
-        return {s.source_id: answer.get(cluster_of(s.source_id), {}) for s in report.kafka_sources}
 
     # -- the tiers ----------------------------------------------------------------------------
 
@@ -297,23 +280,26 @@ class _Check:
         time`` may judge the trend), as of each older one of the history too (one ListOffsets
         by timestamp per checkpoint time, once)."""
         measured = {loc: self.measure(self.jobs[loc]) for loc in locs}
-        real_time = {loc: m for loc, m in measured.items() if m.real_time is not None}
-        for every in (False, True):
-            changed: dict[str, list[float | None]] = {}
-            for loc, m in real_time.items():
-                job, times = self.jobs[loc], m.real_time.checkpoint_times  # type: ignore[union-attr]
-                if every:
-                    read = m.history[-1].records if m.history else None
-                    limit = self.options.thresholds.allowed_lag
-                    if read is None or m.total_lag <= max(read, limit):
-                        continue
-                    job.all_ends = True
-                changed[loc] = [t for t in (times if every else times[-1:]) if t not in job.ends]
-            asked = "lagging_real_time" if every else "real-time trigger"
-            self.fetch_ends({loc: t for loc, t in changed.items() if t}, real_time, asked)
-            for loc in changed:
-                real_time[loc] = measured[loc] = self.measure(self.jobs[loc])
+        times = {
+            loc: m.real_time.checkpoint_times
+            for loc, m in measured.items()
+            if m.real_time is not None
+        }
+        self.fetch_ends({loc: t[-1:] for loc, t in times.items()}, measured, "real-time trigger")
+        measured.update({loc: self.measure(self.jobs[loc]) for loc in times})
+        lagging = {loc: t for loc, t in times.items() if self._behind_interval(measured[loc])}
+        for loc in lagging:
+            self.jobs[loc].all_ends = True
+        self.fetch_ends(lagging, measured, "lagging_real_time")
+        measured.update({loc: self.measure(self.jobs[loc]) for loc in lagging})
         return measured
+
+    def _behind_interval(self, report: LagReport) -> bool:
+        """Is a real-time query's lag above what its newest interval read (and the allowed
+        lag)?"""
+        read = report.history[-1].records if report.history else None
+        allowed = self.options.thresholds.allowed_lag
+        return read is not None and report.total_lag > max(read, allowed)
 
     def fetch_ends(
         self,
@@ -321,18 +307,20 @@ class _Check:
         reports: Mapping[str, LagReport],
         by: str,
     ) -> None:
-        """Kafka's offsets at each time in ``wanted`` (job -> times), all jobs together."""
+        """Kafka's offsets at each time in ``wanted`` (job -> times) not asked yet, all jobs
+        together."""
+        new = {loc: [t for t in ts if t not in self.jobs[loc].ends] for loc, ts in wanted.items()}
+        new = {loc: ts for loc, ts in new.items() if ts}
         calls = {
             (loc, i): partial(self.offsets_at, reports[loc], None if t is None else int(t * 1000))
-            for loc, times in wanted.items()
+            for loc, times in new.items()
             for i, t in enumerate(times)
         }
         answers = _together(calls)
-        for loc, times in wanted.items():
+        for loc, times in new.items():
             job = self.jobs[loc]
             for i, t in enumerate(times):
-                found = answers[loc, i]
-                job.ends[t] = None if found is None else self.by_source(reports[loc], found)
+                job.ends[t] = answers[loc, i]
             job.read(f"Kafka offsets at {len(times)} checkpoint time(s)", [by])
 
     def with_history(self, measured: Mapping[str, LagReport]) -> dict[str, LagReport]:
@@ -365,8 +353,6 @@ class _Check:
     def read_history(self, wanted: Mapping[str, int | None]) -> list[str]:
         """Read the unread history of each job in ``wanted`` (all of it, or its newest N
         batches), in parallel; the locations read, a failure recorded in ``errors``."""
-        if not wanted:
-            return []
 
         def read(loc: str) -> CheckpointState | SparkLagError:
             reader = self.session.reader(loc, query_id=self.query_id)
@@ -399,10 +385,7 @@ class _Check:
         asked = {loc: names for loc, names in asked.items() if names}
         if not asked:
             return {}
-        positions = {
-            loc: {c: _record_positions(ps) for c, ps in self.by_cluster(measured[loc]).items()}
-            for loc in asked
-        }
+        positions = {loc: self.record_positions(measured[loc]) for loc in asked}
         stamps = {
             c: _exact_timestamps(
                 self.session.cluster_kafka(c), [wanted.get(c, {}) for wanted in positions.values()]
@@ -458,28 +441,31 @@ class _Check:
         for loc, report in measured.items():
             job = self.jobs[loc]
             if ("start", loc) in answers:
-                found = answers["start", loc]
-                job.run_start = None if found is None else self.by_source(report, found)
+                job.run_start = answers["start", loc]
                 job.read("Kafka offsets at the last run's start", ["run completeness"])
             if ("waited", loc) in answers:
                 found, probe = answers["waited", loc], waiting_probe(report)
                 if found is not None and probe is not None:
-                    job.waited = records_waited(report, self.by_source(report, found), probe[1])
+                    job.waited = records_waited(report, found, probe[1])
                 job.read("Kafka offsets before the last run", ["stopped"])
 
-    def offsets_at(self, report: LagReport, timestamp_ms: int | None) -> ByCluster | None:
-        """Kafka's offsets of the report's topics, per cluster, at ``timestamp_ms`` (ListOffsets
-        by timestamp); None when unknown (no time, or a topic went away meanwhile)."""
+    def offsets_at(self, report: LagReport, timestamp_ms: int | None) -> Offsets | None:
+        """Kafka's offsets of the report's sources at ``timestamp_ms`` (ListOffsets by
+        timestamp, one per cluster); None when unknown (no time, or a topic went away)."""
         if timestamp_ms is None:
             return None
         try:
-            return {
+            by_cluster = {
                 c: self.session.cluster_kafka(c).offsets_for_time(sorted(names), timestamp_ms)
                 for c, names in sorted(self.topics([report]).items())
                 if names
             }
         except SparkLagError:
             return None
+        cluster_of = self.session.cluster_of
+        return {
+            s.source_id: by_cluster.get(cluster_of(s.source_id), {}) for s in report.kafka_sources
+        }
 
 
 def _exact_timestamps(
@@ -542,32 +528,13 @@ def judge_states(
     query_id: bool = True,
     snapshots: Mapping[int, KafkaSnapshot] | None = None,
 ) -> dict[str, CheckResult]:
-    """One Kafka snapshot for all topics of all states (one per cluster when the session maps
-    sources to clusters: docs/multi-cluster.md), then the plan's tiers for every job together
-    and ONE report and verdict each, all measured at one instant (``now``, default the
-    snapshot's fetch time). States read lazily (``read_states``, with ``query_id`` as given
-    there) get their older batches read only when ``health.reads_needed`` says the report
-    depends on them; a failure to read them gives that job a failed result. ``snapshots``:
-    Kafka snapshots already taken, one per cluster of the session (``Session.cluster_of``; 0,
-    the main one, required): the Spark scan's executors judge against the driver's broadcast
-    snapshots, with the same reports and verdicts.
+    """One Kafka snapshot per cluster for all topics of all states, then the plan's tiers for
+    every job together and ONE report and verdict each, at one instant (``now``, default the
+    snapshot's fetch time). A failure to read a job's older batches gives that job a failed
+    result. ``snapshots``: ones already taken, per cluster (``Session.cluster_of``; 0, the main
+    one, required), as the Spark scan's executors judge against the driver's broadcast ones.
     """
-    return _check(session, states, options, now, query_id, snapshots).run()
-
-
-def _check(
-    session: Session,
-    states: Mapping[str, CheckpointState],
-    options: CheckOptions,
-    now: float | None,
-    query_id: bool = True,
-    snapshots: Mapping[int, KafkaSnapshot] | None = None,
-) -> _Check:
-    if snapshots is None:
-        topics = cluster_topics(session, states)
-        snapshots = cluster_snapshots(session, topics, options.subscribe_pattern)
-    at = max(s.fetched_at for s in snapshots.values()) if now is None else now
-    return _Check(session, states, options, snapshots, at, query_id)
+    return _Check(session, states, options, now, query_id, snapshots).run()
 
 
 def judge_one(
@@ -578,7 +545,7 @@ def judge_one(
     now: float | None,
 ) -> CheckResult:
     """:func:`judge_states` of one job; a failure to read its older batches is raised."""
-    check = _check(session, {location: state}, options, now)
+    check = _Check(session, {location: state}, options, now)
     result = check.run()[location]
     if location in check.errors:
         raise check.errors[location]

@@ -1,9 +1,6 @@
 """Positions of a Spark query: its last committed Kafka offsets against the live log, per
-partition, and the estimated age of the first record each partition has waiting.
-
-`measure()` is pure: a `CheckpointState` plus a `KafkaSnapshot` give a `LagReport` of
-positions, what a check's plan looks at between its reads; `lag.compute_lag` makes the report
-from it and what Kafka answered beyond the snapshot.
+partition, and the estimated age of the first record each partition has waiting. `measure()`
+is pure; a check's plan looks at it between its reads (docs/architecture.md).
 
 Lag in records is an offset difference: on transactional topics the commit/abort markers and the
 records of aborted transactions occupy offsets too, so a consumer reads fewer records than the
@@ -16,7 +13,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -62,7 +59,7 @@ def sum_lags(parts: Sequence[PartitionLag], *, report: bool = False) -> dict[str
     return totals
 
 
-def _kafka_offsets(batch: BatchOffsets | None) -> dict[str, Mapping[str, Mapping[int, int]]]:
+def _kafka_offsets(batch: BatchOffsets | None) -> Offsets:
     """source id -> topic -> partition -> offset, Kafka sources only."""
     if batch is None:
         return {}
@@ -72,15 +69,12 @@ def _kafka_offsets(batch: BatchOffsets | None) -> dict[str, Mapping[str, Mapping
 
 
 def _rates(
-    series: list[BatchOffsets],
-    source_ends: Mapping[str, Mapping[str, Mapping[int, int]]],
-    fetched_at: float,
-    real_time: bool = False,
+    series: Sequence[BatchOffsets], source_ends: Offsets, fetched_at: float, real_time: bool
 ) -> tuple[float | None, float | None]:
     """(consumption rate, production-rate upper bound) over the retained history;
-    ``source_ends``: source id -> topic -> partition -> reference offset in its cluster.
-    Each batch's offsets are dated when they were reached (``batch_time_ms``): the upper bound
-    holds only then (the log end was at least the first batch's offsets at that time)."""
+    ``source_ends``: each source's reference offsets in its cluster. Each batch's offsets are
+    dated when they were reached (``batch_time_ms``): the upper bound holds only then (the log
+    end was at least the first batch's offsets at that time)."""
     timed = [b for b in series if batch_time_ms(b, real_time) is not None]
     if not timed:
         return None, None
@@ -245,11 +239,9 @@ def _committed_series(state: CheckpointState) -> list[BatchOffsets]:
 def _reference_ends(
     snapshot: KafkaSnapshot, topics: Iterable[str], read_committed: bool
 ) -> dict[str, dict[int, int]]:
-    """topic -> partition -> the offset the lag is measured to, for ``topics`` only.
-
-    Only THIS job's topics: a fleet shares one snapshot of every topic of every job, and walking
-    all of it per job cost more than the job itself.
-    """
+    """topic -> partition -> the offset the lag is measured to, for ``topics`` only: a fleet
+    shares one snapshot of every job's topics, and walking all of it per job cost more than the
+    job itself."""
     ref_ends: dict[str, dict[int, int]] = {}
     for topic in topics:
         kafka_parts = snapshot.partitions.get(topic)
@@ -275,21 +267,36 @@ REAL_TIME_AGE = (
 )
 
 
+Offsets = Mapping[str, Mapping[str, Mapping[int, int]]]  # source id -> topic -> partition -> offset
+
+
 @dataclass(frozen=True)
-class LagBasis:
-    """What every partition of one query is measured against (one per `compute_lag` call)."""
+class SourceCluster:
+    """The cluster one source is measured against. The checkpoint does not record which
+    cluster a source reads, so the session's mapping says (docs/multi-cluster.md).
+
+    >>> SourceCluster(snapshot_of_b, "b:9092")                       # doctest: +SKIP
+    """
 
     snapshot: KafkaSnapshot
-    ref_ends: Mapping[str, Mapping[int, int]]  # topic -> partition -> reference offset
-    read_committed: bool
-    now_ms: float
+    servers: str | None  # None: the session's main cluster
     # Exact time-lag mode: (topic, partition) -> timestamp ms of the record at the position.
-    record_timestamps: Mapping[tuple[str, int], int | None] | None
+    record_timestamps: Mapping[tuple[str, int], int | None] | None = None
+
+
+@dataclass(frozen=True)
+class LagBasis:
+    """What every partition of one query is measured against (one per `measure` call)."""
+
+    clusters: Mapping[str, SourceCluster]  # source id -> the cluster it is measured against
+    # source id -> topic -> partition -> reference offset: a topic of one name may live on two
+    # clusters with different offsets.
+    ref_ends: Mapping[str, Mapping[str, Mapping[int, int]]]
+    now_ms: float
     rate_limited: bool
     # What the time-lag estimate dates records by: the committed batches and the in-flight one
     # (its planned offsets were the log end when it was planned), with the live log end.
     observed: Sequence[BatchOffsets]
-    cluster: str | None = None  # a mapped source's cluster (bootstrap servers); None: main
     # Why lag_seconds of a lagging partition is not estimated, when it is not: NOT_ESTIMATED
     # for a report only asked whether it needs the older batches (then made again with them);
     # REAL_TIME_AGE for a real-time query (its batch times are its intervals' starts).
@@ -301,14 +308,15 @@ class LagBasis:
         return history_points(self.observed)
 
     def age(
-        self, topic: str, partition: int, position: int, lag: int
+        self, source_id: str, topic: str, partition: int, position: int, lag: int
     ) -> tuple[float | None, str | None]:
         """How old the first unread record is: ``(seconds, None)``, or ``(None, why)`` when
         it is unknown."""
         if lag == 0:
             return 0.0, None
-        if self.record_timestamps is not None:
-            ts = self.record_timestamps.get((topic, partition))
+        cluster = self.clusters[source_id]
+        if cluster.record_timestamps is not None:
+            ts = cluster.record_timestamps.get((topic, partition))
             if ts is None:
                 return None, NO_TIMESTAMP
             return max(0.0, (self.now_ms - ts) / 1000.0), None
@@ -316,13 +324,15 @@ class LagBasis:
             return None, RATE_LIMITED
         if self.unestimated is not None:
             return None, self.unestimated
-        live = self.ref_ends.get(topic, {}).get(partition)
+        live = self.ref_ends[source_id].get(topic, {}).get(partition)
         points = self._points.get((topic, partition), ())
-        return estimate_age(points, live, self.snapshot.fetched_at * 1000.0, position, self.now_ms)
+        fetched_ms = cluster.snapshot.fetched_at * 1000.0
+        return estimate_age(points, live, fetched_ms, position, self.now_ms)
 
 
 def _partition_lag(
     basis: LagBasis,
+    source_id: str,
     topic: str,
     partition: int,
     committed: int | None,
@@ -332,21 +342,22 @@ def _partition_lag(
 ) -> PartitionLag:
     """Lag of one partition: from its committed offset, else the offset the query started at
     (no commit yet), else the log start (a partition the checkpoint lacks) to the log end."""
-    po = basis.snapshot.partitions.get(topic, {}).get(partition)
+    snapshot = basis.clusters[source_id].snapshot
+    po = snapshot.partitions.get(topic, {}).get(partition)
     if po is None:
         return PartitionLag(
             topic, partition, committed, planned, None, None, None, 0, None,
-            removed_partition=topic not in basis.snapshot.missing_topics,
+            removed_partition=topic not in snapshot.missing_topics,
             offset_history=history, start_offset=start,
         )  # fmt: skip
-    ref = basis.ref_ends[topic][partition]
+    ref = basis.ref_ends[source_id][topic][partition]
     new = committed is None and start is None
     position = committed
     if position is None:
         position = po.log_start if start is None else start
     lag = max(0, ref - position)
     data_loss = not new and position < po.log_start
-    age, unknown = basis.age(topic, partition, position, lag)
+    age, unknown = basis.age(source_id, topic, partition, position, lag)
     seconds = _finite(age)
     # A frozen dataclass's __init__ sets each of the 17 fields through object.__setattr__;
     # a fleet makes one per partition (32,000 for 1,000 jobs): fill the instance at once.
@@ -373,77 +384,33 @@ def _partition_lag(
     return lag_of
 
 
-Offsets = Mapping[str, Mapping[str, Mapping[int, int]]]  # source id -> topic -> partition -> offset
-
-
-@dataclass(frozen=True)
-class SourceCluster:
-    """The cluster one source is measured against. The checkpoint does not record which
-    cluster a source reads, so the session's mapping says (docs/multi-cluster.md).
-
-    >>> SourceCluster(snapshot_of_b, "b:9092")                       # doctest: +SKIP
-    """
-
-    snapshot: KafkaSnapshot
-    servers: str | None  # None: the session's main cluster
-    # Exact time-lag mode: (topic, partition) -> timestamp ms of the record at the position.
-    record_timestamps: Mapping[tuple[str, int], int | None] | None = None
-
-
-class _Bases:
-    """One `LagBasis` per cluster the query's sources are measured against; `of(source)`
-    gives a source's, `main` the main cluster's. Reference offsets are looked up per source
-    (`source_ends`): a topic of one name may live on two clusters with different offsets."""
-
-    def __init__(
-        self,
-        main: SourceCluster,
-        clusters: Mapping[str, SourceCluster],
-        *,
-        read_committed: bool,
-        now: float,
-        series_offsets: Sequence[Offsets],
-        steps: Sequence[int],
-        planned: Offsets,
-        observed: Sequence[BatchOffsets],
-        unestimated: str | None = None,
-    ) -> None:
-        every = [*series_offsets, planned]  # the series ends with offsets/C
-        topics = {topic for offsets in every for parts in offsets.values() for topic in parts}
-        source_ids = {source_id for offsets in every for source_id in offsets}
-        views = {source_id: clusters.get(source_id, main) for source_id in source_ids}
-        distinct = {id(view): view for view in (main, *views.values())}
-        ends = {
-            key: _reference_ends(
-                view.snapshot, topics | view.snapshot.pattern_topics, read_committed
-            )
-            for key, view in distinct.items()
-        }
-        self.source_ends = {source_id: ends[id(view)] for source_id, view in views.items()}
-        rate_limited = _looks_rate_limited(series_offsets, planned, self.source_ends, steps=steps)
-        built = {
-            key: LagBasis(
-                snapshot=view.snapshot,
-                ref_ends=ends[key],
-                read_committed=read_committed,
-                now_ms=now * 1000.0,
-                record_timestamps=view.record_timestamps,
-                rate_limited=rate_limited,
-                observed=observed,
-                cluster=view.servers,
-                unestimated=unestimated,
-            )
-            for key, view in distinct.items()
-        }
-        self.main = built[id(main)]
-        self._of = {source_id: built[id(view)] for source_id, view in views.items()}
-
-    def of(self, source_id: str) -> LagBasis:
-        return self._of.get(source_id, self.main)
+def _basis(
+    main: SourceCluster,
+    clusters: Mapping[str, SourceCluster],
+    series_offsets: Sequence[Offsets],
+    planned: Offsets,
+    steps: Sequence[int],
+    read_committed: bool,
+    **shared: Any,
+) -> LagBasis:
+    """The `LagBasis` of the query's sources (``clusters``: those not on ``main``);
+    ``shared``: its fields that do not depend on them."""
+    every = [*series_offsets, planned]  # the series ends with offsets/C
+    topics = {topic for offsets in every for parts in offsets.values() for topic in parts}
+    views = {source_id: clusters.get(source_id, main) for offsets in every for source_id in offsets}
+    distinct = {id(view): view for view in views.values()}
+    ends = {
+        key: _reference_ends(view.snapshot, topics | view.snapshot.pattern_topics, read_committed)
+        for key, view in distinct.items()
+    }
+    source_ends = {source_id: ends[id(view)] for source_id, view in views.items()}
+    rate_limited = _looks_rate_limited(series_offsets, planned, source_ends, steps=steps)
+    return LagBasis(views, source_ends, rate_limited=rate_limited, **shared)
 
 
 def _topic_lag(
     basis: LagBasis,
+    source_id: str,
     topic: str,
     stored: Mapping[int, int],
     planned_parts: Mapping[int, int],
@@ -453,13 +420,10 @@ def _topic_lag(
     assign: bool = False,
 ) -> TopicLag:
     """Every partition of one topic of one source: those stored and those Kafka has (with
-    ``assign``, a source of fixed partitions: those stored or planned only, the others of
-    Kafka in ``not_read``).
-
-    ``stored`` holds the committed offsets, or with ``started`` the starting offsets of a query
-    that has not committed yet; ``planned_parts`` the in-flight batch's; ``source_series`` the
-    source's offsets (topic -> partition -> offset) at each retained batch."""
-    snapshot = basis.snapshot
+    ``assign``: those stored or planned only, the others of Kafka in ``not_read``). ``stored``:
+    the committed offsets, or with ``started`` where a query not committed yet started."""
+    cluster = basis.clusters[source_id]
+    snapshot = cluster.snapshot
     if topic in snapshot.missing_topics or topic not in snapshot.partitions:
         # Nothing to measure against: unknown, never 0 (a 0 here once hid a source that
         # reads another cluster).
@@ -469,7 +433,7 @@ def _topic_lag(
             partitions=(),
             lag=None,
             lag_unknown=f"topic {topic} not found in "
-            + ("the cluster" if basis.cluster is None else f"cluster {basis.cluster}"),
+            + ("the cluster" if cluster.servers is None else f"cluster {cluster.servers}"),
             checkpoint_offsets=dict(stored),
         )
     in_kafka = set(snapshot.partitions[topic])
@@ -478,6 +442,7 @@ def _topic_lag(
     lags = tuple(
         _partition_lag(
             basis,
+            source_id,
             topic,
             p,
             None if started else stored.get(p),
@@ -493,10 +458,8 @@ def _topic_lag(
 
 def partition_gap(listed: Mapping[str, Iterable[int]]) -> bool:
     """Do the partitions a source lists (topic -> partitions) skip one below the highest of
-    a topic? Kafka numbers a topic's partitions from 0 and only adds at the end, and Spark
-    records every partition it subscribes to, so only a query assigned fixed partitions
-    (``assign``) lists partition 2 of a topic and not 1. A partition missing after the
-    highest stays ambiguous (added since, or not assigned)."""
+    a topic? Only a query of fixed partitions (``assign``) does that: docs/lag-and-health.md,
+    "Subscriptions". A partition missing after the highest stays ambiguous."""
     for partitions in listed.values():
         numbers = set(partitions)
         if numbers and len(numbers) <= max(numbers):
@@ -515,7 +478,7 @@ def _subscribed_by(snapshot: KafkaSnapshot, pattern: str | None, read: set[str])
 
 
 def _source_lags(
-    basis_of: Callable[[str], LagBasis],
+    basis: LagBasis,
     state: CheckpointState,
     planned: Offsets,
     series_offsets: Sequence[Offsets],
@@ -523,14 +486,11 @@ def _source_lags(
     pattern: str | None = None,
     assign: bool = False,
 ) -> list[SourceLag]:
-    """One SourceLag per source of the committed batch; non-Kafka sources have no topics.
-
-    Before the first commit: the sources of the in-flight batch, measured from the offsets the
-    query started at (``source_starts``; a source whose start is unknown is listed with no
-    topics). Topics the source has not read yet (in the in-flight batch only, or those of the
-    cluster ``pattern`` is found in: ``snapshot.pattern_topics``) wait from their log start.
-    A source given ``assign``, or whose listed partitions skip one (``partition_gap``), is
-    measured on those partitions only."""
+    """One SourceLag per source of the committed batch (before the first commit: of the
+    in-flight batch, from where it started: ``source_starts``); non-Kafka sources have no
+    topics. Topics a source has not read yet (in the in-flight batch only, or found by
+    ``pattern``) wait from their log start; with ``assign`` or a gap in its listed partitions
+    (``partition_gap``) only the partitions it lists are measured."""
     started = state.committed is None
     batch = state.in_flight if started else state.committed
     starts = source_starts or {}
@@ -539,46 +499,48 @@ def _source_lags(
         if source.kind != "kafka" or source.kafka is None:
             sources.append(SourceLag(source.source_id, source.kind, False, ()))
             continue
-        stored = starts.get(source.source_id) if started else source.kafka
-        basis = basis_of(source.source_id)
-        topics: list[TopicLag] = []
-        subscribed = False
-        if stored is not None:
-            planned_topics = planned.get(source.source_id, {})
-            read = set(source.kafka) | set(stored) | set(planned_topics)
-            listed = {t: {*stored.get(t, {}), *planned_topics.get(t, {})} for t in read}
-            fixed = assign or partition_gap(listed)  # a gap: this source reads by assign
-            subscribed = not fixed and _subscribed_by(basis.snapshot, pattern, read)
-            unread = set(basis.snapshot.pattern_topics) - read if subscribed else set()
-            # This source's offsets at each retained batch, looked up once.
-            source_series = [offsets.get(source.source_id, {}) for offsets in series_offsets]
-            topics = [
-                _topic_lag(
-                    basis,
-                    topic,
-                    stored.get(topic, {}),
-                    planned_topics.get(topic, {}),
-                    source_series,
-                    started=started,
-                    assign=fixed,
-                )
-                for topic in sorted(read | unread)
-            ]
-        unknown = [t.lag_unknown or t.topic for t in topics if t.lag is None]
+        source_id, cluster = source.source_id, basis.clusters[source.source_id]
+        stored = starts.get(source_id) if started else source.kafka
         if stored is None:  # no commit yet and its starting offsets unknown: not measured
-            unknown = [
-                f"no batch committed yet and sources/{source.source_id}/0 (where it started) "
-                "not found"
-            ]
+            why = f"no batch committed yet and sources/{source_id}/0 (where it started) not found"
+            sources.append(
+                SourceLag(
+                    source_id, "kafka", True, (), None, lag_unknown=why, cluster=cluster.servers
+                )
+            )
+            continue
+        planned_topics = planned.get(source_id, {})
+        read = set(source.kafka) | set(stored) | set(planned_topics)
+        listed = {t: {*stored.get(t, {}), *planned_topics.get(t, {})} for t in read}
+        fixed = assign or partition_gap(listed)  # a gap: this source reads by assign
+        subscribed = not fixed and _subscribed_by(cluster.snapshot, pattern, read)
+        unread = set(cluster.snapshot.pattern_topics) - read if subscribed else set()
+        # This source's offsets at each retained batch, looked up once.
+        source_series = [offsets.get(source_id, {}) for offsets in series_offsets]
+        topics = tuple(
+            _topic_lag(
+                basis,
+                source_id,
+                topic,
+                stored.get(topic, {}),
+                planned_topics.get(topic, {}),
+                source_series,
+                started=started,
+                assign=fixed,
+            )
+            for topic in sorted(read | unread)
+        )
+        unknown = "; ".join(t.lag_unknown or t.topic for t in topics if t.lag is None)
+        lag = None if unknown else sum(t.lag or 0 for t in topics)
         sources.append(
             SourceLag(
-                source.source_id,
+                source_id,
                 "kafka",
                 True,
-                tuple(topics),
-                None if unknown else sum(t.lag or 0 for t in topics),
-                lag_unknown="; ".join(unknown) if unknown else None,
-                cluster=basis.cluster,
+                topics,
+                lag,
+                lag_unknown=unknown or None,
+                cluster=cluster.servers,
                 pattern=pattern if subscribed else None,
             )
         )
@@ -642,15 +604,12 @@ def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measu
     the snapshot's `fetched_at`): every partition's lag and the estimated age of its first
     waiting record, the batches read, the in-flight plan, a declared schedule's runs.
 
-    `source_clusters` measures the sources it names against their own cluster's snapshot (and
-    record timestamps); without it several Kafka sources are measured against `snapshot`
-    alone (`single_cluster_assumed`). `record_timestamps` (exact mode): (topic, partition) ->
-    ms of the record at the committed offset; without it `lag_seconds` is interpolated from
-    the history. `source_starts` (from `sources/<id>/0`) measures a query whose first batch is
-    in flight from where it started. `runs_every`/`run_grace`: a scheduled job (the report's
-    `schedule`). `estimate_ages=False` leaves interpolated ages unknown (`NOT_ESTIMATED`), for a
-    preliminary report made again with the older batches. `subscribe_pattern` (the snapshot
-    listed by it) and `assign`: docs/lag-and-health.md, "Subscriptions".
+    `source_clusters`: the sources measured against their own cluster (docs/multi-cluster.md).
+    `record_timestamps` (exact mode): (topic, partition) -> ms of the record at the committed
+    offset; without it `lag_seconds` is interpolated from the history. `source_starts` (from
+    `sources/<id>/0`): where a query whose first batch is in flight started.
+    `estimate_ages=False` leaves interpolated ages unknown (`NOT_ESTIMATED`), for a preliminary
+    report. `subscribe_pattern` and `assign`: docs/lag-and-health.md, "Subscriptions".
     """
     now = how.get("now")
     now = snapshot.fetched_at if now is None else now
@@ -662,21 +621,21 @@ def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measu
     observed = [*series, state.in_flight] if state.in_flight is not None else series
     estimated = how.get("estimate_ages", True)
     interval = real_time_interval(state)  # a real-time query's batch times cannot date records
-    bases = _Bases(
+    basis = _basis(
         SourceCluster(snapshot, None, how.get("record_timestamps")),
         source_clusters or {},
-        read_committed=how.get("read_committed", False),
-        now=now,
-        series_offsets=series_offsets,
-        steps=steps,
-        planned=planned,
+        series_offsets,
+        planned,
+        steps,
+        how.get("read_committed", False),
+        now_ms=now * 1000.0,
         observed=observed,
         unestimated=REAL_TIME_AGE if interval else None if estimated else NOT_ESTIMATED,
     )
     pattern, assign = how.get("subscribe_pattern"), how.get("assign", False)
-    sources = _source_lags(bases.of, state, planned, series_offsets, source_starts, pattern, assign)
+    sources = _source_lags(basis, state, planned, series_offsets, source_starts, pattern, assign)
     in_flight = _in_flight(state, planned, now, source_starts)
-    report = _report(state, snapshot, bases, series, steps, sources, in_flight, now, interval, how)
+    report = _report(state, snapshot, basis, series, steps, sources, in_flight, now, interval, how)
     if how.get("runs_every") is None:
         return report
     schedule = schedule_of(
@@ -689,21 +648,10 @@ def measure(state: CheckpointState, snapshot: KafkaSnapshot, **how: Unpack[Measu
     return dataclasses.replace(report, schedule=schedule)
 
 
-def _history(
-    series: Sequence[BatchOffsets], steps: Sequence[int], real_time: bool
-) -> tuple[HistoryBatch, ...]:
-    """The retained batches, each with the records it read beyond the one before it
-    (``steps``), dated when its offsets were reached (``batch_time_ms``)."""
-    return tuple(
-        HistoryBatch(batch.batch_id, batch_time_ms(batch, real_time), read)
-        for batch, read in zip(series, [None, *steps], strict=False)  # none before the first
-    )
-
-
 def _report(
     state: CheckpointState,
     snapshot: KafkaSnapshot,
-    bases: _Bases,
+    basis: LagBasis,
     series: Sequence[BatchOffsets],
     steps: Sequence[int],
     sources: Sequence[SourceLag],
@@ -721,8 +669,7 @@ def _report(
     if committed_at is None and committed is not None and committed.batch_timestamp_ms:
         committed_at = committed.batch_timestamp_ms / 1000.0
     at_end = interval is not None
-    consumption, production = _rates(list(series), bases.source_ends, snapshot.fetched_at, at_end)
-    basis = bases.main
+    consumption, production = _rates(series, basis.ref_ends, snapshot.fetched_at, at_end)
     real_time = None  # the real-time trigger's checkpoint times, once one is committed
     if interval is not None and committed is not None and committed.modified is not None:
         real_time = RealTime(interval, committed.modified, tuple(b.modified for b in series))
@@ -734,14 +681,19 @@ def _report(
         commit_age_seconds=None if committed_at is None else max(0.0, now - committed_at),
         in_flight=in_flight,
         sources=tuple(sources),
-        history=_history(series, steps, at_end),
+        # Each batch dated when its offsets were reached, with the records read since the one
+        # before it (none before the first).
+        history=tuple(
+            HistoryBatch(batch.batch_id, batch_time_ms(batch, at_end), read)
+            for batch, read in zip(series, [None, *steps], strict=False)
+        ),
         consumption_rate=consumption,
         production_rate=production,
         catch_up_seconds=catch_up_seconds(
             totals["total_lag"], bool(sources), consumption, production
         ),
-        time_lag_mode="exact" if basis.record_timestamps is not None else "estimate",
-        read_committed=basis.read_committed,
+        time_lag_mode="estimate" if how.get("record_timestamps") is None else "exact",
+        read_committed=how.get("read_committed", False),
         kafka_fetched_at=snapshot.fetched_at,
         kafka_cluster_id=snapshot.cluster_id,
         missing_topics=tuple(sorted({t.topic for s in sources for t in s.topics if t.missing})),
