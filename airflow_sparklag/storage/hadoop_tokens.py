@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import socket
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from airflow_sparklag.errors import TokenFileInvalid
@@ -120,21 +121,38 @@ def _address(service: str) -> str:
     return service.rpartition(":")[0].strip("[]")
 
 
-class _Reader:
-    """Bytes read in order; running out names the file and what was being read."""
+class Bytes:
+    """Bytes read in order: the one reader of the binary files here (Hadoop token files, JKS
+    truststores, Kerberos ticket caches). Running out raises ``cut_short(at, what)``, the
+    caller's error naming its file."""
+
+    def __init__(self, data: bytes, cut_short: Callable[[int, str], Exception], at: int = 0):
+        self.data, self.cut_short, self.at = data, cut_short, at
+
+    def take(self, count: int, what: str = "") -> bytes:
+        if count < 0 or self.at + count > len(self.data):
+            raise self.cut_short(self.at, what)
+        self.at += count
+        return self.data[self.at - count : self.at]
+
+    def number(self, size: int, what: str = "") -> int:  # big-endian, unsigned
+        return int.from_bytes(self.take(size, what), "big")
+
+    def sized(self, size: int, what: str = "") -> bytes:  # after their count, a number
+        return self.take(self.number(size, what), what)
+
+
+class _Reader(Bytes):
+    """A token file's bytes: running out names the file and what was being read."""
 
     def __init__(self, data: bytes, at: int, path: str) -> None:
-        self.data, self.at, self.path = data, at, path
+        super().__init__(data, self._cut_short, at)
+        self.path = path
 
-    def take(self, count: int, what: str) -> bytes:
-        if count < 0 or self.at + count > len(self.data):
-            raise TokenFileInvalid(
-                f"Hadoop token file {self.path}: cut short or damaged at byte {self.at} "
-                f"(reading {what})"
-            )
-        chunk = self.data[self.at : self.at + count]
-        self.at += count
-        return chunk
+    def _cut_short(self, at: int, what: str) -> TokenFileInvalid:
+        return TokenFileInvalid(
+            f"Hadoop token file {self.path}: cut short or damaged at byte {at} (reading {what})"
+        )
 
     def vlong(self, what: str) -> int:
         """Hadoop's WritableUtils.readVLong."""

@@ -1,8 +1,6 @@
 """S3 backend (``s3://``, ``s3a://``, ``s3n://``: same bucket and key): reads through obstore
-(``s3_obstore``, Python >= 3.11) or boto3, everything else through boto3.
-
-boto3 and obstore are imported when the first request is made, never at module import.
-"""
+(``s3_obstore``, Python >= 3.11) or boto3, everything else through boto3; both imported on the
+first request (docs/connections.md, "S3")."""
 
 from __future__ import annotations
 
@@ -333,12 +331,9 @@ class S3Storage:
     def read(self, path: str) -> bytes:
         bucket, key = split_s3_url(path)
         self.requests.add("read")
-        # object_store's paths drop a trailing "/": a directory marker ("ck/", which s3a
-        # writes) would be read as "ck" and be missing; boto3 reads the key as it is.
-        if not key.endswith("/"):
-            data = self._fast_call(path, "read", bucket, lambda fast: fast.read(bucket, key))
-            if data is not None:
-                return bytes(data)
+        data = self._fast_point(path, "read", ObstoreReader.read)
+        if data is not None:
+            return bytes(data)
         response = self.call(path, "read", self.client.get_object, Bucket=bucket, Key=key)
         body = response["Body"]
         try:
@@ -353,16 +348,22 @@ class S3Storage:
         return self._head(path, "exists")
 
     def is_file(self, path: str) -> bool:
-        bucket, key = split_s3_url(path)
         self.requests.add("stat")
-        if not key.endswith("/"):  # see read(): object_store drops a trailing "/"
-            found = self._fast_call(path, "stat", bucket, lambda fast: fast.has_object(bucket, key))
-            if found is not None:
-                return bool(found)
-        return self._head(path, "stat")
+        found = self._fast_point(path, "stat", ObstoreReader.has_object)
+        return self._head(path, "stat") if found is None else bool(found)
+
+    def _fast_point(
+        self, path: str, action: str, method: Callable[[ObstoreReader, str, str], Any]
+    ) -> Any:
+        """obstore's ``method(reader, bucket, key)`` of the object at ``path``, None when it
+        goes through boto3: also for a key ending in "/" (object_store's paths drop it, so a
+        directory marker "ck/", which s3a writes, would be asked as "ck")."""
+        bucket, key = split_s3_url(path)
+        if key.endswith("/"):
+            return None
+        return self._fast_call(path, action, bucket, lambda fast: method(fast, bucket, key))
 
     def _head(self, path: str, action: str) -> bool:
-        """One HEAD through boto3: is there an object at ``path``?"""
         bucket, key = split_s3_url(path)
         try:
             self.call(path, action, self.client.head_object, Bucket=bucket, Key=key)
@@ -485,9 +486,7 @@ class S3Storage:
             answer, error = exc.response, exc.response.get("Error", {})
             code = str(error.get("Code", ""))
             if action in ("list", "read") and code.isdigit() and _has_body(answer):
-                seen = (
-                    f"HTTP {_status(answer)}, {_content_type(answer)}: not S3's XML, or cut short"
-                )
+                seen = f"{_answered(answer)}: not S3's XML, or cut short"
                 raise _not_s3(path, action, endpoint, seen) from exc
             status = str(answer.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
             message = error.get("Message") or code or status
@@ -518,7 +517,7 @@ class S3Storage:
         if action == "list" and not any(member in response for member in _LISTING_MEMBERS):
             # botocore reads any well-formed XML (an XHTML page) as an empty listing, which
             # would pass for "no batch committed yet".
-            seen = f"HTTP {_status(response)}, {_content_type(response)}, no ListObjectsV2 result"
+            seen = f"{_answered(response)}, no ListObjectsV2 result"
             raise _not_s3(path, action, endpoint, seen)
         return response
 
@@ -577,13 +576,11 @@ class S3Storage:
         return scrub(str(exc), self._secrets())
 
 
-def _status(response: Mapping[str, Any]) -> str:
-    return str(response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?"))
-
-
-def _content_type(response: Mapping[str, Any]) -> str:
-    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-    return f"Content-Type {headers.get('content-type') or 'none'}"
+def _answered(response: Mapping[str, Any]) -> str:
+    """What came back, as an error about an answer that is not S3's names it."""
+    metadata = response.get("ResponseMetadata", {})
+    content_type = metadata.get("HTTPHeaders", {}).get("content-type") or "none"
+    return f"HTTP {metadata.get('HTTPStatusCode', '?')}, Content-Type {content_type}"
 
 
 def _has_body(response: Mapping[str, Any]) -> bool:

@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import logging
 import os
-import struct
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -40,7 +39,7 @@ from airflow_sparklag.storage import (
     seconds_option,
 )
 from airflow_sparklag.storage.hadoop_conf import NAMENODES_HINT, HadoopConf
-from airflow_sparklag.storage.hadoop_tokens import Token, pick_hdfs_token, read_token_file
+from airflow_sparklag.storage.hadoop_tokens import Bytes, Token, pick_hdfs_token, read_token_file
 
 _RENEW_BEFORE = 30  # seconds of ticket life left below which a keytab login is renewed
 # What HdfsCLI fails over on: raised once every NameNode answered it.
@@ -60,16 +59,11 @@ def hdfs_path(url: str) -> str:
 
 
 class Kerberos:
-    """SPNEGO for WebHDFS (requests-gssapi): a principal + keytab (a private in-memory ticket
-    cache, logged in again before the ticket runs out), else the ambient ticket cache that
-    ``kinit`` left, read again at each login (docs/hdfs.md). The service name is
-    ``HTTP@<host of the URL>``: name NameNodes as their principals do.
-
-    ``reason`` says why Kerberos is used when nobody asked for it: the Hadoop configuration
-    (``hadoop.security.authentication=kerberos``), or :data:`CHALLENGED` (the NameNode's 401
-    ``Negotiate``). Told to use it (a flag, an option, the configuration), the first request
-    carries SPNEGO; not told, the first challenge is answered; either way the login is then
-    kept as Hadoop's ``hadoop.auth`` cookie, and each later challenge answered.
+    """SPNEGO for WebHDFS (requests-gssapi) from a principal + keytab (a private in-memory
+    ticket cache, logged in again before the ticket runs out), else from the ticket cache
+    ``kinit`` left (docs/hdfs.md, "Credentials"). The service name is ``HTTP@<host of the
+    URL>``: name NameNodes as their principals do. ``reason`` says why Kerberos is used when
+    nobody asked for it: the Hadoop configuration, or :data:`CHALLENGED`.
     """
 
     def __init__(
@@ -135,13 +129,10 @@ class Kerberos:
         return creds
 
     def problem(self) -> str:
-        """Why a 401 happened, as far as the client can tell (and why Kerberos was used)."""
+        """Why a 401 happened, as far as the client can tell (after why Kerberos was used)."""
         why = f"{self.reason}: " if self.reason else ""
-        return why + self._refused()
-
-    def _refused(self) -> str:
         if self.keytab:
-            return (
+            return why + (
                 f"the NameNode refused the ticket of {self.principal} (keytab {self.keytab}): "
                 "a keytab or ticket from another KDC or realm, or a clock skew over 5 minutes"
             )
@@ -154,10 +145,10 @@ class Kerberos:
         except gssapi.exceptions.ExpiredCredentialsError:
             of = cache_principal(os.environ.get("KRB5CCNAME", ""))
             of = f" of {of}" if of else ""
-            return f"the Kerberos ticket{of} in {cache} has expired: {RENEW_TICKET}"
+            return f"{why}the Kerberos ticket{of} in {cache} has expired: {RENEW_TICKET}"
         except gssapi.exceptions.GSSError as exc:
-            return f"no Kerberos ticket in {cache} ({_gss_reason(exc)}): {RENEW_TICKET}"
-        return (
+            return f"{why}no Kerberos ticket in {cache} ({_gss_reason(exc)}): {RENEW_TICKET}"
+        return why + (
             f"the NameNode refused the ticket of {who} (valid {lifetime} s more): a ticket "
             "from another KDC or realm, or a clock skew over 5 minutes"
         )
@@ -178,21 +169,17 @@ def cache_principal(cache: str) -> str:
     path = cache[5:] if cache.startswith("FILE:") else cache
     if not path or ":" in path:
         return ""
-    with contextlib.suppress(OSError, ValueError, struct.error), open(path, "rb") as file:
-        head = file.read(4096)
-        version, at = struct.unpack_from(">H", head)[0], 2
+    with contextlib.suppress(OSError, ValueError), open(path, "rb") as file:
+        head = Bytes(file.read(4096), lambda at, what: ValueError(at))
+        version = head.number(2)
         if version not in (0x0502, 0x0503, 0x0504):
             return ""
         if version == 0x0504:
-            at += 2 + struct.unpack_from(">H", head, at)[0]  # the header's tags
-        _, count = struct.unpack_from(">II", head, at)
-        parts, at = [], at + 8
-        for _ in range(count + 1):  # the realm, then each component
-            size = struct.unpack_from(">I", head, at)[0]
-            parts.append(head[at + 4 : at + 4 + size].decode())
-            at += 4 + size
-        realm, *names = parts
-        return f"{'/'.join(names)}@{realm}" if names and at <= len(head) else ""
+            head.sized(2)  # the header's tags
+        head.number(4)  # the name type
+        count = head.number(4)
+        realm, *names = (head.sized(4).decode() for _ in range(count + 1))
+        return f"{'/'.join(names)}@{realm}" if names else ""
     return ""
 
 
@@ -406,20 +393,12 @@ class WebHDFSStorage:
 
     def exists(self, path: str) -> bool:
         self.requests.add("exists")
-        try:
-            with self._call(path, "GETFILESTATUS") as client:
-                client.status(hdfs_path(path))
-        except StorageNotFound:
-            return False
-        return True
+        return self._file_status(path) is not None
 
     def is_file(self, path: str) -> bool:
         self.requests.add("stat")
-        try:
-            with self._call(path, "GETFILESTATUS") as client:
-                return bool(client.status(hdfs_path(path)).get("type") == "FILE")
-        except StorageNotFound:
-            return False
+        status = self._file_status(path)
+        return status is not None and bool(status.get("type") == "FILE")
 
     def write_atomic(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
         self.requests.add("write")
@@ -496,6 +475,15 @@ class WebHDFSStorage:
                 return _file_statuses(client._list_status(hdfs_path(path)))
         except StorageNotFound:
             return []
+
+    def _file_status(self, path: str) -> dict[str, Any] | None:
+        """One GETFILESTATUS: ``path``'s FileStatus, None when it is missing."""
+        try:
+            with self._call(path, "GETFILESTATUS") as client:
+                status: dict[str, Any] = client.status(hdfs_path(path))
+                return status
+        except StorageNotFound:
+            return None
 
     def _rename2(self, path: str, src: str, dst: str, *, overwrite: bool) -> None:
         # rename2 (any renameoptions) is atomic and, without OVERWRITE, fails with
