@@ -1,13 +1,9 @@
-"""Hadoop delegation tokens from a token file: what a YARN container has instead of a keytab
-or a ticket (the file named by ``HADOOP_TOKEN_FILE_LOCATION``).
+"""Hadoop delegation tokens from a token file (``HADOOP_TOKEN_FILE_LOCATION``: what a YARN
+container has instead of a keytab or a ticket): Hadoop's ``Credentials`` storage, ``HDTS``, a
+version byte, then version 0 (Writable, what YARN writes) or 1 (a length-prefixed protobuf
+``CredentialsProto``, what ``hadoop dtutil`` writes). No Python library reads it.
 
-The file is Hadoop's ``Credentials`` token storage: ``HDTS``, a version byte, then version 0
-(Writable: what YARN writes for a container) or version 1 (a length-prefixed protobuf
-``CredentialsProto``: what ``hadoop dtutil`` writes). No Python library reads it, hence the two
-small readers here. WebHDFS takes a token as ``delegation=<Token.encodeToUrlString()>``.
-
->>> tokens = read_token_file("/path/container_tokens")
->>> token = pick_hdfs_token(tokens, "hdfs://namenode:8020/checkpoints/orders")
+>>> token = pick_hdfs_token(read_token_file("/path/container_tokens"), "hdfs://nn:8020/ck")
 >>> token.kind, token.service  # token.url_string() is the secret: never print it
 ('HDFS_DELEGATION_TOKEN', '10.0.0.5:8020')
 """

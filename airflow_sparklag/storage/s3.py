@@ -101,9 +101,8 @@ def client_config(
     read_timeout: float = DEFAULT_READ_TIMEOUT,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> dict[str, Any]:
-    """botocore ``Config`` arguments bounding every S3 request, for clients built elsewhere
-    (the Airflow hook's) as for our own. ``max_attempts`` counts every attempt, the first
-    included: botocore's ``total_max_attempts`` (its ``max_attempts`` counts retries only).
+    """botocore ``Config`` arguments bounding every S3 request, for our clients and the Airflow
+    hook's; ``max_attempts`` is botocore's ``total_max_attempts`` (its own counts retries only).
 
     >>> client_config(1, 2, 3)["retries"]
     {'total_max_attempts': 3, 'mode': 'standard'}
@@ -182,18 +181,15 @@ def _directory_prefix(url: str) -> str:
 
 
 class S3Storage:
-    """Objects in S3 or an S3-compatible store (MinIO, Ceph, ...).
+    """Objects in S3 or an S3-compatible store (MinIO, Ceph, ...), opened with
+    :class:`S3Options` (docs/connections.md, "S3"); every request is bounded
+    (:func:`worst_case_seconds`).
 
     Example::
 
         storage = S3Storage(S3Options(endpoint_url="http://minio:9000", region_name="us-east-1",
                                       aws_access_key_id="...", aws_secret_access_key="..."))
         storage.list_dir("s3a://bucket/checkpoints/orders/offsets")
-
-    Credentials, region and endpoint come from the caller, else boto3's usual chain; or a
-    ready boto3 ``client`` with the ``session`` it was made from (without it reads go through
-    boto3). Every request is bounded (:func:`worst_case_seconds`). ``reader``: who sends the
-    reads, ``obstore`` (the default where it installs) or ``boto3``; the rest is boto3's.
     """
 
     def __init__(self, options: S3Options | None = None) -> None:
@@ -239,10 +235,8 @@ class S3Storage:
         return self._client
 
     def _setup_error(self, exc: BaseException) -> SparkLagError:
-        """Why no S3 client could be made: a credential provider that failed (a
-        ``credential_process``, SSO) cannot give credentials; anything else (an unknown
-        ``AWS_PROFILE``, an unreadable config file, partial keys, a bad region or endpoint) is
-        a configuration error."""
+        """Why no S3 client could be made: a credential provider failed (``credential_process``,
+        SSO), or the configuration is not usable (a profile, a file, keys, region, endpoint)."""
         from botocore.exceptions import CredentialRetrievalError, SSOError, TokenRetrievalError
 
         text = f"{type(exc).__name__}: {self._scrubbed(exc)}"
@@ -260,8 +254,7 @@ class S3Storage:
         return self._session
 
     def prepare(self) -> None:
-        """Build the clients now (the session does, under its lock, so that threads arriving
-        together share them)."""
+        """Build the clients now (the session does, under its lock: threads share them)."""
         _ = self.client
         self._obstore()
 
@@ -490,8 +483,7 @@ class S3Storage:
                 raise _not_s3(path, action, endpoint, seen) from exc
             status = str(answer.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
             message = error.get("Message") or code or status
-            bucket = kwargs.get("Bucket", "")
-            conditional = "IfNoneMatch" in kwargs
+            bucket, conditional = kwargs.get("Bucket", ""), "IfNoneMatch" in kwargs
             raise s3_error(code, status, message, path, action, bucket, conditional) from exc
         except (ResponseParserError, ValueError, TypeError, KeyError) as exc:
             # An answer botocore could not read: a listing with a LastModified or Size that is
@@ -506,14 +498,13 @@ class S3Storage:
                 "in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or an AWS profile (the default "
                 "credential chain)"
             ) from exc
-        except BotoCoreError as exc:  # connection refused, timeouts, bad endpoint
-            if "maximum recursion depth" in str(exc):  # urllib3 caught the loop below
+        except (BotoCoreError, RecursionError) as exc:  # refused, timeouts, a bad endpoint
+            # urllib3 may catch the redirect loop (_redirect_loop) and say so itself
+            if isinstance(exc, RecursionError) or "maximum recursion depth" in str(exc):
                 raise _redirect_loop(path, action, endpoint, kwargs.get("Bucket")) from None
             raise StorageError(
                 f"{path}: {action} failed, could not talk to {endpoint}: {self._scrubbed(exc)}"
             ) from None  # the original may quote a credential
-        except RecursionError:
-            raise _redirect_loop(path, action, endpoint, kwargs.get("Bucket")) from None
         if action == "list" and not any(member in response for member in _LISTING_MEMBERS):
             # botocore reads any well-formed XML (an XHTML page) as an empty listing, which
             # would pass for "no batch committed yet".
@@ -524,10 +515,10 @@ class S3Storage:
     def _fast_call(
         self, path: str, action: str, bucket: str, method: Callable[[ObstoreReader], Any]
     ) -> Any:
-        """Run one obstore read of ``bucket`` (``method(reader)``) and turn its errors into the
-        typed errors boto3's get. None when the read must go through boto3: no obstore reader,
-        or S3 redirects to the bucket's own region (object_store follows no such redirect, so
-        that bucket's reads go through boto3 from then on), or a key object_store refuses."""
+        """``method(reader)``, one obstore read of ``bucket``, its errors typed as boto3's are.
+        None when the read must go through boto3: no obstore reader, a key object_store
+        refuses, or a redirect to the bucket's own region (object_store follows none, so that
+        bucket's reads go through boto3 from then on)."""
         fast = self._obstore(bucket)
         if fast is None:
             return None
@@ -561,8 +552,7 @@ class S3Storage:
         )  # not chained: the original may quote a credential
 
     @property
-    def _endpoint(self) -> str:
-        """The endpoint as error messages name it."""
+    def _endpoint(self) -> str:  # as error messages name it
         return self.options.endpoint_url or "the S3 endpoint"
 
     def _secrets(self) -> list[str]:
@@ -571,8 +561,7 @@ class S3Storage:
         return [part for secret in secrets if secret for part in secret_parts(str(secret))]
 
     def _scrubbed(self, exc: BaseException) -> str:
-        """``exc``'s text without the credentials (botocore and http.client may quote a header
-        value, session token included)."""
+        """``exc``'s text without credentials (botocore may quote a header, token included)."""
         return scrub(str(exc), self._secrets())
 
 
@@ -664,8 +653,10 @@ def s3_error(
 
 @dataclass(frozen=True, repr=False)
 class S3Options(BackendOptions):
-    """What :class:`S3Storage` is opened with, given once for every bucket
-    (docs/connections.md). Never printed."""
+    """What :class:`S3Storage` is opened with, for every bucket: credentials, region and
+    endpoint (else boto3's chain), or a ready boto3 ``client`` with the ``session`` it was
+    made from (without it reads go through boto3), bounds, ``reader`` (docs/connections.md).
+    Never printed."""
 
     client: Any = None
     session: Any = None

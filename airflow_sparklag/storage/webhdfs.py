@@ -1,9 +1,6 @@
-"""HDFS backend over WebHDFS (``hdfs://`` and ``webhdfs://`` URLs), through HdfsCLI.
-
-HdfsCLI (the ``hdfs`` package) sends every request, follows DataNode redirects and fails over
-between NameNodes; it is imported on first use (DAG files import this package). What is still
-done here, and the test that shows why, is in docs/connections.md ("HDFS").
-"""
+"""HDFS backend over WebHDFS (``hdfs://`` and ``webhdfs://`` URLs) through HdfsCLI, which sends
+every request, follows DataNode redirects and fails over between NameNodes; imported on first
+use. What is still done here, and the test that shows why: docs/connections.md ("HDFS")."""
 
 from __future__ import annotations
 
@@ -307,16 +304,14 @@ def noting_session() -> Any:
 
 
 class WebHDFSStorage:
-    """Files in HDFS through WebHDFS, with NameNode HA fail-over.
+    """Files in HDFS through WebHDFS; with several NameNode URLs, a connection error or a
+    ``StandbyException`` moves on to the next one (the one that answered is tried first next).
 
     Example::
 
         options = WebHDFSOptions(user="spark")
         storage = WebHDFSStorage(["http://nn1:9870", "http://nn2:9870"], options)
         storage.list_dir("hdfs://cluster/checkpoints/orders/offsets")
-
-    With several NameNode URLs, a connection error or a ``StandbyException`` moves on to the
-    next one; the NameNode that answered is tried first next time.
     """
 
     def __init__(
@@ -347,10 +342,8 @@ class WebHDFSStorage:
 
     @classmethod
     def for_url(cls, location: str, options: WebHDFSOptions | None = None) -> WebHDFSStorage:
-        """Backend for a checkpoint URL; ``options.url`` (NameNode HTTP URL or list) overrides
-        the host (docs/connections.md, "HDFS"). What the options do not give is taken from the
-        Hadoop configuration (``HADOOP_CONF_DIR``, docs/hdfs.md): the NameNodes of a
-        nameservice or of ``fs.defaultFS``, HTTPS, Kerberos."""
+        """Backend for a checkpoint URL; what ``options`` do not give is taken from the Hadoop
+        configuration (docs/hdfs.md, "Where each setting comes from")."""
         options = options or WebHDFSOptions()
         credentials = ("user", "kerberos", "principal", "keytab", "token_file")
         told = any(getattr(options, key) for key in credentials)
@@ -367,8 +360,6 @@ class WebHDFSStorage:
             key = "hadoop.security.authentication"
             storage.kerberos = Kerberos(reason=f"{conf.source(key)} says {key}=kerberos")
         return storage
-
-    # -- Storage interface -------------------------------------------------------------------
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
         return [
@@ -459,11 +450,8 @@ class WebHDFSStorage:
             raise StorageAlreadyExists(f"{dst}: already exists; not renaming over it") from None
         return True
 
-    def copy_from(self, source: Storage, src: str, dst: str) -> None:
-        # WebHDFS has no server-side copy.
+    def copy_from(self, source: Storage, src: str, dst: str) -> None:  # no server-side copy
         self.write_atomic(dst, source.read(src), overwrite=True)
-
-    # -- requests through HdfsCLI ------------------------------------------------------------
 
     def _list_status(self, path: str) -> list[dict[str, Any]]:
         """One LISTSTATUS: the FileStatus entries, ``[]`` when ``path`` is missing. (HdfsCLI's
@@ -499,11 +487,9 @@ class WebHDFSStorage:
 
     @functools.cached_property
     def _connected(self) -> tuple[Any, Any]:
-        """(HdfsCLI client, its session), built on first use: the one place its class is
-        chosen. A delegation token is sent as ``delegation=`` (``TokenClient``), else a user as
-        ``user.name`` (``InsecureClient``), else ``Client`` sends Kerberos (``session.auth``)
-        or anonymous requests. Credentials in a URL (``http://user:pw@gateway``) become the
-        session's basic auth, so that they never reach HdfsCLI's log lines or an error."""
+        """(HdfsCLI client, its session), built on first use, with the credentials of
+        docs/hdfs.md ("Credentials"). Credentials in a URL (``http://user:pw@gateway``) become
+        the session's basic auth, so that they never reach HdfsCLI's log lines or an error."""
         from hdfs import Client, InsecureClient, TokenClient
 
         _quiet_library_loggers()
@@ -523,12 +509,12 @@ class WebHDFSStorage:
         if session.auth is None and self.delegation_token is None and self.may_infer_kerberos:
             session.auth = self._answer_challenges()
         url = ";".join(plain)  # HdfsCLI's form of a list of NameNodes
-        if self.delegation_token:
-            token = self.delegation_token.url_string()
-            return TokenClient(url, token, timeout=self.timeout, session=session), session
-        if self.user:
-            return InsecureClient(url, self.user, timeout=self.timeout, session=session), session
-        return Client(url, timeout=self.timeout, session=session), session
+        settings = {"timeout": self.timeout, "session": session}
+        if self.delegation_token:  # sent as delegation=
+            return TokenClient(url, self.delegation_token.url_string(), **settings), session
+        if self.user:  # sent as user.name
+            return InsecureClient(url, self.user, **settings), session
+        return Client(url, **settings), session  # Kerberos (session.auth) or anonymous
 
     def _answer_challenges(self) -> Any:
         """Nothing said how to log in: SPNEGO from the ticket cache kinit left, should the
@@ -542,10 +528,9 @@ class WebHDFSStorage:
         return _on_challenge(self.kerberos.auth)
 
     def _pick_token(self) -> Token | None:
-        """The HDFS delegation token of the token file for this NameNode. A file from
-        HADOOP_TOKEN_FILE_LOCATION without any HDFS token (a YARN container of a cluster
-        without Kerberos) leaves the other credentials in charge; a file given explicitly
-        must hold one."""
+        """The token file's HDFS delegation token for this NameNode. A file from
+        HADOOP_TOKEN_FILE_LOCATION without one (YARN without Kerberos) leaves the other
+        credentials in charge; a file given explicitly must hold one."""
         if self.token_file is None:
             return None
         token = pick_hdfs_token(read_token_file(self.token_file), self.location)
@@ -726,9 +711,8 @@ def _is_count(value: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class WebHDFSOptions(BackendOptions):
-    """What :class:`WebHDFSStorage` is opened with; ``url``: the NameNodes' HTTP URL (or a
-    list of them, HA) instead of the location's host; ``verify`` None: the Hadoop
-    configuration's truststore, else the system's CAs. Never printed."""
+    """What :class:`WebHDFSStorage` is opened with (docs/connections.md, "HDFS"; None: inferred,
+    docs/hdfs.md). Never printed."""
 
     url: str | list[str] | None = None
     user: str | None = None
