@@ -147,17 +147,17 @@ class HadoopConf:
             return None
         kind = settings.get("ssl.client.truststore.type") or "jks"
         if kind.lower() != "jks":
-            raise HadoopConfigInvalid(
-                f"Hadoop configuration {ssl_client}: a {kind} truststore, and only JKS ones are "
-                "read; give the CA as a PEM file (webhdfs_options['verify'])"
+            raise _invalid(
+                ssl_client,
+                f"a {kind} truststore, and only JKS ones are read; give the CA as a PEM file "
+                "(webhdfs_options['verify'])",
             )
         found = Path(location)
         try:
             stat = found.stat()
         except OSError as exc:
-            raise HadoopConfigInvalid(
-                f"Hadoop configuration {ssl_client}: truststore {found} cannot be read "
-                f"({exc.strerror})"
+            raise _invalid(
+                ssl_client, f"truststore {found} cannot be read ({exc.strerror})"
             ) from None
         return _pem_bundle(str(found), stat.st_mtime_ns, stat.st_size)
 
@@ -174,10 +174,10 @@ class HadoopConf:
         ]
         missing = [key for key in keys if not self.get(key)]
         if missing:
-            raise HadoopConfigInvalid(
-                f"Hadoop configuration {self.directory}: nameservice {nameservice!r} has no "
-                f"{', '.join(missing)} (hdfs-site.xml); add it, or give the NameNodes' WebHDFS "
-                "URLs (--webhdfs-url, repeated for HA)"
+            raise _invalid(
+                self.directory,
+                f"nameservice {nameservice!r} has no {', '.join(missing)} (hdfs-site.xml); add "
+                "it, or give the NameNodes' WebHDFS URLs (--webhdfs-url, repeated for HA)",
             )
         return ["{}:{}".format(*self._address(key)) for key in keys]
 
@@ -189,9 +189,9 @@ class HadoopConf:
         except ValueError:
             port = None
         if not parts.hostname or port is None or "/" in value or "$" in value:
-            raise HadoopConfigInvalid(
-                f"Hadoop configuration {self.source(key)}: {key} is {value[:100]!r}, not "
-                "host:port (${...} substitution is not followed)"
+            raise _invalid(
+                self.source(key),
+                f"{key} is {value[:100]!r}, not host:port (${{...}} substitution is not followed)",
             )
         return parts.hostname, port
 
@@ -266,6 +266,10 @@ class _DoctypeRefused(Exception):
     pass
 
 
+def _invalid(where: object, problem: str) -> HadoopConfigInvalid:
+    return HadoopConfigInvalid(f"Hadoop configuration {where}: {problem}")
+
+
 def read_site_file(path: Path) -> list[tuple[str, str, bool]]:
     """(name, value, final) of each ``<property>`` of a Hadoop ``*-site.xml``; ``[]`` when the
     file is not there. Anything else wrong is :class:`HadoopConfigInvalid` naming the file."""
@@ -275,36 +279,27 @@ def read_site_file(path: Path) -> list[tuple[str, str, bool]]:
     except FileNotFoundError:
         return []
     except OSError as exc:
-        raise HadoopConfigInvalid(
-            f"Hadoop configuration {path}: cannot be read ({exc.strerror})"
-        ) from None
+        raise _invalid(path, f"cannot be read ({exc.strerror})") from None
     if len(data) > MAX_FILE_BYTES:
-        raise HadoopConfigInvalid(
-            f"Hadoop configuration {path}: over {MAX_FILE_BYTES // 1024 // 1024} MiB, not a "
-            "Hadoop site file; refused"
-        )
+        size = MAX_FILE_BYTES // 1024 // 1024
+        raise _invalid(path, f"over {size} MiB, not a Hadoop site file; refused")
     parser = ElementTree.XMLParser(target=_NoDoctype())
     try:
         parser.feed(data)
         root = parser.close()
     except _DoctypeRefused:
-        raise HadoopConfigInvalid(
-            f"Hadoop configuration {path}: has a DOCTYPE (a DTD, which may declare entities); "
-            "a Hadoop site file needs none: remove it"
-        ) from None
+        problem = "has a DOCTYPE (a DTD, which may declare entities); a Hadoop site file needs none"
+        raise _invalid(path, f"{problem}: remove it") from None
     except ElementTree.ParseError as exc:
-        raise HadoopConfigInvalid(
-            f"Hadoop configuration {path}: not well-formed XML ({exc})"
-        ) from None
+        raise _invalid(path, f"not well-formed XML ({exc})") from None
     if root.tag != "configuration":
-        raise HadoopConfigInvalid(
-            f"Hadoop configuration {path}: the top element is <{str(root.tag)[:40]}>, not "
-            "<configuration>"
-        )
+        top = str(root.tag)[:40]
+        raise _invalid(path, f"the top element is <{top}>, not <configuration>")
     if root.find(f".//{_XINCLUDE}") is not None:
-        raise HadoopConfigInvalid(
-            f"Hadoop configuration {path}: uses XInclude, which this reader does not follow; "
-            "give the NameNodes' URLs and the credentials as flags or options instead"
+        raise _invalid(
+            path,
+            "uses XInclude, which this reader does not follow; give the NameNodes' URLs and the "
+            "credentials as flags or options instead",
         )
     found = []
     for prop in root.iter("property"):
