@@ -483,7 +483,8 @@ class S3Storage:
                 raise _not_s3(path, action, endpoint, seen) from exc
             status = str(answer.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
             message = error.get("Message") or code or status
-            bucket, conditional = kwargs.get("Bucket", ""), "IfNoneMatch" in kwargs
+            bucket = kwargs.get("Bucket", "")
+            conditional = "IfNoneMatch" in kwargs
             raise s3_error(code, status, message, path, action, bucket, conditional) from exc
         except (ResponseParserError, ValueError, TypeError, KeyError) as exc:
             # An answer botocore could not read: a listing with a LastModified or Size that is

@@ -78,32 +78,13 @@ class Kerberos:
 
     def auth(self) -> Any:
         """The requests auth handler; a keytab that cannot log in fails here, naming why."""
-        import gssapi
         from requests_gssapi import OPTIONAL
 
-        spnego = _per_thread_spnego()
-        first = self.reason != CHALLENGED  # told: a token with the first request, no 401
-        if not self.keytab:  # the ambient cache, looked up at each login
-            return spnego(mutual_authentication=OPTIONAL, opportunistic_auth=first)
-        login = self._keytab_login
-        renewing = threading.Lock()  # one login for all threads
-
-        class KeytabSPNEGO(spnego):  # type: ignore[misc,valid-type]
-            """Logs in again from the keytab when the ticket is (nearly) expired."""
-
-            creds: Any
-
-            def generate_request_header(self, *args: Any, **kwargs: Any) -> Any:
-                with renewing:
-                    try:
-                        fresh = self.creds.lifetime > _RENEW_BEFORE
-                    except gssapi.exceptions.GSSError:  # expired: a new login
-                        fresh = False
-                    if not fresh:
-                        self.creds = login()
-                return super().generate_request_header(*args, **kwargs)
-
-        return KeytabSPNEGO(mutual_authentication=OPTIONAL, creds=login(), opportunistic_auth=first)
+        return _per_thread_spnego()(
+            self._keytab_login if self.keytab else None,  # else the ambient cache, at each login
+            mutual_authentication=OPTIONAL,
+            opportunistic_auth=self.reason != CHALLENGED,  # told: a token with the first request
+        )
 
     def _keytab_login(self) -> Any:
         """Credentials from the keytab, in a private in-memory cache (never KRB5CCNAME's)."""
@@ -202,7 +183,9 @@ def _per_thread_spnego() -> type:
     """requests-gssapi's auth with its per-request state (each host's security context, the
     body position to rewind) kept per thread. One session serves a fleet scan's threads: with
     one shared context, concurrent SPNEGO logins step each other's contexts and fail
-    (``MutualAuthenticationError`` on an HTTP 200)."""
+    (``MutualAuthenticationError`` on an HTTP 200). Given a keytab ``login``, it logs in again
+    when the ticket is (nearly) expired."""
+    import gssapi
     from requests_gssapi import HTTPSPNEGOAuth
 
     class State(threading.local):
@@ -217,12 +200,25 @@ def _per_thread_spnego() -> type:
         )
 
     class PerThreadSPNEGO(HTTPSPNEGOAuth):
+        creds: Any
         context = per_thread("context")
         pos = per_thread("pos")
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
+        def __init__(self, login: Callable[[], Any] | None, **kwargs: Any) -> None:
             self._state = State()
-            super().__init__(*args, **kwargs)
+            self._login, self._renewing = login, threading.Lock()  # one login for all threads
+            super().__init__(creds=login() if login else None, **kwargs)
+
+        def generate_request_header(self, *args: Any, **kwargs: Any) -> Any:
+            if self._login is not None:
+                with self._renewing:
+                    try:
+                        fresh = self.creds.lifetime > _RENEW_BEFORE
+                    except gssapi.exceptions.GSSError:  # expired: a new login
+                        fresh = False
+                    if not fresh:
+                        self.creds = self._login()
+            return super().generate_request_header(*args, **kwargs)
 
         def handle_other(self, response: Any) -> Any:
             answered = super().handle_other(response)
