@@ -1,10 +1,6 @@
 """Storage backends: one small interface over local files, S3, HDFS (WebHDFS) and fsspec
-(docs/architecture.md, "Storage interface"). Each backend owns every operation; paths handed to
-it are full URLs or local paths built with :func:`airflow_sparklag.location.join`.
-
-No backend client (boto3, requests, fsspec) is imported here: DAG files import this package and
-DAG parsing must stay fast. Each backend imports its client inside its own functions.
-"""
+(docs/architecture.md, "Storage interface"). No client (boto3, requests, fsspec) is imported
+here: DAG files import this package, and each backend imports its client when first used."""
 
 from __future__ import annotations
 
@@ -27,14 +23,11 @@ CHECKPOINT_MARKERS = frozenset({"offsets", "commits"})  # directories that make 
 
 
 class ObjectInfo:
-    """One file directly inside a listed directory.
-
-    ``content_md5`` is the hex MD5 of the content when the listing proves it (an S3
-    single-part ETag, GCS md5Hash), None when unknown. A raw S3 ``etag`` is parsed only when
-    first asked: a reader checks the ETag of one commit among hundreds of listed files.
-    A plain class with ``__slots__``: a fleet check builds ~200 per checkpoint, and a frozen
-    dataclass costs several times as much to make. Compared by value; treat as read-only.
-    """
+    """One file directly inside a listed directory; ``content_md5``: the hex MD5 of the content
+    when the listing proves it (an S3 single-part ETag, GCS md5Hash), else None. A raw S3
+    ``etag`` is parsed when first asked (a reader checks one commit's among hundreds). A plain
+    class with ``__slots__``: a fleet check builds ~200 per checkpoint, and a frozen dataclass
+    costs several times as much to make. Compared by value; treat as read-only."""
 
     __slots__ = ("_etag", "_md5", "modified", "name", "size")
 
@@ -109,11 +102,10 @@ def base64_md5(value: object) -> str | None:
 
 
 def checkpoint_log_entry(key: str, root: str) -> tuple[str, str] | None:
-    """Where a listed key of the checkpoint at key prefix ``root`` (``""`` or ending in
-    ``/``) belongs: ``("commits", "12")``, ``("offsets", "12")``, ``("metadata", "metadata")``,
-    or None for anything else (``state/``, ``metadata.crc``, directory markers such as
-    ``offsets/``, nested keys). The one filter of every store that lists a checkpoint in one
-    request (S3 through boto3 or obstore).
+    """Where a listed key of the checkpoint at key prefix ``root`` (``""`` or ending in ``/``)
+    belongs: ``("commits", "12")``, ``("offsets", "12")``, ``("metadata", "metadata")``, or
+    None (``state/``, ``metadata.crc``, directory markers, nested keys). The one filter of both
+    S3 readers' single-request checkpoint listing.
 
     >>> checkpoint_log_entry("ck/offsets/12", "ck/"), checkpoint_log_entry("ck/offsets/", "ck/")
     (('offsets', '12'), None)
@@ -128,7 +120,7 @@ def checkpoint_log_entry(key: str, root: str) -> tuple[str, str] | None:
 
 @dataclass(frozen=True)
 class Children:
-    """What one directory listing shows: the names of files and of subdirectories."""
+    """The names of the files and of the subdirectories one directory listing shows."""
 
     files: frozenset[str]
     directories: frozenset[str]
@@ -277,7 +269,6 @@ OTHER_SCHEMES = "fsspec_store:FsspecOptions"
 
 
 def options_type(scheme: str) -> type[BackendOptions]:
-    """The options type of the backend serving ``scheme`` (:data:`BACKENDS`)."""
     import importlib
 
     module, _, name = BACKENDS.get(scheme, OTHER_SCHEMES).partition(":")
@@ -289,18 +280,13 @@ def options_type(scheme: str) -> type[BackendOptions]:
 
 @dataclass(frozen=True, repr=False)
 class BackendOptions:
-    """How to open one kind of backend: a frozen dataclass per backend (``S3Options``,
-    ``WebHDFSOptions``, ``FsspecOptions``, ``LocalOptions``); a None given is "the backend's
-    default". Never printed: options hold secrets.
-
-    >>> S3Options.from_mapping({"region_name": "eu-west-1"}, "s3_options")   # doctest: +SKIP
-    """
+    """How to open one kind of backend: a frozen dataclass per backend (``S3Options``, ...); a
+    None given is "the backend's default". Never printed: options hold secrets."""
 
     @classmethod
     def from_mapping(cls: type[Options], given: Mapping[str, Any] | None, name: str) -> Options:
-        """The options a mapping gives (the edges: ``Session(s3_options=...)``, CLI flags,
-        connection extras); a key the backend does not take (``read_timout``) is
-        :class:`~airflow_sparklag.errors.InvalidParameter` naming ``name`` and the key."""
+        """The options a mapping gives (``Session(s3_options=...)``, CLI flags, connection
+        extras); an unknown key (``read_timout``) is InvalidParameter naming ``name`` and it."""
         given = dict(given or {})
         known = sorted(each.name for each in fields(cls))
         unknown = sorted(repr(key) for key in given if key not in known)
@@ -311,18 +297,15 @@ class BackendOptions:
         return cls(**{key: value for key, value in given.items() if value is not None})
 
     def open(self, location: Location) -> Storage:
-        """A new backend serving ``location``."""
         raise NotImplementedError
 
 
 @dataclass(frozen=True, repr=False)
 class StorageOptions:
-    """How to open each kind of store, one typed value per backend (see each type for its
-    options: docs/connections.md). Mappings given here (the edges: ``Session(s3_options=...)``,
-    the hook's connections) are read into their type once. ``s3`` may also be a function
-    returning them, called on first S3 use (the Airflow hook builds its client only when a
-    checkpoint on S3 is read). Never printed: the options hold credentials.
-    """
+    """How to open each kind of store, one typed value per backend (docs/connections.md);
+    mappings given are read into their type once. ``s3`` may also be a function returning
+    them, called on first S3 use (the Airflow hook builds its client only when a checkpoint on
+    S3 is read). Never printed: the options hold credentials."""
 
     s3: BackendOptions | Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None
     webhdfs: BackendOptions | Mapping[str, Any] | None = None
@@ -344,8 +327,7 @@ class StorageOptions:
         return wanted()
 
     def open(self, location: Location | str) -> Storage:
-        """A new backend for ``location``'s scheme (the session calls this once per store);
-        text names a store (``s3://``: no bucket needed)."""
+        """A new backend for ``location``'s scheme (``s3://``: no bucket needed)."""
         where = Location.of(location, bucket=False)
         return self.options_for(options_type(where.scheme)).open(where)
 
@@ -356,11 +338,8 @@ def _typed(kind: str, given: Mapping[str, Any]) -> BackendOptions:
 
 
 def open_storage(location: Location | str, options: StorageOptions | None = None) -> Storage:
-    """The backend for ``location``'s scheme (:data:`BACKENDS`): local paths and ``file://``,
-    S3 (``s3``, ``s3a``, ``s3n``), HDFS (``hdfs``, ``webhdfs``), else fsspec (``gs://``,
-    ``abfs://``, ...), opened with its options from ``options``. Their time bounds are in
-    docs/connections.md ("Time bounds").
-    """
+    """The backend for ``location``'s scheme (:data:`BACKENDS`, else fsspec), opened with its
+    options from ``options``; time bounds: docs/connections.md ("Time bounds")."""
     return (options or StorageOptions()).open(location)
 
 
@@ -373,10 +352,9 @@ FSSPEC_SCHEME_KEYS = frozenset(
 
 
 def fsspec_options_for(options: Mapping[str, Any] | None, scheme: str) -> dict[str, Any]:
-    """The fsspec options for ``scheme``: a flat dict applies to every scheme; keys naming a
-    scheme hold that scheme's own (``{"gs": {"token": ...}, "abfs": {"account_name": ...}}``),
-    merged over the flat ones; ``gs`` options serve ``gcs://`` too, ``abfs`` ones ``abfss://``
-    and ``az://`` (:data:`FSSPEC_FAMILIES`), an exact scheme's own win."""
+    """The fsspec options for ``scheme``: the flat keys, then a scheme's own mapping
+    (``{"gs": {"token": ...}}``) merged over them; a family's (:data:`FSSPEC_FAMILIES`) serve
+    its other names, and an exact scheme's own win."""
     options = dict(options or {})
 
     def per_scheme(key: str) -> bool:

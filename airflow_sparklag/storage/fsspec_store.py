@@ -28,22 +28,14 @@ from airflow_sparklag.storage import (
     fsspec_options_for,
 )
 
-# Where the fsspec implementation of common schemes lives, for the install hint.
-_IMPLEMENTATIONS = {
-    "gs": "gcsfs",
-    "gcs": "gcsfs",
-    "abfs": "adlfs",
-    "abfss": "adlfs",
-    "az": "adlfs",
-    "wasb": "adlfs",
-    "wasbs": "adlfs",
-    "oss": "ossfs",
-}
-
-# The provider's extras that install an implementation.
+# Where the fsspec implementation of common schemes lives, for the install hint, and the
+# provider's extras that install one.
+_IMPLEMENTATIONS = (
+    dict.fromkeys(("gs", "gcs"), "gcsfs")
+    | dict.fromkeys(("abfs", "abfss", "az", "wasb", "wasbs"), "adlfs")
+    | {"oss": "ossfs"}
+)
 _EXTRAS = {"gcsfs": "gcs", "adlfs": "azure"}
-
-
 # Options that name things rather than prove identity; every other string is kept out of messages.
 _PLAIN_OPTIONS = frozenset(
     {"endpoint_url", "project", "account_name", "requester_pays", "default_location", "anon"}
@@ -51,9 +43,8 @@ _PLAIN_OPTIONS = frozenset(
 
 
 def option_secrets(options: Mapping[str, Any]) -> list[str]:
-    """Texts of an fsspec options dict that must never be printed: every string outside
-    :data:`_PLAIN_OPTIONS` (tokens, keys, key files, a service-account dict's fields), also
-    URL-encoded, as an HTTP library quotes them in a failed request's URL."""
+    """Texts of fsspec options never to print: every string outside :data:`_PLAIN_OPTIONS`
+    (tokens, keys, a service-account dict's fields), also URL-encoded (as in a request's URL)."""
     found: list[str] = []
 
     def walk(key: str, value: Any) -> None:
@@ -90,16 +81,14 @@ def _fs_errors(path: str, action: str, secrets: Iterable[str] = ()) -> Iterator[
 
 
 class FsspecStorage:
-    """A store reached through an fsspec filesystem.
+    """A store reached through an fsspec filesystem, built with the options given (timeouts
+    in the implementation's own terms). ``overwrite=False`` checks first (not race-free on
+    every store); ``rename`` answers False (fsspec's ``mv`` is not atomic on object stores).
 
     Example::
 
         storage = FsspecStorage.for_url("gs://bucket/ck", token="/secrets/sa.json")
         storage.list_dir("gs://bucket/ck/offsets")
-
-    ``fsspec_options`` are passed to ``fsspec.filesystem(scheme, **options)`` (timeouts in the
-    implementation's own terms). ``overwrite=False`` checks first (not race-free on every
-    store); ``rename`` answers False (fsspec's ``mv`` is not atomic on object stores).
     """
 
     def __init__(self, filesystem: Any, secrets: Iterable[str] = ()) -> None:
@@ -295,9 +284,8 @@ def _setup_failed(
 
 @dataclass(frozen=True, repr=False)
 class FsspecOptions(BackendOptions):
-    """The keyword arguments of the fsspec filesystems (``gs://``, ``abfs://``, ...): a flat
-    mapping for every scheme, or per scheme (``{"gs": {...}, "abfs": {...}}``, merged over the
-    flat keys: :func:`~airflow_sparklag.storage.fsspec_options_for`). Never printed."""
+    """The keyword arguments of the fsspec filesystems, flat or per scheme
+    (:func:`~airflow_sparklag.storage.fsspec_options_for`). Never printed."""
 
     values: Mapping[str, Any] = field(default_factory=dict)
 

@@ -1,24 +1,9 @@
-"""Hadoop's client configuration, read as Hadoop clients read it: ``core-site.xml`` and
-``hdfs-site.xml`` in ``HADOOP_CONF_DIR`` (else ``$HADOOP_HOME/etc/hadoop``), hdfs-site.xml's
-values over core-site.xml's unless marked ``<final>``.
+"""Hadoop's client configuration as Hadoop clients read it (``core-site.xml``, then
+``hdfs-site.xml`` in ``HADOOP_CONF_DIR`` or ``$HADOOP_HOME/etc/hadoop``): what WebHDFS infers
+from it, and how the files are read as untrusted input, is in docs/hdfs.md.
 
-What WebHDFS needs from it: whether the cluster is Kerberized
-(``hadoop.security.authentication``), where the NameNodes' HTTP servers are (HA nameservices:
-``dfs.nameservices``, ``dfs.ha.namenodes.<ns>``, ``dfs.namenode.http-address.<ns>.<nn>``; a
-single NameNode: ``dfs.namenode.http-address``), whether they speak HTTPS only
-(``dfs.http.policy``: then the ``https-address`` keys), which CAs the HTTPS client trusts
-(``ssl-client.xml``'s JKS truststore) and the file system of a bare ``hdfs:///path``
-(``fs.defaultFS``).
-
->>> conf = HadoopConf.from_environment()  # HadoopConf() when there is no directory
->>> conf.namenode_urls("hdfs://prod/checkpoints/orders")
+>>> HadoopConf.from_environment().namenode_urls("hdfs://prod/checkpoints/orders")
 ['https://nn1.example.com:9871', 'https://nn2.example.com:9871']
-
-The files are untrusted input: at most :data:`MAX_FILE_BYTES` each, no DTD (so no entity is
-declared or expanded; the standard library's parser never fetches external ones), a typed
-:class:`~airflow_sparklag.errors.HadoopConfigInvalid` naming the file for anything malformed.
-Not followed: XInclude (refused, naming the file) and ``${...}`` substitution (a value that
-needs it is not a ``host:port`` and is refused where it is used).
 """
 
 from __future__ import annotations
@@ -27,7 +12,6 @@ import dataclasses
 import functools
 import os
 import ssl
-import struct
 import tempfile
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Mapping
@@ -36,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_sparklag.errors import HadoopConfigInvalid, UnsupportedStorageURL
+from airflow_sparklag.storage.hadoop_tokens import Bytes
 
 SITE_FILES = ("core-site.xml", "hdfs-site.xml")  # in this order: the second's values win
 MAX_FILE_BYTES = 4 * 1024 * 1024  # real site files are tens of KB
@@ -162,17 +147,17 @@ class HadoopConf:
             return None
         kind = settings.get("ssl.client.truststore.type") or "jks"
         if kind.lower() != "jks":
-            raise HadoopConfigInvalid(
-                f"Hadoop configuration {ssl_client}: a {kind} truststore, and only JKS ones are "
-                "read; give the CA as a PEM file (webhdfs_options['verify'])"
+            raise _invalid(
+                ssl_client,
+                f"a {kind} truststore, and only JKS ones are read; give the CA as a PEM file "
+                "(webhdfs_options['verify'])",
             )
         found = Path(location)
         try:
             stat = found.stat()
         except OSError as exc:
-            raise HadoopConfigInvalid(
-                f"Hadoop configuration {ssl_client}: truststore {found} cannot be read "
-                f"({exc.strerror})"
+            raise _invalid(
+                ssl_client, f"truststore {found} cannot be read ({exc.strerror})"
             ) from None
         return _pem_bundle(str(found), stat.st_mtime_ns, stat.st_size)
 
@@ -189,10 +174,10 @@ class HadoopConf:
         ]
         missing = [key for key in keys if not self.get(key)]
         if missing:
-            raise HadoopConfigInvalid(
-                f"Hadoop configuration {self.directory}: nameservice {nameservice!r} has no "
-                f"{', '.join(missing)} (hdfs-site.xml); add it, or give the NameNodes' WebHDFS "
-                "URLs (--webhdfs-url, repeated for HA)"
+            raise _invalid(
+                self.directory,
+                f"nameservice {nameservice!r} has no {', '.join(missing)} (hdfs-site.xml); add "
+                "it, or give the NameNodes' WebHDFS URLs (--webhdfs-url, repeated for HA)",
             )
         return ["{}:{}".format(*self._address(key)) for key in keys]
 
@@ -204,9 +189,9 @@ class HadoopConf:
         except ValueError:
             port = None
         if not parts.hostname or port is None or "/" in value or "$" in value:
-            raise HadoopConfigInvalid(
-                f"Hadoop configuration {self.source(key)}: {key} is {value[:100]!r}, not "
-                "host:port (${...} substitution is not followed)"
+            raise _invalid(
+                self.source(key),
+                f"{key} is {value[:100]!r}, not host:port (${{...}} substitution is not followed)",
             )
         return parts.hostname, port
 
@@ -236,22 +221,16 @@ def jks_certificates(path: Path) -> list[bytes]:
             data = file.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise HadoopConfigInvalid(f"truststore {path}: cannot be read ({exc.strerror})") from None
-    at = 8  # after the magic number and the version
 
-    def take(count: int) -> bytes:
-        nonlocal at
-        if count < 0 or at + count > len(data):
-            raise struct.error(f"cut short at byte {at}")
-        at += count
-        return data[at - count : at]
-
-    def number(size: int) -> int:
-        return int.from_bytes(take(size), "big")
+    def damaged(at: int, what: str) -> HadoopConfigInvalid:
+        return HadoopConfigInvalid(
+            f"truststore {path}: damaged ({what or f'cut short at byte {at}'})"
+        )
 
     def certificate() -> bytes:
         if version == 2:
-            take(number(2))  # its type, X.509
-        return take(number(4))
+            entries.sized(2)  # its type, X.509
+        return entries.sized(4)
 
     version = int.from_bytes(data[4:8], "big")
     if data[:4] != b"\xfe\xed\xfe\xed" or version not in (1, 2) or len(data) > MAX_FILE_BYTES:
@@ -259,21 +238,19 @@ def jks_certificates(path: Path) -> list[bytes]:
             f"truststore {path}: not a JKS file (JCEKS and PKCS12 are not read); give the CA as "
             "a PEM file (webhdfs_options['verify'])"
         )
+    entries = Bytes(data, damaged, at=8)  # after the magic number and the version
     found = []
-    try:
-        for _ in range(number(4)):
-            tag = number(4)
-            take(number(2) + 8)  # the alias, the date
-            if tag == 1:  # a private key and its chain
-                take(number(4))
-                for _ in range(number(4)):
-                    certificate()
-            elif tag == 2:
-                found.append(certificate())
-            else:
-                raise struct.error(f"an entry of unknown kind {tag} at byte {at - 4}")
-    except struct.error as exc:
-        raise HadoopConfigInvalid(f"truststore {path}: damaged ({exc})") from None
+    for _ in range(entries.number(4)):
+        tag = entries.number(4)
+        entries.take(entries.number(2) + 8)  # the alias, the date
+        if tag == 1:  # a private key and its chain
+            entries.sized(4)
+            for _ in range(entries.number(4)):
+                certificate()
+        elif tag == 2:
+            found.append(certificate())
+        else:
+            raise damaged(0, f"an entry of unknown kind {tag} at byte {entries.at - 4}")
     return found
 
 
@@ -289,6 +266,10 @@ class _DoctypeRefused(Exception):
     pass
 
 
+def _invalid(where: object, problem: str) -> HadoopConfigInvalid:
+    return HadoopConfigInvalid(f"Hadoop configuration {where}: {problem}")
+
+
 def read_site_file(path: Path) -> list[tuple[str, str, bool]]:
     """(name, value, final) of each ``<property>`` of a Hadoop ``*-site.xml``; ``[]`` when the
     file is not there. Anything else wrong is :class:`HadoopConfigInvalid` naming the file."""
@@ -298,36 +279,27 @@ def read_site_file(path: Path) -> list[tuple[str, str, bool]]:
     except FileNotFoundError:
         return []
     except OSError as exc:
-        raise HadoopConfigInvalid(
-            f"Hadoop configuration {path}: cannot be read ({exc.strerror})"
-        ) from None
+        raise _invalid(path, f"cannot be read ({exc.strerror})") from None
     if len(data) > MAX_FILE_BYTES:
-        raise HadoopConfigInvalid(
-            f"Hadoop configuration {path}: over {MAX_FILE_BYTES // 1024 // 1024} MiB, not a "
-            "Hadoop site file; refused"
-        )
+        size = MAX_FILE_BYTES // 1024 // 1024
+        raise _invalid(path, f"over {size} MiB, not a Hadoop site file; refused")
     parser = ElementTree.XMLParser(target=_NoDoctype())
     try:
         parser.feed(data)
         root = parser.close()
     except _DoctypeRefused:
-        raise HadoopConfigInvalid(
-            f"Hadoop configuration {path}: has a DOCTYPE (a DTD, which may declare entities); "
-            "a Hadoop site file needs none: remove it"
-        ) from None
+        problem = "has a DOCTYPE (a DTD, which may declare entities); a Hadoop site file needs none"
+        raise _invalid(path, f"{problem}: remove it") from None
     except ElementTree.ParseError as exc:
-        raise HadoopConfigInvalid(
-            f"Hadoop configuration {path}: not well-formed XML ({exc})"
-        ) from None
+        raise _invalid(path, f"not well-formed XML ({exc})") from None
     if root.tag != "configuration":
-        raise HadoopConfigInvalid(
-            f"Hadoop configuration {path}: the top element is <{str(root.tag)[:40]}>, not "
-            "<configuration>"
-        )
+        top = str(root.tag)[:40]
+        raise _invalid(path, f"the top element is <{top}>, not <configuration>")
     if root.find(f".//{_XINCLUDE}") is not None:
-        raise HadoopConfigInvalid(
-            f"Hadoop configuration {path}: uses XInclude, which this reader does not follow; "
-            "give the NameNodes' URLs and the credentials as flags or options instead"
+        raise _invalid(
+            path,
+            "uses XInclude, which this reader does not follow; give the NameNodes' URLs and the "
+            "credentials as flags or options instead",
         )
     found = []
     for prop in root.iter("property"):

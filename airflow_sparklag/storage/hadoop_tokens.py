@@ -1,13 +1,9 @@
-"""Hadoop delegation tokens from a token file: what a YARN container has instead of a keytab
-or a ticket (the file named by ``HADOOP_TOKEN_FILE_LOCATION``).
+"""Hadoop delegation tokens from a token file (``HADOOP_TOKEN_FILE_LOCATION``: what a YARN
+container has instead of a keytab or a ticket): Hadoop's ``Credentials`` storage, ``HDTS``, a
+version byte, then version 0 (Writable, what YARN writes) or 1 (a length-prefixed protobuf
+``CredentialsProto``, what ``hadoop dtutil`` writes). No Python library reads it.
 
-The file is Hadoop's ``Credentials`` token storage: ``HDTS``, a version byte, then version 0
-(Writable: what YARN writes for a container) or version 1 (a length-prefixed protobuf
-``CredentialsProto``: what ``hadoop dtutil`` writes). No Python library reads it, hence the two
-small readers here. WebHDFS takes a token as ``delegation=<Token.encodeToUrlString()>``.
-
->>> tokens = read_token_file("/path/container_tokens")
->>> token = pick_hdfs_token(tokens, "hdfs://namenode:8020/checkpoints/orders")
+>>> token = pick_hdfs_token(read_token_file("/path/container_tokens"), "hdfs://nn:8020/ck")
 >>> token.kind, token.service  # token.url_string() is the secret: never print it
 ('HDFS_DELEGATION_TOKEN', '10.0.0.5:8020')
 """
@@ -17,6 +13,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import socket
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from airflow_sparklag.errors import TokenFileInvalid
@@ -51,13 +48,9 @@ def read_token_file(path: str) -> list[Token]:
         with open(path, "rb") as file:
             data = file.read()
     except OSError as exc:
-        raise TokenFileInvalid(
-            f"Hadoop token file {path}: cannot be read ({exc.strerror})"
-        ) from None
+        raise _invalid(path, f"cannot be read ({exc.strerror})") from None
     if data[:4] != MAGIC:
-        raise TokenFileInvalid(
-            f"Hadoop token file {path}: not a token file (it does not start with HDTS)"
-        )
+        raise _invalid(path, "not a token file (it does not start with HDTS)")
     version = data[4] if len(data) > 4 else None
     reader = _Reader(data, 5, path)
     if version == 0:
@@ -65,15 +58,16 @@ def read_token_file(path: str) -> list[Token]:
     elif version == 1:
         tokens = _protobuf_tokens(reader)
     else:
-        raise TokenFileInvalid(
-            f"Hadoop token file {path}: version {version} is unknown (this reader knows 0, "
-            "Writable, and 1, protobuf)"
+        raise _invalid(
+            path, f"version {version} is unknown (this reader knows 0, Writable, and 1, protobuf)"
         )
     if reader.at != len(data):
-        raise TokenFileInvalid(
-            f"Hadoop token file {path}: {len(data) - reader.at} bytes after the last entry"
-        )
+        raise _invalid(path, f"{len(data) - reader.at} bytes after the last entry")
     return tokens
+
+
+def _invalid(path: str, problem: str) -> TokenFileInvalid:
+    return TokenFileInvalid(f"Hadoop token file {path}: {problem}")
 
 
 def pick_hdfs_token(tokens: list[Token], location: str) -> Token | None:
@@ -120,21 +114,45 @@ def _address(service: str) -> str:
     return service.rpartition(":")[0].strip("[]")
 
 
-class _Reader:
-    """Bytes read in order; running out names the file and what was being read."""
+class Bytes:
+    """Bytes read in order: the one reader of the binary files here (Hadoop token files, JKS
+    truststores, Kerberos ticket caches). Running out raises ``cut_short(at, what)``, the
+    caller's error naming its file."""
+
+    def __init__(self, data: bytes, cut_short: Callable[[int, str], Exception], at: int = 0):
+        self.data, self.cut_short, self.at = data, cut_short, at
+
+    def take(self, count: int, what: str = "") -> bytes:
+        if count < 0 or self.at + count > len(self.data):
+            raise self.cut_short(self.at, what)
+        self.at += count
+        return self.data[self.at - count : self.at]
+
+    def number(self, size: int, what: str = "") -> int:  # big-endian, unsigned
+        return int.from_bytes(self.take(size, what), "big")
+
+    def sized(self, size: int, what: str = "") -> bytes:  # after their count, a number
+        return self.take(self.number(size, what), what)
+
+
+class _Reader(Bytes):
+    """A token file's bytes (or a protobuf message in it): every error names the file."""
 
     def __init__(self, data: bytes, at: int, path: str) -> None:
-        self.data, self.at, self.path = data, at, path
+        super().__init__(data, self._cut_short, at)
+        self.path = path
 
-    def take(self, count: int, what: str) -> bytes:
-        if count < 0 or self.at + count > len(self.data):
-            raise TokenFileInvalid(
-                f"Hadoop token file {self.path}: cut short or damaged at byte {self.at} "
-                f"(reading {what})"
-            )
-        chunk = self.data[self.at : self.at + count]
-        self.at += count
-        return chunk
+    def _cut_short(self, at: int, what: str) -> TokenFileInvalid:
+        return _invalid(self.path, f"cut short or damaged at byte {at} (reading {what})")
+
+    def inner(self, message: bytes) -> _Reader:
+        return _Reader(message, 0, self.path)
+
+    def text(self, raw: bytes, what: str) -> str:
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            raise _invalid(self.path, f"{what} before byte {self.at} is not UTF-8") from None
 
     def vlong(self, what: str) -> int:
         """Hadoop's WritableUtils.readVLong."""
@@ -159,19 +177,8 @@ class _Reader:
                 return value
             shift += 7
             if shift > 63:
-                raise TokenFileInvalid(
-                    f"Hadoop token file {self.path}: damaged at byte {self.at} (a varint "
-                    f"longer than 10 bytes, reading {what})"
-                )
-
-
-def _text(raw: bytes, reader: _Reader, what: str) -> str:
-    try:
-        return raw.decode()
-    except UnicodeDecodeError:
-        raise TokenFileInvalid(
-            f"Hadoop token file {reader.path}: {what} before byte {reader.at} is not UTF-8"
-        ) from None
+                problem = f"a varint longer than 10 bytes, reading {what}"
+                raise _invalid(self.path, f"damaged at byte {self.at} ({problem})")
 
 
 def _writable_tokens(reader: _Reader) -> list[Token]:
@@ -181,8 +188,8 @@ def _writable_tokens(reader: _Reader) -> list[Token]:
         reader.chunk("a token alias")
         identifier = reader.chunk("a token identifier")
         password = reader.chunk("a token password")
-        kind = _text(reader.chunk("a token kind"), reader, "a token kind")
-        service = _text(reader.chunk("a token service"), reader, "a token service")
+        kind = reader.text(reader.chunk("a token kind"), "a token kind")
+        service = reader.text(reader.chunk("a token service"), "a token service")
         tokens.append(Token(kind, service, identifier, password))
     for _ in range(reader.vlong("the secret key count")):
         reader.chunk("a secret key alias")
@@ -195,24 +202,20 @@ def _protobuf_tokens(reader: _Reader) -> list[Token]:
     CredentialsKVProto: alias = 1, TokenProto token = 2, secret = 3; TokenProto: identifier
     = 1, password = 2, kind = 3, service = 4)."""
     end = reader.varint("the message length")
-    body = _Reader(reader.take(end, "the credentials message"), 0, reader.path)
+    body = reader.inner(reader.take(end, "the credentials message"))
     tokens = []
     for number, entry in _fields(body, "a credentials entry"):
         if number != 1:
             continue  # secrets, or a field of a newer Hadoop
-        token = dict(_fields(_Reader(entry, 0, reader.path), "a token entry")).get(2)
+        token = dict(_fields(reader.inner(entry), "a token entry")).get(2)
         if token is None:
             continue
-        fields = dict(_fields(_Reader(token, 0, reader.path), "a token"))
+        fields = dict(_fields(reader.inner(token), "a token"))
         if any(key not in fields for key in (1, 2, 3, 4)):
-            raise TokenFileInvalid(
-                f"Hadoop token file {reader.path}: a token without its identifier, password, "
-                "kind or service"
-            )
-        kind = _text(fields[3], reader, "a token kind")
-        tokens.append(
-            Token(kind, _text(fields[4], reader, "a token service"), fields[1], fields[2])
-        )
+            raise _invalid(reader.path, "a token without its identifier, password, kind or service")
+        kind = reader.text(fields[3], "a token kind")
+        service = reader.text(fields[4], "a token service")
+        tokens.append(Token(kind, service, fields[1], fields[2]))
     return tokens
 
 
@@ -229,9 +232,7 @@ def _fields(reader: _Reader, what: str) -> list[tuple[int, bytes]]:
         elif wire in (1, 5):
             reader.take(8 if wire == 1 else 4, what)
         else:
-            raise TokenFileInvalid(
-                f"Hadoop token file {reader.path}: damaged (protobuf wire type {wire} in {what})"
-            )
+            raise _invalid(reader.path, f"damaged (protobuf wire type {wire} in {what})")
     return found
 
 

@@ -1,8 +1,6 @@
 """S3 backend (``s3://``, ``s3a://``, ``s3n://``: same bucket and key): reads through obstore
-(``s3_obstore``, Python >= 3.11) or boto3, everything else through boto3.
-
-boto3 and obstore are imported when the first request is made, never at module import.
-"""
+(``s3_obstore``, Python >= 3.11) or boto3, everything else through boto3; both imported on the
+first request (docs/connections.md, "S3")."""
 
 from __future__ import annotations
 
@@ -103,9 +101,8 @@ def client_config(
     read_timeout: float = DEFAULT_READ_TIMEOUT,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> dict[str, Any]:
-    """botocore ``Config`` arguments bounding every S3 request, for clients built elsewhere
-    (the Airflow hook's) as for our own. ``max_attempts`` counts every attempt, the first
-    included: botocore's ``total_max_attempts`` (its ``max_attempts`` counts retries only).
+    """botocore ``Config`` arguments bounding every S3 request, for our clients and the Airflow
+    hook's; ``max_attempts`` is botocore's ``total_max_attempts`` (its own counts retries only).
 
     >>> client_config(1, 2, 3)["retries"]
     {'total_max_attempts': 3, 'mode': 'standard'}
@@ -184,18 +181,15 @@ def _directory_prefix(url: str) -> str:
 
 
 class S3Storage:
-    """Objects in S3 or an S3-compatible store (MinIO, Ceph, ...).
+    """Objects in S3 or an S3-compatible store (MinIO, Ceph, ...), opened with
+    :class:`S3Options` (docs/connections.md, "S3"); every request is bounded
+    (:func:`worst_case_seconds`).
 
     Example::
 
         storage = S3Storage(S3Options(endpoint_url="http://minio:9000", region_name="us-east-1",
                                       aws_access_key_id="...", aws_secret_access_key="..."))
         storage.list_dir("s3a://bucket/checkpoints/orders/offsets")
-
-    Credentials, region and endpoint come from the caller, else boto3's usual chain; or a
-    ready boto3 ``client`` with the ``session`` it was made from (without it reads go through
-    boto3). Every request is bounded (:func:`worst_case_seconds`). ``reader``: who sends the
-    reads, ``obstore`` (the default where it installs) or ``boto3``; the rest is boto3's.
     """
 
     def __init__(self, options: S3Options | None = None) -> None:
@@ -241,10 +235,8 @@ class S3Storage:
         return self._client
 
     def _setup_error(self, exc: BaseException) -> SparkLagError:
-        """Why no S3 client could be made: a credential provider that failed (a
-        ``credential_process``, SSO) cannot give credentials; anything else (an unknown
-        ``AWS_PROFILE``, an unreadable config file, partial keys, a bad region or endpoint) is
-        a configuration error."""
+        """Why no S3 client could be made: a credential provider failed (``credential_process``,
+        SSO), or the configuration is not usable (a profile, a file, keys, region, endpoint)."""
         from botocore.exceptions import CredentialRetrievalError, SSOError, TokenRetrievalError
 
         text = f"{type(exc).__name__}: {self._scrubbed(exc)}"
@@ -262,8 +254,7 @@ class S3Storage:
         return self._session
 
     def prepare(self) -> None:
-        """Build the clients now (the session does, under its lock, so that threads arriving
-        together share them)."""
+        """Build the clients now (the session does, under its lock: threads share them)."""
         _ = self.client
         self._obstore()
 
@@ -333,12 +324,9 @@ class S3Storage:
     def read(self, path: str) -> bytes:
         bucket, key = split_s3_url(path)
         self.requests.add("read")
-        # object_store's paths drop a trailing "/": a directory marker ("ck/", which s3a
-        # writes) would be read as "ck" and be missing; boto3 reads the key as it is.
-        if not key.endswith("/"):
-            data = self._fast_call(path, "read", bucket, lambda fast: fast.read(bucket, key))
-            if data is not None:
-                return bytes(data)
+        data = self._fast_point(path, "read", ObstoreReader.read)
+        if data is not None:
+            return bytes(data)
         response = self.call(path, "read", self.client.get_object, Bucket=bucket, Key=key)
         body = response["Body"]
         try:
@@ -353,16 +341,22 @@ class S3Storage:
         return self._head(path, "exists")
 
     def is_file(self, path: str) -> bool:
-        bucket, key = split_s3_url(path)
         self.requests.add("stat")
-        if not key.endswith("/"):  # see read(): object_store drops a trailing "/"
-            found = self._fast_call(path, "stat", bucket, lambda fast: fast.has_object(bucket, key))
-            if found is not None:
-                return bool(found)
-        return self._head(path, "stat")
+        found = self._fast_point(path, "stat", ObstoreReader.has_object)
+        return self._head(path, "stat") if found is None else bool(found)
+
+    def _fast_point(
+        self, path: str, action: str, method: Callable[[ObstoreReader, str, str], Any]
+    ) -> Any:
+        """obstore's ``method(reader, bucket, key)`` of the object at ``path``, None when it
+        goes through boto3: also for a key ending in "/" (object_store's paths drop it, so a
+        directory marker "ck/", which s3a writes, would be asked as "ck")."""
+        bucket, key = split_s3_url(path)
+        if key.endswith("/"):
+            return None
+        return self._fast_call(path, action, bucket, lambda fast: method(fast, bucket, key))
 
     def _head(self, path: str, action: str) -> bool:
-        """One HEAD through boto3: is there an object at ``path``?"""
         bucket, key = split_s3_url(path)
         try:
             self.call(path, action, self.client.head_object, Bucket=bucket, Key=key)
@@ -485,9 +479,7 @@ class S3Storage:
             answer, error = exc.response, exc.response.get("Error", {})
             code = str(error.get("Code", ""))
             if action in ("list", "read") and code.isdigit() and _has_body(answer):
-                seen = (
-                    f"HTTP {_status(answer)}, {_content_type(answer)}: not S3's XML, or cut short"
-                )
+                seen = f"{_answered(answer)}: not S3's XML, or cut short"
                 raise _not_s3(path, action, endpoint, seen) from exc
             status = str(answer.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
             message = error.get("Message") or code or status
@@ -507,28 +499,27 @@ class S3Storage:
                 "in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or an AWS profile (the default "
                 "credential chain)"
             ) from exc
-        except BotoCoreError as exc:  # connection refused, timeouts, bad endpoint
-            if "maximum recursion depth" in str(exc):  # urllib3 caught the loop below
+        except (BotoCoreError, RecursionError) as exc:  # refused, timeouts, a bad endpoint
+            # urllib3 may catch the redirect loop (_redirect_loop) and say so itself
+            if isinstance(exc, RecursionError) or "maximum recursion depth" in str(exc):
                 raise _redirect_loop(path, action, endpoint, kwargs.get("Bucket")) from None
             raise StorageError(
                 f"{path}: {action} failed, could not talk to {endpoint}: {self._scrubbed(exc)}"
             ) from None  # the original may quote a credential
-        except RecursionError:
-            raise _redirect_loop(path, action, endpoint, kwargs.get("Bucket")) from None
         if action == "list" and not any(member in response for member in _LISTING_MEMBERS):
             # botocore reads any well-formed XML (an XHTML page) as an empty listing, which
             # would pass for "no batch committed yet".
-            seen = f"HTTP {_status(response)}, {_content_type(response)}, no ListObjectsV2 result"
+            seen = f"{_answered(response)}, no ListObjectsV2 result"
             raise _not_s3(path, action, endpoint, seen)
         return response
 
     def _fast_call(
         self, path: str, action: str, bucket: str, method: Callable[[ObstoreReader], Any]
     ) -> Any:
-        """Run one obstore read of ``bucket`` (``method(reader)``) and turn its errors into the
-        typed errors boto3's get. None when the read must go through boto3: no obstore reader,
-        or S3 redirects to the bucket's own region (object_store follows no such redirect, so
-        that bucket's reads go through boto3 from then on), or a key object_store refuses."""
+        """``method(reader)``, one obstore read of ``bucket``, its errors typed as boto3's are.
+        None when the read must go through boto3: no obstore reader, a key object_store
+        refuses, or a redirect to the bucket's own region (object_store follows none, so that
+        bucket's reads go through boto3 from then on)."""
         fast = self._obstore(bucket)
         if fast is None:
             return None
@@ -562,8 +553,7 @@ class S3Storage:
         )  # not chained: the original may quote a credential
 
     @property
-    def _endpoint(self) -> str:
-        """The endpoint as error messages name it."""
+    def _endpoint(self) -> str:  # as error messages name it
         return self.options.endpoint_url or "the S3 endpoint"
 
     def _secrets(self) -> list[str]:
@@ -572,18 +562,15 @@ class S3Storage:
         return [part for secret in secrets if secret for part in secret_parts(str(secret))]
 
     def _scrubbed(self, exc: BaseException) -> str:
-        """``exc``'s text without the credentials (botocore and http.client may quote a header
-        value, session token included)."""
+        """``exc``'s text without credentials (botocore may quote a header, token included)."""
         return scrub(str(exc), self._secrets())
 
 
-def _status(response: Mapping[str, Any]) -> str:
-    return str(response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?"))
-
-
-def _content_type(response: Mapping[str, Any]) -> str:
-    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-    return f"Content-Type {headers.get('content-type') or 'none'}"
+def _answered(response: Mapping[str, Any]) -> str:
+    """What came back, as an error about an answer that is not S3's names it."""
+    metadata = response.get("ResponseMetadata", {})
+    content_type = metadata.get("HTTPHeaders", {}).get("content-type") or "none"
+    return f"HTTP {metadata.get('HTTPStatusCode', '?')}, Content-Type {content_type}"
 
 
 def _has_body(response: Mapping[str, Any]) -> bool:
@@ -667,8 +654,10 @@ def s3_error(
 
 @dataclass(frozen=True, repr=False)
 class S3Options(BackendOptions):
-    """What :class:`S3Storage` is opened with, given once for every bucket
-    (docs/connections.md). Never printed."""
+    """What :class:`S3Storage` is opened with, for every bucket: credentials, region and
+    endpoint (else boto3's chain), or a ready boto3 ``client`` with the ``session`` it was
+    made from (without it reads go through boto3), bounds, ``reader`` (docs/connections.md).
+    Never printed."""
 
     client: Any = None
     session: Any = None

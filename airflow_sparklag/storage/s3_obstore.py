@@ -1,13 +1,6 @@
-"""The S3 read path (one ListObjectsV2 per checkpoint, GETs, discovery's delimiter listings)
-over obstore: the default on Python >= 3.11.
-
-obstore is the Python binding of Rust's ``object_store``: signing, HTTP, retries and the XML
-parse of a listing run in Rust, outside the GIL, so many requests are in flight from a few
-Python threads at little client CPU (docs/benchmarks.md). Writes, deletes, copies and HEADs
-stay with boto3. Everything comes from the boto3 client and session (``settings_from``;
-credentials through obstore's ``Boto3CredentialProvider``, so refreshing ones work).
-obstore is imported when the first store is built, never at module import.
-"""
+"""The S3 read path over obstore (Rust ``object_store``), the default on Python >= 3.11, set
+up from the boto3 client and session: docs/connections.md ("How checkpoint files are read on
+S3"). obstore is imported when the first store is built."""
 
 from __future__ import annotations
 
@@ -42,26 +35,18 @@ OBSTORE_KEYS = ("size", "last_modified", "e_tag")
 
 @dataclass(frozen=True)
 class ObstoreSettings:
-    """How to reach S3, in obstore's terms, from the settings of the boto3 client.
-
-    ``endpoint_url`` None: AWS itself (object_store builds the regional URL).
-    ``virtual_hosted``: bucket in the host name (botocore's ``addressing_style``).
-    ``client_options`` / ``retry``: obstore's ``ClientConfig`` / ``RetryConfig``.
-    """
+    """How to reach S3, in obstore's terms, from the settings of the boto3 client."""
 
     region: str
-    endpoint_url: str | None
-    virtual_hosted: bool
-    client_options: dict[str, Any]
-    retry: dict[str, Any]
+    endpoint_url: str | None  # None: AWS itself (object_store builds the regional URL)
+    virtual_hosted: bool  # the bucket in the host name (botocore's addressing_style)
+    client_options: dict[str, Any]  # obstore's ClientConfig
+    retry: dict[str, Any]  # obstore's RetryConfig
 
 
 def settings_from(client: Any, verify: bool | str | None, attempts: int) -> ObstoreSettings:
-    """obstore's settings from a boto3 S3 client: its region, endpoint and botocore ``Config``
-    (the proxy is the ``Config``'s, else the environment's: ``HTTPS_PROXY``, ``NO_PROXY``).
-
-    ``verify``: the client's: False skips certificate checks, a path is a CA bundle (PEM)
-    trusted besides the system roots; None: ``AWS_CA_BUNDLE``'s. ``attempts``: in all."""
+    """obstore's settings from a boto3 S3 client, its ``verify`` (None: ``AWS_CA_BUNDLE``'s)
+    and its attempts in all (the table in docs/connections.md)."""
     import os
     import urllib.request
 
@@ -146,11 +131,10 @@ def answer_of(exc: BaseException) -> tuple[str, str]:
 def checkpoint_files(
     listed: Iterable[tuple[str, Mapping[str, Any]]], root: str, keys: tuple[str, str, str]
 ) -> tuple[dict[str, list[ObjectInfo]], int, bool]:
-    """A listing of the checkpoint at key prefix ``root`` from ``<root>commits`` on, as
-    ``(key, entry)`` pairs, sorted into ``commits``, ``offsets`` and ``metadata`` (each file's
-    ``listed_object``, named by ``keys``) up to the first key past ``offsets/``: both readers'
-    one filter.
-    Also the keys taken before it, and whether it was reached (the listing stops there)."""
+    """Both readers' one filter: a listing from ``<root>commits`` on, as ``(key, entry)``
+    pairs (entries named by ``keys``), sorted into ``commits``, ``offsets`` and ``metadata``
+    up to the first key past ``offsets/``; also the keys taken before it, and whether it was
+    reached (the listing stops there)."""
     # The first key after every <root>offsets/... key ("0" follows "/"): a listing that starts
     # after <root>commits has seen both logs and metadata once it reaches it.
     end = root + "offsets0"
@@ -184,7 +168,7 @@ class ObstoreReader:
     Example::
 
         reader = ObstoreReader(Boto3CredentialProvider(session), settings_from(...))
-        reader.read("s3a://bucket/ck/offsets/3", "bucket", "ck/offsets/3")
+        reader.read("bucket", "ck/offsets/3")
     """
 
     def __init__(
@@ -243,10 +227,8 @@ class ObstoreReader:
         return True
 
     def list_checkpoint(self, bucket: str, root: str) -> tuple[dict[str, list[ObjectInfo]], int]:
-        """``commits/``, ``offsets/`` and ``metadata`` of the checkpoint at key prefix ``root``
-        (``""`` or ending in ``/``): one ListObjectsV2 from ``<root>commits`` on, stopped at
-        the first key past ``offsets/`` (see ``S3Storage.list_checkpoint``); and the pages
-        it took (S3 pages hold 1,000 keys)."""
+        """``S3Storage.list_checkpoint``'s answer at key prefix ``root``, and the pages it
+        took (S3 pages hold 1,000 keys)."""
         import obstore
 
         stream = obstore.list(

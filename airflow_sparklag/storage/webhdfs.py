@@ -1,9 +1,6 @@
-"""HDFS backend over WebHDFS (``hdfs://`` and ``webhdfs://`` URLs), through HdfsCLI.
-
-HdfsCLI (the ``hdfs`` package) sends every request, follows DataNode redirects and fails over
-between NameNodes; it is imported on first use (DAG files import this package). What is still
-done here, and the test that shows why, is in docs/connections.md ("HDFS").
-"""
+"""HDFS backend over WebHDFS (``hdfs://`` and ``webhdfs://`` URLs) through HdfsCLI, which sends
+every request, follows DataNode redirects and fails over between NameNodes; imported on first
+use. What is still done here, and the test that shows why: docs/connections.md ("HDFS")."""
 
 from __future__ import annotations
 
@@ -12,7 +9,6 @@ import dataclasses
 import functools
 import logging
 import os
-import struct
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -40,7 +36,7 @@ from airflow_sparklag.storage import (
     seconds_option,
 )
 from airflow_sparklag.storage.hadoop_conf import NAMENODES_HINT, HadoopConf
-from airflow_sparklag.storage.hadoop_tokens import Token, pick_hdfs_token, read_token_file
+from airflow_sparklag.storage.hadoop_tokens import Bytes, Token, pick_hdfs_token, read_token_file
 
 _RENEW_BEFORE = 30  # seconds of ticket life left below which a keytab login is renewed
 # What HdfsCLI fails over on: raised once every NameNode answered it.
@@ -60,16 +56,11 @@ def hdfs_path(url: str) -> str:
 
 
 class Kerberos:
-    """SPNEGO for WebHDFS (requests-gssapi): a principal + keytab (a private in-memory ticket
-    cache, logged in again before the ticket runs out), else the ambient ticket cache that
-    ``kinit`` left, read again at each login (docs/hdfs.md). The service name is
-    ``HTTP@<host of the URL>``: name NameNodes as their principals do.
-
-    ``reason`` says why Kerberos is used when nobody asked for it: the Hadoop configuration
-    (``hadoop.security.authentication=kerberos``), or :data:`CHALLENGED` (the NameNode's 401
-    ``Negotiate``). Told to use it (a flag, an option, the configuration), the first request
-    carries SPNEGO; not told, the first challenge is answered; either way the login is then
-    kept as Hadoop's ``hadoop.auth`` cookie, and each later challenge answered.
+    """SPNEGO for WebHDFS (requests-gssapi) from a principal + keytab (a private in-memory
+    ticket cache, logged in again before the ticket runs out), else from the ticket cache
+    ``kinit`` left (docs/hdfs.md, "Credentials"). The service name is ``HTTP@<host of the
+    URL>``: name NameNodes as their principals do. ``reason`` says why Kerberos is used when
+    nobody asked for it: the Hadoop configuration, or :data:`CHALLENGED`.
     """
 
     def __init__(
@@ -87,32 +78,13 @@ class Kerberos:
 
     def auth(self) -> Any:
         """The requests auth handler; a keytab that cannot log in fails here, naming why."""
-        import gssapi
         from requests_gssapi import OPTIONAL
 
-        spnego = _per_thread_spnego()
-        first = self.reason != CHALLENGED  # told: a token with the first request, no 401
-        if not self.keytab:  # the ambient cache, looked up at each login
-            return spnego(mutual_authentication=OPTIONAL, opportunistic_auth=first)
-        login = self._keytab_login
-        renewing = threading.Lock()  # one login for all threads
-
-        class KeytabSPNEGO(spnego):  # type: ignore[misc,valid-type]
-            """Logs in again from the keytab when the ticket is (nearly) expired."""
-
-            creds: Any
-
-            def generate_request_header(self, *args: Any, **kwargs: Any) -> Any:
-                with renewing:
-                    try:
-                        fresh = self.creds.lifetime > _RENEW_BEFORE
-                    except gssapi.exceptions.GSSError:  # expired: a new login
-                        fresh = False
-                    if not fresh:
-                        self.creds = login()
-                return super().generate_request_header(*args, **kwargs)
-
-        return KeytabSPNEGO(mutual_authentication=OPTIONAL, creds=login(), opportunistic_auth=first)
+        return _per_thread_spnego()(
+            self._keytab_login if self.keytab else None,  # else the ambient cache, at each login
+            mutual_authentication=OPTIONAL,
+            opportunistic_auth=self.reason != CHALLENGED,  # told: a token with the first request
+        )
 
     def _keytab_login(self) -> Any:
         """Credentials from the keytab, in a private in-memory cache (never KRB5CCNAME's)."""
@@ -135,13 +107,10 @@ class Kerberos:
         return creds
 
     def problem(self) -> str:
-        """Why a 401 happened, as far as the client can tell (and why Kerberos was used)."""
+        """Why a 401 happened, as far as the client can tell (after why Kerberos was used)."""
         why = f"{self.reason}: " if self.reason else ""
-        return why + self._refused()
-
-    def _refused(self) -> str:
         if self.keytab:
-            return (
+            return why + (
                 f"the NameNode refused the ticket of {self.principal} (keytab {self.keytab}): "
                 "a keytab or ticket from another KDC or realm, or a clock skew over 5 minutes"
             )
@@ -154,10 +123,10 @@ class Kerberos:
         except gssapi.exceptions.ExpiredCredentialsError:
             of = cache_principal(os.environ.get("KRB5CCNAME", ""))
             of = f" of {of}" if of else ""
-            return f"the Kerberos ticket{of} in {cache} has expired: {RENEW_TICKET}"
+            return f"{why}the Kerberos ticket{of} in {cache} has expired: {RENEW_TICKET}"
         except gssapi.exceptions.GSSError as exc:
-            return f"no Kerberos ticket in {cache} ({_gss_reason(exc)}): {RENEW_TICKET}"
-        return (
+            return f"{why}no Kerberos ticket in {cache} ({_gss_reason(exc)}): {RENEW_TICKET}"
+        return why + (
             f"the NameNode refused the ticket of {who} (valid {lifetime} s more): a ticket "
             "from another KDC or realm, or a clock skew over 5 minutes"
         )
@@ -178,21 +147,17 @@ def cache_principal(cache: str) -> str:
     path = cache[5:] if cache.startswith("FILE:") else cache
     if not path or ":" in path:
         return ""
-    with contextlib.suppress(OSError, ValueError, struct.error), open(path, "rb") as file:
-        head = file.read(4096)
-        version, at = struct.unpack_from(">H", head)[0], 2
+    with contextlib.suppress(OSError, ValueError), open(path, "rb") as file:
+        head = Bytes(file.read(4096), lambda at, what: ValueError(at))
+        version = head.number(2)
         if version not in (0x0502, 0x0503, 0x0504):
             return ""
         if version == 0x0504:
-            at += 2 + struct.unpack_from(">H", head, at)[0]  # the header's tags
-        _, count = struct.unpack_from(">II", head, at)
-        parts, at = [], at + 8
-        for _ in range(count + 1):  # the realm, then each component
-            size = struct.unpack_from(">I", head, at)[0]
-            parts.append(head[at + 4 : at + 4 + size].decode())
-            at += 4 + size
-        realm, *names = parts
-        return f"{'/'.join(names)}@{realm}" if names and at <= len(head) else ""
+            head.sized(2)  # the header's tags
+        head.number(4)  # the name type
+        count = head.number(4)
+        realm, *names = (head.sized(4).decode() for _ in range(count + 1))
+        return f"{'/'.join(names)}@{realm}" if names else ""
     return ""
 
 
@@ -218,7 +183,9 @@ def _per_thread_spnego() -> type:
     """requests-gssapi's auth with its per-request state (each host's security context, the
     body position to rewind) kept per thread. One session serves a fleet scan's threads: with
     one shared context, concurrent SPNEGO logins step each other's contexts and fail
-    (``MutualAuthenticationError`` on an HTTP 200)."""
+    (``MutualAuthenticationError`` on an HTTP 200). Given a keytab ``login``, it logs in again
+    when the ticket is (nearly) expired."""
+    import gssapi
     from requests_gssapi import HTTPSPNEGOAuth
 
     class State(threading.local):
@@ -233,12 +200,25 @@ def _per_thread_spnego() -> type:
         )
 
     class PerThreadSPNEGO(HTTPSPNEGOAuth):
+        creds: Any
         context = per_thread("context")
         pos = per_thread("pos")
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
+        def __init__(self, login: Callable[[], Any] | None, **kwargs: Any) -> None:
             self._state = State()
-            super().__init__(*args, **kwargs)
+            self._login, self._renewing = login, threading.Lock()  # one login for all threads
+            super().__init__(creds=login() if login else None, **kwargs)
+
+        def generate_request_header(self, *args: Any, **kwargs: Any) -> Any:
+            if self._login is not None:
+                with self._renewing:
+                    try:
+                        fresh = self.creds.lifetime > _RENEW_BEFORE
+                    except gssapi.exceptions.GSSError:  # expired: a new login
+                        fresh = False
+                    if not fresh:
+                        self.creds = self._login()
+            return super().generate_request_header(*args, **kwargs)
 
         def handle_other(self, response: Any) -> Any:
             answered = super().handle_other(response)
@@ -320,16 +300,14 @@ def noting_session() -> Any:
 
 
 class WebHDFSStorage:
-    """Files in HDFS through WebHDFS, with NameNode HA fail-over.
+    """Files in HDFS through WebHDFS; with several NameNode URLs, a connection error or a
+    ``StandbyException`` moves on to the next one (the one that answered is tried first next).
 
     Example::
 
         options = WebHDFSOptions(user="spark")
         storage = WebHDFSStorage(["http://nn1:9870", "http://nn2:9870"], options)
         storage.list_dir("hdfs://cluster/checkpoints/orders/offsets")
-
-    With several NameNode URLs, a connection error or a ``StandbyException`` moves on to the
-    next one; the NameNode that answered is tried first next time.
     """
 
     def __init__(
@@ -360,10 +338,8 @@ class WebHDFSStorage:
 
     @classmethod
     def for_url(cls, location: str, options: WebHDFSOptions | None = None) -> WebHDFSStorage:
-        """Backend for a checkpoint URL; ``options.url`` (NameNode HTTP URL or list) overrides
-        the host (docs/connections.md, "HDFS"). What the options do not give is taken from the
-        Hadoop configuration (``HADOOP_CONF_DIR``, docs/hdfs.md): the NameNodes of a
-        nameservice or of ``fs.defaultFS``, HTTPS, Kerberos."""
+        """Backend for a checkpoint URL; what ``options`` do not give is taken from the Hadoop
+        configuration (docs/hdfs.md, "Where each setting comes from")."""
         options = options or WebHDFSOptions()
         credentials = ("user", "kerberos", "principal", "keytab", "token_file")
         told = any(getattr(options, key) for key in credentials)
@@ -380,8 +356,6 @@ class WebHDFSStorage:
             key = "hadoop.security.authentication"
             storage.kerberos = Kerberos(reason=f"{conf.source(key)} says {key}=kerberos")
         return storage
-
-    # -- Storage interface -------------------------------------------------------------------
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
         return [
@@ -406,20 +380,12 @@ class WebHDFSStorage:
 
     def exists(self, path: str) -> bool:
         self.requests.add("exists")
-        try:
-            with self._call(path, "GETFILESTATUS") as client:
-                client.status(hdfs_path(path))
-        except StorageNotFound:
-            return False
-        return True
+        return self._file_status(path) is not None
 
     def is_file(self, path: str) -> bool:
         self.requests.add("stat")
-        try:
-            with self._call(path, "GETFILESTATUS") as client:
-                return bool(client.status(hdfs_path(path)).get("type") == "FILE")
-        except StorageNotFound:
-            return False
+        status = self._file_status(path)
+        return status is not None and bool(status.get("type") == "FILE")
 
     def write_atomic(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
         self.requests.add("write")
@@ -480,11 +446,8 @@ class WebHDFSStorage:
             raise StorageAlreadyExists(f"{dst}: already exists; not renaming over it") from None
         return True
 
-    def copy_from(self, source: Storage, src: str, dst: str) -> None:
-        # WebHDFS has no server-side copy.
+    def copy_from(self, source: Storage, src: str, dst: str) -> None:  # no server-side copy
         self.write_atomic(dst, source.read(src), overwrite=True)
-
-    # -- requests through HdfsCLI ------------------------------------------------------------
 
     def _list_status(self, path: str) -> list[dict[str, Any]]:
         """One LISTSTATUS: the FileStatus entries, ``[]`` when ``path`` is missing. (HdfsCLI's
@@ -496,6 +459,15 @@ class WebHDFSStorage:
                 return _file_statuses(client._list_status(hdfs_path(path)))
         except StorageNotFound:
             return []
+
+    def _file_status(self, path: str) -> dict[str, Any] | None:
+        """One GETFILESTATUS: ``path``'s FileStatus, None when it is missing."""
+        try:
+            with self._call(path, "GETFILESTATUS") as client:
+                status: dict[str, Any] = client.status(hdfs_path(path))
+                return status
+        except StorageNotFound:
+            return None
 
     def _rename2(self, path: str, src: str, dst: str, *, overwrite: bool) -> None:
         # rename2 (any renameoptions) is atomic and, without OVERWRITE, fails with
@@ -511,11 +483,9 @@ class WebHDFSStorage:
 
     @functools.cached_property
     def _connected(self) -> tuple[Any, Any]:
-        """(HdfsCLI client, its session), built on first use: the one place its class is
-        chosen. A delegation token is sent as ``delegation=`` (``TokenClient``), else a user as
-        ``user.name`` (``InsecureClient``), else ``Client`` sends Kerberos (``session.auth``)
-        or anonymous requests. Credentials in a URL (``http://user:pw@gateway``) become the
-        session's basic auth, so that they never reach HdfsCLI's log lines or an error."""
+        """(HdfsCLI client, its session), built on first use, with the credentials of
+        docs/hdfs.md ("Credentials"). Credentials in a URL (``http://user:pw@gateway``) become
+        the session's basic auth, so that they never reach HdfsCLI's log lines or an error."""
         from hdfs import Client, InsecureClient, TokenClient
 
         _quiet_library_loggers()
@@ -535,12 +505,12 @@ class WebHDFSStorage:
         if session.auth is None and self.delegation_token is None and self.may_infer_kerberos:
             session.auth = self._answer_challenges()
         url = ";".join(plain)  # HdfsCLI's form of a list of NameNodes
-        if self.delegation_token:
-            token = self.delegation_token.url_string()
-            return TokenClient(url, token, timeout=self.timeout, session=session), session
-        if self.user:
-            return InsecureClient(url, self.user, timeout=self.timeout, session=session), session
-        return Client(url, timeout=self.timeout, session=session), session
+        settings = {"timeout": self.timeout, "session": session}
+        if self.delegation_token:  # sent as delegation=
+            return TokenClient(url, self.delegation_token.url_string(), **settings), session
+        if self.user:  # sent as user.name
+            return InsecureClient(url, self.user, **settings), session
+        return Client(url, **settings), session  # Kerberos (session.auth) or anonymous
 
     def _answer_challenges(self) -> Any:
         """Nothing said how to log in: SPNEGO from the ticket cache kinit left, should the
@@ -554,10 +524,9 @@ class WebHDFSStorage:
         return _on_challenge(self.kerberos.auth)
 
     def _pick_token(self) -> Token | None:
-        """The HDFS delegation token of the token file for this NameNode. A file from
-        HADOOP_TOKEN_FILE_LOCATION without any HDFS token (a YARN container of a cluster
-        without Kerberos) leaves the other credentials in charge; a file given explicitly
-        must hold one."""
+        """The token file's HDFS delegation token for this NameNode. A file from
+        HADOOP_TOKEN_FILE_LOCATION without one (YARN without Kerberos) leaves the other
+        credentials in charge; a file given explicitly must hold one."""
         if self.token_file is None:
             return None
         token = pick_hdfs_token(read_token_file(self.token_file), self.location)
@@ -738,9 +707,8 @@ def _is_count(value: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class WebHDFSOptions(BackendOptions):
-    """What :class:`WebHDFSStorage` is opened with; ``url``: the NameNodes' HTTP URL (or a
-    list of them, HA) instead of the location's host; ``verify`` None: the Hadoop
-    configuration's truststore, else the system's CAs. Never printed."""
+    """What :class:`WebHDFSStorage` is opened with (docs/connections.md, "HDFS"; None: inferred,
+    docs/hdfs.md). Never printed."""
 
     url: str | list[str] | None = None
     user: str | None = None
