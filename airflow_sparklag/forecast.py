@@ -1,10 +1,6 @@
-"""When each lag threshold is crossed at the current rates: pure arithmetic on a report.
-
-The backlog grows at the production rate (an upper bound) minus the consumption rate, both
-measured over the batches read (``LagReport.production_rate``/``consumption_rate``), so every
-time here errs on the early side. Nothing is extrapolated where a rate is unknown, where the
-backlog does not grow faster than ``NOISE_SHARE`` of production, or where the measured value
-is unknown: the ``Breach`` says why (docs/lag-and-health.md#time-to-breach).
+"""When each lag threshold is crossed at the current rates (docs/lag-and-health.md#time-to-
+breach): the backlog grows at the production rate (an upper bound) minus the consumption rate,
+so every time errs on the early side; nothing is extrapolated where a rate is unknown.
 
 >>> breaches = time_to_breach(report, Thresholds(max_lag_records_total=1000))  # doctest: +SKIP
 >>> breach_text(breaches[0])                                                 # doctest: +SKIP
@@ -67,15 +63,9 @@ class _Rate:
 
 
 def time_to_breach(report: LagReport, thresholds: Thresholds | None) -> tuple[Breach, ...]:
-    """When each lag threshold set in ``thresholds`` is crossed at the report's rates.
-
-    ``max_lag_records_total``: the total lag grows at the net rate; ``max_lag_records_per_
-    partition``: the worst partition's, at most at the net rate of the whole job (the rates
-    are not measured per partition), so its time is the earliest; ``max_lag_seconds``: the
-    oldest waiting record ages one second a second less the share of production the consumer
-    keeps up with (``growth / produced`` seconds a second). Empty without thresholds, a
-    committed batch or a Kafka source.
-    """
+    """When each lag threshold set is crossed at the report's rates. The worst partition grows
+    at most at the whole job's net rate (rates are not per partition), so its time is the
+    earliest; the oldest waiting record ages ``growth / produced`` seconds a second."""
     if thresholds is None or not report.kafka_sources or report.committed_batch_id is None:
         return ()
     rate = _Rate(report)
@@ -123,9 +113,8 @@ def duration(seconds: float | None) -> str:
 
 
 def rule_time_to_breach(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
-    """LAGGING (rule ``time_to_breach``) when a lag threshold not crossed yet will be crossed
-    sooner than ``min_time_to_breach_seconds`` at the current rates; a threshold already
-    crossed is the lagging rule's."""
+    """A lag threshold not crossed yet will be within ``min_time_to_breach_seconds`` (one
+    already crossed is the lagging rule's)."""
     limit = thresholds.min_time_to_breach_seconds
     first = soonest(report)
     if limit is None or first is None or (first.seconds or 0.0) >= limit:
@@ -138,9 +127,8 @@ def rule_time_to_breach(report: LagReport, thresholds: Thresholds, now: float) -
 def reads_time_to_breach(
     report: LagReport, thresholds: Thresholds, now: float, dated: bool
 ) -> Reads:
-    """With ``min_time_to_breach_seconds`` and records waiting: the window at once (the
-    rates are then the window's, as a full read's: the forecast does not depend on how far
-    a newest-first check read)."""
+    """The window with ``min_time_to_breach_seconds`` and records waiting: the rates are then
+    the window's, whatever a newest-first check read."""
     if thresholds.min_time_to_breach_seconds is None or report.total_lag <= thresholds.allowed_lag:
         return Reads.NOTHING
     return Reads.WINDOW

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -62,26 +63,9 @@ def flags(p: PartitionLag) -> str:
 
 
 def partition_table(report: LagReport) -> str:
-    """One row per Kafka partition of every Kafka source.
-
-    ``log_end`` is the high watermark; ``lso`` the last stable offset beside it (``-`` when
-    Kafka was not asked). ``lag`` runs to the LSO under read_committed, to the log end
-    otherwise, and counts offsets: transaction markers and aborted records included.
-    """
-    header = (
-        "source",
-        "topic",
-        "part",
-        "committed",
-        "planned",
-        "log_end",
-        "lso",
-        "log_start",
-        "lag",
-        "lag_time",
-        "flags",
-    )
-    rows: list[tuple[str, ...]] = [header]
+    """One row per Kafka partition of every Kafka source (``lso``: the last stable offset)."""
+    header = "source topic part committed planned log_end lso log_start lag lag_time flags"
+    rows: list[tuple[str, ...]] = [tuple(header.split())]
     for source in report.sources:
         if not source.is_kafka:
             continue
@@ -159,8 +143,7 @@ def summary_lines(report: LagReport) -> list[str]:
 
 
 def _time_lag_unknown(report: LagReport) -> str:
-    """Why the most lagging partition whose time lag is unknown has none (its name and
-    ``report.unknown``'s words), and what else tells it; "" when every one is known."""
+    """Why the most lagging undated partition has no time lag, and what else tells it."""
     why = report.unknown.get("max_lag_seconds")
     undated = [p for p in report.partitions() if p.lag > 0 and p.lag_seconds is None]
     if why is None or not undated:
@@ -205,8 +188,6 @@ def _rate_lines(report: LagReport) -> list[str]:
 
 
 def _when(epoch: float | None) -> str:
-    import datetime
-
     if epoch is None:
         return "unknown"
     moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
@@ -271,8 +252,6 @@ def breach_summary(report: LagReport, verdict: HealthVerdict) -> str:
 
 
 def _utc(time_ms: int) -> str:
-    import datetime
-
     moment = datetime.datetime.fromtimestamp(time_ms / 1000.0, tz=datetime.timezone.utc)
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
@@ -290,8 +269,8 @@ def _history_seconds(point: HistoryPoint) -> str:
 
 
 def history_table(history: LagHistory, *, max_partitions: int = 4) -> str:
-    """``sparklag history``: one row per point (batch or now), worst lags per partition,
-    then why some numbers are unknown and what the reconstruction assumes."""
+    """``sparklag history``: one row per point (batch or now), then why some numbers are
+    unknown and what the reconstruction assumes."""
     if history.verdict is not None:  # nothing to rebuild: status's verdict, as status says it
         health, reason = history.verdict.health.value, history.verdict.reason
         return f"checkpoint  {history.location}\nhealth      {health}: {reason}"
