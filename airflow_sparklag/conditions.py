@@ -22,6 +22,7 @@ from airflow_sparklag.model.report import moment, utc_text
 from airflow_sparklag.model.result import CheckResult, document, summary_of
 from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckOptions, check
+from airflow_sparklag.render import breach_message
 from airflow_sparklag.session import Session
 from airflow_sparklag.snapshot import by_partition
 
@@ -68,15 +69,6 @@ class WaitCondition(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
-def breach_message(result: CheckResult) -> str:
-    """Verdict plus the worst partitions, one line."""
-    from airflow_sparklag.render import breach_summary
-
-    if result.report is None:  # unreadable checkpoint in a multi-checkpoint check
-        return f"{result.location}: {result.error}"
-    return breach_summary(result.report, result.verdict)
-
-
 @dataclass(frozen=True)
 class HealthCondition:
     """Done when the verdict is one of ``accept``; failed for good on one of ``fail_fast``
@@ -97,12 +89,11 @@ class HealthCondition:
         result = check(session, self.location, self.options)
         health = result.verdict.health
         between_runs = health is Health.STOPPED and self._scheduled(result)
-        if health in self.fail_fast and health not in self.accept and not between_runs:
-            return Probe.of(self.kind, False, breach_message(result), result, failed=True)
         if health in self.accept:
             message = f"{self.location}: {health.value}: {result.verdict.reason}"
             return Probe.of(self.kind, True, message, result)
-        return Probe.of(self.kind, False, breach_message(result), result)
+        failed = health in self.fail_fast and not between_runs
+        return Probe.of(self.kind, False, breach_message(result), result, failed=failed)
 
     def _scheduled(self, result: CheckResult) -> bool:
         """A declared scheduled job, or one whose history looks like runs."""

@@ -13,6 +13,7 @@ from airflow_sparklag.pace import pace_text
 if TYPE_CHECKING:
     from airflow_sparklag.history import HistoryPoint, LagHistory
     from airflow_sparklag.model.report import LagReport, PartitionLag
+    from airflow_sparklag.model.result import CheckResult
     from airflow_sparklag.model.verdict import HealthVerdict
 
 
@@ -234,8 +235,11 @@ def render(report: LagReport, verdict: HealthVerdict) -> str:
     )
 
 
-def breach_summary(report: LagReport, verdict: HealthVerdict) -> str:
+def breach_message(result: CheckResult) -> str:
     """A short failure message: the verdict and the five worst partitions (operator failures)."""
+    report, verdict = result.report, result.verdict
+    if report is None:  # unreadable checkpoint in a multi-checkpoint check
+        return f"{result.location}: {result.error}"
     worst = sorted(
         (p for s in report.sources if s.is_kafka for t in s.topics for p in t.partitions),
         key=lambda p: (not p.data_loss, -p.lag),

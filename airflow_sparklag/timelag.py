@@ -30,10 +30,6 @@ IN_A_GAP = "produced at an unknown moment of a {gap:.0f} s gap between two obser
 Stairs = tuple[list[int], list[float], list[float]]
 
 
-def _time_then_higher_offset(point: tuple[int, float]) -> tuple[float, int]:
-    return point[1], -point[0]
-
-
 def staircase(points: Sequence[tuple[int, float]]) -> Stairs:
     """The rising levels of ``(offset, time_ms)`` points given in any order; each level keeps
     the EARLIEST time its offset was seen and the LAST.
@@ -44,7 +40,7 @@ def staircase(points: Sequence[tuple[int, float]]) -> Stairs:
     # Sort by time; at equal times the higher offset first, so the lower one is dominated.
     # Points usually come in time order (batches, then the live point): no sort then.
     in_order = all(a[1] < b[1] for a, b in itertools.pairwise(points))
-    ordered = points if in_order else sorted(points, key=_time_then_higher_offset)
+    ordered = points if in_order else sorted(points, key=lambda point: (point[1], -point[0]))
     offsets: list[int] = []
     first: list[float] = []
     last: list[float] = []

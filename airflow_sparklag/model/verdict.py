@@ -59,13 +59,8 @@ class Health(str, Enum):
     @classmethod
     def parse(cls, name: object) -> Health:
         """The verdict named ``name``, in any case (``"lagging"`` -> ``Health.LAGGING``)."""
-        if isinstance(name, cls):
-            return name
-        if isinstance(name, str):
-            try:
-                return cls(name.strip().upper())
-            except ValueError:
-                pass
+        if isinstance(name, str) and name.strip().upper() in cls.__members__:
+            return cls[name.strip().upper()]
         valid = ", ".join(h.value for h in cls)
         raise ValueError(f"unknown verdict {name!r}; valid verdicts: {valid}")
 
