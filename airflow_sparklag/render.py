@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -76,21 +77,15 @@ def partition_table(report: LagReport) -> str:
                 row = (source.source_id, topic.topic, str(partition), str(offset))
                 rows.append((*row, "-", "-", "-", "-", "?", "unknown", "topic_missing"))
             for p in topic.partitions:
-                rows.append(
-                    (
-                        source.source_id,
-                        p.topic,
-                        str(p.partition),
-                        _num(p.committed_offset),
-                        _num(p.planned_offset),
-                        _num(p.log_end_offset),
-                        _num(p.last_stable_offset),
-                        _num(p.log_start_offset),
-                        str(p.lag),
-                        _time_lag(p.lag_seconds, report.time_lag_mode),
-                        flags(p),
-                    )
+                row = (source.source_id, p.topic, str(p.partition), _num(p.committed_offset))
+                ends = (
+                    p.planned_offset,
+                    p.log_end_offset,
+                    p.last_stable_offset,
+                    p.log_start_offset,
                 )
+                time_lag = _time_lag(p.lag_seconds, report.time_lag_mode)
+                rows.append((*row, *map(_num, ends), str(p.lag), time_lag, flags(p)))
     return "\n".join(table(rows))
 
 
@@ -288,15 +283,11 @@ def history_table(history: LagHistory, *, max_partitions: int = 4) -> str:
     if history.unknown:
         lines.append(f"unknown     {history.unknown}")
     rows = [("time (UTC)", "batch", "kind", "lag", "lag time (bracket)", "partitions (lag)")]
-    reasons: dict[str, int] = {}
     for point in history.points:
         ranked = sorted(point.partitions, key=lambda p: -1 if p.lag is None else -p.lag)
         cells = [f"{p.topic}-{p.partition}={_num(p.lag)}" for p in ranked[:max_partitions]]
         if len(ranked) > max_partitions:
             cells.append(f"+{len(ranked) - max_partitions} more")
-        for part in point.partitions:
-            if part.unknown:
-                reasons[part.unknown] = reasons.get(part.unknown, 0) + 1
         rows.append(
             (
                 _utc(point.time_ms),
@@ -308,6 +299,9 @@ def history_table(history: LagHistory, *, max_partitions: int = 4) -> str:
             )
         )
     lines += ["", *table(rows)]
+    reasons = Counter(
+        part.unknown for pt in history.points for part in pt.partitions if part.unknown
+    )
     if reasons:
         lines += ["", "unknown because:"]
         lines += [f"  - {reason} ({count}x)" for reason, count in reasons.items()]

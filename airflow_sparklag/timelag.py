@@ -116,11 +116,9 @@ def estimate_age(
     hist: Sequence[tuple[int, float]] = points
     if live is not None:
         now_point = (int(live), float(fetched_at_ms))
-        hist = [*points, now_point]
-        for point_offset, _ in points:
-            if point_offset > live:  # recreated or truncated topic: the live point alone
-                hist = [now_point]
-                break
+        # History above the live log end: a recreated or truncated topic, the live point alone.
+        recreated = any(point_offset > live for point_offset, _ in points)
+        hist = [now_point] if recreated else [*points, now_point]
     age = record_age(staircase(hist), offset, now_ms)
     return age.seconds, age.unknown
 

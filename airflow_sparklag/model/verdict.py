@@ -109,7 +109,7 @@ def _checked_limit(name: str, value: object, *, optional: bool, count: bool) -> 
 
 
 @dataclass(frozen=True)
-class Thresholds:
+class Thresholds(ToDict):
     """Named limits of the health rules (docs/lag-and-health.md#check-options); None: off.
 
     >>> t = Thresholds.from_dict({"max_lag_seconds": 300, "allowed_lag": 1})
@@ -161,9 +161,6 @@ class Thresholds:
                 f"unknown threshold(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
             )
         return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def loss_bound(self, retention_seconds: float | None) -> float:
         """How soon before retention deletes an unread record the time_to_data_loss rule
