@@ -85,13 +85,11 @@ def _last_activity(report: LagReport, thresholds: Thresholds) -> float | None:
     times = _window_times(report, thresholds)
     flight = report.in_flight.started_at if report.in_flight else None
     candidates = (times[-1] if times else None, report.committed_at, flight)
-    known = [t for t in candidates if t is not None]
-    return max(known) if known else None
+    return max((t for t in candidates if t is not None), default=None)
 
 
 def _oldest_waiting(parts: Iterable[PartitionLag]) -> float | None:
-    known = [p.lag_seconds for p in parts if p.lag_seconds is not None]
-    return max(known) if known else None
+    return max((p.lag_seconds for p in parts if p.lag_seconds is not None), default=None)
 
 
 def rule_data_loss(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
@@ -615,10 +613,8 @@ def changes_at(report: LagReport, thresholds: Thresholds) -> tuple[float, ...]:
     last = _last_activity(report, thresholds)
     if last is not None:
         pace = _idle_limit(report, thresholds)
-        moments.append(last + STOPPED_MIN_IDLE_SECONDS)
-        moments += [last + pace[1]] if pace is not None else []
-        period = _period(report)
-        moments += [last + period] if period is not None else []
+        idle_limits = (STOPPED_MIN_IDLE_SECONDS, pace[1] if pace else None, _period(report))
+        moments += [last + idle for idle in idle_limits if idle is not None]
     flight, in_flight = report.in_flight, thresholds.max_in_flight_seconds
     if flight is not None and flight.started_at is not None and in_flight is not None:
         moments.append(flight.started_at + in_flight)
@@ -654,9 +650,7 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
         reason = first.reason if pending is None or named else f"{first.reason} ({pending})"
         if first.rule == "lagging" and report.real_time is not None:
             reason = f"{reason} {_as_of_checkpoint(report)}"
-        if first.rule != "time_to_data_loss" and any(
-            f.rule == "time_to_data_loss" for f in findings
-        ):
+        if any(f.rule == "time_to_data_loss" for f in findings[1:]):  # each rule fires once
             soonest = report.min_time_to_loss_seconds
             reason += f"; retention deletes unread records in {duration(soonest)}: {LOSS_NEXT_STEP}"
         return HealthVerdict(first.health, reason, first.rule, first.partitions, findings)

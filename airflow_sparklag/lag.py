@@ -293,14 +293,11 @@ def answered(
     if newest is None and retention is None:
         return report
     behind = 0.0 if real_time is None else real_time.checkpoint_at - report.generated_at
-    since = 0
 
-    def answered(source_id: str, p: PartitionLag) -> PartitionLag:
-        nonlocal since
+    def partition_answered(source_id: str, p: PartitionLag) -> PartitionLag:
         if newest is not None:
             end = newest.get(source_id, {}).get(p.topic, {}).get(p.partition)
             p = _at_checkpoint(p, end, behind, report.time_lag_mode)
-            since += p.since_checkpoint or 0  # only this sets it
         if retention is None:
             return p
         settings = retention.get(source_id, {}).get(p.topic)
@@ -315,7 +312,7 @@ def answered(
         topics = []
         for topic in source.topics:
             if not topic.missing:
-                parts = tuple(answered(source.source_id, p) for p in topic.partitions)
+                parts = tuple(partition_answered(source.source_id, p) for p in topic.partitions)
                 topic = dataclasses.replace(topic, partitions=parts, **sum_lags(parts))
             topics.append(topic)
         lag = None if source.lag is None else sum(t.lag or 0 for t in topics)
@@ -333,6 +330,7 @@ def answered(
             for i, e in enumerate(ends[:-1] if ends else ())
         )
         lags += (totals["total_lag"],)
+        since = sum(p.since_checkpoint or 0 for p in every)  # only _at_checkpoint sets it
         totals["real_time"] = dataclasses.replace(
             real_time, checkpoint_lags=lags, produced_since=since
         )

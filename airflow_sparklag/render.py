@@ -219,15 +219,8 @@ def _schedule_lines(report: LagReport) -> list[str]:
 
 def render(report: LagReport, verdict: HealthVerdict) -> str:
     """The full human-readable report: summary, partition table, verdict."""
-    return "\n".join(
-        [
-            *summary_lines(report),
-            "",
-            partition_table(report),
-            "",
-            f"health      {verdict.health.value}: {verdict.reason}",
-        ]
-    )
+    health = f"health      {verdict.health.value}: {verdict.reason}"
+    return "\n".join([*summary_lines(report), "", partition_table(report), "", health])
 
 
 def breach_message(result: CheckResult) -> str:
