@@ -147,16 +147,6 @@ def _fresh(lagging: list[PartitionLag], thresholds: Thresholds) -> bool:
     )
 
 
-def _by_own_pace(report: LagReport, thresholds: Thresholds, lagging: list[PartitionLag]) -> bool:
-    """Would ``rule_stopped`` judge this job by its own pace?"""
-    return (
-        bool(lagging)
-        and thresholds.max_commit_age_seconds is None
-        and _period(report) is None
-        and not _fresh(lagging, thresholds)
-    )
-
-
 def _stopped_commit_age(
     report: LagReport, limit: float, now: float, lagging: list[PartitionLag]
 ) -> RuleResult | None:
@@ -303,8 +293,10 @@ def rule_short_history(report: LagReport, thresholds: Thresholds, now: float) ->
     """UNKNOWN, never OK, for a job ``rule_stopped`` would judge by a pace its history is too
     short to measure, idle with records waiting past ``STOPPED_MIN_IDLE_SECONDS``."""
     lagging = _lagging(report, thresholds)
-    if report.committed_batch_id is None or not _by_own_pace(report, thresholds, lagging):
+    if report.committed_batch_id is None or not lagging or _fresh(lagging, thresholds):
         return None
+    if thresholds.max_commit_age_seconds is not None or _period(report) is not None:
+        return None  # rule_stopped judges it by those, not by its own pace
     if _idle_limit(report, thresholds) is not None:
         return None
     last = _last_activity(report, thresholds)

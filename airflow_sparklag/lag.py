@@ -270,11 +270,7 @@ def _notes(report: LagReport, source_starts: Offsets | None) -> tuple[str, ...]:
             else f"no batch committed yet: batch {report.in_flight.batch_id} is in flight and "
             "the query's starting offsets were not read, so its lag is not measured"
         )
-    notes += [
-        subscription_note(report),
-        fixed_partitions_note(report),
-        new_partitions_note(report),
-    ]
+    notes += [subscription_note(report), fixed_partitions_note(report), new_partitions_note(report)]
     return tuple(note for note in notes if note is not None)
 
 
