@@ -178,14 +178,12 @@ def _stopped_schedule(
     waited = _oldest_waiting(lagging)
     if last is None or now - last <= period or waited is None or waited <= period:
         return None
-    return RuleResult(
-        Health.STOPPED,
-        "stopped_schedule",
+    reason = (
         f"no run for {now - last:.0f} s, longer than its schedule (every "
         f"{schedule.runs_every:g} s + {schedule.grace or 0:g} s grace), while "
-        f"{report.total_lag} record(s) wait, the oldest for {waited:.0f} s",
-        _refs(lagging),
+        f"{report.total_lag} record(s) wait, the oldest for {waited:.0f} s"
     )
+    return RuleResult(Health.STOPPED, "stopped_schedule", reason, _refs(lagging))
 
 
 def _stopped_idle(
@@ -263,13 +261,11 @@ def rule_stopped_real_time(
     if not waiting or idle <= limit:
         return None
     count = sum(p.lag + (p.since_checkpoint or 0) for p in waiting)
-    return RuleResult(
-        Health.STOPPED,
-        "stopped_real_time",
+    reason = (
         f"no checkpoint for {idle:.0f} s (> {limit:g} s; the real-time query checkpoints every "
-        f"{real_time.interval_seconds:.1f} s) while {count} record(s) wait",
-        _refs(waiting),
+        f"{real_time.interval_seconds:.1f} s) while {count} record(s) wait"
     )
+    return RuleResult(Health.STOPPED, "stopped_real_time", reason, _refs(waiting))
 
 
 def needs_record_ages(report: LagReport, thresholds: Thresholds, now: float) -> bool:
@@ -316,15 +312,13 @@ def rule_short_history(report: LagReport, thresholds: Thresholds, now: float) ->
         quiet = f"{word} {flight.batch_id} in flight for {now - flight.started_at:.0f} s"
     else:
         quiet = f"no commit for {now - last:.0f} s"
-    return RuleResult(
-        Health.UNKNOWN,
-        "short_history",
+    reason = (
         f"not enough history to judge ({short}): {quiet} while {report.total_lag} record(s) "
         f"wait, the oldest for {waited:.0f} s (more than {bound:g} s); to judge it declare "
         "runs_every (--runs-every) if it runs on a schedule, else max_commit_age_seconds "
-        "(--max-commit-age-seconds)",
-        _refs(lagging),
+        "(--max-commit-age-seconds)"
     )
+    return RuleResult(Health.UNKNOWN, "short_history", reason, _refs(lagging))
 
 
 def _batch_word(report: LagReport, *, plural: bool = False) -> str:
@@ -342,11 +336,8 @@ def rule_stalled(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
     if flight is not None and limit is not None and flight.started_at is not None:
         age = max(0.0, now - flight.started_at)
         if age > limit:
-            return RuleResult(
-                Health.STALLED,
-                "stalled",
-                f"batch {flight.batch_id} running for {age:.0f} s (> {limit:g} s) without a commit",
-            )
+            running = f"batch {flight.batch_id} running for {age:.0f} s (> {limit:g} s)"
+            return RuleResult(Health.STALLED, "stalled", f"{running} without a commit")
     times = _window_times(report, thresholds)
     newest = times[-1] if times else None
     stuck = []
@@ -467,14 +458,13 @@ def rule_lagging_real_time(
         return None
     if not all(b > a for a, b in itertools.pairwise(known)):
         return None
-    return RuleResult(
-        Health.LAGGING,
-        "lagging_real_time",
+    reason = (
         f"lag as of the checkpoint grew at each of the last {len(known)} checkpoints "
         f"({' -> '.join(str(lag) for lag in known)} records), past what its last interval "
-        f"read ({read})",
-        _refs(_lagging(report, thresholds)),
+        f"read ({read})"
     )
+    refs = _refs(_lagging(report, thresholds))
+    return RuleResult(Health.LAGGING, "lagging_real_time", reason, refs)
 
 
 def _newest_read(p: PartitionLag) -> int | None:

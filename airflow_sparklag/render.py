@@ -281,16 +281,9 @@ def history_table(history: LagHistory, *, max_partitions: int = 4) -> str:
         cells = [f"{p.topic}-{p.partition}={_num(p.lag)}" for p in ranked[:max_partitions]]
         if len(ranked) > max_partitions:
             cells.append(f"+{len(ranked) - max_partitions} more")
-        rows.append(
-            (
-                _utc(point.time_ms),
-                _num(point.batch_id),
-                point.kind,
-                "?" if point.total_lag is None else str(point.total_lag),
-                _history_seconds(point),
-                " ".join(cells),
-            )
-        )
+        lag = "?" if point.total_lag is None else str(point.total_lag)
+        row = (_utc(point.time_ms), _num(point.batch_id), point.kind, lag)
+        rows.append((*row, _history_seconds(point), " ".join(cells)))
     lines += ["", *table(rows)]
     reasons = Counter(
         part.unknown for pt in history.points for part in pt.partitions if part.unknown
