@@ -263,13 +263,12 @@ def _notes(report: LagReport, source_starts: Offsets | None) -> tuple[str, ...]:
         starts_known = source_starts is not None and all(
             s.source_id in source_starts for s in report.kafka_sources
         )
-        notes.append(
-            f"no batch committed yet: batch {report.in_flight.batch_id} is in flight; lag counted "
-            "from the offsets the query started at"
-            if starts_known
-            else f"no batch committed yet: batch {report.in_flight.batch_id} is in flight and "
-            "the query's starting offsets were not read, so its lag is not measured"
-        )
+        flight = f"no batch committed yet: batch {report.in_flight.batch_id} is in flight"
+        if starts_known:
+            notes.append(f"{flight}; lag counted from the offsets the query started at")
+        else:
+            not_read = "the query's starting offsets were not read, so its lag is not measured"
+            notes.append(f"{flight} and {not_read}")
     notes += [subscription_note(report), fixed_partitions_note(report), new_partitions_note(report)]
     return tuple(note for note in notes if note is not None)
 

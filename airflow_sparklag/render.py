@@ -145,12 +145,10 @@ def _time_lag_unknown(report: LagReport) -> str:
     if why is None or not undated:
         return ""
     worst = max(undated, key=lambda p: p.lag)
-    exact = (
-        "; --exact-time-lag reads the records' timestamps"
-        if report.time_lag_mode == "estimate"
-        else ""
-    )
-    return f"{why} ({worst.topic}:{worst.partition}){exact}"
+    named = f"{why} ({worst.topic}:{worst.partition})"
+    if report.time_lag_mode != "estimate":
+        return named
+    return f"{named}; --exact-time-lag reads the records' timestamps"
 
 
 def _loss_lines(report: LagReport) -> list[str]:
