@@ -200,14 +200,12 @@ class CatchUpCondition:
             message = f"{self.location}: no Kafka offsets committed yet"
             return Probe.of(self.kind, False, message, {"location": self.location})
         behind: list[dict[str, Any]] = []
-        records = 0
         for cluster, topics in wanted.items():
             targets = session.cluster_kafka(cluster).offsets_for_time(topics, self.target_time_ms)
             for topic in topics:
                 for partition, target_offset in sorted(targets.get(topic, {}).items()):
                     position = committed.get(cluster, {}).get(topic, {}).get(partition)
                     if (position or 0) < target_offset:
-                        records += target_offset - (position or 0)
                         behind.append(
                             {
                                 "topic": topic,
@@ -216,6 +214,7 @@ class CatchUpCondition:
                                 "target_offset": target_offset,
                             }
                         )
+        records = sum(b["target_offset"] - (b["committed_offset"] or 0) for b in behind)
         payload: dict[str, Any] = {
             "location": self.location,
             "target_time": utc_text(self.target_time_ms),

@@ -160,16 +160,11 @@ UNREAD_TOPICS = (
 )
 
 
-def _stem(topic: str) -> tuple[str, str]:
-    """A topic name's first and last words (split at ``.``, ``-``, ``_``)."""
-    words = [w for w in re.split(r"[._-]", topic) if w] or [topic]
-    return words[0], words[-1]
-
-
 def _one_family(topics: Sequence[str]) -> bool:
-    """Do two of ``topics`` share their first or last word (``orders.eu``, ``orders.us``;
-    ``eu-clicks``, ``us-clicks``): what a pattern reads, where a list names unrelated topics."""
-    stems = [_stem(t) for t in topics]
+    """Do two of ``topics`` share their first or last word (split at ``.``, ``-``, ``_``:
+    ``orders.eu``, ``orders.us``): what a pattern reads, where a list names unrelated topics."""
+    words = [[w for w in re.split(r"[._-]", t) if w] or [t] for t in topics]
+    stems = [(w[0], w[-1]) for w in words]
     return any(a[0] == b[0] or a[1] == b[1] for i, a in enumerate(stems) for b in stems[i + 1 :])
 
 
