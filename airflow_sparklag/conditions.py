@@ -1,8 +1,6 @@
-"""Wait conditions: healthy, progressing, caught up. Serializable, one ``probe(session)`` each.
-
-A sensor holds a condition and probes it in the worker; its trigger carries the condition's
-``to_dict()`` to the triggerer and probes the same condition there; ``sparklag wait`` probes it
-from a shell. The condition is the whole of the domain logic of a wait::
+"""Wait conditions: healthy, progressing, caught up. Serializable (a trigger carries the
+``to_dict()`` without ``kind`` as its kwargs), one ``probe(session)`` each: the whole of a
+sensor's, a trigger's and ``sparklag wait``'s domain logic::
 
     from airflow_sparklag.conditions import HealthCondition
     from airflow_sparklag.session import Session
@@ -11,8 +9,6 @@ from a shell. The condition is the whole of the domain logic of a wait::
     with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
         probe = condition.probe(session)
     probe.done, probe.failed, probe.message
-
-Every ``to_dict()`` is JSON-safe: a trigger carries it (without ``kind``) as its kwargs.
 """
 
 from __future__ import annotations
@@ -26,6 +22,7 @@ from airflow_sparklag.model.report import moment, utc_text
 from airflow_sparklag.model.result import CheckResult, document, summary_of
 from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.monitor import CheckOptions, check
+from airflow_sparklag.render import breach_message
 from airflow_sparklag.session import Session
 from airflow_sparklag.snapshot import by_partition
 
@@ -36,11 +33,8 @@ DEFAULT_FAIL_FAST = (Health.DATA_LOSS, Health.STOPPED)
 
 @dataclass(frozen=True)
 class Probe:
-    """One poll of a wait condition: is the wait over, did it fail for good, and what was seen.
-
-    ``payload`` is the JSON document of the wait (``model.result.document``: it goes to XCom,
-    into trigger events and to ``sparklag wait --json``): what was seen is its one result.
-    """
+    """One poll of a wait condition: is the wait over, did it fail for good, and ``payload``,
+    the JSON document of the wait (XCom, trigger events, ``sparklag wait --json``)."""
 
     done: bool
     message: str
@@ -56,7 +50,6 @@ class Probe:
         seen: Mapping[str, Any] | CheckResult,
         failed: bool = False,
     ) -> Probe:
-        """The probe of a ``kind`` condition that saw ``seen`` (a check, or what it read)."""
         if isinstance(seen, CheckResult):
             summary, seen = summary_of([seen]), seen.to_dict()
         else:
@@ -76,23 +69,11 @@ class WaitCondition(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
-def breach_message(result: CheckResult) -> str:
-    """Verdict plus the worst partitions, one line."""
-    from airflow_sparklag.render import breach_summary
-
-    if result.report is None:  # unreadable checkpoint in a multi-checkpoint check
-        return f"{result.location}: {result.error}"
-    return breach_summary(result.report, result.verdict)
-
-
 @dataclass(frozen=True)
 class HealthCondition:
     """Done when the verdict is one of ``accept``; failed for good on one of ``fail_fast``
-    unless that verdict is also accepted. Default: DATA_LOSS (retention deleted records the
-    query never read; waiting will not bring them back) and STOPPED (records wait and the
-    query is not running: waiting will not start it), except that STOPPED never fails a wait
-    on a scheduled job (``options.runs_every`` declared, or a job whose history looks like
-    runs): between runs, waiting for the next one is the point."""
+    (waiting will not bring records back nor start a query) unless also accepted. STOPPED
+    never fails a wait on a scheduled job: between runs, waiting is the point."""
 
     kind: ClassVar[str] = "health"
     location: str
@@ -108,12 +89,11 @@ class HealthCondition:
         result = check(session, self.location, self.options)
         health = result.verdict.health
         between_runs = health is Health.STOPPED and self._scheduled(result)
-        if health in self.fail_fast and health not in self.accept and not between_runs:
-            return Probe.of(self.kind, False, breach_message(result), result, failed=True)
         if health in self.accept:
             message = f"{self.location}: {health.value}: {result.verdict.reason}"
             return Probe.of(self.kind, True, message, result)
-        return Probe.of(self.kind, False, breach_message(result), result)
+        failed = health in self.fail_fast and not between_runs
+        return Probe.of(self.kind, False, breach_message(result), result, failed=failed)
 
     def _scheduled(self, result: CheckResult) -> bool:
         """A declared scheduled job, or one whose history looks like runs."""
@@ -144,12 +124,8 @@ def committed_kafka_offsets(state: Any) -> dict[str, dict[str, dict[int, int]]]:
 
 
 def committed_offsets(session: Session, location: str) -> dict[str, Any]:
-    """What the query has processed, JSON-safe: for recording before a stop or migration.
-
-    ``{"location", "query_id", "committed_batch_id", "committed_at", "committed_at_ms",
-    "offsets": {source_id: {topic: {"partition": offset}}}}`` (offsets are the NEXT offsets
-    to read; ``committed_at``: ISO 8601 UTC).
-    """
+    """What the query has processed (the NEXT offsets to read), JSON-safe: for recording
+    before a stop or migration."""
     state = session.read(location, history=1)
     return {
         "location": location,
@@ -208,10 +184,8 @@ def _iso(epoch: float | None) -> str:
 
 @dataclass(frozen=True)
 class CatchUpCondition:
-    """Done when, on every partition, the committed offset has reached the first offset
-    produced at or after ``target_time_ms`` (Kafka ListOffsets for that timestamp):
-    everything produced before then has been processed. ``topics`` limits the check. Each
-    source is compared with its own cluster when the session maps it to one."""
+    """Done when every partition's committed offset reached the first offset produced at or
+    after ``target_time_ms``, each source on its own cluster; ``topics`` limits the check."""
 
     kind: ClassVar[str] = "catch_up"
     location: str
@@ -226,14 +200,12 @@ class CatchUpCondition:
             message = f"{self.location}: no Kafka offsets committed yet"
             return Probe.of(self.kind, False, message, {"location": self.location})
         behind: list[dict[str, Any]] = []
-        records = 0
         for cluster, topics in wanted.items():
             targets = session.cluster_kafka(cluster).offsets_for_time(topics, self.target_time_ms)
             for topic in topics:
                 for partition, target_offset in sorted(targets.get(topic, {}).items()):
                     position = committed.get(cluster, {}).get(topic, {}).get(partition)
                     if (position or 0) < target_offset:
-                        records += target_offset - (position or 0)
                         behind.append(
                             {
                                 "topic": topic,
@@ -242,6 +214,7 @@ class CatchUpCondition:
                                 "target_offset": target_offset,
                             }
                         )
+        records = sum(b["target_offset"] - (b["committed_offset"] or 0) for b in behind)
         payload: dict[str, Any] = {
             "location": self.location,
             "target_time": utc_text(self.target_time_ms),

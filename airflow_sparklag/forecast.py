@@ -1,10 +1,6 @@
-"""When each lag threshold is crossed at the current rates: pure arithmetic on a report.
-
-The backlog grows at the production rate (an upper bound) minus the consumption rate, both
-measured over the batches read (``LagReport.production_rate``/``consumption_rate``), so every
-time here errs on the early side. Nothing is extrapolated where a rate is unknown, where the
-backlog does not grow faster than ``NOISE_SHARE`` of production, or where the measured value
-is unknown: the ``Breach`` says why (docs/lag-and-health.md#time-to-breach).
+"""When each lag threshold is crossed at the current rates (docs/lag-and-health.md#time-to-
+breach): the backlog grows at the production rate (an upper bound) minus the consumption rate,
+so every time errs on the early side; nothing is extrapolated where a rate is unknown.
 
 >>> breaches = time_to_breach(report, Thresholds(max_lag_records_total=1000))  # doctest: +SKIP
 >>> breach_text(breaches[0])                                                 # doctest: +SKIP
@@ -30,69 +26,48 @@ BREACH_NEXT_STEP = (
 )
 
 
-class _Rate:
-    """The backlog's net growth (records/s), or why there is no forecast: ``never`` when it
-    does not grow (math.inf), else unknown (None)."""
-
-    def __init__(self, report: LagReport) -> None:
-        consumed, produced = report.consumption_rate, report.production_rate
-        self.growth: float | None = None
-        self.produced = produced or 0.0
-        self.unknown: str | None = None
-        self.never = False
-        if consumed is None or produced is None:
-            self.unknown = (
-                f"rates unknown ({len(report.history)} batch(es) read; two timed batches are "
-                "needed)"
-            )
-        elif produced - consumed <= NOISE_SHARE * produced:
-            self.never = True
-            self.unknown = (
-                f"the backlog does not grow ({produced:.1f} records/s produced, "
-                f"{consumed:.1f} consumed)"
-            )
-        else:
-            self.growth = produced - consumed
-
-    def breach(self, name: str, limit: float, current: float, per_second: float) -> Breach:
-        """``current`` (crossing ``limit``) grows by ``per_second`` per record/s of growth."""
-        if current > limit:
-            return Breach(name, limit, current, 0.0, self.growth)
-        if self.growth is None:
-            seconds = math.inf if self.never else None
-            return Breach(name, limit, current, seconds, None, self.unknown)
-        return Breach(
-            name, limit, current, (limit - current) / (self.growth * per_second), self.growth
-        )
+def _growth(report: LagReport) -> tuple[float | None, float | None, str | None]:
+    """(the backlog's net growth in records/s, else the forecast's seconds: math.inf when it
+    does not grow, None when unknown; and why there is no forecast)."""
+    consumed, produced = report.consumption_rate, report.production_rate
+    if consumed is None or produced is None:
+        count = len(report.history)
+        return None, None, f"rates unknown ({count} batch(es) read; two timed batches are needed)"
+    if produced - consumed <= NOISE_SHARE * produced:
+        rates = f"{produced:.1f} records/s produced, {consumed:.1f} consumed"
+        return None, math.inf, f"the backlog does not grow ({rates})"
+    return produced - consumed, None, None
 
 
 def time_to_breach(report: LagReport, thresholds: Thresholds | None) -> tuple[Breach, ...]:
-    """When each lag threshold set in ``thresholds`` is crossed at the report's rates.
-
-    ``max_lag_records_total``: the total lag grows at the net rate; ``max_lag_records_per_
-    partition``: the worst partition's, at most at the net rate of the whole job (the rates
-    are not measured per partition), so its time is the earliest; ``max_lag_seconds``: the
-    oldest waiting record ages one second a second less the share of production the consumer
-    keeps up with (``growth / produced`` seconds a second). Empty without thresholds, a
-    committed batch or a Kafka source.
-    """
+    """When each lag threshold set is crossed at the report's rates. The worst partition grows
+    at most at the whole job's net rate (rates are not per partition), so its time is the
+    earliest; the oldest waiting record ages ``growth / produced`` seconds a second."""
     if thresholds is None or not report.kafka_sources or report.committed_batch_id is None:
         return ()
-    rate = _Rate(report)
+    growth, seconds, unknown = _growth(report)
+    produced = report.production_rate or 0.0
+    # (threshold, measured value, its growth per record/s of the backlog's growth)
+    measured = (
+        ("max_lag_records_total", report.total_lag, 1.0),
+        ("max_lag_records_per_partition", report.max_lag, 1.0),
+        ("max_lag_seconds", report.max_lag_seconds, 1.0 / produced if produced else 0.0),
+    )
     found = []
-    if thresholds.max_lag_records_total is not None:
-        limit = thresholds.max_lag_records_total
-        found.append(rate.breach("max_lag_records_total", limit, report.total_lag, 1.0))
-    if thresholds.max_lag_records_per_partition is not None:
-        limit = thresholds.max_lag_records_per_partition
-        found.append(rate.breach("max_lag_records_per_partition", limit, report.max_lag, 1.0))
-    limit_seconds, age = thresholds.max_lag_seconds, report.max_lag_seconds
-    if limit_seconds is not None and age is None:
-        unknown = "the waiting records' age is unknown"
-        found.append(Breach("max_lag_seconds", limit_seconds, None, None, rate.growth, unknown))
-    elif limit_seconds is not None and age is not None:
-        per_record = 1.0 / rate.produced if rate.produced else 0.0
-        found.append(rate.breach("max_lag_seconds", limit_seconds, age, per_record))
+    for name, current, per_second in measured:
+        limit = getattr(thresholds, name)
+        if limit is None:
+            continue
+        if current is None:
+            age = "the waiting records' age is unknown"
+            found.append(Breach(name, limit, None, None, growth, age))
+        elif current > limit:
+            found.append(Breach(name, limit, current, 0.0, growth))
+        elif growth is None:
+            found.append(Breach(name, limit, current, seconds, None, unknown))
+        else:
+            left = (limit - current) / (growth * per_second)
+            found.append(Breach(name, limit, current, left, growth))
     return tuple(found)
 
 
@@ -123,9 +98,8 @@ def duration(seconds: float | None) -> str:
 
 
 def rule_time_to_breach(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
-    """LAGGING (rule ``time_to_breach``) when a lag threshold not crossed yet will be crossed
-    sooner than ``min_time_to_breach_seconds`` at the current rates; a threshold already
-    crossed is the lagging rule's."""
+    """A lag threshold not crossed yet will be within ``min_time_to_breach_seconds`` (one
+    already crossed is the lagging rule's)."""
     limit = thresholds.min_time_to_breach_seconds
     first = soonest(report)
     if limit is None or first is None or (first.seconds or 0.0) >= limit:
@@ -138,9 +112,8 @@ def rule_time_to_breach(report: LagReport, thresholds: Thresholds, now: float) -
 def reads_time_to_breach(
     report: LagReport, thresholds: Thresholds, now: float, dated: bool
 ) -> Reads:
-    """With ``min_time_to_breach_seconds`` and records waiting: the window at once (the
-    rates are then the window's, as a full read's: the forecast does not depend on how far
-    a newest-first check read)."""
+    """The window with ``min_time_to_breach_seconds`` and records waiting: the rates are then
+    the window's, whatever a newest-first check read."""
     if thresholds.min_time_to_breach_seconds is None or report.total_lag <= thresholds.allowed_lag:
         return Reads.NOTHING
     return Reads.WINDOW

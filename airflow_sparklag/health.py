@@ -1,12 +1,6 @@
-"""Health of a Spark query from one `LagReport`: Burrow-style rules, no daemon, no warm-up.
-
-The retained offsets files are the history window, so a single check can judge trends. Each
-rule is a pure function `(report, thresholds, now) -> RuleResult | None`, tried in `RULES`
-order; the first that fires is the verdict (docs/lag-and-health.md#health says when each
-fires). A threshold the user set outranks the threshold-free rules. Each rule also declares
-what it reads (`Rule.reads`, `Rule.ages`); `reads_needed`/`ages_needed` are the one place a
-newest-first check learns from them what to read.
-"""
+"""Health of a Spark query from one `LagReport`: Burrow-style rules tried in `RULES` order,
+the first that fires is the verdict (docs/lag-and-health.md#health). Each rule also declares
+what it reads; `reads_needed`/`ages_needed` turn that into what a check reads."""
 
 from __future__ import annotations
 
@@ -37,22 +31,14 @@ from airflow_sparklag.runs import busy_interval, default_grace, observed_period
 
 @dataclass(frozen=True)
 class Rule:
-    """A health rule and what it reads, so a check reads no more and no less than it needs.
-
-    ``reads(report, thresholds, now, dated)`` declares the older history ``check`` needs to
-    judge ``report`` as on the whole window (``dated``: the waiting records' ages will be read
-    exactly); ``ages`` whether it would judge by record ages the estimate left unknown. A rule
-    that declares too little gets a lazy verdict that differs from the full read's
-    (tests/unit/test_check_requests_shapes.py).
-    """
+    """A health rule and what it reads: ``reads`` the older history ``check`` needs to judge
+    the report as on the whole window (``dated``: record ages will be read exactly), ``ages``
+    whether it would judge by record ages the estimate left unknown."""
 
     name: str
     check: Callable[[LagReport, Thresholds, float], RuleResult | None]
     reads: Callable[[LagReport, Thresholds, float, bool], Reads] = lambda *_: Reads.NOTHING
     ages: Callable[[LagReport, Thresholds, float], bool] = lambda *_: False
-
-
-# -- helpers -----------------------------------------------------------------------------------
 
 
 def _refs(parts: Iterable[PartitionLag]) -> tuple[PartitionRef, ...]:
@@ -64,7 +50,6 @@ def _names(refs: tuple[PartitionRef, ...]) -> str:
 
 
 def _on(health: Health, rule: str, reason: str, parts: Iterable[PartitionLag]) -> RuleResult:
-    """A finding on ``parts``, named at the end of its reason."""
     refs = _refs(parts)
     return RuleResult(health, rule, f"{reason} on {_names(refs)}", refs)
 
@@ -100,21 +85,14 @@ def _last_activity(report: LagReport, thresholds: Thresholds) -> float | None:
     times = _window_times(report, thresholds)
     flight = report.in_flight.started_at if report.in_flight else None
     candidates = (times[-1] if times else None, report.committed_at, flight)
-    known = [t for t in candidates if t is not None]
-    return max(known) if known else None
+    return max((t for t in candidates if t is not None), default=None)
 
 
 def _oldest_waiting(parts: Iterable[PartitionLag]) -> float | None:
-    """Age of the oldest first-unread record among ``parts``; None when none is known."""
-    known = [p.lag_seconds for p in parts if p.lag_seconds is not None]
-    return max(known) if known else None
-
-
-# -- rules, in order -----------------------------------------------------------------------------
+    return max((p.lag_seconds for p in parts if p.lag_seconds is not None), default=None)
 
 
 def rule_data_loss(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
-    """Committed offset below the log start: those records were deleted unread."""
     lost = [p for p in report.partitions() if p.data_loss]
     if not lost:
         return None
@@ -139,13 +117,8 @@ def rule_rewind(report: LagReport, thresholds: Thresholds, now: float) -> RuleRe
 
 
 def rule_stopped(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
-    """Lag above allowed_lag and the query stopped committing.
-
-    The user's `max_commit_age_seconds`, when set, alone decides. Otherwise records younger
-    than a `max_lag_seconds` the user set are fresh enough (not STOPPED); a declared scheduled
-    job is judged by its schedule (`_stopped_schedule`), any other job by its own pace
-    (`_stopped_idle`).
-    """
+    """Lag above allowed_lag and no commit: by `max_commit_age_seconds` when set; else, unless
+    every record is younger than `max_lag_seconds`, by the schedule or the job's own pace."""
     lagging = _lagging(report, thresholds)
     if not lagging:
         return None
@@ -159,7 +132,7 @@ def rule_stopped(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
 
 
 def _period(report: LagReport) -> float | None:
-    """A declared schedule's period plus its grace; None when no ``runs_every`` is declared."""
+    """A declared schedule's period plus its grace."""
     schedule = report.schedule
     if schedule is None or schedule.runs_every is None:
         return None
@@ -174,22 +147,9 @@ def _fresh(lagging: list[PartitionLag], thresholds: Thresholds) -> bool:
     )
 
 
-def _by_own_pace(report: LagReport, thresholds: Thresholds, lagging: list[PartitionLag]) -> bool:
-    """Would ``rule_stopped`` judge this job by its own pace? Records wait, neither
-    ``max_commit_age_seconds`` nor a schedule is declared, and they are not all fresh."""
-    return (
-        bool(lagging)
-        and thresholds.max_commit_age_seconds is None
-        and _period(report) is None
-        and not _fresh(lagging, thresholds)
-    )
-
-
 def _stopped_commit_age(
     report: LagReport, limit: float, now: float, lagging: list[PartitionLag]
 ) -> RuleResult | None:
-    """No commit for longer than ``limit`` (``_commit_age``: since the last commit, or since
-    the first batch was planned): STOPPED, a batch in flight or not; the reason names it."""
     age = _commit_age(report, now)
     if age is None or age <= limit:
         return None
@@ -210,35 +170,28 @@ def _stopped_commit_age(
 def _stopped_schedule(
     report: LagReport, thresholds: Thresholds, now: float, lagging: list[PartitionLag]
 ) -> RuleResult | None:
-    """Declared scheduled job: no run started within `runs_every` + grace, while records have
-    waited longer than that (a run on an idle topic leaves no batch, so only records that
-    waited a whole period prove a run was missed). Idle between runs is never STOPPED."""
+    """No run within `runs_every` + grace while records waited longer than that (a run on an
+    idle topic leaves no batch, so only records that waited a whole period prove a miss)."""
     schedule, period = report.schedule, _period(report)
     assert schedule is not None and period is not None
     last = _last_activity(report, thresholds)
     waited = _oldest_waiting(lagging)
     if last is None or now - last <= period or waited is None or waited <= period:
         return None
-    return RuleResult(
-        Health.STOPPED,
-        "stopped_schedule",
+    reason = (
         f"no run for {now - last:.0f} s, longer than its schedule (every "
         f"{schedule.runs_every:g} s + {schedule.grace or 0:g} s grace), while "
-        f"{report.total_lag} record(s) wait, the oldest for {waited:.0f} s",
-        _refs(lagging),
+        f"{report.total_lag} record(s) wait, the oldest for {waited:.0f} s"
     )
+    return RuleResult(Health.STOPPED, "stopped_schedule", reason, _refs(lagging))
 
 
 def _stopped_idle(
     report: LagReport, thresholds: Thresholds, now: float, lagging: list[PartitionLag]
 ) -> RuleResult | None:
-    """No batch planned for `STOPPED_BUSY_INTERVALS` of the job's usual intervals between
-    batches that read records (`_idle_limit`), while records waited that long.
-
-    Judged against the busy batches, not the window's span, so idle stretches do not hide a
-    stopped bursty job; the waiting records' age keeps a record that arrived a moment ago after
-    a quiet spell from looking like a stopped query.
-    """
+    """No batch planned for `STOPPED_BUSY_INTERVALS` busy-batch intervals (`_idle_limit`) while
+    records waited that long: the records' age keeps one that arrived after a quiet spell from
+    looking like a stopped query."""
     pace = _idle_limit(report, thresholds)
     last = _last_activity(report, thresholds)
     if pace is None or last is None:
@@ -269,7 +222,7 @@ def _stopped_idle(
 
 def _idle_limit(report: LagReport, thresholds: Thresholds) -> tuple[float, float] | None:
     """(busy-batch interval, idle limit) of the threshold-free STOPPED rule; None when the
-    window holds fewer than `min_window` timed batches or no interval of a busy batch."""
+    window cannot measure them."""
     # Epochs of the continuous trigger come at its interval whether they read records or not.
     busy = busy_interval(report.history[-thresholds.window :], every_batch=report.continuous)
     if len(_window_times(report, thresholds)) < thresholds.min_window or not busy:
@@ -291,11 +244,8 @@ def _in_flight_scale(report: LagReport) -> float:
 def rule_stopped_real_time(
     report: LagReport, thresholds: Thresholds, now: float
 ) -> RuleResult | None:
-    """A real-time query whose checkpoints stopped while records wait (its lag as of the
-    checkpoint or records produced since). It checkpoints every interval, records or not, so
-    no checkpoint for `REAL_TIME_STOPPED_INTERVALS` intervals and at least
-    `STOPPED_MIN_IDLE_SECONDS` (the user's `max_commit_age_seconds` instead, when set) means
-    it is not running."""
+    """A real-time query checkpoints every interval, records or not: none for
+    `REAL_TIME_STOPPED_INTERVALS` intervals (or `max_commit_age_seconds`) while records wait."""
     real_time = report.real_time
     if real_time is None:
         return None
@@ -311,19 +261,16 @@ def rule_stopped_real_time(
     if not waiting or idle <= limit:
         return None
     count = sum(p.lag + (p.since_checkpoint or 0) for p in waiting)
-    return RuleResult(
-        Health.STOPPED,
-        "stopped_real_time",
+    reason = (
         f"no checkpoint for {idle:.0f} s (> {limit:g} s; the real-time query checkpoints every "
-        f"{real_time.interval_seconds:.1f} s) while {count} record(s) wait",
-        _refs(waiting),
+        f"{real_time.interval_seconds:.1f} s) while {count} record(s) wait"
     )
+    return RuleResult(Health.STOPPED, "stopped_real_time", reason, _refs(waiting))
 
 
 def needs_record_ages(report: LagReport, thresholds: Thresholds, now: float) -> bool:
     """Would a STOPPED rule, or the short-history one, decide if the waiting records' age were
-    known? (A check then reads their timestamps: the estimate cannot date records that arrived
-    after a quiet spell, nor any of a continuous query.)"""
+    known? (The estimate cannot date records after a quiet spell, nor a continuous query's.)"""
     if thresholds.max_commit_age_seconds is not None:
         return False
     if all(p.lag_seconds is not None for p in _lagging(report, thresholds)):  # or none lags
@@ -339,13 +286,13 @@ def needs_record_ages(report: LagReport, thresholds: Thresholds, now: float) -> 
 
 
 def rule_short_history(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
-    """UNKNOWN for a job ``rule_stopped`` would judge by its own pace but whose history is too
-    short to measure one (``_idle_limit`` is None), idle with records waiting for more than
-    ``STOPPED_MIN_IDLE_SECONDS``. Not STOPPED: one batch cannot tell a dead query from a slow
-    trigger or a scheduled job; but never OK."""
+    """UNKNOWN, never OK, for a job ``rule_stopped`` would judge by a pace its history is too
+    short to measure, idle with records waiting past ``STOPPED_MIN_IDLE_SECONDS``."""
     lagging = _lagging(report, thresholds)
-    if report.committed_batch_id is None or not _by_own_pace(report, thresholds, lagging):
+    if report.committed_batch_id is None or not lagging or _fresh(lagging, thresholds):
         return None
+    if thresholds.max_commit_age_seconds is not None or _period(report) is not None:
+        return None  # rule_stopped judges it by those, not by its own pace
     if _idle_limit(report, thresholds) is not None:
         return None
     last = _last_activity(report, thresholds)
@@ -365,42 +312,32 @@ def rule_short_history(report: LagReport, thresholds: Thresholds, now: float) ->
         quiet = f"{word} {flight.batch_id} in flight for {now - flight.started_at:.0f} s"
     else:
         quiet = f"no commit for {now - last:.0f} s"
-    return RuleResult(
-        Health.UNKNOWN,
-        "short_history",
+    reason = (
         f"not enough history to judge ({short}): {quiet} while {report.total_lag} record(s) "
         f"wait, the oldest for {waited:.0f} s (more than {bound:g} s); to judge it declare "
         "runs_every (--runs-every) if it runs on a schedule, else max_commit_age_seconds "
-        "(--max-commit-age-seconds)",
-        _refs(lagging),
+        "(--max-commit-age-seconds)"
     )
+    return RuleResult(Health.UNKNOWN, "short_history", reason, _refs(lagging))
 
 
 def _batch_word(report: LagReport, *, plural: bool = False) -> str:
-    """What a job's batches are called: a continuous query's are epochs."""
+    """A continuous query's batches are epochs."""
     word = "epoch" if report.continuous else "batch"
     return word + ("es" if word == "batch" else "s") if plural else word
 
 
 def rule_stalled(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
-    """A batch runs too long, or batches commit while a lagging partition does not move.
-
-    The second check needs `min_window` batches with the same offset and the first unread
-    record known to be older than the newest batch: a record that arrived after the newest
-    batch was planned is simply waiting for the next one (a quiet partition of a busy topic).
-    Without a rate limit the estimate always places it after that batch, so in estimate mode
-    only a record timestamp (exact mode) can show a partition stuck.
-    """
+    """A batch runs too long, or batches commit while a lagging partition does not move and
+    its first unread record is older than the newest batch (a younger one just waits for the
+    next; the estimate always dates it after that batch: only exact mode shows one stuck)."""
     flight = report.in_flight
     limit = thresholds.max_in_flight_seconds
     if flight is not None and limit is not None and flight.started_at is not None:
         age = max(0.0, now - flight.started_at)
         if age > limit:
-            return RuleResult(
-                Health.STALLED,
-                "stalled",
-                f"batch {flight.batch_id} running for {age:.0f} s (> {limit:g} s) without a commit",
-            )
+            running = f"batch {flight.batch_id} running for {age:.0f} s (> {limit:g} s)"
+            return RuleResult(Health.STALLED, "stalled", f"{running} without a commit")
     times = _window_times(report, thresholds)
     newest = times[-1] if times else None
     stuck = []
@@ -420,14 +357,17 @@ def rule_stalled(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
     return _on(Health.STALLED, "stalled", reason, stuck)
 
 
-def _lag_samples(p: PartitionLag, thresholds: Thresholds) -> list[int]:
-    """Lag at the planning of each batch in the window (the caller adds the live lag).
-
-    Without maxOffsetsPerTrigger Spark plans up to the log end, so offsets/N - offsets/N-1 is
-    exactly the backlog when batch N started; with a rate limit it is a lower bound.
-    """
+def _grew(p: PartitionLag, thresholds: Thresholds) -> bool:
+    """The lag grew at every batch of the window, then to the live lag. Without
+    maxOffsetsPerTrigger Spark plans up to the log end, so offsets/N - offsets/N-1 is the
+    backlog when N started."""
     history = p.offset_history[-(thresholds.window + 1) :]
-    return [b - a for a, b in itertools.pairwise(history) if a is not None and b is not None]
+    samples = [b - a for a, b in itertools.pairwise(history) if a is not None and b is not None]
+    # At least min_window backlog samples besides the live lag: with fewer (a job keeping
+    # only 2 or 3 batches) a steady stream "grows" by chance at one poll in six.
+    if len(samples) < thresholds.min_window:
+        return False
+    return all(b > a for a, b in itertools.pairwise([*samples, p.lag]))
 
 
 def rule_lagging(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
@@ -441,13 +381,8 @@ def rule_lagging(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
             return _on(Health.LAGGING, "lagging", f"lag {worst} records > {per_partition}", over)
     total_limit = thresholds.max_lag_records_total
     if total_limit is not None and report.total_lag > total_limit:
-        refs = _refs(p for p in parts if p.lag > 0)
-        return RuleResult(
-            Health.LAGGING,
-            "lagging",
-            f"total lag {report.total_lag} records > {total_limit}",
-            refs,
-        )
+        reason = f"total lag {report.total_lag} records > {total_limit}"
+        return RuleResult(Health.LAGGING, "lagging", reason, _refs(p for p in parts if p.lag > 0))
     seconds_limit = thresholds.max_lag_seconds
     if seconds_limit is not None:
         late = [p for p in parts if p.lag_seconds is not None and p.lag_seconds > seconds_limit]
@@ -455,25 +390,15 @@ def rule_lagging(report: LagReport, thresholds: Thresholds, now: float) -> RuleR
             worst_s = max(p.lag_seconds or 0.0 for p in late)
             reason = f"lag {worst_s:.0f} s > {seconds_limit:g} s"
             return _on(Health.LAGGING, "lagging", reason, late)
-    growing = []
-    for p in _lagging(report, thresholds):
-        samples = _lag_samples(p, thresholds)
-        # At least min_window backlog samples besides the live lag: with fewer (a job keeping
-        # only 2 or 3 batches) a steady stream "grows" by chance at one poll in six.
-        if len(samples) < thresholds.min_window:
-            continue
-        if all(b > a for a, b in itertools.pairwise([*samples, p.lag])):
-            growing.append(p)
+    growing = [p for p in _lagging(report, thresholds) if _grew(p, thresholds)]
     if growing:
         return _on(Health.LAGGING, "lagging", "lag grew at every batch of the window", growing)
     return None
 
 
 def rule_time_to_loss(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
-    """Retention would delete an unread record sooner than ``Thresholds.loss_bound`` (at
-    defaults: within a quarter of the topic's retention.ms, at most 6 h ahead): LAGGING,
-    rule ``time_to_data_loss``, with what to do. Partitions whose time to loss is unknown do
-    not fire; a worse verdict names it in its reason (``_verdict``)."""
+    """Retention would delete an unread record sooner than ``Thresholds.loss_bound``; a worse
+    verdict names it in its reason (``_verdict``)."""
     soon = [
         (p, bound)
         for p in _lagging(report, thresholds)
@@ -504,9 +429,8 @@ LOSS_NEXT_STEP = (
 
 
 def ages_time_to_loss(report: LagReport, thresholds: Thresholds, now: float) -> bool:
-    """A lagging partition of a topic that deletes by age, whose waiting record the estimate
-    cannot date, while the warning is on: the time to loss is counted from that record's age,
-    so it is read (every report where records wait then has its time to loss)."""
+    """A lagging partition of a topic that deletes by age whose record the estimate cannot
+    date, while the warning is on: its time to loss is counted from that record's age."""
     return any(
         p.lag > thresholds.allowed_lag
         and p.lag_seconds is None
@@ -519,11 +443,9 @@ def ages_time_to_loss(report: LagReport, thresholds: Thresholds, now: float) -> 
 def rule_lagging_real_time(
     report: LagReport, thresholds: Thresholds, now: float
 ) -> RuleResult | None:
-    """A real-time query falling behind: its lag as of each of its `min_window` newest
-    checkpoints grew, and the newest is more than its last interval read (it is more than an
-    interval behind). What a real-time batch reads is what the interval could process, flat
-    when the query is saturated, so `rule_lagging`'s trend cannot see it; its thresholds
-    judge the lag as of the checkpoint."""
+    """A real-time query's lag as of its `min_window` newest checkpoints grew past what its
+    last interval read. An interval reads what it could process, flat when saturated, so
+    `rule_lagging`'s trend cannot see it."""
     real_time = report.real_time
     if real_time is None or not report.history:
         return None
@@ -536,21 +458,17 @@ def rule_lagging_real_time(
         return None
     if not all(b > a for a, b in itertools.pairwise(known)):
         return None
-    return RuleResult(
-        Health.LAGGING,
-        "lagging_real_time",
+    reason = (
         f"lag as of the checkpoint grew at each of the last {len(known)} checkpoints "
         f"({' -> '.join(str(lag) for lag in known)} records), past what its last interval "
-        f"read ({read})",
-        _refs(_lagging(report, thresholds)),
+        f"read ({read})"
     )
-
-
-# -- what each rule reads ------------------------------------------------------------------------
+    refs = _refs(_lagging(report, thresholds))
+    return RuleResult(Health.LAGGING, "lagging_real_time", reason, refs)
 
 
 def _newest_read(p: PartitionLag) -> int | None:
-    """Records the newest batch read from ``p`` (offsets/C - offsets/C-1); None unknown."""
+    """Records the newest batch read from ``p`` (offsets/C - offsets/C-1)."""
     h = p.offset_history
     if len(h) < 2 or h[-1] is None or h[-2] is None:
         return None
@@ -558,10 +476,8 @@ def _newest_read(p: PartitionLag) -> int | None:
 
 
 def reads_rewind(report: LagReport, thresholds: Thresholds, now: float, dated: bool) -> Reads:
-    """The window, at once, when lost records, an offset beyond the log end or a partition
-    Kafka no longer has point at a recreated topic, or an offset went back between the two
-    newest batches: the rewound partitions are named over the window. Otherwise nothing (the
-    known limit: a rewind older than offsets/C-1 that no offsets file shows)."""
+    """The window when a partition points at a recreated topic or went back between the two
+    newest batches (known limit: a rewind older than offsets/C-1 is not seen)."""
     for p in report.partitions():
         if p.data_loss or p.ahead_of_log or p.removed_partition:
             return Reads.WINDOW
@@ -572,11 +488,9 @@ def reads_rewind(report: LagReport, thresholds: Thresholds, now: float, dated: b
 
 
 def reads_stopped(report: LagReport, thresholds: Thresholds, now: float, dated: bool) -> Reads:
-    """A declared schedule: the window (its runs). Without ``max_commit_age_seconds``, a
-    lagging job idle for more than ``STOPPED_MIN_IDLE_SECONDS`` since its newest batch,
-    commit or plan: the whole window at once (the busy-batch interval is measured over the
-    window, and only the window says whether it is too short for one: the short-history rule
-    reads the same; offsets/C-1 alone never settles it, so it is not read as a step first)."""
+    """The window for a declared schedule, or a lagging job idle past
+    ``STOPPED_MIN_IDLE_SECONDS`` without ``max_commit_age_seconds`` (its busy-batch interval is
+    the window's; offsets/C-1 alone never settles it)."""
     if _period(report) is not None:
         return Reads.WINDOW
     if not _lagging(report, thresholds) or thresholds.max_commit_age_seconds is not None:
@@ -588,9 +502,8 @@ def reads_stopped(report: LagReport, thresholds: Thresholds, now: float, dated: 
 
 
 def reads_stalled(report: LagReport, thresholds: Thresholds, now: float, dated: bool) -> Reads:
-    """A lagging partition the newest batch did not move (or that is not in both newest
-    batches), when its records are dated exactly: more. The estimate always dates a waiting
-    record after the newest batch, so undated it cannot look stuck."""
+    """More for a lagging partition the newest batch did not move, when dated exactly (the
+    estimate always dates a waiting record after the newest batch)."""
     for p in _lagging(report, thresholds):
         read = _newest_read(p)
         if read is None or (dated and read == 0):
@@ -599,8 +512,7 @@ def reads_stalled(report: LagReport, thresholds: Thresholds, now: float, dated: 
 
 
 def reads_lagging(report: LagReport, thresholds: Thresholds, now: float, dated: bool) -> Reads:
-    """A lagging partition whose lag is above what the newest batch read (the last of the
-    growing samples), or unknown: more. The thresholds need only the live lag."""
+    """More for a lagging partition whose lag is above what the newest batch read."""
     for p in _lagging(report, thresholds):
         read = _newest_read(p)
         if read is None or p.lag > read:
@@ -611,8 +523,7 @@ def reads_lagging(report: LagReport, thresholds: Thresholds, now: float, dated: 
 def reads_lagging_real_time(
     report: LagReport, thresholds: Thresholds, now: float, dated: bool
 ) -> Reads:
-    """A real-time query whose lag as of its checkpoint is above what its newest interval
-    read (or that read is unknown): more (the trend over its checkpoints)."""
+    """More for a real-time query whose lag is above what its newest interval read."""
     if report.real_time is None or report.total_lag <= thresholds.allowed_lag:
         return Reads.NOTHING
     read = report.history[-1].records if report.history else None
@@ -644,8 +555,7 @@ RULES: tuple[Rule, ...] = (
 
 
 def ages_needed(report: LagReport, thresholds: Thresholds, now: float) -> tuple[str, ...]:
-    """The rules that need the age of waiting records the estimate could not give (a check
-    then reads their timestamps); empty when none does."""
+    """The rules that need the age of waiting records the estimate could not give."""
     return tuple(rule.name for rule in RULES if rule.ages(report, thresholds, now))
 
 
@@ -655,13 +565,8 @@ TIME_LAG = "time lag"  # the time-lag estimate, when it asks for older batches
 def reads_needed(
     report: LagReport, thresholds: Thresholds, now: float, *, exact_time_lag: bool = False
 ) -> tuple[Reads, tuple[str, ...]]:
-    """The older history ``report`` needs for its verdict and every partition's numbers to be
-    those of the whole window: the most that the rules and the time-lag estimate declare, and
-    who declared it.
-
-    The one place a newest-first check decides what to read: ``NOTHING`` settles the report,
-    ``OLDER`` reads offsets/C-1 and asks again, ``WINDOW`` reads the rest of the window.
-    """
+    """The older history ``report`` needs to be judged as on the whole window: the most the
+    rules and the time-lag estimate declare, and who declared it."""
     dated = exact_time_lag or bool(ages_needed(report, thresholds, now))
     needs = {TIME_LAG: time_lag_reads(report)}
     needs.update({rule.name: rule.reads(report, thresholds, now, dated) for rule in RULES})
@@ -671,8 +576,7 @@ def reads_needed(
 
 def waiting_wanted(report: LagReport, thresholds: Thresholds, now: float) -> bool:
     """Kafka's offsets before the last run are wanted when the verdict would be STOPPED by the
-    job's own pace (``_stopped_idle``) and no schedule is declared: records that waited between
-    runs show a job started by a scheduler, then judged by the period its runs came at."""
+    job's own pace: records that waited between runs show a job started by a scheduler."""
     if report.schedule is not None or _unjudged(report) is not None:
         return False
     if rule_data_loss(report, thresholds, now) or rule_rewind(report, thresholds, now):
@@ -682,10 +586,8 @@ def waiting_wanted(report: LagReport, thresholds: Thresholds, now: float) -> boo
 
 
 def changes_at(report: LagReport, thresholds: Thresholds) -> tuple[float, ...]:
-    """The moments (epoch seconds) at which a rule may judge ``report``'s job differently with
-    nothing new written to its checkpoint (a time limit passing). A poll that reads with one
-    point read lists the checkpoint again once one has passed, to confirm no reset, purge or
-    rename before such a verdict (``CheckpointReader.confirm_at``)."""
+    """When (epoch s) a rule may judge the job differently with nothing new written (a time
+    limit passing): a point-read poll then lists again (``CheckpointReader.confirm_at``)."""
     moments = []
     limit = thresholds.max_commit_age_seconds
     if limit is not None and report.committed_at is not None:
@@ -693,10 +595,8 @@ def changes_at(report: LagReport, thresholds: Thresholds) -> tuple[float, ...]:
     last = _last_activity(report, thresholds)
     if last is not None:
         pace = _idle_limit(report, thresholds)
-        moments.append(last + STOPPED_MIN_IDLE_SECONDS)
-        moments += [last + pace[1]] if pace is not None else []
-        period = _period(report)
-        moments += [last + period] if period is not None else []
+        idle_limits = (STOPPED_MIN_IDLE_SECONDS, pace[1] if pace else None, _period(report))
+        moments += [last + idle for idle in idle_limits if idle is not None]
     flight, in_flight = report.in_flight, thresholds.max_in_flight_seconds
     if flight is not None and flight.started_at is not None and in_flight is not None:
         moments.append(flight.started_at + in_flight)
@@ -707,8 +607,7 @@ def evaluate(
     report: LagReport, thresholds: Thresholds | None = None, *, now: float | None = None
 ) -> HealthVerdict:
     """Run the rules in order; the first (worst) that fires is the verdict. `now` defaults to
-    the report's `generated_at`, so a stored report gives the same verdict again. Several Kafka
-    sources all measured against one cluster add that warning to the reason.
+    the report's `generated_at`, so a stored report gives the same verdict again.
 
     >>> evaluate(report, Thresholds(max_commit_age_seconds=900)).health  # doctest: +SKIP
     <Health.OK: 'OK'>
@@ -733,36 +632,25 @@ def _verdict(report: LagReport, thresholds: Thresholds, now: float | None) -> He
         reason = first.reason if pending is None or named else f"{first.reason} ({pending})"
         if first.rule == "lagging" and report.real_time is not None:
             reason = f"{reason} {_as_of_checkpoint(report)}"
-        if first.rule != "time_to_data_loss" and any(
-            f.rule == "time_to_data_loss" for f in findings
-        ):
+        if any(f.rule == "time_to_data_loss" for f in findings[1:]):  # each rule fires once
             soonest = report.min_time_to_loss_seconds
             reason += f"; retention deletes unread records in {duration(soonest)}: {LOSS_NEXT_STEP}"
         return HealthVerdict(first.health, reason, first.rule, first.partitions, findings)
-    unknown = [
+    unknown = "; ".join(
         f"source {s.source_id}: {s.lag_unknown}" for s in report.kafka_sources if s.lag_unknown
-    ]
+    )
+    lag_unknown = f"lag unknown: {unknown}" if unknown else None
     if pending is not None:
-        measured = (
-            f"lag unknown: {'; '.join(unknown)}"
-            if unknown
-            else f"lag {report.total_lag} record(s) from the offsets it started at"
-        )
+        measured = lag_unknown or f"lag {report.total_lag} record(s) from the offsets it started at"
         return HealthVerdict(Health.UNKNOWN, f"{pending}; {measured}", "no_commit")
     if report.missing_topics:
-        return HealthVerdict(
-            Health.UNKNOWN,
-            f"lag unknown: {'; '.join(unknown)}"
-            if unknown
-            else f"topic(s) {', '.join(report.missing_topics)} not found in the cluster",
-            "topic_missing",
-        )
+        missing = f"topic(s) {', '.join(report.missing_topics)} not found in the cluster"
+        return HealthVerdict(Health.UNKNOWN, lag_unknown or missing, "topic_missing")
     as_of = "" if report.real_time is None else f" {_as_of_checkpoint(report)}"
     return HealthVerdict(Health.OK, f"lag {report.total_lag} record(s){as_of}", "ok")
 
 
 def _unjudged(report: LagReport) -> HealthVerdict | None:
-    """UNKNOWN without running the rules: no committed batch yet, or no Kafka source."""
     # A real-time query's first offsets file is written with its first checkpoint.
     real_time = report.trigger == "real-time"
     if report.committed_batch_id is None and (report.in_flight is None or real_time):
@@ -773,7 +661,6 @@ def _unjudged(report: LagReport) -> HealthVerdict | None:
 
 
 def _as_of_checkpoint(report: LagReport) -> str:
-    """What a real-time query's lag is measured at, for its verdict's reason."""
     since = report.real_time.produced_since if report.real_time else None
     return (
         f"as of the newest checkpoint (real-time trigger; {since} record(s) produced since, "

@@ -1,8 +1,5 @@
-"""The lag report of a Spark query: its positions (``positions.measure``) with what Kafka
-answered beyond the snapshot (``Answers``: time to data loss, a scheduled run's completeness,
-the looks-scheduled shape, a real-time query's lag as of its checkpoints) and the notes a
-reader of the numbers must know. `compute_lag()` is pure and made once per job by a check.
-"""
+"""The lag report of a Spark query: its positions (``positions.measure``), what Kafka answered
+beyond the snapshot (``Answers``) and the notes a reader of the numbers must know."""
 
 from __future__ import annotations
 
@@ -39,12 +36,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Answers:
-    """What Kafka answered beyond the snapshot, for one job: the evidence a check fetched
-    because a rule declared it (``judge``). Each is None when not asked.
-
-    ``run_start``: Kafka's offsets when a declared scheduled job's last run started (was the
-    run complete?); ``waited``: did records wait before the last run of an undeclared job;
-    ``checkpoint_ends``: see ``answered``."""
+    """What Kafka answered beyond the snapshot for one job, because a rule asked (``judge``):
+    ``run_start`` its offsets when a scheduled job's last run started, ``waited`` whether
+    records waited before an undeclared job's last run, ``checkpoint_ends``: ``answered``."""
 
     retention: Mapping[str, Mapping[str, TopicRetention | None]] | None = None
     run_start: Offsets | None = None
@@ -61,11 +55,9 @@ def compute_lag(
     measured: LagReport | None = None,
     **how: Unpack[Measuring],
 ) -> LagReport:
-    """The lag report of the query in `state` against the log in `snapshot`, at `now`
-    (default: the snapshot's `fetched_at`): :func:`measure`'s positions and ages, with what
-    ``answers`` adds; with ``thresholds``, when each lag threshold is crossed at the current
-    rates (forecast.py). A check makes it once per job, from the whole evidence.
-    ``measured``: :func:`measure` of these same arguments, when a check's tiers already made it.
+    """The lag report of the query in `state` against `snapshot`: :func:`measure` (or
+    ``measured``, made of the same arguments) with what ``answers`` adds; with ``thresholds``,
+    when each is crossed at the current rates.
 
     >>> report = compute_lag(state, snapshot, read_committed=True)   # doctest: +SKIP
     >>> json.dumps(report.to_dict())                                  # doctest: +SKIP
@@ -115,9 +107,8 @@ def catch_up_unknown(report: LagReport) -> str | None:
 def unknowns(
     report: LagReport, retention: Mapping[str, Mapping[str, TopicRetention | None]] | None
 ) -> dict[str, str]:
-    """``LagReport.unknown``: why the catch-up, the time lag (of the most lagging partition
-    whose age is unknown) and the time to data loss (of the most lagging partition whose time
-    is unknown) are unknown, each only when it is."""
+    """``LagReport.unknown``: why the catch-up, the time lag and the time to data loss (of
+    the most lagging partition without one) are unknown, each only when it is."""
     why = {"catch_up_seconds": catch_up_unknown(report)}
     undated: list[PartitionLag] = []
     lost: list[tuple[PartitionLag, str]] = []
@@ -145,8 +136,7 @@ OFFSETS_NOT_RECORDS = (
 
 
 def single_cluster_warning(report: LagReport) -> str | None:
-    """The warning of a query whose several Kafka sources were all measured against one
-    cluster (none mapped), None otherwise."""
+    """The warning of several Kafka sources all measured against one cluster."""
     if not report.single_cluster_assumed:
         return None
     ids = ", ".join(s.source_id for s in report.kafka_sources)
@@ -170,22 +160,16 @@ UNREAD_TOPICS = (
 )
 
 
-def _stem(topic: str) -> tuple[str, str]:
-    """A topic name's first and last words (split at ``.``, ``-``, ``_``)."""
-    words = [w for w in re.split(r"[._-]", topic) if w] or [topic]
-    return words[0], words[-1]
-
-
 def _one_family(topics: Sequence[str]) -> bool:
-    """Do two of ``topics`` share their first or last word (``orders.eu``, ``orders.us``;
-    ``eu-clicks``, ``us-clicks``): what a pattern reads, where a list names unrelated topics."""
-    stems = [_stem(t) for t in topics]
+    """Do two of ``topics`` share their first or last word (split at ``.``, ``-``, ``_``:
+    ``orders.eu``, ``orders.us``): what a pattern reads, where a list names unrelated topics."""
+    words = [[w for w in re.split(r"[._-]", t) if w] or [t] for t in topics]
+    stems = [(w[0], w[-1]) for w in words]
     return any(a[0] == b[0] or a[1] == b[1] for i, a in enumerate(stems) for b in stems[i + 1 :])
 
 
 def fixed_partitions_note(report: LagReport) -> str | None:
-    """Partitions Kafka has that a source does not read because the partitions it lists skip
-    one (``partition_gap``), not because ``assign`` was given."""
+    """Partitions a source does not read because the ones it lists skip one (not ``assign``)."""
     if report.assign:
         return None
     left = [f"{t.topic}:{p}" for s in report.kafka_sources for t in s.topics for p in t.not_read]
@@ -201,10 +185,8 @@ def fixed_partitions_note(report: LagReport) -> str | None:
 
 
 def new_partitions_note(report: LagReport) -> str | None:
-    """Partitions of read topics the checkpoint lacks, counted from their log start: right for
-    `subscribe` and `subscribePattern`, which read partitions added to a topic; wrong for a
-    query of fixed partitions (`assign`), which the report cannot tell apart when the listed
-    partitions have no gap (``positions.partition_gap``: then they are not counted)."""
+    """Partitions of read topics the checkpoint lacks, counted from their log start: wrong for
+    a query of fixed partitions (`assign`) whose listed partitions have no gap."""
     added = [
         f"{t.topic}:{p.partition}"
         for s in report.kafka_sources
@@ -223,9 +205,8 @@ def new_partitions_note(report: LagReport) -> str | None:
 
 
 def subscription_note(report: LagReport) -> str | None:
-    """What the report says about topics the query has not read yet: not counted (no pattern
-    given while a source's topics look read by one: ``_one_family``; or a pattern that fits no
-    source), or counted (the pattern found some); None otherwise."""
+    """What the report says about topics the query has not read yet (counted only by a given
+    pattern that fits a source)."""
     read = [s for s in report.kafka_sources if s.topics]
     pattern = report.subscribe_pattern
     if not read or report.assign:
@@ -277,18 +258,13 @@ def _notes(report: LagReport, source_starts: Offsets | None) -> tuple[str, ...]:
         starts_known = source_starts is not None and all(
             s.source_id in source_starts for s in report.kafka_sources
         )
-        notes.append(
-            f"no batch committed yet: batch {report.in_flight.batch_id} is in flight; lag counted "
-            "from the offsets the query started at"
-            if starts_known
-            else f"no batch committed yet: batch {report.in_flight.batch_id} is in flight and "
-            "the query's starting offsets were not read, so its lag is not measured"
-        )
-    notes += [
-        subscription_note(report),
-        fixed_partitions_note(report),
-        new_partitions_note(report),
-    ]
+        flight = f"no batch committed yet: batch {report.in_flight.batch_id} is in flight"
+        if starts_known:
+            notes.append(f"{flight}; lag counted from the offsets the query started at")
+        else:
+            not_read = "the query's starting offsets were not read, so its lag is not measured"
+            notes.append(f"{flight} and {not_read}")
+    notes += [subscription_note(report), fixed_partitions_note(report), new_partitions_note(report)]
     return tuple(note for note in notes if note is not None)
 
 
@@ -297,30 +273,21 @@ def answered(
     ends: Sequence[Offsets | None] | None,
     retention: Mapping[str, Mapping[str, TopicRetention | None]] | None,
 ) -> LagReport:
-    """``report`` with what Kafka answered, each partition made once, then every total
-    (topics, sources, the worst partition, catch-up) made again from them.
+    """``report`` with what Kafka answered, each partition made once, then every total again.
 
-    ``ends`` (a real-time query's): ``ends[i]`` (source id -> topic -> partition -> offset) is
-    Kafka's log end when ``history[i]``'s offsets file was written (ListOffsets by timestamp),
-    None where not asked; the last is the newest's. Each partition's ``lag`` becomes the lag as
-    of the newest checkpoint and ``since_checkpoint`` the records produced after it (an upper
-    bound, never lag); ``real_time.checkpoint_lags`` the total lag as of each checkpoint asked.
-    Partitions with lost records or not in the checkpoint keep their live numbers.
-    ``retention``: source id -> topic -> its retention (DescribeConfigs of the source's
-    cluster): each lagging partition's time to data loss."""
+    ``ends`` (a real-time query's): ``ends[i]`` is Kafka's log end when ``history[i]``'s
+    offsets file was written (None: not asked), the last the newest's: each lag becomes the
+    lag as of the newest checkpoint. ``retention``: source id -> topic -> its retention."""
     real_time = report.real_time
     newest = ends[-1] if real_time is not None and ends else None
     if newest is None and retention is None:
         return report
     behind = 0.0 if real_time is None else real_time.checkpoint_at - report.generated_at
-    since = 0
 
-    def answered(source_id: str, p: PartitionLag) -> PartitionLag:
-        nonlocal since
+    def partition_answered(source_id: str, p: PartitionLag) -> PartitionLag:
         if newest is not None:
             end = newest.get(source_id, {}).get(p.topic, {}).get(p.partition)
             p = _at_checkpoint(p, end, behind, report.time_lag_mode)
-            since += p.since_checkpoint or 0  # only this sets it
         if retention is None:
             return p
         settings = retention.get(source_id, {}).get(p.topic)
@@ -335,7 +302,7 @@ def answered(
         topics = []
         for topic in source.topics:
             if not topic.missing:
-                parts = tuple(answered(source.source_id, p) for p in topic.partitions)
+                parts = tuple(partition_answered(source.source_id, p) for p in topic.partitions)
                 topic = dataclasses.replace(topic, partitions=parts, **sum_lags(parts))
             topics.append(topic)
         lag = None if source.lag is None else sum(t.lag or 0 for t in topics)
@@ -353,6 +320,7 @@ def answered(
             for i, e in enumerate(ends[:-1] if ends else ())
         )
         lags += (totals["total_lag"],)
+        since = sum(p.since_checkpoint or 0 for p in every)  # only _at_checkpoint sets it
         totals["real_time"] = dataclasses.replace(
             real_time, checkpoint_lags=lags, produced_since=since
         )
@@ -367,8 +335,7 @@ def answered(
 
 
 def _at_checkpoint(p: PartitionLag, end: int | None, behind: float, mode: str) -> PartitionLag:
-    """``p`` as of the newest checkpoint of a real-time query (``answered``): ``end``
-    Kafka's log end then, ``behind`` seconds before the report."""
+    """``p`` as of a real-time query's newest checkpoint, ``behind`` s before the report."""
     if end is None or p.committed_offset is None or p.data_loss or p.log_end_offset is None:
         return p
     live = p.committed_offset + p.lag  # the reference end the live lag was measured to
@@ -387,12 +354,9 @@ def _at_checkpoint(p: PartitionLag, end: int | None, behind: float, mode: str) -
 
 
 def time_to_loss(p: PartitionLag, retention: TopicRetention | None) -> float | None:
-    """Seconds until retention deletes the record at ``p``'s committed offset (its oldest
-    unread one): ``retention.ms`` minus that record's age (``lag_seconds``), at least 0. A
-    lower bound: Kafka deletes a segment once its NEWEST record is older than retention.ms,
-    so the record lives until its segment's last record expires. math.inf when records are
-    not deleted (compact-only policy, retention.ms -1); None when there is no lag or it cannot
-    tell (``_loss_unknown`` says why)."""
+    """Seconds until retention deletes ``p``'s oldest unread record: ``retention.ms`` minus its
+    age, at least 0. A lower bound: Kafka deletes a segment once its NEWEST record is older than
+    retention.ms. math.inf when records are not deleted; None: no lag, or unknown."""
     if p.data_loss:
         return 0.0
     if p.lag <= 0 or _loss_unknown(p, retention) is not None:
@@ -405,9 +369,8 @@ def time_to_loss(p: PartitionLag, retention: TopicRetention | None) -> float | N
 
 
 def _loss_unknown(p: PartitionLag, retention: TopicRetention | None) -> str | None:
-    """Why a lagging partition's time to data loss is unknown: its topic's settings unread,
-    ``retention.bytes`` set (deletion by size depends on the production volume, which the
-    checkpoint does not record), or the record's age unknown; None when it is known."""
+    """Why a lagging partition's time to data loss is unknown (deletion by size depends on
+    the production volume, which the checkpoint does not record); None when it is known."""
     if retention is None:
         return RETENTION_NOT_READ
     if not retention.deletes:
@@ -419,12 +382,8 @@ def _loss_unknown(p: PartitionLag, retention: TopicRetention | None) -> str | No
     return None
 
 
-# -- scheduled jobs: what Kafka says about their last run -----------------------------------------
-
-
 def run_start(report: LagReport) -> float | None:
-    """When a declared scheduled job's last run started, if its completeness can be measured
-    (a run with a known start and something of it committed); None otherwise."""
+    """When a declared scheduled job's last run started, if its completeness can be measured."""
     schedule = report.schedule
     run = schedule.last_run if schedule is not None else None
     if schedule is None or run is None or not run.start_known or run.started_at is None:
@@ -436,8 +395,7 @@ def run_start(report: LagReport) -> float | None:
 
 def completeness(report: LagReport, targets: Offsets) -> Schedule | None:
     """The schedule with its last run's completeness: its committed offsets against Kafka's
-    offsets as of its start (``targets``: source id -> topic -> partition -> offset;
-    ListOffsets by timestamp at its first batch's time)."""
+    offsets as of its start (``targets``)."""
     schedule = report.schedule
     if schedule is None or schedule.last_run is None or run_start(report) is None:
         return schedule
@@ -458,10 +416,9 @@ WAITED_MIN_SECONDS = 10.0
 
 
 def waiting_probe(report: LagReport) -> tuple[int, int] | None:
-    """(when, before): the moment to ask Kafka's offsets at to learn whether records waited
-    before the first batch after the newest long pause (``WAITED_MIN_SECONDS`` or 3 busy
-    intervals before it, epoch ms), and the index in ``history`` of the batch before the
-    pause; None when the history shows no such pause."""
+    """(when, before): the moment (epoch ms) to ask Kafka's offsets at to learn whether records
+    waited before the first batch after the newest long pause, and the index in ``history`` of
+    the batch before the pause; None without such a pause."""
     history = report.history
     gap = run_gap(history, None)
     edges = last_gap(history, gap) if gap is not None else None
@@ -476,9 +433,8 @@ def waiting_probe(report: LagReport) -> tuple[int, int] | None:
 
 
 def records_waited(report: LagReport, waiting: Offsets, before: int) -> bool:
-    """Did Kafka hold records (``waiting``: source id -> topic -> partition -> offset, before
-    the run) beyond what the batch before the pause had read? A streaming query reacts to new
-    records within its trigger; a scheduled one leaves them waiting until the next run."""
+    """Did Kafka hold records before the run beyond what the batch before the pause read? A
+    streaming query reacts within its trigger; a scheduled one leaves them for the next run."""
     for source in report.kafka_sources:
         for p in (p for topic in source.topics for p in topic.partitions):
             end = p.offset_history[before] if len(p.offset_history) > before else None

@@ -1,10 +1,5 @@
-"""Batch time against the trigger's interval, from the listing's times alone (no file read).
-
-A micro-batch writes offsets/N when it plans batch N and commits/N when it is done: the time
-between them is the batch's time. With a processing-time trigger the next batch is planned at
-the next interval, so a batch that leaves time before the next plan shows the interval; a batch
-that overran it is followed at once. Batches that take most of their interval, and more each
-time, are the step before lag grows (docs/lag-and-health.md#batch-time).
+"""Batch time against the trigger's interval, from the listing's times alone: offsets/N
+written to commits/N written (docs/lag-and-health.md#batch-time).
 
 >>> pace_of(state.listed_times).ratio  # doctest: +SKIP
 0.92
@@ -41,8 +36,7 @@ PACE_NEXT_STEP = (
 
 
 def pace_of(listed: Sequence[tuple[int, float, float | None]]) -> Pace | None:
-    """The batches' pace from ``listed`` (batch id, offsets/N written, commits/N written or
-    None), oldest first (``CheckpointState.listed_times``); None without a committed batch."""
+    """The batches' pace from ``CheckpointState.listed_times``; None without a committed batch."""
     done = [(i, planned, committed - planned) for i, planned, committed in listed if committed]
     done = [(i, planned, took) for i, planned, took in done if took >= 0]
     if not done:
@@ -106,8 +100,7 @@ def pace_text(pace: Pace) -> str:
 
 
 def rule_batch_time(report: LagReport, thresholds: Thresholds, now: float) -> RuleResult | None:
-    """LAGGING (rule ``batch_time``) when the batches take more than ``max_batch_time_ratio``
-    of the interval they run at: the step before lag grows."""
+    """Batches take more than ``max_batch_time_ratio`` of their interval."""
     limit, pace = thresholds.max_batch_time_ratio, report.pace
     if limit is None or pace is None or pace.ratio is None or pace.ratio <= limit:
         return None

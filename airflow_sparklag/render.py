@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -12,6 +14,7 @@ from airflow_sparklag.pace import pace_text
 if TYPE_CHECKING:
     from airflow_sparklag.history import HistoryPoint, LagHistory
     from airflow_sparklag.model.report import LagReport, PartitionLag
+    from airflow_sparklag.model.result import CheckResult
     from airflow_sparklag.model.verdict import HealthVerdict
 
 
@@ -62,26 +65,9 @@ def flags(p: PartitionLag) -> str:
 
 
 def partition_table(report: LagReport) -> str:
-    """One row per Kafka partition of every Kafka source.
-
-    ``log_end`` is the high watermark; ``lso`` the last stable offset beside it (``-`` when
-    Kafka was not asked). ``lag`` runs to the LSO under read_committed, to the log end
-    otherwise, and counts offsets: transaction markers and aborted records included.
-    """
-    header = (
-        "source",
-        "topic",
-        "part",
-        "committed",
-        "planned",
-        "log_end",
-        "lso",
-        "log_start",
-        "lag",
-        "lag_time",
-        "flags",
-    )
-    rows: list[tuple[str, ...]] = [header]
+    """One row per Kafka partition of every Kafka source (``lso``: the last stable offset)."""
+    header = "source topic part committed planned log_end lso log_start lag lag_time flags"
+    rows: list[tuple[str, ...]] = [tuple(header.split())]
     for source in report.sources:
         if not source.is_kafka:
             continue
@@ -91,21 +77,15 @@ def partition_table(report: LagReport) -> str:
                 row = (source.source_id, topic.topic, str(partition), str(offset))
                 rows.append((*row, "-", "-", "-", "-", "?", "unknown", "topic_missing"))
             for p in topic.partitions:
-                rows.append(
-                    (
-                        source.source_id,
-                        p.topic,
-                        str(p.partition),
-                        _num(p.committed_offset),
-                        _num(p.planned_offset),
-                        _num(p.log_end_offset),
-                        _num(p.last_stable_offset),
-                        _num(p.log_start_offset),
-                        str(p.lag),
-                        _time_lag(p.lag_seconds, report.time_lag_mode),
-                        flags(p),
-                    )
+                row = (source.source_id, p.topic, str(p.partition), _num(p.committed_offset))
+                ends = (
+                    p.planned_offset,
+                    p.log_end_offset,
+                    p.last_stable_offset,
+                    p.log_start_offset,
                 )
+                time_lag = _time_lag(p.lag_seconds, report.time_lag_mode)
+                rows.append((*row, *map(_num, ends), str(p.lag), time_lag, flags(p)))
     return "\n".join(table(rows))
 
 
@@ -159,19 +139,16 @@ def summary_lines(report: LagReport) -> list[str]:
 
 
 def _time_lag_unknown(report: LagReport) -> str:
-    """Why the most lagging partition whose time lag is unknown has none (its name and
-    ``report.unknown``'s words), and what else tells it; "" when every one is known."""
+    """Why the most lagging undated partition has no time lag, and what else tells it."""
     why = report.unknown.get("max_lag_seconds")
     undated = [p for p in report.partitions() if p.lag > 0 and p.lag_seconds is None]
     if why is None or not undated:
         return ""
     worst = max(undated, key=lambda p: p.lag)
-    exact = (
-        "; --exact-time-lag reads the records' timestamps"
-        if report.time_lag_mode == "estimate"
-        else ""
-    )
-    return f"{why} ({worst.topic}:{worst.partition}){exact}"
+    named = f"{why} ({worst.topic}:{worst.partition})"
+    if report.time_lag_mode != "estimate":
+        return named
+    return f"{named}; --exact-time-lag reads the records' timestamps"
 
 
 def _loss_lines(report: LagReport) -> list[str]:
@@ -205,8 +182,6 @@ def _rate_lines(report: LagReport) -> list[str]:
 
 
 def _when(epoch: float | None) -> str:
-    import datetime
-
     if epoch is None:
         return "unknown"
     moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
@@ -242,19 +217,15 @@ def _schedule_lines(report: LagReport) -> list[str]:
 
 def render(report: LagReport, verdict: HealthVerdict) -> str:
     """The full human-readable report: summary, partition table, verdict."""
-    return "\n".join(
-        [
-            *summary_lines(report),
-            "",
-            partition_table(report),
-            "",
-            f"health      {verdict.health.value}: {verdict.reason}",
-        ]
-    )
+    health = f"health      {verdict.health.value}: {verdict.reason}"
+    return "\n".join([*summary_lines(report), "", partition_table(report), "", health])
 
 
-def breach_summary(report: LagReport, verdict: HealthVerdict) -> str:
+def breach_message(result: CheckResult) -> str:
     """A short failure message: the verdict and the five worst partitions (operator failures)."""
+    report, verdict = result.report, result.verdict
+    if report is None:  # unreadable checkpoint in a multi-checkpoint check
+        return f"{result.location}: {result.error}"
     worst = sorted(
         (p for s in report.sources if s.is_kafka for t in s.topics for p in t.partitions),
         key=lambda p: (not p.data_loss, -p.lag),
@@ -271,8 +242,6 @@ def breach_summary(report: LagReport, verdict: HealthVerdict) -> str:
 
 
 def _utc(time_ms: int) -> str:
-    import datetime
-
     moment = datetime.datetime.fromtimestamp(time_ms / 1000.0, tz=datetime.timezone.utc)
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
@@ -290,8 +259,8 @@ def _history_seconds(point: HistoryPoint) -> str:
 
 
 def history_table(history: LagHistory, *, max_partitions: int = 4) -> str:
-    """``sparklag history``: one row per point (batch or now), worst lags per partition,
-    then why some numbers are unknown and what the reconstruction assumes."""
+    """``sparklag history``: one row per point (batch or now), then why some numbers are
+    unknown and what the reconstruction assumes."""
     if history.verdict is not None:  # nothing to rebuild: status's verdict, as status says it
         health, reason = history.verdict.health.value, history.verdict.reason
         return f"checkpoint  {history.location}\nhealth      {health}: {reason}"
@@ -305,26 +274,18 @@ def history_table(history: LagHistory, *, max_partitions: int = 4) -> str:
     if history.unknown:
         lines.append(f"unknown     {history.unknown}")
     rows = [("time (UTC)", "batch", "kind", "lag", "lag time (bracket)", "partitions (lag)")]
-    reasons: dict[str, int] = {}
     for point in history.points:
         ranked = sorted(point.partitions, key=lambda p: -1 if p.lag is None else -p.lag)
         cells = [f"{p.topic}-{p.partition}={_num(p.lag)}" for p in ranked[:max_partitions]]
         if len(ranked) > max_partitions:
             cells.append(f"+{len(ranked) - max_partitions} more")
-        for part in point.partitions:
-            if part.unknown:
-                reasons[part.unknown] = reasons.get(part.unknown, 0) + 1
-        rows.append(
-            (
-                _utc(point.time_ms),
-                _num(point.batch_id),
-                point.kind,
-                "?" if point.total_lag is None else str(point.total_lag),
-                _history_seconds(point),
-                " ".join(cells),
-            )
-        )
+        lag = "?" if point.total_lag is None else str(point.total_lag)
+        row = (_utc(point.time_ms), _num(point.batch_id), point.kind, lag)
+        rows.append((*row, _history_seconds(point), " ".join(cells)))
     lines += ["", *table(rows)]
+    reasons = Counter(
+        part.unknown for pt in history.points for part in pt.partitions if part.unknown
+    )
     if reasons:
         lines += ["", "unknown because:"]
         lines += [f"  - {reason} ({count}x)" for reason, count in reasons.items()]

@@ -1,18 +1,7 @@
-"""Offset -> time interpolation for one partition, built from the checkpoint's own history.
-
-Each committed `offsets/N` says: at `batchTimestampMs` the partition's log end was the stored
-offset (without maxOffsetsPerTrigger Spark plans up to the log end). The live Kafka snapshot
-adds one exact point: (log end, fetched_at). Between two points the time at which an offset
-became the log end is interpolated linearly. Unlike kafka-lag-exporter's table we never
-extrapolate: an offset older than the oldest point has an UNKNOWN time (None), not an
-"astronomical" one.
-
-The age of a waiting record (`estimate_age`) is pinned between two observations: the record at
-offset `o` did not exist when the log end was last seen at or below `o`, and it existed when
-the log end was first seen above `o`. When those two times are further apart than
-`MAX_UNCERTAINTY_SECONDS` (or `MAX_UNCERTAINTY_RATIO` of the age), for example across an idle
-period followed by a burst, the records could have been produced at any moment of the gap and
-the age is UNKNOWN rather than a guess that can be 100x too high.
+"""Offset -> time interpolation for one partition from the checkpoint's own history
+(docs/lag-and-health.md#lag-in-seconds): each `offsets/N` says the log end was its offset at
+`batchTimestampMs` (without maxOffsetsPerTrigger Spark plans up to the log end). Never
+extrapolated: a record older than the oldest point, or produced in too wide a gap, is UNKNOWN.
 """
 
 from __future__ import annotations
@@ -41,16 +30,9 @@ IN_A_GAP = "produced at an unknown moment of a {gap:.0f} s gap between two obser
 Stairs = tuple[list[int], list[float], list[float]]
 
 
-def _time_then_higher_offset(point: tuple[int, float]) -> tuple[float, int]:
-    return point[1], -point[0]
-
-
 def staircase(points: Sequence[tuple[int, float]]) -> Stairs:
-    """The rising levels of ``(offset, time_ms)`` points given in any order.
-
-    A point whose offset is not above an earlier point's adds nothing (a rewind in the input,
-    or a repeated offset) except that a repeated offset extends how long the log end stayed
-    there: each level keeps the EARLIEST time its offset was seen and the LAST.
+    """The rising levels of ``(offset, time_ms)`` points given in any order; each level keeps
+    the EARLIEST time its offset was seen and the LAST.
 
     >>> staircase([(100, 1_000), (100, 3_000), (200, 4_000), (150, 5_000)])
     ([100, 200], [1000, 4000], [3000, 4000])
@@ -58,7 +40,7 @@ def staircase(points: Sequence[tuple[int, float]]) -> Stairs:
     # Sort by time; at equal times the higher offset first, so the lower one is dominated.
     # Points usually come in time order (batches, then the live point): no sort then.
     in_order = all(a[1] < b[1] for a, b in itertools.pairwise(points))
-    ordered = points if in_order else sorted(points, key=_time_then_higher_offset)
+    ordered = points if in_order else sorted(points, key=lambda point: (point[1], -point[0]))
     offsets: list[int] = []
     first: list[float] = []
     last: list[float] = []
@@ -76,8 +58,8 @@ def staircase(points: Sequence[tuple[int, float]]) -> Stairs:
 
 @functools.lru_cache(maxsize=1024)
 def _in_a_gap(gap: float) -> str:
-    """``IN_A_GAP`` for ``gap`` (> 0), formatted once: a job's lagging partitions usually
-    share their last two observations (its newest batch and the Kafka snapshot)."""
+    """``IN_A_GAP`` formatted once: a job's lagging partitions usually share their last two
+    observations (its newest batch and the Kafka snapshot)."""
     return IN_A_GAP.format(gap=gap)
 
 
@@ -92,11 +74,8 @@ class RecordAge(NamedTuple):
 
 
 def record_age(stairs: Stairs, offset: int, now_ms: float) -> RecordAge:
-    """The age at ``now_ms`` of the record AT ``offset``.
-
-    It was produced after the last time the log end was seen at or below ``offset`` and by the
-    first time it was seen above it; linear interpolation between the two places it (it is the
-    ``offset + 1``-th record of that stretch).
+    """The age at ``now_ms`` of the record AT ``offset``: produced after the log end was last
+    seen at or below it and by the first time above it, interpolated linearly between the two.
 
     >>> record_age(staircase([(0, 0), (10, 1_000), (20, 2_000)]), 15, 3_000)
     RecordAge(seconds=1.4, minimum=1.0, maximum=2.0, unknown=None)
@@ -129,9 +108,7 @@ def estimate_age(
     now_ms: float,
 ) -> tuple[float | None, str | None]:
     """``(seconds, unknown)``: the age at ``now_ms`` of the record at ``offset`` over
-    ``points`` plus the live point ``(live, fetched_at_ms)``. History above the live log end
-    belongs to a recreated or truncated topic and is dropped. ``points`` must hold ints and
-    floats, as ``history_points`` gives.
+    ``points`` (from ``history_points``) plus the live point ``(live, fetched_at_ms)``.
 
     >>> estimate_age([(100, 1_000.0)], 200, 2_000.0, 149, 3_000.0)
     (1.5, None)
@@ -139,11 +116,9 @@ def estimate_age(
     hist: Sequence[tuple[int, float]] = points
     if live is not None:
         now_point = (int(live), float(fetched_at_ms))
-        hist = [*points, now_point]
-        for point_offset, _ in points:
-            if point_offset > live:  # recreated or truncated topic: the live point alone
-                hist = [now_point]
-                break
+        # History above the live log end: a recreated or truncated topic, the live point alone.
+        recreated = any(point_offset > live for point_offset, _ in points)
+        hist = [now_point] if recreated else [*points, now_point]
     age = record_age(staircase(hist), offset, now_ms)
     return age.seconds, age.unknown
 

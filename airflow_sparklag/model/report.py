@@ -1,7 +1,5 @@
-"""The report types of a check: what ``lag.compute_lag`` returns, frozen dataclasses whose
-``to_dict()`` survives ``json.dumps`` (XCom, ``--json``). The bottom of the package: imports
-nothing else of ours.
-"""
+"""The report types of a check (``lag.compute_lag``): frozen dataclasses whose ``to_dict()``
+survives ``json.dumps``. The bottom of the package: imports nothing else of ours."""
 
 from __future__ import annotations
 
@@ -32,8 +30,7 @@ def epoch_ms(seconds: float | None) -> int | None:
 
 
 def moment(name: str, seconds: float | None) -> dict[str, Any]:
-    """One moment as the JSON documents show every one: ISO 8601 UTC text beside epoch
-    milliseconds (``committed_at``, ``committed_at_ms``)."""
+    """ISO 8601 UTC text beside epoch milliseconds (``committed_at``, ``committed_at_ms``)."""
     ms = epoch_ms(seconds)
     return {name: utc_text(ms), f"{name}_ms": ms}
 
@@ -63,7 +60,6 @@ _FieldJson = Callable[[str, Any], dict[str, Any]]
 
 @functools.cache
 def _plan(cls: type) -> tuple[tuple[str, _FieldJson | None], ...]:
-    """Each field of the dataclass ``cls`` with its conversion, made once per class."""
     return tuple((f.name, _field_kind(f)) for f in dataclasses.fields(cls))
 
 
@@ -76,9 +72,8 @@ def _field_kind(field_: dataclasses.Field[Any]) -> _FieldJson | None:
 
 
 def json_safe(value: Any) -> Any:
-    """`value` turned into JSON types: dataclasses and mappings become dicts with string keys,
-    tuples/sets become lists (sets sorted), NaN and -inf become None, +inf "infinite"; a
-    dataclass's moments as ISO 8601 UTC text beside epoch milliseconds (`_field_kind`)."""
+    """`value` in JSON types (sets sorted, NaN and -inf None, +inf "infinite"; a dataclass's
+    moments as ISO 8601 UTC text beside epoch milliseconds: `_field_kind`)."""
     kind: type = type(value)
     if value is None or kind in _JSON_LEAVES:  # most values: answered first
         return value
@@ -118,14 +113,6 @@ class ToDict:
 class PartitionLag(ToDict):
     """Lag of one partition for one source.
 
-    `lag` counts offsets still to read: reference offset - committed offset, where the reference
-    is the last stable offset under read_committed and the log end otherwise; never negative
-    (`ahead_of_log` flags a committed offset beyond the log end instead). For a partition that
-    Kafka has and the checkpoint lacks (`new_partition`) Spark will read from the log start, so
-    the lag is counted from there. Before the query's first commit (`start_offset` set,
-    `committed_offset` None) it is counted from the offset the query started at.
-    `last_stable_offset` is shown whenever Kafka was asked for it.
-
     >>> p = PartitionLag("orders", 0, committed_offset=90, planned_offset=None,
     ...                  log_start_offset=0, log_end_offset=100, last_stable_offset=None,
     ...                  lag=10, lag_seconds=4.5)
@@ -147,17 +134,13 @@ class PartitionLag(ToDict):
     data_loss: bool = False
     records_lost: int = 0
     ahead_of_log: bool = False
-    # Committed offset at each batch of LagReport.history (oldest first); None where absent.
     offset_history: tuple[int | None, ...] = ()
     start_offset: int | None = None  # before the first commit: where the query started
     lag_seconds_unknown: str | None = None  # why lag_seconds is None, when it is
-    # Seconds until retention deletes the oldest unread record (a lower bound: Kafka deletes
-    # whole segments); math.inf: never (compacted or unlimited); None: no lag, or unknown.
-    time_to_loss_seconds: float | None = None
-    # The topic's retention.ms in seconds, once read (None: not read, or not deleted by age).
-    retention_seconds: float | None = None
-    # Real-time trigger: records produced after the newest checkpoint, which the query reads
-    # as they arrive: an UPPER bound of those waiting, never lag (`lag` is as of the checkpoint).
+    time_to_loss_seconds: float | None = None  # a lower bound; math.inf: never
+    retention_seconds: float | None = None  # retention.ms, once read
+    # Real-time trigger: records produced after the newest checkpoint: an UPPER bound of those
+    # waiting, never lag.
     since_checkpoint: int | None = None
 
 
@@ -165,12 +148,8 @@ class PartitionLag(ToDict):
 class TopicLag(ToDict):
     """Totals of one topic of one source.
 
-    `missing` = the cluster the source is measured against has no such topic (deleted, or the
-    source reads another cluster: docs/multi-cluster.md): its lag is unknown (`lag` None,
-    `lag_unknown` says why, never 0), it has no partitions, and `checkpoint_offsets` keeps
-    where the query stands on it. `new_topic` = the query has not read it yet (found by its
-    subscribePattern, or only in the in-flight batch): every partition is a `new_partition`,
-    waiting from its log start.
+    `missing`: its cluster has no such topic (lag None, never 0; docs/multi-cluster.md);
+    `new_topic`: the query has not read it yet.
 
     >>> TopicLag("orders", missing=False, partitions=()).lag
     0
@@ -184,11 +163,10 @@ class TopicLag(ToDict):
     max_lag_partition: int | None = None
     max_lag_seconds: float | None = None  # largest KNOWN lag_seconds; None when none is known
     lag_unknown: str | None = None  # why `lag` is None, when it is
-    # A missing topic: partition -> offset the checkpoint holds (committed, or started at).
+    # A missing topic: partition -> offset the checkpoint holds.
     checkpoint_offsets: Mapping[int, int] = field(default_factory=dict)
     new_topic: bool = False
-    # Partitions Kafka has that the query does not read (not counted): its source reads fixed
-    # partitions, given (``assign``) or shown by a gap in the ones it lists (a note says so).
+    # Partitions Kafka has that a source of fixed partitions (assign) does not read.
     not_read: tuple[int, ...] = ()
 
 
@@ -206,9 +184,7 @@ class SourceLag(ToDict):
     topics: tuple[TopicLag, ...]
     lag: int | None = 0  # None: a topic is missing from its cluster (see lag_unknown)
     lag_unknown: str | None = None  # why `lag` is None, when it is
-    # The bootstrap servers of the cluster the source is mapped to; None: the main cluster.
-    cluster: str | None = None
-    # The subscribePattern its topics were counted by (found in every topic it read), if any.
+    cluster: str | None = None  # bootstrap servers it is mapped to; None: the main cluster
     pattern: str | None = None
 
 
@@ -241,11 +217,9 @@ class RealTime(ToDict):
     """
 
     interval_seconds: float  # the newest checkpoint's: batchTimestampMs to offsets/C written
-    checkpoint_at: float  # epoch seconds offsets/C was written: what its lag is measured at
-    # offsets/N written (epoch seconds), for each batch of history
-    checkpoint_times: tuple[float | None, ...] = field(metadata=MOMENTS)
-    # Total lag as of each checkpoint of `history` (oldest first); None where not measured.
-    checkpoint_lags: tuple[int | None, ...] = ()
+    checkpoint_at: float  # offsets/C written: what its lag is measured at
+    checkpoint_times: tuple[float | None, ...] = field(metadata=MOMENTS)  # each of history's
+    checkpoint_lags: tuple[int | None, ...] = ()  # total lag as of each of history's
     produced_since: int | None = None  # records produced after checkpoint_at (upper bound)
 
 
@@ -253,13 +227,8 @@ class RealTime(ToDict):
 class HistoryBatch(ToDict):
     """A retained committed batch: the x-axis of PartitionLag.offset_history.
 
-    `timestamp_ms` is when the batch's offsets were reached (`batch_time_ms`): its
-    `batchTimestampMs`; for an epoch of the continuous trigger, which has none (empty metadata
-    line), and a real-time checkpoint, whose `batchTimestampMs` is its interval's start, its
-    offsets file's modification time (the epoch's or interval's end). `records` is how many
-    offsets (all Kafka partitions of all sources) the batch read, counted from the batch
-    before it in the history; None for the oldest one.
-    """
+    `timestamp_ms`: when its offsets were reached (`batch_time_ms`); `records`: offsets it
+    read since the batch before (None: the oldest)."""
 
     batch_id: int
     timestamp_ms: int | None
@@ -270,18 +239,14 @@ class HistoryBatch(ToDict):
 class Breach(ToDict):
     """When a lag threshold is crossed at the current rates (``forecast.time_to_breach``).
 
-    ``seconds``: 0 when already crossed, math.inf when the backlog does not grow, None when
-    not forecast (``unknown`` says why); ``growth``: the backlog's net growth, records/s
-    (production upper bound minus consumption), so ``seconds`` errs on the early side.
-
     >>> Breach("max_lag_records_total", 1000, 400, 12.0, growth=50.0).seconds
     12.0
     """
 
     threshold: str  # the Thresholds field
     limit: float
-    current: float | None  # the measured value (records, or the oldest waiting record's age)
-    seconds: float | None
+    current: float | None
+    seconds: float | None  # 0: crossed; math.inf: the backlog does not grow
     growth: float | None = None
     unknown: str | None = None
 
@@ -291,19 +256,13 @@ class Pace(ToDict):
     """How long the batches take against the interval they run at (``pace.pace_of``), from
     the listing's times: a batch's time is offsets/N written to commits/N written.
 
-    ``interval_seconds``: the median spacing of batch starts that waited for their trigger
-    (None: every batch started as the one before committed; ``unknown`` says why);
-    ``ratio``: ``batch_seconds`` over it; ``trend``: "rising", "falling" or "steady" over the
-    window (None under 4 batches).
-
     >>> Pace(batch_seconds=9.2, batch_times=(8.0, 9.2), interval_seconds=10.0, ratio=0.92).ratio
     0.92
     """
 
-    batch_seconds: float | None  # the median of the newest three batches' times
-    batch_times: tuple[float, ...] = ()  # each committed batch's time, oldest first
-    batch_ids: tuple[int, ...] = ()  # the batches of batch_times
-    # when each was planned (offsets/N written, epoch s; JSON: ISO text beside batch_starts_ms)
+    batch_seconds: float | None
+    batch_times: tuple[float, ...] = ()
+    batch_ids: tuple[int, ...] = ()
     batch_starts: tuple[float, ...] = field(default=(), metadata=MOMENTS)
     interval_seconds: float | None = None
     ratio: float | None = None
@@ -315,13 +274,8 @@ class Pace(ToDict):
 class LagReport(ToDict):
     """Everything known about a query's lag at `generated_at`.
 
-    Rates are records per second summed over all Kafka partitions of all sources, measured
-    over the batches in `history` (a check reads the older ones only when a rule needs them:
-    `health.reads_needed`; then they span the two newest, or the whole window).
-    `total_lag` and `max_lag` count the measured partitions; a topic its cluster lacks is in
-    `missing_topics`, and its source's `lag` is None with the reason (`lag_unknown`).
-    `production_rate` is an UPPER bound (the log end at the oldest retained batch is only known
-    to be at least that batch's offset), so `catch_up_seconds` errs on the long side.
+    Rates are records/s over the batches in `history`; `production_rate` is an UPPER bound (the
+    log end at the oldest batch is only known to be at least its offset).
 
     >>> report = compute_lag(state, snapshot)                 # doctest: +SKIP
     >>> report.total_lag, report.max_lag_seconds              # doctest: +SKIP
@@ -339,7 +293,7 @@ class LagReport(ToDict):
     consumption_rate: float | None
     production_rate: float | None
     catch_up_seconds: float | None
-    time_lag_mode: str  # "estimate" (interpolated from history) | "exact" (record timestamps)
+    time_lag_mode: str  # "estimate" | "exact"
     read_committed: bool
     kafka_fetched_at: float
     kafka_cluster_id: str | None
@@ -355,31 +309,20 @@ class LagReport(ToDict):
     # offsets then trail the log end at each batch time and cannot date records, so estimate
     # mode reports lag_seconds as unknown. Exact mode is unaffected.
     rate_limited: bool = False
-    # What a reader of the numbers must know (transactional topics, no commit yet, ...).
     notes: tuple[str, ...] = ()
-    # Scheduled jobs (runs_every declared, or history that looks like runs): the last run.
     schedule: Schedule | None = None
     # Several Kafka sources, none mapped to a cluster: all were measured against one cluster,
     # which is wrong when they read different ones (the checkpoint does not say).
     single_cluster_assumed: bool = False
-    # The smallest time_to_loss_seconds of a lagging partition (see PartitionLag).
     min_time_to_loss_seconds: float | None = None
     trigger: str = "micro-batch"  # "micro-batch" | "continuous" | "real-time"
-    # The real-time trigger: lag is as of its newest checkpoint (see RealTime).
     real_time: RealTime | None = None
-    # The query's subscribePattern as given (the checkpoint does not record it); None: not
-    # given, and topics the query has not read yet are not counted (a note says so).
-    subscribe_pattern: str | None = None
-    # The query reads fixed partitions (Spark's assign): partitions the checkpoint lacks are
-    # not counted.
+    subscribe_pattern: str | None = None  # as given: the checkpoint does not record it
     assign: bool = False
-    # When each lag threshold set is crossed at the current rates (forecast.py).
     time_to_breach: tuple[Breach, ...] = ()
-    # Batch time against the trigger's interval (pace.py); None: fewer than one timed batch.
     pace: Pace | None = None
-    # Why a number above is unknown, each only when it is: "catch_up_seconds", "max_lag_seconds"
-    # (a lagging partition's age) and "min_time_to_loss_seconds" (a lagging partition's) ->
-    # a short reason (lag.py: the same words in the CLI, the lag page and the exporter).
+    # Why a number above is unknown, each only when it is: "catch_up_seconds",
+    # "max_lag_seconds", "min_time_to_loss_seconds" -> the short reason (lag.py).
     unknown: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -395,12 +338,7 @@ class LagReport(ToDict):
 
 @dataclass(frozen=True)
 class Run(ToDict):
-    """One run: consecutive batches with no gap between them longer than the run gap.
-
-    ``complete`` and ``records_left`` are set by a check that asked Kafka (docs/scheduled-jobs.md);
-    None when not asked, when nothing of the run is committed yet, or when its start is not in the
-    history read (``start_known`` False).
-    """
+    """One run: consecutive batches with no gap between them longer than the run gap."""
 
     first_batch_id: int
     last_batch_id: int
@@ -418,10 +356,8 @@ class Run(ToDict):
 class Schedule(ToDict):
     """The job's shape as a scheduled job.
 
-    ``runs_every`` and ``grace`` are set when the job was declared scheduled; an undeclared job
-    gets a ``Schedule`` only when its history looks like runs AND records waited between them
-    (``looks_scheduled``), which a check finds out from Kafka.
-    """
+    Declared (``runs_every``), or history that looks like runs with records waiting between
+    them (``looks_scheduled``: docs/scheduled-jobs.md)."""
 
     runs_every: float | None
     grace: float | None
@@ -440,12 +376,8 @@ class Schedule(ToDict):
 
 
 class Reads(enum.IntEnum):
-    """How much older history a report must have before a rule (or the report's own numbers)
-    is judged as on the whole window: what a check reads beyond offsets/C, newest first.
-
-    Each health rule declares it (``health.Rule.reads``), the time-lag estimate too
-    (``time_lag_reads``); ``health.reads_needed`` takes the most of them, in one place.
-    """
+    """How much older history beyond offsets/C a report needs to be judged as on the whole
+    window (``health.reads_needed``)."""
 
     NOTHING = 0  # what the report has settles it
     OLDER = 1  # the next older batch (offsets/C-1 after offsets/C alone), then ask again

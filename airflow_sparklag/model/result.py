@@ -1,6 +1,4 @@
-"""The result of a check: its report, its verdict and the evidence it was judged on. The
-bottom of the package: imports nothing of ours but the other model types.
-"""
+"""The result of a check: its report, its verdict and the evidence it was judged on."""
 
 from __future__ import annotations
 
@@ -54,8 +52,7 @@ class CheckResult:
 
     @classmethod
     def failed(cls, location: str, error: str) -> CheckResult:
-        """The result of a check that failed itself (``error``: ``"<ErrorClass>: message"``):
-        CHECK_FAILED in its JSON; its verdict UNKNOWN, as the check tells nothing of the job."""
+        """A check that failed itself: CHECK_FAILED in its JSON, its verdict UNKNOWN."""
         return cls(None, HealthVerdict(Health.UNKNOWN, error, "check_failed"), location, error)
 
     def explain(self) -> str:
@@ -95,8 +92,7 @@ def summary_of(results: Iterable[CheckResult]) -> dict[str, Any]:
 def document(
     command: str, results: Iterable[Mapping[str, Any]], summary: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The one JSON document every command's ``--json`` and every task's XCom is:
-    ``{"schema", "command", "summary", "results"}`` (docs/json.md), for one job or many."""
+    """The one JSON document of every ``--json`` and XCom (docs/json.md)."""
     return {
         "schema": SCHEMA,
         "command": command,

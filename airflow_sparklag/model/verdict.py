@@ -1,6 +1,5 @@
 """Verdicts and thresholds: ``Health`` (with its severity and exit code), ``Thresholds``,
-``HealthVerdict``. The bottom of the package: imports nothing of ours but the report types.
-"""
+``HealthVerdict``. Imports nothing of ours but the report types."""
 
 from __future__ import annotations
 
@@ -15,26 +14,9 @@ from airflow_sparklag.model.report import ToDict
 
 
 class Health(str, Enum):
-    """Verdicts, from healthy to worst; UNKNOWN means "cannot tell".
-
-    Each verdict carries its policy, so no caller restates it:
-
-    ============  ========  =========  =========  ============
-    verdict       severity  exit_code  is_breach  metric_value
-    ============  ========  =========  =========  ============
-    OK            0         0          no         0
-    LAGGING       1         1          yes        1
-    STALLED       2         2          yes        2
-    STOPPED       3         2          yes        3
-    REWIND        4         2          yes        4
-    DATA_LOSS     5         2          yes        5
-    UNKNOWN       -1        3          no         -1
-    ============  ========  =========  =========  ============
-
-    UNKNOWN is not a degree of badness but the absence of a verdict (nothing committed yet, no
-    Kafka source, a missing topic), so it sits outside the scale, below OK, as Burrow's
-    NOTFOUND does: "the worst of" a set never picks it over a real verdict. Callers that must
-    not let "cannot tell" pass check for it by name (the CLI exits 3, a metric reads -1).
+    """Verdicts, from healthy to worst, each carrying its policy (severity, exit code, breach,
+    metric: the table in docs/lag-and-health.md#health). UNKNOWN ("cannot tell") sits outside
+    the scale, below OK, as Burrow's NOTFOUND does: "the worst of" never picks it.
 
     >>> Health.parse("lagging").exit_code, Health.STOPPED.severity > Health.LAGGING.severity
     (1, True)
@@ -50,28 +32,24 @@ class Health(str, Enum):
 
     @property
     def severity(self) -> int:
-        """0 (OK) to 5 (DATA_LOSS), in the order the rules are tried; UNKNOWN is -1."""
         return _SEVERITY[self]
 
     @property
     def exit_code(self) -> int:
-        """The CLI's exit code: 0 OK, 1 LAGGING, 2 worse, 3 UNKNOWN."""
         return 3 if self is Health.UNKNOWN else min(_SEVERITY[self], 2)
 
     @property
     def is_breach(self) -> bool:
-        """A verdict that fails a check by default (every one but OK and UNKNOWN)."""
         return _SEVERITY[self] > 0
 
     @property
     def metric_value(self) -> int:
-        """The number dashboards get: 0 OK .. 5 DATA_LOSS, -1 UNKNOWN. A stable contract."""
+        """The number dashboards get: a stable contract."""
         return _SEVERITY[self]
 
     @classmethod
     def worst(cls, verdicts: Iterable[Health]) -> Health | None:
-        """The verdict users act on first (a fleet's exit code): the most severe breach, else
-        UNKNOWN ("cannot tell" never passes as OK), else OK; None when there is none.
+        """The most severe breach, else UNKNOWN ("cannot tell" never passes as OK), else OK.
 
         >>> Health.worst([Health.UNKNOWN, Health.STOPPED, Health.OK]), Health.worst([Health.OK])
         (<Health.STOPPED: 'STOPPED'>, <Health.OK: 'OK'>)
@@ -81,13 +59,8 @@ class Health(str, Enum):
     @classmethod
     def parse(cls, name: object) -> Health:
         """The verdict named ``name``, in any case (``"lagging"`` -> ``Health.LAGGING``)."""
-        if isinstance(name, cls):
-            return name
-        if isinstance(name, str):
-            try:
-                return cls(name.strip().upper())
-            except ValueError:
-                pass
+        if isinstance(name, str) and name.strip().upper() in cls.__members__:
+            return cls[name.strip().upper()]
         valid = ", ".join(h.value for h in cls)
         raise ValueError(f"unknown verdict {name!r}; valid verdicts: {valid}")
 
@@ -136,12 +109,8 @@ def _checked_limit(name: str, value: object, *, optional: bool, count: bool) -> 
 
 
 @dataclass(frozen=True)
-class Thresholds:
-    """Named limits of the health rules. A None limit turns its check off.
-
-    Defaults: every absolute limit is off (they depend on the job), `allowed_lag` is 0 records,
-    the window is the last 10 batches and history-based checks need at least 3 of them (so a
-    lone old commit never decides STOPPED by itself; Burrow's minimum-complete).
+class Thresholds(ToDict):
+    """Named limits of the health rules (docs/lag-and-health.md#check-options); None: off.
 
     >>> t = Thresholds.from_dict({"max_lag_seconds": 300, "allowed_lag": 1})
     >>> t.max_lag_seconds, t.window
@@ -153,23 +122,15 @@ class Thresholds:
     max_lag_seconds: float | None = None
     max_commit_age_seconds: float | None = None
     max_in_flight_seconds: float | None = None
-    # LAGGING (rule time_to_data_loss) when retention would delete an unread record sooner
-    # than the smaller of this many seconds and this share of the topic's retention.ms. None:
-    # the defaults (DEFAULT_LOSS_HORIZON_SECONDS, DEFAULT_LOSS_RATIO; only the seconds when
-    # just those are set); 0 turns the warning off.
-    min_time_to_loss_seconds: float | None = None
+    min_time_to_loss_seconds: float | None = None  # None: the defaults (loss_bound); 0: off
     min_time_to_loss_ratio: float | None = None
-    # LAGGING (rule time_to_breach) when a lag threshold set above would be crossed sooner
-    # than this at the current rates (forecast.py).
     min_time_to_breach_seconds: float | None = None
-    # LAGGING (rule batch_time) when batches take more than this share of the interval they
-    # run at (pace.py); above 1: they overrun it by that much.
     max_batch_time_ratio: float | None = None
-    # Lag (records per partition) that still counts as caught up: transactional topics keep
-    # a commit marker after the last record, and some sources trail by a record or two.
+    # Transactional topics keep a commit marker after the last record.
     allowed_lag: int = 0
     window: int = 10  # batches of history the trend rules look at
-    min_window: int = 3  # fewer batches than this: trend rules stay silent
+    # Fewer batches: trend rules stay silent (a lone old commit never decides STOPPED).
+    min_window: int = 3
 
     def __post_init__(self) -> None:
         # Strict: rendered Airflow text is read by airflow_sparklag.params before it gets here.
@@ -201,13 +162,9 @@ class Thresholds:
             )
         return cls(**values)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
     def loss_bound(self, retention_seconds: float | None) -> float:
         """How soon before retention deletes an unread record the time_to_data_loss rule
-        warns, for a topic of ``retention_seconds`` (None: unknown or not by time): the
-        smaller of the absolute bound and the share of the retention; 0: off."""
+        warns, for a topic of ``retention_seconds``: the smaller of the bound and the share."""
         seconds, ratio = self.min_time_to_loss_seconds, self.min_time_to_loss_ratio
         if seconds is not None and ratio is None:
             return seconds  # the bound the user gave, alone
