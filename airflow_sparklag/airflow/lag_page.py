@@ -1,13 +1,5 @@
-"""The "Streaming lag" page: an Airflow 3 plugin (FastAPI app + external view in the UI nav).
-
-``/sparklag/``: every job any recorded check saw, worst first, with counts per health, a
-filter and sparklines (fetched from ``/sparklag/trends`` once the table is on screen);
-``/sparklag/job?location=...``: one job's lag over time, its partitions and every check
-(docs/ui.md). The checks are our tasks' XComs in the metadata database (check results, a
-fleet check's ``results`` / ``failing``, any task's ``sparklag_results``). The routes depend
-on the API server's ``get_user`` and show only the DAGs whose XComs the user may read; no
-connection is read.
-"""
+"""The "Streaming lag" page: an Airflow 3 plugin (FastAPI app + a view in the UI nav) that reads
+our tasks' check XComs from the metadata database, only of DAGs the user may read (docs/ui.md)."""
 
 from __future__ import annotations
 

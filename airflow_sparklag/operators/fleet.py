@@ -9,9 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator
 
 from airflow_sparklag import params
-from airflow_sparklag.check_options import OPTION_NAMES
 from airflow_sparklag.compact import compact
-from airflow_sparklag.hooks.sparklag import CONN_FIELDS
 from airflow_sparklag.model.result import CHECK_FAILED, document, summary_of
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CheckOptionsMixin
@@ -44,16 +42,13 @@ class SparkLagFleetCheckOperator(CheckOptionsMixin, BaseOperator):
     """
 
     template_fields: Sequence[str] = (
-        *CONN_FIELDS,
         "locations",
         "prefix",
-        *OPTION_NAMES,
         "fail_on",
         "fail_on_error",
         "max_failing",
     )
     template_fields_renderers = {"thresholds": "json", "locations": "json"}
-    ui_color = "#f4e3c1"
 
     def __init__(
         self,

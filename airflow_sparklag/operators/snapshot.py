@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperator
 
 from airflow_sparklag import params
-from airflow_sparklag.hooks.sparklag import CONN_FIELDS, ConnectionIds
-from airflow_sparklag.migration import MIGRATION_OPTIONS, MigrationOptions
+from airflow_sparklag.hooks.sparklag import ConnectionIds
+from airflow_sparklag.migration import MigrationOptions
 from airflow_sparklag.model.result import document
 from airflow_sparklag.operators.base import SparkLagHookMixin
 
@@ -54,7 +54,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
     (path, checksum, committed batch, startingOffsets).
     """
 
-    template_fields: Sequence[str] = ("location", "snapshot_root", "consumer_group", *CONN_FIELDS)
+    template_fields: Sequence[str] = ("location", "snapshot_root", "consumer_group")
 
     def __init__(
         self, *, snapshot_root: str, consumer_group: str | None = None, **kwargs: Any
@@ -109,7 +109,7 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
     one result is ``{"group_id", "offsets", "lag", "total_lag", "committed_batch_id"}``.
     """
 
-    template_fields: Sequence[str] = ("location", "consumer_group", *CONN_FIELDS)
+    template_fields: Sequence[str] = ("location", "consumer_group")
 
     def __init__(
         self, *, consumer_group: str | None = None, group_id: str | None = None, **kwargs: Any
@@ -146,7 +146,7 @@ class CheckpointMigrationOperator(_SparkLagConnections):
     a re-run after a crash resumes from the migration journal.
     """
 
-    template_fields: Sequence[str] = ("location", "archive_root", *MIGRATION_OPTIONS, *CONN_FIELDS)
+    template_fields: Sequence[str] = ("location", "archive_root")
     flat_options: ClassVar[tuple[type, ...]] = (ConnectionIds, MigrationOptions)
 
     def __init__(self, *, archive_root: str, **kwargs: Any) -> None:

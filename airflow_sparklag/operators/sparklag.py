@@ -13,10 +13,8 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_sparklag import params
-from airflow_sparklag.check_options import OPTION_NAMES
 from airflow_sparklag.compact import compact
 from airflow_sparklag.conditions import breach_message
-from airflow_sparklag.hooks.sparklag import CONN_FIELDS
 from airflow_sparklag.model.result import CheckResult, check_document
 from airflow_sparklag.model.verdict import DEFAULT_FAIL_ON as _FAIL_ON
 from airflow_sparklag.operators import metrics
@@ -111,15 +109,7 @@ class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
     verdict and the worst partitions. Example: docs/operators/spark-lag-check.md.
     """
 
-    template_fields: Sequence[str] = (
-        *CONN_FIELDS,
-        "location",
-        *OPTION_NAMES,
-        "fail_on",
-        "metric_name",
-    )
-    template_fields_renderers = {"thresholds": "json"}
-    ui_color = "#f4e3c1"
+    template_fields: Sequence[str] = ("location", "fail_on", "metric_name")
 
     def __init__(
         self, *, location: str, fail_on: Iterable[str] | str = DEFAULT_FAIL_ON, **kwargs: Any
@@ -165,9 +155,7 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
     Example: docs/operators/spark-lag-branch.md.
     """
 
-    template_fields: Sequence[str] = (*CONN_FIELDS, "location", *OPTION_NAMES, "metric_name")
-    template_fields_renderers = {"thresholds": "json"}
-    ui_color = "#f4e3c1"
+    template_fields: Sequence[str] = ("location", "metric_name")
 
     def __init__(
         self,
