@@ -230,27 +230,22 @@ class LagExporter:
         yield checks
         yield refresh_errors
         yield CounterMetricFamily(PREFIX + "refreshes", "Refreshes attempted.", self._refreshes)
-        if self._duration is not None:
-            yield GaugeMetricFamily(
-                PREFIX + "refresh_duration_seconds", "Duration of the last refresh.", self._duration
-            )
-        succeeded_at = self._state.succeeded_at if stale else self._clock()
-        if succeeded_at is not None:
-            yield GaugeMetricFamily(
-                PREFIX + "last_refresh_timestamp_seconds",
+        # name -> (help, value); a value that is None is not known yet: no family
+        gauges = {
+            "refresh_duration_seconds": ("Duration of the last refresh.", self._duration),
+            "last_refresh_timestamp_seconds": (
                 "Epoch time of the last successful refresh.",
-                succeeded_at,
-            )
-        yield GaugeMetricFamily(
-            PREFIX + "stale",
-            "1 when the last refresh failed: every other value is from an earlier refresh.",
-            1 if stale else 0,
-        )
-        yield GaugeMetricFamily(
-            PREFIX + "jobs",
-            "Jobs (checkpoints) of the last successful refresh.",
-            len(self._results),
-        )
+                self._state.succeeded_at if stale else self._clock(),
+            ),
+            "stale": (
+                "1 when the last refresh failed: every other value is from an earlier refresh.",
+                1 if stale else 0,
+            ),
+            "jobs": ("Jobs (checkpoints) of the last successful refresh.", len(self._results)),
+        }
+        for name, (doc, value) in gauges.items():
+            if value is not None:
+                yield GaugeMetricFamily(PREFIX + name, doc, value)
 
     # -- serving ---------------------------------------------------------------------------------
 

@@ -1,10 +1,6 @@
-"""Operators: snapshot a checkpoint, export its offsets to a consumer group, migrate it.
-
-Thin adapters: :class:`~airflow_sparklag.hooks.sparklag.SparkLagHook` turns the connections into
-Kafka config and storage options, the core (``snapshot``, ``consumer_group``, ``migration``)
-does the work. Every operator returns the JSON document of docs/json.md (XCom); errors are
-the core's typed errors with any connection secret scrubbed from the message.
-"""
+"""Operators: snapshot a checkpoint, export its offsets to a consumer group, migrate it; each a
+thin adapter over the core (``snapshot``, ``consumer_group``, ``migration``) returning the JSON
+document of docs/json.md."""
 
 from __future__ import annotations
 
