@@ -1,24 +1,8 @@
 """`sparklag serve`: a Prometheus / OpenMetrics exporter for a fleet of Spark streaming queries.
 
-    from airflow_sparklag.exporter import LagExporter
-    from airflow_sparklag.fleet import FleetChecker
-    from airflow_sparklag.session import Session
-
-    with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
-        fleet = FleetChecker(session=session, prefix="s3a://lake/checkpoints")
-        exporter = LagExporter(fleet, interval=30.0)
-        server = exporter.serve("0.0.0.0", 9109)   # refreshes in a background thread
-        ...
-        exporter.stop(); server.shutdown()
-
-A background thread refreshes ONE FleetChecker (one session: a refresh re-reads only new
-batch files) every ``interval`` seconds into metric families; the HTTP handler serves the last
-ones (``/metrics``), ``/healthz`` and a job's lag history (``/history?checkpoint=<location>``). A
-failed refresh keeps the previous values, marked stale. docs/exporter.md lists the metrics;
-their labels (``spark_job``, ``checkpoint``, ``kafka_cluster``, ``topic``, ``partition``)
-never collide with the labels Prometheus adds (``job``, ``instance``).
-
-Nothing heavy is imported at module level; prometheus_client is the ``exporter`` extra.
+A background thread refreshes ONE FleetChecker (a refresh re-reads only new batch files); the
+HTTP server serves its last metrics, ``/healthz`` and ``/history``. docs/exporter.md lists the
+metrics. prometheus_client (the ``exporter`` extra) is imported only when used.
 """
 
 from __future__ import annotations
@@ -110,8 +94,17 @@ class _Refresh:
 
 
 class LagExporter:
-    """Prometheus metrics of a fleet, refreshed in the background; see the module docstring.
-    Also a prometheus_client collector: ``REGISTRY.register(exporter)``."""
+    """Prometheus metrics of a fleet, refreshed every ``interval`` seconds; a failed refresh
+    keeps the previous values, marked stale. Also a prometheus_client collector
+    (``REGISTRY.register(exporter)``). Example::
+
+        with Session(kafka_config={"bootstrap.servers": "broker:9092"}) as session:
+            fleet = FleetChecker(session=session, prefix="s3a://lake/checkpoints")
+            exporter = LagExporter(fleet, interval=30.0)
+            server = exporter.serve("0.0.0.0", 9109)  # refreshes in a background thread
+            ...
+            exporter.stop(); server.shutdown()
+    """
 
     def __init__(
         self,
@@ -237,27 +230,22 @@ class LagExporter:
         yield checks
         yield refresh_errors
         yield CounterMetricFamily(PREFIX + "refreshes", "Refreshes attempted.", self._refreshes)
-        if self._duration is not None:
-            yield GaugeMetricFamily(
-                PREFIX + "refresh_duration_seconds", "Duration of the last refresh.", self._duration
-            )
-        succeeded_at = self._state.succeeded_at if stale else self._clock()
-        if succeeded_at is not None:
-            yield GaugeMetricFamily(
-                PREFIX + "last_refresh_timestamp_seconds",
+        # name -> (help, value); a value that is None is not known yet: no family
+        gauges = {
+            "refresh_duration_seconds": ("Duration of the last refresh.", self._duration),
+            "last_refresh_timestamp_seconds": (
                 "Epoch time of the last successful refresh.",
-                succeeded_at,
-            )
-        yield GaugeMetricFamily(
-            PREFIX + "stale",
-            "1 when the last refresh failed: every other value is from an earlier refresh.",
-            1 if stale else 0,
-        )
-        yield GaugeMetricFamily(
-            PREFIX + "jobs",
-            "Jobs (checkpoints) of the last successful refresh.",
-            len(self._results),
-        )
+                self._state.succeeded_at if stale else self._clock(),
+            ),
+            "stale": (
+                "1 when the last refresh failed: every other value is from an earlier refresh.",
+                1 if stale else 0,
+            ),
+            "jobs": ("Jobs (checkpoints) of the last successful refresh.", len(self._results)),
+        }
+        for name, (doc, value) in gauges.items():
+            if value is not None:
+                yield GaugeMetricFamily(PREFIX + name, doc, value)
 
     # -- serving ---------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from html import escape
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -33,32 +34,7 @@ HEALTH_ORDER = (
     "OK",
 )
 
-STYLE = """
-body{font-family:system-ui,sans-serif;margin:1rem 1.5rem;color:#1f2933;background:#fff}
-h1{font-size:1.4rem;margin:.2rem 0}h2{font-size:1.05rem;margin:1rem 0 .3rem}
-h3{font-size:.9rem;margin:.6rem 0 .2rem}
-a{color:#1d4e89}.muted,.axis{color:#616e7c;font-size:.8rem}.axis{fill:#616e7c}
-.badge{display:inline-block;padding:.05rem .45rem;border-radius:9px;font-weight:600;
-font-size:.75rem;color:#fff;background:#7b8794;white-space:nowrap;text-decoration:none}
-.health-OK{background:#2f855a}.health-LAGGING{background:#c05621}
-.health-STALLED{background:#975a16}.health-STOPPED{background:#6b46c1}
-.health-REWIND{background:#2b6cb0}.health-DATA_LOSS{background:#c53030}
-.health-CHECK_FAILED{background:#1a202c}.health-UNKNOWN{background:#a0aec0;color:#1a202c}
-.counts{display:flex;gap:.4rem;flex-wrap:wrap;margin:.5rem 0}.counts a{padding:.2rem .6rem}
-table{border-collapse:collapse;width:100%;font-size:.85rem}
-th,td{text-align:left;padding:.3rem .5rem;border-bottom:1px solid #e4e7eb;vertical-align:top}
-th{background:#f5f7fa;position:sticky;top:0}td.num{text-align:right;white-space:nowrap}
-td.reason{max-width:28rem}.loc{display:block;color:#616e7c;font-size:.75rem;word-break:break-all}
-form{margin:.6rem 0}.chart{background:#f7f9fb;border-radius:4px}.spark{vertical-align:middle}
-.line{fill:none;stroke:#3b6ea5;stroke-width:2}.spark .line{stroke-width:1.5}.point{fill:#3b6ea5}
-.threshold{stroke:#c53030;stroke-width:1.5;stroke-dasharray:6 4}
-.threshold-label{fill:#c53030;paint-order:stroke;stroke:#f7f9fb;stroke-width:4px}
-time{white-space:nowrap}.legend{font-size:.75rem;margin:.2rem 0 .6rem}
-.key{margin-right:.8rem;white-space:nowrap}.key i{display:inline-block;width:.8rem;height:.25rem;
-margin-right:.3rem;vertical-align:middle}
-.grid{stroke:#d9dee3;stroke-width:1}
-.why{display:block;white-space:normal;max-width:9rem;color:#616e7c;font-size:.7rem}
-"""
+STYLE = (resources.files(__package__) / "lag_page.css").read_text()
 
 
 def _time(at: datetime) -> str:
@@ -80,6 +56,15 @@ def page(title: str, body: str) -> str:
     )
 
 
+def table(css: str, headers: Sequence[str], rows: str) -> str:
+    heads = "".join(f"<th>{head}</th>" for head in headers)
+    return f'<table class="{css}"><thead><tr>{heads}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
 def job_href(location: str) -> str:
     return "job?" + urlencode({"location": location})
 
@@ -96,24 +81,7 @@ def ti_href(base: str, check: Check) -> str:
 # -- charts ------------------------------------------------------------------------------------
 
 
-# The table's sparklines: drawn once the table is on screen, from ``trends`` (a job's lag at its
-# newest checks), so reading those checks does not hold up the table. Geometry of 120 x 24 px.
-SPARKLINES = """
-fetch("trends", {credentials: "same-origin"}).then(r => r.json()).then(trends => {
-  for (const svg of document.querySelectorAll("svg.spark[data-job]")) {
-    const p = trends[svg.dataset.job];
-    if (!p || p.length < 2) continue;
-    const t0 = p[0][0], span = (p[p.length - 1][0] - t0) || 1;
-    const top = Math.max(...p.map(x => x[1])) || 1;
-    const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
-    line.setAttribute("class", "line");
-    line.setAttribute("points", p.map(([t, v]) =>
-      (1 + (t - t0) / span * 118).toFixed(1) + "," + (22 - v / top * 20).toFixed(1)).join(" "));
-    svg.appendChild(line);
-    svg.setAttribute("aria-label", "lag trend, " + p.length + " checks");
-  }
-});
-"""
+SPARKLINES = (resources.files(__package__) / "lag_page.js").read_text()
 
 
 def _ticks(t0: float, t1: float) -> list[tuple[float, str]]:
@@ -232,14 +200,13 @@ def _measure(check: Check, name: str, text: str) -> str:
 
 def _row(job: JobView, base: str) -> str:
     last = job.last
-    lag = "-" if last.total_lag is None else f"{last.total_lag:,}"
     return (
         f'<tr class="job" data-health="{escape(last.health)}">'
         f'<td><a class="name" href="{escape(job_href(job.location))}">{escape(job.name)}</a>'
         f'<span class="loc">{escape(job.location)}</span></td>'
         f"<td>{badge(last.health)}</td>"
         f'<td class="reason">{escape(last.reason)}</td>'
-        f'<td class="num">{lag}</td>'
+        f'<td class="num">{_count(last.total_lag)}</td>'
         f"{_measure(last, 'max_lag_seconds', seconds_text(last.max_lag_seconds))}"
         f'<td class="num">{seconds_text(last.commit_age_seconds)}</td>'
         f"{_measure(last, 'catch_up_seconds', seconds_text(last.catch_up_seconds))}"
@@ -267,6 +234,12 @@ def _filter_form(health: str | None, text: str | None) -> str:
     )
 
 
+JOB_COLUMNS = (
+    *("Job", "Health", "Reason", "Lag (records)", "Lag (time)", "Commit age", "Catch-up in"),
+    *("Batch time", "Data loss in", "Trend", "Last check"),
+)
+
+
 def fleet_page(
     jobs: Sequence[JobView],
     per_health: Mapping[str, int],
@@ -281,12 +254,7 @@ def fleet_page(
         badge(h, "?" + urlencode({"health": h}), f"{h} {n}") for h, n in per_health.items()
     ]
     rows = "".join(_row(job, base) for job in shown)
-    table = (
-        '<table class="jobs"><thead><tr><th>Job</th><th>Health</th><th>Reason</th>'
-        "<th>Lag (records)</th><th>Lag (time)</th><th>Commit age</th><th>Catch-up in</th>"
-        "<th>Batch time</th><th>Data loss in</th>"
-        f"<th>Trend</th><th>Last check</th></tr></thead><tbody>{rows}</tbody></table>"
-    )
+    jobs_table = table("jobs", JOB_COLUMNS, rows)
     empty = (
         '<p class="empty">No checks recorded yet: run a DAG with SparkLagCheckOperator, '
         "SparkLagFleetCheckOperator or SparkLagSensor, or the sparklag_fleet_scan DAG.</p>"
@@ -297,7 +265,7 @@ def fleet_page(
     )
     body = (
         f'<h1>Streaming lag</h1><div class="counts">{"".join(links)}</div>{summary}'
-        f"{_filter_form(health, text)}{table if jobs else empty}"
+        f"{_filter_form(health, text)}{jobs_table if jobs else empty}"
     )
     return page("Streaming lag", body + f"<script>{SPARKLINES}</script>")
 
@@ -318,11 +286,8 @@ def _partitions(report: Mapping[str, Any] | None) -> str:
         )
     if not rows:
         return '<p class="muted">No partitions in the newest check.</p>'
-    return (
-        '<table class="partitions"><thead><tr><th>Topic</th><th>Partition</th>'
-        "<th>Committed</th><th>Log end</th><th>Lag</th><th>Lag (time)</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>"
-    )
+    headers = ("Topic", "Partition", "Committed", "Log end", "Lag", "Lag (time)")
+    return table("partitions", headers, "".join(rows))
 
 
 TOP_PARTITIONS = 8  # lines of the per-partition charts: the most lagging in the newest check
@@ -370,14 +335,11 @@ def _checks_table(job: JobView, base: str) -> str:
     rows = "".join(
         f'<tr><td><a href="{escape(ti_href(base, c))}" target="_top">{escape(_time(c.at))}</a>'
         f"</td><td>{escape(c.dag_id)} / {escape(c.task_id)}</td><td>{badge(c.health)}</td>"
-        f'<td class="num">{"-" if c.total_lag is None else f"{c.total_lag:,}"}</td>'
+        f'<td class="num">{_count(c.total_lag)}</td>'
         f'<td class="reason">{escape(c.reason)}</td></tr>'
         for c in reversed(job.checks)
     )
-    return (
-        '<table class="checks"><thead><tr><th>Checked</th><th>DAG / task</th><th>Health</th>'
-        f"<th>Lag</th><th>Reason</th></tr></thead><tbody>{rows}</tbody></table>"
-    )
+    return table("checks", ("Checked", "DAG / task", "Health", "Lag", "Reason"), rows)
 
 
 def _chart_of(job: JobView, attr: str, unit: str, limits: Mapping[str, float]) -> str:

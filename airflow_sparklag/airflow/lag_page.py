@@ -1,13 +1,5 @@
-"""The "Streaming lag" page: an Airflow 3 plugin (FastAPI app + external view in the UI nav).
-
-``/sparklag/``: every job any recorded check saw, worst first, with counts per health, a
-filter and sparklines (fetched from ``/sparklag/trends`` once the table is on screen);
-``/sparklag/job?location=...``: one job's lag over time, its partitions and every check
-(docs/ui.md). The checks are our tasks' XComs in the metadata database (check results, a
-fleet check's ``results`` / ``failing``, any task's ``sparklag_results``). The routes depend
-on the API server's ``get_user`` and show only the DAGs whose XComs the user may read; no
-connection is read.
-"""
+"""The "Streaming lag" page: an Airflow 3 plugin (FastAPI app + a view in the UI nav) that reads
+our tasks' check XComs from the metadata database, only of DAGs the user may read (docs/ui.md)."""
 
 from __future__ import annotations
 
@@ -230,19 +222,19 @@ def matching(jobs: list[JobView], health: str | None, text: str | None) -> list[
 
 # -- the database ------------------------------------------------------------------------------
 
-# Check field -> its path in a check task's XCom: what the table shows of a check. The
-# database reads them out of the value: an XCom holds the whole report (~6 KB at 8 partitions)
-# and decoding the table's 6,000 values in Python took seconds (docs/benchmarks.md).
-ONE = ("results", 0)  # a check task's XCom: the document (docs/json.md) of its one check
-EXTRACTED = {
-    "location": (*ONE, "location"),
-    "error": (*ONE, "error"),
-    "health": (*ONE, "verdict", "health"),
-    "reason": (*ONE, "verdict", "reason"),
-    **{name: (*ONE, "report", name) for name in (*MEASURES, "min_time_to_loss_seconds")},
-    **{name: (*ONE, "report", "pace", key) for name, key in PACE_FIELDS.items()},
-    **{f"unknown.{name}": (*ONE, "report", "unknown", name) for name in UNKNOWN},
-}
+# What the table shows of a check: paths in the one result of a check task's XCom document
+# (docs/json.md). The database reads them out of the value: an XCom holds the whole report
+# (~6 KB at 8 partitions) and decoding the table's 6,000 values in Python took seconds
+# (docs/benchmarks.md).
+EXTRACTED = (
+    ("location",),
+    ("error",),
+    ("verdict", "health"),
+    ("verdict", "reason"),
+    *(("report", name) for name in (*MEASURES, "min_time_to_loss_seconds")),
+    *(("report", "pace", key) for key in PACE_FIELDS.values()),
+    *(("report", "unknown", name) for name in UNKNOWN),
+)
 Tasks = Iterable[tuple[str, str, int]]  # (dag_id, task_id, map_index)
 
 
@@ -303,7 +295,7 @@ def load_table(
     from sqlalchemy import case, or_
 
     query, found = _ranked(dag_ids, tasks, per_task)
-    paths = [X.value[path].as_string() for path in EXTRACTED.values()]
+    paths = [X.value[("results", 0, *path)].as_string() for path in EXTRACTED]
     single = found.c.operator.in_(CHECK_OPERATORS) & X.key.in_(XCOM_KEYS)
     query = query.add_columns(*paths, case((or_(~single, paths[0].is_(None)), X.value)))
     checks, whole = [], []
@@ -311,21 +303,28 @@ def load_table(
         if value is not None:
             whole.append((dag_id, run_id, task_id, map_index, name, at, value))
             continue
-        found = dict(zip(EXTRACTED, values, strict=True))
-        if found["location"]:  # numbers come as text
-            measured = {
-                k: _scalar(found[k]) for k in (*MEASURES, "min_time_to_loss_seconds", *PACE_FIELDS)
-            }
-            measured["unknown"] = {k: found[f"unknown.{k}"] for k in UNKNOWN}
-            parsed = _parsed(found, found["health"], found["reason"], measured)
+        parsed = _entry(_extracted(values))
+        if parsed:
+            parsed["report"] = None  # the table's fields only
             at_task = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
             named = {"map_index": map_index, "name": name or task_id, "at": at}
             checks.append(Check(**at_task, **named, **parsed))
     return collect(whole, checks)
 
 
+def _extracted(values: Iterable[Any]) -> dict[str, Any]:
+    """The result the database read (as text) at the ``EXTRACTED`` paths, report numbers as
+    the numbers they spell."""
+    result: dict[str, Any] = {}
+    for path, text in zip(EXTRACTED, values, strict=True):
+        node = result
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = _scalar(text) if path[0] == "report" else text
+    return result
+
+
 def _scalar(text: Any) -> Any:
-    """A JSON scalar the database read as text: the number it spells, else the text."""
     if not isinstance(text, str):
         return text
     try:

@@ -1,12 +1,7 @@
-"""The ``sparklag`` connection: the connections a check needs, bundled by id in its extra.
-
-``{"kafka_config_id": "kafka_prod", "aws_conn_id": "aws_lake", "location": "s3a://lake/ck/x"}``:
-each key named as the operators' argument is, every key optional (``kafka_config_id`` defaults
-to ``kafka_default``; ``location`` is the checkpoint ``test_connection()`` reads); ids given to
-the hook win (docs/connections.md). The
-extra is read strictly: an unknown key or a wrong type is an ``InvalidParameter`` naming the key
-and the connection. :data:`FIELDS` describes the keys once, for the reader and the UI's form.
-"""
+"""The ``sparklag`` connection: the connections a check needs, bundled by id in its extra
+(``{"kafka_config_id": "kafka_prod", "aws_conn_id": "aws_lake", "location": "s3a://lake/ck/x"}``,
+docs/connections.md). Read strictly: an unknown key or a wrong type is an ``InvalidParameter``
+naming the key and the connection."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Airflow connections -> the Kafka config and storage options a Session is built from.
-
-The connection types are the ecosystem's own (``kafka``, ``aws``, ``webhdfs``,
-``google_cloud_platform``, ``wasb`` / ``adls``); docs/connections.md lists what each field
-means. Where a provider is installed, its hook builds the client (amazon's ``AwsBaseHook``,
-google's ``GoogleBaseHook``, apache-kafka's config); without it the connection is read
-directly. No secret of a connection is ever logged, put in XCom or in an error message:
-:meth:`ResolvedConnections.scrub` removes every value not known to be safe.
-"""
+"""Airflow connections -> the Kafka config and storage options a Session is built from
+(docs/connections.md). Where a provider is installed, its hook builds the client; no secret of a
+connection ever reaches a log, XCom or error (:meth:`ResolvedConnections.scrub`)."""
 
 from __future__ import annotations
 
@@ -60,9 +54,8 @@ class ResolvedConnections:
 
     @property
     def secrets(self) -> list[str]:
-        """Every value that may be secret, so that messages can be scrubbed of them: each Kafka
-        setting outside the known-safe keys (``sasl.jaas.config``, typo keys, OAuth config,
-        ...) and every secret-looking storage option, with anything quoted inside them."""
+        """Every value that may be secret: each Kafka setting outside the known-safe keys and
+        every secret-looking storage option, with anything quoted inside them."""
         values = list(kafka_secrets(self.kafka_config))
         for source in self.source_kafka.values():
             values.extend(kafka_secrets(source.config))
@@ -86,15 +79,8 @@ _FINGERPRINT_KEY = os.urandom(32)
 
 def connection_fingerprint(conn: Connection) -> str:
     """HMAC-SHA256 of every field of ``conn`` that shapes a client (the fields are not kept)."""
-    fields = {
-        "conn_type": conn.conn_type,
-        "host": conn.host,
-        "schema": conn.schema,
-        "login": conn.login,
-        "password": conn.password,
-        "port": conn.port,
-        "extra": conn.extra_dejson,
-    }
+    names = ("conn_type", "host", "schema", "login", "password", "port", "extra_dejson")
+    fields = {name.removesuffix("_dejson"): getattr(conn, name) for name in names}
     data = json.dumps(fields, sort_keys=True, default=str).encode()
     return hmac.new(_FINGERPRINT_KEY, data, hashlib.sha256).hexdigest()
 
@@ -111,10 +97,8 @@ class SharedClientKey:
 
 def kafka_config_from(conn: Connection) -> dict[str, Any]:
     """librdkafka config from a ``kafka`` connection, built by the apache-kafka provider when
-    it is installed: callbacks named in the extra (``oauth_cb``, ...) are resolved against its
-    ``[apache_kafka] callback_allowlist``, and an MSK IAM or Google Managed Kafka ``oauth_cb``
-    is added. The config may so hold callables; they are never printed (redact allows only
-    known-safe keys) and play no part in client sharing (keyed on the connection's fields)."""
+    it is installed (its callback allowlist, MSK IAM / Google ``oauth_cb``). The config may so
+    hold callables: never printed (redact allows only known-safe keys)."""
     config = dict(conn.extra_dejson or {})
     if not config.get("bootstrap.servers"):
         raise ValueError(
@@ -186,9 +170,7 @@ def build_s3_client(
     aws_conn_id: str, conns: ResolvedConnections, bounds: StorageBounds
 ) -> S3Client:
     """The S3 client for ``aws_conn_id``: the amazon provider's ``AwsBaseHook`` builds it when
-    installed, with whatever the connection configures (assume-role, profiles, ...); else one
-    built from the connection read directly (keys, region, endpoint). ``bounds``:
-    ``connect_timeout`` / ``read_timeout`` of every attempt."""
+    installed (assume-role, profiles, ...); else one from the connection read directly."""
     hook_class = _provider_hook("airflow.providers.amazon.aws.hooks.base_aws", "AwsBaseHook")
     if hook_class is not None:
         from botocore.config import Config
@@ -241,8 +223,7 @@ WEBHDFS_FIELDS = {
 
 
 def in_airflow_words(message: str) -> str:
-    """A core message as a task says it: ``webhdfs_options['user']`` is the webhdfs
-    connection's login (the CLI says ``--hdfs-user``)."""
+    """A core message as a task says it (``webhdfs_options['user']``: the connection's login)."""
     for key, said in WEBHDFS_FIELDS.items():
         message = message.replace(f"webhdfs_options[{key!r}]", said)
     return message
@@ -306,8 +287,7 @@ _SECRET_OPTION_KEYS = frozenset({"connection_string", "private_key", "private_ke
 
 def option_secrets(options: Mapping[str, Any], inside_secret: bool = False) -> list[str]:
     """Every secret text in storage options, nested ones too (a service-account dict under
-    ``token``: its ``private_key``; a ``connection_string``: its ``AccountKey=``); every
-    non-blank text ``inside_secret`` (a mapping under a secret key)."""
+    ``token``); every non-blank text ``inside_secret`` (a mapping under a secret key)."""
     found: list[str] = []
     for key, value in options.items():
         secret = inside_secret or is_secret_key(str(key)) or key in _SECRET_OPTION_KEYS
@@ -333,8 +313,7 @@ def _extra(conn: Connection, *conn_types: str) -> dict[str, Any]:
 
 def gcs_options_from(conn: Connection) -> dict[str, Any]:
     """gcsfs options from a ``google_cloud_platform`` connection read directly; without a
-    ``token`` (no ``keyfile_dict``/``key_path``/``token``) the google provider, when installed,
-    builds the credentials."""
+    ``token`` the google provider, when installed, builds the credentials."""
     extra = _extra(conn, "google_cloud_platform", "gcp")
     options: dict[str, Any] = {}
     if extra.get("keyfile_dict"):
@@ -351,8 +330,8 @@ def gcs_options_from(conn: Connection) -> dict[str, Any]:
 
 
 def google_provider_credentials(gcp_conn_id: str) -> tuple[Any, str | None] | None:
-    """(credentials, project id) from the google provider's ``GoogleBaseHook`` (impersonation,
-    key secrets, workload identity, ...); None when the provider is not installed."""
+    """(credentials, project id) from the google provider's ``GoogleBaseHook``; None when the
+    provider is not installed."""
     module = "airflow.providers.google.common.hooks.base_google"
     hook_class = _provider_hook(module, "GoogleBaseHook")
     if hook_class is None:

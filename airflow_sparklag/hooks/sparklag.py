@@ -1,10 +1,7 @@
 """SparkLagHook: Airflow connections in, one :class:`~airflow_sparklag.session.Session` out.
 
-Checks, fleet checks, waits, snapshots and migrations all run through the hook's one session.
-Clients are shared by every hook of a process (:data:`SHARED_CLIENTS`: a triggerer running 100
-sensors on one ``aws`` and one ``kafka`` connection holds one S3 and one Kafka client), keyed on
-the connection id and a keyed hash of its fields: an edited connection gets new clients and no
-secret is kept in the key. Nothing heavy is imported until a check runs.
+Clients are shared by every hook of a process (:data:`SHARED_CLIENTS`), keyed on the connection
+id and a keyed hash of its fields: an edited connection gets new clients, no secret is kept.
 """
 
 from __future__ import annotations
@@ -98,7 +95,6 @@ class ConnectionIds:
         return cls(**given)
 
     def hook(self) -> SparkLagHook:
-        """The hook of these connections."""
         return SparkLagHook(**self.to_dict())
 
 
@@ -177,19 +173,15 @@ class SparkLagHook(BaseHook):
     def use_bundle(self, conn: Connection) -> ConnectionBundle:
         """Take the ids of the ``sparklag`` connection ``conn`` that were not given to the hook."""
         self.bundle = bundle = read_bundle(conn)
-        given = self.given
-        storage = ("aws_conn_id", "webhdfs_conn_id", "gcp_conn_id", "wasb_conn_id")
-        self._use(
-            dataclasses.replace(
-                given,
-                kafka_config_id=given.kafka_config_id or bundle.kafka_config_id,
-                source_kafka_conn_ids={
-                    **bundle.source_kafka_conn_ids,
-                    **given.source_kafka_conn_ids,
-                },
-                **{name: getattr(given, name) or getattr(bundle, name) for name in storage},
-            )
-        )
+        given = self.given  # its ids win; a bundle has no sparklag_conn_id
+        merged: dict[str, Any] = {
+            name: getattr(given, name) or getattr(bundle, name, None) for name in CONN_FIELDS
+        }
+        merged["source_kafka_conn_ids"] = {
+            **bundle.source_kafka_conn_ids,
+            **given.source_kafka_conn_ids,
+        }
+        self._use(ConnectionIds(**merged))
         return bundle
 
     def connection_ids(self) -> list[tuple[str, str]]:
@@ -204,11 +196,9 @@ class SparkLagHook(BaseHook):
         return ids
 
     def _to_read(self) -> dict[str, None]:
-        """The ids of every connection the hook reads, each once (in order)."""
         return dict.fromkeys(conn_id for _, conn_id in self.connection_ids())
 
     def _resolve(self, read: Mapping[str, Connection]) -> ResolvedConnections:
-        """ResolvedConnections from the connections read, by id."""
         kafka = read[self.kafka_config_id]
         aws, hdfs, gcp, wasb = (
             read[conn_id] if conn_id else None
@@ -340,9 +330,7 @@ class SparkLagHook(BaseHook):
     def _shared_kafka(
         self, conn_id: str, config: Mapping[str, Any], fingerprint: str
     ) -> KafkaOffsetsClient:
-        """The process-wide client of one ``kafka`` connection (see :data:`SHARED_CLIENTS`)."""
-
-        # Built as a session builds its own; the cache keeps it, so it is never closed.
+        """The process-wide client of one ``kafka`` connection (kept, so never closed)."""
         build = partial(build_kafka_client, config, self.kafka_timeout)
         key = SharedClientKey("kafka", conn_id, fingerprint, (self.kafka_timeout,))
         return SHARED_CLIENTS.get(key, build)
@@ -373,7 +361,6 @@ class SparkLagHook(BaseHook):
         prefix: str | Sequence[str] | None = None,
         **options: Any,
     ) -> FleetChecker:
-        """A :class:`~airflow_sparklag.fleet.FleetChecker` on this hook's session."""
         from airflow_sparklag.fleet import FleetChecker
 
         return FleetChecker(list(locations), session=self.session, prefix=prefix, **options)
@@ -386,7 +373,6 @@ class SparkLagHook(BaseHook):
         return history(self.session, location, batches=batches)
 
     def read_checkpoint(self, location: Location | str, *, history: int = 1) -> CheckpointState:
-        """The checkpoint's state (committed batch, offsets); readers kept per location."""
         return self.session.read(location, history=history)
 
     def committed_offsets(self, location: str) -> dict[str, Any]:
@@ -396,7 +382,6 @@ class SparkLagHook(BaseHook):
         return committed_offsets(self.session, location)
 
     def probe(self, condition: WaitCondition) -> Probe:
-        """One poll of a wait condition through the hook's session."""
         return condition.probe(self.session)
 
     # -- connection test ---------------------------------------------------------------------

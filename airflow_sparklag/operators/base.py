@@ -1,13 +1,6 @@
-"""What every operator and sensor of the provider shares: its connections, its hook, and how
-rendered parameters and core errors become task outcomes.
-
-Connection ids (``ConnectionIds``) and options (``CheckOptions``, ``MigrationOptions``) are
-flat, templated keyword arguments made from the dataclass fields (:class:`FlatOptions`), read
-into ONE object each. The hook is built on first use, after templates are rendered, and closed
-with the task. A parameter that cannot be read fails the task at once, naming it, before
-anything is read or changed; one that is not templated is read already when the DAG file is
-parsed (in ``__init__``), so the DAG fails to import, naming the task and the parameter.
-"""
+"""What every operator and sensor shares: flat templated options, the hook, and how rendered
+parameters and core errors become task outcomes. A parameter that cannot be read fails the task
+before anything is read or changed; one not templated fails the DAG's import already."""
 
 from __future__ import annotations
 
@@ -15,7 +8,7 @@ import dataclasses
 import datetime
 import inspect
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -61,14 +54,20 @@ class FlatOptions:
     field is an attribute of the task as given (templated, rendered later), and
     :meth:`options` reads them into ONE object through ``params.options``.
 
-    The fields are added to the signature of each subclass's ``__init__``, so Airflow's
-    ``default_args``, ``partial()`` and ``expand()`` know them as they know any argument.
+    The fields are templated (put before the ``template_fields`` a class declares) and added
+    to the signature of each subclass's ``__init__``, so Airflow's ``default_args``,
+    ``partial()`` and ``expand()`` know them as they know any argument.
     """
 
     flat_options: ClassVar[tuple[type, ...]] = ()
+    template_fields: Collection[str]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        declared = cls.__dict__.get("template_fields")
+        if declared is not None:
+            flat = (f.name for kind in cls.flat_options for f in dataclasses.fields(kind))
+            cls.template_fields = tuple(dict.fromkeys((*flat, *declared)))
         init = cls.__dict__.get("__init__")
         if init is None or not cls.flat_options:
             return
@@ -226,6 +225,8 @@ class CheckOptionsMixin(SparkLagHookMixin):
     ``CheckOptions`` by :meth:`check_options`."""
 
     flat_options: ClassVar[tuple[type, ...]] = (ConnectionIds, CheckOptions)
+    template_fields_renderers: ClassVar[dict[str, str]] = {"thresholds": "json"}
+    ui_color = "#f4e3c1"
 
     def check_options(self) -> CheckOptions:
         return self.options(CheckOptions)

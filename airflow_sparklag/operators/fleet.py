@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator
 
 from airflow_sparklag import params
-from airflow_sparklag.check_options import OPTION_NAMES
 from airflow_sparklag.compact import compact
-from airflow_sparklag.hooks.sparklag import CONN_FIELDS
-from airflow_sparklag.model.result import CHECK_FAILED, document, summary_of
+from airflow_sparklag.model.result import CHECK_FAILED, CheckResult, document, summary_of
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CheckOptionsMixin
 from airflow_sparklag.operators.sparklag import DEFAULT_FAIL_ON, fail_on_names
@@ -33,27 +31,19 @@ class SparkLagFleetCheckOperator(CheckOptionsMixin, BaseOperator):
     A job *fails* when its verdict is in ``fail_on`` or, with ``fail_on_error``, when its
     checkpoint cannot be read; the task fails when more than ``max_failing`` jobs fail.
 
-    Example: docs/operators/spark-lag-fleet-check.md.
-
-    XCom (return value, pushed on failure too): the JSON document of docs/json.md,
-    ``{"schema", "command": "fleet", "summary": {"jobs", "health": {verdict: count}, ...,
-    "storage_requests"}, "results": [], "failing": [{"location", "health", "reason",
-    "total_lag", "max_lag_seconds", "error"}]}``; ``xcom_results="all"`` puts every job's
-    full result in ``results``, ``"summary"`` leaves out ``failing``. A fleet's full results
-    can be large: the default keeps XCom to the failing jobs.
+    XCom (return value, pushed on failure too): the fleet's JSON document (docs/json.md), its
+    ``failing`` jobs by default (``xcom_results="all"``: every job's result; ``"summary"``: no
+    jobs). Example: docs/operators/spark-lag-fleet-check.md.
     """
 
     template_fields: Sequence[str] = (
-        *CONN_FIELDS,
         "locations",
         "prefix",
-        *OPTION_NAMES,
         "fail_on",
         "fail_on_error",
         "max_failing",
     )
     template_fields_renderers = {"thresholds": "json", "locations": "json"}
-    ui_color = "#f4e3c1"
 
     def __init__(
         self,
@@ -123,22 +113,12 @@ class SparkLagFleetCheckOperator(CheckOptionsMixin, BaseOperator):
             raise AirflowFailException(f"no checkpoint found under {', '.join(prefixes)}")
 
         fail_on, max_failing = given["fail_on"], given["max_failing"]
-        failing: list[dict[str, Any]] = []
-        for result in results:
-            health = result.verdict.health.value
-            error = result.error
-            if health in fail_on or (error is not None and given["fail_on_error"]):
-                report = result.report
-                failing.append(
-                    {
-                        "location": result.location,
-                        "health": CHECK_FAILED if error is not None else health,
-                        "reason": hook.scrub(result.verdict.reason),
-                        "total_lag": report.total_lag if report else None,
-                        "max_lag_seconds": report.max_lag_seconds if report else None,
-                        "error": hook.scrub(error) if error is not None else None,
-                    }
-                )
+        failing = [
+            _failing(result, hook.scrub)
+            for result in results
+            if result.verdict.health.value in fail_on
+            or (result.error is not None and given["fail_on_error"])
+        ]
         summary = {**summary_of(results), "storage_requests": requests}
         every = results if self.xcom_results == "all" else []
         payload = document("fleet", (compact(r.to_dict()) for r in every), summary)
@@ -163,3 +143,16 @@ class SparkLagFleetCheckOperator(CheckOptionsMixin, BaseOperator):
                 f"allowed): {named}{more}"
             )
         return payload
+
+
+def _failing(result: CheckResult, scrub: Callable[[str], str]) -> dict[str, Any]:
+    """A failing job's entry in the fleet's XCom (``failing``)."""
+    report, error = result.report, result.error
+    return {
+        "location": result.location,
+        "health": CHECK_FAILED if error is not None else result.verdict.health.value,
+        "reason": scrub(result.verdict.reason),
+        "total_lag": report.total_lag if report else None,
+        "max_lag_seconds": report.max_lag_seconds if report else None,
+        "error": scrub(error) if error is not None else None,
+    }

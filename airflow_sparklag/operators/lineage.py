@@ -1,12 +1,6 @@
-"""OpenLineage for every operator and sensor: what a task read and wrote, as datasets.
-
-Inputs are what the task's session read (each checkpoint, and its sources' Kafka topics as
-``kafka://<first bootstrap server>`` + topic); outputs what a snapshot or migration wrote.
-Storage locations map to the spec's namespaces (``s3a://b/ck`` -> ``s3://b`` + ``ck``), without
-credentials. The OpenLineage provider, when installed, calls
-:meth:`LineageMixin.get_openlineage_facets_on_complete`; nothing imports it before then
-(docs/lineage.md).
-"""
+"""OpenLineage for every operator and sensor: the checkpoints and Kafka topics a task's session
+read, and what a snapshot or migration wrote, as datasets without credentials (docs/lineage.md).
+Nothing imports the OpenLineage provider before it asks."""
 
 from __future__ import annotations
 

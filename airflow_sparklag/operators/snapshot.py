@@ -1,10 +1,6 @@
-"""Operators: snapshot a checkpoint, export its offsets to a consumer group, migrate it.
-
-Thin adapters: :class:`~airflow_sparklag.hooks.sparklag.SparkLagHook` turns the connections into
-Kafka config and storage options, the core (``snapshot``, ``consumer_group``, ``migration``)
-does the work. Every operator returns the JSON document of docs/json.md (XCom); errors are
-the core's typed errors with any connection secret scrubbed from the message.
-"""
+"""Operators: snapshot a checkpoint, export its offsets to a consumer group, migrate it; each a
+thin adapter over the core (``snapshot``, ``consumer_group``, ``migration``) returning the JSON
+document of docs/json.md."""
 
 from __future__ import annotations
 
@@ -14,8 +10,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperator
 
 from airflow_sparklag import params
-from airflow_sparklag.hooks.sparklag import CONN_FIELDS, ConnectionIds
-from airflow_sparklag.migration import MIGRATION_OPTIONS, MigrationOptions
+from airflow_sparklag.hooks.sparklag import ConnectionIds
+from airflow_sparklag.migration import MigrationOptions
 from airflow_sparklag.model.result import document
 from airflow_sparklag.operators.base import SparkLagHookMixin
 
@@ -54,7 +50,7 @@ class CheckpointSnapshotOperator(_SparkLagConnections):
     (path, checksum, committed batch, startingOffsets).
     """
 
-    template_fields: Sequence[str] = ("location", "snapshot_root", "consumer_group", *CONN_FIELDS)
+    template_fields: Sequence[str] = ("location", "snapshot_root", "consumer_group")
 
     def __init__(
         self, *, snapshot_root: str, consumer_group: str | None = None, **kwargs: Any
@@ -109,7 +105,7 @@ class ConsumerGroupExportOperator(_SparkLagConnections):
     one result is ``{"group_id", "offsets", "lag", "total_lag", "committed_batch_id"}``.
     """
 
-    template_fields: Sequence[str] = ("location", "consumer_group", *CONN_FIELDS)
+    template_fields: Sequence[str] = ("location", "consumer_group")
 
     def __init__(
         self, *, consumer_group: str | None = None, group_id: str | None = None, **kwargs: Any
@@ -146,7 +142,7 @@ class CheckpointMigrationOperator(_SparkLagConnections):
     a re-run after a crash resumes from the migration journal.
     """
 
-    template_fields: Sequence[str] = ("location", "archive_root", *MIGRATION_OPTIONS, *CONN_FIELDS)
+    template_fields: Sequence[str] = ("location", "archive_root")
     flat_options: ClassVar[tuple[type, ...]] = (ConnectionIds, MigrationOptions)
 
     def __init__(self, *, archive_root: str, **kwargs: Any) -> None:

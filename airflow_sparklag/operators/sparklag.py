@@ -13,10 +13,8 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_sparklag import params
-from airflow_sparklag.check_options import OPTION_NAMES
 from airflow_sparklag.compact import compact
 from airflow_sparklag.conditions import breach_message
-from airflow_sparklag.hooks.sparklag import CONN_FIELDS
 from airflow_sparklag.model.result import CheckResult, check_document
 from airflow_sparklag.model.verdict import DEFAULT_FAIL_ON as _FAIL_ON
 from airflow_sparklag.operators import metrics
@@ -101,25 +99,15 @@ def _reason(exc: BaseException) -> str:
 
 
 class SparkLagCheckOperator(_LagCheckBase, BaseOperator):
-    """Checks a Spark query's lag and health; fails when the verdict is in ``fail_on``.
+    """Checks a Spark query's lag and health; fails when the verdict is in ``fail_on``
+    (``AirflowFailException``: the lag will not change by retrying at once).
 
-    The result (the JSON document of docs/json.md: its one result's report and verdict) is
-    the task's XCom return value, also on failure; a check that fails itself leaves
-    ``CHECK_FAILED`` and its error there.
-    Gauges go to Airflow's metrics (docs/metrics.md). On a breach it raises
-    ``AirflowFailException`` (no retries: the lag will not change by retrying at once) with the
-    verdict and the worst partitions. Example: docs/operators/spark-lag-check.md.
+    The result (docs/json.md) is the XCom return value, also on failure (``CHECK_FAILED``
+    and its error when the check itself failed); gauges go to Airflow's metrics
+    (docs/metrics.md). Example: docs/operators/spark-lag-check.md.
     """
 
-    template_fields: Sequence[str] = (
-        *CONN_FIELDS,
-        "location",
-        *OPTION_NAMES,
-        "fail_on",
-        "metric_name",
-    )
-    template_fields_renderers = {"thresholds": "json"}
-    ui_color = "#f4e3c1"
+    template_fields: Sequence[str] = ("location", "fail_on", "metric_name")
 
     def __init__(
         self, *, location: str, fail_on: Iterable[str] | str = DEFAULT_FAIL_ON, **kwargs: Any
@@ -156,18 +144,13 @@ class SparkLagBranchOperator(_LagCheckBase, BaseBranchOperator):
     """Follows the task(s) that match the query's health verdict.
 
     Each ``*_task_id`` may be a task id or a list; a verdict with no task given follows
-    ``default_task_id`` (and without one the task fails). ``check_failed_task_id`` is followed
-    when the check itself fails (no checkpoint there, storage or Kafka unreachable), with
-    a result whose verdict is ``CHECK_FAILED`` under the XCom key ``report``;
-    without it such a failure fails the task. The check result goes to XCom under
-    the key ``report``.
-
+    ``default_task_id`` (without one the task fails). ``check_failed_task_id`` is followed
+    when the check itself fails (storage or Kafka unreachable, ...); without it that fails
+    the task. The result (``CHECK_FAILED`` if the check failed) goes to XCom under ``report``.
     Example: docs/operators/spark-lag-branch.md.
     """
 
-    template_fields: Sequence[str] = (*CONN_FIELDS, "location", *OPTION_NAMES, "metric_name")
-    template_fields_renderers = {"thresholds": "json"}
-    ui_color = "#f4e3c1"
+    template_fields: Sequence[str] = ("location", "metric_name")
 
     def __init__(
         self,

@@ -26,10 +26,8 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_sparklag import params
-from airflow_sparklag.check_options import OPTION_NAMES
 from airflow_sparklag.compact import compact
 from airflow_sparklag.conditions import CatchUpCondition, HealthCondition, ProgressCondition
-from airflow_sparklag.hooks.sparklag import CONN_FIELDS
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CheckOptionsMixin, SparkLagHookMixin
 
@@ -48,7 +46,7 @@ def _batch_id(name: str, value: Any) -> int | None:
 class _CheckpointSensor(SparkLagHookMixin, BaseSensorOperator):
     """Shared plumbing: one condition, one probe per poke, one trigger when deferred."""
 
-    template_fields: Sequence[str] = (*CONN_FIELDS, "location")
+    template_fields: Sequence[str] = ("location",)
     ui_color = "#f4e3c1"
     trigger_class: ClassVar[str]  # the name of its trigger in triggers/sparklag.py
 
@@ -163,14 +161,7 @@ class SparkLagSensor(CheckOptionsMixin, _CheckpointSensor):
     """
 
     trigger_class = "SparkLagTrigger"
-    template_fields: Sequence[str] = (
-        *CONN_FIELDS,
-        "location",
-        *OPTION_NAMES,
-        "accept",
-        "fail_fast",
-    )
-    template_fields_renderers = {"thresholds": "json"}
+    template_fields: Sequence[str] = ("location", "accept", "fail_fast")
 
     def __init__(
         self,
@@ -232,12 +223,7 @@ class SparkCheckpointProgressSensor(_CheckpointSensor):
     """
 
     trigger_class = "SparkCheckpointProgressTrigger"
-    template_fields: Sequence[str] = (
-        *CONN_FIELDS,
-        "location",
-        "after_batch_id",
-        "after_commit_time",
-    )
+    template_fields: Sequence[str] = ("location", "after_batch_id", "after_commit_time")
 
     def __init__(
         self,
@@ -271,7 +257,7 @@ class SparkKafkaCatchUpSensor(_CheckpointSensor):
     """
 
     trigger_class = "SparkKafkaCatchUpTrigger"
-    template_fields: Sequence[str] = (*CONN_FIELDS, "location", "target_time", "topics")
+    template_fields: Sequence[str] = ("location", "target_time", "topics")
 
     def __init__(
         self,

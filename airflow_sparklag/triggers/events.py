@@ -1,14 +1,6 @@
-"""An event trigger for Airflow 3 asset watchers: fires when a job's health changes.
-
-Each poll checks one job or a fleet (``locations`` and/or ``prefix``) through one hook session
-kept between polls and yields one event per job that crossed into the ``unhealthy`` set (and,
-with ``fire_on_recovery``, one per job that left it); a verdict that persists, a move inside
-the set or a check that failed fires nothing. The side each job was last on is kept in an
-Airflow Variable, written BEFORE an event is yielded, so a restarted triggerer never fires
-twice for one transition. Payloads are JSON-safe, without secrets or URL credentials.
-Needs Airflow 3.0+ (``BaseEventTrigger``); on Airflow 2 constructing it raises ``UsageError``.
-See docs/events.md (the payload, the Variable, an example DAG).
-"""
+"""An event trigger for Airflow 3 asset watchers: fires when a job's health changes sides
+(docs/events.md). The side each job was last on is kept in an Airflow Variable, written BEFORE
+an event is yielded, so a restarted triggerer never fires twice for one transition."""
 
 from __future__ import annotations
 

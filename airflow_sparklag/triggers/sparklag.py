@@ -1,18 +1,8 @@
-"""Triggers that poll a wait condition from the triggerer until it holds.
-
-A trigger carries its condition (:mod:`airflow_sparklag.conditions`) as plain JSON values and
-probes it through one :class:`~airflow_sparklag.hooks.sparklag.SparkLagHook` session in a worker
-thread (the storage and Kafka clients block). Connections are read once with the async
-connection API; the session, its checkpoint readers and its clients live between polls.
-
-Events (JSON-safe):
-
-- ``{"status": "success", "message": ..., "payload": {...}}``: the condition holds;
-- ``{"status": "failed", "message": ..., "payload": {...}}``: it never will (e.g. data loss);
-- ``{"status": "timeout", "message": ...}``: ``deadline`` (epoch seconds) passed first;
-- ``{"status": "error", "message": ...}``: the check itself failed (storage, Kafka, config).
-  Messages never contain a connection's secrets.
-"""
+"""Triggers that poll a wait condition (:mod:`airflow_sparklag.conditions`) from the triggerer
+through one hook session (connections read once with the async API; readers and clients kept
+between polls). Their events are JSON-safe, without secrets, each with a ``message``:
+``success`` / ``failed`` with a ``payload`` (the condition holds / never will), ``timeout``
+(``deadline``, epoch seconds, passed first), ``error`` (the check itself failed)."""
 
 from __future__ import annotations
 
