@@ -14,12 +14,11 @@ from airflow.providers.common.compat.sdk import (
 
 from airflow_sparklag import params
 from airflow_sparklag.compact import compact
-from airflow_sparklag.conditions import breach_message
 from airflow_sparklag.model.result import CheckResult, check_document
 from airflow_sparklag.model.verdict import DEFAULT_FAIL_ON as _FAIL_ON
 from airflow_sparklag.operators import metrics
 from airflow_sparklag.operators.base import CheckOptionsMixin
-from airflow_sparklag.render import seconds_text
+from airflow_sparklag.render import breach_message, seconds_text
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -16,10 +16,10 @@ from airflow.providers.common.compat.sdk import Variable
 from airflow.triggers.base import TriggerEvent
 
 from airflow_sparklag.compact import compact
-from airflow_sparklag.conditions import breach_message
 from airflow_sparklag.errors import InvalidParameter, UsageError
 from airflow_sparklag.model.verdict import Health
 from airflow_sparklag.redact import redact_url
+from airflow_sparklag.render import breach_message
 from airflow_sparklag.triggers.sparklag import SparkLagTrigger
 
 if TYPE_CHECKING:
