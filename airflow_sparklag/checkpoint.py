@@ -197,13 +197,7 @@ class CheckpointReader:
 
         window = _window(commit_ids, offsets, committed_id, history)
         unread: tuple[ObjectInfo, ...] = ()
-        # An older offsets file listed larger than offsets/C hints at a rewind (offsets only
-        # grow, and with them their digits): only the older batches show it, read them now.
-        if (
-            lazy_history
-            and committed_id is not None
-            and not any(offsets[i].size > offsets[committed_id].size for i in window)
-        ):
+        if lazy_history and self._may_defer(window, offsets, committed_id):
             past: tuple[BatchOffsets, ...] = ()
             unread = tuple(offsets[batch_id] for batch_id in window)
         else:
@@ -335,11 +329,30 @@ class CheckpointReader:
         offsets = _batches(self.storage.list_dir(join(self.location, "offsets")))
         return commits, offsets, None
 
-    def _offsets(self, batch_id: int, info: ObjectInfo) -> BatchOffsets:
+    def _may_defer(
+        self, window: list[int], offsets: Mapping[int, ObjectInfo], committed_id: int | None
+    ) -> bool:
+        """May a lazy read leave the window's older batches unread? Not when one is listed
+        larger than offsets/C, a rewind hint (offsets only grow, and with them their digits:
+        only the older batches show it), nor when this reader holds them all (no cost)."""
+        if committed_id is None:
+            return False
+        size = offsets[committed_id].size
+        if any(offsets[i].size > size for i in window):
+            return False
+        return not all(self._cached(i, offsets[i]) for i in window)
+
+    def _cached(self, batch_id: int, info: ObjectInfo) -> bool:
         known = self._offsets_cache.get(batch_id)
         # Offsets files are immutable; a different size/time means the checkpoint was replaced.
-        if known is not None and (known[0].size, known[0].modified) == (info.size, info.modified):
-            return known[1]
+        return known is not None and (known[0].size, known[0].modified) == (
+            info.size,
+            info.modified,
+        )
+
+    def _offsets(self, batch_id: int, info: ObjectInfo) -> BatchOffsets:
+        if self._cached(batch_id, info):
+            return self._offsets_cache[batch_id][1]
         path = join(self.location, "offsets", info.name)
         if info.size > MAX_LOG_FILE_SIZE:
             raise CheckpointCorrupt(

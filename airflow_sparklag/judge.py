@@ -77,8 +77,11 @@ class Evidence:
 
 
 def _first_read(state: CheckpointState) -> Read:
-    """What the first read of a checkpoint fetched."""
+    """What the first read of a checkpoint fetched (older batches its reader already held
+    come with it, at no cost)."""
     batches = ["offsets/C" if state.committed is not None else "no commit"]
+    if len(state.history) > 1:
+        batches.append(f"{len(state.history) - 1} older batch(es) held")
     if state.in_flight is not None:
         batches.append("the in-flight offsets file")
     return Read(f"listing, {' and '.join(batches)}, Kafka end offsets")

@@ -432,7 +432,12 @@ def test_check_of_a_job_whose_lag_may_grow_on_s3_reads_its_window_once(
         sent.urls.clear()
         again = check(session, location, CheckOptions(), now=NOW)
         assert len(sent.urls) == 1  # the window is cached: the listing only
-        assert again.to_dict() == result.to_dict()
+        # The same judgment; the evidence says the older batches came with the first read.
+        assert {**again.to_dict(), "evidence": None} == {**result.to_dict(), "evidence": None}
+        assert [read.what for read in again.evidence] == [
+            "listing, offsets/C and 9 older batch(es) held, Kafka end offsets",
+            "topic retention",
+        ]
     with _s3_session(lazy_endpoint, cluster(dict(ends))) as session:
         state = session.read(location, history=10)
         before = judge_states(session, {location: state}, CheckOptions(), now=NOW)[location]
