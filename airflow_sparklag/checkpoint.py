@@ -345,10 +345,9 @@ class CheckpointReader:
     def _cached(self, batch_id: int, info: ObjectInfo) -> bool:
         known = self._offsets_cache.get(batch_id)
         # Offsets files are immutable; a different size/time means the checkpoint was replaced.
-        return known is not None and (known[0].size, known[0].modified) == (
-            info.size,
-            info.modified,
-        )
+        if known is None:
+            return False
+        return known[0].size == info.size and known[0].modified == info.modified
 
     def _offsets(self, batch_id: int, info: ObjectInfo) -> BatchOffsets:
         if self._cached(batch_id, info):
